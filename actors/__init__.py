@@ -1,0 +1,1 @@
+"""The coordinator: pure group state machine and assignor, with thin trio shells around them."""

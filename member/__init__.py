@@ -1,0 +1,1 @@
+"""Member runtime, listener API, producer and admin client: the data plane."""

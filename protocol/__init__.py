@@ -1,0 +1,24 @@
+"""Wire protocol v1 of the Redis Stream Coordinator: messages, codec, routing.
+
+Pure: imports no trio and no redis. See ../shared/PROTOCOL.md for the contract.
+"""
+
+from protocol.codec import decode, encode, to_wire
+from protocol.errors import ProtocolError, Status
+from protocol.messages import *  # noqa: F403
+from protocol.messages import __all__ as _messages_all
+from protocol.routing import HASH_NAME, owner_key, seal_key, shard_for_key, stream_key
+
+__all__ = [
+    "HASH_NAME",
+    "ProtocolError",
+    "Status",
+    "decode",
+    "encode",
+    "owner_key",
+    "seal_key",
+    "shard_for_key",
+    "stream_key",
+    "to_wire",
+    *_messages_all,
+]

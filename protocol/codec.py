@@ -1,0 +1,207 @@
+"""One cattrs converter for the whole protocol: camelCase, tagged on `type`.
+
+`decode` turns text into a message or raises one ProtocolError naming the
+field; `encode` turns a message into text. Primitives are strict: `"7"` is
+not an int, `true` is not an int, `7.5` is not an int.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import typing
+from typing import Any
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+from protocol import messages as m
+from protocol.errors import ProtocolError, Status
+from protocol.messages import FieldValueError, camel
+
+MESSAGE_TYPES: dict[str, type[m.Message]] = {
+    cls.TYPE: cls
+    for cls in (
+        m.Heartbeat,
+        m.HeartbeatResponse,
+        m.AssignmentChanged,
+        m.GetRouting,
+        m.Routing,
+        m.ListGroups,
+        m.DescribeGroup,
+        m.SetShardCount,
+        m.SetMaxConcurrency,
+        m.RemoveMember,
+        m.Groups,
+        m.GroupDescription,
+        m.ShardCountChanged,
+        m.MaxConcurrencyChanged,
+        m.MemberRemoved,
+        m.ErrorResponse,
+    )
+}
+
+MEMBER_REQUESTS: frozenset[str] = frozenset({m.Heartbeat.TYPE, m.GetRouting.TYPE})
+ADMIN_REQUESTS: frozenset[str] = frozenset(
+    cls.TYPE
+    for cls in (m.ListGroups, m.DescribeGroup, m.SetShardCount, m.SetMaxConcurrency, m.RemoveMember)
+)
+
+
+class _FieldError(ValueError):
+    """A primitive of the wrong JSON type."""
+
+
+class _ItemError(ValueError):
+    """Item `index` of an array failed; `cause` says how."""
+
+    def __init__(self, index: int, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.index = index
+        self.cause = cause
+
+
+def _strict(expected: type, label: str):
+    def structure(value: Any, _: Any) -> Any:
+        if type(value) is not expected:
+            raise _FieldError(f"expected {label}, got {_json_type(value)}")
+        return value
+
+    return structure
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "boolean", int: "integer", float: "number", str: "string",
+            list: "array", dict: "object"}.get(type(value), type(value).__name__)
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=False)
+    conv.register_structure_hook(int, _strict(int, "integer"))
+    conv.register_structure_hook(str, _strict(str, "string"))
+    conv.register_structure_hook(bool, _strict(bool, "boolean"))
+
+    def structure_enum(value: Any, cls: type[enum.Enum]) -> Any:
+        try:
+            return cls(value)
+        except ValueError:
+            allowed = ", ".join(repr(member.value) for member in cls)
+            raise _FieldError(f"unknown value {value!r}, expected one of {allowed}") from None
+
+    conv.register_structure_hook_func(
+        lambda t: isinstance(t, type) and issubclass(t, enum.Enum), structure_enum
+    )
+
+    def structure_literal(value: Any, literal: Any) -> Any:
+        allowed = typing.get_args(literal)
+        if value not in allowed or type(value) is not type(allowed[0]):
+            raise _FieldError(f"unknown value {value!r}, expected one of {', '.join(map(repr, allowed))}")
+        return value
+
+    conv.register_structure_hook_func(lambda t: typing.get_origin(t) is typing.Literal,
+                                      structure_literal)
+
+    def structure_tuple(value: Any, tuple_type: Any) -> Any:
+        if not isinstance(value, list):
+            raise _FieldError(f"expected array, got {_json_type(value)}")
+        (item_type, _ellipsis) = typing.get_args(tuple_type)
+        items = []
+        for index, item in enumerate(value):
+            try:
+                items.append(conv.structure(item, item_type))
+            except Exception as exc:  # noqa: BLE001 - re-raised with its position
+                raise _ItemError(index, exc) from None
+        return tuple(items)
+
+    conv.register_structure_hook_func(
+        lambda t: typing.get_origin(t) is tuple and typing.get_args(t)[1:] == (Ellipsis,),
+        structure_tuple,
+    )
+
+    def structure_factory(cls: type) -> Any:
+        renames = {a.name: override(rename=camel(a.name)) for a in attrs.fields(cls)}
+        return make_dict_structure_fn(cls, conv, _cattrs_detailed_validation=True, **renames)
+
+    def unstructure_factory(cls: type) -> Any:
+        renames = {a.name: override(rename=camel(a.name)) for a in attrs.fields(cls)}
+        return make_dict_unstructure_fn(cls, conv, **renames)
+
+    conv.register_structure_hook_factory(attrs.has, structure_factory)
+    conv.register_unstructure_hook_factory(attrs.has, unstructure_factory)
+    return conv
+
+
+converter = _make_converter()
+
+
+def to_wire(message: m.Message) -> dict[str, Any]:
+    """The JSON object of a message, `type` first."""
+    body = converter.unstructure(message)
+    return {"type": message.TYPE, **body}
+
+
+def encode(message: m.Message) -> str:
+    """The text frame of a message."""
+    return json.dumps(to_wire(message), separators=(",", ":"), ensure_ascii=False)
+
+
+def decode(text: str | bytes, allowed: frozenset[str] | None = None) -> m.Message:
+    """Parse one text frame into a message, or raise ProtocolError naming the field.
+
+    `allowed` restricts the accepted `type`s (an endpoint's requests).
+    """
+    if isinstance(text, bytes):
+        raise ProtocolError("binary frames are not accepted; send JSON text frames")
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError(f"frame is not valid JSON: {exc}") from None
+    return decode_object(obj, allowed)
+
+
+def decode_object(obj: Any, allowed: frozenset[str] | None = None) -> m.Message:
+    """Structure an already parsed JSON value into a message (see `decode`)."""
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"frame must be a JSON object, got {_json_type(obj)}")
+    request_id = obj.get("requestId")
+    if type(request_id) is not int:
+        request_id = None
+    type_name = obj.get("type")
+    if not isinstance(type_name, str):
+        raise ProtocolError("field 'type' is missing or not a string", request_id)
+    cls = MESSAGE_TYPES.get(type_name)
+    if cls is None or (allowed is not None and type_name not in allowed):
+        expected = ", ".join(sorted(allowed if allowed is not None else MESSAGE_TYPES))
+        raise ProtocolError(
+            f"field 'type': {type_name!r} is not accepted here (expected one of {expected})",
+            request_id,
+        )
+    try:
+        return converter.structure(obj, cls)
+    except Exception as exc:  # noqa: BLE001 - every structuring failure is the peer's
+        raise ProtocolError(describe_error(exc), request_id) from None
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line naming the first bad field of a cattrs failure, in wire (camelCase) terms."""
+    path, leaf = _first_leaf(exc, "")
+    if isinstance(leaf, FieldValueError):
+        return str(leaf)
+    if isinstance(leaf, KeyError):
+        return f"field '{path}' is missing"
+    return f"field '{path}': {leaf}" if path else str(leaf)
+
+
+def _first_leaf(exc: BaseException, path: str) -> tuple[str, BaseException]:
+    if isinstance(exc, _ItemError):
+        return _first_leaf(exc.cause, f"{path}[{exc.index}]")
+    if isinstance(exc, cattrs.BaseValidationError) and exc.exceptions:
+        inner = exc.exceptions[0]
+        note = next((n for n in getattr(inner, "__notes__", []) if hasattr(n, "name")), None)
+        if note is not None:
+            path = f"{path}.{camel(note.name)}" if path else camel(note.name)
+        return _first_leaf(inner, path)
+    return path, exc

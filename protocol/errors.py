@@ -1,0 +1,33 @@
+"""Statuses and the one protocol error that every decode failure becomes."""
+
+from __future__ import annotations
+
+import enum
+
+
+class Status(str, enum.Enum):
+    """Every `status` string of PROTOCOL.md."""
+
+    OK = "OK"
+    REVOKE_PENDING = "REVOKE_PENDING"
+    SYNC_METADATA = "SYNC_METADATA"
+    UNKNOWN_MEMBER_ID = "UNKNOWN_MEMBER_ID"
+    FENCED_MEMBER_EPOCH = "FENCED_MEMBER_EPOCH"
+    COORDINATOR_NOT_AVAILABLE = "COORDINATOR_NOT_AVAILABLE"
+    INVALID_REQUEST = "INVALID_REQUEST"
+    UNKNOWN_STREAM = "UNKNOWN_STREAM"
+    UNKNOWN_GROUP = "UNKNOWN_GROUP"
+    MIGRATION_IN_PROGRESS = "MIGRATION_IN_PROGRESS"
+
+
+class ProtocolError(Exception):
+    """The peer sent something the protocol does not allow.
+
+    `request_id` is the request's id when it could be read (else None), so the
+    error response can still be matched by the sender.
+    """
+
+    def __init__(self, message: str, request_id: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.request_id = request_id
