@@ -17,7 +17,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from protocol import messages as m
-from protocol.errors import ProtocolError, Status
+from protocol.errors import ProtocolError
 from protocol.messages import FieldValueError, camel
 
 MESSAGE_TYPES: dict[str, type[m.Message]] = {

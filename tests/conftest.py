@@ -24,3 +24,66 @@ def redis_url(redis_server: EmbeddedRedis) -> Iterator[str]:
     client.flushall()
     client.close()
     yield redis_server.url
+
+
+# --- a real coordinator over real websockets ------------------------------------------
+
+import functools  # noqa: E402
+from collections.abc import Awaitable, Callable  # noqa: E402
+from typing import Any  # noqa: E402
+
+import attrs  # noqa: E402
+import trio  # noqa: E402
+
+from actors.app import serve  # noqa: E402
+from actors.config import CoordinatorConfig  # noqa: E402
+
+FAST = {"tick_interval_ms": 50, "lease_ttl_ms": 1000, "heartbeat_interval_ms": 200,
+        "revoke_timeout_ms": 5000}
+
+
+@attrs.define
+class RunningCoordinator:
+    """A coordinator started in the test's nursery; `stop()` cancels it (like SIGTERM)."""
+
+    url: str
+    redis_url: str
+    config: CoordinatorConfig
+    scope: trio.CancelScope
+    stopped: trio.Event
+
+    async def stop(self) -> None:
+        self.scope.cancel()
+        with trio.fail_after(10):
+            await self.stopped.wait()
+
+
+async def start_coordinator(nursery: trio.Nursery, redis_url: str, **overrides: Any) -> RunningCoordinator:
+    """Start a coordinator with short ticks and leases (FAST), overridable per test."""
+    config = CoordinatorConfig(redis_url=redis_url, port=0, **{**FAST, **overrides})
+    scope = trio.CancelScope()
+    stopped = trio.Event()
+
+    async def run(task_status: trio.TaskStatus[str]) -> None:
+        try:
+            with scope:
+                await serve(config, task_status=task_status)
+        finally:
+            stopped.set()
+
+    url = await nursery.start(run)
+    return RunningCoordinator(url=url, redis_url=redis_url, config=config, scope=scope, stopped=stopped)
+
+
+@pytest.fixture
+async def coordinator_factory(
+    redis_url: str, nursery: trio.Nursery
+) -> Callable[..., Awaitable[RunningCoordinator]]:
+    """`await coordinator_factory(**config_overrides)` starts one more coordinator."""
+    return functools.partial(start_coordinator, nursery, redis_url)
+
+
+@pytest.fixture
+async def coordinator(coordinator_factory: Callable[..., Awaitable[RunningCoordinator]]) -> RunningCoordinator:
+    """A coordinator on the test's redis-server with short tick, lease and heartbeat."""
+    return await coordinator_factory()

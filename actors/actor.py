@@ -1,0 +1,382 @@
+"""Prefix actors: the trio shell around the pure group machines of one stream prefix.
+
+One actor task per stream prefix owns that prefix's routing and all its groups
+(the prefix is the unit of metadata: one Redis hash, one check-and-set). It
+drains its mailbox in batches: apply every request to the pure machines,
+persist once (H12: durable first), then answer and push. When the write fails
+the machines roll back to the last persisted records and every answer that
+would reveal new state becomes COORDINATOR_NOT_AVAILABLE.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import attrs
+import trio
+
+from actors.group import GroupMachine, GroupSettings
+from actors.store import MetadataStore, StoreError, StoreFenced
+from protocol import messages as m
+from protocol.errors import Status
+from protocol.routing import HASH_NAME, stream_key
+
+log = logging.getLogger("rsc.coordinator")
+
+MAX_BATCH = 1024
+
+
+class Outbox(Protocol):
+    """Where an actor sends pushes for a session (see server.Session)."""
+
+    def push(self, message: m.Message) -> None: ...
+
+
+@attrs.define(eq=False)
+class Reply:
+    """A response slot: the session writes responses in request order as they resolve."""
+
+    message: m.Message | None = None
+    done: trio.Event = attrs.field(factory=trio.Event)
+
+    def resolve(self, message: m.Message) -> None:
+        self.message = message
+        self.done.set()
+
+
+@attrs.frozen
+class Envelope:
+    request: Any  # a protocol request, or Tick
+    reply: Reply | None
+    session: Outbox | None
+
+
+@attrs.frozen
+class Tick:
+    now_ms: int
+
+
+@attrs.frozen(kw_only=True)
+class RoutingState:
+    version: int
+    shard_count: int
+    streams: tuple[str, ...]
+
+    def summary(self) -> m.RoutingSummary:
+        return m.RoutingSummary(version=self.version, shard_count=self.shard_count)
+
+    def description(self) -> m.RoutingDescription:
+        return m.RoutingDescription(version=self.version, shard_count=self.shard_count,
+                                    hash=HASH_NAME, streams=self.streams)
+
+    def to_record(self) -> dict[str, Any]:
+        return {"version": self.version, "shardCount": self.shard_count, "streams": list(self.streams)}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> RoutingState:
+        return cls(version=record["version"], shard_count=record["shardCount"],
+                   streams=tuple(record["streams"]))
+
+
+def now_ms() -> int:
+    return math.floor(trio.current_time() * 1000)
+
+
+class PrefixActor:
+    """Owns one stream prefix: its routing, its groups, their sessions and subscribers."""
+
+    def __init__(self, prefix: str, store: MetadataStore, settings: GroupSettings,
+                 *, push_enabled: bool = True, metrics: Any = None) -> None:
+        self.prefix = prefix
+        self.store = store
+        self.settings = settings
+        self.push_enabled = push_enabled
+        self.metrics = metrics
+        self.routing: RoutingState | None = None
+        self.groups: dict[str, GroupMachine] = {}
+        # last state known to be in Redis, for rollback
+        self.persisted_routing: RoutingState | None = None
+        self.persisted_groups: dict[str, dict[str, Any]] = {}
+        self.summaries: dict[str, m.GroupSummary] = {}
+        self.sessions: dict[tuple[str, str], Outbox] = {}
+        self.subscribers: set[Outbox] = set()
+        self.send_channel, self.receive_channel = trio.open_memory_channel[Envelope](4096)
+        self.healthy = True
+
+    # --- restore -------------------------------------------------------------------
+
+    def restore(self, data: dict[str, Any], now: int) -> None:
+        """Load persisted state after a coordinator restart (members get fresh leases)."""
+        if data.get("routing"):
+            self.routing = self.persisted_routing = RoutingState.from_record(data["routing"])
+        for name, record in data["groups"].items():
+            machine = GroupMachine.from_record(self.prefix, name, self.settings, record, now)
+            self.groups[name] = machine
+            self.persisted_groups[name] = record
+            self.summaries[name] = machine.summary()
+
+    # --- the loop ------------------------------------------------------------------
+
+    async def run(self) -> None:
+        async with self.receive_channel:
+            async for first in self.receive_channel:
+                batch = [first]
+                while len(batch) < MAX_BATCH:
+                    try:
+                        batch.append(self.receive_channel.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                await self._handle_batch(batch)
+
+    async def _handle_batch(self, batch: list[Envelope]) -> None:
+        now = now_ms()
+        immediate: list[tuple[Reply, m.Message]] = []
+        deferred: list[tuple[Reply, Callable[[], m.Message]]] = []
+        routing_before = self.routing
+        streams_to_create: list[tuple[list[str], list[str]]] = []
+        for envelope in batch:
+            request = envelope.request
+            if isinstance(request, Tick):
+                self._tick(request.now_ms)
+            elif isinstance(request, m.Heartbeat):
+                started = trio.current_time()
+                group = self._group(request.consumer_group, streams_to_create)
+                response = group.heartbeat(request, now, self._routing_summary())
+                if envelope.session is not None and request.member_epoch != -1:
+                    self.sessions[(request.consumer_group, request.member_id)] = envelope.session
+                elif request.member_epoch == -1:
+                    self.sessions.pop((request.consumer_group, request.member_id), None)
+                immediate.append((envelope.reply, response))
+                if self.metrics is not None:
+                    self.metrics.observe_heartbeat_seconds(trio.current_time() - started)
+            elif isinstance(request, m.GetRouting):
+                if request.subscribe and envelope.session is not None:
+                    self.subscribers.add(envelope.session)
+                deferred.append((envelope.reply, lambda r=request: self._routing_response(r)))
+            elif isinstance(request, m.SetShardCount):
+                immediate.append((envelope.reply,
+                                  self._set_shard_count(request, streams_to_create)))
+            elif isinstance(request, m.SetMaxConcurrency):
+                immediate.append((envelope.reply, self._set_max_concurrency(request)))
+            elif isinstance(request, m.RemoveMember):
+                immediate.append((envelope.reply, self._remove_member(request, now)))
+            elif isinstance(request, m.DescribeGroup):
+                deferred.append((envelope.reply, lambda r=request: self._describe(r)))
+
+        effects = {name: group.take_effects() for name, group in self.groups.items()}
+        ok = await self._checkpoint(effects, routing_before, streams_to_create)
+        if not ok:
+            immediate = [(reply, _unavailable(response) if response.status in _REVEALING else response)
+                         for reply, response in immediate]
+        for reply, response in immediate:
+            if reply is not None:
+                reply.resolve(response)
+        for reply, make in deferred:
+            if reply is not None:
+                reply.resolve(make())
+        if ok:
+            self._after_commit(effects, routing_before)
+
+    # --- requests --------------------------------------------------------------------
+
+    def _group(self, name: str, streams_to_create: list[tuple[list[str], list[str]]]) -> GroupMachine:
+        """The group, registered on first sight (H13) with the prefix's shards."""
+        group = self.groups.get(name)
+        if group is None:
+            shards = self.routing.streams if self.routing else ()
+            group = GroupMachine(self.prefix, name, self.settings, shards)
+            group.effects.dirty = True
+            self.groups[name] = group
+            if self.routing is not None:
+                streams_to_create.append((list(self.routing.streams), [name]))
+        return group
+
+    def _routing_summary(self) -> m.RoutingSummary | None:
+        return self.routing.summary() if self.routing else None
+
+    def _routing_response(self, request: m.GetRouting) -> m.Routing:
+        if self.routing is None:
+            return m.Routing(request_id=request.request_id, status=Status.UNKNOWN_STREAM,
+                             stream_prefix=self.prefix,
+                             error=f"stream prefix {self.prefix!r} has no routing yet")
+        return self._routing_message(request.request_id)
+
+    def _routing_message(self, request_id: int | None) -> m.Routing:
+        assert self.routing is not None
+        return m.Routing(request_id=request_id, status=Status.OK, stream_prefix=self.prefix,
+                         version=self.routing.version, shard_count=self.routing.shard_count,
+                         hash=HASH_NAME, streams=self.routing.streams)
+
+    def _set_shard_count(self, request: m.SetShardCount,
+                         streams_to_create: list[tuple[list[str], list[str]]]) -> m.ShardCountChanged:
+        self._group(request.consumer_group, streams_to_create)
+
+        def answer(status: Status = Status.OK, error: str | None = None) -> m.ShardCountChanged:
+            return m.ShardCountChanged(
+                request_id=request.request_id, status=status, stream_prefix=self.prefix,
+                consumer_group=request.consumer_group,
+                routing=self.routing.description() if self.routing and status == Status.OK else None,
+                migration=None, error=error)
+
+        if self.routing is not None:
+            if self.routing.shard_count == request.shard_count:
+                return answer()  # R4: the same count changes nothing
+            return answer(Status.INVALID_REQUEST,
+                          f"stream prefix {self.prefix!r} already has {self.routing.shard_count} shards; "
+                          "changing the count of an existing prefix (resharding) is not supported yet")
+        streams = tuple(stream_key(self.prefix, 1, i) for i in range(request.shard_count))
+        self.routing = RoutingState(version=1, shard_count=request.shard_count, streams=streams)
+        streams_to_create.append((list(streams), list(self.groups)))
+        for group in self.groups.values():
+            group.set_shards(streams)
+        return answer()
+
+    def _set_max_concurrency(self, request: m.SetMaxConcurrency) -> m.MaxConcurrencyChanged:
+        group = self.groups.get(request.consumer_group)
+        if group is None:
+            return m.MaxConcurrencyChanged(
+                request_id=request.request_id, status=Status.UNKNOWN_GROUP,
+                stream_prefix=self.prefix, consumer_group=request.consumer_group,
+                error=f"group {request.consumer_group!r} of {self.prefix!r} was never seen")
+        group.set_max_concurrency(request.max_concurrency)
+        return m.MaxConcurrencyChanged(
+            request_id=request.request_id, status=Status.OK, stream_prefix=self.prefix,
+            consumer_group=request.consumer_group, max_concurrency=group.max_concurrency,
+            group_epoch=group.group_epoch)
+
+    def _remove_member(self, request: m.RemoveMember, now: int) -> m.MemberRemoved:
+        group = self.groups.get(request.consumer_group)
+
+        def answer(status: Status, error: str | None = None) -> m.MemberRemoved:
+            return m.MemberRemoved(
+                request_id=request.request_id, status=status, stream_prefix=self.prefix,
+                consumer_group=request.consumer_group, member_id=request.member_id,
+                group_epoch=group.group_epoch if group and status == Status.OK else None, error=error)
+
+        if group is None:
+            return answer(Status.UNKNOWN_GROUP,
+                          f"group {request.consumer_group!r} of {self.prefix!r} was never seen")
+        if not group.remove_member(request.member_id, now):
+            return answer(Status.UNKNOWN_MEMBER_ID,
+                          f"member {request.member_id!r} is not live in the group")
+        return answer(Status.OK)
+
+    def _describe(self, request: m.DescribeGroup) -> m.GroupDescription:
+        group = self.groups.get(request.consumer_group)
+        if group is None:
+            return m.GroupDescription(
+                request_id=request.request_id, status=Status.UNKNOWN_GROUP, stream_prefix=self.prefix,
+                consumer_group=request.consumer_group,
+                error=f"group {request.consumer_group!r} of {self.prefix!r} was never seen")
+        description = group.describe(now_ms(), self._routing_summary(), None)
+        return attrs.evolve(description, request_id=request.request_id)
+
+    def _tick(self, now: int) -> None:
+        for group in self.groups.values():
+            group.tick(now)
+
+    # --- durability ------------------------------------------------------------------
+
+    async def _checkpoint(self, effects: dict[str, Any], routing_before: RoutingState | None,
+                          streams_to_create: list[tuple[list[str], list[str]]]) -> bool:
+        fields: dict[str, Any] = {}
+        if self.routing != self.persisted_routing:
+            fields["routing"] = self.routing.to_record() if self.routing else None
+        records = {name: self.groups[name].to_record()
+                   for name, effect in effects.items() if effect.dirty}
+        for name, record in records.items():
+            fields["group:" + name] = record
+        owner_changes = [(shard, name, owner) for name, effect in effects.items()
+                         for shard, owner in effect.owner_changes.items()]
+        if not fields and not owner_changes and not streams_to_create:
+            return True
+        started = trio.current_time()
+        try:
+            await trio.to_thread.run_sync(self._write, fields, owner_changes, streams_to_create)
+        except StoreFenced:
+            raise
+        except StoreError as exc:
+            if self.healthy:
+                log.warning("metadata store write failed for prefix %s: %s", self.prefix, exc)
+            self.healthy = False
+            self._rollback()
+            return False
+        if not self.healthy:
+            log.warning("metadata store writable again for prefix %s", self.prefix)
+        self.healthy = True
+        if self.metrics is not None:
+            self.metrics.observe_checkpoint_seconds(trio.current_time() - started)
+        self.persisted_routing = self.routing
+        self.persisted_groups.update(records)
+        for name in records:
+            self.summaries[name] = self.groups[name].summary()
+        return True
+
+    def _write(self, fields: dict[str, Any], owner_changes: list[tuple[str, str, str | None]],
+               streams_to_create: list[tuple[list[str], list[str]]]) -> None:
+        for streams, groups in streams_to_create:
+            self.store.create_consumer_groups(streams, groups)
+        self.store.write(self.prefix, fields, owner_changes)
+
+    def _rollback(self) -> None:
+        now = now_ms()
+        self.routing = self.persisted_routing
+        for name in list(self.groups):
+            record = self.persisted_groups.get(name)
+            if record is None:
+                del self.groups[name]
+            else:
+                self.groups[name].restore(record, now, restart=False)
+
+    def _after_commit(self, effects: dict[str, Any], routing_before: RoutingState | None) -> None:
+        """Pushes (H10) and routing notifications, once the state they hint at is durable."""
+        for name, effect in effects.items():
+            group = self.groups[name]
+            for event in effect.events:
+                _log_event(self.prefix, name, event)
+                if self.metrics is not None:
+                    self.metrics.group_event(self.prefix, name, event)
+            if self.metrics is not None:
+                self.metrics.set_group_state(self.prefix, name, group)
+            if not self.push_enabled:
+                continue
+            for member_id in effect.pushes:
+                session = self.sessions.get((name, member_id))
+                if session is not None:
+                    session.push(m.AssignmentChanged(
+                        stream_prefix=self.prefix, consumer_group=name, member_id=member_id,
+                        group_epoch=group.group_epoch))
+        if self.routing != routing_before and self.routing is not None:
+            message = self._routing_message(None)
+            for session in list(self.subscribers):
+                session.push(message)
+
+    def forget_session(self, session: Outbox) -> None:
+        self.subscribers.discard(session)
+        for key in [key for key, value in self.sessions.items() if value is session]:
+            del self.sessions[key]
+
+
+_REVEALING = frozenset({Status.OK, Status.REVOKE_PENDING, Status.SYNC_METADATA})
+
+
+def _unavailable(response: Any) -> m.Message:
+    """The same response type with COORDINATOR_NOT_AVAILABLE: nothing new may be revealed."""
+    error = "the metadata store cannot be written right now; retry with backoff"
+    if isinstance(response, m.HeartbeatResponse):
+        return m.HeartbeatResponse(request_id=response.request_id,
+                                   status=Status.COORDINATOR_NOT_AVAILABLE,
+                                   member_id=response.member_id, error=error)
+    fields = {f.name for f in attrs.fields(type(response))}
+    keep = {name: getattr(response, name) for name in
+            ("request_id", "stream_prefix", "consumer_group", "member_id") if name in fields}
+    return type(response)(status=Status.COORDINATOR_NOT_AVAILABLE, error=error, **keep)
+
+
+def _log_event(prefix: str, group: str, event: Any) -> None:
+    fields = " ".join(f"{key}={value}" for key, value in event.fields.items())
+    member = f" member={event.member_id}" if event.member_id else ""
+    log.info("%s prefix=%s group=%s%s %s", event.kind, prefix, group, member, fields)

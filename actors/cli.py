@@ -1,0 +1,90 @@
+"""`rsc coordinator`: run the coordinator (flags as in PROTOCOL.md, Command line)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+import trio
+
+from actors.config import CoordinatorConfig
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    defaults = CoordinatorConfig()
+    parser = subparsers.add_parser("coordinator", help="run the group coordinator")
+    parser.add_argument("--redis-url", default=None,
+                        help="Redis for metadata (default: start an embedded redis-server)")
+    parser.add_argument("--host", default=defaults.host)
+    parser.add_argument("--port", type=int, default=defaults.port, help="0 picks a free port")
+    parser.add_argument("--tick-interval-ms", type=int, default=defaults.tick_interval_ms)
+    parser.add_argument("--lease-ttl-ms", type=int, default=defaults.lease_ttl_ms)
+    parser.add_argument("--heartbeat-interval-ms", type=int, default=defaults.heartbeat_interval_ms)
+    parser.add_argument("--revoke-timeout-ms", type=int, default=defaults.revoke_timeout_ms)
+    parser.add_argument("--admin-token", default=None, help="require this bearer token on /v1/admin")
+    parser.add_argument("--member-token", default=None, help="require this bearer token on /v1/member")
+    parser.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes)
+    parser.add_argument("--metrics-port", type=int, default=None,
+                        help="serve Prometheus metrics on this port (0 picks one)")
+    parser.add_argument("--no-push", dest="push", action="store_false",
+                        help="do not push assignmentChanged hints (members poll)")
+    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text")
+    parser.set_defaults(run=run)
+
+
+def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
+    return CoordinatorConfig(
+        redis_url=args.redis_url, host=args.host, port=args.port,
+        tick_interval_ms=args.tick_interval_ms, lease_ttl_ms=args.lease_ttl_ms,
+        heartbeat_interval_ms=args.heartbeat_interval_ms, revoke_timeout_ms=args.revoke_timeout_ms,
+        admin_token=args.admin_token, member_token=args.member_token,
+        max_frame_bytes=args.max_frame_bytes, metrics_port=args.metrics_port, push=args.push,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    _configure_logging(args.log_level, args.log_format)
+    config = config_from_args(args)
+    try:
+        trio.run(_main, config)
+    except KeyboardInterrupt:
+        pass
+    except Exception as exc:  # one clear line, not a traceback, for what an operator can fix
+        from actors.store import StoreError
+
+        if isinstance(exc, StoreError):
+            print(f"rsc coordinator: {exc}", file=sys.stderr)
+            return 1
+        raise
+    return 0
+
+
+def _configure_logging(level: str, fmt: str) -> None:
+    try:
+        from actors.logs import configure_logging
+    except ImportError:
+        logging.basicConfig(level=level.upper(), stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(message)s")
+        return
+    configure_logging(level, fmt)
+
+
+async def _main(config: CoordinatorConfig) -> None:
+    from actors.app import serve
+
+    metrics = None
+    if config.metrics_port is not None:
+        from actors.metrics import CoordinatorMetrics
+
+        metrics = CoordinatorMetrics()
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(lambda task_status: serve(config, metrics=metrics,
+                                                            task_status=task_status))
+        print(f"listening on {url}", flush=True)
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                nursery.cancel_scope.cancel()
+                break

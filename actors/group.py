@@ -1,0 +1,480 @@
+"""The group state machine: one consumer group's members, epochs and assignments.
+
+Pure: events in (heartbeats, ticks, admin changes, routing changes), new state
+and effects out; `now_ms` is always passed in. Rules H1..H14 of PROTOCOL.md
+live here, the way Kafka's CurrentAssignmentBuilder / TargetAssignmentBuilder
+split them: `_recompute_target` builds the target, `_reconcile` moves one
+member from what it holds towards its target without ever letting a shard
+have two owners.
+
+The trio shell (actors/actor.py) persists `to_record()` before it sends any
+response (H12), and rolls back with `restore()` when that write fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from actors.assignor import assign
+from protocol import messages as m
+from protocol.errors import Status
+
+# member states (H4)
+STABLE = "STABLE"
+UNREVOKED_SHARDS = "UNREVOKED_SHARDS"
+UNRELEASED_SHARDS = "UNRELEASED_SHARDS"
+# group states (H4)
+EMPTY = "EMPTY"
+RECONCILING = "RECONCILING"
+
+LEAVE_EPOCH = -1
+JOIN_EPOCH = 0
+
+
+@attrs.frozen(kw_only=True)
+class GroupSettings:
+    """Timing the coordinator hands to members and uses for leases (flags, in ms)."""
+
+    heartbeat_interval_ms: int = 3000
+    lease_ttl_ms: int = 10000
+    revoke_timeout_ms: int = 60000
+
+
+@attrs.define(kw_only=True)
+class Member:
+    """The coordinator's books on one member."""
+
+    member_id: str
+    member_epoch: int
+    previous_epoch: int = -1
+    capacity: int | None = None
+    assigned: frozenset[str] = frozenset()
+    revoking: frozenset[str] = frozenset()
+    # not persisted: liveness and revoke clocks restart after a coordinator restart
+    last_heartbeat_ms: int = 0
+    revoke_started_ms: int | None = None
+    needs_full_report: bool = False
+
+    @property
+    def held(self) -> frozenset[str]:
+        return self.assigned | self.revoking
+
+
+@attrs.frozen
+class Event:
+    """Something an operator log line or a metric should see."""
+
+    kind: str  # joined, left, expired, removed, fenced, revoke_timeout, revoked, epoch
+    member_id: str | None = None
+    fields: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.define
+class Effects:
+    """What the shell must do after an event: persist, push, log, write owner tokens."""
+
+    dirty: bool = False
+    pushes: set[str] = attrs.field(factory=set)
+    events: list[Event] = attrs.field(factory=list)
+    # shard -> new owner memberId, or None when nobody holds it any more
+    owner_changes: dict[str, str | None] = attrs.field(factory=dict)
+
+
+class GroupMachine:
+    """One group `(stream_prefix, consumer_group)`; see the module docstring."""
+
+    def __init__(
+        self,
+        stream_prefix: str,
+        consumer_group: str,
+        settings: GroupSettings,
+        shards: Sequence[str] = (),
+    ) -> None:
+        self.stream_prefix = stream_prefix
+        self.consumer_group = consumer_group
+        self.settings = settings
+        self.group_epoch = 0
+        self.assignment_epoch = 0
+        self.max_concurrency: int | None = None
+        self.members: dict[str, Member] = {}
+        self.target: dict[str, frozenset[str]] = {}
+        self.shards: tuple[str, ...] = tuple(shards)
+        self._shard_index = {shard: index for index, shard in enumerate(self.shards)}
+        # shard -> member holding it (assigned or revoking): H3 in one index
+        self.owners: dict[str, str] = {}
+        # shard -> member whose target has it: who to push when it is freed
+        self.target_owner: dict[str, str] = {}
+        # members removed by the revoke timeout answer FENCED, not UNKNOWN (H14)
+        self.fenced_ids: dict[str, int] = {}
+        self.effects = Effects()
+
+    # --- events ----------------------------------------------------------------
+
+    def heartbeat(self, request: m.Heartbeat, now_ms: int,
+                  routing: m.RoutingSummary | None) -> m.HeartbeatResponse:
+        """Handle one member heartbeat (H1..H9, H11, H13)."""
+        member_id = request.member_id
+        if request.member_epoch == LEAVE_EPOCH:
+            return self._leave(request, now_ms)
+        if request.member_epoch == JOIN_EPOCH:
+            if request.owned_shards:
+                return self._error(request, Status.INVALID_REQUEST,
+                                   "field 'ownedShards' must be empty on a join (memberEpoch 0)")
+            member = self._join(request, now_ms)
+            return self._respond(request, member, now_ms, routing, cause=member_id)
+
+        member = self.members.get(member_id)
+        if member is None:
+            if member_id in self.fenced_ids:
+                return self._error(request, Status.FENCED_MEMBER_EPOCH,
+                                   "member was removed by the revoke timeout; rejoin with epoch 0")
+            return self._error(request, Status.UNKNOWN_MEMBER_ID,
+                               f"member {member_id!r} is not live in the group; rejoin with epoch 0")
+
+        revoked = {r.shard for r in request.revoking_shards if r.state == "REVOKED"}
+        owned = None if request.owned_shards is None else set(request.owned_shards) - revoked
+
+        if request.member_epoch != member.member_epoch:
+            if request.member_epoch != member.previous_epoch:
+                self._fence_event(member_id, "epoch", request.member_epoch)
+                return self._error(
+                    request, Status.FENCED_MEMBER_EPOCH,
+                    f"memberEpoch {request.member_epoch} is neither the current epoch "
+                    f"{member.member_epoch} nor the previous one")
+            if owned is None:  # H7: a lost response, and no full report to check it against
+                member.last_heartbeat_ms = now_ms
+                return self._sync(request, member)
+        elif member.needs_full_report and owned is None:  # H12: restored, needs a full report
+            member.last_heartbeat_ms = now_ms
+            return self._sync(request, member)
+
+        if owned is not None:
+            stale = owned - member.held
+            if stale:  # H7 subset check and H8 stale ownership
+                self._fence_event(member_id, "stale_ownership", request.member_epoch)
+                return self._error(
+                    request, Status.FENCED_MEMBER_EPOCH,
+                    f"ownedShards names shards the member does not hold: {sorted(stale)}")
+
+        # accepted
+        member.last_heartbeat_ms = now_ms
+        if owned is not None:
+            member.needs_full_report = False
+        if request.capacity is not None and request.capacity != member.capacity:
+            member.capacity = request.capacity
+            self._bump_epoch("capacity", cause=member_id)
+        released = revoked & member.revoking
+        if owned is not None:
+            released |= member.revoking - owned
+        if released:
+            self._release(member, released, now_ms, cause=member_id)
+        return self._respond(request, member, now_ms, routing, cause=member_id)
+
+    def tick(self, now_ms: int) -> None:
+        """Expire leases (H6) and enforce the revoke timeout (H14)."""
+        lease = self.settings.lease_ttl_ms
+        timeout = self.settings.revoke_timeout_ms
+        for member in list(self.members.values()):
+            if now_ms - member.last_heartbeat_ms > lease:
+                self._remove(member, "expired", now_ms)
+            elif member.revoke_started_ms is not None and now_ms - member.revoke_started_ms > timeout:
+                self._remove(member, "revoke_timeout", now_ms)
+                self.fenced_ids[member.member_id] = now_ms
+        # forget revoke-timeout tombstones once a member would have expired anyway
+        for member_id, since in list(self.fenced_ids.items()):
+            if now_ms - since > 10 * lease:
+                del self.fenced_ids[member_id]
+
+    def remove_member(self, member_id: str, now_ms: int) -> bool:
+        """Admin removal; False when the member is not live."""
+        member = self.members.get(member_id)
+        if member is None:
+            return False
+        self._remove(member, "removed", now_ms)
+        return True
+
+    def set_max_concurrency(self, value: int | None) -> None:
+        """Admin change of the group setting (H1, H11)."""
+        if value != self.max_concurrency:
+            self.max_concurrency = value
+            self._bump_epoch("max_concurrency")
+
+    def set_shards(self, shards: Sequence[str]) -> None:
+        """The prefix's assignable shards changed (routing created, resharding)."""
+        shards = tuple(shards)
+        if shards != self.shards:
+            self.shards = shards
+            self._shard_index = {shard: index for index, shard in enumerate(shards)}
+            self._bump_epoch("routing")
+
+    def take_effects(self) -> Effects:
+        effects, self.effects = self.effects, Effects()
+        return effects
+
+    # --- transitions -----------------------------------------------------------
+
+    def _join(self, request: m.Heartbeat, now_ms: int) -> Member:
+        member = self.members.get(request.member_id)
+        if member is None:
+            member = Member(member_id=request.member_id, member_epoch=JOIN_EPOCH,
+                            capacity=request.capacity, last_heartbeat_ms=now_ms)
+            self.members[member.member_id] = member
+            self.fenced_ids.pop(member.member_id, None)
+            self.effects.events.append(Event("joined", member.member_id,
+                                             {"capacity": request.capacity}))
+            self._bump_epoch("join", cause=member.member_id)
+            return member
+        # a live member rejoining: it has dropped everything it held (H1)
+        member.last_heartbeat_ms = now_ms
+        member.needs_full_report = False
+        if member.held:
+            self._release(member, member.held, now_ms, cause=member.member_id, revoke=False)
+        self.effects.events.append(Event("rejoined", member.member_id))
+        if request.capacity is not None and request.capacity != member.capacity:
+            member.capacity = request.capacity
+            self._bump_epoch("capacity", cause=member.member_id)
+        return member
+
+    def _leave(self, request: m.Heartbeat, now_ms: int) -> m.HeartbeatResponse:
+        """H9: free the member's shards at once; OK at epoch -1, also for an unknown member."""
+        member = self.members.get(request.member_id)
+        if member is not None:
+            self._remove(member, "left", now_ms)
+        return m.HeartbeatResponse(
+            request_id=request.request_id, status=Status.OK, member_id=request.member_id,
+            member_epoch=LEAVE_EPOCH,
+            group_epoch=self.group_epoch, assignment_epoch=self.assignment_epoch,
+            heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
+            lease_ttl_ms=self.settings.lease_ttl_ms,
+        )
+
+    def _remove(self, member: Member, reason: str, now_ms: int) -> None:
+        """Take a member out of the group and free its shards at once (H6, H9, H14)."""
+        if member.held:
+            self._release(member, member.held, now_ms, cause=member.member_id, revoke=False)
+        del self.members[member.member_id]
+        self.effects.events.append(Event(reason, member.member_id))
+        self._bump_epoch(reason, cause=member.member_id)
+
+    def _release(self, member: Member, shards: Iterable[str], now_ms: int, *,
+                 cause: str, revoke: bool = True) -> None:
+        """`member` no longer holds `shards`: free them and wake whoever waits for them."""
+        shards = frozenset(shards)
+        if revoke and member.revoke_started_ms is not None:
+            self.effects.events.append(Event("revoked", member.member_id, {
+                "shards": sorted(shards), "ms": now_ms - member.revoke_started_ms}))
+        member.assigned -= shards
+        member.revoking -= shards
+        if not member.revoking:
+            member.revoke_started_ms = None
+        for shard in shards:
+            if self.owners.get(shard) == member.member_id:
+                del self.owners[shard]
+                self.effects.owner_changes[shard] = None
+                waiting = self.target_owner.get(shard)
+                if waiting is not None and waiting != cause:
+                    self.effects.pushes.add(waiting)
+        self.effects.dirty = True
+
+    def _bump_epoch(self, reason: str, cause: str | None = None) -> None:
+        """H1: the group epoch grows and the target is recomputed at it."""
+        self.group_epoch += 1
+        self._recompute_target()
+        self.effects.dirty = True
+        self.effects.events.append(Event("epoch", None, {
+            "reason": reason, "groupEpoch": self.group_epoch, "members": len(self.members)}))
+        self.effects.pushes.update(mid for mid in self.members if mid != cause)
+
+    def _recompute_target(self) -> None:
+        self.target = assign(self.members, self.shards, self.target)
+        self.target_owner = {shard: mid for mid, shards in self.target.items() for shard in shards}
+        self.assignment_epoch = self.group_epoch
+
+    def _reconcile(self, member: Member, now_ms: int) -> Status:
+        """Move `member` towards its target (H3, H4, H5); the heart of CurrentAssignmentBuilder."""
+        target = self.target.get(member.member_id, frozenset())
+        to_revoke = member.held - target
+        if to_revoke:
+            keep = member.assigned & target
+            if keep != member.assigned or to_revoke != member.revoking:
+                member.assigned = keep
+                member.revoking = to_revoke
+                self.effects.dirty = True
+            if member.revoke_started_ms is None:  # H14: the clock starts with the first ask
+                member.revoke_started_ms = now_ms
+            return Status.REVOKE_PENDING
+        member.revoke_started_ms = None
+        if member.member_epoch != self.assignment_epoch:
+            member.previous_epoch = member.member_epoch
+            member.member_epoch = self.assignment_epoch
+            self.effects.dirty = True
+        free = [s for s in target - member.assigned if s not in self.owners]
+        if free:
+            for shard in free:
+                self.owners[shard] = member.member_id
+                self.effects.owner_changes[shard] = member.member_id
+            member.assigned = member.assigned | frozenset(free)
+            self.effects.dirty = True
+        return Status.OK
+
+    # --- responses -------------------------------------------------------------
+
+    def _respond(self, request: m.Heartbeat, member: Member, now_ms: int,
+                 routing: m.RoutingSummary | None, *, cause: str) -> m.HeartbeatResponse:
+        status = self._reconcile(member, now_ms)
+        return self._response(request, member, status, routing)
+
+    def _sync(self, request: m.Heartbeat, member: Member) -> m.HeartbeatResponse:
+        """SYNC_METADATA: drain-only; the member keeps what it holds and is still assigned."""
+        return self._response(request, member, Status.SYNC_METADATA, None)
+
+    def _response(self, request: m.Heartbeat, member: Member, status: Status,
+                  routing: m.RoutingSummary | None) -> m.HeartbeatResponse:
+        target = self.target.get(member.member_id, frozenset())
+        order = self._shard_order
+        return m.HeartbeatResponse(
+            request_id=request.request_id,
+            status=status,
+            member_id=member.member_id,
+            member_epoch=member.member_epoch,
+            group_epoch=self.group_epoch,
+            assignment_epoch=self.assignment_epoch,
+            heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
+            lease_ttl_ms=self.settings.lease_ttl_ms,
+            max_concurrency=self.effective_max_concurrency(member),
+            routing=routing,
+            assignment=m.Assignment(
+                assigned_shards=tuple(sorted(member.assigned, key=order)),
+                pending_shards=tuple(sorted(target - member.assigned, key=order)),
+            ),
+        )
+
+    def _error(self, request: m.Heartbeat, status: Status, error: str) -> m.HeartbeatResponse:
+        return m.HeartbeatResponse(request_id=request.request_id, status=status,
+                                   member_id=request.member_id, error=error)
+
+    def _fence_event(self, member_id: str, reason: str, epoch: int) -> None:
+        self.effects.events.append(Event("fenced", member_id, {"reason": reason, "epoch": epoch}))
+
+    def _shard_order(self, shard: str) -> tuple[int, str]:
+        return (self._shard_index.get(shard, len(self._shard_index)), shard)
+
+    # --- views -----------------------------------------------------------------
+
+    def effective_max_concurrency(self, member: Member) -> int | None:
+        """H11: min(group setting, member capacity); either alone when the other is unset."""
+        limits = [v for v in (self.max_concurrency, member.capacity) if v is not None]
+        return min(limits) if limits else None
+
+    def member_state(self, member: Member) -> str:
+        target = self.target.get(member.member_id, frozenset())
+        if member.revoking or member.held - target:
+            return UNREVOKED_SHARDS
+        if target - member.assigned:
+            return UNRELEASED_SHARDS
+        return STABLE
+
+    @property
+    def state(self) -> str:
+        if not self.members:
+            return EMPTY
+        if all(member.member_epoch == self.assignment_epoch and self.member_state(member) == STABLE
+               for member in self.members.values()):
+            return STABLE
+        return RECONCILING
+
+    def describe(self, now_ms: int, routing: m.RoutingSummary | None,
+                 migration: m.MigrationDescription | None) -> m.GroupDescription:
+        order = self._shard_order
+
+        def ordered(shards: Iterable[str]) -> tuple[str, ...]:
+            return tuple(sorted(shards, key=order))
+
+        members = tuple(
+            m.MemberDescription(
+                member_id=member.member_id,
+                member_epoch=member.member_epoch,
+                state=self.member_state(member),
+                capacity=member.capacity,
+                last_heartbeat_ms_ago=max(0, now_ms - member.last_heartbeat_ms),
+                assigned_shards=ordered(member.assigned),
+                pending_shards=ordered(self.target.get(member.member_id, frozenset())
+                                       - member.assigned),
+                revoking_shards=ordered(member.revoking),
+                target_shards=ordered(self.target.get(member.member_id, frozenset())),
+            )
+            for member in sorted(self.members.values(), key=lambda mb: mb.member_id)
+        )
+        return m.GroupDescription(
+            request_id=None, status=Status.OK,
+            stream_prefix=self.stream_prefix, consumer_group=self.consumer_group,
+            state=self.state, group_epoch=self.group_epoch,
+            assignment_epoch=self.assignment_epoch, max_concurrency=self.max_concurrency,
+            routing=routing, migration=migration, members=members,
+            target_assignment={d.member_id: d.target_shards for d in members},
+            current_assignment={d.member_id: ordered(self.members[d.member_id].held)
+                                for d in members},
+        )
+
+    def summary(self) -> m.GroupSummary:
+        return m.GroupSummary(stream_prefix=self.stream_prefix, consumer_group=self.consumer_group,
+                              group_epoch=self.group_epoch, members=len(self.members),
+                              shards=len(self.shards), state=self.state)
+
+    # --- durability (H12) ------------------------------------------------------
+
+    def to_record(self) -> dict[str, Any]:
+        """Everything a response may reveal, as JSON-ready data."""
+        return {
+            "groupEpoch": self.group_epoch,
+            "assignmentEpoch": self.assignment_epoch,
+            "maxConcurrency": self.max_concurrency,
+            "shards": list(self.shards),
+            "members": {
+                mid: {"epoch": mb.member_epoch, "previousEpoch": mb.previous_epoch,
+                      "capacity": mb.capacity, "assigned": sorted(mb.assigned),
+                      "revoking": sorted(mb.revoking)}
+                for mid, mb in self.members.items()
+            },
+            "target": {mid: sorted(shards) for mid, shards in self.target.items()},
+        }
+
+    def restore(self, record: dict[str, Any], now_ms: int, *, restart: bool) -> None:
+        """Load state from a record (a coordinator restart, or a rollback after a failed write).
+
+        On a restart every member gets a fresh lease and must send a full
+        report (SYNC_METADATA until it does); on a rollback liveness is kept.
+        """
+        old = self.members
+        self.group_epoch = record["groupEpoch"]
+        self.assignment_epoch = record["assignmentEpoch"]
+        self.max_concurrency = record["maxConcurrency"]
+        self.shards = tuple(record["shards"])
+        self._shard_index = {shard: index for index, shard in enumerate(self.shards)}
+        self.members = {}
+        for mid, data in record["members"].items():
+            previous = old.get(mid)
+            self.members[mid] = Member(
+                member_id=mid, member_epoch=data["epoch"], previous_epoch=data["previousEpoch"],
+                capacity=data["capacity"], assigned=frozenset(data["assigned"]),
+                revoking=frozenset(data["revoking"]),
+                last_heartbeat_ms=now_ms if restart or previous is None
+                else previous.last_heartbeat_ms,
+                revoke_started_ms=(now_ms if data["revoking"] else None) if restart or previous
+                is None else previous.revoke_started_ms,
+                needs_full_report=restart or (previous is not None and previous.needs_full_report),
+            )
+        self.target = {mid: frozenset(shards) for mid, shards in record["target"].items()}
+        self.target_owner = {s: mid for mid, shards in self.target.items() for s in shards}
+        self.owners = {s: mid for mid, mb in self.members.items() for s in mb.held}
+        self.effects = Effects()
+
+    @classmethod
+    def from_record(cls, stream_prefix: str, consumer_group: str, settings: GroupSettings,
+                    record: dict[str, Any], now_ms: int) -> GroupMachine:
+        machine = cls(stream_prefix, consumer_group, settings)
+        machine.restore(record, now_ms, restart=True)
+        return machine

@@ -1,0 +1,163 @@
+"""The websocket server: `/v1/member` and `/v1/admin` on one port, routing to prefix actors.
+
+Each session has a reader (decode, route) and a writer that sends responses in
+request order (a FIFO of reply slots) with pushes in between. Bad input gets an
+`error` frame naming the field and touches no state (Transport, PROTOCOL.md).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import trio
+from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest
+
+from actors.actor import Envelope, PrefixActor, Reply, Tick, now_ms
+from protocol import messages as m
+from protocol.codec import ADMIN_REQUESTS, MEMBER_REQUESTS, decode, encode
+from protocol.errors import ProtocolError, Status
+
+log = logging.getLogger("rsc.coordinator")
+
+ENDPOINTS = {"/v1/member": MEMBER_REQUESTS, "/v1/admin": ADMIN_REQUESTS}
+MAX_IN_FLIGHT = 256  # per session: requests awaiting their response
+
+
+class Session:
+    """One websocket connection; actors push to it through `push`."""
+
+    def __init__(self, connection: WebSocketConnection) -> None:
+        self.connection = connection
+        self.send_slots, self.receive_slots = trio.open_memory_channel[Reply](MAX_IN_FLIGHT)
+
+    def push(self, message: m.Message) -> None:
+        """Queue a push; dropped when the session is backed up (pushes are only hints)."""
+        reply = Reply()
+        reply.resolve(message)
+        try:
+            self.send_slots.send_nowait(reply)
+        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+
+    async def write_loop(self) -> None:
+        async with self.receive_slots:
+            async for reply in self.receive_slots:
+                await reply.done.wait()
+                assert reply.message is not None
+                await self.connection.send_message(encode(reply.message))
+
+
+class Router:
+    """Finds (or starts) the actor of a stream prefix and forwards requests to it."""
+
+    def __init__(self, nursery: trio.Nursery, make_actor: Callable[[str], PrefixActor]) -> None:
+        self.nursery = nursery
+        self.make_actor = make_actor
+        self.actors: dict[str, PrefixActor] = {}
+
+    def add(self, actor: PrefixActor) -> None:
+        self.actors[actor.prefix] = actor
+        self.nursery.start_soon(actor.run)
+
+    def actor(self, prefix: str, *, create: bool) -> PrefixActor | None:
+        actor = self.actors.get(prefix)
+        if actor is None and create:
+            actor = self.make_actor(prefix)
+            self.add(actor)
+        return actor
+
+    async def tick(self) -> None:
+        now = now_ms()
+        for actor in list(self.actors.values()):
+            await actor.send_channel.send(Envelope(Tick(now), None, None))
+
+    def forget(self, session: Session) -> None:
+        for actor in self.actors.values():
+            actor.forget_session(session)
+
+
+class CoordinatorServer:
+    """Accepts sessions and dispatches their requests."""
+
+    def __init__(self, router: Router, *, admin_token: str | None, member_token: str | None) -> None:
+        self.router = router
+        self.tokens = {"/v1/admin": admin_token, "/v1/member": member_token}
+        self.sessions = 0
+
+    async def handle(self, request: WebSocketRequest) -> None:
+        path = request.path.split("?", 1)[0]
+        allowed = ENDPOINTS.get(path)
+        if allowed is None:
+            await request.reject(404, body=f"unknown endpoint {path}; use /v1/member or /v1/admin".encode())
+            return
+        token = self.tokens[path]
+        if token is not None and not _authorized(request.headers, token):
+            await request.reject(401, body=b"missing or wrong bearer token")
+            return
+        connection = await request.accept()
+        session = Session(connection)
+        self.sessions += 1
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write, session, nursery)
+                await self._read(session, allowed)
+                nursery.cancel_scope.cancel()
+        finally:
+            self.sessions -= 1
+            self.router.forget(session)
+
+    async def _write(self, session: Session, nursery: trio.Nursery) -> None:
+        try:
+            await session.write_loop()
+        except ConnectionClosed:
+            nursery.cancel_scope.cancel()
+
+    async def _read(self, session: Session, allowed: frozenset[str]) -> None:
+        while True:
+            try:
+                text = await session.connection.get_message()
+            except ConnectionClosed:
+                return
+            reply = Reply()
+            await session.send_slots.send(reply)
+            try:
+                message = decode(text, allowed)
+            except ProtocolError as exc:
+                reply.resolve(m.ErrorResponse(request_id=exc.request_id,
+                                              status=Status.INVALID_REQUEST, error=exc.message))
+                continue
+            await self._dispatch(message, reply, session)
+
+    async def _dispatch(self, message: Any, reply: Reply, session: Session) -> None:
+        if isinstance(message, m.ListGroups):
+            groups = tuple(summary for prefix in sorted(self.router.actors)
+                           for _, summary in sorted(self.router.actors[prefix].summaries.items()))
+            reply.resolve(m.Groups(request_id=message.request_id, status=Status.OK, groups=groups))
+            return
+        creates = isinstance(message, (m.Heartbeat, m.GetRouting, m.SetShardCount))
+        actor = self.router.actor(message.stream_prefix, create=creates)
+        if actor is None:
+            reply.resolve(_unknown_group(message))
+            return
+        await actor.send_channel.send(Envelope(message, reply, session))
+
+
+def _authorized(headers: list[tuple[bytes, bytes]], token: str) -> bool:
+    expected = f"Bearer {token}".encode()
+    return any(name.lower() == b"authorization" and hmac.compare_digest(value, expected)
+               for name, value in headers)
+
+
+def _unknown_group(message: Any) -> m.Message:
+    error = f"group {message.consumer_group!r} of {message.stream_prefix!r} was never seen"
+    common = {"request_id": message.request_id, "status": Status.UNKNOWN_GROUP,
+              "stream_prefix": message.stream_prefix, "consumer_group": message.consumer_group,
+              "error": error}
+    if isinstance(message, m.DescribeGroup):
+        return m.GroupDescription(**common)
+    if isinstance(message, m.SetMaxConcurrency):
+        return m.MaxConcurrencyChanged(**common)
+    return m.MemberRemoved(member_id=message.member_id, **common)
