@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from actors.assignor import assign
+from actors.assignor import TargetAssignment
 from protocol import messages as m
 from protocol.errors import Status
 
@@ -100,13 +100,12 @@ class GroupMachine:
         self.assignment_epoch = 0
         self.max_concurrency: int | None = None
         self.members: dict[str, Member] = {}
-        self.target: dict[str, frozenset[str]] = {}
         self.shards: tuple[str, ...] = tuple(shards)
         self._shard_index = {shard: index for index, shard in enumerate(self.shards)}
+        # the target at assignment_epoch (H2), kept balanced incrementally
+        self.target = TargetAssignment(self.shards)
         # shard -> member holding it (assigned or revoking): H3 in one index
         self.owners: dict[str, str] = {}
-        # shard -> member whose target has it: who to push when it is freed
-        self.target_owner: dict[str, str] = {}
         # members removed by the revoke timeout answer FENCED, not UNKNOWN (H14)
         self.fenced_ids: dict[str, int] = {}
         self.effects = Effects()
@@ -274,7 +273,7 @@ class GroupMachine:
             if self.owners.get(shard) == member.member_id:
                 del self.owners[shard]
                 self.effects.owner_changes[shard] = None
-                waiting = self.target_owner.get(shard)
+                waiting = self.target.owner.get(shard)
                 if waiting is not None and waiting != cause:
                     self.effects.pushes.add(waiting)
         self.effects.dirty = True
@@ -289,13 +288,17 @@ class GroupMachine:
         self.effects.pushes.update(mid for mid in self.members if mid != cause)
 
     def _recompute_target(self) -> None:
-        self.target = assign(self.members, self.shards, self.target)
-        self.target_owner = {shard: mid for mid, shards in self.target.items() for shard in shards}
+        for member_id in set(self.target.targets) - set(self.members):
+            self.target.remove_member(member_id)
+        for member_id in self.members.keys() - set(self.target.targets):
+            self.target.add_member(member_id)
+        if self.target.shards != self.shards:
+            self.target.set_shards(self.shards)
         self.assignment_epoch = self.group_epoch
 
     def _reconcile(self, member: Member, now_ms: int) -> Status:
         """Move `member` towards its target (H3, H4, H5); the heart of CurrentAssignmentBuilder."""
-        target = self.target.get(member.member_id, frozenset())
+        target = self.target.of(member.member_id)
         to_revoke = member.held - target
         if to_revoke:
             keep = member.assigned & target
@@ -333,7 +336,7 @@ class GroupMachine:
 
     def _response(self, request: m.Heartbeat, member: Member, status: Status,
                   routing: m.RoutingSummary | None) -> m.HeartbeatResponse:
-        target = self.target.get(member.member_id, frozenset())
+        target = self.target.of(member.member_id)
         order = self._shard_order
         return m.HeartbeatResponse(
             request_id=request.request_id,
@@ -370,7 +373,7 @@ class GroupMachine:
         return min(limits) if limits else None
 
     def member_state(self, member: Member) -> str:
-        target = self.target.get(member.member_id, frozenset())
+        target = self.target.of(member.member_id)
         if member.revoking or member.held - target:
             return UNREVOKED_SHARDS
         if target - member.assigned:
@@ -401,10 +404,10 @@ class GroupMachine:
                 capacity=member.capacity,
                 last_heartbeat_ms_ago=max(0, now_ms - member.last_heartbeat_ms),
                 assigned_shards=ordered(member.assigned),
-                pending_shards=ordered(self.target.get(member.member_id, frozenset())
+                pending_shards=ordered(self.target.of(member.member_id)
                                        - member.assigned),
                 revoking_shards=ordered(member.revoking),
-                target_shards=ordered(self.target.get(member.member_id, frozenset())),
+                target_shards=ordered(self.target.of(member.member_id)),
             )
             for member in sorted(self.members.values(), key=lambda mb: mb.member_id)
         )
@@ -439,7 +442,7 @@ class GroupMachine:
                       "revoking": sorted(mb.revoking)}
                 for mid, mb in self.members.items()
             },
-            "target": {mid: sorted(shards) for mid, shards in self.target.items()},
+            "target": {mid: sorted(shards) for mid, shards in self.target.targets.items()},
         }
 
     def restore(self, record: dict[str, Any], now_ms: int, *, restart: bool) -> None:
@@ -467,8 +470,7 @@ class GroupMachine:
                 is None else previous.revoke_started_ms,
                 needs_full_report=restart or (previous is not None and previous.needs_full_report),
             )
-        self.target = {mid: frozenset(shards) for mid, shards in record["target"].items()}
-        self.target_owner = {s: mid for mid, shards in self.target.items() for s in shards}
+        self.target = TargetAssignment(self.shards, record["target"])
         self.owners = {s: mid for mid, mb in self.members.items() for s in mb.held}
         self.effects = Effects()
 

@@ -1,0 +1,116 @@
+"""SIGKILL the coordinator process in the middle of a rebalance, restart it on the same Redis.
+
+Members must carry on with their epochs (never UNKNOWN_MEMBER_ID or
+FENCED_MEMBER_EPOCH, never a rejoin) and never share a shard (H3, H12).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from contextlib import AsyncExitStack
+
+import trio
+
+from member.session import SessionClosed, open_session
+from protocol import messages as m
+from protocol.errors import Status
+from tests.sim_member import SimMember, assert_no_shard_held_twice
+
+PREFIX, GROUP = "orders", "billing"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+async def spawn_coordinator(redis_url: str) -> tuple[trio.Process, str]:
+    """`rsc coordinator` as a child process; returns it and its ws url once it listens."""
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "rsc", "coordinator", "--redis-url", redis_url, "--port", "0",
+         "--tick-interval-ms", "50", "--lease-ttl-ms", "3000", "--heartbeat-interval-ms", "200",
+         "--revoke-timeout-ms", "20000"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
+    buffer = b""
+    with trio.fail_after(20):
+        while b"listening on " not in buffer or not buffer.endswith(b"\n"):
+            chunk = await process.stdout.receive_some(4096)
+            assert chunk, f"coordinator exited early: {buffer!r}"
+            buffer += chunk
+    url = buffer.split(b"listening on ", 1)[1].split(b"\n", 1)[0].decode().strip()
+    return process, url
+
+
+async def settle(sessions, members, rounds: int = 60) -> None:
+    """Heartbeat every member until nothing changes any more (bounded)."""
+    for _ in range(rounds):
+        changed = False
+        for member in members:
+            before = (member.epoch, frozenset(member.held), frozenset(member.revoked_to_report))
+            response = await member.beat(sessions[member.member_id])
+            assert_no_shard_held_twice(members)
+            changed |= before != (member.epoch, frozenset(member.held),
+                                  frozenset(member.revoked_to_report))
+            changed |= response.status != Status.OK
+        if not changed:
+            return
+    raise AssertionError("members did not settle")
+
+
+async def test_sigkill_mid_rebalance_then_restart_members_keep_epochs_and_never_share(redis_url):
+    process, url = await spawn_coordinator(redis_url)
+    try:
+        async with open_session(url, "admin") as admin:
+            await admin.request(m.SetShardCount(request_id=0, stream_prefix=PREFIX,
+                                                consumer_group=GROUP, shard_count=8))
+        members = [SimMember(name, PREFIX, GROUP) for name in ("a", "b", "c")]
+        async with AsyncExitStack() as stack:
+            sessions = {mb.member_id: await stack.enter_async_context(open_session(url, "member"))
+                        for mb in members}
+            await settle(sessions, members)
+            assert sorted(len(mb.held) for mb in members) == [2, 3, 3]
+            # the rebalance: d joins; the others are asked to revoke but have not reported yet
+            newcomer = SimMember("d", PREFIX, GROUP)
+            members.append(newcomer)
+            sessions["d"] = await stack.enter_async_context(open_session(url, "member"))
+            await newcomer.beat(sessions["d"])
+            for member in members[:3]:
+                await member.beat(sessions[member.member_id])
+            assert any(mb.revoked_to_report for mb in members), "no revoke was in flight"
+            epochs_before = {mb.member_id: mb.epoch for mb in members}
+            process.send_signal(signal.SIGKILL)
+            with trio.fail_after(10):
+                await process.wait()
+            for session in sessions.values():
+                try:
+                    await session.request(members[0].request())
+                except SessionClosed:
+                    pass
+        assert_no_shard_held_twice(members)
+
+        process, url = await spawn_coordinator(redis_url)
+        async with AsyncExitStack() as stack:
+            sessions = {mb.member_id: await stack.enter_async_context(open_session(url, "member"))
+                        for mb in members}
+            # the first answer after the restart keeps every member at its epoch
+            for member in members:
+                member.send_full = False
+                response = await member.beat(sessions[member.member_id])
+                assert response.status == Status.SYNC_METADATA
+                assert response.member_epoch == epochs_before[member.member_id]
+                assert_no_shard_held_twice(members)
+            await settle(sessions, members)
+            async with open_session(url, "admin") as admin:
+                described = await admin.request(m.DescribeGroup(
+                    request_id=0, stream_prefix=PREFIX, consumer_group=GROUP))
+        statuses = {status for mb in members for status in mb.statuses}
+        assert not statuses & {"UNKNOWN_MEMBER_ID", "FENCED_MEMBER_EPOCH"}, statuses
+        assert described.state == "STABLE"
+        assert sorted(len(mb.held) for mb in members) == [2, 2, 2, 2]
+        assert sum(len(mb.held) for mb in members) == 8
+        assert {mb.member_id: sorted(mb.held) for mb in members} == {
+            k: sorted(v) for k, v in described.current_assignment.items()}
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(10):
+                await process.wait()
