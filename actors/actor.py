@@ -19,7 +19,7 @@ import attrs
 import trio
 
 from actors.group import GroupMachine, GroupSettings
-from actors.store import MetadataStore, StoreError, StoreFenced
+from actors.store import MetadataStore, StoreError, StoreFenced, StreamAdmin
 from protocol import messages as m
 from protocol.errors import Status
 from protocol.routing import HASH_NAME, stream_key
@@ -81,6 +81,44 @@ class RoutingState:
                    streams=tuple(record["streams"]))
 
 
+DRAINING = "DRAINING"
+COMPLETE = "COMPLETE"
+
+
+@attrs.define(kw_only=True)
+class MigrationState:
+    """A resharding of the prefix from one routing version to the next (R1..R5)."""
+
+    from_version: int
+    to_version: int
+    cutover: str
+    from_streams: tuple[str, ...]
+    drained: frozenset[str] = frozenset()
+    state: str = DRAINING
+
+    @property
+    def remaining(self) -> tuple[str, ...]:
+        return tuple(s for s in self.from_streams if s not in self.drained)
+
+    def description(self) -> m.MigrationDescription:
+        return m.MigrationDescription(
+            state=self.state, from_version=self.from_version, to_version=self.to_version,
+            cutover=self.cutover,
+            drained_shards=tuple(s for s in self.from_streams if s in self.drained),
+            remaining_shards=self.remaining)
+
+    def to_record(self) -> dict[str, Any]:
+        return {"state": self.state, "fromVersion": self.from_version, "toVersion": self.to_version,
+                "cutover": self.cutover, "fromStreams": list(self.from_streams),
+                "drained": sorted(self.drained)}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> MigrationState:
+        return cls(from_version=record["fromVersion"], to_version=record["toVersion"],
+                   cutover=record["cutover"], from_streams=tuple(record["fromStreams"]),
+                   drained=frozenset(record["drained"]), state=record["state"])
+
+
 def now_ms() -> int:
     return math.floor(trio.current_time() * 1000)
 
@@ -89,9 +127,15 @@ class PrefixActor:
     """Owns one stream prefix: its routing, its groups, their sessions and subscribers."""
 
     def __init__(self, prefix: str, store: MetadataStore, settings: GroupSettings,
-                 *, push_enabled: bool = True, metrics: Any = None) -> None:
+                 *, push_enabled: bool = True, metrics: Any = None,
+                 keep_drained_streams: bool = False) -> None:
         self.prefix = prefix
         self.store = store
+        self.streams = StreamAdmin(store.client)
+        self.keep_drained_streams = keep_drained_streams
+        self.migration: MigrationState | None = None
+        self.persisted_migration: MigrationState | None = None
+        self._drain_check_due = False
         self.settings = settings
         self.push_enabled = push_enabled
         self.metrics = metrics
@@ -112,6 +156,9 @@ class PrefixActor:
         """Load persisted state after a coordinator restart (members get fresh leases)."""
         if data.get("routing"):
             self.routing = self.persisted_routing = RoutingState.from_record(data["routing"])
+        if data.get("migration"):
+            self.migration = MigrationState.from_record(data["migration"])
+            self.persisted_migration = attrs.evolve(self.migration)
         for name, record in data["groups"].items():
             machine = GroupMachine.from_record(self.prefix, name, self.settings, record, now)
             self.groups[name] = machine
@@ -137,6 +184,7 @@ class PrefixActor:
         deferred: list[tuple[Reply, Callable[[], m.Message]]] = []
         routing_before = self.routing
         streams_to_create: list[tuple[list[str], list[str]]] = []
+        to_seal: list[str] = []
         for envelope in batch:
             request = envelope.request
             if isinstance(request, Tick):
@@ -158,7 +206,7 @@ class PrefixActor:
                 deferred.append((envelope.reply, lambda r=request: self._routing_response(r)))
             elif isinstance(request, m.SetShardCount):
                 immediate.append((envelope.reply,
-                                  self._set_shard_count(request, streams_to_create)))
+                                  self._set_shard_count(request, streams_to_create, to_seal)))
             elif isinstance(request, m.SetMaxConcurrency):
                 immediate.append((envelope.reply, self._set_max_concurrency(request)))
             elif isinstance(request, m.RemoveMember):
@@ -166,8 +214,11 @@ class PrefixActor:
             elif isinstance(request, m.DescribeGroup):
                 deferred.append((envelope.reply, lambda r=request: self._describe(r)))
 
+        if self._drain_check_due and self.migration is not None:
+            self._drain_check_due = False
+            await self._advance_migration()
         effects = {name: group.take_effects() for name, group in self.groups.items()}
-        ok = await self._checkpoint(effects, routing_before, streams_to_create)
+        ok = await self._checkpoint(effects, streams_to_create, to_seal)
         if not ok:
             immediate = [(reply, _unavailable(response) if response.status in _REVEALING else response)
                          for reply, response in immediate]
@@ -179,6 +230,9 @@ class PrefixActor:
                 reply.resolve(make())
         if ok:
             self._after_commit(effects, routing_before)
+        if self.metrics is not None and self.migration is not None:
+            self.metrics.set_migration_progress(self.prefix, len(self.migration.drained),
+                                                len(self.migration.from_streams))
 
     # --- requests --------------------------------------------------------------------
 
@@ -186,13 +240,30 @@ class PrefixActor:
         """The group, registered on first sight (H13) with the prefix's shards."""
         group = self.groups.get(name)
         if group is None:
-            shards = self.routing.streams if self.routing else ()
-            group = GroupMachine(self.prefix, name, self.settings, shards)
+            group = GroupMachine(self.prefix, name, self.settings, self.assignable_shards())
             group.effects.dirty = True
             self.groups[name] = group
-            if self.routing is not None:
-                streams_to_create.append((list(self.routing.streams), [name]))
+            live = self.live_streams()
+            if live:
+                streams_to_create.append((list(live), [name]))
         return group
+
+    def live_streams(self) -> tuple[str, ...]:
+        """Every stream of every live routing version (the old one until it is retired)."""
+        current = self.routing.streams if self.routing else ()
+        old = self.migration.remaining if self.migration else ()
+        return old + current
+
+    def assignable_shards(self) -> tuple[str, ...]:
+        """What the groups assign now: undrained old shards, and the new ones unless held back (R3)."""
+        if self.routing is None:
+            return ()
+        if self.migration is None:
+            return self.routing.streams
+        remaining = self.migration.remaining
+        if self.migration.cutover == "ordered" and remaining:
+            return remaining
+        return remaining + self.routing.streams
 
     def _routing_summary(self) -> m.RoutingSummary | None:
         return self.routing.summary() if self.routing else None
@@ -211,28 +282,72 @@ class PrefixActor:
                          hash=HASH_NAME, streams=self.routing.streams)
 
     def _set_shard_count(self, request: m.SetShardCount,
-                         streams_to_create: list[tuple[list[str], list[str]]]) -> m.ShardCountChanged:
+                         streams_to_create: list[tuple[list[str], list[str]]],
+                         to_seal: list[str]) -> m.ShardCountChanged:
         self._group(request.consumer_group, streams_to_create)
 
         def answer(status: Status = Status.OK, error: str | None = None) -> m.ShardCountChanged:
+            ok = status == Status.OK
             return m.ShardCountChanged(
                 request_id=request.request_id, status=status, stream_prefix=self.prefix,
                 consumer_group=request.consumer_group,
-                routing=self.routing.description() if self.routing and status == Status.OK else None,
-                migration=None, error=error)
+                routing=self.routing.description() if self.routing and ok else None,
+                migration=self.migration.description() if self.migration and ok else None,
+                error=error)
 
-        if self.routing is not None:
-            if self.routing.shard_count == request.shard_count:
-                return answer()  # R4: the same count changes nothing
-            return answer(Status.INVALID_REQUEST,
-                          f"stream prefix {self.prefix!r} already has {self.routing.shard_count} shards; "
-                          "changing the count of an existing prefix (resharding) is not supported yet")
-        streams = tuple(stream_key(self.prefix, 1, i) for i in range(request.shard_count))
-        self.routing = RoutingState(version=1, shard_count=request.shard_count, streams=streams)
+        if self.routing is not None and self.routing.shard_count == request.shard_count:
+            return answer()  # R4: the same count changes nothing
+        if self.migration is not None:
+            return answer(Status.MIGRATION_IN_PROGRESS,
+                          f"stream prefix {self.prefix!r} is still migrating from version "
+                          f"{self.migration.from_version} to {self.migration.to_version}; "
+                          "wait until it is COMPLETE")
+        version = self.routing.version + 1 if self.routing else 1
+        streams = tuple(stream_key(self.prefix, version, i) for i in range(request.shard_count))
+        if self.routing is not None:  # R1: the next version; the old one is sealed and drains
+            self.migration = MigrationState(
+                from_version=self.routing.version, to_version=version, cutover=request.cutover,
+                from_streams=self.routing.streams)
+            to_seal.extend(self.routing.streams)
+            self._drain_check_due = True
+        self.routing = RoutingState(version=version, shard_count=request.shard_count, streams=streams)
         streams_to_create.append((list(streams), list(self.groups)))
-        for group in self.groups.values():
-            group.set_shards(streams)
+        self._reassign()
         return answer()
+
+    def _reassign(self) -> None:
+        shards = self.assignable_shards()
+        for group in self.groups.values():
+            group.set_shards(shards)
+
+    async def _advance_migration(self) -> None:
+        """R2: drop drained old shards from the assignment; retire the old version when done."""
+        migration = self.migration
+        assert migration is not None
+        groups = list(self.groups)
+        try:
+            if migration.state == DRAINING:
+                drained = await trio.to_thread.run_sync(self.streams.drained, migration.remaining, groups)
+                if drained:
+                    migration.drained = migration.drained | drained
+                    if not migration.remaining:
+                        migration.state = COMPLETE
+                        log.info("migration complete prefix=%s version=%d", self.prefix,
+                                 migration.to_version)
+                    self._reassign()
+            elif not any(shard in group.owners for group in self.groups.values()
+                         for shard in migration.from_streams):
+                if not self.keep_drained_streams:
+                    await trio.to_thread.run_sync(self.streams.retire, migration.from_streams, groups)
+                log.info("retired version %d of prefix=%s", migration.from_version, self.prefix)
+                self.migration = None
+        except StoreError as exc:
+            log.warning("migration of prefix %s waits: %s", self.prefix, exc)
+        if self.metrics is not None and self.migration is not None:
+            self.metrics.set_migration_progress(self.prefix, len(self.migration.drained),
+                                                len(self.migration.from_streams))
+        elif self.metrics is not None:
+            self.metrics.migration_finished(self.prefix)
 
     def _set_max_concurrency(self, request: m.SetMaxConcurrency) -> m.MaxConcurrencyChanged:
         group = self.groups.get(request.consumer_group)
@@ -271,20 +386,26 @@ class PrefixActor:
                 request_id=request.request_id, status=Status.UNKNOWN_GROUP, stream_prefix=self.prefix,
                 consumer_group=request.consumer_group,
                 error=f"group {request.consumer_group!r} of {self.prefix!r} was never seen")
-        description = group.describe(now_ms(), self._routing_summary(), None)
+        description = group.describe(now_ms(), self._routing_summary(),
+                                     self.migration.description() if self.migration else None)
         return attrs.evolve(description, request_id=request.request_id)
 
     def _tick(self, now: int) -> None:
         for group in self.groups.values():
             group.tick(now)
+        if self.migration is not None:
+            self._drain_check_due = True
 
     # --- durability ------------------------------------------------------------------
 
-    async def _checkpoint(self, effects: dict[str, Any], routing_before: RoutingState | None,
-                          streams_to_create: list[tuple[list[str], list[str]]]) -> bool:
+    async def _checkpoint(self, effects: dict[str, Any],
+                          streams_to_create: list[tuple[list[str], list[str]]],
+                          to_seal: list[str]) -> bool:
         fields: dict[str, Any] = {}
         if self.routing != self.persisted_routing:
             fields["routing"] = self.routing.to_record() if self.routing else None
+        if self.migration != self.persisted_migration:
+            fields["migration"] = self.migration.to_record() if self.migration else None
         records = {name: self.groups[name].to_record()
                    for name, effect in effects.items() if effect.dirty}
         for name, record in records.items():
@@ -295,7 +416,7 @@ class PrefixActor:
             return True
         started = trio.current_time()
         try:
-            await trio.to_thread.run_sync(self._write, fields, owner_changes, streams_to_create)
+            await trio.to_thread.run_sync(self._write, fields, owner_changes, streams_to_create, to_seal)
         except StoreFenced:
             raise
         except StoreError as exc:
@@ -310,20 +431,26 @@ class PrefixActor:
         if self.metrics is not None:
             self.metrics.observe_checkpoint_seconds(trio.current_time() - started)
         self.persisted_routing = self.routing
+        self.persisted_migration = attrs.evolve(self.migration) if self.migration else None
         self.persisted_groups.update(records)
         for name in records:
             self.summaries[name] = self.groups[name].summary()
         return True
 
     def _write(self, fields: dict[str, Any], owner_changes: list[tuple[str, str, str | None]],
-               streams_to_create: list[tuple[list[str], list[str]]]) -> None:
+               streams_to_create: list[tuple[list[str], list[str]]], to_seal: list[str]) -> None:
+        # new streams exist before routing names them; the old version is sealed before
+        # producers are told to move (R1)
         for streams, groups in streams_to_create:
             self.store.create_consumer_groups(streams, groups)
+        if to_seal:
+            self.streams.seal(to_seal)
         self.store.write(self.prefix, fields, owner_changes)
 
     def _rollback(self) -> None:
         now = now_ms()
         self.routing = self.persisted_routing
+        self.migration = attrs.evolve(self.persisted_migration) if self.persisted_migration else None
         for name in list(self.groups):
             record = self.persisted_groups.get(name)
             if record is None:

@@ -53,7 +53,8 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
         persisted = await trio.to_thread.run_sync(store.load_all)
         async with trio.open_nursery() as nursery:
             def make_actor(prefix: str) -> PrefixActor:
-                return PrefixActor(prefix, store, settings, push_enabled=config.push, metrics=metrics)
+                return PrefixActor(prefix, store, settings, push_enabled=config.push, metrics=metrics,
+                                   keep_drained_streams=config.keep_drained_streams)
 
             router = Router(nursery, make_actor)
             now = now_ms()

@@ -30,6 +30,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="serve Prometheus metrics on this port (0 picks one)")
     parser.add_argument("--no-push", dest="push", action="store_false",
                         help="do not push assignmentChanged hints (members poll)")
+    parser.add_argument("--keep-drained-streams", action="store_true",
+                        help="keep a resharded prefix's old streams instead of deleting them")
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--log-format", choices=("text", "json"), default="text")
     parser.set_defaults(run=run)
@@ -42,6 +44,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         heartbeat_interval_ms=args.heartbeat_interval_ms, revoke_timeout_ms=args.revoke_timeout_ms,
         admin_token=args.admin_token, member_token=args.member_token,
         max_frame_bytes=args.max_frame_bytes, metrics_port=args.metrics_port, push=args.push,
+        keep_drained_streams=args.keep_drained_streams,
     )
 
 
@@ -53,13 +56,27 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     except Exception as exc:  # one clear line, not a traceback, for what an operator can fix
-        from actors.store import StoreError
-
-        if isinstance(exc, StoreError):
-            print(f"rsc coordinator: {exc}", file=sys.stderr)
-            return 1
-        raise
+        problem = _operator_error(exc)
+        if problem is None:
+            raise
+        print(f"rsc coordinator: {problem}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _operator_error(exc: BaseException) -> BaseException | None:
+    """The store or embedded-redis error inside `exc` (nurseries wrap errors in groups)."""
+    from actors.embedded_redis import EmbeddedRedisError
+    from actors.store import StoreError
+
+    if isinstance(exc, StoreError | EmbeddedRedisError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _operator_error(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def _configure_logging(level: str, fmt: str) -> None:

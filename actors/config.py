@@ -19,3 +19,4 @@ class CoordinatorConfig:
     max_frame_bytes: int = 1 << 20
     metrics_port: int | None = None
     push: bool = True
+    keep_drained_streams: bool = False

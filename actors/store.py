@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from protocol.routing import owner_key
+from protocol.routing import owner_key, seal_key
 
 EPOCH_KEY = "rsc:coordinator:epoch"
 LEASE_KEY = "rsc:coordinator:lease"
@@ -101,6 +101,12 @@ class MetadataStore:
 
         Raises CoordinatorAlreadyRunning when a live coordinator keeps renewing it.
         """
+        try:
+            return self._acquire(wait_ms)
+        except redis.RedisError as exc:
+            raise StoreError(f"cannot use Redis at {self.redis_url}: {exc}") from exc
+
+    def _acquire(self, wait_ms: int) -> int:
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             if self.client.set(LEASE_KEY, self.instance_id, nx=True, px=self.lease_ms):
@@ -202,3 +208,61 @@ class MetadataStore:
 
     def close(self) -> None:
         self.client.close()
+
+
+class StreamAdmin:
+    """Stream-side work of resharding: seal, measure drain, retire. Blocking, like the store."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def seal(self, streams: Iterable[str]) -> None:
+        """No write lands in these streams any more (the producer script checks the marker)."""
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for stream in streams:
+                pipe.set(seal_key(stream), "1")
+            pipe.execute()
+        except redis.RedisError as exc:
+            raise StoreError(f"cannot seal streams: {exc}") from exc
+
+    def drained(self, streams: Iterable[str], groups: Iterable[str]) -> set[str]:
+        """The sealed streams where every group has read everything and acked it (R2)."""
+        streams, groups = list(streams), set(groups)
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for stream in streams:
+                pipe.xinfo_stream(stream)
+                pipe.xinfo_groups(stream)
+            results = pipe.execute(raise_on_error=False)
+        except redis.RedisError as exc:
+            raise StoreError(f"cannot read drain progress: {exc}") from exc
+        done: set[str] = set()
+        for index, stream in enumerate(streams):
+            info, group_infos = results[2 * index], results[2 * index + 1]
+            if isinstance(info, Exception) or isinstance(group_infos, Exception):
+                if "no such key" in str(info).lower():
+                    done.add(stream)  # already retired
+                continue
+            last = _stream_id(info["last-generated-id"])
+            by_name = {g["name"]: g for g in group_infos}
+            if all(name in by_name and by_name[name]["pending"] == 0
+                   and _stream_id(by_name[name]["last-delivered-id"]) >= last for name in groups):
+                done.add(stream)
+        return done
+
+    def retire(self, streams: Iterable[str], groups: Iterable[str]) -> None:
+        """Delete drained streams with their seal markers and owner tokens."""
+        streams, groups = list(streams), list(groups)
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for stream in streams:
+                pipe.delete(stream, seal_key(stream), *(owner_key(stream, g) for g in groups))
+            pipe.execute()
+        except redis.RedisError as exc:
+            raise StoreError(f"cannot delete drained streams: {exc}") from exc
+
+
+def _stream_id(text: str) -> tuple[int, int]:
+    milliseconds, _, sequence = text.partition("-")
+    return int(milliseconds), int(sequence or 0)
