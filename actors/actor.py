@@ -19,6 +19,7 @@ import attrs
 import trio
 
 from actors.group import GroupMachine, GroupSettings
+from actors.logs import log_event
 from actors.store import MetadataStore, StoreError, StoreFenced, StreamAdmin
 from protocol import messages as m
 from protocol.errors import Status
@@ -332,14 +333,14 @@ class PrefixActor:
                     migration.drained = migration.drained | drained
                     if not migration.remaining:
                         migration.state = COMPLETE
-                        log.info("migration complete prefix=%s version=%d", self.prefix,
-                                 migration.to_version)
+                        log_event(log, "migration.complete", prefix=self.prefix,
+                                  version=migration.to_version)
                     self._reassign()
             elif not any(shard in group.owners for group in self.groups.values()
                          for shard in migration.from_streams):
                 if not self.keep_drained_streams:
                     await trio.to_thread.run_sync(self.streams.retire, migration.from_streams, groups)
-                log.info("retired version %d of prefix=%s", migration.from_version, self.prefix)
+                log_event(log, "migration.retired", prefix=self.prefix, version=migration.from_version)
                 self.migration = None
         except StoreError as exc:
             log.warning("migration of prefix %s waits: %s", self.prefix, exc)
@@ -421,12 +422,13 @@ class PrefixActor:
             raise
         except StoreError as exc:
             if self.healthy:
-                log.warning("metadata store write failed for prefix %s: %s", self.prefix, exc)
+                log_event(log, "store.unavailable", level=logging.WARNING, prefix=self.prefix,
+                          error=str(exc))
             self.healthy = False
             self._rollback()
             return False
         if not self.healthy:
-            log.warning("metadata store writable again for prefix %s", self.prefix)
+            log_event(log, "store.available", level=logging.WARNING, prefix=self.prefix)
         self.healthy = True
         if self.metrics is not None:
             self.metrics.observe_checkpoint_seconds(trio.current_time() - started)
@@ -477,6 +479,8 @@ class PrefixActor:
                         stream_prefix=self.prefix, consumer_group=name, member_id=member_id,
                         group_epoch=group.group_epoch))
         if self.routing != routing_before and self.routing is not None:
+            log_event(log, "routing.changed", prefix=self.prefix, version=self.routing.version,
+                      shard_count=self.routing.shard_count)
             message = self._routing_message(None)
             for session in list(self.subscribers):
                 session.push(message)
@@ -503,7 +507,16 @@ def _unavailable(response: Any) -> m.Message:
     return type(response)(status=Status.COORDINATOR_NOT_AVAILABLE, error=error, **keep)
 
 
+_EVENT_NAMES = {"epoch": "group.epoch", "joined": "member.joined", "rejoined": "member.rejoined",
+                "left": "member.left", "expired": "member.expired", "removed": "member.removed",
+                "revoke_timeout": "member.removed", "fenced": "member.fenced",
+                "revoked": "member.revoked"}
+
+
 def _log_event(prefix: str, group: str, event: Any) -> None:
-    fields = " ".join(f"{key}={value}" for key, value in event.fields.items())
-    member = f" member={event.member_id}" if event.member_id else ""
-    log.info("%s prefix=%s group=%s%s %s", event.kind, prefix, group, member, fields)
+    fields: dict[str, Any] = {"prefix": prefix, "group": group}
+    if event.member_id:
+        fields["member"] = event.member_id
+    if event.kind == "revoke_timeout":
+        fields["reason"] = "revoke_timeout"
+    log_event(log, _EVENT_NAMES.get(event.kind, event.kind), **fields, **event.fields)

@@ -12,6 +12,7 @@ from actors.actor import PrefixActor, now_ms
 from actors.config import CoordinatorConfig
 from actors.embedded_redis import EmbeddedRedis
 from actors.group import GroupSettings
+from actors.logs import log_event
 from actors.server import CoordinatorServer, Router
 from actors.store import MetadataStore, StoreError
 
@@ -31,7 +32,8 @@ async def serve(config: CoordinatorConfig, *, metrics: Any = None,
     """
     if config.redis_url is None:
         embedded = await trio.to_thread.run_sync(lambda: EmbeddedRedis().start())
-        log.warning("no --redis-url: started an embedded redis-server at %s", embedded.url)
+        log_event(log, "redis.embedded", level=logging.WARNING, url=embedded.url,
+                  note="no --redis-url given: started a private redis-server; its data is lost on exit")
         try:
             await _serve(config, embedded.url, metrics, task_status)
         finally:
@@ -45,7 +47,7 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
     lease_ms = coordinator_lease_ms(config)
     store = MetadataStore(redis_url, lease_ms=lease_ms)
     epoch = await trio.to_thread.run_sync(store.acquire, int(lease_ms * 1.5))
-    log.info("coordinator epoch %d on %s", epoch, redis_url)
+    log_event(log, "coordinator.started", coordinator_epoch=epoch, redis=redis_url)
     settings = GroupSettings(heartbeat_interval_ms=config.heartbeat_interval_ms,
                              lease_ttl_ms=config.lease_ttl_ms,
                              revoke_timeout_ms=config.revoke_timeout_ms)
@@ -62,7 +64,7 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
                 actor = make_actor(prefix)
                 actor.restore(data, now)
                 router.add(actor)
-                log.info("restored prefix %s: %d groups", prefix, len(actor.groups))
+                log_event(log, "prefix.restored", prefix=prefix, groups=len(actor.groups))
             server = CoordinatorServer(router, admin_token=config.admin_token,
                                        member_token=config.member_token)
             listener = await nursery.start(lambda task_status: serve_websocket(
@@ -80,7 +82,7 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
             try:
                 await trio.to_thread.run_sync(store.release)
             except Exception as exc:  # noqa: BLE001 - best effort on the way out
-                log.warning("could not release the coordinator lease: %s", exc)
+                log_event(log, "coordinator.lease_not_released", level=logging.WARNING, error=str(exc))
             store.close()
 
 
@@ -94,5 +96,5 @@ async def _tick_loop(config: CoordinatorConfig, store: MetadataStore, router: Ro
         except StoreError as exc:
             if type(exc) is not StoreError:
                 raise  # fenced: another coordinator owns this Redis
-            log.warning("%s", exc)
+            log_event(log, "store.unavailable", level=logging.WARNING, error=str(exc))
         await router.tick()

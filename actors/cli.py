@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import sys
 
@@ -80,12 +79,8 @@ def _operator_error(exc: BaseException) -> BaseException | None:
 
 
 def _configure_logging(level: str, fmt: str) -> None:
-    try:
-        from actors.logs import configure_logging
-    except ImportError:
-        logging.basicConfig(level=level.upper(), stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(message)s")
-        return
+    from actors.logs import configure_logging
+
     configure_logging(level, fmt)
 
 
