@@ -17,7 +17,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from protocol import messages as m
-from protocol.errors import ProtocolError
+from protocol.errors import ProtocolError, Status
 from protocol.messages import FieldValueError, camel
 
 MESSAGE_TYPES: dict[str, type[m.Message]] = {
@@ -54,9 +54,9 @@ class _FieldError(ValueError):
 
 
 class _ItemError(ValueError):
-    """Item `index` of an array failed; `cause` says how."""
+    """Item `index` of an array (or key of an object) failed; `cause` says how."""
 
-    def __init__(self, index: int, cause: BaseException) -> None:
+    def __init__(self, index: int | str, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.index = index
         self.cause = cause
@@ -71,6 +71,18 @@ def _strict(expected: type, label: str):
     return structure
 
 
+def _strict_text(value: Any, _: Any) -> str:
+    if type(value) is not str:
+        raise _FieldError(f"expected string, got {_json_type(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        # A "\ud800" escape parses to a lone surrogate, which no UTF-8 frame, Redis
+        # key or response can carry.
+        raise _FieldError("is not valid Unicode (lone surrogate)") from None
+    return value
+
+
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
@@ -81,7 +93,7 @@ def _json_type(value: Any) -> str:
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=False)
     conv.register_structure_hook(int, _strict(int, "integer"))
-    conv.register_structure_hook(str, _strict(str, "string"))
+    conv.register_structure_hook(str, _strict_text)
     conv.register_structure_hook(bool, _strict(bool, "boolean"))
 
     def structure_enum(value: Any, cls: type[enum.Enum]) -> Any:
@@ -94,6 +106,9 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook_func(
         lambda t: isinstance(t, type) and issubclass(t, enum.Enum), structure_enum
     )
+    # Status is also a str: without its own singledispatch entry the str hook above
+    # would win and accept any string as a status.
+    conv.register_structure_hook(Status, structure_enum)
 
     def structure_literal(value: Any, literal: Any) -> Any:
         allowed = typing.get_args(literal)
@@ -121,9 +136,34 @@ def _make_converter() -> cattrs.Converter:
         structure_tuple,
     )
 
+    def structure_mapping(value: Any, dict_type: Any) -> Any:
+        if not isinstance(value, dict):
+            raise _FieldError(f"expected object, got {_json_type(value)}")
+        (_key_type, value_type) = typing.get_args(dict_type)
+        items = {}
+        for key, item in value.items():
+            _strict_text(key, str)
+            try:
+                items[key] = conv.structure(item, value_type)
+            except Exception as exc:  # noqa: BLE001 - re-raised with its key
+                raise _ItemError(key, exc) from None
+        return items
+
+    conv.register_structure_hook_func(
+        lambda t: typing.get_origin(t) is dict and typing.get_args(t)[:1] == (str,),
+        structure_mapping,
+    )
+
     def structure_factory(cls: type) -> Any:
         renames = {a.name: override(rename=camel(a.name)) for a in attrs.fields(cls)}
-        return make_dict_structure_fn(cls, conv, _cattrs_detailed_validation=True, **renames)
+        structure = make_dict_structure_fn(cls, conv, _cattrs_detailed_validation=True, **renames)
+
+        def structure_object(value: Any, typ: Any) -> Any:
+            if not isinstance(value, dict):
+                raise _FieldError(f"expected object, got {_json_type(value)}")
+            return structure(value, typ)
+
+        return structure_object
 
     def unstructure_factory(cls: type) -> Any:
         renames = {a.name: override(rename=camel(a.name)) for a in attrs.fields(cls)}
@@ -197,7 +237,7 @@ def describe_error(exc: BaseException) -> str:
 
 def _first_leaf(exc: BaseException, path: str) -> tuple[str, BaseException]:
     if isinstance(exc, _ItemError):
-        return _first_leaf(exc.cause, f"{path}[{exc.index}]")
+        return _first_leaf(exc.cause, f"{path}[{json.dumps(exc.index, ensure_ascii=False)}]")
     if isinstance(exc, cattrs.BaseValidationError) and exc.exceptions:
         inner = exc.exceptions[0]
         note = next((n for n in getattr(inner, "__notes__", []) if hasattr(n, "name")), None)

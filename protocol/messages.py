@@ -182,7 +182,7 @@ class Routing(Message):
     """Answer to getRouting, and (without requestId) the push on a routing change."""
 
     TYPE: ClassVar[str] = "routing"
-    request_id: int | None
+    request_id: int | None = None  # a push carries none (PROTOCOL.md Transport)
     status: Status
     stream_prefix: str
     version: int | None = None
