@@ -74,7 +74,9 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
             if metrics is not None and config.metrics_port is not None:
                 from actors.metrics import serve_metrics
 
-                await nursery.start(serve_metrics, metrics, config.host, config.metrics_port)
+                metrics_port = await nursery.start(serve_metrics, metrics, config.host,
+                                                   config.metrics_port)
+                log_event(log, "metrics.listening", url=f"http://{config.host}:{metrics_port}/metrics")
             nursery.start_soon(_tick_loop, config, store, router)
             task_status.started(f"ws://{config.host}:{listener.port}")
     finally:

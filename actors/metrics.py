@@ -1,0 +1,287 @@
+"""Prometheus metrics of the coordinator, served on `--metrics-port`.
+
+`CoordinatorMetrics` owns a private registry (so two coordinators in one
+process, as in tests, never share counters). The coordinator calls:
+
+- `group_event(prefix, group, event)`: one event of the pure group machine
+  (`actors.group.Event`), counted by its `kind`: joined and rejoined
+  (`rsc_member_joins_total`), left, expired, removed and revoke_timeout
+  (`rsc_member_leaves_total`, `..._expirations_total`, `..._removals_total`),
+  fenced (`rsc_heartbeats_fenced_total`), epoch (`rsc_rebalances_total`),
+  revoked (its `ms` field feeds `rsc_revoke_duration_seconds`).
+- `set_group_state(prefix, group, machine)`: after a commit, from anything with
+  `members`, `group_epoch`, `assignment_epoch` and `shards` (gauges
+  `rsc_group_members`, `rsc_group_epoch`, `rsc_assignment_epoch`,
+  `rsc_group_shards`; `rsc_groups` counts groups).
+- The same by hand: `member_joined(group)`, `member_left(group)`,
+  `member_expired(group)`, `member_removed(group)`, `heartbeat_fenced(group)`,
+  `rebalance(group)`, `observe_event(group, kind)`,
+  `set_group_gauges(group, members, group_epoch, assignment_epoch, shards)`,
+  `group_forgotten(group)`.
+- `observe_heartbeat_seconds(seconds)`: time to handle one heartbeat
+  (`rsc_heartbeat_handling_seconds` histogram).
+- `observe_checkpoint_seconds(seconds)`: one metadata checkpoint write
+  (`rsc_checkpoint_write_seconds`).
+- `observe_revoke_seconds(seconds)`: from asking a member to revoke a shard to
+  its release (`rsc_revoke_duration_seconds`).
+- `set_migration_progress(prefix, drained, total)`: shards of the old version
+  drained so far (`rsc_migration_drained_shards`, `rsc_migration_shards`);
+  `migration_finished(prefix)` drops them.
+
+`group` is a `(stream_prefix, consumer_group)` pair or any object with
+`stream_prefix` and `consumer_group` attributes; it becomes the labels
+`prefix` and `group`.
+
+`serve_metrics(metrics, host, port)` serves `GET /metrics` in the Prometheus
+text format from a trio task; `render_http_response` is its pure core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import trio
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+
+GROUP_LABELS = ("prefix", "group")
+
+_FAST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                 0.25, 0.5, 1.0, 2.5)
+_REVOKE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+MAX_REQUEST_HEAD_BYTES = 8192
+REQUEST_READ_TIMEOUT_S = 5.0
+
+
+def group_labels(group: Any) -> tuple[str, str]:
+    """The `(prefix, group)` label values of a group key."""
+    if isinstance(group, tuple):
+        prefix, consumer_group = group
+        return str(prefix), str(consumer_group)
+    return str(group.stream_prefix), str(group.consumer_group)
+
+
+class CoordinatorMetrics:
+    """Every metric the coordinator exports, in one private registry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        registry = self.registry
+        self.groups = Gauge("rsc_groups", "Groups known to the coordinator", registry=registry)
+        self.members = Gauge("rsc_group_members", "Live members of a group", GROUP_LABELS,
+                             registry=registry)
+        self.group_epoch = Gauge("rsc_group_epoch", "Group epoch", GROUP_LABELS,
+                                 registry=registry)
+        self.assignment_epoch = Gauge("rsc_assignment_epoch",
+                                      "Group epoch the target assignment was computed at",
+                                      GROUP_LABELS, registry=registry)
+        self.shards = Gauge("rsc_group_shards", "Shards of the live routing versions of a group",
+                            GROUP_LABELS, registry=registry)
+        self.joins = Counter("rsc_member_joins", "Members that joined (or rejoined)",
+                             GROUP_LABELS, registry=registry)
+        self.leaves = Counter("rsc_member_leaves", "Members that left (memberEpoch -1)",
+                              GROUP_LABELS, registry=registry)
+        self.expirations = Counter("rsc_member_expirations", "Members whose lease ran out",
+                                   GROUP_LABELS, registry=registry)
+        self.removals = Counter("rsc_member_removals",
+                                "Members removed by the admin API or the revoke timeout",
+                                GROUP_LABELS, registry=registry)
+        self.fenced = Counter("rsc_heartbeats_fenced",
+                              "Heartbeats answered FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID",
+                              GROUP_LABELS, registry=registry)
+        self.rebalances = Counter("rsc_rebalances", "Target assignment recomputations",
+                                  GROUP_LABELS, registry=registry)
+        self.heartbeat_seconds = Histogram("rsc_heartbeat_handling_seconds",
+                                           "Time to handle one heartbeat",
+                                           buckets=_FAST_BUCKETS, registry=registry)
+        self.checkpoint_seconds = Histogram("rsc_checkpoint_write_seconds",
+                                            "Time to write one metadata checkpoint to Redis",
+                                            buckets=_FAST_BUCKETS, registry=registry)
+        self.revoke_seconds = Histogram("rsc_revoke_duration_seconds",
+                                        "From asking a member to revoke a shard to its release",
+                                        buckets=_REVOKE_BUCKETS, registry=registry)
+        self.migration_drained = Gauge("rsc_migration_drained_shards",
+                                       "Old-version shards drained by the active migration",
+                                       ("prefix",), registry=registry)
+        self.migration_total = Gauge("rsc_migration_shards",
+                                     "Old-version shards the active migration must drain",
+                                     ("prefix",), registry=registry)
+        self._known_groups: set[tuple[str, str]] = set()
+
+    def member_joined(self, group: Any) -> None:
+        """A member joined or rejoined (memberEpoch 0)."""
+        self.joins.labels(*group_labels(group)).inc()
+
+    def member_left(self, group: Any) -> None:
+        """A member left with memberEpoch -1."""
+        self.leaves.labels(*group_labels(group)).inc()
+
+    def member_expired(self, group: Any) -> None:
+        """A member's lease ran out (H6)."""
+        self.expirations.labels(*group_labels(group)).inc()
+
+    def member_removed(self, group: Any) -> None:
+        """A member was removed by `removeMember` or by the revoke timeout (H14)."""
+        self.removals.labels(*group_labels(group)).inc()
+
+    def heartbeat_fenced(self, group: Any) -> None:
+        """A heartbeat was refused with FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID."""
+        self.fenced.labels(*group_labels(group)).inc()
+
+    def rebalance(self, group: Any) -> None:
+        """The group's target assignment was recomputed."""
+        self.rebalances.labels(*group_labels(group)).inc()
+
+    def observe_event(self, group: Any, kind: str) -> None:
+        """Count a group machine event by its kind (`actors.group.Event.kind`).
+
+        joined and rejoined, left, expired, removed, revoke_timeout (a
+        removal), fenced, epoch (a rebalance); other kinds are not counted.
+        """
+        counter = {"joined": self.joins, "rejoined": self.joins, "left": self.leaves,
+                   "expired": self.expirations, "removed": self.removals,
+                   "revoke_timeout": self.removals, "fenced": self.fenced,
+                   "epoch": self.rebalances}.get(kind)
+        if counter is not None:
+            counter.labels(*group_labels(group)).inc()
+
+    def group_event(self, prefix: str, group: str, event: Any) -> None:
+        """Count one group machine event (`kind`, `fields`); a `revoked` one times its revoke."""
+        self.observe_event((prefix, group), event.kind)
+        revoke_ms = getattr(event, "fields", {}).get("ms") if event.kind == "revoked" else None
+        if isinstance(revoke_ms, int | float):
+            self.observe_revoke_seconds(revoke_ms / 1000)
+
+    def set_group_state(self, prefix: str, group: str, machine: Any) -> None:
+        """Gauges of a group from its machine (`members`, `group_epoch`, `assignment_epoch`, `shards`)."""
+        self.set_group_gauges((prefix, group), members=len(machine.members),
+                              group_epoch=machine.group_epoch,
+                              assignment_epoch=machine.assignment_epoch,
+                              shards=len(machine.shards))
+
+    def set_group_gauges(self, group: Any, members: int, group_epoch: int,
+                        assignment_epoch: int, shards: int) -> None:
+        """The group's current size and epochs."""
+        labels = group_labels(group)
+        self._known_groups.add(labels)
+        self.groups.set(len(self._known_groups))
+        self.members.labels(*labels).set(members)
+        self.group_epoch.labels(*labels).set(group_epoch)
+        self.assignment_epoch.labels(*labels).set(assignment_epoch)
+        self.shards.labels(*labels).set(shards)
+
+    def group_forgotten(self, group: Any) -> None:
+        """Drop every series of a group the coordinator no longer tracks."""
+        labels = group_labels(group)
+        self._known_groups.discard(labels)
+        self.groups.set(len(self._known_groups))
+        for metric in (self.members, self.group_epoch, self.assignment_epoch, self.shards,
+                       self.joins, self.leaves, self.expirations, self.removals, self.fenced,
+                       self.rebalances):
+            try:
+                metric.remove(*labels)
+            except KeyError:
+                pass
+
+    def observe_heartbeat_seconds(self, seconds: float) -> None:
+        """Time from receiving a heartbeat to having its response ready."""
+        self.heartbeat_seconds.observe(seconds)
+
+    def observe_checkpoint_seconds(self, seconds: float) -> None:
+        """Duration of one metadata checkpoint write."""
+        self.checkpoint_seconds.observe(seconds)
+
+    def observe_revoke_seconds(self, seconds: float) -> None:
+        """Duration of one completed revoke (request to release)."""
+        self.revoke_seconds.observe(seconds)
+
+    def set_migration_progress(self, prefix: str, drained: int, total: int) -> None:
+        """Progress of the active migration of `prefix`: `drained` of `total` old shards."""
+        self.migration_drained.labels(prefix).set(drained)
+        self.migration_total.labels(prefix).set(total)
+
+    def migration_finished(self, prefix: str) -> None:
+        """Drop the migration series of `prefix` (no migration active any more)."""
+        for metric in (self.migration_drained, self.migration_total):
+            try:
+                metric.remove(prefix)
+            except KeyError:
+                pass
+
+    def exposition(self) -> bytes:
+        """Every metric in the Prometheus text format (version 0.0.4)."""
+        return generate_latest(self.registry)
+
+
+def render_http_response(request_head: bytes, exposition: Callable[[], bytes]) -> bytes:
+    """The whole HTTP/1.1 response to one request head (request line plus headers).
+
+    `GET /metrics` (query string ignored) -> 200 with the exposition; `HEAD` the
+    same without a body; another path -> 404; another method -> 405;
+    an unreadable request line -> 400. The connection is always closed after.
+    """
+    request_line = request_head.split(b"\r\n", 1)[0].decode("latin-1")
+    parts = request_line.split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+        return _http(400, "Bad Request", b"bad request\n")
+    method, target, _version = parts
+    if target.split("?", 1)[0] != "/metrics":
+        return _http(404, "Not Found", b"not found; metrics are at /metrics\n")
+    if method not in ("GET", "HEAD"):
+        return _http(405, "Method Not Allowed", b"method not allowed\n", allow="GET, HEAD")
+    body = exposition()
+    response = _http(200, "OK", body, content_type=CONTENT_TYPE_PLAIN_0_0_4)
+    if method == "HEAD":
+        return response[: len(response) - len(body)]
+    return response
+
+
+def _http(status: int, reason: str, body: bytes, *,
+          content_type: str = "text/plain; charset=utf-8", allow: str | None = None) -> bytes:
+    headers = [f"HTTP/1.1 {status} {reason}", f"Content-Type: {content_type}",
+               f"Content-Length: {len(body)}", "Connection: close"]
+    if allow:
+        headers.append(f"Allow: {allow}")
+    return ("\r\n".join(headers) + "\r\n\r\n").encode("latin-1") + body
+
+
+async def serve_metrics(metrics: CoordinatorMetrics, host: str, port: int, *,
+                        task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve `GET /metrics` on host:port until cancelled.
+
+    Calls `task_status.started(bound_port)` once listening (`port` 0 picks a
+    free port). One short-lived connection per scrape; no threads.
+    """
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    bound_port = int(listeners[0].socket.getsockname()[1])
+
+    async def handle(stream: trio.SocketStream) -> None:
+        async with stream:
+            with trio.move_on_after(REQUEST_READ_TIMEOUT_S):
+                head = await _read_request_head(stream)
+                if head is not None:
+                    try:
+                        await stream.send_all(render_http_response(head, metrics.exposition))
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass  # the scraper went away; nothing to tell it
+
+    task_status.started(bound_port)
+    await trio.serve_listeners(handle, listeners)
+
+
+async def _read_request_head(stream: trio.SocketStream) -> bytes | None:
+    """Bytes up to the blank line ending the headers; None if the peer went away or sent junk."""
+    buffer = b""
+    while b"\r\n\r\n" not in buffer:
+        if len(buffer) > MAX_REQUEST_HEAD_BYTES:
+            return None
+        try:
+            chunk = await stream.receive_some(4096)
+        except trio.BrokenResourceError:
+            return None
+        if not chunk:
+            return None
+        buffer += chunk
+    return buffer

@@ -1,0 +1,261 @@
+"""The admin views are pure functions of response objects: tested here without I/O."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import attrs
+import pytest
+
+from member.admin_cli import (
+    ShardRun,
+    WatchState,
+    add_parser,
+    describe_view,
+    error_line,
+    format_age,
+    groups_view,
+    max_concurrency_changed_view,
+    member_removed_view,
+    render_plain,
+    shard_count_changed_view,
+    shard_runs,
+    watch_signature,
+)
+from member.admin_client import AdminError, check_response
+from member.session import SessionClosed
+from protocol import (
+    ErrorResponse,
+    GroupDescription,
+    Groups,
+    MaxConcurrencyChanged,
+    MemberRemoved,
+    ShardCountChanged,
+    Status,
+    decode,
+)
+
+RECONCILING = {
+    "type": "groupDescription", "requestId": 3, "status": "OK",
+    "streamPrefix": "orders", "consumerGroup": "billing",
+    "state": "RECONCILING", "groupEpoch": 9, "assignmentEpoch": 9,
+    "maxConcurrency": None,
+    "routing": {"version": 2, "shardCount": 4},
+    "migration": {"state": "DRAINING", "fromVersion": 1, "toVersion": 2,
+                  "cutover": "parallel",
+                  "drainedShards": ["{orders:v1:0}"], "remainingShards": ["{orders:v1:1}"]},
+    "members": [
+        {"memberId": "10.0.0.8-77-0-bbbb", "memberEpoch": 9, "state": "UNRELEASED_SHARDS",
+         "capacity": 2, "lastHeartbeatMsAgo": 1420,
+         "assignedShards": ["{orders:v2:2}", "{orders:v2:3}"], "pendingShards": ["{orders:v1:1}"],
+         "revokingShards": [],
+         "targetShards": ["{orders:v1:1}", "{orders:v2:2}", "{orders:v2:3}"]},
+        {"memberId": "10.0.0.7-4242-0-aaaa", "memberEpoch": 8, "state": "UNREVOKED_SHARDS",
+         "capacity": 8, "lastHeartbeatMsAgo": 420,
+         "assignedShards": ["{orders:v2:0}", "{orders:v2:1}"], "pendingShards": [],
+         "revokingShards": ["{orders:v1:1}"],
+         "targetShards": ["{orders:v2:0}", "{orders:v2:1}"]},
+    ],
+    "targetAssignment": {}, "currentAssignment": {},
+}
+
+
+def description(**changes) -> GroupDescription:
+    message = decode(json.dumps({**RECONCILING, **changes}))
+    assert isinstance(message, GroupDescription)
+    return message
+
+
+def stable_description() -> GroupDescription:
+    member = {"memberId": "m1", "memberEpoch": 4, "state": "STABLE", "capacity": None,
+              "lastHeartbeatMsAgo": None, "assignedShards": ["{orders:v1:0}"],
+              "pendingShards": [], "revokingShards": [], "targetShards": ["{orders:v1:0}"]}
+    return description(state="STABLE", groupEpoch=4, assignmentEpoch=4, maxConcurrency=3,
+                       routing={"version": 1, "shardCount": 1}, migration=None,
+                       members=[member])
+
+
+def lines_with(text: str, word: str) -> list[str]:
+    return [line for line in text.splitlines() if word in line]
+
+
+def test_describe_header_shows_epochs_state_routing_concurrency_and_migration():
+    text = render_plain(describe_view(description()))
+    assert "orders / billing" in text
+    assert "RECONCILING" in text
+    assert "group 9" in text and "assignment 9" in text
+    assert "version 2, 4 shards" in text
+    assert "unset" in text
+    assert "DRAINING v1 -> v2 (parallel cutover): 1 of 2 old shards drained" in text
+
+
+def test_describe_has_one_row_per_member_with_its_shards():
+    text = render_plain(describe_view(description()))
+    [slow] = lines_with(text, "10.0.0.7-4242-0-aaaa")
+    assert "UNREVOKED_SHARDS" in slow and "420ms" in slow
+    assert "v2:0-1" in slow and "v1:1" in slow
+    [fast] = lines_with(text, "10.0.0.8-77-0-bbbb")
+    assert "UNRELEASED_SHARDS" in fast and "1.4s" in fast
+    assert "v1:1*" in fast, "a target shard not held yet is marked"
+    assert text.index("10.0.0.7-4242-0-aaaa") < text.index("10.0.0.8-77-0-bbbb")
+    for column in ("member", "epoch", "state", "capacity", "heartbeat", "assigned", "pending",
+                   "revoking", "target"):
+        assert column in lines_with(text, "heartbeat")[0]
+
+
+def test_describe_summarises_where_target_and_current_differ():
+    text = render_plain(describe_view(description()))
+    assert ("target differs from current: 1 shard(s) pending, 1 shard(s) to release, "
+            "1 member(s) behind assignment epoch 9 (* in target, not held yet; "
+            "! held, not in target)") in text
+
+
+def test_held_shards_missing_from_the_target_are_marked_before_the_member_is_told():
+    untold = {**RECONCILING["members"][1], "assignedShards": ["{orders:v2:0}", "{orders:v2:1}"],
+              "revokingShards": [], "targetShards": ["{orders:v2:0}"]}
+    text = render_plain(describe_view(description(members=[untold], migration=None)))
+    [row] = lines_with(text, "10.0.0.7-4242-0-aaaa")
+    assert "v2:0 v2:1!" in row
+    assert "1 shard(s) to release" in text
+
+
+def test_describe_of_a_stable_group_says_current_equals_target():
+    text = render_plain(describe_view(stable_description()))
+    assert "STABLE" in text
+    assert "current assignment = target" in text
+    assert "3 (min with each member's capacity)" in text
+    assert "migration       none" in text
+
+
+def test_describe_of_a_group_without_members_or_routing():
+    empty = description(state="EMPTY", members=[], routing=None, migration=None)
+    text = render_plain(describe_view(empty))
+    assert "EMPTY" in text and "none yet" in text and "no members" in text
+
+
+def test_describe_highlights_differences_on_a_terminal():
+    from rich.console import Console
+
+    console = Console(force_terminal=True, color_system="standard", width=200)
+    with console.capture() as capture:
+        console.print(describe_view(description()))
+    styled = capture.get()
+    assert "\x1b[1;33mv1:1*" in styled  # pending target shard: bold yellow
+    assert "\x1b[1;31mv1:1" in styled  # revoking shard: bold red
+
+
+def test_shard_runs_fold_consecutive_indices_per_version():
+    shards = ["{orders:v1:3}", "{orders:v1:0}", "{orders:v1:1}", "{orders:v2:0}", "other"]
+    assert shard_runs(shards, "orders") == [
+        ShardRun("v1:0-1", False), ShardRun("v1:3", False), ShardRun("v2:0", False),
+        ShardRun("other", False)]
+    assert shard_runs(shards, "orders", frozenset({"{orders:v1:1}"})) == [
+        ShardRun("v1:0", False), ShardRun("v1:1", True), ShardRun("v1:3", False),
+        ShardRun("v2:0", False), ShardRun("other", False)]
+    assert shard_runs(["{billing:v1:0}"], "orders") == [ShardRun("{billing:v1:0}", False)]
+
+
+@pytest.mark.parametrize(("milliseconds", "shown"), [
+    (None, "-"), (0, "0ms"), (999, "999ms"), (1000, "1.0s"), (59_949, "59.9s"),
+    (185_000, "3m05s")])
+def test_heartbeat_age(milliseconds, shown):
+    assert format_age(milliseconds) == shown
+
+
+def test_groups_view_lists_groups_sorted():
+    groups = decode(json.dumps({"type": "groups", "requestId": 1, "status": "OK", "groups": [
+        {"streamPrefix": "orders", "consumerGroup": "shipping", "groupEpoch": 2, "members": 1,
+         "shards": 4, "state": "STABLE"},
+        {"streamPrefix": "orders", "consumerGroup": "billing", "groupEpoch": 7, "members": 3,
+         "shards": 4, "state": "RECONCILING"}]}))
+    assert isinstance(groups, Groups)
+    text = render_plain(groups_view(groups))
+    [billing] = lines_with(text, "billing")
+    assert billing.split() == ["│", "orders", "│", "billing", "│", "RECONCILING", "│", "7", "│",
+                               "3", "│", "4", "│"]
+    assert text.index("billing") < text.index("shipping")
+    empty = Groups(request_id=1, status=Status.OK, groups=())
+    assert render_plain(groups_view(empty)).strip() == "no groups"
+
+
+def test_change_views_are_one_line():
+    changed = decode(json.dumps({
+        "type": "shardCountChanged", "requestId": 1, "status": "OK", "streamPrefix": "orders",
+        "consumerGroup": "billing",
+        "routing": {"version": 2, "shardCount": 8, "hash": "crc32", "streams": []},
+        "migration": None}))
+    assert isinstance(changed, ShardCountChanged)
+    assert shard_count_changed_view(changed) == "routing of prefix orders: version 2, 8 shards"
+    assert max_concurrency_changed_view(MaxConcurrencyChanged(
+        request_id=1, status=Status.OK, stream_prefix="orders", consumer_group="billing",
+        max_concurrency=None, group_epoch=5)) == (
+        "maxConcurrency of orders / billing cleared (group epoch 5)")
+    assert member_removed_view(MemberRemoved(
+        request_id=1, status=Status.OK, stream_prefix="orders", consumer_group="billing",
+        member_id="m1", group_epoch=6)) == "removed member m1 from orders / billing (group epoch 6)"
+
+
+def test_watch_ignores_request_ids_and_heartbeat_ages():
+    first = description()
+    later = attrs.evolve(first, request_id=99, members=tuple(
+        attrs.evolve(member, last_heartbeat_ms_ago=5) for member in first.members))
+    assert watch_signature(first) == watch_signature(later)
+    moved = attrs.evolve(first, group_epoch=10)
+    assert watch_signature(first) != watch_signature(moved)
+
+    state = WatchState()
+    assert state.record(None, "t0") is True, "the first 'waiting' is shown"
+    assert state.record(None, "t1") is False
+    assert state.record(first, "t2") is True
+    assert state.record(later, "t3") is False
+    assert state.record(moved, "t4") is True
+    assert (state.changes, state.last_change) == (2, "t4")
+    assert state.enough(2) and not state.enough(3) and not state.enough(None)
+
+
+def test_check_response_raises_admin_error_for_every_non_ok_status():
+    ok = stable_description()
+    assert check_response(ok, GroupDescription) is ok
+    unknown = GroupDescription(request_id=1, status=Status.UNKNOWN_GROUP, stream_prefix="o",
+                               consumer_group="g", error="group o/g is unknown")
+    with pytest.raises(AdminError) as raised:
+        check_response(unknown, GroupDescription)
+    assert raised.value.status is Status.UNKNOWN_GROUP
+    assert str(raised.value) == "UNKNOWN_GROUP: group o/g is unknown"
+    invalid = ErrorResponse(request_id=1, status=Status.INVALID_REQUEST, error="field 'x'")
+    with pytest.raises(AdminError, match="INVALID_REQUEST: field 'x'"):
+        check_response(invalid, GroupDescription)
+
+
+def test_error_lines():
+    url = "ws://127.0.0.1:1"
+    assert error_line(AdminError(Status.UNKNOWN_GROUP, "no such group"), url) == (
+        "error: UNKNOWN_GROUP: no such group")
+    refused = SessionClosed("ws://h:1/v1/admin refused the session: HTTP 401")
+    assert error_line(refused, url).endswith("HTTP 401 (missing or wrong --token)")
+    assert "\n" not in error_line(SessionClosed("cannot connect"), url)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="rsc")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(argv)
+
+
+def test_command_line_matches_the_protocol():
+    args = parse(["admin", "--url", "ws://h:1", "--token", "t", "set-shards", "orders", "billing",
+                  "8", "--cutover", "ordered", "--json"])
+    assert (args.url, args.token, args.admin_command) == ("ws://h:1", "t", "set-shards")
+    assert (args.prefix, args.group, args.shard_count, args.cutover, args.json) == (
+        "orders", "billing", 8, "ordered", True)
+    assert parse(["admin", "list"]).url == "ws://127.0.0.1:8765"
+    assert parse(["admin", "set-max-concurrency", "o", "g", "none"]).max_concurrency is None
+    assert parse(["admin", "set-max-concurrency", "o", "g", "4"]).max_concurrency == 4
+    watch = parse(["admin", "watch", "o", "g", "--interval", "0.1", "--changes", "2"])
+    assert (watch.interval, watch.changes, watch.duration) == (0.1, 2, None)
+    assert parse(["admin", "remove-member", "o", "g", "m-1"]).member_id == "m-1"
+    for command in (["list"], ["describe", "o", "g"], ["remove-member", "o", "g", "m"],
+                    ["watch", "o", "g"], ["set-max-concurrency", "o", "g", "1"],
+                    ["set-shards", "o", "g", "1"]):
+        assert parse(["admin", *command, "--json"]).json is True
