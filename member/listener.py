@@ -1,0 +1,82 @@
+"""The listener API: what applications import to consume a group.
+
+    from member.listener import listener
+
+    @listener("orders", "billing", coordinator_url="ws://127.0.0.1:8765",
+              redis_url="redis://127.0.0.1:6379/0", concurrency=2, runtime_max_concurrency=8)
+    async def handle(message):
+        print(message.shard, message.id, message.key, message.value)
+
+    trio.run(handle.run)          # until handle.stop(): drains, leaves, returns
+
+`concurrency=N` runs N independent members (own memberId, heartbeat and
+assignment); `runtime_max_concurrency` is each member's worker capacity,
+reported to the coordinator; the workers actually used follow the
+coordinator's `maxConcurrency`. Sync handlers run in worker threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+
+from member.ids import make_member_id
+from member.policies import AckPolicy, RetryPolicy
+from member.runtime import EventCallback, Handler, Member, MemberConfig, ReadObserver
+
+
+class Listener:
+    """N members of one group running one handler."""
+
+    def __init__(self, handler: Handler, *, stream_prefix: str, consumer_group: str,
+                 coordinator_url: str, redis_url: str, concurrency: int = 1,
+                 runtime_max_concurrency: int = 4, ack_policy: AckPolicy = AckPolicy.AFTER,
+                 retry: RetryPolicy | None = None, token: str | None = None,
+                 read_count: int = 100, block_ms: int = 200,
+                 member_ids: list[str] | None = None,
+                 on_event: EventCallback | None = None,
+                 read_observer: ReadObserver | None = None) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if runtime_max_concurrency < 1:
+            raise ValueError(f"runtime_max_concurrency must be >= 1, got {runtime_max_concurrency}")
+        ids = member_ids or [make_member_id(index) for index in range(concurrency)]
+        self.handler = handler
+        self.members = [
+            Member(MemberConfig(coordinator_url=coordinator_url, redis_url=redis_url,
+                                stream_prefix=stream_prefix, consumer_group=consumer_group,
+                                member_id=member_id, capacity=runtime_max_concurrency,
+                                token=token, ack_policy=ack_policy, retry=retry,
+                                read_count=read_count, block_ms=block_ms),
+                   handler, on_event=on_event, read_observer=read_observer)
+            for member_id in ids[:concurrency]
+        ]
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        """The decorated function stays callable."""
+        return self.handler(*args, **kwargs)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        """Ask every member to drain, leave and return."""
+        for member in self.members:
+            member.stop()
+
+    async def run(self, *, task_status: trio.TaskStatus[Listener] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Run every member; `started` once all have joined; return once all have left."""
+        async with trio.open_nursery() as nursery:
+            for member in self.members:
+                await nursery.start(member.run)
+            task_status.started(self)
+
+
+def listener(stream_prefix: str, consumer_group: str, **options: object
+             ) -> Callable[[Handler], Listener]:
+    """Decorator form of `Listener`: `@listener("orders", "billing", coordinator_url=..., ...)`."""
+
+    def wrap(handler: Handler) -> Listener:
+        return Listener(handler, stream_prefix=stream_prefix, consumer_group=consumer_group,
+                        **options)  # type: ignore[arg-type]
+
+    return wrap

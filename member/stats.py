@@ -1,0 +1,31 @@
+"""Counters and gauges of one member, for callers and metrics exporters to read."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import attrs
+
+
+@attrs.define
+class MemberStats:
+    """Live numbers of a member runtime; read them, never write them from outside.
+
+    processed / failed count handler outcomes (a retried message counts each
+    failure); acked counts entries Redis acknowledged; in_flight is per shard
+    (handed to a worker, not yet acked or dropped); lag is per owned shard
+    (entries the group has not been delivered yet), refreshed every few seconds.
+    """
+
+    member_id: str
+    member_epoch: int = 0
+    processed: int = 0
+    failed: int = 0
+    acked: int = 0
+    dead_lettered: int = 0
+    ack_refusals: int = 0
+    fences: int = 0
+    workers: int = 0
+    in_flight: Counter[str] = attrs.field(factory=Counter)
+    lag: dict[str, int | None] = attrs.field(factory=dict)
+    owned_shards: tuple[str, ...] = ()

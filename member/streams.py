@@ -1,0 +1,189 @@
+"""Redis commands of the data plane, as plain blocking functions over the sync redis client.
+
+The trio shells call these through `trio.to_thread.run_sync`; everything that
+is not a blocking read is batched into one pipeline per call. Scripts:
+
+- ack: acks (XACK, or XACKDEL on Redis >= 8.2) only while the shard's owner
+  token names this member; otherwise acks nothing and returns NOT_OWNER.
+- produce: XADD unless the shard's seal marker exists; then fails with SEALED.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import redis
+
+from protocol.routing import owner_key, seal_key
+
+NOT_OWNER = -1
+SEALED_ERROR = "SEALED"
+KEY_FIELD = "key"
+VALUE_FIELD = "value"
+
+_ACK_SCRIPT = """
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then
+  return -1
+end
+if ARGV[3] == '1' then
+  local result = redis.call('XACKDEL', KEYS[1], ARGV[2], 'ACKED', 'IDS', #ARGV - 3,
+                            unpack(ARGV, 4))
+  local acked = 0
+  for _, code in ipairs(result) do
+    if code ~= -1 then acked = acked + 1 end
+  end
+  return acked
+end
+return redis.call('XACK', KEYS[1], ARGV[2], unpack(ARGV, 4))
+"""
+
+_PRODUCE_SCRIPT = """
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return redis.error_reply('SEALED ' .. KEYS[1])
+end
+return redis.call('XADD', KEYS[1], '*', 'key', ARGV[1], 'value', ARGV[2])
+"""
+
+
+@attrs.frozen
+class Entry:
+    """One stream entry read from a shard."""
+
+    shard: str
+    id: str
+    fields: Mapping[str, str]
+
+    @property
+    def key(self) -> str:
+        return self.fields.get(KEY_FIELD, "")
+
+    @property
+    def value(self) -> str:
+        return self.fields.get(VALUE_FIELD, "")
+
+
+def connect(redis_url: str) -> redis.Redis:
+    """A sync client decoding replies as UTF-8 text (hiredis when installed)."""
+    return redis.Redis.from_url(redis_url, decode_responses=True, socket_keepalive=True)
+
+
+def redis_version(client: redis.Redis) -> tuple[int, ...]:
+    """The server's version as integers, e.g. (7, 0, 15)."""
+    text = str(client.info("server")["redis_version"])
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def supports_xackdel(client: redis.Redis) -> bool:
+    """XACKDEL exists from Redis 8.2."""
+    return redis_version(client) >= (8, 2)
+
+
+class StreamOps:
+    """The data-plane commands for one consumer (memberId) of one consumer group."""
+
+    def __init__(self, client: redis.Redis, consumer_group: str, consumer: str, *,
+                 use_xackdel: bool | None = None) -> None:
+        self.client = client
+        self.consumer_group = consumer_group
+        self.consumer = consumer
+        self.use_xackdel = supports_xackdel(client) if use_xackdel is None else use_xackdel
+        self._ack_script = client.register_script(_ACK_SCRIPT)
+
+    def read_new(self, shards: Sequence[str], *, count: int, block_ms: int) -> list[Entry]:
+        """One XREADGROUP over `shards` for never-delivered entries, blocking up to block_ms."""
+        if not shards:
+            return []
+        reply = self.client.xreadgroup(
+            self.consumer_group, self.consumer, {shard: ">" for shard in shards},
+            count=count, block=block_ms,
+        )
+        return _entries(reply)
+
+    def claim_pending(self, shard: str, start: str, *, count: int) -> tuple[str, list[Entry]]:
+        """Claim up to `count` pending entries of any consumer from `start` (XAUTOCLAIM, idle 0).
+
+        Returns the cursor for the next call ("0-0" when the whole PEL was scanned)
+        and the claimed entries; entries deleted from the stream leave the PEL.
+        """
+        reply = self.client.xautoclaim(shard, self.consumer_group, self.consumer,
+                                       min_idle_time=0, start_id=start, count=count)
+        cursor, claimed = reply[0], reply[1]
+        entries = [Entry(shard, entry_id, fields or {}) for entry_id, fields in claimed
+                   if entry_id is not None]
+        return cursor, entries
+
+    def ack(self, ids_by_shard: Mapping[str, Sequence[str]]) -> dict[str, int]:
+        """Ack entries per shard in one pipeline; a shard answers NOT_OWNER if not ours."""
+        shards = [shard for shard, ids in ids_by_shard.items() if ids]
+        if not shards:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        for shard in shards:
+            self._ack_script(
+                keys=[shard, owner_key(shard, self.consumer_group)],
+                args=[self.consumer, self.consumer_group, "1" if self.use_xackdel else "0",
+                      *ids_by_shard[shard]],
+                client=pipe,
+            )
+        return {shard: int(result) for shard, result in zip(shards, pipe.execute(), strict=True)}
+
+    def lag(self, shards: Iterable[str]) -> dict[str, int | None]:
+        """Entries not yet delivered to the group, per shard (XINFO GROUPS `lag`, Redis >= 7)."""
+        shards = list(shards)
+        if not shards:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        for shard in shards:
+            pipe.xinfo_groups(shard)
+        lags: dict[str, int | None] = {}
+        for shard, groups in zip(shards, pipe.execute(raise_on_error=False), strict=True):
+            lags[shard] = None
+            if isinstance(groups, list):
+                for group in groups:
+                    if group.get("name") == self.consumer_group:
+                        lag = group.get("lag")
+                        lags[shard] = int(lag) if lag is not None else None
+        return lags
+
+
+def _entries(reply: Any) -> list[Entry]:
+    entries: list[Entry] = []
+    for stream, messages in reply or []:
+        for entry_id, fields in messages:
+            if entry_id is not None:
+                entries.append(Entry(stream, entry_id, fields or {}))
+    return entries
+
+
+class ProduceOps:
+    """Writes of a producer: XADD through the seal-checking script, pipelined."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._script = client.register_script(_PRODUCE_SCRIPT)
+
+    def write(self, records: Sequence[tuple[str, str, str]]) -> list[str | None]:
+        """XADD each (shard, key, value) in one pipeline; None where the shard is sealed.
+
+        Any other error is raised.
+        """
+        if not records:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for shard, key, value in records:
+            self._script(keys=[shard, seal_key(shard)], args=[key, value], client=pipe)
+        results: list[str | None] = []
+        for result in pipe.execute(raise_on_error=False):
+            if isinstance(result, Exception):
+                if str(result).startswith(SEALED_ERROR):
+                    results.append(None)
+                    continue
+                raise result
+            results.append(str(result))
+        return results
+
+    def add_raw(self, stream: str, fields: Mapping[str, str]) -> str:
+        """A plain XADD (dead-letter stream)."""
+        return str(self.client.xadd(stream, dict(fields)))

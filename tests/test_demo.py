@@ -1,0 +1,106 @@
+"""`rsc demo`: its schedule and view (pure), and whole runs as a real process."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import attrs
+import trio
+
+from bench.demo import DemoState, demo_view, members_wanted
+from member.admin_cli import render_plain
+from protocol import GroupDescription, Status
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_schedule_scales_up_and_down_and_repeats():
+    assert [members_wanted(t) for t in (0, 3.9, 4, 9, 13, 16, 19.9)] == [2, 2, 4, 3, 1, 3, 3]
+    assert members_wanted(20.0) == members_wanted(0.0)
+    assert members_wanted(24.5) == members_wanted(4.5)
+
+
+def description(group_epoch: int, state: str) -> GroupDescription:
+    return GroupDescription(request_id=None, status=Status.OK, stream_prefix="demo",
+                            consumer_group="workers", state=state, group_epoch=group_epoch,
+                            assignment_epoch=group_epoch)
+
+
+def test_state_reports_group_changes_and_redeliveries():
+    state = DemoState(started=0.0, duration_s=20)
+    assert state.observe(description(1, "EMPTY")) == "group epoch 1: EMPTY, 0 member(s)"
+    assert state.observe(attrs.evolve(description(1, "EMPTY"), request_id=7)) is None
+    assert state.observe(description(2, "RECONCILING")) is not None
+    state.consumed_one("s", "1-0")
+    state.consumed_one("s", "1-0")
+    state.consumed_one("s", "2-0")
+    assert (state.consumed, state.redelivered) == (3, 1)
+
+
+def test_view_shows_counters_group_and_steps():
+    state = DemoState(started=0.0, duration_s=20, produced=10, consumed=9)
+    state.step("scaled up to 2 member(s)")
+    assert "waiting for the group" in render_plain(demo_view(state))
+    state.observe(description(3, "STABLE"))
+    text = render_plain(demo_view(state))
+    for expected in ("produced 10", "consumed 9", "demo / workers", "STABLE",
+                     "scaled up to 2 member(s)", "ends at 20s"):
+        assert expected in text
+
+
+def start_demo(*argv: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "bench.demo", *argv], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COLUMNS": "200"})
+
+
+def redis_pid(output: str) -> int:
+    match = re.search(r"redis-server pid (\d+)", output)
+    assert match, output
+    return int(match.group(1))
+
+
+def assert_gone(pid: int) -> None:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return
+    raise AssertionError(f"redis-server {pid} is still running after the demo")
+
+
+async def test_demo_runs_for_its_duration_and_exits_0():
+    demo = start_demo("--duration", "4")
+    with trio.fail_after(40):
+        stdout, stderr = await trio.to_thread.run_sync(demo.communicate)
+    assert demo.returncode == 0, stderr
+    assert "scaled up to 2 member(s)" in stdout
+    assert re.search(r"group epoch \d+: STABLE, 2 member\(s\)", stdout), stdout
+    consumed = int(re.search(r"stopped cleanly: produced \d+, consumed (\d+)", stdout).group(1))
+    assert consumed > 0
+    assert "the group just before stopping:" in stdout
+    assert_gone(redis_pid(stdout))
+
+
+async def test_sigterm_stops_the_demo_cleanly():
+    demo = start_demo()
+    assert demo.stdout is not None
+    seen: list[str] = []
+    try:
+        with trio.fail_after(40):
+            while not any("STABLE, 2 member(s)" in line for line in seen):
+                line = await trio.to_thread.run_sync(demo.stdout.readline)
+                assert line, "the demo ended before its group was stable"
+                seen.append(line)
+            demo.send_signal(signal.SIGTERM)
+            rest, stderr = await trio.to_thread.run_sync(demo.communicate)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert demo.returncode == 0, stderr
+    assert "stopped cleanly" in rest
+    assert_gone(redis_pid("".join(seen)))

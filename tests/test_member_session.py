@@ -1,0 +1,122 @@
+"""member.session against a small scripted websocket peer (real websockets, no coordinator)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
+
+from member.session import SessionClosed, open_session
+from protocol import AssignmentChanged, GetRouting, Heartbeat, HeartbeatResponse, Routing, Status
+
+
+async def start_peer(nursery: trio.Nursery, script) -> str:
+    """Serve `script(request, connection)` for every session; return ws://host:port."""
+
+    async def handler(request: WebSocketRequest) -> None:
+        if request.headers and dict(request.headers).get(b"authorization") == b"Bearer nope":
+            await request.reject(401)
+            return
+        connection = await request.accept()
+        try:
+            await script(request, connection)
+        except ConnectionClosed:
+            pass
+
+    server = await nursery.start(serve_websocket, handler, "127.0.0.1", 0, None)
+    return f"ws://127.0.0.1:{server.port}"
+
+
+async def echo_script(request: WebSocketRequest, connection) -> None:
+    """Answer heartbeats in order, after pushing one assignmentChanged for the first."""
+    first = True
+    while True:
+        frame = json.loads(await connection.get_message())
+        if first:
+            await connection.send_message(json.dumps({
+                "type": "assignmentChanged", "streamPrefix": "orders",
+                "consumerGroup": "billing", "memberId": frame["memberId"], "groupEpoch": 3}))
+            first = False
+        await connection.send_message(json.dumps({
+            "type": "heartbeatResponse", "requestId": frame["requestId"], "status": "OK",
+            "memberId": frame["memberId"], "memberEpoch": frame["memberEpoch"] + 1}))
+
+
+def heartbeat(epoch: int) -> Heartbeat:
+    return Heartbeat(request_id=0, stream_prefix="orders", consumer_group="billing",
+                     member_id="m-1", member_epoch=epoch)
+
+
+async def test_request_gets_the_response_with_its_own_request_id(nursery):
+    url = await start_peer(nursery, echo_script)
+    async with open_session(url, "member") as session:
+        responses = {}
+
+        async def ask(epoch: int) -> None:
+            responses[epoch] = await session.request(heartbeat(epoch))
+
+        async with trio.open_nursery() as requests:
+            for epoch in range(5):
+                requests.start_soon(ask, epoch)
+        assert {epoch: r.member_epoch for epoch, r in responses.items()} == {
+            e: e + 1 for e in range(5)}
+        assert all(isinstance(r, HeartbeatResponse) and r.status == Status.OK
+                   for r in responses.values())
+        with trio.fail_after(5):
+            push = await session.pushes.receive()
+        assert push == AssignmentChanged(stream_prefix="orders", consumer_group="billing",
+                                         member_id="m-1", group_epoch=3)
+
+
+async def test_session_uses_the_endpoint_path_and_bearer_token(nursery):
+    seen = []
+
+    async def script(request, connection):
+        seen.append((request.path, dict(request.headers).get(b"authorization")))
+        frame = json.loads(await connection.get_message())
+        await connection.send_message(json.dumps({
+            "type": "routing", "requestId": frame["requestId"], "status": "UNKNOWN_STREAM",
+            "streamPrefix": "orders"}))
+
+    url = await start_peer(nursery, script)
+    async with open_session(url, "admin", token="s3cret") as session:
+        response = await session.request(GetRouting(request_id=0, stream_prefix="orders"))
+    assert response == Routing(request_id=1, status=Status.UNKNOWN_STREAM, stream_prefix="orders")
+    assert seen == [("/v1/admin", b"Bearer s3cret")]
+
+
+async def test_refused_handshake_raises_session_closed_with_the_status(nursery):
+    url = await start_peer(nursery, echo_script)
+    with pytest.raises(SessionClosed, match="401"):
+        async with open_session(url, "member", token="nope"):
+            pass  # pragma: no cover
+
+
+async def test_connection_loss_fails_pending_and_later_requests(nursery):
+    async def hang_up(request, connection):
+        await connection.get_message()
+        await connection.aclose()
+
+    url = await start_peer(nursery, hang_up)
+    async with open_session(url, "member") as session:
+        with trio.fail_after(5), pytest.raises(SessionClosed):
+            await session.request(heartbeat(0))
+        with pytest.raises(SessionClosed):
+            await session.request(heartbeat(0))
+        with trio.fail_after(5):
+            assert [push async for push in session.pushes] == []
+
+
+async def test_body_exception_is_not_wrapped_in_a_group(nursery):
+    url = await start_peer(nursery, echo_script)
+    with pytest.raises(KeyError):
+        async with open_session(url, "member"):
+            raise KeyError("mine")
+
+
+async def test_unreachable_coordinator_raises_session_closed():
+    with pytest.raises(SessionClosed, match="cannot connect"):
+        async with open_session("ws://127.0.0.1:1", "member", connect_timeout=2):
+            pass  # pragma: no cover

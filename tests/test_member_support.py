@@ -1,0 +1,37 @@
+"""Helpers shared by the member integration tests (no tests here): shards and data."""
+
+from __future__ import annotations
+
+from member.session import open_session
+from member.streams import ProduceOps, connect
+from protocol import SetShardCount, ShardCountChanged, shard_for_key
+
+
+async def set_shards(url: str, prefix: str, group: str, count: int) -> tuple[str, ...]:
+    """Create the prefix's shard streams and the group's consumer groups; return the streams."""
+    async with open_session(url, "admin") as session:
+        response = await session.request(SetShardCount(
+            request_id=0, stream_prefix=prefix, consumer_group=group, shard_count=count))
+    assert isinstance(response, ShardCountChanged) and response.routing is not None, response
+    return response.routing.streams
+
+
+def write_messages(redis_url: str, streams: tuple[str, ...],
+                   records: list[tuple[str, str]]) -> None:
+    """XADD (key, value) records to their shards directly, in pipelines (test data setup)."""
+    client = connect(redis_url)
+    try:
+        ops = ProduceOps(client)
+        for start in range(0, len(records), 1000):
+            chunk = records[start:start + 1000]
+            ops.write([(streams[shard_for_key(k, len(streams))], k, v) for k, v in chunk])
+    finally:
+        client.close()
+
+
+def pending_count(redis_url: str, streams: tuple[str, ...], group: str) -> int:
+    client = connect(redis_url)
+    try:
+        return sum(int(client.xpending(s, group)["pending"]) for s in streams)
+    finally:
+        client.close()
