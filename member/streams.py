@@ -39,8 +39,10 @@ end
 return redis.call('XACK', KEYS[1], ARGV[2], unpack(ARGV, 4))
 """
 
+# a sealed version, or a retired one (its stream is deleted; the coordinator creates
+# every live shard stream, so a missing one is never written to: XADD would recreate it)
 _PRODUCE_SCRIPT = """
-if redis.call('EXISTS', KEYS[2]) == 1 then
+if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[1]) == 0 then
   return redis.error_reply('SEALED ' .. KEYS[1])
 end
 return redis.call('XADD', KEYS[1], '*', 'key', ARGV[1], 'value', ARGV[2])

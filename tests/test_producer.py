@@ -12,7 +12,7 @@ from trio_websocket import ConnectionClosed, serve_websocket
 
 from member.cli import LineSplitter, MalformedLine, parse_line
 from member.producer import open_producer
-from member.streams import connect
+from member.streams import ProduceOps, connect
 from protocol import seal_key, shard_for_key
 from tests.test_member_support import set_shards
 
@@ -76,6 +76,8 @@ async def test_sealed_shard_write_is_rerouted_after_a_routing_refresh(nursery, r
 
     server = await nursery.start(serve_websocket, handler, "127.0.0.1", 0, None)
     client = connect(redis_url)
+    for stream in v1 + v2:  # the coordinator creates every shard stream of a live version
+        client.xgroup_create(stream, "billing", id="0", mkstream=True)
     for stream in v1:
         client.set(seal_key(stream), "1")
     async with open_producer(f"ws://127.0.0.1:{server.port}", redis_url, "orders") as producer:
@@ -86,6 +88,17 @@ async def test_sealed_shard_write_is_rerouted_after_a_routing_refresh(nursery, r
     assert sum(client.xlen(s) for s in v1) == 0
     assert sum(client.xlen(s) for s in v2) == 3
     client.close()
+
+
+async def test_write_to_a_retired_stream_is_refused_not_recreated(redis_url):
+    """A retired version's streams are deleted; a stale write must not bring one back."""
+    client = connect(redis_url)
+    try:
+        results = ProduceOps(client).write([("{orders:v1:0}", "k", "v")])
+        assert results == [None]
+        assert client.exists("{orders:v1:0}") == 0
+    finally:
+        client.close()
 
 
 async def test_rsc_produce_reports_malformed_lines_and_exits_1(coordinator):
