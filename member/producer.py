@@ -57,8 +57,9 @@ class Producer:
     """Writes messages of one stream prefix; build it with `open_producer`."""
 
     def __init__(self, session: Session, ops: ProduceOps, stream_prefix: str, *,
-                 routing_wait_s: float) -> None:
+                 routing_wait_s: float, subscribe: bool = True) -> None:
         self.stream_prefix = stream_prefix
+        self.subscribe = subscribe
         self.routing: RoutingTable | None = None
         self.sent = 0
         self.rerouted = 0
@@ -67,9 +68,9 @@ class Producer:
         self._routing_wait_s = routing_wait_s
 
     async def refresh(self) -> RoutingTable | None:
-        """Ask the coordinator for the current routing (and subscribe to its changes)."""
+        """Ask the coordinator for the current routing (and subscribe to its changes, if asked)."""
         response = await self._session.request(
-            GetRouting(request_id=0, stream_prefix=self.stream_prefix, subscribe=True))
+            GetRouting(request_id=0, stream_prefix=self.stream_prefix, subscribe=self.subscribe))
         if isinstance(response, Routing):
             self._adopt(response)
         return self.routing
@@ -80,7 +81,11 @@ class Producer:
 
     async def send_batch(self, records: Sequence[tuple[str, str]]) -> list[str]:
         """Write (key, value) records in one pipeline, rerouting any refused by a sealed shard."""
-        ids: list[str | None] = [None] * len(records)
+        return [entry_id for _, entry_id in await self.send_batch_located(records)]
+
+    async def send_batch_located(self, records: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Like `send_batch`, returning the (stream, entry id) where each record landed."""
+        ids: list[tuple[str, str] | None] = [None] * len(records)
         todo = list(range(len(records)))
         while todo:
             self.adopt_pushes()
@@ -88,17 +93,17 @@ class Producer:
             writes = [(routing.stream_for(records[i][0]), *records[i]) for i in todo]
             results = await trio.to_thread.run_sync(self._ops.write, writes)
             sealed = []
-            for index, result in zip(todo, results, strict=True):
+            for index, write, result in zip(todo, writes, results, strict=True):
                 if result is None:
                     sealed.append(index)
                 else:
-                    ids[index] = result
+                    ids[index] = (write[0], result)
             if sealed:
                 self.rerouted += len(sealed)
                 await self._wait_past(routing.version)
             todo = sealed
         self.sent += len(records)
-        return [entry_id for entry_id in ids if entry_id is not None]
+        return [located for located in ids if located is not None]
 
     def adopt_pushes(self) -> None:
         """Adopt the routing pushes the session has received so far (never blocks)."""
@@ -140,14 +145,18 @@ class Producer:
 
 @asynccontextmanager
 async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str, *,
-                        token: str | None = None,
-                        routing_wait_s: float = 30.0) -> AsyncIterator[Producer]:
-    """A producer with its coordinator session, routing subscription and Redis connection."""
+                        token: str | None = None, routing_wait_s: float = 30.0,
+                        subscribe: bool = True) -> AsyncIterator[Producer]:
+    """A producer with its coordinator session, routing subscription and Redis connection.
+
+    `subscribe=False` makes a producer that only learns new routing when a write
+    to a sealed version is refused (it still never loses a message).
+    """
     client = connect(redis_url)
     try:
         async with open_session(coordinator_url, "member", token=token) as session:
             producer = Producer(session, ProduceOps(client), stream_prefix,
-                                routing_wait_s=routing_wait_s)
+                                routing_wait_s=routing_wait_s, subscribe=subscribe)
             await producer.refresh()
             yield producer
     finally:

@@ -6,10 +6,7 @@ FENCED_MEMBER_EPOCH, never a rejoin) and never share a shard (H3, H12).
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from contextlib import AsyncExitStack
 
 import trio
@@ -17,27 +14,10 @@ import trio
 from member.session import SessionClosed, open_session
 from protocol import messages as m
 from protocol.errors import Status
+from tests.processes import spawn_coordinator
 from tests.sim_member import SimMember, assert_no_shard_held_twice
 
 PREFIX, GROUP = "orders", "billing"
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-async def spawn_coordinator(redis_url: str) -> tuple[trio.Process, str]:
-    """`rsc coordinator` as a child process; returns it and its ws url once it listens."""
-    process = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "rsc", "coordinator", "--redis-url", redis_url, "--port", "0",
-         "--tick-interval-ms", "50", "--lease-ttl-ms", "3000", "--heartbeat-interval-ms", "200",
-         "--revoke-timeout-ms", "20000"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
-    buffer = b""
-    with trio.fail_after(20):
-        while b"listening on " not in buffer or not buffer.endswith(b"\n"):
-            chunk = await process.stdout.receive_some(4096)
-            assert chunk, f"coordinator exited early: {buffer!r}"
-            buffer += chunk
-    url = buffer.split(b"listening on ", 1)[1].split(b"\n", 1)[0].decode().strip()
-    return process, url
 
 
 async def settle(sessions, members, rounds: int = 60) -> None:
