@@ -81,6 +81,8 @@ def add_consume_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="worker capacity of each member (default 4)")
     parser.add_argument("--work-ms", type=float, default=0.0,
                         help="simulated handler work per message, in ms")
+    parser.add_argument("--metrics-port", type=int, default=None,
+                        help="serve the members' Prometheus metrics on this port")
     parser.add_argument("--events", action="store_true",
                         help="write one JSON line per member event to stderr")
     parser.set_defaults(run=run_consume)
@@ -170,6 +172,8 @@ async def _consume(args: argparse.Namespace) -> int:
         coordinator_url=args.coordinator, redis_url=args.redis_url, token=args.token,
         concurrency=args.concurrency, runtime_max_concurrency=args.workers,
         on_event=on_event if args.events else None)
+    if args.metrics_port is not None:
+        _serve_member_metrics(consumers, args.metrics_port)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
 
         async def stop_on_signal() -> None:
@@ -182,3 +186,14 @@ async def _consume(args: argparse.Namespace) -> int:
             await consumers.run()
             nursery.cancel_scope.cancel()
     return 0
+
+
+def _serve_member_metrics(consumers: Listener, port: int) -> None:
+    """Prometheus text on `port` (a daemon thread of prometheus_client), read at scrape time."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from member.metrics import MemberCollector
+
+    registry = CollectorRegistry()
+    registry.register(MemberCollector(lambda: [member.stats for member in consumers.members]))
+    start_http_server(port, addr="127.0.0.1", registry=registry)
