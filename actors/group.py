@@ -167,7 +167,10 @@ class GroupMachine:
             self._bump_epoch("capacity", cause=member_id)
         released = revoked & member.revoking
         if owned is not None:
-            released |= member.revoking - owned
+            # a full report is the truth about what the member holds: what it does not list
+            # is released, unless it is assigned and still in its target (it will start it)
+            keep = member.assigned & self.target.of(member_id)
+            released |= member.held - owned - keep
         if released:
             self._release(member, released, now_ms, cause=member_id)
         return self._respond(request, member, now_ms, routing, cause=member_id)
@@ -299,12 +302,14 @@ class GroupMachine:
     def _reconcile(self, member: Member, now_ms: int) -> Status:
         """Move `member` towards its target (H3, H4, H5); the heart of CurrentAssignmentBuilder."""
         target = self.target.of(member.member_id)
-        to_revoke = member.held - target
-        if to_revoke:
+        # a shard already being revoked stays so even if it is back in the target: the
+        # member was told to stop reading it, and only its release frees it (H3, H4)
+        if member.held - target or member.revoking:
             keep = member.assigned & target
-            if keep != member.assigned or to_revoke != member.revoking:
+            revoking = member.held - keep
+            if keep != member.assigned or revoking != member.revoking:
                 member.assigned = keep
-                member.revoking = to_revoke
+                member.revoking = revoking
                 self.effects.dirty = True
             if member.revoke_started_ms is None:  # H14: the clock starts with the first ask
                 member.revoke_started_ms = now_ms

@@ -1,0 +1,84 @@
+"""`python -m bench [--quick] [--only NAME ...] [--out DIR]`: run the benchmark scenarios.
+
+Each scenario prints a table; a final table lists every target of issue #6
+with the measured value and pass/miss. Results go to DIR (default
+bench/results/): results-<time>.json, latest.json, summary.md and PNG plots.
+Every baseline is measured in the same run, because the machines are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from bench import assignor_bench, dataplane, membership, procs, resharding
+from bench.report import (
+    Progressor,
+    ScenarioResult,
+    console,
+    machine_description,
+    print_scenario,
+    summary_table,
+    write_results,
+)
+
+Scenario = Callable[[Progressor, bool, Path], ScenarioResult]
+
+
+def _membership(run: Callable[..., ScenarioResult]) -> Scenario:
+    return lambda progress, quick, out: run(progress, membership.QUICK if quick else membership.FULL, out)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "assignor": assignor_bench.run,
+    "steady": _membership(membership.steady),
+    "join-storm": _membership(membership.join_storm),
+    "scale": _membership(membership.scale),
+    "failure": _membership(membership.failure),
+    "dataplane": dataplane.run,
+    "resharding": resharding.run,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes, under 2 minutes (CI smoke test)")
+    parser.add_argument("--only", nargs="+", choices=list(SCENARIOS), metavar="NAME",
+                        help=f"run only these scenarios: {', '.join(SCENARIOS)}")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results",
+                        help="where to write JSON results and plots (default: bench/results/)")
+    parser.add_argument("--profile-coordinator", action="store_true",
+                        help="run each coordinator under cProfile; .prof files go to --out")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.profile_coordinator:
+        procs.PROFILE_DIR = str(args.out)
+    machine = machine_description()
+    console.print(f"[bold]bench[/bold] {'quick' if args.quick else 'full'} on {machine['description']}, "
+                  f"load average {' '.join(machine.get('loadAverageAtStart', []))}")
+    results: list[ScenarioResult] = []
+    started = time.monotonic()
+    with Progressor() as progress:
+        for name in args.only or list(SCENARIOS):
+            try:
+                result = SCENARIOS[name](progress, args.quick, args.out)
+            except Exception as exc:  # noqa: BLE001 - one failed scenario must not hide the others
+                result = ScenarioResult(name, "failed", error=f"{type(exc).__name__}: {exc}")
+                result.data["traceback"] = traceback.format_exc()
+            results.append(result)
+            progress.progress.console.print()
+            print_scenario(result)
+    machine["elapsedSeconds"] = round(time.monotonic() - started, 1)
+    console.print(summary_table(results))
+    path = write_results(args.out, results, machine, args.quick)
+    console.print(f"results: {path} (also latest.json, summary.md); {machine['elapsedSeconds']:.0f} s")
+    return 1 if any(result.error for result in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

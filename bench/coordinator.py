@@ -1,0 +1,26 @@
+"""Launch `rsc coordinator` for the bench, with the open-files limit raised first.
+
+Equivalent to `python -m rsc coordinator ...`, but usable while other `rsc`
+subcommands are not importable, and it lifts the soft fd limit to the hard one
+so that 10,000 member websockets fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from actors import cli
+from bench.loadgen import raise_fd_limit
+
+
+def main(argv: list[str] | None = None) -> int:
+    raise_fd_limit()
+    parser = argparse.ArgumentParser(prog="bench.coordinator")
+    cli.add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["coordinator", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

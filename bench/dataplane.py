@@ -1,0 +1,251 @@
+"""Scenario 6: the member data plane against plain redis-py, on the same Redis in the same run.
+
+- one shard, one member, no-op handler: consume+ack messages/s, as a ratio of
+  a plain redis-py loop (XREADGROUP COUNT 500 + XACK) on an identical stream;
+- 8 shards, 4 members: aggregate messages/s, against 4 plain redis-py
+  consumer threads with 2 streams each;
+- key ordering: 10,000 messages, 1,000 keys, 0-5 ms of simulated work each,
+  100 workers: elapsed time as a ratio of the ideal (total work / workers),
+  and whether any key ran out of order.
+
+The members are the real runtime (member.listener.Listener) in this process;
+the coordinator is a separate process. Messages are written before the
+members start; the member clock runs from its first handler call to the
+moment nothing is pending and every message was handled.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import redis
+import trio
+from trio_websocket import open_websocket_url
+
+from bench.procs import Redis, start_coordinator
+from bench.report import Progressor, ScenarioResult
+
+READ_COUNT = 500
+
+
+@attrs.frozen
+class Sizes:
+    single_messages: int
+    fanout_messages: int
+    keyed_messages: int = 10000
+    keyed_keys: int = 1000
+    keyed_workers: int = 100
+    keyed_max_work_ms: float = 5.0
+
+
+FULL = Sizes(single_messages=100_000, fanout_messages=160_000)
+QUICK = Sizes(single_messages=10_000, fanout_messages=16_000)
+
+
+def _fill(client: redis.Redis, streams: list[str], count: int, value: Any = None) -> int:
+    """XADD `count` entries round-robin over `streams`; returns the total work (ms) when valued."""
+    pipe = client.pipeline(transaction=False)
+    for index in range(count):
+        pipe.xadd(streams[index % len(streams)], {"key": f"k{index}", "value": "x" * 64})
+        if index % 1000 == 999:
+            pipe.execute()
+    pipe.execute()
+    return count
+
+
+def plain_consume(redis_url: str, streams: list[str], group: str, consumer: str, total: int) -> float:
+    """The baseline: XREADGROUP COUNT 500 + XACK until `total` entries are acked; returns seconds."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    done = 0
+    started = time.perf_counter()
+    while done < total:
+        reply = client.xreadgroup(group, consumer, {s: ">" for s in streams}, count=READ_COUNT, block=200)
+        for stream, entries in reply or []:
+            ids = [entry_id for entry_id, _ in entries]
+            if ids:
+                client.xack(stream, group, *ids)
+                done += len(ids)
+    elapsed = time.perf_counter() - started
+    client.close()
+    return elapsed
+
+
+def baseline(redis_url: str, name: str, shards: int, consumers: int, messages: int) -> dict[str, float]:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    streams = [f"plain:{name}:{index}" for index in range(shards)]
+    for stream in streams:
+        client.xgroup_create(stream, "g", id="0", mkstream=True)
+    _fill(client, streams, messages)
+    client.close()
+    per = shards // consumers
+    times: list[float] = [0.0] * consumers
+
+    def consume(index: int) -> None:
+        mine = streams[index * per:(index + 1) * per]
+        times[index] = plain_consume(redis_url, mine, "g", f"c{index}", messages // consumers)
+
+    threads = [threading.Thread(target=consume, args=(index,)) for index in range(consumers)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    return {"seconds": elapsed, "perSecond": messages / elapsed}
+
+
+async def _set_shards(url: str, prefix: str, count: int) -> list[str]:
+    async with open_websocket_url(url + "/v1/admin") as websocket:
+        await websocket.send_message(json.dumps({
+            "type": "setShardCount", "requestId": 1, "streamPrefix": prefix, "consumerGroup": "g",
+            "shardCount": count}))
+        reply = json.loads(await websocket.get_message())
+    if reply.get("status") != "OK":
+        raise RuntimeError(f"setShardCount: {reply}")
+    return list(reply["routing"]["streams"])
+
+
+class Probe:
+    """What the handler saw: first call, count, and per-key order."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.handled = 0
+        self.first: float | None = None
+        self.last_id: dict[str, tuple[int, int]] = {}
+        self.out_of_order = 0
+        self.all_handled = trio.Event()
+
+    def seen(self, key: str, entry_id: str) -> None:
+        if self.first is None:
+            self.first = time.perf_counter()
+        stamp = tuple(int(part) for part in entry_id.split("-"))
+        previous = self.last_id.get(key)
+        if previous is not None and stamp < previous:
+            self.out_of_order += 1
+        self.last_id[key] = stamp  # type: ignore[assignment]
+        self.handled += 1
+        if self.handled >= self.total:
+            self.all_handled.set()
+
+
+async def _run_members(coordinator_url: str, redis_url: str, prefix: str, streams: list[str],
+                       members: int, workers: int, probe: Probe, simulate_work: bool,
+                       timeout: float) -> float:
+    from member.listener import Listener
+
+    async def handle(message: Any) -> None:
+        probe.seen(message.key, message.id)
+        if simulate_work:
+            await trio.sleep(float(message.value) / 1000)
+
+    listener = Listener(handle, stream_prefix=prefix, consumer_group="g", coordinator_url=coordinator_url,
+                        redis_url=redis_url, concurrency=members, runtime_max_concurrency=workers,
+                        read_count=READ_COUNT)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+
+    def pending() -> int:
+        return sum(int(client.xpending(stream, "g")["pending"]) for stream in streams)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(listener.run)
+            with trio.fail_after(timeout):
+                await probe.all_handled.wait()
+                while await trio.to_thread.run_sync(pending):
+                    await trio.sleep(0.005)
+            finished = time.perf_counter()
+            listener.stop()
+    finally:
+        client.close()
+    assert probe.first is not None
+    return finished - probe.first
+
+
+def member_run(coordinator_url: str, redis_url: str, prefix: str, shards: int, members: int,
+               workers: int, messages: int, *, keyed: Sizes | None = None) -> dict[str, Any]:
+    streams = trio.run(_set_shards, coordinator_url, prefix, shards)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    work_ms: dict[str, float] | None = None
+    if keyed is None:
+        _fill(client, streams, messages)
+    else:
+        rng = random.Random(6)
+        work_ms = {}
+        pipe = client.pipeline(transaction=False)
+        for index in range(messages):
+            work = rng.uniform(0, keyed.keyed_max_work_ms)
+            work_ms[str(index)] = work
+            pipe.xadd(streams[0], {"key": f"key-{index % keyed.keyed_keys}", "value": f"{work:.4f}"})
+        pipe.execute()
+    client.close()
+    probe = Probe(messages)
+    seconds = trio.run(_run_members, coordinator_url, redis_url, prefix, streams, members, workers, probe,
+                       work_ms is not None, 300.0)
+    result: dict[str, Any] = {"seconds": seconds, "perSecond": messages / seconds,
+                              "outOfOrder": probe.out_of_order}
+    if work_ms is not None:
+        result["workMs"] = sum(work_ms.values())
+    return result
+
+
+def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
+    sizes = QUICK if quick else FULL
+    result = ScenarioResult("dataplane", "member runtime vs plain redis-py (same Redis, same run)",
+                            columns=["case", "messages", "plain msg/s", "member msg/s", "ratio",
+                                     "member s", "ideal s", "x ideal"])
+    try:
+        import member.listener  # noqa: F401 - the member runtime is built by another issue
+    except ImportError:
+        result.error = "member runtime (member/listener.py) not available yet"
+        result.target("data plane vs plain redis-py", ">= 0.8x", "member side pending", None)
+        return result
+    redis_server = Redis()
+    coordinator = None
+    try:
+        coordinator = start_coordinator(redis_server.url, heartbeat_interval_ms=1000, lease_ttl_ms=10000)
+        with progress.scenario("6 data plane", steps=5):
+            progress.step("plain redis-py, 1 stream")
+            plain_single = baseline(redis_server.url, "one", 1, 1, sizes.single_messages)
+            progress.step("member, 1 shard, no-op handler")
+            single = member_run(coordinator.url, redis_server.url, "dp1", 1, 1, 8, sizes.single_messages)
+            progress.step("plain redis-py, 8 streams, 4 consumers")
+            plain_fanout = baseline(redis_server.url, "eight", 8, 4, sizes.fanout_messages)
+            progress.step("members, 8 shards, 4 members")
+            fanout = member_run(coordinator.url, redis_server.url, "dp8", 8, 4, 8, sizes.fanout_messages)
+            progress.step("key-ordered, 100 workers")
+            keyed = member_run(coordinator.url, redis_server.url, "dpk", 1, 1, sizes.keyed_workers,
+                               sizes.keyed_messages, keyed=sizes)
+    finally:
+        if coordinator is not None:
+            coordinator.stop()
+        redis_server.stop()
+    single_ratio = single["perSecond"] / plain_single["perSecond"]
+    fanout_ratio = fanout["perSecond"] / plain_fanout["perSecond"]
+    ideal = keyed["workMs"] / 1000 / sizes.keyed_workers
+    keyed_ratio = keyed["seconds"] / ideal
+    result.rows += [
+        ["1 shard, 1 member, no-op", sizes.single_messages, plain_single["perSecond"], single["perSecond"],
+         single_ratio, single["seconds"], None, None],
+        ["8 shards, 4 members, no-op", sizes.fanout_messages, plain_fanout["perSecond"],
+         fanout["perSecond"], fanout_ratio, fanout["seconds"], None, None],
+        [f"key-ordered: {sizes.keyed_keys:,} keys, 0-{sizes.keyed_max_work_ms:.0f} ms, "
+         f"{sizes.keyed_workers} workers", sizes.keyed_messages, None, keyed["perSecond"], None,
+         keyed["seconds"], ideal, keyed_ratio],
+    ]
+    result.data = {"plainSingle": plain_single, "single": single, "plainFanout": plain_fanout,
+                   "fanout": fanout, "keyed": keyed, "idealSeconds": ideal}
+    result.target("data plane, 1 member vs plain redis-py", ">= 0.8x", f"{single_ratio:.2f}x",
+                  single_ratio >= 0.8)
+    result.target("data plane, 8 shards x 4 members vs plain", "(aggregate)", f"{fanout_ratio:.2f}x", None)
+    result.target("key-ordered run vs ideal", "<= 2x", f"{keyed_ratio:.2f}x", keyed_ratio <= 2)
+    result.target("key order violations", "0", str(keyed["outOfOrder"]), keyed["outOfOrder"] == 0)
+    result.notes.append(f"read batch {READ_COUNT} on both sides; the member's 4 members run in this "
+                        "process (one trio loop); plain 8-stream baseline: 4 threads x 2 streams")
+    return result

@@ -1,0 +1,224 @@
+"""Processes under test: Redis, the coordinator, the bare baseline server and the load generator.
+
+Every process the bench starts is stopped by its pid (SIGTERM, then SIGKILL)
+in `stop()`; everything listens on 127.0.0.1 only. CPU and memory are read
+from /proc through psutil.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+
+from actors.embedded_redis import EmbeddedRedis
+
+
+class BenchError(RuntimeError):
+    """A process under test misbehaved (did not start, answered an error, timed out)."""
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+class Child:
+    """A child process whose stdout we read line by line."""
+
+    def __init__(self, argv: list[str], *, stdin: bool = False) -> None:
+        self.argv = argv
+        self.process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, env=_child_env(), bufsize=0)
+        self.stats = psutil.Process(self.process.pid)
+        self._selector = selectors.DefaultSelector()
+        assert self.process.stdout is not None
+        os.set_blocking(self.process.stdout.fileno(), False)
+        self._selector.register(self.process.stdout, selectors.EVENT_READ)
+        self._buffer = b""
+        self._stderr_tail = b""
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def readline(self, timeout: float, on_wait: Callable[[], None] | None = None) -> str:
+        """The next stdout line; `on_wait` is called about every 0.1 s while waiting (progress)."""
+        deadline = time.monotonic() + timeout
+        assert self.process.stdout is not None
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BenchError(f"{self.argv[2]}: no answer within {timeout:.0f}s")
+            if self._selector.select(min(remaining, 0.1)):
+                chunk = self.process.stdout.read(65536)
+                if not chunk:
+                    raise BenchError(f"{self.argv[2]} exited: {self.stderr_tail()}")
+                self._buffer += chunk
+            elif self.process.poll() is not None:
+                raise BenchError(f"{self.argv[2]} exited ({self.process.returncode}): "
+                                 f"{self.stderr_tail()}")
+            if on_wait is not None:
+                on_wait()
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode()
+
+    def stderr_tail(self) -> str:
+        assert self.process.stderr is not None
+        if self.process.poll() is not None:
+            self._stderr_tail = (self._stderr_tail + self.process.stderr.read())[-2000:]
+        return self._stderr_tail.decode(errors="replace")
+
+    def cpu_seconds(self) -> float:
+        times = self.stats.cpu_times()
+        return times.user + times.system
+
+    def rss_mb(self) -> float:
+        return self.stats.memory_info().rss / 2**20
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
+        self._selector.close()
+
+
+def _drain_stderr_forever(child: Child) -> None:
+    """Coordinator logs go to stderr; read them on a thread so the pipe never fills up."""
+    import threading
+
+    def pump() -> None:
+        assert child.process.stderr is not None
+        while True:
+            chunk = child.process.stderr.read(65536)
+            if not chunk:
+                return
+            child._stderr_tail = (child._stderr_tail + chunk)[-2000:]
+
+    threading.Thread(target=pump, daemon=True).start()
+
+
+class Server(Child):
+    """A server child that prints `listening on ws://H:P` once it accepts sessions."""
+
+    def __init__(self, argv: list[str], timeout: float = 30) -> None:
+        super().__init__(argv)
+        _drain_stderr_forever(self)
+        self.url = ""
+        deadline = time.monotonic() + timeout
+        while not self.url:
+            line = self.readline(max(0.1, deadline - time.monotonic()))
+            if line.startswith("listening on "):
+                self.url = line.split(" ", 2)[2].strip()
+
+    def stderr_tail(self) -> str:
+        return self._stderr_tail.decode(errors="replace")
+
+
+# set by `python -m bench --profile-coordinator`: each coordinator runs under cProfile into this folder
+PROFILE_DIR: str | None = None
+
+
+def start_coordinator(redis_url: str, *, heartbeat_interval_ms: int = 3000, lease_ttl_ms: int = 30000,
+                      tick_interval_ms: int = 1000, push: bool = True) -> Server:
+    profile: list[str] = []
+    if PROFILE_DIR is not None:
+        profile = ["-m", "cProfile", "-o",
+                   os.path.join(PROFILE_DIR, f"coordinator-{time.strftime('%H%M%S')}-{os.getpid()}.prof")]
+    argv = [sys.executable, *profile, "-m", "bench.coordinator", "--redis-url", redis_url, "--port", "0",
+            "--heartbeat-interval-ms", str(heartbeat_interval_ms), "--lease-ttl-ms", str(lease_ttl_ms),
+            "--tick-interval-ms", str(tick_interval_ms), "--log-level", "warning"]
+    if not push:
+        argv.append("--no-push")
+    return Server(argv)
+
+
+def start_bare() -> Server:
+    return Server([sys.executable, "-m", "bench.bare", "--port", "0"])
+
+
+class LoadGen(Child):
+    """The load-generator process (bench/loadgen.py), driven one JSON command at a time."""
+
+    def __init__(self, url: str, prefix: str = "bench", group: str = "g") -> None:
+        super().__init__([sys.executable, "-m", "bench.loadgen", url, prefix, group], stdin=True)
+        _drain_stderr_forever(self)
+        ready = json.loads(self.readline(30))
+        self.fd_limit = ready.get("fdLimit")
+
+    def stderr_tail(self) -> str:
+        return self._stderr_tail.decode(errors="replace")
+
+    def call(self, cmd: str, timeout: float = 300, on_wait: Callable[[], None] | None = None,
+             **fields: Any) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        # the load generator's own wait (convergence) ends a little before ours does
+        command = {"cmd": cmd, "timeout": max(1.0, timeout - 5), **fields}
+        self.process.stdin.write((json.dumps(command) + "\n").encode())
+        self.process.stdin.flush()
+        result: dict[str, Any] = json.loads(self.readline(timeout, on_wait))
+        if "error" in result:
+            raise BenchError(f"load generator {cmd}: {result['error']}")
+        return result
+
+    def stop(self) -> None:
+        if self.process.poll() is None and self.process.stdin is not None:
+            try:
+                self.process.stdin.write(b'{"cmd": "exit"}\n')
+                self.process.stdin.flush()
+                self.process.wait(timeout=20)
+            except (BrokenPipeError, subprocess.TimeoutExpired):
+                pass
+        super().stop()
+
+
+class Redis:
+    """A private redis-server for one scenario."""
+
+    def __init__(self) -> None:
+        self.server = EmbeddedRedis().start()
+        self.url = self.server.url
+        assert self.server.process is not None
+        self.pid = self.server.process.pid
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+class Sampler:
+    """CPU (cores used) and RSS of some processes over a window."""
+
+    def __init__(self, **children: Child) -> None:
+        self.children = children
+        self.started = time.perf_counter()
+        self.cpu = {name: child.cpu_seconds() for name, child in children.items()}
+        self.peak_rss = {name: child.rss_mb() for name, child in children.items()}
+
+    def sample(self) -> None:
+        for name, child in self.children.items():
+            self.peak_rss[name] = max(self.peak_rss[name], child.rss_mb())
+
+    def result(self) -> dict[str, dict[str, float]]:
+        elapsed = time.perf_counter() - self.started
+        self.sample()
+        return {name: {"cpuCores": (child.cpu_seconds() - self.cpu[name]) / elapsed,
+                       "rssMb": child.rss_mb(), "peakRssMb": self.peak_rss[name]}
+                for name, child in self.children.items()}
