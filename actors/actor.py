@@ -20,7 +20,14 @@ import trio
 
 from actors.group import GroupMachine, GroupSettings
 from actors.logs import log_event
-from actors.store import MetadataStore, StoreError, StoreFenced, StreamAdmin
+from actors.store import (
+    MetadataStore,
+    StoreError,
+    StoreFenced,
+    StreamAdmin,
+    group_field,
+    member_field,
+)
 from protocol import messages as m
 from protocol.errors import Status
 from protocol.routing import HASH_NAME, stream_key
@@ -146,7 +153,9 @@ class PrefixActor:
         self.persisted_routing: RoutingState | None = None
         self.persisted_groups: dict[str, dict[str, Any]] = {}
         self.summaries: dict[str, m.GroupSummary] = {}
+        # where to push each member (H10), and the reverse, to forget a closed session fast
         self.sessions: dict[tuple[str, str], Outbox] = {}
+        self.session_members: dict[Outbox, set[tuple[str, str]]] = {}
         self.subscribers: set[Outbox] = set()
         self.send_channel, self.receive_channel = trio.open_memory_channel[Envelope](4096)
         self.healthy = True
@@ -194,10 +203,8 @@ class PrefixActor:
                 started = trio.current_time()
                 group = self._group(request.consumer_group, streams_to_create)
                 response = group.heartbeat(request, now, self._routing_summary())
-                if envelope.session is not None and request.member_epoch != -1:
-                    self.sessions[(request.consumer_group, request.member_id)] = envelope.session
-                elif request.member_epoch == -1:
-                    self.sessions.pop((request.consumer_group, request.member_id), None)
+                self._track_session((request.consumer_group, request.member_id),
+                                    None if request.member_epoch == -1 else envelope.session)
                 immediate.append((envelope.reply, response))
                 if self.metrics is not None:
                     self.metrics.observe_heartbeat_seconds(trio.current_time() - started)
@@ -242,7 +249,7 @@ class PrefixActor:
         group = self.groups.get(name)
         if group is None:
             group = GroupMachine(self.prefix, name, self.settings, self.assignable_shards())
-            group.effects.dirty = True
+            group.effects.group_dirty = True
             self.groups[name] = group
             live = self.live_streams()
             if live:
@@ -407,10 +414,10 @@ class PrefixActor:
             fields["routing"] = self.routing.to_record() if self.routing else None
         if self.migration != self.persisted_migration:
             fields["migration"] = self.migration.to_record() if self.migration else None
-        records = {name: self.groups[name].to_record()
+        changes = {name: self._group_changes(name, effect)
                    for name, effect in effects.items() if effect.dirty}
-        for name, record in records.items():
-            fields["group:" + name] = record
+        for group_fields, _ in changes.values():
+            fields.update(group_fields)
         owner_changes = [(shard, name, owner) for name, effect in effects.items()
                          for shard, owner in effect.owner_changes.items()]
         if not fields and not owner_changes and not streams_to_create:
@@ -434,10 +441,36 @@ class PrefixActor:
             self.metrics.observe_checkpoint_seconds(trio.current_time() - started)
         self.persisted_routing = self.routing
         self.persisted_migration = attrs.evolve(self.migration) if self.migration else None
-        self.persisted_groups.update(records)
-        for name in records:
+        for name, (_, apply) in changes.items():
+            apply()
             self.summaries[name] = self.groups[name].summary()
         return True
+
+    def _group_changes(self, name: str, effect: Any) -> tuple[dict[str, Any], Callable[[], None]]:
+        """The hash fields a group's effects change, and how to fold them into the rollback copy."""
+        group = self.groups[name]
+        fields: dict[str, Any] = {}
+        if effect.group_dirty:
+            fields[group_field(name)] = group.group_record()
+        members = {mid: {**group.member_record(mid), "target": group.member_target(mid)}
+                   for mid in effect.members_dirty if mid in group.members}
+        for mid, record in members.items():
+            fields[member_field(name, mid)] = record
+        for mid in effect.members_removed:
+            fields[member_field(name, mid)] = None
+
+        def apply() -> None:
+            persisted = self.persisted_groups.setdefault(name, {"members": {}, "target": {}})
+            if effect.group_dirty:
+                persisted.update(group.group_record())
+            for mid, record in members.items():
+                persisted["target"][mid] = record["target"]
+                persisted["members"][mid] = {k: v for k, v in record.items() if k != "target"}
+            for mid in effect.members_removed:
+                persisted["members"].pop(mid, None)
+                persisted["target"].pop(mid, None)
+
+        return fields, apply
 
     def _write(self, fields: dict[str, Any], owner_changes: list[tuple[str, str, str | None]],
                streams_to_create: list[tuple[list[str], list[str]]], to_seal: list[str]) -> None:
@@ -485,9 +518,20 @@ class PrefixActor:
             for session in list(self.subscribers):
                 session.push(message)
 
+    def _track_session(self, key: tuple[str, str], session: Outbox | None) -> None:
+        old = self.sessions.get(key)
+        if old is session:
+            return
+        if old is not None:
+            self.session_members[old].discard(key)
+            del self.sessions[key]
+        if session is not None:
+            self.sessions[key] = session
+            self.session_members.setdefault(session, set()).add(key)
+
     def forget_session(self, session: Outbox) -> None:
         self.subscribers.discard(session)
-        for key in [key for key, value in self.sessions.items() if value is session]:
+        for key in self.session_members.pop(session, ()):
             del self.sessions[key]
 
 

@@ -3,7 +3,7 @@
 Pure: events in (heartbeats, ticks, admin changes, routing changes), new state
 and effects out; `now_ms` is always passed in. Rules H1..H14 of PROTOCOL.md
 live here, the way Kafka's CurrentAssignmentBuilder / TargetAssignmentBuilder
-split them: `_recompute_target` builds the target, `_reconcile` moves one
+split them: `TargetAssignment` keeps the target, `_reconcile` moves one
 member from what it holds towards its target without ever letting a shard
 have two owners.
 
@@ -76,11 +76,18 @@ class Event:
 class Effects:
     """What the shell must do after an event: persist, push, log, write owner tokens."""
 
-    dirty: bool = False
+    group_dirty: bool = False  # epochs, settings or shards changed
+    members_dirty: set[str] = attrs.field(factory=set)  # their books or targets changed
+    members_removed: set[str] = attrs.field(factory=set)
     pushes: set[str] = attrs.field(factory=set)
     events: list[Event] = attrs.field(factory=list)
     # shard -> new owner memberId, or None when nobody holds it any more
     owner_changes: dict[str, str | None] = attrs.field(factory=dict)
+
+    @property
+    def dirty(self) -> bool:
+        """Something a response may reveal changed: it must be persisted first (H12)."""
+        return self.group_dirty or bool(self.members_dirty) or bool(self.members_removed)
 
 
 class GroupMachine:
@@ -164,6 +171,7 @@ class GroupMachine:
             member.needs_full_report = False
         if request.capacity is not None and request.capacity != member.capacity:
             member.capacity = request.capacity
+            self.effects.members_dirty.add(member_id)
             self._bump_epoch("capacity", cause=member_id)
         released = revoked & member.revoking
         if owned is not None:
@@ -202,7 +210,7 @@ class GroupMachine:
         """Admin change of the group setting (H1, H11)."""
         if value != self.max_concurrency:
             self.max_concurrency = value
-            self._bump_epoch("max_concurrency")
+            self._bump_epoch("max_concurrency", push_all=True)
 
     def set_shards(self, shards: Sequence[str]) -> None:
         """The prefix's assignable shards changed (routing created, resharding)."""
@@ -210,7 +218,7 @@ class GroupMachine:
         if shards != self.shards:
             self.shards = shards
             self._shard_index = {shard: index for index, shard in enumerate(shards)}
-            self._bump_epoch("routing")
+            self._bump_epoch("routing", push_all=True)
 
     def take_effects(self) -> Effects:
         effects, self.effects = self.effects, Effects()
@@ -224,6 +232,9 @@ class GroupMachine:
             member = Member(member_id=request.member_id, member_epoch=JOIN_EPOCH,
                             capacity=request.capacity, last_heartbeat_ms=now_ms)
             self.members[member.member_id] = member
+            self.target.add_member(member.member_id)
+            self.effects.members_dirty.add(member.member_id)
+            self.effects.members_removed.discard(member.member_id)
             self.fenced_ids.pop(member.member_id, None)
             self.effects.events.append(Event("joined", member.member_id,
                                              {"capacity": request.capacity}))
@@ -237,6 +248,7 @@ class GroupMachine:
         self.effects.events.append(Event("rejoined", member.member_id))
         if request.capacity is not None and request.capacity != member.capacity:
             member.capacity = request.capacity
+            self.effects.members_dirty.add(member.member_id)
             self._bump_epoch("capacity", cause=member.member_id)
         return member
 
@@ -258,6 +270,9 @@ class GroupMachine:
         if member.held:
             self._release(member, member.held, now_ms, cause=member.member_id, revoke=False)
         del self.members[member.member_id]
+        self.target.remove_member(member.member_id)
+        self.effects.members_dirty.discard(member.member_id)
+        self.effects.members_removed.add(member.member_id)
         self.effects.events.append(Event(reason, member.member_id))
         self._bump_epoch(reason, cause=member.member_id)
 
@@ -279,25 +294,29 @@ class GroupMachine:
                 waiting = self.target.owner.get(shard)
                 if waiting is not None and waiting != cause:
                     self.effects.pushes.add(waiting)
-        self.effects.dirty = True
+        self.effects.members_dirty.add(member.member_id)
 
-    def _bump_epoch(self, reason: str, cause: str | None = None) -> None:
-        """H1: the group epoch grows and the target is recomputed at it."""
+    def _bump_epoch(self, reason: str, cause: str | None = None, *, push_all: bool = False) -> None:
+        """H1: the group epoch grows and the target is recomputed at it.
+
+        Members are added to and removed from the target as they come and go;
+        here the shards follow, and the members whose target changed are pushed
+        (H10). With `push_all` (routing or maxConcurrency changed) everyone is.
+        """
         self.group_epoch += 1
-        self._recompute_target()
-        self.effects.dirty = True
-        self.effects.events.append(Event("epoch", None, {
-            "reason": reason, "groupEpoch": self.group_epoch, "members": len(self.members)}))
-        self.effects.pushes.update(mid for mid in self.members if mid != cause)
-
-    def _recompute_target(self) -> None:
-        for member_id in set(self.target.targets) - set(self.members):
-            self.target.remove_member(member_id)
-        for member_id in self.members.keys() - set(self.target.targets):
-            self.target.add_member(member_id)
         if self.target.shards != self.shards:
             self.target.set_shards(self.shards)
         self.assignment_epoch = self.group_epoch
+        changed = self.target.take_changed()
+        self.effects.group_dirty = True
+        self.effects.members_dirty |= changed
+        self.effects.events.append(Event("epoch", None, {
+            "reason": reason, "groupEpoch": self.group_epoch, "members": len(self.members)}))
+        if push_all:
+            self.effects.pushes.update(self.members)
+        else:
+            self.effects.pushes |= changed
+        self.effects.pushes.discard(cause)  # type: ignore[arg-type]
 
     def _reconcile(self, member: Member, now_ms: int) -> Status:
         """Move `member` towards its target (H3, H4, H5); the heart of CurrentAssignmentBuilder."""
@@ -310,7 +329,7 @@ class GroupMachine:
             if keep != member.assigned or revoking != member.revoking:
                 member.assigned = keep
                 member.revoking = revoking
-                self.effects.dirty = True
+                self.effects.members_dirty.add(member.member_id)
             if member.revoke_started_ms is None:  # H14: the clock starts with the first ask
                 member.revoke_started_ms = now_ms
             return Status.REVOKE_PENDING
@@ -318,14 +337,14 @@ class GroupMachine:
         if member.member_epoch != self.assignment_epoch:
             member.previous_epoch = member.member_epoch
             member.member_epoch = self.assignment_epoch
-            self.effects.dirty = True
+            self.effects.members_dirty.add(member.member_id)
         free = [s for s in target - member.assigned if s not in self.owners]
         if free:
             for shard in free:
                 self.owners[shard] = member.member_id
                 self.effects.owner_changes[shard] = member.member_id
             member.assigned = member.assigned | frozenset(free)
-            self.effects.dirty = True
+            self.effects.members_dirty.add(member.member_id)
         return Status.OK
 
     # --- responses -------------------------------------------------------------
@@ -437,18 +456,25 @@ class GroupMachine:
     def to_record(self) -> dict[str, Any]:
         """Everything a response may reveal, as JSON-ready data."""
         return {
-            "groupEpoch": self.group_epoch,
-            "assignmentEpoch": self.assignment_epoch,
-            "maxConcurrency": self.max_concurrency,
-            "shards": list(self.shards),
-            "members": {
-                mid: {"epoch": mb.member_epoch, "previousEpoch": mb.previous_epoch,
-                      "capacity": mb.capacity, "assigned": sorted(mb.assigned),
-                      "revoking": sorted(mb.revoking)}
-                for mid, mb in self.members.items()
-            },
+            **self.group_record(),
+            "members": {mid: self.member_record(mid) for mid in self.members},
             "target": {mid: sorted(shards) for mid, shards in self.target.targets.items()},
         }
+
+    def group_record(self) -> dict[str, Any]:
+        """The group-level part of the record (the store writes it when `group_dirty`)."""
+        return {"groupEpoch": self.group_epoch, "assignmentEpoch": self.assignment_epoch,
+                "maxConcurrency": self.max_concurrency, "shards": list(self.shards)}
+
+    def member_record(self, member_id: str) -> dict[str, Any]:
+        """One member's books (the store writes only the members in `members_dirty`)."""
+        member = self.members[member_id]
+        return {"epoch": member.member_epoch, "previousEpoch": member.previous_epoch,
+                "capacity": member.capacity, "assigned": sorted(member.assigned),
+                "revoking": sorted(member.revoking)}
+
+    def member_target(self, member_id: str) -> list[str]:
+        return sorted(self.target.targets.get(member_id, ()))
 
     def restore(self, record: dict[str, Any], now_ms: int, *, restart: bool) -> None:
         """Load state from a record (a coordinator restart, or a rollback after a failed write).
@@ -476,6 +502,9 @@ class GroupMachine:
                 needs_full_report=restart or (previous is not None and previous.needs_full_report),
             )
         self.target = TargetAssignment(self.shards, record["target"])
+        for member_id in self.members:
+            self.target.add_member(member_id)
+        self.target.take_changed()
         self.owners = {s: mid for mid, mb in self.members.items() for s in mb.held}
         self.effects = Effects()
 

@@ -6,8 +6,10 @@ Blocking (redis-py's sync client); the actors call it through
 - `rsc:coordinator:epoch`: INCR'd by every coordinator that starts.
 - `rsc:coordinator:lease`: the live coordinator's id, with a TTL it renews.
 - `rsc:prefixes`: the set of stream prefixes with metadata.
-- `rsc:meta:{<prefix>}`: a hash with `coordinatorEpoch`, `routing`, `migration`
-  and one `group:<name>` field per group (JSON). Every write checks that no
+- `rsc:meta:{<prefix>}`: a hash with `coordinatorEpoch`, `routing`, `migration`,
+  one `group:<name>` field per group (epochs, settings) and one
+  `member:<len>:<group>:<memberId>` field per member (its books and target),
+  all JSON, so a checkpoint writes only what changed. Every write checks that no
   newer coordinator has written it (its epoch is not above ours), so a stale
   coordinator is fenced rather than overwriting a live one.
 - owner tokens `{shard}:owner:<group>` (value: memberId) that members' ack
@@ -32,6 +34,7 @@ EPOCH_KEY = "rsc:coordinator:epoch"
 LEASE_KEY = "rsc:coordinator:lease"
 PREFIXES_KEY = "rsc:prefixes"
 GROUP_FIELD = "group:"
+MEMBER_FIELD = "member:"
 
 # KEYS[1] meta hash; ARGV[1] our coordinator epoch; ARGV[2..] field, value pairs ("" deletes)
 _CAS_WRITE = """
@@ -78,6 +81,21 @@ class CoordinatorAlreadyRunning(StoreError):
 
 def meta_key(prefix: str) -> str:
     return "rsc:meta:{%s}" % prefix
+
+
+def group_field(group: str) -> str:
+    return GROUP_FIELD + group
+
+
+def member_field(group: str, member_id: str) -> str:
+    """One member's books: `member:<len(group)>:<group>:<memberId>` (names may contain ':')."""
+    return f"{MEMBER_FIELD}{len(group)}:{group}:{member_id}"
+
+
+def parse_member_field(field: str) -> tuple[str, str]:
+    length, _, rest = field[len(MEMBER_FIELD):].partition(":")
+    size = int(length)
+    return rest[:size], rest[size + 1:]
 
 
 class MetadataStore:
@@ -141,8 +159,18 @@ class MetadataStore:
         result: dict[str, dict[str, Any]] = {}
         for prefix in sorted(self.client.smembers(PREFIXES_KEY)):
             raw = self.client.hgetall(meta_key(prefix))
-            groups = {field[len(GROUP_FIELD):]: json.loads(value)
-                      for field, value in raw.items() if field.startswith(GROUP_FIELD)}
+            groups: dict[str, dict[str, Any]] = {}
+            for field, value in raw.items():
+                if field.startswith(GROUP_FIELD):
+                    record = groups.setdefault(field[len(GROUP_FIELD):], {"members": {}, "target": {}})
+                    record.update(json.loads(value))
+            for field, value in raw.items():
+                if field.startswith(MEMBER_FIELD):
+                    group, member_id = parse_member_field(field)
+                    data = json.loads(value)
+                    if group in groups:
+                        groups[group]["target"][member_id] = data.pop("target")
+                        groups[group]["members"][member_id] = data
             result[prefix] = {
                 "routing": json.loads(raw["routing"]) if raw.get("routing") else None,
                 "migration": json.loads(raw["migration"]) if raw.get("migration") else None,

@@ -16,7 +16,7 @@ from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_
 from actors.app import serve
 from actors.config import CoordinatorConfig
 from actors.embedded_redis import EmbeddedRedis
-from actors.store import CoordinatorAlreadyRunning, meta_key
+from actors.store import CoordinatorAlreadyRunning, MetadataStore
 from member.session import SessionClosed, open_session
 from protocol import messages as m
 from protocol.errors import Status
@@ -43,11 +43,11 @@ async def set_shards(url: str, count: int, group: str = GROUP) -> m.ShardCountCh
 
 
 def stored_group(redis_url: str, group: str = GROUP) -> dict:
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    store = MetadataStore(redis_url, lease_ms=1000)
     try:
-        return json.loads(client.hget(meta_key(PREFIX), "group:" + group))
+        return store.load_all()[PREFIX]["groups"][group]
     finally:
-        client.close()
+        store.close()
 
 
 # --- transport -------------------------------------------------------------------------

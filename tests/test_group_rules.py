@@ -741,14 +741,43 @@ def test_h9_leave_of_a_member_the_coordinator_no_longer_knows_is_ok_minus_one():
 # --- H10 push ---------------------------------------------------------------------------------
 
 
-def test_h10_join_pushes_the_other_members_not_the_joiner():
-    group = new_group()
+def targets(group):
+    return {mid: target_of(group, mid) for mid in group.members}
+
+
+def changed_targets(before, after):
+    return {mid for mid in after if before.get(mid, set()) != after[mid]}
+
+
+# H10 reading: a push goes to every member whose next answer changes in substance: its
+# target, a pending shard freed, its maxConcurrency or the routing. A member whose target
+# an epoch bump leaves alone is not pushed; it moves to the new epoch on its next regular
+# heartbeat (H4). Pushing all N members on every join or leave would make each one cost N
+# heartbeats (see the README).
+
+
+def test_h10_join_pushes_the_members_whose_target_changes_not_the_joiner():
+    group = new_group(shard_ids(6))
     join(group, "a")
     assert group.take_effects().pushes == set()
     join(group, "b")
     assert group.take_effects().pushes == {"a"}
+    before = targets(group)
     join(group, "c")
-    assert group.take_effects().pushes == {"a", "b"}
+    pushed = group.take_effects().pushes
+    assert pushed == changed_targets(before, targets(group)) - {"c"}
+    assert pushed and "c" not in pushed
+
+
+def test_h10_join_does_not_push_members_whose_target_stays():
+    group = stable_group("a", "b", "c")  # 4 shards: one member holds only one
+    before = targets(group)
+    join(group, "d")
+    pushed = group.take_effects().pushes
+    untouched = {mid for mid in before if before[mid] == target_of(group, mid)}
+    assert untouched, "the scenario needs a member the join leaves alone"
+    assert not pushed & untouched
+    assert pushed == changed_targets(before, targets(group)) - {"d"}
 
 
 def test_h10_release_pushes_the_member_waiting_for_the_shard_not_the_releaser():
@@ -767,33 +796,40 @@ def test_h10_heartbeat_that_changes_nothing_pushes_nobody():
     assert group.take_effects().pushes == set()
 
 
-def test_h10_capacity_change_pushes_everyone_but_its_sender():
+def test_h10_capacity_change_grows_the_epoch_but_changes_no_one_elses_answer():
     group = stable_group("a", "b", "c")
+    epoch = group.group_epoch
     send(group, "a", epoch_of(group, "a"), capacity=3)
-    assert group.take_effects().pushes == {"b", "c"}
+    assert group.group_epoch == epoch + 1
+    assert group.take_effects().pushes == set()
 
 
-@pytest.mark.parametrize("change", ["max_concurrency", "routing", "removal", "expiry", "leave"])
-def test_h10_group_changes_push_every_remaining_member(change):
+@pytest.mark.parametrize("change", ["max_concurrency", "routing"])
+def test_h10_routing_and_max_concurrency_changes_push_every_member(change):
     group = stable_group("a", "b", "c")
     if change == "max_concurrency":
         group.set_max_concurrency(2)
-        expected = {"a", "b", "c"}
-    elif change == "routing":
+    else:
         group.set_shards(shard_ids(8, version=2))
-        expected = {"a", "b", "c"}
-    elif change == "removal":
+    assert group.take_effects().pushes == {"a", "b", "c"}
+
+
+@pytest.mark.parametrize("change", ["removal", "expiry", "leave"])
+def test_h10_a_departure_pushes_the_members_that_take_over_its_shards(change):
+    group = stable_group("a", "b", "c")
+    before = targets(group)
+    if change == "removal":
         group.remove_member("c", 0)
-        expected = {"a", "b"}
     elif change == "expiry":
         send(group, "a", epoch_of(group, "a"), LEASE)
         send(group, "b", epoch_of(group, "b"), LEASE)
         group.tick(LEASE + 1)
-        expected = {"a", "b"}
     else:
         send(group, "c", -1)
-        expected = {"a", "b"}
-    assert group.take_effects().pushes == expected
+    pushed = group.take_effects().pushes
+    gainers = {mid for mid in group.members if target_of(group, mid) - before[mid]}
+    assert gainers and pushed == gainers
+    assert "c" not in pushed
 
 
 # --- H11 concurrency ----------------------------------------------------------------------------
