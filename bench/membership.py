@@ -227,7 +227,7 @@ def join_storm(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
     members = sizes.storm_members
     shards = shards_for(2 * members)
     result = ScenarioResult("join-storm", f"{members:,} members join at once ({shards:,} shards)",
-                            columns=["members", "shards", "seconds to STABLE", "heartbeats", "pushes",
+                            columns=["members", "shards", "seconds to converge", "heartbeats", "pushes",
                                      "coordinator cores", "peak RSS MB"])
     with progress.scenario("2 join storm", steps=2), coordinated(
             progress, heartbeat_interval_ms=sizes.heartbeat_ms,
@@ -244,9 +244,10 @@ def join_storm(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
         result.rows.append([members, shards, joined["seconds"], joined.get("heartbeats"),
                             joined.get("pushes"), cpu["cpuCores"], cpu["peakRssMb"]])
         result.data = {"join": joined, "cpu": cpu}
-        result.target(f"join storm {members:,} -> STABLE", "(no target)", f"{joined['seconds']:.1f} s", None)
-    result.notes.append("STABLE = every shard held, nothing pending, every member OK at the newest "
-                        "assignment epoch, as the members see it; clock starts when all join")
+        result.target(f"join storm {members:,} -> converged", "(no target)", f"{joined['seconds']:.1f} s", None)
+    result.notes.append("converged = every shard held, nothing pending, every member answered OK, as "
+                        "the members see it (members a join leaves alone catch up with the epoch on "
+                        "their next regular heartbeat); clock starts when all join")
     return result
 
 
