@@ -12,7 +12,8 @@ import sys
 
 def build_parser() -> argparse.ArgumentParser:
     from actors import cli as coordinator_cli
-    from member import admin_cli, cli as member_cli
+    from member import admin_cli
+    from member import cli as member_cli
 
     parser = argparse.ArgumentParser(prog="rsc", description="Redis Stream Coordinator")
     commands = parser.add_subparsers(dest="command", required=True)

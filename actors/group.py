@@ -274,6 +274,7 @@ class GroupMachine:
         self.effects.members_dirty.discard(member.member_id)
         self.effects.members_removed.add(member.member_id)
         self.effects.events.append(Event(reason, member.member_id))
+        self.effects.pushes.discard(member.member_id)
         self._bump_epoch(reason, cause=member.member_id)
 
     def _release(self, member: Member, shards: Iterable[str], now_ms: int, *,

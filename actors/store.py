@@ -80,7 +80,7 @@ class CoordinatorAlreadyRunning(StoreError):
 
 
 def meta_key(prefix: str) -> str:
-    return "rsc:meta:{%s}" % prefix
+    return f"rsc:meta:{{{prefix}}}"
 
 
 def group_field(group: str) -> str:

@@ -9,9 +9,12 @@
   and whether any key ran out of order.
 
 The members are the real runtime (member.listener.Listener) in this process;
-the coordinator is a separate process. Messages are written before the
-members start; the member clock runs from its first handler call to the
-moment nothing is pending and every message was handled.
+the coordinator is a separate process. Both sides are timed the same way:
+messages are written first; setup (connections; for members also joining and
+settling the assignment, behind a gate: the group's last-delivered id is
+moved past the entries and back) is outside the clock; the clock runs from
+the first read (plain) or the gate opening (members, already blocked in
+XREADGROUP) to the reply of the ack of the last entry.
 """
 
 from __future__ import annotations
@@ -59,9 +62,15 @@ def _fill(client: redis.Redis, streams: list[str], count: int, value: Any = None
     return count
 
 
-def plain_consume(redis_url: str, streams: list[str], group: str, consumer: str, total: int) -> float:
-    """The baseline: XREADGROUP COUNT 500 + XACK until `total` entries are acked; returns seconds."""
+def plain_consume(redis_url: str, streams: list[str], group: str, consumer: str, total: int
+                  ) -> tuple[float, float]:
+    """The baseline: XREADGROUP COUNT 500 + XACK until `total` entries are acked.
+
+    Returns (start, end) on time.perf_counter(): from just before the first read
+    (the connection is made before, outside the clock) to the last ack's reply.
+    """
     client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client.ping()
     done = 0
     started = time.perf_counter()
     while done < total:
@@ -71,12 +80,13 @@ def plain_consume(redis_url: str, streams: list[str], group: str, consumer: str,
             if ids:
                 client.xack(stream, group, *ids)
                 done += len(ids)
-    elapsed = time.perf_counter() - started
+    finished = time.perf_counter()
     client.close()
-    return elapsed
+    return started, finished
 
 
 def baseline(redis_url: str, name: str, shards: int, consumers: int, messages: int) -> dict[str, float]:
+    """Plain consumers (threads) on fresh streams: from the first read of any to the last ack of all."""
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     streams = [f"plain:{name}:{index}" for index in range(shards)]
     for stream in streams:
@@ -84,19 +94,18 @@ def baseline(redis_url: str, name: str, shards: int, consumers: int, messages: i
     _fill(client, streams, messages)
     client.close()
     per = shards // consumers
-    times: list[float] = [0.0] * consumers
+    spans: list[tuple[float, float]] = [(0.0, 0.0)] * consumers
 
     def consume(index: int) -> None:
         mine = streams[index * per:(index + 1) * per]
-        times[index] = plain_consume(redis_url, mine, "g", f"c{index}", messages // consumers)
+        spans[index] = plain_consume(redis_url, mine, "g", f"c{index}", messages // consumers)
 
     threads = [threading.Thread(target=consume, args=(index,)) for index in range(consumers)]
-    started = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    elapsed = time.perf_counter() - started
+    elapsed = max(end for _, end in spans) - min(start for start, _ in spans)
     return {"seconds": elapsed, "perSecond": messages / elapsed}
 
 
@@ -111,61 +120,110 @@ async def _set_shards(url: str, prefix: str, count: int) -> list[str]:
     return list(reply["routing"]["streams"])
 
 
-class Probe:
-    """What the handler saw: first call, count, and per-key order."""
+GATE_KEY = "gate"
 
-    def __init__(self, total: int) -> None:
-        self.total = total
+
+class Probe:
+    """What the handlers saw: a count, and per-key order when asked (the keyed case only,
+    so the no-op handler stays a no-op: the plain side does nothing per message either)."""
+
+    def __init__(self, check_order: bool) -> None:
+        self.check_order = check_order
         self.handled = 0
-        self.first: float | None = None
         self.last_id: dict[str, tuple[int, int]] = {}
         self.out_of_order = 0
-        self.all_handled = trio.Event()
 
     def seen(self, key: str, entry_id: str) -> None:
-        if self.first is None:
-            self.first = time.perf_counter()
-        stamp = tuple(int(part) for part in entry_id.split("-"))
-        previous = self.last_id.get(key)
-        if previous is not None and stamp < previous:
-            self.out_of_order += 1
-        self.last_id[key] = stamp  # type: ignore[assignment]
         self.handled += 1
-        if self.handled >= self.total:
-            self.all_handled.set()
+        if self.check_order:
+            stamp = tuple(int(part) for part in entry_id.split("-"))
+            previous = self.last_id.get(key)
+            if previous is not None and stamp < previous:  # type: ignore[operator]
+                self.out_of_order += 1
+            self.last_id[key] = stamp  # type: ignore[assignment]
+
+
+def _close_gate(client: redis.Redis, streams: list[str]) -> None:
+    """Move the group past everything written, so members join and settle on empty streams."""
+    pipe = client.pipeline(transaction=False)
+    for stream in streams:
+        pipe.xgroup_setid(stream, "g", "$")
+    pipe.execute()
+
+
+def _open_gate(client: redis.Redis, streams: list[str]) -> None:
+    """Make every entry deliverable again, and wake the blocked readers with one more entry each."""
+    pipe = client.pipeline(transaction=False)
+    for stream in streams:
+        pipe.xgroup_setid(stream, "g", "0")
+        pipe.xadd(stream, {"key": GATE_KEY, "value": "0"})
+    pipe.execute()
 
 
 async def _run_members(coordinator_url: str, redis_url: str, prefix: str, streams: list[str],
-                       members: int, workers: int, probe: Probe, simulate_work: bool,
-                       timeout: float) -> float:
+                       members: int, workers: int, messages: int, simulate_work: bool,
+                       timeout: float) -> dict[str, Any]:
+    """Run the members; time them from the gate opening to the ack of the last entry.
+
+    Setup is outside the clock, as the plain side's is: the members join and
+    settle their assignment while the gate is closed (the group's last-delivered
+    id past every entry); then the gate opens and the clock starts. It stops
+    when the ack observer has counted every entry acked: a condition, not a poll.
+    """
     from member.listener import Listener
+
+    probe = Probe(check_order=simulate_work)
+    expected = messages + len(streams)  # plus one gate entry per stream
+    acked = 0
+    all_acked = trio.Event()
+    settled = trio.Event()
+    finished = 0.0
 
     async def handle(message: Any) -> None:
         probe.seen(message.key, message.id)
         if simulate_work:
             await trio.sleep(float(message.value) / 1000)
 
+    def on_acked(member_id: str, count: int) -> None:
+        nonlocal acked, finished
+        acked += count
+        if acked >= expected and not all_acked.is_set():
+            finished = trio.current_time()
+            all_acked.set()
+
+    listener: Any = None
+
+    def on_event(member_id: str, event: Any) -> None:
+        if listener is None:
+            return
+        reading = [shard for member in listener.members for shard in member.state.reading()]
+        if (sorted(reading) == sorted(streams)
+                and not any(member.state.revoking() for member in listener.members)):
+            settled.set()
+
     listener = Listener(handle, stream_prefix=prefix, consumer_group="g", coordinator_url=coordinator_url,
                         redis_url=redis_url, concurrency=members, runtime_max_concurrency=workers,
-                        read_count=READ_COUNT)
+                        read_count=READ_COUNT, on_event=on_event, ack_observer=on_acked)
     client = redis.Redis.from_url(redis_url, decode_responses=True)
-
-    def pending() -> int:
-        return sum(int(client.xpending(stream, "g")["pending"]) for stream in streams)
-
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(listener.run)
+            with trio.fail_after(60):
+                await settled.wait()
+            concurrency = [member.stats.workers for member in listener.members]
+            started = trio.current_time()
+            await trio.to_thread.run_sync(_open_gate, client, streams)
             with trio.fail_after(timeout):
-                await probe.all_handled.wait()
-                while await trio.to_thread.run_sync(pending):
-                    await trio.sleep(0.005)
-            finished = time.perf_counter()
+                await all_acked.wait()
             listener.stop()
+        pending = sum(int(client.xpending(stream, "g")["pending"]) for stream in streams)
     finally:
         client.close()
-    assert probe.first is not None
-    return finished - probe.first
+    if probe.handled < expected or pending:
+        raise RuntimeError(f"members handled {probe.handled} of {expected}, {pending} left pending")
+    seconds = finished - started
+    return {"seconds": seconds, "perSecond": expected / seconds, "outOfOrder": probe.out_of_order,
+            "workers": concurrency}
 
 
 def member_run(coordinator_url: str, redis_url: str, prefix: str, shards: int, members: int,
@@ -184,12 +242,10 @@ def member_run(coordinator_url: str, redis_url: str, prefix: str, shards: int, m
             work_ms[str(index)] = work
             pipe.xadd(streams[0], {"key": f"key-{index % keyed.keyed_keys}", "value": f"{work:.4f}"})
         pipe.execute()
+    _close_gate(client, streams)
     client.close()
-    probe = Probe(messages)
-    seconds = trio.run(_run_members, coordinator_url, redis_url, prefix, streams, members, workers, probe,
-                       work_ms is not None, 300.0)
-    result: dict[str, Any] = {"seconds": seconds, "perSecond": messages / seconds,
-                              "outOfOrder": probe.out_of_order}
+    result = trio.run(_run_members, coordinator_url, redis_url, prefix, streams, members, workers,
+                      messages, work_ms is not None, 300.0)
     if work_ms is not None:
         result["workMs"] = sum(work_ms.values())
     return result
@@ -246,6 +302,10 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
     result.target("data plane, 8 shards x 4 members vs plain", "(aggregate)", f"{fanout_ratio:.2f}x", None)
     result.target("key-ordered run vs ideal", "<= 2x", f"{keyed_ratio:.2f}x", keyed_ratio <= 2)
     result.target("key order violations", "0", str(keyed["outOfOrder"]), keyed["outOfOrder"] == 0)
+    result.target("workers used, key-ordered member (maxConcurrency)", str(sizes.keyed_workers),
+                  ", ".join(map(str, keyed["workers"])), keyed["workers"] == [sizes.keyed_workers])
     result.notes.append(f"read batch {READ_COUNT} on both sides; the member's 4 members run in this "
                         "process (one trio loop); plain 8-stream baseline: 4 threads x 2 streams")
+    result.notes.append("both clocks: first read (plain) / gate opening (members settled, blocked in "
+                        "XREADGROUP) to the last ack's reply; member counts include 1 gate entry per shard")
     return result

@@ -9,8 +9,9 @@ stays cheap. Commands come as one JSON object per stdin line and each gets one
 JSON line on stdout.
 
 Convergence is tracked with counters updated on every response, so "all
-shards held, nothing pending, every member answered OK" is an O(1) check and the time to reach it is measured inside this process,
-from the moment the disturbing action (join, add, leave, kill) is taken.
+shards held, nothing pending, every member answered OK" is an O(1) check and
+the time to reach it is measured inside this process, from the moment the
+disturbing action (join, add, leave, kill) is taken.
 """
 
 from __future__ import annotations

@@ -244,7 +244,8 @@ def join_storm(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
         result.rows.append([members, shards, joined["seconds"], joined.get("heartbeats"),
                             joined.get("pushes"), cpu["cpuCores"], cpu["peakRssMb"]])
         result.data = {"join": joined, "cpu": cpu}
-        result.target(f"join storm {members:,} -> converged", "(no target)", f"{joined['seconds']:.1f} s", None)
+        result.target(f"join storm {members:,} -> converged", "(no target)",
+                      f"{joined['seconds']:.1f} s", None)
     result.notes.append("converged = every shard held, nothing pending, every member answered OK, as "
                         "the members see it (members a join leaves alone catch up with the epoch on "
                         "their next regular heartbeat); clock starts when all join")

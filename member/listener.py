@@ -23,7 +23,7 @@ import trio
 
 from member.ids import make_member_id
 from member.policies import AckPolicy, RetryPolicy
-from member.runtime import EventCallback, Handler, Member, MemberConfig, ReadObserver
+from member.runtime import AckObserver, EventCallback, Handler, Member, MemberConfig, ReadObserver
 
 
 class Listener:
@@ -36,7 +36,8 @@ class Listener:
                  read_count: int = 100, block_ms: int = 200,
                  member_ids: list[str] | None = None,
                  on_event: EventCallback | None = None,
-                 read_observer: ReadObserver | None = None) -> None:
+                 read_observer: ReadObserver | None = None,
+                 ack_observer: AckObserver | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if runtime_max_concurrency < 1:
@@ -49,7 +50,8 @@ class Listener:
                                 member_id=member_id, capacity=runtime_max_concurrency,
                                 token=token, ack_policy=ack_policy, retry=retry,
                                 read_count=read_count, block_ms=block_ms),
-                   handler, on_event=on_event, read_observer=read_observer)
+                   handler, on_event=on_event, read_observer=read_observer,
+                   ack_observer=ack_observer)
             for member_id in ids[:concurrency]
         ]
 

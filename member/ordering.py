@@ -3,6 +3,13 @@
 Messages with the same (shard, partition key) run one at a time in arrival
 order; different keys run in parallel. Keys become runnable in arrival order,
 so no key starves.
+
+Layout (every operation is O(1) except `drop_shard`): a key is *active* while
+one of its messages is ready or running. `_ready` holds ready messages (at
+most one per key, the key's oldest); `_waiting[key]` holds the messages behind
+it, or None when there are none (most keys, most of the time: no deque is
+allocated for a key seen once). A message whose key is not active goes
+straight to `_ready`.
 """
 
 from __future__ import annotations
@@ -27,57 +34,83 @@ OrderKey = tuple[str, Hashable]
 class KeyOrderedQueue(Generic[ItemT]):
     """Queued messages by (shard, key); `pop_ready` hands out the next one allowed to run."""
 
+    __slots__ = ("_ready", "_waiting", "_queued")
+
     def __init__(self) -> None:
-        self._queues: dict[OrderKey, deque[ItemT]] = {}
-        self._running: set[OrderKey] = set()
-        self._ready: deque[OrderKey] = deque()
-        self._in_ready: set[OrderKey] = set()
+        self._ready: deque[ItemT] = deque()
+        self._waiting: dict[OrderKey, deque[ItemT] | None] = {}
         self._queued = 0
 
     def __len__(self) -> int:
         """Messages queued, not yet handed out."""
         return self._queued
 
+    @property
+    def ready(self) -> int:
+        """Messages that may be handed out now."""
+        return len(self._ready)
+
     def push(self, item: ItemT) -> None:
         """Queue a message behind earlier ones of its key."""
         order_key = (item.shard, item.key)
-        self._queues.setdefault(order_key, deque()).append(item)
+        waiting = self._waiting
         self._queued += 1
-        self._mark_ready(order_key)
+        if order_key in waiting:
+            behind = waiting[order_key]
+            if behind is None:
+                waiting[order_key] = deque((item,))
+            else:
+                behind.append(item)
+        else:
+            waiting[order_key] = None
+            self._ready.append(item)
+
+    def push_many(self, items: list[ItemT]) -> None:
+        """`push` each of `items`, in order."""
+        push = self.push
+        for item in items:
+            push(item)
 
     def pop_ready(self) -> ItemT | None:
         """The next message whose key has nothing running, or None; its key is now running."""
-        while self._ready:
-            order_key = self._ready.popleft()
-            self._in_ready.discard(order_key)
-            queue = self._queues.get(order_key)
-            if not queue or order_key in self._running:
-                continue
-            item = queue.popleft()
-            if not queue:
-                del self._queues[order_key]
+        if self._ready:
             self._queued -= 1
-            self._running.add(order_key)
-            return item
+            return self._ready.popleft()
         return None
 
-    def done(self, item: ItemT) -> None:
-        """The message handed out for `item`'s key finished; the key's next may run."""
+    def done(self, item: ItemT) -> bool:
+        """The message handed out for `item`'s key finished; the key's next may run.
+
+        True when that made a message ready.
+        """
         order_key = (item.shard, item.key)
-        self._running.discard(order_key)
-        self._mark_ready(order_key)
+        behind = self._waiting.get(order_key)
+        if behind:
+            self._ready.append(behind.popleft())
+            if not behind:
+                self._waiting[order_key] = None
+            return True
+        self._waiting.pop(order_key, None)
+        return False
 
     def drop_shard(self, shard: str) -> list[ItemT]:
         """Remove and return every queued (not running) message of `shard`."""
         dropped: list[ItemT] = []
-        for order_key in [k for k in self._queues if k[0] == shard]:
-            dropped.extend(self._queues.pop(order_key))
-            self._in_ready.discard(order_key)
+        kept: deque[ItemT] = deque()
+        for item in self._ready:
+            if item.shard == shard:
+                dropped.append(item)
+                # its key has nothing running: it is no longer active
+                behind = self._waiting.pop((item.shard, item.key), None)
+                if behind:
+                    dropped.extend(behind)
+            else:
+                kept.append(item)
+        self._ready = kept
+        for order_key in [k for k in self._waiting if k[0] == shard]:
+            behind = self._waiting[order_key]
+            if behind:
+                dropped.extend(behind)
+            self._waiting[order_key] = None  # a message of this key is still running
         self._queued -= len(dropped)
         return dropped
-
-    def _mark_ready(self, order_key: OrderKey) -> None:
-        if (order_key in self._queues and order_key not in self._running
-                and order_key not in self._in_ready):
-            self._ready.append(order_key)
-            self._in_ready.add(order_key)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,7 +22,15 @@ from member.policies import AckPolicy, RetryPolicy
 from member.reconcile import LEAVE_EPOCH, Actions, Event, MemberState, Phase
 from member.session import ResponseUndecodable, SessionClosed, open_session
 from member.stats import MemberStats
-from member.streams import NOT_OWNER, Entry, ProduceOps, StreamOps, connect, supports_xackdel
+from member.streams import (
+    KEY_FIELD,
+    NOT_OWNER,
+    VALUE_FIELD,
+    ProduceOps,
+    StreamOps,
+    connect,
+    supports_xackdel,
+)
 from protocol import AssignmentChanged, HeartbeatResponse, Status
 
 log = logging.getLogger(__name__)
@@ -45,6 +52,7 @@ class Message:
 Handler = Callable[[Message], Awaitable[None] | None]
 EventCallback = Callable[[str, Event], None]
 ReadObserver = Callable[[str, frozenset[str], float, float], None]
+AckObserver = Callable[[str, int], None]
 
 
 @attrs.frozen(kw_only=True)
@@ -62,6 +70,7 @@ class MemberConfig:
     block_ms: int = 200
     max_buffered: int = 1000
     ack_batch: int = 500
+    ack_linger_ms: float = 5.0
     ack_policy: AckPolicy = AckPolicy.AFTER
     retry: RetryPolicy | None = None
     default_heartbeat_interval_ms: int = 1000
@@ -89,22 +98,54 @@ class Signal:
             await self._event.wait()
 
 
-@attrs.define(eq=False)
+_MESSAGE_SETTERS = tuple(Message.__dict__[name].__set__ for name in (
+    "shard", "id", "key", "value", "fields", "member_id", "attempt"))
+
+
+def new_message(shard: str, entry_id: str, key: str, value: str, fields: dict[str, str],
+                member_id: str, attempt: int = 1) -> Message:
+    """`Message(...)` without attrs' frozen `__init__` (4x cheaper: this runs once per entry)."""
+    set_shard, set_id, set_key, set_value, set_fields, set_member, set_attempt = _MESSAGE_SETTERS
+    message = object.__new__(Message)
+    set_shard(message, shard)
+    set_id(message, entry_id)
+    set_key(message, key)
+    set_value(message, value)
+    set_fields(message, fields)
+    set_member(message, member_id)
+    set_attempt(message, attempt)
+    return message
+
+
 class Work:
     """One entry on its way through the member: queued, running, waiting for its ack."""
 
-    entry: Entry
-    generation: int
-    acked: trio.Event | None = None
-    ack_ok: bool = False
+    __slots__ = ("shard", "key", "generation", "message", "acked", "ack_ok")
 
-    @property
-    def shard(self) -> str:
-        return self.entry.shard
+    def __init__(self, message: Message, generation: int) -> None:
+        self.shard = message.shard
+        self.key = message.key
+        self.generation = generation
+        self.message = message
+        self.acked: trio.Event | None = None
+        self.ack_ok = False
 
-    @property
-    def key(self) -> str:
-        return self.entry.key
+
+RawEntries = list[tuple[str | None, dict[str, str] | None]]
+
+
+def build_works(shard: str, entries: RawEntries, generation: int, member_id: str) -> list[Work]:
+    """Work items of one shard from redis-py's parsed entries (skipping deleted ones)."""
+    works: list[Work] = []
+    append = works.append
+    for entry_id, fields in entries:
+        if entry_id is None:
+            continue
+        if fields is None:
+            fields = {}
+        append(Work(new_message(shard, entry_id, fields.get(KEY_FIELD, ""),
+                                fields.get(VALUE_FIELD, ""), fields, member_id), generation))
+    return works
 
 
 class Member:
@@ -116,22 +157,35 @@ class Member:
 
     def __init__(self, config: MemberConfig, handler: Handler, *,
                  on_event: EventCallback | None = None,
-                 read_observer: ReadObserver | None = None) -> None:
+                 read_observer: ReadObserver | None = None,
+                 ack_observer: AckObserver | None = None) -> None:
         self.config = config
         self.handler = handler
         self.on_event = on_event
         self.read_observer = read_observer
+        self.ack_observer = ack_observer
         self.state = MemberState(member_id=config.member_id)
         self.stats = MemberStats(member_id=config.member_id, workers=config.capacity)
         self._is_async = inspect.iscoroutinefunction(handler)
         self._queue: KeyOrderedQueue[Work] = KeyOrderedQueue()
         self._recovering: dict[str, str] = {}
         self._reads_in_progress: frozenset[str] = frozenset()
+        # fired on state transitions (and pushes) only, never per message
         self._changed = Signal()
         self._heartbeat_due = True
-        self._workers = trio.CapacityLimiter(config.capacity)
+        # workers: `_worker_limit` of them take work; the rest park on `_over_limit`
+        self._worker_limit = config.capacity
+        self._idle = trio.lowlevel.ParkingLot()
+        self._over_limit = trio.lowlevel.ParkingLot()
+        self._busy = 0  # workers holding a work item
         self._threads = trio.CapacityLimiter(max(64, config.capacity))
-        self._ack_send, self._ack_receive = trio.open_memory_channel[Work](math.inf)
+        # the reader parks on `_reader_wake` while it has nothing to do
+        self._reader_wake = Signal()
+        self._reader_waiting = False
+        # acks: handed over by workers, sent in batches by the acker
+        self._acks: list[Work] = []
+        self._ack_lot = trio.lowlevel.ParkingLot()
+        self._acks_awaited = 0  # AckPolicy.BEFORE workers waiting for their ack
         self._stop_requested = trio.Event()
         self._joined = trio.Event()
         self._left = trio.Event()
@@ -156,7 +210,7 @@ class Member:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._session_loop)
                 nursery.start_soon(self._reader)
-                nursery.start_soon(self._dispatcher)
+                nursery.start_soon(self._worker_pool)
                 nursery.start_soon(self._acker)
                 nursery.start_soon(self._lease_watch)
                 nursery.start_soon(self._lag_poll)
@@ -194,10 +248,12 @@ class Member:
             self._queue.drop_shard(shard)
         for shard in actions.start:
             self._recovering[shard] = "0-0"
-        workers = state.max_concurrency or self.config.capacity
-        if self._workers.total_tokens != workers:
-            self._workers.total_tokens = workers
-            self.stats.workers = workers
+        workers = max(1, state.max_concurrency or self.config.capacity)
+        if self._worker_limit != workers:
+            self._worker_limit = workers
+            self._over_limit.unpark_all()
+            self._idle.unpark_all()  # idle workers over the new limit move to `_over_limit`
+        self.stats.workers = workers
         self.stats.member_epoch = state.member_epoch
         self.stats.owned_shards = tuple(sorted(state.owned()))
         if actions.heartbeat_now:
@@ -210,6 +266,7 @@ class Member:
             if self.on_event is not None:
                 self.on_event(self.member_id, event)
         self._changed.fire()
+        self._reader_wake.fire()
         self._check_drained()
 
     def _check_drained(self) -> None:
@@ -219,11 +276,17 @@ class Member:
                 self._apply(*self.state.on_drained(shard))
                 return  # _apply re-checks the rest
 
-    def _finish(self, shard: str) -> None:
-        self.stats.in_flight[shard] -= 1
-        if self.stats.in_flight[shard] <= 0:
-            del self.stats.in_flight[shard]
-        self._changed.fire()
+    def _finish(self, shard: str, count: int = 1) -> None:
+        """`count` entries of `shard` are no longer in flight (acked, refused or dropped)."""
+        in_flight = self.stats.in_flight
+        in_flight[shard] -= count
+        if in_flight[shard] <= 0:
+            del in_flight[shard]
+            self._after_finish()
+
+    def _after_finish(self) -> None:
+        if self._reader_waiting:
+            self._reader_wake.fire()  # a fresh claim may wait for in-flight work to finish
         self._check_drained()
 
     # --- session: heartbeats ---------------------------------------------------------------
@@ -312,7 +375,12 @@ class Member:
                         self.member_id, use_xackdel=self._use_xackdel)
         try:
             while True:
-                await self._changed.wait_until(self._reader_can_work)
+                while not self._reader_can_work():
+                    self._reader_waiting = True
+                    try:
+                        await self._reader_wake.wait()
+                    finally:
+                        self._reader_waiting = False
                 recoverable = self._recoverable()
                 try:
                     if recoverable:
@@ -339,12 +407,16 @@ class Member:
     async def _recover_some(self, ops: StreamOps, shard: str) -> None:
         generation = self.state.holds[shard].generation
         start = self._recovering[shard]
-        cursor, entries = await self._observed(
-            frozenset({shard}),
-            lambda: ops.claim_pending(shard, start, count=self.config.read_count))
+        count, member_id = self.config.read_count, self.member_id
+
+        def claim() -> tuple[str, list[Work]]:
+            cursor, entries = ops.claim_pending_raw(shard, start, count=count)
+            return cursor, build_works(shard, entries, generation, member_id)
+
+        cursor, works = await self._observed(frozenset({shard}), claim)
         if not self._still_reading(shard, generation) or shard not in self._recovering:
             return  # revoked meanwhile: what we claimed stays pending for the next owner
-        self._enqueue(entries, {shard: generation})
+        self._enqueue(works)
         if cursor == "0-0":
             del self._recovering[shard]
         else:
@@ -352,64 +424,114 @@ class Member:
 
     async def _read_new(self, ops: StreamOps, shards: list[str]) -> None:
         generations = {s: self.state.holds[s].generation for s in shards}
-        entries = await self._observed(
-            frozenset(shards),
-            lambda: ops.read_new(shards, count=self.config.read_count,
-                                 block_ms=self.config.block_ms))
-        self._enqueue([e for e in entries if self._still_reading(e.shard, generations[e.shard])],
-                      generations)
+        count, block_ms, member_id = self.config.read_count, self.config.block_ms, self.member_id
+
+        def read() -> list[tuple[str, list[Work]]]:
+            return [(shard, build_works(shard, entries, generations[shard], member_id))
+                    for shard, entries in ops.read_new_raw(shards, count=count, block_ms=block_ms)]
+
+        for shard, works in await self._observed(frozenset(shards), read):
+            if self._still_reading(shard, generations[shard]):
+                self._enqueue(works)
 
     def _still_reading(self, shard: str, generation: int) -> bool:
         hold = self.state.holds.get(shard)
         return (hold is not None and hold.phase is Phase.READING
                 and self.state.may_process(shard, generation))
 
-    def _enqueue(self, entries: list[Entry], generations: dict[str, int]) -> None:
-        for entry in entries:
-            self._queue.push(Work(entry, generations[entry.shard]))
-        if entries:
-            self._changed.fire()
+    def _enqueue(self, works: list[Work]) -> None:
+        if works:
+            self._queue.push_many(works)
+            if self._idle:
+                self._idle.unpark(count=len(works))
 
-    # --- dispatcher and workers ----------------------------------------------------------
+    # --- workers -------------------------------------------------------------------------
 
-    async def _dispatcher(self) -> None:
-        async with trio.open_nursery() as workers:
+    async def _worker_pool(self) -> None:
+        """Keep `_worker_limit` long-lived workers (never one task per message)."""
+        async with trio.open_nursery() as nursery:
+            spawned = 0
             while True:
-                work = self._queue.pop_ready()
-                if work is None:
-                    await self._changed.wait()
-                    continue
-                self.stats.in_flight[work.shard] += 1
-                await self._workers.acquire_on_behalf_of(work)
-                workers.start_soon(self._work, work)
+                while spawned < self._worker_limit:
+                    nursery.start_soon(self._worker, spawned)
+                    spawned += 1
+                await self._changed.wait()
 
-    async def _work(self, work: Work) -> None:
-        handed_to_acker = False
-        try:
-            if not self.state.may_process(work.shard, work.generation):
-                return  # no longer ours: it stays pending for the next owner
-            if self.config.ack_policy is AckPolicy.BEFORE:
-                if not await self._ack_now(work):
-                    return
+    async def _worker(self, index: int) -> None:
+        """Take ready work until none is left, then park until the reader queues more.
+
+        The no-op path costs a few microseconds per message: no task, no thread
+        hop, no wakeup of anybody but the acker once a batch is worth sending.
+        """
+        queue = self._queue
+        max_buffered = self.config.max_buffered
+        since_checkpoint = 0
+        while True:
+            if index >= self._worker_limit:
+                if queue.ready and self._idle:
+                    self._idle.unpark()  # pass on a wakeup meant for a worker that may work
+                await self._over_limit.park()
+                continue
+            work = queue.pop_ready()
+            if work is None:
+                since_checkpoint = 0
+                await self._idle.park()
+                continue
+            if self._reader_waiting and len(queue) < max_buffered:
+                self._reader_wake.fire()
+            self.stats.in_flight[work.shard] += 1
+            self._busy += 1
+            handed_to_acker = False
+            try:
+                handed_to_acker = await self._process(work)
+            finally:
+                self._busy -= 1
+                if queue.done(work) and self._idle:
+                    self._idle.unpark()  # its key's next message is ready: keep keys parallel
+                if not handed_to_acker:
+                    self._finish(work.shard)
+            if handed_to_acker:
+                acks = self._acks
+                if (len(acks) == 1 or len(acks) >= self.config.ack_batch
+                        or (not self._busy and not queue)):
+                    self._ack_lot.unpark_all()
+            since_checkpoint += 1
+            if since_checkpoint >= 64:  # a handler that never awaits must not starve the rest
+                since_checkpoint = 0
+                await trio.lowlevel.checkpoint()
+
+    async def _process(self, work: Work) -> bool:
+        """Run one message; True when it went to the acker (which then finishes it)."""
+        if not self.state.may_process(work.shard, work.generation):
+            return False  # no longer ours: it stays pending for the next owner
+        if self.config.ack_policy is AckPolicy.BEFORE:
+            if await self._ack_now(work):
                 await self._run_handler(work)
-                return
-            if await self._run_handler(work) and self.state.may_process(
-                    work.shard, work.generation):
-                handed_to_acker = True
-                self._ack_send.send_nowait(work)
-        finally:
-            self._queue.done(work)
-            self._workers.release_on_behalf_of(work)
-            if not handed_to_acker:
-                self._finish(work.shard)
-            else:
-                self._changed.fire()
+            return False
+        if self._is_async and self.config.retry is None:
+            try:
+                await self.handler(work.message)  # type: ignore[misc]
+            except Exception as exc:  # noqa: BLE001 - a handler's failure is data, not a crash
+                self.stats.failed += 1
+                log.warning("member %s: handler failed on %s %s (attempt 1): %r",
+                            self.member_id, work.shard, work.message.id, exc)
+                return False
+            self.stats.processed += 1
+        elif not await self._run_handler(work):
+            return False
+        self._acks.append(work)  # the acker checks ownership again right before acking
+        return True
 
     async def _ack_now(self, work: Work) -> bool:
         work.acked = trio.Event()
         self.stats.in_flight[work.shard] += 1  # the acker finishes this extra count
-        self._ack_send.send_nowait(work)
-        await work.acked.wait()
+        self._acks.append(work)
+        self._acks_awaited += 1
+        self._ack_lot.unpark_all()
+        try:
+            await work.acked.wait()
+        finally:
+            self._acks_awaited -= 1
         return work.ack_ok
 
     async def _run_handler(self, work: Work) -> bool:
@@ -417,10 +539,11 @@ class Member:
         retry = self.config.retry
         attempts = retry.max_deliveries if retry else 1
         error: BaseException | None = None
+        first = work.message
         for attempt in range(1, attempts + 1):
-            message = Message(shard=work.shard, id=work.entry.id, key=work.key,
-                              value=work.entry.value, fields=dict(work.entry.fields),
-                              member_id=self.member_id, attempt=attempt)
+            message = first if attempt == 1 else new_message(
+                first.shard, first.id, first.key, first.value, dict(first.fields),
+                first.member_id, attempt)
             try:
                 if self._is_async:
                     await self.handler(message)  # type: ignore[misc]
@@ -432,7 +555,7 @@ class Member:
                 error = exc
                 self.stats.failed += 1
                 log.warning("member %s: handler failed on %s %s (attempt %d): %r",
-                            self.member_id, work.shard, work.entry.id, attempt, exc)
+                            self.member_id, work.shard, first.id, attempt, exc)
             if attempt < attempts:
                 await trio.sleep(retry.backoff_ms / 1000 if retry else 0)
                 if not self.state.may_process(work.shard, work.generation):
@@ -444,8 +567,9 @@ class Member:
 
     async def _dead_letter(self, work: Work, stream: str, error: BaseException | None,
                            attempts: int) -> None:
-        fields = {"shard": work.shard, "id": work.entry.id, "key": work.key,
-                  "value": work.entry.value, "error": repr(error), "attempts": str(attempts),
+        message = work.message
+        fields = {"shard": work.shard, "id": message.id, "key": work.key,
+                  "value": message.value, "error": repr(error), "attempts": str(attempts),
                   "consumerGroup": self.config.consumer_group, "memberId": self.member_id}
         assert self._misc_client is not None
         ops = ProduceOps(self._misc_client)
@@ -454,17 +578,27 @@ class Member:
 
     # --- acker ---------------------------------------------------------------------------
 
+    def _ack_due(self) -> bool:
+        """Send now: a full batch, a worker waiting for its ack, or no more work to wait for."""
+        return (len(self._acks) >= self.config.ack_batch or self._acks_awaited > 0
+                or (not self._busy and not self._queue))
+
     async def _acker(self) -> None:
+        """Send acks in batches: up to `ack_batch`, waiting at most `ack_linger_ms` for more
+        while workers are still busy with what was read."""
         ops = StreamOps(connect(self.config.redis_url), self.config.consumer_group,
                         self.member_id, use_xackdel=self._use_xackdel)
+        linger = self.config.ack_linger_ms / 1000
         try:
             while True:
-                batch = [await self._ack_receive.receive()]
-                while len(batch) < self.config.ack_batch:
-                    try:
-                        batch.append(self._ack_receive.receive_nowait())
-                    except trio.WouldBlock:
-                        break
+                while not self._acks:
+                    await self._ack_lot.park()
+                if not self._ack_due():
+                    with trio.move_on_after(linger):
+                        while not self._ack_due():
+                            await self._ack_lot.park()
+                batch = self._acks[:self.config.ack_batch]
+                del self._acks[:len(batch)]
                 await self._ack_batch(ops, batch)
         finally:
             ops.client.close()
@@ -472,9 +606,19 @@ class Member:
     async def _ack_batch(self, ops: StreamOps, batch: list[Work]) -> None:
         while True:
             ids_by_shard: dict[str, list[str]] = {}
+            skipped: set[tuple[str, int]] = set()  # no longer ours: stays pending, not acked
+            checked: tuple[str, int] | None = None
+            ids: list[str] = []
+            may_process = self.state.may_process
             for work in batch:
-                if self.state.may_process(work.shard, work.generation):
-                    ids_by_shard.setdefault(work.shard, []).append(work.entry.id)
+                if (work.shard, work.generation) != checked:
+                    checked = (work.shard, work.generation)
+                    if may_process(work.shard, work.generation):
+                        ids = ids_by_shard.setdefault(work.shard, [])
+                    else:
+                        ids = []
+                        skipped.add(checked)
+                ids.append(work.message.id)
             try:
                 results = await trio.to_thread.run_sync(ops.ack, ids_by_shard)
                 break
@@ -487,11 +631,21 @@ class Member:
                 self._apply(*self.state.on_ack_refused(shard))
             else:
                 self.stats.acked += result
+                if self.ack_observer is not None:
+                    self.ack_observer(self.member_id, result)
+        finished: dict[str, int] = {}
         for work in batch:
             if work.acked is not None:
-                work.ack_ok = results.get(work.shard, NOT_OWNER) != NOT_OWNER
+                work.ack_ok = ((work.shard, work.generation) not in skipped
+                               and results.get(work.shard, NOT_OWNER) != NOT_OWNER)
                 work.acked.set()
-            self._finish(work.shard)
+            finished[work.shard] = finished.get(work.shard, 0) + 1
+        in_flight = self.stats.in_flight
+        for shard, count in finished.items():
+            in_flight[shard] -= count
+            if in_flight[shard] <= 0:
+                del in_flight[shard]
+        self._after_finish()
 
     # --- lag ---------------------------------------------------------------------------
 

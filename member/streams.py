@@ -10,15 +10,18 @@ is not a blocking read is batched into one pipeline per call. Scripts:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 import redis
+from redis.exceptions import NoScriptError
 
 from protocol.routing import owner_key, seal_key
 
 NOT_OWNER = -1
+ACK_CHUNK = 2000
 SEALED_ERROR = "SEALED"
 KEY_FIELD = "key"
 VALUE_FIELD = "value"
@@ -66,6 +69,44 @@ class Entry:
         return self.fields.get(VALUE_FIELD, "")
 
 
+class Script:
+    """A Lua script called by EVALSHA in pipelines, loaded once per client.
+
+    redis-py's own `Script` checks every pipeline with SCRIPT EXISTS first (one
+    more round trip per batch); this one loads at start and reloads only when
+    the server answers NOSCRIPT (restarted or flushed).
+    """
+
+    def __init__(self, client: redis.Redis, text: str) -> None:
+        self.text = text
+        self.sha = hashlib.sha1(text.encode("utf-8")).hexdigest()
+        self._loaded = False
+
+    def run(self, client: redis.Redis, calls: Sequence[tuple[Sequence[str], Sequence[str]]]
+            ) -> list[Any]:
+        """Run the script once per (keys, args) in one pipeline; errors are returned, not raised."""
+        if not calls:
+            return []
+        if not self._loaded:
+            client.script_load(self.text)
+            self._loaded = True
+        results = self._pipelined(client, calls)
+        missing = [index for index, result in enumerate(results) if isinstance(result, NoScriptError)]
+        if missing:
+            client.script_load(self.text)
+            for index, result in zip(missing, self._pipelined(client, [calls[i] for i in missing]),
+                                     strict=True):
+                results[index] = result
+        return results
+
+    def _pipelined(self, client: redis.Redis,
+                   calls: Sequence[tuple[Sequence[str], Sequence[str]]]) -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.evalsha(self.sha, len(keys), *keys, *args)
+        return list(pipe.execute(raise_on_error=False))
+
+
 def connect(redis_url: str) -> redis.Redis:
     """A sync client decoding replies as UTF-8 text (hiredis when installed)."""
     return redis.Redis.from_url(redis_url, decode_responses=True, socket_keepalive=True)
@@ -91,17 +132,22 @@ class StreamOps:
         self.consumer_group = consumer_group
         self.consumer = consumer
         self.use_xackdel = supports_xackdel(client) if use_xackdel is None else use_xackdel
-        self._ack_script = client.register_script(_ACK_SCRIPT)
+        self._ack_script = Script(client, _ACK_SCRIPT)
 
     def read_new(self, shards: Sequence[str], *, count: int, block_ms: int) -> list[Entry]:
         """One XREADGROUP over `shards` for never-delivered entries, blocking up to block_ms."""
+        return _entries(self.read_new_raw(shards, count=count, block_ms=block_ms))
+
+    def read_new_raw(self, shards: Sequence[str], *, count: int, block_ms: int
+                     ) -> list[tuple[str, list[tuple[str | None, dict[str, str] | None]]]]:
+        """`read_new` as redis-py parses it: [(shard, [(id, fields), ...]), ...]."""
         if not shards:
             return []
         reply = self.client.xreadgroup(
             self.consumer_group, self.consumer, {shard: ">" for shard in shards},
             count=count, block=block_ms,
         )
-        return _entries(reply)
+        return reply or []
 
     def claim_pending(self, shard: str, start: str, *, count: int) -> tuple[str, list[Entry]]:
         """Claim up to `count` pending entries of any consumer from `start` (XAUTOCLAIM, idle 0).
@@ -109,27 +155,41 @@ class StreamOps:
         Returns the cursor for the next call ("0-0" when the whole PEL was scanned)
         and the claimed entries; entries deleted from the stream leave the PEL.
         """
+        cursor, claimed = self.claim_pending_raw(shard, start, count=count)
+        return cursor, [Entry(shard, entry_id, fields or {}) for entry_id, fields in claimed
+                        if entry_id is not None]
+
+    def claim_pending_raw(self, shard: str, start: str, *, count: int
+                          ) -> tuple[str, list[tuple[str | None, dict[str, str] | None]]]:
+        """`claim_pending` as redis-py parses it: (cursor, [(id, fields), ...])."""
         reply = self.client.xautoclaim(shard, self.consumer_group, self.consumer,
                                        min_idle_time=0, start_id=start, count=count)
-        cursor, claimed = reply[0], reply[1]
-        entries = [Entry(shard, entry_id, fields or {}) for entry_id, fields in claimed
-                   if entry_id is not None]
-        return cursor, entries
+        return reply[0], reply[1]
 
     def ack(self, ids_by_shard: Mapping[str, Sequence[str]]) -> dict[str, int]:
         """Ack entries per shard in one pipeline; a shard answers NOT_OWNER if not ours."""
         shards = [shard for shard, ids in ids_by_shard.items() if ids]
         if not shards:
             return {}
-        pipe = self.client.pipeline(transaction=False)
+        xackdel = "1" if self.use_xackdel else "0"
+        calls = []
         for shard in shards:
-            self._ack_script(
-                keys=[shard, owner_key(shard, self.consumer_group)],
-                args=[self.consumer, self.consumer_group, "1" if self.use_xackdel else "0",
-                      *ids_by_shard[shard]],
-                client=pipe,
-            )
-        return {shard: int(result) for shard, result in zip(shards, pipe.execute(), strict=True)}
+            ids = ids_by_shard[shard]
+            # Lua's unpack has a stack limit: at most ACK_CHUNK ids per script call
+            for start in range(0, len(ids), ACK_CHUNK):
+                calls.append(([shard, owner_key(shard, self.consumer_group)],
+                              [self.consumer, self.consumer_group, xackdel,
+                               *ids[start:start + ACK_CHUNK]]))
+        acked: dict[str, int] = {}
+        for (keys, _), result in zip(calls, self._ack_script.run(self.client, calls), strict=True):
+            if isinstance(result, Exception):
+                raise result
+            shard = keys[0]
+            if int(result) == NOT_OWNER or acked.get(shard) == NOT_OWNER:
+                acked[shard] = NOT_OWNER
+            else:
+                acked[shard] = acked.get(shard, 0) + int(result)
+        return acked
 
     def lag(self, shards: Iterable[str]) -> dict[str, int | None]:
         """Entries not yet delivered to the group, per shard (XINFO GROUPS `lag`, Redis >= 7)."""
@@ -164,7 +224,7 @@ class ProduceOps:
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
-        self._script = client.register_script(_PRODUCE_SCRIPT)
+        self._script = Script(client, _PRODUCE_SCRIPT)
 
     def write(self, records: Sequence[tuple[str, str, str]]) -> list[str | None]:
         """XADD each (shard, key, value) in one pipeline; None where the shard is sealed.
@@ -173,11 +233,9 @@ class ProduceOps:
         """
         if not records:
             return []
-        pipe = self.client.pipeline(transaction=False)
-        for shard, key, value in records:
-            self._script(keys=[shard, seal_key(shard)], args=[key, value], client=pipe)
+        calls = [([shard, seal_key(shard)], [key, value]) for shard, key, value in records]
         results: list[str | None] = []
-        for result in pipe.execute(raise_on_error=False):
+        for result in self._script.run(self.client, calls):
             if isinstance(result, Exception):
                 if str(result).startswith(SEALED_ERROR):
                     results.append(None)

@@ -21,7 +21,7 @@ def stream_key(prefix: str, version: int, index: int) -> str:
     The whole shard name is the Redis Cluster hash tag, so the stream and its
     seal and owner keys (`shard_tag_key`) live in one slot.
     """
-    return "{%s:v%d:%d}" % (prefix, version, index)
+    return f"{{{prefix}:v{version}:{index}}}"
 
 
 def shard_tag_key(shard: str, suffix: str) -> str:

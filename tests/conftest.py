@@ -58,7 +58,9 @@ class RunningCoordinator:
             await self.stopped.wait()
 
 
-async def start_coordinator(nursery: trio.Nursery, redis_url: str, **overrides: Any) -> RunningCoordinator:
+async def start_coordinator(
+    nursery: trio.Nursery, redis_url: str, **overrides: Any
+) -> RunningCoordinator:
     """Start a coordinator with short ticks and leases (FAST), overridable per test."""
     config = CoordinatorConfig(redis_url=redis_url, port=0, **{**FAST, **overrides})
     scope = trio.CancelScope()
@@ -84,6 +86,8 @@ async def coordinator_factory(
 
 
 @pytest.fixture
-async def coordinator(coordinator_factory: Callable[..., Awaitable[RunningCoordinator]]) -> RunningCoordinator:
+async def coordinator(
+    coordinator_factory: Callable[..., Awaitable[RunningCoordinator]],
+) -> RunningCoordinator:
     """A coordinator on the test's redis-server with short tick, lease and heartbeat."""
     return await coordinator_factory()

@@ -27,7 +27,7 @@ import pickle
 import attrs
 from hypothesis import event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from actors.group import EMPTY, STABLE, GroupMachine, GroupSettings
 from protocol import messages as m
