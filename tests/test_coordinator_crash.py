@@ -94,3 +94,33 @@ async def test_sigkill_mid_rebalance_then_restart_members_keep_epochs_and_never_
             process.send_signal(signal.SIGTERM)
             with trio.fail_after(10):
                 await process.wait()
+
+
+async def test_sigterm_stops_cleanly_releases_the_lease_and_keeps_state(redis_url):
+    import redis
+
+    from actors.store import LEASE_KEY
+
+    process, url = await spawn_coordinator(redis_url)
+    async with open_session(url, "admin") as admin:
+        await admin.request(m.SetShardCount(request_id=0, stream_prefix=PREFIX,
+                                            consumer_group=GROUP, shard_count=2))
+    member = SimMember("a", PREFIX, GROUP)
+    async with open_session(url, "member") as session:
+        joined = await member.beat(session)
+    process.send_signal(signal.SIGTERM)
+    with trio.fail_after(10):
+        assert await process.wait() == 0
+    client = redis.Redis.from_url(redis_url)
+    assert client.exists(LEASE_KEY) == 0  # the next coordinator need not wait for it to lapse
+    client.close()
+    process, url = await spawn_coordinator(redis_url)
+    try:
+        async with open_session(url, "member") as session:
+            member.send_full = True
+            again = await member.beat(session)
+        assert again.status == Status.OK and again.member_epoch == joined.member_epoch
+    finally:
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(10):
+            await process.wait()
