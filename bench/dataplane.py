@@ -19,6 +19,8 @@ XREADGROUP) to the reply of the ack of the last entry.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import random
 import threading
@@ -123,6 +125,54 @@ async def _set_shards(url: str, prefix: str, count: int) -> list[str]:
 GATE_KEY = "gate"
 
 
+class SimulatedWork:
+    """Simulated I/O-bound work: `await work.wait(seconds)` parks the task like an awaited
+    socket would, and one timer task wakes every waiter whose time has come.
+
+    Why not `trio.sleep`: each trio.sleep is a cancel scope whose expiry raises and
+    catches Cancelled, ~40 us of CPU apiece on the 2-core bench machine; at 100
+    concurrent handlers that alone is ~1.6x the "ideal" (total work / workers), which
+    counts work as free CPU. A real awaited reply costs a park and a reschedule, as
+    here. The scenario also reports the trio.sleep run (info).
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[list[Any]] = []
+        self._seq = itertools.count()
+        self._scope: trio.CancelScope | None = None
+        self._idle = trio.lowlevel.ParkingLot()
+
+    async def run(self) -> None:
+        heap = self._heap
+        while True:
+            now = trio.current_time()
+            while heap and heap[0][0] <= now:
+                task = heapq.heappop(heap)[2]
+                if task is not None:
+                    trio.lowlevel.reschedule(task)
+            if not heap:
+                await self._idle.park()
+                continue
+            with trio.CancelScope(deadline=heap[0][0]) as self._scope:
+                await trio.sleep_forever()
+            self._scope = None
+
+    async def wait(self, seconds: float) -> None:
+        deadline = trio.current_time() + seconds
+        entry: list[Any] = [deadline, next(self._seq), trio.lowlevel.current_task()]
+        heapq.heappush(self._heap, entry)
+        if self._scope is not None and deadline < self._scope.deadline:
+            self._scope.deadline = deadline
+        elif self._idle:
+            self._idle.unpark_all()
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            entry[2] = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+
 class Probe:
     """What the handlers saw: a count, and per-key order when asked (the keyed case only,
     so the no-op handler stays a no-op: the plain side does nothing per message either)."""
@@ -161,7 +211,7 @@ def _open_gate(client: redis.Redis, streams: list[str]) -> None:
 
 
 async def _run_members(coordinator_url: str, redis_url: str, prefix: str, streams: list[str],
-                       members: int, workers: int, messages: int, simulate_work: bool,
+                       members: int, workers: int, messages: int, simulate_work: str | None,
                        timeout: float) -> dict[str, Any]:
     """Run the members; time them from the gate opening to the ack of the last entry.
 
@@ -172,17 +222,28 @@ async def _run_members(coordinator_url: str, redis_url: str, prefix: str, stream
     """
     from member.listener import Listener
 
-    probe = Probe(check_order=simulate_work)
+    probe = Probe(check_order=simulate_work is not None)
+    work = SimulatedWork()
     expected = messages + len(streams)  # plus one gate entry per stream
     acked = 0
     all_acked = trio.Event()
     settled = trio.Event()
     finished = 0.0
 
+    work_seen = 0
+
     async def handle(message: Any) -> None:
+        nonlocal work_seen
         probe.seen(message.key, message.id)
-        if simulate_work:
+        if simulate_work is None or message.key == GATE_KEY:
+            return
+        work_seen += 1
+        if simulate_work == "timer":
+            await work.wait(float(message.value) / 1000)
+        elif simulate_work == "trio.sleep":
             await trio.sleep(float(message.value) / 1000)
+        else:
+            raise ValueError(f"unknown simulated work {simulate_work!r}")
 
     def on_acked(member_id: str, count: int) -> None:
         nonlocal acked, finished
@@ -207,7 +268,15 @@ async def _run_members(coordinator_url: str, redis_url: str, prefix: str, stream
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(listener.run)
+
+            async def run_listener(task_status: trio.TaskStatus[Any]) -> None:
+                try:
+                    await listener.run(task_status=task_status)
+                finally:
+                    nursery.cancel_scope.cancel()  # the members have left: stop the work timer
+
+            nursery.start_soon(work.run)
+            await nursery.start(run_listener)
             with trio.fail_after(60):
                 await settled.wait()
             concurrency = [member.stats.workers for member in listener.members]
@@ -219,6 +288,8 @@ async def _run_members(coordinator_url: str, redis_url: str, prefix: str, stream
         pending = sum(int(client.xpending(stream, "g")["pending"]) for stream in streams)
     finally:
         client.close()
+    if simulate_work is not None and work_seen < messages:
+        raise RuntimeError(f"only {work_seen} of {messages} handlers simulated their work")
     if probe.handled < expected or pending:
         raise RuntimeError(f"members handled {probe.handled} of {expected}, {pending} left pending")
     seconds = finished - started
@@ -227,7 +298,8 @@ async def _run_members(coordinator_url: str, redis_url: str, prefix: str, stream
 
 
 def member_run(coordinator_url: str, redis_url: str, prefix: str, shards: int, members: int,
-               workers: int, messages: int, *, keyed: Sizes | None = None) -> dict[str, Any]:
+               workers: int, messages: int, *, keyed: Sizes | None = None,
+               simulate: str = "timer") -> dict[str, Any]:
     streams = trio.run(_set_shards, coordinator_url, prefix, shards)
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     work_ms: dict[str, float] | None = None
@@ -245,7 +317,7 @@ def member_run(coordinator_url: str, redis_url: str, prefix: str, shards: int, m
     _close_gate(client, streams)
     client.close()
     result = trio.run(_run_members, coordinator_url, redis_url, prefix, streams, members, workers,
-                      messages, work_ms is not None, 300.0)
+                      messages, simulate if work_ms is not None else None, 300.0)
     if work_ms is not None:
         result["workMs"] = sum(work_ms.values())
     return result
@@ -266,7 +338,7 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
     coordinator = None
     try:
         coordinator = start_coordinator(redis_server.url, heartbeat_interval_ms=1000, lease_ttl_ms=10000)
-        with progress.scenario("6 data plane", steps=5):
+        with progress.scenario("6 data plane", steps=6):
             progress.step("plain redis-py, 1 stream")
             plain_single = baseline(redis_server.url, "one", 1, 1, sizes.single_messages)
             progress.step("member, 1 shard, no-op handler")
@@ -278,6 +350,10 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
             progress.step("key-ordered, 100 workers")
             keyed = member_run(coordinator.url, redis_server.url, "dpk", 1, 1, sizes.keyed_workers,
                                sizes.keyed_messages, keyed=sizes)
+            progress.step("key-ordered, 100 workers, trio.sleep as the work")
+            keyed_sleep = member_run(coordinator.url, redis_server.url, "dpks", 1, 1,
+                                     sizes.keyed_workers, sizes.keyed_messages, keyed=sizes,
+                                     simulate="trio.sleep")
     finally:
         if coordinator is not None:
             coordinator.stop()
@@ -286,6 +362,7 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
     fanout_ratio = fanout["perSecond"] / plain_fanout["perSecond"]
     ideal = keyed["workMs"] / 1000 / sizes.keyed_workers
     keyed_ratio = keyed["seconds"] / ideal
+    keyed_sleep_ratio = keyed_sleep["seconds"] / ideal
     result.rows += [
         ["1 shard, 1 member, no-op", sizes.single_messages, plain_single["perSecond"], single["perSecond"],
          single_ratio, single["seconds"], None, None],
@@ -294,18 +371,27 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
         [f"key-ordered: {sizes.keyed_keys:,} keys, 0-{sizes.keyed_max_work_ms:.0f} ms, "
          f"{sizes.keyed_workers} workers", sizes.keyed_messages, None, keyed["perSecond"], None,
          keyed["seconds"], ideal, keyed_ratio],
+        ["  the same, trio.sleep as the work (info)", sizes.keyed_messages, None,
+         keyed_sleep["perSecond"], None, keyed_sleep["seconds"], ideal, keyed_sleep_ratio],
     ]
     result.data = {"plainSingle": plain_single, "single": single, "plainFanout": plain_fanout,
-                   "fanout": fanout, "keyed": keyed, "idealSeconds": ideal}
+                   "fanout": fanout, "keyed": keyed, "keyedTrioSleep": keyed_sleep,
+                   "idealSeconds": ideal}
     result.target("data plane, 1 member vs plain redis-py", ">= 0.8x", f"{single_ratio:.2f}x",
                   single_ratio >= 0.8)
     result.target("data plane, 8 shards x 4 members vs plain", "(aggregate)", f"{fanout_ratio:.2f}x", None)
-    result.target("key-ordered run vs ideal", "<= 2x", f"{keyed_ratio:.2f}x", keyed_ratio <= 2)
-    result.target("key order violations", "0", str(keyed["outOfOrder"]), keyed["outOfOrder"] == 0)
+    # the target is judged on the stricter run: work as a plain `await trio.sleep`
+    result.target("key-ordered run vs ideal (work = trio.sleep)", "<= 2x", f"{keyed_sleep_ratio:.2f}x",
+                  keyed_sleep_ratio <= 2)
+    result.target("key-ordered run vs ideal (work = parked I/O wait)", "(info)", f"{keyed_ratio:.2f}x", None)
+    result.target("key order violations", "0", str(keyed["outOfOrder"] + keyed_sleep["outOfOrder"]),
+                  keyed["outOfOrder"] + keyed_sleep["outOfOrder"] == 0)
     result.target("workers used, key-ordered member (maxConcurrency)", str(sizes.keyed_workers),
                   ", ".join(map(str, keyed["workers"])), keyed["workers"] == [sizes.keyed_workers])
     result.notes.append(f"read batch {READ_COUNT} on both sides; the member's 4 members run in this "
                         "process (one trio loop); plain 8-stream baseline: 4 threads x 2 streams")
     result.notes.append("both clocks: first read (plain) / gate opening (members settled, blocked in "
                         "XREADGROUP) to the last ack's reply; member counts include 1 gate entry per shard")
+    result.notes.append("key-ordered work is a simulated I/O wait (a parked task woken by one timer "
+                        "task); trio.sleep costs ~40 us CPU each here, shown as an info row")
     return result

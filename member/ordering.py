@@ -15,8 +15,8 @@ straight to `_ready`.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
-from typing import Generic, Protocol, TypeVar
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, Protocol, TypeVar
 
 
 class Keyed(Protocol):
@@ -27,19 +27,28 @@ class Keyed(Protocol):
     def key(self) -> str: ...
 
 
-ItemT = TypeVar("ItemT", bound=Keyed)
+ItemT = TypeVar("ItemT")
 OrderKey = tuple[str, Hashable]
 
 
+def shard_and_key(item: Keyed) -> OrderKey:
+    """The default order key: the item's (shard, key) attributes."""
+    return (item.shard, item.key)
+
+
 class KeyOrderedQueue(Generic[ItemT]):
-    """Queued messages by (shard, key); `pop_ready` hands out the next one allowed to run."""
+    """Queued messages by (shard, key); `pop_ready` hands out the next one allowed to run.
 
-    __slots__ = ("_ready", "_waiting", "_queued")
+    `order_key(item)` gives an item's (shard, key); by default its attributes.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_ready", "_waiting", "_queued", "_order_key")
+
+    def __init__(self, order_key: Callable[[Any], OrderKey] = shard_and_key) -> None:
         self._ready: deque[ItemT] = deque()
         self._waiting: dict[OrderKey, deque[ItemT] | None] = {}
         self._queued = 0
+        self._order_key = order_key
 
     def __len__(self) -> int:
         """Messages queued, not yet handed out."""
@@ -52,7 +61,7 @@ class KeyOrderedQueue(Generic[ItemT]):
 
     def push(self, item: ItemT) -> None:
         """Queue a message behind earlier ones of its key."""
-        order_key = (item.shard, item.key)
+        order_key = self._order_key(item)
         waiting = self._waiting
         self._queued += 1
         if order_key in waiting:
@@ -83,7 +92,7 @@ class KeyOrderedQueue(Generic[ItemT]):
 
         True when that made a message ready.
         """
-        order_key = (item.shard, item.key)
+        order_key = self._order_key(item)
         behind = self._waiting.get(order_key)
         if behind:
             self._ready.append(behind.popleft())
@@ -98,10 +107,11 @@ class KeyOrderedQueue(Generic[ItemT]):
         dropped: list[ItemT] = []
         kept: deque[ItemT] = deque()
         for item in self._ready:
-            if item.shard == shard:
+            order_key = self._order_key(item)
+            if order_key[0] == shard:
                 dropped.append(item)
                 # its key has nothing running: it is no longer active
-                behind = self._waiting.pop((item.shard, item.key), None)
+                behind = self._waiting.pop(order_key, None)
                 if behind:
                     dropped.extend(behind)
             else:

@@ -1,15 +1,24 @@
-"""The member actor: one member's session, reader, dispatcher, workers and acker in one nursery.
+"""The member actor: one member's session, reader, workers and acker in one nursery.
 
 Decisions come from `MemberState` (reconcile.py) and `KeyOrderedQueue`
 (ordering.py); this module only moves data between them, the coordinator
 session and Redis. Redis calls go through the sync client in worker threads:
 one connection for the blocking reader, one for the acker, one for the rest.
+
+The hot path is batched end to end: the reader keeps one XREADGROUP (COUNT =
+read_count) in flight while the last batch is parsed; long-lived workers (as
+many as `maxConcurrency`) take entries from the key-ordered queue without a
+task or a thread hop per message; the acker sends up to `ack_batch` ids per
+round trip, waiting up to `ack_linger_ms` while workers are still busy with
+what was read. Nothing is woken per message except, once a batch is worth
+sending, the acker; `_changed` fires on state transitions only.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+import operator
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,16 +28,18 @@ import trio
 
 from member.ordering import KeyOrderedQueue
 from member.policies import AckPolicy, RetryPolicy
-from member.reconcile import LEAVE_EPOCH, Actions, Event, MemberState, Phase
+from member.reconcile import JOIN_EPOCH, LEAVE_EPOCH, Actions, Event, MemberState, Phase
 from member.session import ResponseUndecodable, SessionClosed, open_session
 from member.stats import MemberStats
 from member.streams import (
     KEY_FIELD,
     NOT_OWNER,
     VALUE_FIELD,
+    FlatEntry,
     ProduceOps,
     StreamOps,
     connect,
+    pairs,
     supports_xackdel,
 )
 from protocol import AssignmentChanged, HeartbeatResponse, Status
@@ -117,35 +128,47 @@ def new_message(shard: str, entry_id: str, key: str, value: str, fields: dict[st
     return message
 
 
-class Work:
-    """One entry on its way through the member: queued, running, waiting for its ack."""
-
-    __slots__ = ("shard", "key", "generation", "message", "acked", "ack_ok")
-
-    def __init__(self, message: Message, generation: int) -> None:
-        self.shard = message.shard
-        self.key = message.key
-        self.generation = generation
-        self.message = message
-        self.acked: trio.Event | None = None
-        self.ack_ok = False
+# A queued entry: ((shard, key), id, fields, value). Plain tuples of strings and a dict of
+# strings, on purpose: the cyclic GC stops tracking such tuples the first time it sees them,
+# so a thousand buffered entries are not promoted to the old generation over and over (each
+# promotion wave brings a full collection of the whole process heap nearer). The Message a
+# handler gets is made by the worker right before the handler and dies young.
+Queued = tuple[tuple[str, str], str, dict[str, str], str]
 
 
-RawEntries = list[tuple[str | None, dict[str, str] | None]]
-
-
-def build_works(shard: str, entries: RawEntries, generation: int, member_id: str) -> list[Work]:
-    """Work items of one shard from redis-py's parsed entries (skipping deleted ones)."""
-    works: list[Work] = []
-    append = works.append
-    for entry_id, fields in entries:
+def queued_entries(shard: str, entries: list[FlatEntry]) -> list[Queued]:
+    """Queue items of one shard from entries as the server sent them (deleted ones skipped)."""
+    queued: list[Queued] = []
+    append = queued.append
+    for entry_id, flat in entries:
         if entry_id is None:
             continue
-        if fields is None:
+        if flat.__class__ is list and len(flat) == 4:  # the usual entry: key and value
+            field_a, value_a, field_b, value_b = flat
+            fields: dict[str, str] = {field_a: value_a, field_b: value_b}
+        elif flat is None:
             fields = {}
-        append(Work(new_message(shard, entry_id, fields.get(KEY_FIELD, ""),
-                                fields.get(VALUE_FIELD, ""), fields, member_id), generation))
-    return works
+        else:
+            fields = pairs(flat)
+        append(((shard, fields.get(KEY_FIELD, "")), entry_id, fields,
+                fields.get(VALUE_FIELD, "")))
+    return queued
+
+
+_order_key = operator.itemgetter(0)  # a queued entry's (shard, key)
+
+
+class AckBuffer:
+    """Ids of one shard, read under one generation, handled and waiting for the acker."""
+
+    __slots__ = ("shard", "generation", "ids", "sent", "refused")
+
+    def __init__(self, shard: str, generation: int) -> None:
+        self.shard = shard
+        self.generation = generation
+        self.ids: list[str] = []
+        self.sent: trio.Event | None = None  # made by AckPolicy.BEFORE workers waiting on it
+        self.refused = False
 
 
 class Member:
@@ -167,9 +190,11 @@ class Member:
         self.state = MemberState(member_id=config.member_id)
         self.stats = MemberStats(member_id=config.member_id, workers=config.capacity)
         self._is_async = inspect.iscoroutinefunction(handler)
-        self._queue: KeyOrderedQueue[Work] = KeyOrderedQueue()
+        self._queue: KeyOrderedQueue[Queued] = KeyOrderedQueue(_order_key)
         self._recovering: dict[str, str] = {}
         self._reads_in_progress: frozenset[str] = frozenset()
+        # a read sent ahead, not yet answered: (shards, their generations, when it was sent)
+        self._read_in_flight: tuple[tuple[str, ...], dict[str, int], float] | None = None
         # fired on state transitions (and pushes) only, never per message
         self._changed = Signal()
         self._heartbeat_due = True
@@ -183,8 +208,10 @@ class Member:
         self._reader_wake = Signal()
         self._reader_waiting = False
         # acks: handed over by workers, sent in batches by the acker
-        self._acks: list[Work] = []
+        self._acks: dict[tuple[str, int], AckBuffer] = {}
+        self._acks_pending = 0  # ids in `_acks`
         self._ack_lot = trio.lowlevel.ParkingLot()
+        self._acker_parked = False
         self._acks_awaited = 0  # AckPolicy.BEFORE workers waiting for their ack
         self._stop_requested = trio.Event()
         self._joined = trio.Event()
@@ -266,7 +293,7 @@ class Member:
             if self.on_event is not None:
                 self.on_event(self.member_id, event)
         self._changed.fire()
-        self._reader_wake.fire()
+        self._wake_reader()
         self._check_drained()
 
     def _check_drained(self) -> None:
@@ -286,8 +313,12 @@ class Member:
 
     def _after_finish(self) -> None:
         if self._reader_waiting:
-            self._reader_wake.fire()  # a fresh claim may wait for in-flight work to finish
+            self._wake_reader()  # a fresh claim may wait for in-flight work to finish
         self._check_drained()
+
+    def _wake_reader(self) -> None:
+        self._reader_waiting = False  # one wakeup is enough: it re-checks what it can do
+        self._reader_wake.fire()
 
     # --- session: heartbeats ---------------------------------------------------------------
 
@@ -375,20 +406,26 @@ class Member:
                         self.member_id, use_xackdel=self._use_xackdel)
         try:
             while True:
-                while not self._reader_can_work():
-                    self._reader_waiting = True
-                    try:
-                        await self._reader_wake.wait()
-                    finally:
-                        self._reader_waiting = False
-                recoverable = self._recoverable()
-                try:
+                if self._read_in_flight is None:  # never park with a read in flight
+                    while not self._reader_can_work():
+                        self._reader_waiting = True
+                        try:
+                            await self._reader_wake.wait()
+                        finally:
+                            self._reader_waiting = False
+                    recoverable = self._recoverable()
                     if recoverable:
-                        await self._recover_some(ops, recoverable[0])
-                    else:
-                        await self._read_new(ops, self._readable())
+                        try:
+                            await self._recover_some(ops, recoverable[0])
+                        except redis.RedisError as exc:
+                            log.warning("member %s: claim failed: %r", self.member_id, exc)
+                            await trio.sleep(0.2)
+                        continue
+                try:
+                    await self._read_new(ops)
                 except redis.RedisError as exc:
                     log.warning("member %s: read failed: %r", self.member_id, exc)
+                    self._read_failed(ops)
                     await trio.sleep(0.2)
         finally:
             ops.client.close()
@@ -407,43 +444,100 @@ class Member:
     async def _recover_some(self, ops: StreamOps, shard: str) -> None:
         generation = self.state.holds[shard].generation
         start = self._recovering[shard]
-        count, member_id = self.config.read_count, self.member_id
+        count = self.config.read_count
 
-        def claim() -> tuple[str, list[Work]]:
+        def claim() -> tuple[str, list[Queued]]:
             cursor, entries = ops.claim_pending_raw(shard, start, count=count)
-            return cursor, build_works(shard, entries, generation, member_id)
+            return cursor, queued_entries(shard, entries)
 
-        cursor, works = await self._observed(frozenset({shard}), claim)
+        cursor, messages = await self._observed(frozenset({shard}), claim)
         if not self._still_reading(shard, generation) or shard not in self._recovering:
             return  # revoked meanwhile: what we claimed stays pending for the next owner
-        self._enqueue(works)
+        self._enqueue(messages)
         if cursor == "0-0":
             del self._recovering[shard]
         else:
             self._recovering[shard] = cursor
 
-    async def _read_new(self, ops: StreamOps, shards: list[str]) -> None:
-        generations = {s: self.state.holds[s].generation for s in shards}
-        count, block_ms, member_id = self.config.read_count, self.config.block_ms, self.member_id
+    async def _read_new(self, ops: StreamOps) -> None:
+        """Receive one XREADGROUP reply, sending the next read first when it will be wanted.
 
-        def read() -> list[tuple[str, list[Work]]]:
-            return [(shard, build_works(shard, entries, generations[shard], member_id))
-                    for shard, entries in ops.read_new_raw(shards, count=count, block_ms=block_ms)]
+        While the reader keeps up a steady stream of reads over an unchanged set of
+        shards, one read stays in flight: Redis serves it while this process parses
+        and builds the last batch. The shards of a read in flight count as being read
+        (`_reads_in_progress`) until its reply is in, so a revoked shard is reported
+        REVOKED only after every read that could deliver it entries has answered.
+        """
+        count, block_ms = self.config.read_count, self.config.block_ms
+        holds = self.state.holds
+        readable = tuple(self._readable())
+        in_flight = self._read_in_flight
+        if in_flight is None:
+            shards, generations, sent_at = (readable, {s: holds[s].generation for s in readable},
+                                            trio.current_time())
+            send_first: tuple[str, ...] | None = shards
+        else:
+            (shards, generations, sent_at), send_first = in_flight, None
+        # ahead only when the reader would read again at once anyway (as `_reader_can_work`)
+        ahead = (bool(readable) and readable == shards and not self._recovering
+                 and len(self._queue) < self.config.max_buffered)
+        ahead_generations = {s: holds[s].generation for s in readable} if ahead else None
 
-        for shard, works in await self._observed(frozenset(shards), read):
+        def read() -> list[tuple[str, list[Queued]]]:
+            if send_first is not None:
+                ops.send_read(send_first, count=count, block_ms=block_ms)
+            if ahead:
+                ops.send_read(readable, count=count, block_ms=block_ms)
+            return [(shard, queued_entries(shard, entries))
+                    for shard, entries in ops.receive_read()]
+
+        self._reads_in_progress = frozenset(shards) | frozenset(readable if ahead else ())
+        ahead_sent_at = trio.current_time()
+        try:
+            batches = await trio.to_thread.run_sync(read)
+        finally:
+            if ahead_generations is not None and ops.reads_sent:
+                self._read_in_flight = (readable, ahead_generations, ahead_sent_at)
+                self._reads_in_progress = frozenset(readable)
+            else:
+                self._read_in_flight = None
+                self._reads_in_progress = frozenset()
+            if self.read_observer is not None:
+                self.read_observer(self.member_id, frozenset(shards), sent_at, trio.current_time())
+        for shard, messages in batches:
             if self._still_reading(shard, generations[shard]):
-                self._enqueue(works)
+                self._enqueue(messages)
+        self._check_drained()
+
+    def _read_failed(self, ops: StreamOps) -> None:
+        """The read connection broke with reads in flight: whatever Redis delivered to them
+        is pending under this member, so claim the reading shards again once their
+        in-flight work is done."""
+        ops.reset_reads()
+        self._read_in_flight = None
+        self._reads_in_progress = frozenset()
+        for shard in self.state.reading():
+            self._recovering[shard] = "0-0"
+        self._check_drained()
 
     def _still_reading(self, shard: str, generation: int) -> bool:
         hold = self.state.holds.get(shard)
         return (hold is not None and hold.phase is Phase.READING
                 and self.state.may_process(shard, generation))
 
-    def _enqueue(self, works: list[Work]) -> None:
-        if works:
-            self._queue.push_many(works)
+    def _enqueue(self, messages: list[Queued]) -> None:
+        """Queue what was read under the shard's current generation.
+
+        Invariant: every queued message of a shard belongs to the shard's current
+        generation. A read is enqueued only while its generation still reads, and
+        whatever ends a hold (revoke, abandon, fence) drops the shard's queued
+        messages first. So a worker takes a message's generation from the hold
+        when it takes the message; a queued entry needs no generation of its own.
+        """
+        if messages:
+            self._queue.push_many(messages)
             if self._idle:
-                self._idle.unpark(count=len(works))
+                self._idle.unpark(count=len(messages))
 
     # --- workers -------------------------------------------------------------------------
 
@@ -458,13 +552,23 @@ class Member:
                 await self._changed.wait()
 
     async def _worker(self, index: int) -> None:
-        """Take ready work until none is left, then park until the reader queues more.
+        """Take ready messages until none is left, then park until the reader queues more.
 
         The no-op path costs a few microseconds per message: no task, no thread
         hop, no wakeup of anybody but the acker once a batch is worth sending.
         """
         queue = self._queue
         max_buffered = self.config.max_buffered
+        ack_batch = self.config.ack_batch
+        stats = self.stats
+        in_flight = stats.in_flight
+        handler = self.handler
+        member_id = self.member_id
+        acks = self._acks
+        set_shard, set_id, set_key, set_value, set_fields, set_member, set_attempt = _MESSAGE_SETTERS
+        new = object.__new__
+        fast = (self._is_async and self.config.retry is None
+                and self.config.ack_policy is AckPolicy.AFTER)
         since_checkpoint = 0
         while True:
             if index >= self._worker_limit:
@@ -472,74 +576,105 @@ class Member:
                     self._idle.unpark()  # pass on a wakeup meant for a worker that may work
                 await self._over_limit.park()
                 continue
-            work = queue.pop_ready()
-            if work is None:
+            entry = queue.pop_ready()
+            if entry is None:
                 since_checkpoint = 0
                 await self._idle.park()
                 continue
             if self._reader_waiting and len(queue) < max_buffered:
-                self._reader_wake.fire()
-            self.stats.in_flight[work.shard] += 1
+                self._wake_reader()
+            (shard, key), entry_id, fields, value = entry
+            state = self.state
+            hold = state.holds.get(shard)
+            if hold is None or state.member_epoch <= JOIN_EPOCH:
+                # no longer ours (ownership + epoch, checked before the handler): it stays
+                # pending for the next owner
+                if queue.done(entry) and queue.ready > 1 and self._idle:
+                    self._idle.unpark()
+                continue
+            generation = hold.generation
+            message = new(Message)  # as Message(...), without attrs' frozen __init__
+            set_shard(message, shard)
+            set_id(message, entry_id)
+            set_key(message, key)
+            set_value(message, value)
+            set_fields(message, fields)
+            set_member(message, member_id)
+            set_attempt(message, 1)
+            in_flight[shard] += 1
             self._busy += 1
-            handed_to_acker = False
+            handled = False
             try:
-                handed_to_acker = await self._process(work)
+                if fast:
+                    try:
+                        await handler(message)  # type: ignore[misc]
+                        stats.processed += 1
+                        handled = True
+                    except Exception as exc:  # noqa: BLE001 - a handler's failure is data
+                        stats.failed += 1
+                        log.warning("member %s: handler failed on %s %s (attempt 1): %r",
+                                    member_id, shard, entry_id, exc)
+                else:
+                    handled = await self._process(message, generation)
+                if handled:  # the acker checks ownership again right before acking
+                    buffer = acks.get((shard, generation))
+                    if buffer is None:
+                        buffer = acks[(shard, generation)] = AckBuffer(shard, generation)
+                    buffer.ids.append(entry_id)
+                    self._acks_pending += 1
             finally:
                 self._busy -= 1
-                if queue.done(work) and self._idle:
-                    self._idle.unpark()  # its key's next message is ready: keep keys parallel
-                if not handed_to_acker:
-                    self._finish(work.shard)
-            if handed_to_acker:
-                acks = self._acks
-                if (len(acks) == 1 or len(acks) >= self.config.ack_batch
-                        or (not self._busy and not queue)):
+                # its key's next message is ready: this worker takes one, a parked one the rest
+                if queue.done(entry) and queue.ready > 1 and self._idle:
+                    self._idle.unpark()
+                if not handled:
+                    self._finish(shard)
+            if handled and self._acker_parked:  # is a batch worth sending now?
+                pending = self._acks_pending
+                if pending == 1 or pending >= ack_batch or (not self._busy and not queue):
                     self._ack_lot.unpark_all()
             since_checkpoint += 1
             if since_checkpoint >= 64:  # a handler that never awaits must not starve the rest
                 since_checkpoint = 0
                 await trio.lowlevel.checkpoint()
 
-    async def _process(self, work: Work) -> bool:
-        """Run one message; True when it went to the acker (which then finishes it)."""
-        if not self.state.may_process(work.shard, work.generation):
-            return False  # no longer ours: it stays pending for the next owner
+    async def _process(self, message: Message, generation: int) -> bool:
+        """The general path (sync handlers, retries, AckPolicy.BEFORE); True when the
+        entry still needs its ack."""
         if self.config.ack_policy is AckPolicy.BEFORE:
-            if await self._ack_now(work):
-                await self._run_handler(work)
+            if await self._ack_now(message, generation):
+                await self._run_handler(message, generation)
             return False
-        if self._is_async and self.config.retry is None:
-            try:
-                await self.handler(work.message)  # type: ignore[misc]
-            except Exception as exc:  # noqa: BLE001 - a handler's failure is data, not a crash
-                self.stats.failed += 1
-                log.warning("member %s: handler failed on %s %s (attempt 1): %r",
-                            self.member_id, work.shard, work.message.id, exc)
-                return False
-            self.stats.processed += 1
-        elif not await self._run_handler(work):
-            return False
-        self._acks.append(work)  # the acker checks ownership again right before acking
-        return True
+        return await self._run_handler(message, generation)
 
-    async def _ack_now(self, work: Work) -> bool:
-        work.acked = trio.Event()
-        self.stats.in_flight[work.shard] += 1  # the acker finishes this extra count
-        self._acks.append(work)
+    def _ack_later(self, shard: str, generation: int, entry_id: str) -> AckBuffer:
+        key = (shard, generation)
+        buffer = self._acks.get(key)
+        if buffer is None:
+            buffer = self._acks[key] = AckBuffer(shard, generation)
+        buffer.ids.append(entry_id)
+        self._acks_pending += 1
+        return buffer
+
+    async def _ack_now(self, message: Message, generation: int) -> bool:
+        self.stats.in_flight[message.shard] += 1  # the acker finishes this extra count
+        buffer = self._ack_later(message.shard, generation, message.id)
+        if buffer.sent is None:
+            buffer.sent = trio.Event()
+        sent = buffer.sent
         self._acks_awaited += 1
         self._ack_lot.unpark_all()
         try:
-            await work.acked.wait()
+            await sent.wait()
         finally:
             self._acks_awaited -= 1
-        return work.ack_ok
+        return not buffer.refused
 
-    async def _run_handler(self, work: Work) -> bool:
+    async def _run_handler(self, first: Message, generation: int) -> bool:
         """Run the handler (with the retry policy); True when the entry may be acked."""
         retry = self.config.retry
         attempts = retry.max_deliveries if retry else 1
         error: BaseException | None = None
-        first = work.message
         for attempt in range(1, attempts + 1):
             message = first if attempt == 1 else new_message(
                 first.shard, first.id, first.key, first.value, dict(first.fields),
@@ -555,20 +690,19 @@ class Member:
                 error = exc
                 self.stats.failed += 1
                 log.warning("member %s: handler failed on %s %s (attempt %d): %r",
-                            self.member_id, work.shard, first.id, attempt, exc)
+                            self.member_id, first.shard, first.id, attempt, exc)
             if attempt < attempts:
                 await trio.sleep(retry.backoff_ms / 1000 if retry else 0)
-                if not self.state.may_process(work.shard, work.generation):
+                if not self.state.may_process(first.shard, generation):
                     return False
         if retry is not None and retry.dead_letter_stream is not None:
-            await self._dead_letter(work, retry.dead_letter_stream, error, attempts)
+            await self._dead_letter(first, retry.dead_letter_stream, error, attempts)
             return True
         return False
 
-    async def _dead_letter(self, work: Work, stream: str, error: BaseException | None,
+    async def _dead_letter(self, message: Message, stream: str, error: BaseException | None,
                            attempts: int) -> None:
-        message = work.message
-        fields = {"shard": work.shard, "id": message.id, "key": work.key,
+        fields = {"shard": message.shard, "id": message.id, "key": message.key,
                   "value": message.value, "error": repr(error), "attempts": str(attempts),
                   "consumerGroup": self.config.consumer_group, "memberId": self.member_id}
         assert self._misc_client is not None
@@ -580,8 +714,33 @@ class Member:
 
     def _ack_due(self) -> bool:
         """Send now: a full batch, a worker waiting for its ack, or no more work to wait for."""
-        return (len(self._acks) >= self.config.ack_batch or self._acks_awaited > 0
+        return (self._acks_pending >= self.config.ack_batch or self._acks_awaited > 0
                 or (not self._busy and not self._queue))
+
+    def _take_acks(self) -> list[tuple[AckBuffer, list[str], bool]]:
+        """Up to `ack_batch` ids: (buffer, ids, whether that empties the buffer)."""
+        budget = self.config.ack_batch
+        taken: list[tuple[AckBuffer, list[str], bool]] = []
+        for key, buffer in list(self._acks.items()):
+            if budget <= 0:
+                break
+            if len(buffer.ids) <= budget:
+                ids, complete = buffer.ids, True
+                del self._acks[key]
+            else:
+                ids, complete = buffer.ids[:budget], False
+                del buffer.ids[:budget]
+            budget -= len(ids)
+            self._acks_pending -= len(ids)
+            taken.append((buffer, ids, complete))
+        return taken
+
+    async def _park_acker(self) -> None:
+        self._acker_parked = True
+        try:
+            await self._ack_lot.park()
+        finally:
+            self._acker_parked = False
 
     async def _acker(self) -> None:
         """Send acks in batches: up to `ack_batch`, waiting at most `ack_linger_ms` for more
@@ -591,34 +750,25 @@ class Member:
         linger = self.config.ack_linger_ms / 1000
         try:
             while True:
-                while not self._acks:
-                    await self._ack_lot.park()
+                while not self._acks_pending:
+                    await self._park_acker()
                 if not self._ack_due():
                     with trio.move_on_after(linger):
                         while not self._ack_due():
-                            await self._ack_lot.park()
-                batch = self._acks[:self.config.ack_batch]
-                del self._acks[:len(batch)]
-                await self._ack_batch(ops, batch)
+                            await self._park_acker()
+                await self._ack_batch(ops, self._take_acks())
         finally:
             ops.client.close()
 
-    async def _ack_batch(self, ops: StreamOps, batch: list[Work]) -> None:
+    async def _ack_batch(self, ops: StreamOps, batch: list[tuple[AckBuffer, list[str], bool]]
+                         ) -> None:
         while True:
             ids_by_shard: dict[str, list[str]] = {}
-            skipped: set[tuple[str, int]] = set()  # no longer ours: stays pending, not acked
-            checked: tuple[str, int] | None = None
-            ids: list[str] = []
-            may_process = self.state.may_process
-            for work in batch:
-                if (work.shard, work.generation) != checked:
-                    checked = (work.shard, work.generation)
-                    if may_process(work.shard, work.generation):
-                        ids = ids_by_shard.setdefault(work.shard, [])
-                    else:
-                        ids = []
-                        skipped.add(checked)
-                ids.append(work.message.id)
+            for buffer, ids, _ in batch:
+                if self.state.may_process(buffer.shard, buffer.generation):
+                    ids_by_shard.setdefault(buffer.shard, []).extend(ids)
+                else:
+                    buffer.refused = True  # no longer ours: stays pending for the next owner
             try:
                 results = await trio.to_thread.run_sync(ops.ack, ids_by_shard)
                 break
@@ -633,18 +783,15 @@ class Member:
                 self.stats.acked += result
                 if self.ack_observer is not None:
                     self.ack_observer(self.member_id, result)
-        finished: dict[str, int] = {}
-        for work in batch:
-            if work.acked is not None:
-                work.ack_ok = ((work.shard, work.generation) not in skipped
-                               and results.get(work.shard, NOT_OWNER) != NOT_OWNER)
-                work.acked.set()
-            finished[work.shard] = finished.get(work.shard, 0) + 1
         in_flight = self.stats.in_flight
-        for shard, count in finished.items():
-            in_flight[shard] -= count
-            if in_flight[shard] <= 0:
-                del in_flight[shard]
+        for buffer, ids, complete in batch:
+            if results.get(buffer.shard) == NOT_OWNER:
+                buffer.refused = True
+            if complete and buffer.sent is not None:
+                buffer.sent.set()
+            in_flight[buffer.shard] -= len(ids)
+            if in_flight[buffer.shard] <= 0:
+                del in_flight[buffer.shard]
         self._after_finish()
 
     # --- lag ---------------------------------------------------------------------------

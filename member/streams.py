@@ -52,6 +52,10 @@ return redis.call('XADD', KEYS[1], '*', 'key', ARGV[1], 'value', ARGV[2])
 """
 
 
+# one stream entry as the server sends it: [id, [field, value, ...]] (fields None if deleted)
+FlatEntry = Sequence[Any]
+
+
 @attrs.frozen
 class Entry:
     """One stream entry read from a shard."""
@@ -133,21 +137,67 @@ class StreamOps:
         self.consumer = consumer
         self.use_xackdel = supports_xackdel(client) if use_xackdel is None else use_xackdel
         self._ack_script = Script(client, _ACK_SCRIPT)
+        # the same connections, replies as the server sent them (no per-entry tuples and dicts)
+        self._unparsed = redis.Redis(connection_pool=client.connection_pool)
+        for command in ("XREADGROUP", "XAUTOCLAIM"):
+            self._unparsed.set_response_callback(command, _unparsed_reply)
+        self._read_connection: Any = None
+        self.reads_sent = 0  # XREADGROUPs sent by `send_read`, replies not yet received
+
+    # --- pipelined reads ------------------------------------------------------------------
+    # XREADGROUP on a connection of its own, where the next read may be sent before the
+    # last one's reply is read: Redis works on it while this process parses the last.
+    # Replies come back in the order the reads were sent. On any error the connection is
+    # dropped with everything in flight (`reset_reads`).
+
+    def send_read(self, shards: Sequence[str], *, count: int, block_ms: int) -> None:
+        """Send one XREADGROUP for never-delivered entries of `shards`; `receive_read` answers."""
+        if self._read_connection is None:
+            self._read_connection = self.client.connection_pool.get_connection()
+        try:
+            self._read_connection.send_command(
+                "XREADGROUP", "GROUP", self.consumer_group, self.consumer, "COUNT", count,
+                "BLOCK", block_ms, "STREAMS", *shards, *([">"] * len(shards)))
+        except BaseException:
+            self.reset_reads()
+            raise
+        self.reads_sent += 1
+
+    def receive_read(self) -> list[tuple[str, list[FlatEntry]]]:
+        """The reply to the oldest read sent: [(shard, [[id, [field, value, ...]], ...]), ...]."""
+        if self._read_connection is None or not self.reads_sent:
+            raise RuntimeError("no read in flight")
+        try:
+            reply = self._read_connection.read_response()
+        except BaseException:
+            self.reset_reads()
+            raise
+        self.reads_sent -= 1
+        return _by_stream(reply)
+
+    def reset_reads(self) -> None:
+        """Drop the read connection and whatever is in flight on it."""
+        connection, self._read_connection, self.reads_sent = self._read_connection, None, 0
+        if connection is not None:
+            connection.disconnect()
+            self.client.connection_pool.release(connection)
 
     def read_new(self, shards: Sequence[str], *, count: int, block_ms: int) -> list[Entry]:
         """One XREADGROUP over `shards` for never-delivered entries, blocking up to block_ms."""
-        return _entries(self.read_new_raw(shards, count=count, block_ms=block_ms))
+        return [Entry(shard, entry_id, pairs(flat))
+                for shard, entries in self.read_new_raw(shards, count=count, block_ms=block_ms)
+                for entry_id, flat in entries if entry_id is not None]
 
     def read_new_raw(self, shards: Sequence[str], *, count: int, block_ms: int
-                     ) -> list[tuple[str, list[tuple[str | None, dict[str, str] | None]]]]:
-        """`read_new` as redis-py parses it: [(shard, [(id, fields), ...]), ...]."""
+                     ) -> list[tuple[str, list[FlatEntry]]]:
+        """`read_new` unparsed: [(shard, [[id, [field, value, ...] or None], ...]), ...]."""
         if not shards:
             return []
-        reply = self.client.xreadgroup(
+        reply = self._unparsed.xreadgroup(
             self.consumer_group, self.consumer, {shard: ">" for shard in shards},
             count=count, block=block_ms,
         )
-        return reply or []
+        return _by_stream(reply)
 
     def claim_pending(self, shard: str, start: str, *, count: int) -> tuple[str, list[Entry]]:
         """Claim up to `count` pending entries of any consumer from `start` (XAUTOCLAIM, idle 0).
@@ -156,15 +206,15 @@ class StreamOps:
         and the claimed entries; entries deleted from the stream leave the PEL.
         """
         cursor, claimed = self.claim_pending_raw(shard, start, count=count)
-        return cursor, [Entry(shard, entry_id, fields or {}) for entry_id, fields in claimed
+        return cursor, [Entry(shard, entry_id, pairs(flat)) for entry_id, flat in claimed
                         if entry_id is not None]
 
     def claim_pending_raw(self, shard: str, start: str, *, count: int
-                          ) -> tuple[str, list[tuple[str | None, dict[str, str] | None]]]:
-        """`claim_pending` as redis-py parses it: (cursor, [(id, fields), ...])."""
-        reply = self.client.xautoclaim(shard, self.consumer_group, self.consumer,
-                                       min_idle_time=0, start_id=start, count=count)
-        return reply[0], reply[1]
+                          ) -> tuple[str, list[FlatEntry]]:
+        """`claim_pending` unparsed: (cursor, [[id, [field, value, ...] or None], ...])."""
+        reply = self._unparsed.xautoclaim(shard, self.consumer_group, self.consumer,
+                                          min_idle_time=0, start_id=start, count=count)
+        return reply[0], [entry for entry in reply[1] if entry is not None]
 
     def ack(self, ids_by_shard: Mapping[str, Sequence[str]]) -> dict[str, int]:
         """Ack entries per shard in one pipeline; a shard answers NOT_OWNER if not ours."""
@@ -210,13 +260,27 @@ class StreamOps:
         return lags
 
 
-def _entries(reply: Any) -> list[Entry]:
-    entries: list[Entry] = []
-    for stream, messages in reply or []:
-        for entry_id, fields in messages:
-            if entry_id is not None:
-                entries.append(Entry(stream, entry_id, fields or {}))
-    return entries
+def _unparsed_reply(response: Any, **options: Any) -> Any:
+    return response
+
+
+def _by_stream(reply: Any) -> list[tuple[str, list[FlatEntry]]]:
+    """An XREADGROUP reply as [(stream, entries)], from RESP2 (a list) or RESP3 (a map)."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        return list(reply.items())
+    return [(stream, entries) for stream, entries in reply]
+
+
+def pairs(flat: Sequence[str] | Mapping[str, str] | None) -> dict[str, str]:
+    """An entry's fields from the server's flat [field, value, ...] list."""
+    if flat is None:
+        return {}
+    if isinstance(flat, Mapping):
+        return dict(flat)
+    it = iter(flat)
+    return dict(zip(it, it, strict=True))
 
 
 class ProduceOps:

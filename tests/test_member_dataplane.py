@@ -1,0 +1,169 @@
+"""The data plane's fast paths: message building, the tuple-keyed queue, pipelined reads,
+chunked and script-cached acks, batching, and key order with real parallelism."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+import trio
+
+import member.streams as streams_module
+from member.listener import Listener
+from member.ordering import KeyOrderedQueue
+from member.runtime import Message, new_message, queued_entries
+from member.streams import StreamOps, connect
+from protocol import owner_key
+from tests.test_member_support import pending_count, set_shards, write_messages
+
+SHARD, GROUP = "{orders:v1:0}", "billing"
+
+
+def test_new_message_is_a_frozen_message_equal_to_one_built_normally():
+    fields = {"key": "k", "value": "v"}
+    fast = new_message("s", "1-0", "k", "v", fields, "m")
+    assert fast == Message(shard="s", id="1-0", key="k", value="v", fields=fields, member_id="m")
+    assert fast.attempt == 1 and type(fast) is Message
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        fast.value = "changed"  # type: ignore[misc]
+
+
+def test_queued_entries_from_server_replies():
+    entries = [["1-0", ["key", "a", "value", "x"]],
+               ["2-0", ["value", "y", "key", "b"]],
+               ["3-0", ["key", "c", "value", "z", "extra", "e"]],
+               ["4-0", None],
+               [None, None]]
+    assert queued_entries("s", entries) == [
+        (("s", "a"), "1-0", {"key": "a", "value": "x"}, "x"),
+        (("s", "b"), "2-0", {"value": "y", "key": "b"}, "y"),
+        (("s", "c"), "3-0", {"key": "c", "value": "z", "extra": "e"}, "z"),
+        (("s", ""), "4-0", {}, ""),
+    ]
+
+
+def test_queue_with_an_order_key_function_keeps_key_order_and_drops_followers():
+    queue: KeyOrderedQueue[tuple[tuple[str, str], int]] = KeyOrderedQueue(lambda item: item[0])
+    for seq, key in enumerate(["a", "b", "a", "b", "c"]):
+        queue.push((("s", key), seq))
+    queue.push((("t", "a"), 5))
+    first = queue.pop_ready()
+    assert first == (("s", "a"), 0) and queue.ready == 3
+    # "a" runs; "b" and "c" wait at the head; followers of both are dropped with the shard
+    assert sorted(queue.drop_shard("s")) == [(("s", "a"), 2), (("s", "b"), 1), (("s", "b"), 3),
+                                             (("s", "c"), 4)]
+    assert len(queue) == 1
+    queue.push((("s", "a"), 6))
+    assert queue.pop_ready() == (("t", "a"), 5)
+    assert queue.pop_ready() is None, "s/a still runs"
+    assert queue.done(first)
+    assert queue.pop_ready() == (("s", "a"), 6)
+
+
+def make_stream(redis_url: str, entries: int) -> None:
+    client = connect(redis_url)
+    client.xgroup_create(SHARD, GROUP, id="0", mkstream=True)
+    pipe = client.pipeline(transaction=False)
+    for n in range(entries):
+        pipe.xadd(SHARD, {"key": f"k{n}", "value": str(n)})
+    pipe.execute()
+    client.close()
+
+
+def test_pipelined_reads_answer_in_order_with_disjoint_entries(redis_url):
+    make_stream(redis_url, 25)
+    client = connect(redis_url)
+    ops = StreamOps(client, GROUP, "member-a", use_xackdel=False)
+    ops.send_read([SHARD], count=10, block_ms=100)
+    ops.send_read([SHARD], count=10, block_ms=100)
+    assert ops.reads_sent == 2
+    first = ops.receive_read()
+    ops.send_read([SHARD], count=10, block_ms=100)
+    second, third = ops.receive_read(), ops.receive_read()
+    assert ops.reads_sent == 0
+    values = [flat[3] for reply in (first, second, third) for _, entries in reply
+              for _, flat in entries]
+    assert values == [str(n) for n in range(25)]
+    ops.send_read([SHARD], count=10, block_ms=100)
+    ops.reset_reads()  # what was in flight is dropped with the connection
+    assert ops.reads_sent == 0
+    with pytest.raises(RuntimeError):
+        ops.receive_read()
+    client.close()
+
+
+def test_acks_are_chunked_and_survive_a_script_flush(redis_url, monkeypatch):
+    make_stream(redis_url, 12)
+    client = connect(redis_url)
+    client.set(owner_key(SHARD, GROUP), "member-a")
+    ops = StreamOps(client, GROUP, "member-a", use_xackdel=False)
+    ids = [entry.id for entry in ops.read_new([SHARD], count=100, block_ms=100)]
+    monkeypatch.setattr(streams_module, "ACK_CHUNK", 5)
+    assert ops.ack({SHARD: ids[:6]}) == {SHARD: 6}
+    client.script_flush()  # a restarted or flushed server: the script is loaded again
+    assert ops.ack({SHARD: ids[6:]}) == {SHARD: 6}
+    assert client.xpending(SHARD, GROUP)["pending"] == 0
+    client.close()
+
+
+async def test_acks_go_in_batches_not_one_round_trip_per_message(coordinator):
+    streams = await set_shards(coordinator.url, "orders", GROUP, 1)
+    total = 3000
+    write_messages(coordinator.redis_url, streams, [(f"k{n}", str(n)) for n in range(total)])
+    acked: list[int] = []
+    all_acked = trio.Event()
+
+    def on_acked(member_id: str, count: int) -> None:
+        acked.append(count)
+        if sum(acked) >= total:
+            all_acked.set()
+
+    async def handle(message: Message) -> None:
+        pass
+
+    listener = Listener(handle, stream_prefix="orders", consumer_group=GROUP,
+                        coordinator_url=coordinator.url, redis_url=coordinator.redis_url,
+                        read_count=500, ack_observer=on_acked)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(listener.run)
+        with trio.fail_after(20):
+            await all_acked.wait()
+        listener.stop()
+    assert sum(acked) == total
+    assert len(acked) <= total // 50, f"{len(acked)} ack round trips for {total} messages"
+    assert pending_count(coordinator.redis_url, streams, GROUP) == 0
+
+
+async def test_different_keys_run_in_parallel_and_each_key_in_order(coordinator):
+    streams = await set_shards(coordinator.url, "orders", GROUP, 1)
+    keys, per_key = 20, 10
+    write_messages(coordinator.redis_url, streams,
+                   [(f"k{n % keys}", str(n)) for n in range(keys * per_key)])
+    running: set[str] = set()
+    most_at_once = 0
+    order: dict[str, list[int]] = {}
+    done = trio.Event()
+
+    async def handle(message: Message) -> None:
+        nonlocal most_at_once
+        assert message.key not in running, "one key runs one message at a time"
+        running.add(message.key)
+        most_at_once = max(most_at_once, len(running))
+        for _ in range(3):  # awaited work: lets the other workers run meanwhile
+            await trio.lowlevel.checkpoint()
+        order.setdefault(message.key, []).append(int(message.value))
+        running.discard(message.key)
+        if sum(map(len, order.values())) == keys * per_key:
+            done.set()
+
+    listener = Listener(handle, stream_prefix="orders", consumer_group=GROUP,
+                        coordinator_url=coordinator.url, redis_url=coordinator.redis_url,
+                        runtime_max_concurrency=16)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(listener.run)
+        with trio.fail_after(20):
+            await done.wait()
+        assert listener.members[0].stats.workers == 16
+        listener.stop()
+    assert most_at_once > 1, "different keys ran in parallel"
+    for values in order.values():
+        assert values == sorted(values)
