@@ -43,16 +43,23 @@ class Outbox(Protocol):
     def push(self, message: m.Message) -> None: ...
 
 
-@attrs.define(eq=False)
+class ReplyOwner(Protocol):
+    """The session a reply belongs to: told when one of its replies is ready."""
+
+    def wake(self) -> None: ...
+
+
+@attrs.define(eq=False, slots=True)
 class Reply:
     """A response slot: the session writes responses in request order as they resolve."""
 
+    owner: ReplyOwner
     message: m.Message | None = None
-    done: trio.Event = attrs.field(factory=trio.Event)
+    is_push: bool = False
 
     def resolve(self, message: m.Message) -> None:
         self.message = message
-        self.done.set()
+        self.owner.wake()
 
 
 @attrs.frozen

@@ -65,7 +65,7 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
                 actor.restore(data, now)
                 router.add(actor)
                 log_event(log, "prefix.restored", prefix=prefix, groups=len(actor.groups))
-            server = CoordinatorServer(router, admin_token=config.admin_token,
+            server = CoordinatorServer(router, nursery, admin_token=config.admin_token,
                                        member_token=config.member_token)
             listener = await nursery.start(lambda task_status: serve_websocket(
                 server.handle, config.host, config.port, None,

@@ -7,6 +7,7 @@ request order (a FIFO of reply slots) with pushes in between. Bad input gets an
 
 from __future__ import annotations
 
+import collections
 import hmac
 import logging
 from collections.abc import Callable
@@ -27,27 +28,53 @@ MAX_IN_FLIGHT = 256  # per session: requests awaiting their response
 
 
 class Session:
-    """One websocket connection; actors push to it through `push`."""
+    """One websocket connection: replies go out in request order, pushes in between.
 
-    def __init__(self, connection: WebSocketConnection) -> None:
+    No task of its own waits on it: whenever the head of its queue is ready, a
+    short flush task is started in the server's nursery (one at a time per
+    session), so ten thousand idle sessions cost no parked writer tasks.
+    """
+
+    def __init__(self, connection: WebSocketConnection, nursery: trio.Nursery) -> None:
         self.connection = connection
-        self.send_slots, self.receive_slots = trio.open_memory_channel[Reply](MAX_IN_FLIGHT)
+        self.nursery = nursery
+        self.queue: collections.deque[Reply] = collections.deque()
+        self.room = trio.Semaphore(MAX_IN_FLIGHT)  # requests awaiting their response
+        self.flushing = False
+        self.closed = False
+
+    async def expect(self) -> Reply:
+        """The slot of the next request's response (waits while MAX_IN_FLIGHT are pending)."""
+        await self.room.acquire()
+        reply = Reply(self)
+        self.queue.append(reply)
+        return reply
 
     def push(self, message: m.Message) -> None:
-        """Queue a push; dropped when the session is backed up (pushes are only hints)."""
-        reply = Reply()
-        reply.resolve(message)
-        try:
-            self.send_slots.send_nowait(reply)
-        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
+        """Queue a push; dropped when the session is backed up or gone (pushes are only hints)."""
+        if self.closed or len(self.queue) >= 2 * MAX_IN_FLIGHT:
+            return
+        self.queue.append(Reply(self, message, is_push=True))
+        self.wake()
 
-    async def write_loop(self) -> None:
-        async with self.receive_slots:
-            async for reply in self.receive_slots:
-                await reply.done.wait()
+    def wake(self) -> None:
+        if not self.flushing and not self.closed and self.queue and self.queue[0].message is not None:
+            self.flushing = True
+            self.nursery.start_soon(self._flush)
+
+    async def _flush(self) -> None:
+        try:
+            while self.queue and self.queue[0].message is not None:
+                reply = self.queue.popleft()
                 assert reply.message is not None
+                if not reply.is_push:
+                    self.room.release()
                 await self.connection.send_message(encode(reply.message))
+        except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+            self.closed = True
+        finally:
+            self.flushing = False
+        self.wake()  # resolved while the last send was in progress
 
 
 class Router:
@@ -82,8 +109,10 @@ class Router:
 class CoordinatorServer:
     """Accepts sessions and dispatches their requests."""
 
-    def __init__(self, router: Router, *, admin_token: str | None, member_token: str | None) -> None:
+    def __init__(self, router: Router, nursery: trio.Nursery, *, admin_token: str | None,
+                 member_token: str | None) -> None:
         self.router = router
+        self.nursery = nursery
         self.tokens = {"/v1/admin": admin_token, "/v1/member": member_token}
         self.sessions = 0
 
@@ -98,22 +127,14 @@ class CoordinatorServer:
             await request.reject(401, body=b"missing or wrong bearer token")
             return
         connection = await request.accept()
-        session = Session(connection)
+        session = Session(connection, self.nursery)
         self.sessions += 1
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._write, session, nursery)
-                await self._read(session, allowed)
-                nursery.cancel_scope.cancel()
+            await self._read(session, allowed)
         finally:
+            session.closed = True
             self.sessions -= 1
             self.router.forget(session)
-
-    async def _write(self, session: Session, nursery: trio.Nursery) -> None:
-        try:
-            await session.write_loop()
-        except ConnectionClosed:
-            nursery.cancel_scope.cancel()
 
     async def _read(self, session: Session, allowed: frozenset[str]) -> None:
         while True:
@@ -121,8 +142,7 @@ class CoordinatorServer:
                 text = await session.connection.get_message()
             except ConnectionClosed:
                 return
-            reply = Reply()
-            await session.send_slots.send(reply)
+            reply = await session.expect()
             try:
                 message = decode(text, allowed)
             except ProtocolError as exc:
