@@ -5,8 +5,11 @@ Each simulated member is one websocket session to `/v1/member` that follows
 the member table of PROTOCOL.md like tests/sim_member.py does (instant drains:
 a revoked shard is reported REVOKED on the very next heartbeat, sent at once),
 but speaks plain JSON dicts so that the load generator, not the coordinator,
-stays cheap. Commands come as one JSON object per stdin line and each gets one
-JSON line on stdout.
+stays cheap. The member sessions use bench/wire.py, a lean websocket client on
+non-blocking sockets (one task per member, no reader task or channel); the
+heartbeat JSON is pre-encoded around the two numbers that change in steady
+state. Only the one-off admin calls use trio-websocket. Commands come as one
+JSON object per stdin line and each gets one JSON line on stdout.
 
 Convergence is tracked with counters updated on every response, so "all
 shards held, nothing pending, every member answered OK" is an O(1) check and
@@ -27,7 +30,9 @@ import time
 from typing import Any
 
 import trio
-from trio_websocket import ConnectionClosed, HandshakeError, WebSocketConnection, connect_websocket_url
+from trio_websocket import connect_websocket_url
+
+from bench import wire
 
 HANDSHAKES_AT_ONCE = 64
 REVEALING = ("OK", "REVOKE_PENDING", "SYNC_METADATA")
@@ -48,7 +53,7 @@ class Member:
     """One simulated member: what it holds and what it must report next."""
 
     __slots__ = ("index", "member_id", "epoch", "held", "revoked_to_report", "send_full", "pending",
-                 "status", "websocket", "scope", "started", "sent_revoked", "sent_at", "live")
+                 "status", "websocket", "scope", "started", "sent_revoked", "sent_at", "live", "head")
 
     def __init__(self, index: int, member_id: str) -> None:
         self.index = index
@@ -59,12 +64,13 @@ class Member:
         self.send_full = True
         self.pending = 0
         self.status: str | None = None
-        self.websocket: WebSocketConnection | None = None
+        self.websocket: wire.LeanWebSocket | None = None
         self.scope = trio.CancelScope()
         self.started = trio.Event()
         self.sent_revoked: tuple[str, ...] = ()
         self.sent_at = 0.0
         self.live = False
+        self.head = b""  # the heartbeat JSON up to the requestId value (set by the generator)
 
 
 class LoadGenerator:
@@ -136,16 +142,19 @@ class LoadGenerator:
 
     # --- one member ----------------------------------------------------------------
 
-    def request(self, member: Member, request_id: int) -> str:
+    def request(self, member: Member, request_id: int) -> bytes:
         full = member.send_full or member.epoch == 0
-        member.sent_revoked = tuple(sorted(member.revoked_to_report))
+        member.sent_revoked = tuple(sorted(member.revoked_to_report)) if member.revoked_to_report else ()
+        if not full and not member.sent_revoked:  # the steady-state beat: only two numbers change
+            return member.head + b'%d,"memberEpoch":%d,"ownedShards":null,"revokingShards":[]}' % (
+                request_id, member.epoch)
         return json.dumps({
             "type": "heartbeat", "requestId": request_id, "streamPrefix": self.prefix,
             "consumerGroup": self.group, "memberId": member.member_id, "memberEpoch": member.epoch,
             "capacity": self.capacity,
             "ownedShards": sorted(member.held) if full and member.epoch != 0 else ([] if full else None),
             "revokingShards": [{"shard": s, "state": "REVOKED"} for s in member.sent_revoked],
-        }, separators=(",", ":"))
+        }, separators=(",", ":")).encode()
 
     def apply(self, member: Member, response: dict[str, Any]) -> bool:
         """Follow the member obligations for `response`; True when it must heartbeat again at once."""
@@ -197,9 +206,8 @@ class LoadGenerator:
             try:
                 async with self.handshakes:
                     with trio.fail_after(60):
-                        member.websocket = await connect_websocket_url(
-                            self.nursery, self.url + "/v1/member", message_queue_size=8)
-            except (HandshakeError, OSError, trio.TooSlowError):
+                        member.websocket = await wire.connect(self.url + "/v1/member")
+            except (OSError, trio.TooSlowError):
                 self.connect_failures += 1
                 task_status.started(False)
                 return
@@ -207,12 +215,15 @@ class LoadGenerator:
             try:
                 await member.started.wait()
                 await self._beat_loop(member)
-            except ConnectionClosed:
+            except wire.Closed:
                 pass
             finally:
                 self._retire(member)
-                with trio.CancelScope(shield=True), trio.move_on_after(1):
-                    await member.websocket.aclose()
+                try:
+                    with trio.CancelScope(shield=True), trio.move_on_after(1):
+                        await member.websocket.aclose()
+                finally:
+                    member.websocket.close()
 
     async def _beat_loop(self, member: Member) -> None:
         websocket = member.websocket
@@ -227,12 +238,12 @@ class LoadGenerator:
                 text = self.request(member, request_id)
                 push_seen = False
                 member.sent_at = time.perf_counter()
-                await websocket.send_message(text)
+                await websocket.send_text(text)
                 self.requests += 1
                 awaiting = True
             received = None
             with trio.move_on_at(math.inf if awaiting else due):
-                received = await websocket.get_message()
+                received = await websocket.receive()
             if received is None:
                 continue
             message = json.loads(received)
@@ -264,6 +275,10 @@ class LoadGenerator:
         batch: list[Member] = []
         for index in range(first, first + count):
             member = Member(index, f"bench-{index:06d}-{random.getrandbits(24):06x}")
+            member.head = (f'{{"type":"heartbeat","streamPrefix":{json.dumps(self.prefix)},'
+                           f'"consumerGroup":{json.dumps(self.group)},'
+                           f'"memberId":{json.dumps(member.member_id)},'
+                           f'"capacity":{self.capacity},"requestId":').encode()
             self.members.append(member)
             batch.append(member)
         async with trio.open_nursery() as handshakes:
@@ -418,13 +433,13 @@ class LoadGenerator:
                 "perSecond": (self.responses - before) / elapsed, **self.stats()}
 
 
-async def _leave_on(websocket: WebSocketConnection, prefix: str, group: str, member_id: str) -> None:
+async def _leave_on(websocket: wire.LeanWebSocket, prefix: str, group: str, member_id: str) -> None:
     # sent on the member's own connection before its task is cancelled and closes it
     try:
-        await websocket.send_message(json.dumps({
+        await websocket.send_text(json.dumps({
             "type": "heartbeat", "requestId": 10 ** 9, "streamPrefix": prefix, "consumerGroup": group,
-            "memberId": member_id, "memberEpoch": -1}))
-    except ConnectionClosed:
+            "memberId": member_id, "memberEpoch": -1}).encode())
+    except wire.Closed:
         pass
 
 
