@@ -7,7 +7,7 @@ Validators enforce the ranges of the protocol, so a decoded message is valid.
 
 from __future__ import annotations
 
-import unicodedata
+import re
 from typing import Any, ClassVar, Literal
 
 import attrs
@@ -63,27 +63,34 @@ class FieldValueError(ValueError):
     """A field holds a value the protocol does not allow; the text names the wire field."""
 
 
+# Unicode category Cc is exactly these code points (C0, DEL and C1 controls)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 def check_name(field: str, value: str, *, allow_braces: bool = False) -> None:
-    """Raise FieldValueError unless `value` is a valid prefix, group or member name."""
+    """Raise FieldValueError unless `value` is a valid prefix, group or member name.
+
+    `field` is the wire name (a snake_case attribute name is camelCased for the message).
+    """
     problem = None
     if not value:
         problem = "must not be empty"
     elif len(value) > MAX_NAME_LENGTH:
         problem = f"is longer than {MAX_NAME_LENGTH} characters"
-    elif any(unicodedata.category(ch) == "Cc" for ch in value):
+    elif _CONTROL.search(value):
         problem = "contains a control character"
     elif not allow_braces and ("{" in value or "}" in value):
         problem = "contains '{' or '}' (reserved for Redis Cluster hash tags)"
     if problem:
-        raise FieldValueError(f"field '{field}' {problem}")
+        raise FieldValueError(f"field '{camel(field)}' {problem}")
 
 
 def _name(instance: Any, attribute: attrs.Attribute, value: str) -> None:
-    check_name(camel(attribute.name), value)
+    check_name(attribute.name, value)
 
 
 def _member_id(instance: Any, attribute: attrs.Attribute, value: str) -> None:
-    check_name(camel(attribute.name), value, allow_braces=True)
+    check_name(attribute.name, value, allow_braces=True)
 
 
 def _at_least(low: int):
