@@ -74,6 +74,23 @@ class Tick:
     now_ms: int
 
 
+@attrs.frozen
+class SummariesRequest:
+    """listGroups asks each prefix actor for its groups, after the batch's checkpoint."""
+
+
+class Collect:
+    """A reply slot for a request from inside the coordinator: awaited, not sent."""
+
+    def __init__(self) -> None:
+        self.message: Any = None
+        self.done = trio.Event()
+
+    def resolve(self, message: Any) -> None:
+        self.message = message
+        self.done.set()
+
+
 @attrs.frozen(kw_only=True)
 class RoutingState:
     version: int
@@ -159,7 +176,6 @@ class PrefixActor:
         # last state known to be in Redis, for rollback
         self.persisted_routing: RoutingState | None = None
         self.persisted_groups: dict[str, dict[str, Any]] = {}
-        self.summaries: dict[str, m.GroupSummary] = {}
         # where to push each member (H10), and the reverse, to forget a closed session fast
         self.sessions: dict[tuple[str, str], Outbox] = {}
         self.session_members: dict[Outbox, set[tuple[str, str]]] = {}
@@ -180,7 +196,6 @@ class PrefixActor:
             machine = GroupMachine.from_record(self.prefix, name, self.settings, record, now)
             self.groups[name] = machine
             self.persisted_groups[name] = record
-            self.summaries[name] = machine.summary()
 
     # --- the loop ------------------------------------------------------------------
 
@@ -228,6 +243,8 @@ class PrefixActor:
                 immediate.append((envelope.reply, self._remove_member(request, now)))
             elif isinstance(request, m.DescribeGroup):
                 deferred.append((envelope.reply, lambda r=request: self._describe(r)))
+            elif isinstance(request, SummariesRequest):
+                deferred.append((envelope.reply, self._summaries))
 
         if self._drain_check_due and self.migration is not None:
             self._drain_check_due = False
@@ -405,6 +422,9 @@ class PrefixActor:
                                      self.migration.description() if self.migration else None)
         return attrs.evolve(description, request_id=request.request_id)
 
+    def _summaries(self) -> Any:
+        return tuple(self.groups[name].summary() for name in sorted(self.groups))
+
     def _tick(self, now: int) -> None:
         for group in self.groups.values():
             group.tick(now)
@@ -448,9 +468,8 @@ class PrefixActor:
             self.metrics.observe_checkpoint_seconds(trio.current_time() - started)
         self.persisted_routing = self.routing
         self.persisted_migration = attrs.evolve(self.migration) if self.migration else None
-        for name, (_, apply) in changes.items():
+        for _, apply in changes.values():
             apply()
-            self.summaries[name] = self.groups[name].summary()
         return True
 
     def _group_changes(self, name: str, effect: Any) -> tuple[dict[str, Any], Callable[[], None]]:

@@ -16,7 +16,7 @@ from typing import Any
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest
 
-from actors.actor import Envelope, PrefixActor, Reply, Tick, now_ms
+from actors.actor import Collect, Envelope, PrefixActor, Reply, SummariesRequest, Tick, now_ms
 from protocol import messages as m
 from protocol.codec import ADMIN_REQUESTS, MEMBER_REQUESTS, decode, encode
 from protocol.errors import ProtocolError, Status
@@ -153,9 +153,14 @@ class CoordinatorServer:
 
     async def _dispatch(self, message: Any, reply: Reply, session: Session) -> None:
         if isinstance(message, m.ListGroups):
-            groups = tuple(summary for prefix in sorted(self.router.actors)
-                           for _, summary in sorted(self.router.actors[prefix].summaries.items()))
-            reply.resolve(m.Groups(request_id=message.request_id, status=Status.OK, groups=groups))
+            groups: list[m.GroupSummary] = []
+            for prefix in sorted(self.router.actors):  # each answers after its current batch is durable
+                collect = Collect()
+                await self.router.actors[prefix].send_channel.send(
+                    Envelope(SummariesRequest(), collect, None))  # type: ignore[arg-type]
+                await collect.done.wait()
+                groups.extend(collect.message)
+            reply.resolve(m.Groups(request_id=message.request_id, status=Status.OK, groups=tuple(groups)))
             return
         creates = isinstance(message, (m.Heartbeat, m.GetRouting, m.SetShardCount))
         actor = self.router.actor(message.stream_prefix, create=creates)
