@@ -1,8 +1,7 @@
 """Launch `rsc coordinator` for the bench, with the open-files limit raised first.
 
-Equivalent to `python -m rsc coordinator ...`, but usable while other `rsc`
-subcommands are not importable, and it lifts the soft fd limit to the hard one
-so that 10,000 member websockets fit.
+Equivalent to `python -m rsc coordinator ...`, except that it first lifts the
+soft open-files limit to the hard one so that 10,000 member websockets fit.
 """
 
 from __future__ import annotations

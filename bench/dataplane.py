@@ -328,12 +328,6 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
     result = ScenarioResult("dataplane", "member runtime vs plain redis-py (same Redis, same run)",
                             columns=["case", "messages", "plain msg/s", "member msg/s", "ratio",
                                      "member s", "ideal s", "x ideal"])
-    try:
-        import member.listener  # noqa: F401 - the member runtime is built by another issue
-    except ImportError:
-        result.error = "member runtime (member/listener.py) not available yet"
-        result.target("data plane vs plain redis-py", ">= 0.8x", "member side pending", None)
-        return result
     redis_server = Redis()
     coordinator = None
     try:

@@ -18,7 +18,7 @@ from rich.table import Table
 
 console = Console(width=max(Console().width, 150))
 
-PASS, MISS, INFO, NOT_AVAILABLE = "pass", "MISS", "info", "n/a"
+PASS, MISS, INFO = "pass", "MISS", "info"
 
 
 @attrs.define
@@ -28,7 +28,7 @@ class Target:
     name: str
     goal: str
     measured: str
-    verdict: str  # PASS, MISS, INFO or NOT_AVAILABLE
+    verdict: str  # PASS, MISS or INFO
 
 
 @attrs.define
@@ -113,7 +113,7 @@ def summary_table(results: list[ScenarioResult]) -> Table:
     table = Table(title="Targets", title_justify="left")
     for column in ("scenario", "target", "goal", "measured", "verdict"):
         table.add_column(column)
-    colors = {PASS: "green", MISS: "red", INFO: "cyan", NOT_AVAILABLE: "yellow"}
+    colors = {PASS: "green", MISS: "red", INFO: "cyan"}
     for result in results:
         if result.error and not result.targets:
             table.add_row(result.name, "(scenario)", "-", result.error[:60], "[red]ERROR[/red]")

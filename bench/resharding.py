@@ -1,10 +1,7 @@
 """Scenario 7: resharding under load, 4 -> 8 shards while producing 5,000 msg/s.
 
 Measures lost messages (must be 0), duplicates and the longest producer stall
-(the widest gap between two acknowledged producer writes). Until the
-coordinator supports changing a prefix's shard count (`setShardCount` on an
-existing prefix answers INVALID_REQUEST today), the scenario probes for it
-and reports "not available" with the coordinator's answer.
+(the widest gap between two acknowledged producer writes).
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ import trio
 from trio_websocket import open_websocket_url
 
 from bench.procs import Redis, start_coordinator
-from bench.report import NOT_AVAILABLE, Progressor, ScenarioResult, Target
+from bench.report import Progressor, ScenarioResult
 
 PREFIX = "reshard"
 RATE = 5000
@@ -31,14 +28,6 @@ async def set_shards(url: str, count: int) -> dict[str, Any]:
             "type": "setShardCount", "requestId": 1, "streamPrefix": PREFIX, "consumerGroup": "g",
             "shardCount": count}))
         return dict(json.loads(await websocket.get_message()))
-
-
-async def probe(url: str) -> dict[str, Any]:
-    """Create 4 shards, then ask for 8: the answer says whether resharding exists."""
-    first = await set_shards(url, 4)
-    if first.get("status") != "OK":
-        return first
-    return await set_shards(url, 8)
 
 
 async def under_load(coordinator_url: str, redis_url: str, seconds: float) -> dict[str, Any]:
@@ -92,20 +81,7 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
     coordinator = None
     try:
         coordinator = start_coordinator(redis_server.url, heartbeat_interval_ms=1000, lease_ttl_ms=10000)
-        with progress.scenario("7 resharding", steps=2):
-            progress.step("probing setShardCount 4 -> 8")
-            answer = trio.run(probe, coordinator.url)
-            if answer.get("status") != "OK" or (answer.get("routing") or {}).get("shardCount") != 8:
-                result.targets.append(Target("resharding under load", "lost = 0", "not available",
-                                             NOT_AVAILABLE))
-                result.notes.append(f"not available: setShardCount 4 -> 8 answered {answer.get('status')}: "
-                                    f"{answer.get('error')}")
-                return result
-            redis_server.stop()
-            coordinator.stop()
-            redis_server = Redis()
-            coordinator = start_coordinator(redis_server.url, heartbeat_interval_ms=1000,
-                                            lease_ttl_ms=10000)
+        with progress.scenario("7 resharding", steps=1):
             progress.step("producing and resharding")
             measured = trio.run(under_load, coordinator.url, redis_server.url, 6.0 if quick else 30.0)
     finally:
