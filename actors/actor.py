@@ -193,6 +193,7 @@ class PrefixActor:
             self.migration = MigrationState.from_record(data["migration"])
             self.persisted_migration = attrs.evolve(self.migration)
         for name, record in data["groups"].items():
+            record = {**record, "shards": self.assignable_shards()}
             machine = GroupMachine.from_record(self.prefix, name, self.settings, record, now)
             self.groups[name] = machine
             self.persisted_groups[name] = record
@@ -516,8 +517,9 @@ class PrefixActor:
             record = self.persisted_groups.get(name)
             if record is None:
                 del self.groups[name]
-            else:
-                self.groups[name].restore(record, now, restart=False)
+            else:  # routing and migration are rolled back already: the shards follow them
+                self.groups[name].restore({**record, "shards": self.assignable_shards()}, now,
+                                          restart=False)
 
     def _after_commit(self, effects: dict[str, Any], routing_before: RoutingState | None) -> None:
         """Pushes (H10) and routing notifications, once the state they hint at is durable."""

@@ -458,14 +458,19 @@ class GroupMachine:
         """Everything a response may reveal, as JSON-ready data."""
         return {
             **self.group_record(),
+            "shards": list(self.shards),
             "members": {mid: self.member_record(mid) for mid in self.members},
             "target": {mid: sorted(shards) for mid, shards in self.target.targets.items()},
         }
 
     def group_record(self) -> dict[str, Any]:
-        """The group-level part of the record (the store writes it when `group_dirty`)."""
+        """The group-level part of the record (the store writes it when `group_dirty`).
+
+        The shards are not in it: they follow from the prefix's routing and
+        migration, which the prefix actor persists and restores first.
+        """
         return {"groupEpoch": self.group_epoch, "assignmentEpoch": self.assignment_epoch,
-                "maxConcurrency": self.max_concurrency, "shards": list(self.shards)}
+                "maxConcurrency": self.max_concurrency}
 
     def member_record(self, member_id: str) -> dict[str, Any]:
         """One member's books (the store writes only the members in `members_dirty`)."""
