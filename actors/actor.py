@@ -18,9 +18,9 @@ from typing import Any, Protocol
 import attrs
 import trio
 
-from actors.group import GroupMachine, GroupSettings
-from actors.logs import log_event
-from actors.store import (
+from rsc.actors.group import GroupMachine, GroupSettings
+from rsc.actors.logs import log_event
+from rsc.actors.store import (
     MetadataStore,
     StoreError,
     StoreFenced,
@@ -28,9 +28,9 @@ from actors.store import (
     group_field,
     member_field,
 )
-from protocol import messages as m
-from protocol.errors import Status
-from protocol.routing import HASH_NAME, stream_key
+from rsc.protocol import messages as m
+from rsc.protocol.errors import Status
+from rsc.protocol.routing import HASH_NAME, stream_key
 
 log = logging.getLogger("rsc.coordinator")
 

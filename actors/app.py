@@ -8,13 +8,12 @@ from typing import Any
 import trio
 from trio_websocket import serve_websocket
 
-from actors.actor import PrefixActor, now_ms
-from actors.config import CoordinatorConfig
-from actors.embedded_redis import EmbeddedRedis
-from actors.group import GroupSettings
-from actors.logs import log_event
-from actors.server import CoordinatorServer, Router
-from actors.store import MetadataStore, StoreError
+from rsc.actors.actor import PrefixActor, now_ms
+from rsc.actors.config import CoordinatorConfig
+from rsc.actors.group import GroupSettings
+from rsc.actors.logs import log_event
+from rsc.actors.server import CoordinatorServer, Router
+from rsc.actors.store import MetadataStore, StoreError
 
 log = logging.getLogger("rsc.coordinator")
 
@@ -26,20 +25,11 @@ def coordinator_lease_ms(config: CoordinatorConfig) -> int:
 
 async def serve(config: CoordinatorConfig, *, metrics: Any = None,
                 task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-    """Run a coordinator until cancelled; `task_status.started(url)` once it accepts sessions.
-
-    Without `config.redis_url` it runs on an embedded redis-server it starts and stops.
-    """
+    """Run a coordinator on `config.redis_url` until cancelled; `task_status.started(url)` once it
+    accepts sessions. (Starting an embedded redis-server when there is none is the caller's job.)"""
     if config.redis_url is None:
-        embedded = await trio.to_thread.run_sync(lambda: EmbeddedRedis().start())
-        log_event(log, "redis.embedded", level=logging.WARNING, url=embedded.url,
-                  note="no --redis-url given: started a private redis-server; its data is lost on exit")
-        try:
-            await _serve(config, embedded.url, metrics, task_status)
-        finally:
-            embedded.stop()
-    else:
-        await _serve(config, config.redis_url, metrics, task_status)
+        raise ValueError("CoordinatorConfig.redis_url is required")
+    await _serve(config, config.redis_url, metrics, task_status)
 
 
 async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
@@ -72,7 +62,7 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
                 max_message_size=config.max_frame_bytes, message_queue_size=4,
                 task_status=task_status))
             if metrics is not None and config.metrics_port is not None:
-                from actors.metrics import serve_metrics
+                from rsc.actors.metrics import serve_metrics
 
                 metrics_port = await nursery.start(serve_metrics, metrics, config.host,
                                                    config.metrics_port)

@@ -18,9 +18,9 @@ from typing import Any
 
 import attrs
 
-from actors.assignor import TargetAssignment
-from protocol import messages as m
-from protocol.errors import Status
+from rsc.actors.assignor import TargetAssignment
+from rsc.protocol import messages as m
+from rsc.protocol.errors import Status
 
 # member states (H4)
 STABLE = "STABLE"

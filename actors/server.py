@@ -16,10 +16,10 @@ from typing import Any
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest
 
-from actors.actor import Collect, Envelope, PrefixActor, Reply, SummariesRequest, Tick, now_ms
-from protocol import messages as m
-from protocol.codec import ADMIN_REQUESTS, MEMBER_REQUESTS, decode, encode
-from protocol.errors import ProtocolError, Status
+from rsc.actors.actor import Collect, Envelope, PrefixActor, Reply, SummariesRequest, Tick, now_ms
+from rsc.protocol import messages as m
+from rsc.protocol.codec import ADMIN_REQUESTS, MEMBER_REQUESTS, decode, encode
+from rsc.protocol.errors import ProtocolError, Status
 
 log = logging.getLogger("rsc.coordinator")
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import redis
 
-from protocol.routing import owner_key, seal_key
+from rsc.protocol.routing import owner_key, seal_key
 
 EPOCH_KEY = "rsc:coordinator:epoch"
 LEASE_KEY = "rsc:coordinator:lease"

@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from actors.assignor import TargetAssignment, assign
-from actors.group import GroupMachine, GroupSettings
 from bench.report import Progressor, ScenarioResult, pyplot
-from protocol import messages as m
+from rsc.actors.assignor import TargetAssignment, assign
+from rsc.actors.group import GroupMachine, GroupSettings
+from rsc.protocol import messages as m
 
 FULL_MEMBERS = (100, 1000, 10000)
 QUICK_MEMBERS = (100, 1000)

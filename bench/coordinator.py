@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from actors import cli
 from bench.loadgen import raise_fd_limit
+from rsc import coordinator_cli as cli
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -220,7 +220,7 @@ async def _run_members(coordinator_url: str, redis_url: str, prefix: str, stream
     id past every entry); then the gate opens and the clock starts. It stops
     when the ack observer has counted every entry acked: a condition, not a poll.
     """
-    from member.listener import Listener
+    from rsc.member.listener import Listener
 
     probe = Probe(check_order=simulate_work is not None)
     work = SimulatedWork()

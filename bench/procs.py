@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from actors.embedded_redis import EmbeddedRedis
+from rsc.embedded_redis import EmbeddedRedis
 
 
 class BenchError(RuntimeError):

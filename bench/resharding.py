@@ -32,8 +32,8 @@ async def set_shards(url: str, count: int) -> dict[str, Any]:
 
 async def under_load(coordinator_url: str, redis_url: str, seconds: float) -> dict[str, Any]:
     """Produce at RATE for `seconds` with 4 consumers running; reshard 4 -> 8 a third of the way in."""
-    from member.listener import Listener
-    from member.producer import open_producer
+    from rsc.member.listener import Listener
+    from rsc.member.producer import open_producer
 
     seen: dict[str, int] = {}
     produced: set[str] = set()

@@ -10,11 +10,11 @@ from collections.abc import Callable
 
 import trio
 
-from member.listener import Listener
-from member.producer import RoutingUnavailable, open_producer
-from member.reconcile import Event
-from member.runtime import Message
-from member.session import SessionClosed
+from rsc.member.listener import Listener
+from rsc.member.producer import RoutingUnavailable, open_producer
+from rsc.member.reconcile import Event
+from rsc.member.runtime import Message
+from rsc.member.session import SessionClosed
 
 READ_CHUNK = 1 << 16
 
@@ -192,7 +192,7 @@ def _serve_member_metrics(consumers: Listener, port: int) -> None:
     """Prometheus text on `port` (a daemon thread of prometheus_client), read at scrape time."""
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from member.metrics import MemberCollector
+    from rsc.member.metrics import MemberCollector
 
     registry = CollectorRegistry()
     registry.register(MemberCollector(lambda: [member.stats for member in consumers.members]))

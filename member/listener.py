@@ -1,6 +1,6 @@
 """The listener API: what applications import to consume a group.
 
-    from member.listener import listener
+    from rsc.member.listener import listener
 
     @listener("orders", "billing", coordinator_url="ws://127.0.0.1:8765",
               redis_url="redis://127.0.0.1:6379/0", concurrency=2, runtime_max_concurrency=8)
@@ -21,9 +21,9 @@ from collections.abc import Callable
 
 import trio
 
-from member.ids import make_member_id
-from member.policies import AckPolicy, RetryPolicy
-from member.runtime import AckObserver, EventCallback, Handler, Member, MemberConfig, ReadObserver
+from rsc.member.ids import make_member_id
+from rsc.member.policies import AckPolicy, RetryPolicy
+from rsc.member.runtime import AckObserver, EventCallback, Handler, Member, MemberConfig, ReadObserver
 
 
 class Listener:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from member.stats import MemberStats
+from rsc.member.stats import MemberStats
 
 _COUNTERS = (
     ("processed", "rsc_member_processed", "Handler calls that succeeded"),

@@ -21,9 +21,9 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
-from member.session import Session, open_session
-from member.streams import ProduceOps, connect
-from protocol import HASH_NAME, GetRouting, Routing, Status, shard_for_key
+from rsc.member.session import Session, open_session
+from rsc.member.streams import ProduceOps, connect
+from rsc.protocol import HASH_NAME, GetRouting, Routing, Status, shard_for_key
 
 log = logging.getLogger(__name__)
 

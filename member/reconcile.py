@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from protocol import Heartbeat, HeartbeatResponse, RevokingShard, Status
+from rsc.protocol import Heartbeat, HeartbeatResponse, RevokingShard, Status
 
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1

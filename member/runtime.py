@@ -26,12 +26,12 @@ import attrs
 import redis
 import trio
 
-from member.ordering import KeyOrderedQueue
-from member.policies import AckPolicy, RetryPolicy
-from member.reconcile import JOIN_EPOCH, LEAVE_EPOCH, Actions, Event, MemberState, Phase
-from member.session import ResponseUndecodable, SessionClosed, open_session
-from member.stats import MemberStats
-from member.streams import (
+from rsc.member.ordering import KeyOrderedQueue
+from rsc.member.policies import AckPolicy, RetryPolicy
+from rsc.member.reconcile import JOIN_EPOCH, LEAVE_EPOCH, Actions, Event, MemberState, Phase
+from rsc.member.session import ResponseUndecodable, SessionClosed, open_session
+from rsc.member.stats import MemberStats
+from rsc.member.streams import (
     KEY_FIELD,
     NOT_OWNER,
     VALUE_FIELD,
@@ -42,7 +42,7 @@ from member.streams import (
     pairs,
     supports_xackdel,
 )
-from protocol import AssignmentChanged, HeartbeatResponse, Status
+from rsc.protocol import AssignmentChanged, HeartbeatResponse, Status
 
 log = logging.getLogger(__name__)
 

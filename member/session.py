@@ -32,7 +32,7 @@ from trio_websocket import (
     open_websocket_url,
 )
 
-from protocol import Message, ProtocolError, decode, encode
+from rsc.protocol import Message, ProtocolError, decode, encode
 
 log = logging.getLogger(__name__)
 

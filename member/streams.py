@@ -18,7 +18,7 @@ import attrs
 import redis
 from redis.exceptions import NoScriptError
 
-from protocol.routing import owner_key, seal_key
+from rsc.protocol.routing import owner_key, seal_key
 
 NOT_OWNER = -1
 ACK_CHUNK = 2000

@@ -3,11 +3,11 @@
 Pure: imports no trio and no redis. See ../shared/PROTOCOL.md for the contract.
 """
 
-from protocol.codec import decode, encode, to_wire
-from protocol.errors import ProtocolError, Status
-from protocol.messages import *  # noqa: F403
-from protocol.messages import __all__ as _messages_all
-from protocol.routing import HASH_NAME, owner_key, seal_key, shard_for_key, stream_key
+from rsc.protocol.codec import decode, encode, to_wire
+from rsc.protocol.errors import ProtocolError, Status
+from rsc.protocol.messages import *  # noqa: F403
+from rsc.protocol.messages import __all__ as _messages_all
+from rsc.protocol.routing import HASH_NAME, owner_key, seal_key, shard_for_key, stream_key
 
 __all__ = [
     "HASH_NAME",

@@ -16,9 +16,9 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-from protocol import messages as m
-from protocol.errors import ProtocolError, Status
-from protocol.messages import FieldValueError, camel
+from rsc.protocol import messages as m
+from rsc.protocol.errors import ProtocolError, Status
+from rsc.protocol.messages import FieldValueError, camel
 
 MESSAGE_TYPES: dict[str, type[m.Message]] = {
     cls.TYPE: cls

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal
 
 import attrs
 
-from protocol.errors import Status
+from rsc.protocol.errors import Status
 
 __all__ = [
     "MAX_NAME_LENGTH",

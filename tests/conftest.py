@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from actors.embedded_redis import EmbeddedRedis
+from rsc.embedded_redis import EmbeddedRedis
 
 
 @pytest.fixture(scope="session")
@@ -35,8 +35,8 @@ from typing import Any  # noqa: E402
 import attrs  # noqa: E402
 import trio  # noqa: E402
 
-from actors.app import serve  # noqa: E402
-from actors.config import CoordinatorConfig  # noqa: E402
+from rsc.actors.app import serve  # noqa: E402
+from rsc.actors.config import CoordinatorConfig  # noqa: E402
 
 FAST = {"tick_interval_ms": 50, "lease_ttl_ms": 1000, "heartbeat_interval_ms": 200,
         "revoke_timeout_ms": 5000}

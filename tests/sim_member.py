@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import attrs
 
-from protocol import messages as m
-from protocol.errors import Status
+from rsc.protocol import messages as m
+from rsc.protocol.errors import Status
 
 
 @attrs.define

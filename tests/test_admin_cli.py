@@ -13,10 +13,10 @@ import json
 import pytest
 import trio
 
-from member.admin_cli import add_parser, execute
-from member.admin_client import AdminError, open_admin_client
-from member.session import open_session
-from protocol import Heartbeat, HeartbeatResponse, Status, decode
+from rsc.admin_cli import add_parser, execute
+from rsc.admin_client import AdminError, open_admin_client
+from rsc.member.session import open_session
+from rsc.protocol import Heartbeat, HeartbeatResponse, Status, decode
 
 LONG_LEASE = {"lease_ttl_ms": 60_000}  # members join once and stay for the whole test
 

@@ -8,7 +8,7 @@ import json
 import attrs
 import pytest
 
-from member.admin_cli import (
+from rsc.admin_cli import (
     ShardRun,
     WatchState,
     add_parser,
@@ -23,9 +23,9 @@ from member.admin_cli import (
     shard_runs,
     watch_signature,
 )
-from member.admin_client import AdminError, check_response
-from member.session import SessionClosed
-from protocol import (
+from rsc.admin_client import AdminError, check_response
+from rsc.member.session import SessionClosed
+from rsc.protocol import (
     ErrorResponse,
     GroupDescription,
     Groups,

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from protocol import messages as m
-from protocol.codec import (
+from rsc.protocol import messages as m
+from rsc.protocol.codec import (
     ADMIN_REQUESTS,
     MEMBER_REQUESTS,
     MESSAGE_TYPES,
@@ -20,7 +20,7 @@ from protocol.codec import (
     encode,
     to_wire,
 )
-from protocol.errors import ProtocolError, Status
+from rsc.protocol.errors import ProtocolError, Status
 
 # --- 1. every JSON example of PROTOCOL.md ------------------------------------------------------
 #

@@ -11,9 +11,9 @@ from contextlib import AsyncExitStack
 
 import trio
 
-from member.session import SessionClosed, open_session
-from protocol import messages as m
-from protocol.errors import Status
+from rsc.member.session import SessionClosed, open_session
+from rsc.protocol import messages as m
+from rsc.protocol.errors import Status
 from tests.processes import spawn_coordinator
 from tests.sim_member import SimMember, assert_no_shard_held_twice
 
@@ -99,7 +99,7 @@ async def test_sigkill_mid_rebalance_then_restart_members_keep_epochs_and_never_
 async def test_sigterm_stops_cleanly_releases_the_lease_and_keeps_state(redis_url):
     import redis
 
-    from actors.store import LEASE_KEY
+    from rsc.actors.store import LEASE_KEY
 
     process, url = await spawn_coordinator(redis_url)
     async with open_session(url, "admin") as admin:

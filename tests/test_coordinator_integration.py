@@ -13,14 +13,14 @@ import redis
 import trio
 from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_url
 
-from actors.app import serve
-from actors.config import CoordinatorConfig
-from actors.embedded_redis import EmbeddedRedis
-from actors.store import CoordinatorAlreadyRunning, MetadataStore
-from member.session import SessionClosed, open_session
-from protocol import messages as m
-from protocol.errors import Status
-from protocol.routing import owner_key
+from rsc.actors.app import serve
+from rsc.actors.config import CoordinatorConfig
+from rsc.actors.store import CoordinatorAlreadyRunning, MetadataStore
+from rsc.embedded_redis import EmbeddedRedis
+from rsc.member.session import SessionClosed, open_session
+from rsc.protocol import messages as m
+from rsc.protocol.errors import Status
+from rsc.protocol.routing import owner_key
 
 PREFIX, GROUP = "orders", "billing"
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import pytest
 
-from actors.group import (
+from rsc.actors.group import (
     EMPTY,
     RECONCILING,
     STABLE,
@@ -22,8 +22,8 @@ from actors.group import (
     GroupMachine,
     GroupSettings,
 )
-from protocol import messages as m
-from protocol.errors import Status
+from rsc.protocol import messages as m
+from rsc.protocol.errors import Status
 
 PREFIX, GROUP = "orders", "billing"
 SETTINGS = GroupSettings(heartbeat_interval_ms=3000, lease_ttl_ms=10_000, revoke_timeout_ms=60_000)

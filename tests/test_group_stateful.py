@@ -29,9 +29,9 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from actors.group import EMPTY, STABLE, GroupMachine, GroupSettings
-from protocol import messages as m
-from protocol.errors import Status
+from rsc.actors.group import EMPTY, STABLE, GroupMachine, GroupSettings
+from rsc.protocol import messages as m
+from rsc.protocol.errors import Status
 
 PREFIX, GROUP = "orders", "billing"
 LEASE = 10_000

@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from actors.logs import (
+from rsc.actors.logs import (
     add_logging_arguments,
     configure_logging,
     format_json_line,

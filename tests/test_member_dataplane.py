@@ -7,12 +7,12 @@ import attrs
 import pytest
 import trio
 
-import member.streams as streams_module
-from member.listener import Listener
-from member.ordering import KeyOrderedQueue
-from member.runtime import Message, new_message, queued_entries
-from member.streams import StreamOps, connect
-from protocol import owner_key
+import rsc.member.streams as streams_module
+from rsc.member.listener import Listener
+from rsc.member.ordering import KeyOrderedQueue
+from rsc.member.runtime import Message, new_message, queued_entries
+from rsc.member.streams import StreamOps, connect
+from rsc.protocol import owner_key
 from tests.test_member_support import pending_count, set_shards, write_messages
 
 SHARD, GROUP = "{orders:v1:0}", "billing"

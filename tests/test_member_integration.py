@@ -18,9 +18,9 @@ from collections import defaultdict
 
 import trio
 
-from member.listener import Listener
-from member.runtime import Message
-from member.streams import connect
+from rsc.member.listener import Listener
+from rsc.member.runtime import Message
+from rsc.member.streams import connect
 from tests.test_member_support import (
     pending_count,
     set_shards,

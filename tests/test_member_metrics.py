@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from member.metrics import MemberCollector
-from member.stats import MemberStats
+from rsc.member.metrics import MemberCollector
+from rsc.member.stats import MemberStats
 
 
 def test_member_metrics_expose_processed_failed_in_flight_and_lag_per_owned_shard():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from member.reconcile import (
+from rsc.member.reconcile import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
     NO_ACTIONS,
@@ -13,7 +13,7 @@ from member.reconcile import (
     MemberState,
     Phase,
 )
-from protocol import Assignment, HeartbeatResponse, RevokingShard, Status
+from rsc.protocol import Assignment, HeartbeatResponse, RevokingShard, Status
 
 PREFIX, GROUP, MEMBER = "orders", "billing", "10.0.0.7-42-0-abcd"
 

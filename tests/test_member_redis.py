@@ -6,12 +6,12 @@ import threading
 
 import trio
 
-from member.listener import Listener
-from member.policies import AckPolicy, IdempotencyMarkers, RetryPolicy
-from member.runtime import Message
-from member.session import open_session
-from member.streams import NOT_OWNER, StreamOps, connect
-from protocol import SetMaxConcurrency, owner_key
+from rsc.member.listener import Listener
+from rsc.member.policies import AckPolicy, IdempotencyMarkers, RetryPolicy
+from rsc.member.runtime import Message
+from rsc.member.session import open_session
+from rsc.member.streams import NOT_OWNER, StreamOps, connect
+from rsc.protocol import SetMaxConcurrency, owner_key
 from tests.test_member_support import (
     pending_count,
     set_shards,

@@ -8,8 +8,8 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
 
-from member.session import SessionClosed, open_session
-from protocol import AssignmentChanged, GetRouting, Heartbeat, HeartbeatResponse, Routing, Status
+from rsc.member.session import SessionClosed, open_session
+from rsc.protocol import AssignmentChanged, GetRouting, Heartbeat, HeartbeatResponse, Routing, Status
 
 
 async def start_peer(nursery: trio.Nursery, script) -> str:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from member.session import open_session
-from member.streams import ProduceOps, connect
-from protocol import SetShardCount, ShardCountChanged, shard_for_key
+from rsc.member.session import open_session
+from rsc.member.streams import ProduceOps, connect
+from rsc.protocol import SetShardCount, ShardCountChanged, shard_for_key
 
 
 async def set_shards(url: str, prefix: str, group: str, count: int) -> tuple[str, ...]:

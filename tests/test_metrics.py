@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from actors.metrics import CoordinatorMetrics, render_http_response, serve_metrics
+from rsc.actors.metrics import CoordinatorMetrics, render_http_response, serve_metrics
 
 GROUP = ("orders", "billing")
 

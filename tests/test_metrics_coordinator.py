@@ -5,12 +5,12 @@ from __future__ import annotations
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from actors.app import serve
-from actors.config import CoordinatorConfig
-from actors.embedded_redis import free_port
-from actors.metrics import CoordinatorMetrics
-from member.session import open_session
-from protocol import Heartbeat, HeartbeatResponse, Status
+from rsc.actors.app import serve
+from rsc.actors.config import CoordinatorConfig
+from rsc.actors.metrics import CoordinatorMetrics
+from rsc.embedded_redis import free_port
+from rsc.member.session import open_session
+from rsc.protocol import Heartbeat, HeartbeatResponse, Status
 
 LABELS = {"prefix": "orders", "group": "billing"}
 

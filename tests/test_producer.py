@@ -10,10 +10,10 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed, serve_websocket
 
-from member.cli import LineSplitter, MalformedLine, parse_line
-from member.producer import open_producer
-from member.streams import ProduceOps, connect
-from protocol import seal_key, shard_for_key
+from rsc.member.cli import LineSplitter, MalformedLine, parse_line
+from rsc.member.producer import open_producer
+from rsc.member.streams import ProduceOps, connect
+from rsc.protocol import seal_key, shard_for_key
 from tests.test_member_support import set_shards
 
 

@@ -14,11 +14,11 @@ import attrs
 import redis
 import trio
 
-from member.listener import Listener
-from member.producer import open_producer
-from member.runtime import Message
-from member.session import open_session
-from protocol import messages as m
+from rsc.member.listener import Listener
+from rsc.member.producer import open_producer
+from rsc.member.runtime import Message
+from rsc.member.session import open_session
+from rsc.protocol import messages as m
 from tests.processes import spawn_coordinator
 
 PREFIX, GROUP = "orders", "billing"

@@ -13,10 +13,10 @@ import pytest
 import redis
 import trio
 
-from member.session import open_session
-from protocol import messages as m
-from protocol.errors import Status
-from protocol.routing import owner_key, seal_key
+from rsc.member.session import open_session
+from rsc.protocol import messages as m
+from rsc.protocol.errors import Status
+from rsc.protocol.routing import owner_key, seal_key
 from tests.sim_member import SimMember, assert_no_shard_held_twice
 
 PREFIX, GROUP = "orders", "billing"

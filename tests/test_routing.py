@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.routing import HASH_NAME, owner_key, seal_key, shard_for_key, stream_key
+from rsc.protocol.routing import HASH_NAME, owner_key, seal_key, shard_for_key, stream_key
 
 # --- shard_for_key: crc32(utf8(k)) mod shardCount, zlib's CRC-32, unsigned ---------------------
 

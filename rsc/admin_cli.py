@@ -33,8 +33,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from member.admin_client import AdminClient, AdminError, SessionClosed, open_admin_client
-from protocol import (
+from rsc.admin_client import AdminClient, AdminError, SessionClosed, open_admin_client
+from rsc.protocol import (
     FieldValueError,
     GroupDescription,
     Groups,

@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Literal, TypeVar
 
-from member.session import Session, SessionClosed, open_session
-from protocol import (
+from rsc.member.session import Session, SessionClosed, open_session
+from rsc.protocol import (
     DescribeGroup,
     ErrorResponse,
     GroupDescription,

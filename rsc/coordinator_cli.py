@@ -6,9 +6,11 @@ import argparse
 import signal
 import sys
 
+import attrs
 import trio
 
-from actors.config import CoordinatorConfig
+from rsc.actors.config import CoordinatorConfig
+from rsc.embedded_redis import EmbeddedRedis
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -65,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _operator_error(exc: BaseException) -> BaseException | None:
     """The store or embedded-redis error inside `exc` (nurseries wrap errors in groups)."""
-    from actors.embedded_redis import EmbeddedRedisError
-    from actors.store import StoreError
+    from rsc.actors.store import StoreError
+    from rsc.embedded_redis import EmbeddedRedisError
 
     if isinstance(exc, StoreError | EmbeddedRedisError):
         return exc
@@ -79,17 +81,30 @@ def _operator_error(exc: BaseException) -> BaseException | None:
 
 
 def _configure_logging(level: str, fmt: str) -> None:
-    from actors.logs import configure_logging
+    from rsc.actors.logs import configure_logging
 
     configure_logging(level, fmt)
 
 
 async def _main(config: CoordinatorConfig) -> None:
-    from actors.app import serve
+    if config.redis_url is not None:
+        await _serve_until_signal(config)
+        return
+    embedded = await trio.to_thread.run_sync(lambda: EmbeddedRedis().start())
+    print(f"no --redis-url given: started a private redis-server at {embedded.url}; "
+          "its data is lost on exit", file=sys.stderr, flush=True)
+    try:
+        await _serve_until_signal(attrs.evolve(config, redis_url=embedded.url))
+    finally:
+        embedded.stop()
+
+
+async def _serve_until_signal(config: CoordinatorConfig) -> None:
+    from rsc.actors.app import serve
 
     metrics = None
     if config.metrics_port is not None:
-        from actors.metrics import CoordinatorMetrics
+        from rsc.actors.metrics import CoordinatorMetrics
 
         metrics = CoordinatorMetrics()
     async with trio.open_nursery() as nursery:

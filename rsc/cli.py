@@ -9,13 +9,15 @@ from __future__ import annotations
 import argparse
 import sys
 
+from rsc import __version__
+
 
 def build_parser() -> argparse.ArgumentParser:
-    from actors import cli as coordinator_cli
-    from member import admin_cli
-    from member import cli as member_cli
+    from rsc import admin_cli, coordinator_cli
+    from rsc.member import cli as member_cli
 
     parser = argparse.ArgumentParser(prog="rsc", description="Redis Stream Coordinator")
+    parser.add_argument("--version", action="version", version=f"rsc {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     coordinator_cli.add_parser(commands)
     member_cli.add_produce_parser(commands)
@@ -29,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from bench import demo
+    from rsc import demo
 
     return demo.run(args)
 

@@ -27,16 +27,16 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from actors.app import serve
-from actors.config import CoordinatorConfig
-from actors.embedded_redis import EmbeddedRedis
-from member.admin_cli import describe_view, print_view
-from member.admin_client import AdminClient, AdminError, open_admin_client
-from member.ids import make_member_id
-from member.producer import open_producer
-from member.runtime import Member, MemberConfig, Message
-from member.session import SessionClosed
-from protocol import GroupDescription
+from rsc.actors.app import serve
+from rsc.actors.config import CoordinatorConfig
+from rsc.admin_cli import describe_view, print_view
+from rsc.admin_client import AdminClient, AdminError, open_admin_client
+from rsc.embedded_redis import EmbeddedRedis
+from rsc.member.ids import make_member_id
+from rsc.member.producer import open_producer
+from rsc.member.runtime import Member, MemberConfig, Message
+from rsc.member.session import SessionClosed
+from rsc.protocol import GroupDescription
 
 PREFIX = "demo"
 GROUP = "workers"
@@ -315,7 +315,7 @@ async def _produce(url: str, redis_url: str, state: DemoState, scope: trio.Cance
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m bench.demo [--duration S]`: the demo without the rest of `rsc`."""
+    """`python -m rsc.demo [--duration S]`: the demo without the rest of `rsc`."""
     parser = argparse.ArgumentParser(prog="rsc demo")
     parser.add_argument("--duration", type=float, default=None,
                         help="seconds to run before exiting (default: until Ctrl-C)")
