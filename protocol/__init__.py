@@ -8,9 +8,25 @@ from rsc.protocol.errors import ProtocolError, Status
 from rsc.protocol.messages import *  # noqa: F403
 from rsc.protocol.messages import __all__ as _messages_all
 from rsc.protocol.routing import HASH_NAME, owner_key, seal_key, shard_for_key, stream_key
+from rsc.protocol.vocabulary import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    Cutover,
+    GroupState,
+    MemberState,
+    MigrationState,
+    RevokeState,
+)
 
 __all__ = [
     "HASH_NAME",
+    "JOIN_EPOCH",
+    "LEAVE_EPOCH",
+    "Cutover",
+    "GroupState",
+    "MemberState",
+    "MigrationState",
+    "RevokeState",
     "ProtocolError",
     "Status",
     "decode",

@@ -19,6 +19,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from rsc.protocol import messages as m
 from rsc.protocol.errors import ProtocolError, Status
 from rsc.protocol.messages import FieldValueError, camel
+from rsc.protocol.vocabulary import STATE_ENUMS
 
 MESSAGE_TYPES: dict[str, type[m.Message]] = {
     cls.TYPE: cls
@@ -108,7 +109,8 @@ def _make_converter() -> cattrs.Converter:
     )
     # Status is also a str: without its own singledispatch entry the str hook above
     # would win and accept any string as a status.
-    conv.register_structure_hook(Status, structure_enum)
+    for string_enum in (Status, *STATE_ENUMS):
+        conv.register_structure_hook(string_enum, structure_enum)
 
     def structure_literal(value: Any, literal: Any) -> Any:
         allowed = typing.get_args(literal)

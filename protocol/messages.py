@@ -8,11 +8,12 @@ Validators enforce the ranges of the protocol, so a decoded message is valid.
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import attrs
 
 from rsc.protocol.errors import Status
+from rsc.protocol.vocabulary import Cutover, GroupState, MemberState, MigrationState, RevokeState
 
 __all__ = [
     "MAX_NAME_LENGTH",
@@ -120,7 +121,7 @@ class Message:
 @attrs.frozen(kw_only=True)
 class RevokingShard:
     shard: str
-    state: Literal["REVOKING", "REVOKED"]
+    state: RevokeState
 
 
 @attrs.frozen(kw_only=True)
@@ -223,7 +224,7 @@ class SetShardCount(Message):
     stream_prefix: str = attrs.field(validator=_name)
     consumer_group: str = attrs.field(validator=_name)
     shard_count: int = attrs.field(validator=_shard_count)
-    cutover: Literal["parallel", "ordered"] = "parallel"
+    cutover: Cutover = Cutover.PARALLEL
 
 
 @attrs.frozen(kw_only=True)
@@ -251,7 +252,7 @@ class GroupSummary:
     group_epoch: int
     members: int
     shards: int
-    state: str
+    state: GroupState
 
 
 @attrs.frozen(kw_only=True)
@@ -265,10 +266,10 @@ class Groups(Message):
 
 @attrs.frozen(kw_only=True)
 class MigrationDescription:
-    state: str
+    state: MigrationState
     from_version: int
     to_version: int
-    cutover: str
+    cutover: Cutover
     drained_shards: tuple[str, ...] = ()
     remaining_shards: tuple[str, ...] = ()
 
@@ -277,7 +278,7 @@ class MigrationDescription:
 class MemberDescription:
     member_id: str
     member_epoch: int
-    state: str
+    state: MemberState
     capacity: int | None
     last_heartbeat_ms_ago: int | None
     assigned_shards: tuple[str, ...] = ()
@@ -293,7 +294,7 @@ class GroupDescription(Message):
     status: Status
     stream_prefix: str
     consumer_group: str
-    state: str | None = None
+    state: GroupState | None = None
     group_epoch: int | None = None
     assignment_epoch: int | None = None
     max_concurrency: int | None = None

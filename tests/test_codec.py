@@ -21,6 +21,7 @@ from rsc.protocol.codec import (
     to_wire,
 )
 from rsc.protocol.errors import ProtocolError, Status
+from rsc.protocol.vocabulary import Cutover, GroupState, MemberState, MigrationState
 
 # --- 1. every JSON example of PROTOCOL.md ------------------------------------------------------
 #
@@ -262,16 +263,19 @@ routing_summaries = st.builds(m.RoutingSummary, version=ints, shard_count=ints)
 assignments = st.builds(m.Assignment, assigned_shards=shard_lists, pending_shards=shard_lists)
 revoking = st.builds(m.RevokingShard, shard=st.text(max_size=30),
                      state=st.sampled_from(["REVOKING", "REVOKED"]))
-migrations = st.builds(m.MigrationDescription, state=texts, from_version=ints, to_version=ints,
-                       cutover=texts, drained_shards=shard_lists, remaining_shards=shard_lists)
+migrations = st.builds(m.MigrationDescription, state=st.sampled_from(MigrationState),
+                       from_version=ints, to_version=ints, cutover=st.sampled_from(Cutover),
+                       drained_shards=shard_lists, remaining_shards=shard_lists)
 member_descriptions = st.builds(
-    m.MemberDescription, member_id=texts, member_epoch=ints, state=texts, capacity=opt(ints),
+    m.MemberDescription, member_id=texts, member_epoch=ints, state=st.sampled_from(MemberState),
+    capacity=opt(ints),
     last_heartbeat_ms_ago=opt(ints), assigned_shards=shard_lists, pending_shards=shard_lists,
     revoking_shards=shard_lists, target_shards=shard_lists)
 routing_descriptions = st.builds(m.RoutingDescription, version=ints, shard_count=ints, hash=texts,
                                  streams=shard_lists)
 group_summaries = st.builds(m.GroupSummary, stream_prefix=texts, consumer_group=texts,
-                            group_epoch=ints, members=ints, shards=ints, state=texts)
+                            group_epoch=ints, members=ints, shards=ints,
+                            state=st.sampled_from(GroupState))
 assignment_maps = st.dictionaries(texts, shard_lists, max_size=3)
 
 STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
@@ -307,8 +311,9 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
                         groups=st.lists(group_summaries, max_size=3).map(tuple), error=opt(texts)),
     m.GroupDescription: st.builds(
         m.GroupDescription, request_id=maybe_request_ids, status=statuses, stream_prefix=texts,
-        consumer_group=texts, state=opt(texts), group_epoch=opt(ints), assignment_epoch=opt(ints),
-        max_concurrency=opt(ints), routing=opt(routing_summaries), migration=opt(migrations),
+        consumer_group=texts, state=opt(st.sampled_from(GroupState)), group_epoch=opt(ints),
+        assignment_epoch=opt(ints), max_concurrency=opt(ints), routing=opt(routing_summaries),
+        migration=opt(migrations),
         members=st.lists(member_descriptions, max_size=2).map(tuple),
         target_assignment=assignment_maps, current_assignment=assignment_maps, error=opt(texts)),
     m.ShardCountChanged: st.builds(

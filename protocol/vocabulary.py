@@ -1,0 +1,56 @@
+"""The protocol's vocabulary, defined once: states, cutover, revoke states and special epochs.
+
+Every state string of PROTOCOL.md is a `StrEnum` member here, so a typo is a NameError
+instead of a silent mismatch, and the codec rejects unknown strings by naming the field.
+"""
+
+from __future__ import annotations
+
+import enum
+
+JOIN_EPOCH = 0
+"""`memberEpoch: 0` joins (or rejoins) a group."""
+
+LEAVE_EPOCH = -1
+"""`memberEpoch: -1` leaves a group; a leave's answer carries it too (H9)."""
+
+
+class GroupState(enum.StrEnum):
+    """H4: `EMPTY` without members, `STABLE` when all are STABLE at the assignment epoch."""
+
+    EMPTY = "EMPTY"
+    STABLE = "STABLE"
+    RECONCILING = "RECONCILING"
+
+
+class MemberState(enum.StrEnum):
+    """H4: what a member still has to do before it is at its group's assignment epoch."""
+
+    STABLE = "STABLE"
+    UNREVOKED_SHARDS = "UNREVOKED_SHARDS"
+    UNRELEASED_SHARDS = "UNRELEASED_SHARDS"
+
+
+class RevokeState(enum.StrEnum):
+    """A `revokingShards` entry: still draining, or drained (no reads, nothing in flight)."""
+
+    REVOKING = "REVOKING"
+    REVOKED = "REVOKED"
+
+
+class MigrationState(enum.StrEnum):
+    """R2: a resharding drains the old version, then it is complete (and later retired)."""
+
+    DRAINING = "DRAINING"
+    COMPLETE = "COMPLETE"
+
+
+class Cutover(enum.StrEnum):
+    """R3: `parallel` assigns the new version at once; `ordered` only after the old drained."""
+
+    PARALLEL = "parallel"
+    ORDERED = "ordered"
+
+
+STATE_ENUMS = (GroupState, MemberState, RevokeState, MigrationState, Cutover)
+"""Every string enum a message field can hold (the codec registers a strict hook for each)."""
