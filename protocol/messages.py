@@ -25,6 +25,7 @@ __all__ = [
     "DescribeGroup",
     "ErrorResponse",
     "GetRouting",
+    "GroupRequest",
     "GroupDescription",
     "GroupSummary",
     "Groups",
@@ -38,6 +39,8 @@ __all__ = [
     "Message",
     "MigrationDescription",
     "RemoveMember",
+    "Request",
+    "Response",
     "RevokingShard",
     "Routing",
     "RoutingDescription",
@@ -115,6 +118,34 @@ class Message:
     TYPE: ClassVar[str]
 
 
+class Response(Message):
+    """A message that answers a request (or a push of the same type): it has a `status`."""
+
+    status: Status
+
+
+class Request(Message):
+    """A request: its replies are built from it, so `requestId` and the names are copied once."""
+
+    request_id: int
+
+    def error(self, status: Status, error: str) -> Response:
+        """The response type of this request with an error status (PROTOCOL.md, Transport)."""
+        raise NotImplementedError
+
+
+class GroupRequest(Request):
+    """A request that names a group `(streamPrefix, consumerGroup)`."""
+
+    stream_prefix: str
+    consumer_group: str
+
+    def unknown_group(self) -> Response:
+        """UNKNOWN_GROUP: the group was never seen (or was deleted)."""
+        return self.error(Status.UNKNOWN_GROUP,
+                          f"group {self.consumer_group!r} of {self.stream_prefix!r} was never seen")
+
+
 # --- member endpoint ---------------------------------------------------------
 
 
@@ -125,7 +156,7 @@ class RevokingShard:
 
 
 @attrs.frozen(kw_only=True)
-class Heartbeat(Message):
+class Heartbeat(GroupRequest):
     TYPE: ClassVar[str] = "heartbeat"
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
@@ -135,6 +166,10 @@ class Heartbeat(Message):
     capacity: int | None = attrs.field(default=None, validator=_at_least(1))
     owned_shards: tuple[str, ...] | None = None
     revoking_shards: tuple[RevokingShard, ...] = ()
+
+    def error(self, status: Status, error: str) -> HeartbeatResponse:
+        return HeartbeatResponse(request_id=self.request_id, status=status,
+                                 member_id=self.member_id, error=error)
 
 
 @attrs.frozen(kw_only=True)
@@ -150,7 +185,7 @@ class Assignment:
 
 
 @attrs.frozen(kw_only=True)
-class HeartbeatResponse(Message):
+class HeartbeatResponse(Response):
     TYPE: ClassVar[str] = "heartbeatResponse"
     request_id: int | None
     status: Status
@@ -178,15 +213,24 @@ class AssignmentChanged(Message):
 
 
 @attrs.frozen(kw_only=True)
-class GetRouting(Message):
+class GetRouting(Request):
     TYPE: ClassVar[str] = "getRouting"
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
     subscribe: bool = False
 
+    def error(self, status: Status, error: str) -> Routing:
+        return Routing(request_id=self.request_id, status=status, stream_prefix=self.stream_prefix,
+                       error=error)
+
+    def unknown_stream(self) -> Routing:
+        """UNKNOWN_STREAM: the prefix has no routing yet."""
+        return self.error(Status.UNKNOWN_STREAM,
+                          f"stream prefix {self.stream_prefix!r} has no routing yet")
+
 
 @attrs.frozen(kw_only=True)
-class Routing(Message):
+class Routing(Response):
     """Answer to getRouting, and (without requestId) the push on a routing change."""
 
     TYPE: ClassVar[str] = "routing"
@@ -204,21 +248,29 @@ class Routing(Message):
 
 
 @attrs.frozen(kw_only=True)
-class ListGroups(Message):
+class ListGroups(Request):
     TYPE: ClassVar[str] = "listGroups"
     request_id: int
 
+    def error(self, status: Status, error: str) -> Groups:
+        return Groups(request_id=self.request_id, status=status, error=error)
+
 
 @attrs.frozen(kw_only=True)
-class DescribeGroup(Message):
+class DescribeGroup(GroupRequest):
     TYPE: ClassVar[str] = "describeGroup"
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
     consumer_group: str = attrs.field(validator=_name)
 
+    def error(self, status: Status, error: str) -> GroupDescription:
+        return GroupDescription(request_id=self.request_id, status=status,
+                                stream_prefix=self.stream_prefix,
+                                consumer_group=self.consumer_group, error=error)
+
 
 @attrs.frozen(kw_only=True)
-class SetShardCount(Message):
+class SetShardCount(GroupRequest):
     TYPE: ClassVar[str] = "setShardCount"
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
@@ -226,23 +278,38 @@ class SetShardCount(Message):
     shard_count: int = attrs.field(validator=_shard_count)
     cutover: Cutover = Cutover.PARALLEL
 
+    def error(self, status: Status, error: str) -> ShardCountChanged:
+        return ShardCountChanged(request_id=self.request_id, status=status,
+                                 stream_prefix=self.stream_prefix,
+                                 consumer_group=self.consumer_group, error=error)
+
 
 @attrs.frozen(kw_only=True)
-class SetMaxConcurrency(Message):
+class SetMaxConcurrency(GroupRequest):
     TYPE: ClassVar[str] = "setMaxConcurrency"
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
     consumer_group: str = attrs.field(validator=_name)
     max_concurrency: int | None = attrs.field(validator=_at_least(1))
 
+    def error(self, status: Status, error: str) -> MaxConcurrencyChanged:
+        return MaxConcurrencyChanged(request_id=self.request_id, status=status,
+                                     stream_prefix=self.stream_prefix,
+                                     consumer_group=self.consumer_group, error=error)
+
 
 @attrs.frozen(kw_only=True)
-class RemoveMember(Message):
+class RemoveMember(GroupRequest):
     TYPE: ClassVar[str] = "removeMember"
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
     consumer_group: str = attrs.field(validator=_name)
     member_id: str = attrs.field(validator=_member_id)
+
+    def error(self, status: Status, error: str) -> MemberRemoved:
+        return MemberRemoved(request_id=self.request_id, status=status,
+                             stream_prefix=self.stream_prefix, consumer_group=self.consumer_group,
+                             member_id=self.member_id, error=error)
 
 
 @attrs.frozen(kw_only=True)
@@ -256,7 +323,7 @@ class GroupSummary:
 
 
 @attrs.frozen(kw_only=True)
-class Groups(Message):
+class Groups(Response):
     TYPE: ClassVar[str] = "groups"
     request_id: int | None
     status: Status
@@ -288,7 +355,7 @@ class MemberDescription:
 
 
 @attrs.frozen(kw_only=True)
-class GroupDescription(Message):
+class GroupDescription(Response):
     TYPE: ClassVar[str] = "groupDescription"
     request_id: int | None
     status: Status
@@ -315,7 +382,7 @@ class RoutingDescription:
 
 
 @attrs.frozen(kw_only=True)
-class ShardCountChanged(Message):
+class ShardCountChanged(Response):
     TYPE: ClassVar[str] = "shardCountChanged"
     request_id: int | None
     status: Status
@@ -327,7 +394,7 @@ class ShardCountChanged(Message):
 
 
 @attrs.frozen(kw_only=True)
-class MaxConcurrencyChanged(Message):
+class MaxConcurrencyChanged(Response):
     TYPE: ClassVar[str] = "maxConcurrencyChanged"
     request_id: int | None
     status: Status
@@ -339,7 +406,7 @@ class MaxConcurrencyChanged(Message):
 
 
 @attrs.frozen(kw_only=True)
-class MemberRemoved(Message):
+class MemberRemoved(Response):
     TYPE: ClassVar[str] = "memberRemoved"
     request_id: int | None
     status: Status
@@ -351,7 +418,7 @@ class MemberRemoved(Message):
 
 
 @attrs.frozen(kw_only=True)
-class ErrorResponse(Message):
+class ErrorResponse(Response):
     """The reply to anything malformed (INVALID_REQUEST)."""
 
     TYPE: ClassVar[str] = "error"
