@@ -7,9 +7,9 @@ Blocking (redis-py's sync client); the actors call it through
 - `rsc:coordinator:lease`: the live coordinator's id, with a TTL it renews.
 - `rsc:prefixes`: the set of stream prefixes with metadata.
 - `rsc:meta:{<prefix>}`: a hash with `coordinatorEpoch`, `routing`, `migration`,
-  one `group:<name>` field per group (epochs, settings) and one
-  `member:<len>:<group>:<memberId>` field per member (its books and target),
-  all JSON, so a checkpoint writes only what changed. Every write checks that no
+  one field per group and one per member; its fields and values are the
+  record schema of actors/records.py (`encode` writes them, `replay` loads
+  them), so a checkpoint writes only what changed. Every write checks that no
   newer coordinator has written it (its epoch is not above ours), so a stale
   coordinator is fenced rather than overwriting a live one.
 - owner tokens `{shard}:owner:<group>` (value: memberId) that members' ack
@@ -18,32 +18,31 @@ Blocking (redis-py's sync client); the actors call it through
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import redis
 
+from rsc.actors.records import COORDINATOR_EPOCH_FIELD, Changes, OwnerToken, PrefixSnapshot, encode, replay
 from rsc.protocol.routing import owner_key, seal_key
 
 EPOCH_KEY = "rsc:coordinator:epoch"
 LEASE_KEY = "rsc:coordinator:lease"
 PREFIXES_KEY = "rsc:prefixes"
-GROUP_FIELD = "group:"
-MEMBER_FIELD = "member:"
 
-# KEYS[1] meta hash; ARGV[1] our coordinator epoch; ARGV[2..] field, value pairs ("" deletes)
+# KEYS[1] meta hash; ARGV[1] our coordinator epoch; ARGV[2] the epoch field;
+# ARGV[3..] field, value pairs ("" deletes)
 _CAS_WRITE = """
-local current = redis.call('HGET', KEYS[1], 'coordinatorEpoch')
+local current = redis.call('HGET', KEYS[1], ARGV[2])
 if current and tonumber(current) > tonumber(ARGV[1]) then
   return redis.error_reply('FENCED coordinator epoch ' .. current .. ' owns ' .. KEYS[1])
 end
-redis.call('HSET', KEYS[1], 'coordinatorEpoch', ARGV[1])
-for i = 2, #ARGV, 2 do
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[1])
+for i = 3, #ARGV, 2 do
   if ARGV[i + 1] == '' then
     redis.call('HDEL', KEYS[1], ARGV[i])
   else
@@ -83,21 +82,6 @@ def meta_key(prefix: str) -> str:
     return f"rsc:meta:{{{prefix}}}"
 
 
-def group_field(group: str) -> str:
-    return GROUP_FIELD + group
-
-
-def member_field(group: str, member_id: str) -> str:
-    """One member's books: `member:<len(group)>:<group>:<memberId>` (names may contain ':')."""
-    return f"{MEMBER_FIELD}{len(group)}:{group}:{member_id}"
-
-
-def parse_member_field(field: str) -> tuple[str, str]:
-    length, _, rest = field[len(MEMBER_FIELD):].partition(":")
-    size = int(length)
-    return rest[:size], rest[size + 1:]
-
-
 class MetadataStore:
     """Reads and check-and-set writes of the per-prefix metadata hashes."""
 
@@ -131,6 +115,7 @@ class MetadataStore:
                 self.coordinator_epoch = int(self.client.incr(EPOCH_KEY))
                 return self.coordinator_epoch
             holder = self.client.get(LEASE_KEY)
+            holder = holder.decode() if isinstance(holder, bytes) else holder
             if time.monotonic() >= deadline:
                 raise CoordinatorAlreadyRunning(
                     f"another coordinator ({holder}) is live on {self.redis_url}; refusing to start. "
@@ -146,51 +131,28 @@ class MetadataStore:
         if not renewed:
             if self.client.set(LEASE_KEY, self.instance_id, nx=True, px=self.lease_ms):
                 return  # it lapsed while Redis was unreachable and nobody took it
-            raise StoreFenced(
-                f"coordinator lease taken by {self.client.get(LEASE_KEY)}; this coordinator stops")
+            holder = self.client.get(LEASE_KEY)
+            raise StoreFenced(f"coordinator lease taken by {holder!s}; this coordinator stops")
 
     def release(self) -> None:
         self._release(keys=[LEASE_KEY], args=[self.instance_id])
 
     # --- metadata ------------------------------------------------------------------
 
-    def load_all(self) -> dict[str, dict[str, Any]]:
-        """Every prefix's metadata: {prefix: {"routing": ..., "migration": ..., "groups": {...}}}."""
-        result: dict[str, dict[str, Any]] = {}
-        for prefix in sorted(self.client.smembers(PREFIXES_KEY)):
-            raw = self.client.hgetall(meta_key(prefix))
-            groups: dict[str, dict[str, Any]] = {}
-            for field, value in raw.items():
-                if field.startswith(GROUP_FIELD):
-                    record = groups.setdefault(field[len(GROUP_FIELD):], {"members": {}, "target": {}})
-                    record.update(json.loads(value))
-            for field, value in raw.items():
-                if field.startswith(MEMBER_FIELD):
-                    group, member_id = parse_member_field(field)
-                    data = json.loads(value)
-                    if group in groups:
-                        groups[group]["target"][member_id] = data.pop("target")
-                        groups[group]["members"][member_id] = data
-            result[prefix] = {
-                "routing": json.loads(raw["routing"]) if raw.get("routing") else None,
-                "migration": json.loads(raw["migration"]) if raw.get("migration") else None,
-                "groups": groups,
-            }
+    def load_all(self) -> dict[str, PrefixSnapshot]:
+        """Every prefix's metadata, replayed from its hash."""
+        prefixes: set[str] = self.client.smembers(PREFIXES_KEY)  # type: ignore[assignment]
+        result: dict[str, PrefixSnapshot] = {}
+        for prefix in sorted(prefixes):
+            fields: dict[str, str] = self.client.hgetall(meta_key(prefix))  # type: ignore[assignment]
+            result[prefix] = replay(fields)
         return result
 
-    def write(
-        self,
-        prefix: str,
-        fields: Mapping[str, Any | None],
-        owner_changes: Iterable[tuple[str, str, str | None]] = (),
-    ) -> None:
-        """Check-and-set `fields` (JSON values; None deletes) of a prefix, then owner tokens.
-
-        owner_changes: (shard, group, memberId or None to delete).
-        """
-        args: list[Any] = [self.coordinator_epoch]
-        for field, value in fields.items():
-            args += [field, "" if value is None else json.dumps(value, separators=(",", ":"))]
+    def write(self, prefix: str, changes: Changes, owners: Iterable[OwnerToken] = ()) -> None:
+        """Check-and-set the hash fields of `changes`, then (only if that held) the owner tokens."""
+        args: list[Any] = [self.coordinator_epoch, COORDINATOR_EPOCH_FIELD]
+        for field, value in encode(changes).items():
+            args += [field, "" if value is None else value]
         try:
             pipe = self.client.pipeline(transaction=False)
             pipe.sadd(PREFIXES_KEY, prefix)
@@ -202,16 +164,16 @@ class MetadataStore:
             raise StoreError(str(exc)) from exc
         except redis.RedisError as exc:
             raise StoreError(f"metadata write failed: {exc}") from exc
-        changes = list(owner_changes)
-        if not changes:
+        tokens = list(owners)
+        if not tokens:
             return
         try:
             pipe = self.client.pipeline(transaction=False)
-            for shard, group, member_id in changes:
-                if member_id is None:
-                    pipe.delete(owner_key(shard, group))
+            for token in tokens:
+                if token.member_id is None:
+                    pipe.delete(owner_key(token.shard, token.group))
                 else:
-                    pipe.set(owner_key(shard, group), member_id)
+                    pipe.set(owner_key(token.shard, token.group), token.member_id)
             pipe.execute()
         except redis.RedisError as exc:
             raise StoreError(f"owner token write failed: {exc}") from exc

@@ -15,6 +15,7 @@ from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_
 
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
+from rsc.actors.records import GroupSnapshot
 from rsc.actors.store import CoordinatorAlreadyRunning, MetadataStore
 from rsc.embedded_redis import EmbeddedRedis
 from rsc.member.session import SessionClosed, open_session
@@ -42,10 +43,10 @@ async def set_shards(url: str, count: int, group: str = GROUP) -> m.ShardCountCh
     return response
 
 
-def stored_group(redis_url: str, group: str = GROUP) -> dict:
+def stored_group(redis_url: str, group: str = GROUP) -> GroupSnapshot:
     store = MetadataStore(redis_url, lease_ms=1000)
     try:
-        return store.load_all()[PREFIX]["groups"][group]
+        return store.load_all()[PREFIX].groups[group]
     finally:
         store.close()
 
@@ -233,9 +234,9 @@ async def test_h12_state_is_in_redis_before_the_response_reveals_it(coordinator)
     async with open_session(coordinator.url, "member") as session:
         joined = await session.request(heartbeat("a", 0))
         record = stored_group(coordinator.redis_url)
-        assert record["members"]["a"]["epoch"] == joined.member_epoch
-        assert record["members"]["a"]["assigned"] == sorted(joined.assignment.assigned_shards)
-        assert record["groupEpoch"] == joined.group_epoch
+        assert record.members["a"].epoch == joined.member_epoch
+        assert record.members["a"].assigned == set(joined.assignment.assigned_shards)
+        assert record.group.group_epoch == joined.group_epoch
         client = redis.Redis.from_url(coordinator.redis_url, decode_responses=True)
         for shard in joined.assignment.assigned_shards:
             assert client.get(owner_key(shard, GROUP)) == "a"
