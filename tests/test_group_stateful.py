@@ -140,6 +140,7 @@ def apply_response(world: World, member: SimMember, sent: m.Heartbeat,
     # H5: nothing read that stayed in the target is ever missing from a response
     stays = member.undisturbed & target_of(world.group, member.member_id)
     assert stays <= assigned, (member.member_id, status, stays - assigned)
+    assert response.member_epoch is not None
     member.epoch = response.member_epoch
     member.lease_start = world.now
     before = member.holding

@@ -8,6 +8,7 @@ whole time are in test_resharding_data.py.
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
+from typing import Any
 
 import pytest
 import redis
@@ -17,6 +18,7 @@ from rsc.member.session import open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.routing import owner_key, seal_key
+from rsc.protocol.vocabulary import Cutover
 from tests.sim_member import SimMember, assert_no_shard_held_twice
 
 PREFIX, GROUP = "orders", "billing"
@@ -27,7 +29,7 @@ async def admin_request(url: str, message: m.Message) -> m.Message:
         return await admin.request(message)
 
 
-def set_count(count: int, cutover: str = "parallel", group: str = GROUP) -> m.SetShardCount:
+def set_count(count: int, cutover: Cutover = Cutover.PARALLEL, group: str = GROUP) -> m.SetShardCount:
     return m.SetShardCount(request_id=0, stream_prefix=PREFIX, consumer_group=group,
                            shard_count=count, cutover=cutover)
 
@@ -51,7 +53,7 @@ def drain(client: redis.Redis, streams, consumer: str = "c") -> int:
     total = 0
     for stream in streams:
         while True:
-            batch = client.xreadgroup(GROUP, consumer, {stream: ">"}, count=500)
+            batch: Any = client.xreadgroup(GROUP, consumer, {stream: ">"}, count=500)
             ids = [entry_id for _, entries in batch for entry_id, _ in entries]
             if not ids:
                 break
@@ -78,7 +80,7 @@ async def test_r1_new_version_streams_groups_seal_routing_push_and_epoch(coordin
         assert changed.status == Status.OK
         assert changed.routing.version == 2 and changed.routing.shard_count == 8
         assert changed.migration.from_version == 1 and changed.migration.to_version == 2
-        assert changed.migration.cutover == "parallel"
+        assert changed.migration.cutover == Cutover.PARALLEL
         with trio.fail_after(5):
             push = await producer.pushes.receive()
         assert push.version == 2 and push.streams == changed.routing.streams
@@ -159,7 +161,7 @@ async def test_r3_ordered_cutover_assigns_new_shards_only_after_all_old_are_drai
     async with open_session(coordinator.url, "member") as session:
         sessions = {"a": session}
         await beat_until(sessions, members, lambda: members[0].held == set(old))
-        new = (await admin_request(coordinator.url, set_count(3, cutover="ordered"))).routing.streams
+        new = (await admin_request(coordinator.url, set_count(3, cutover=Cutover.ORDERED))).routing.streams
         await beat_until(sessions, members, lambda: members[0].held == {old[1]})
         for _ in range(5):  # new shards stay unassigned while v1 still has undelivered data
             response = await members[0].beat(session)
@@ -185,3 +187,28 @@ async def test_r2_restart_in_the_middle_of_a_migration_completes_it(coordinator_
         while (await admin_request(second.url, describe())).migration is not None:
             await trio.sleep(0.05)
     assert client.exists(*old) == 0
+
+
+async def test_r4_once_describe_shows_complete_the_next_set_shard_count_is_accepted(
+        coordinator_factory, client):
+    coordinator = await coordinator_factory(lease_ttl_ms=30_000)  # a keeps its v1 shards
+    old = (await admin_request(coordinator.url, set_count(2))).routing.streams
+    member = SimMember("a", PREFIX, GROUP)
+    async with open_session(coordinator.url, "member") as session:
+        await beat_until({"a": session}, [member], lambda: member.held == set(old))
+        middle = (await admin_request(coordinator.url, set_count(3))).routing.streams
+        with trio.fail_after(10):  # nothing to drain: COMPLETE, not retired (a holds v1)
+            while (await admin_request(coordinator.url, describe())).migration.state != "COMPLETE":
+                await trio.sleep(0.02)
+        changed = await admin_request(coordinator.url, set_count(1))
+        assert changed.status == Status.OK, changed
+        assert changed.routing.version == 3
+        assert (changed.migration.from_version, changed.migration.to_version) == (2, 3)
+        # a lets go of what it is asked to: v1 and v2 are retired once drained and released
+        await beat_until({"a": session}, [member], lambda: member.held == set(changed.routing.streams))
+        with trio.fail_after(10):
+            while (await admin_request(coordinator.url, describe())).migration is not None:
+                await member.beat(session)
+                await trio.sleep(0.05)
+    assert client.exists(*old, *middle) == 0
+    assert client.exists(*changed.routing.streams) == 1
