@@ -176,12 +176,12 @@ class PrefixActor:
         if query is None:
             return
         try:
-            drained = await trio.to_thread.run_sync(self.streams.drained, query.streams,
-                                                    query.groups)
+            report = await trio.to_thread.run_sync(self.streams.drain_report, query.streams,
+                                                   query.groups)
         except StoreError as exc:
             log.warning("migration of prefix %s waits: %s", self.prefix, exc)
             return
-        self.machine.drained(drained)
+        self.machine.drain_measured(report)
 
     async def _write(self, checkpoint: Checkpoint) -> bool:
         """Write the checkpoint; False (the machine rolls back) when the store failed."""
@@ -203,6 +203,15 @@ class PrefixActor:
         self.healthy = True
         if self.metrics is not None:
             self.metrics.observe_checkpoint_seconds(trio.current_time() - started)
+        cleanup = checkpoint.cleanup
+        if cleanup is not None:
+            try:
+                await trio.to_thread.run_sync(self.streams.destroy_consumer_groups,
+                                              cleanup.streams, cleanup.groups)
+            except StoreError as exc:
+                log.warning("consumer groups of deleted groups of %s stay for now: %s",
+                            self.prefix, exc)
+                self.machine.cleanup_failed(checkpoint)
         return True
 
     def _write_blocking(self, checkpoint: Checkpoint) -> None:

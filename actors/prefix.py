@@ -10,6 +10,10 @@ records: streams to create, seal and retire, hash changes, owner tokens),
 then reports back with `committed()` (pushes to send) or `write_failed()`
 (roll back), and answers each request with `resolve()`.
 
+Group lifecycle (G1, G2): a group exists from its first join or its
+registration by `setShardCount` on a prefix without routing, until
+`deleteGroup`; a migration's description names the groups that hold it up.
+
 Reading of R4: a migration blocks the next `setShardCount` only while it is
 DRAINING; once it is COMPLETE the next one starts at once, and the drained
 streams of the complete one are retired when nobody holds them any more.
@@ -17,7 +21,7 @@ streams of the complete one are retired when nobody holds them any more.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -40,6 +44,12 @@ REVEALING = frozenset({Status.OK, Status.REVOKE_PENDING, Status.SYNC_METADATA})
 """Statuses whose response reveals state: sent only once that state is durable (H12)."""
 
 UNAVAILABLE = "the metadata store cannot be written right now; retry with backoff"
+
+Backlog = Mapping[str, tuple[int | None, int]]
+"""Per group, on one old stream: (undelivered entries, or None when Redis cannot tell; pending)."""
+
+DrainReport = Mapping[str, Backlog | None]
+"""The answer to a DrainQuery: per stream its backlog, or None when the stream is gone."""
 
 
 @attrs.frozen
@@ -72,6 +82,14 @@ class RetireStreams:
 
 
 @attrs.frozen
+class DestroyConsumerGroups:
+    """G1: remove these groups' Redis consumer groups from the streams (missing ones are fine)."""
+
+    streams: tuple[str, ...]
+    groups: tuple[str, ...]
+
+
+@attrs.frozen
 class PrefixEvent:
     """A prefix-level log line (routing.changed, migration.complete, migration.retired)."""
 
@@ -89,11 +107,15 @@ class DrainQuery:
 
 @attrs.frozen
 class Checkpoint:
-    """Everything one batch writes, in this order: create, seal, retire, hash, owner tokens.
+    """Everything one batch writes, in this order: create, seal, retire, hash, owner tokens,
+    then the cleanup.
 
     New streams exist before routing names them and the old version is sealed
     before producers are told to move (R1); retired streams are deleted before
-    the hash forgets them, so a failed write retires them again later.
+    the hash forgets them, so a failed write retires them again later. The
+    cleanup (consumer groups of deleted groups) runs only once the hash says
+    the group is gone; when it fails the machine queues it again
+    (`cleanup_failed`).
     """
 
     create: tuple[CreateConsumerGroups, ...] = ()
@@ -103,11 +125,13 @@ class Checkpoint:
     owners: tuple[OwnerToken, ...] = ()
     effects: dict[str, Effects] = attrs.field(factory=dict)
     events: tuple[PrefixEvent, ...] = ()
+    cleanup: DestroyConsumerGroups | None = None
 
     @property
     def empty(self) -> bool:
         """Nothing to write: the batch is durable as it is."""
-        return not (self.create or self.seal or self.retire or self.changes or self.owners)
+        return not (self.create or self.seal or self.retire or self.changes or self.owners
+                    or self.cleanup)
 
 
 @attrs.frozen
@@ -130,12 +154,14 @@ def routing_description(routing: RoutingRecord) -> m.RoutingDescription:
                                 hash=HASH_NAME, streams=routing.streams)
 
 
-def migration_description(migration: MigrationRecord) -> m.MigrationDescription:
+def migration_description(migration: MigrationRecord,
+                          blocking: tuple[m.BlockingGroup, ...] = ()) -> m.MigrationDescription:
     return m.MigrationDescription(
         state=migration.state, from_version=migration.from_version,
         to_version=migration.to_version, cutover=migration.cutover,
         drained_shards=tuple(s for s in migration.from_streams if s in migration.drained),
-        remaining_shards=migration.remaining)
+        remaining_shards=migration.remaining,
+        blocking_groups=blocking if migration.state == MigrationState.DRAINING else ())
 
 
 class PrefixMachine:
@@ -153,6 +179,11 @@ class PrefixMachine:
         self._create: list[CreateConsumerGroups] = []
         self._seal: list[str] = []
         self._events: list[PrefixEvent] = []
+        # G1: deleted this batch (their last effects still to write), and consumer groups to drop
+        self._deleted: dict[str, Effects] = {}
+        self._destroy: set[str] = set()
+        # G2: who held the migration up at the last drain measurement (not persisted)
+        self.blocking: tuple[m.BlockingGroup, ...] = ()
         self._drain_check_due = False
         self._retire_check_due = False
 
@@ -187,6 +218,8 @@ class PrefixMachine:
             return Answer(request, self._set_max_concurrency(request))
         if isinstance(request, m.RemoveMember):
             return Answer(request, self._remove_member(request, now_ms))
+        if isinstance(request, m.DeleteGroup):
+            return Answer(request, self._delete_group(request))
         if isinstance(request, m.DescribeGroup):
             return Answer(request, later=lambda: self._describe(request, now_ms))
         return Answer(request, request.error(
@@ -207,7 +240,39 @@ class PrefixMachine:
         self._drain_check_due = False
         if migration.state != MigrationState.DRAINING or not migration.remaining:
             return None
+        if not self.groups:  # R2: kept until a group exists and drains them
+            return None
         return DrainQuery(migration.remaining, tuple(self.groups))
+
+    def drain_measured(self, report: DrainReport) -> None:
+        """R2, G2: an old stream is drained when no group has undelivered or pending entries."""
+        migration = self.migration
+        if migration is None:
+            return
+        drained: set[str] = set()
+        blocking: dict[str, tuple[int | None, int]] = {}
+        for stream in migration.remaining:
+            if stream not in report:
+                continue
+            backlog = report[stream]
+            if backlog is None:  # already gone
+                drained.add(stream)
+                continue
+            clear = True
+            for name in self.groups:
+                undelivered, pending = backlog.get(name, (None, 0))
+                if undelivered == 0 and pending == 0:
+                    continue
+                clear = False
+                total_undelivered, total_pending = blocking.get(name, (0, 0))
+                blocking[name] = (None if undelivered is None or total_undelivered is None
+                                  else total_undelivered + undelivered, total_pending + pending)
+            if clear:
+                drained.add(stream)
+        self.blocking = tuple(m.BlockingGroup(consumer_group=name, undelivered=undelivered,
+                                              pending=pending)
+                              for name, (undelivered, pending) in sorted(blocking.items()))
+        self.drained(drained)
 
     def drained(self, shards: Iterable[str]) -> None:
         """R2: these old shards are drained for every group; they leave the assignment."""
@@ -236,6 +301,14 @@ class PrefixMachine:
             changes.set_migration(self.migration)
         owners: list[OwnerToken] = []
         effects: dict[str, Effects] = {}
+        for name, effect in self._deleted.items():  # G1: its last changes, then it is gone
+            owners.extend(OwnerToken(shard, name, owner)
+                          for shard, owner in effect.owner_changes.items())
+            changes.groups[name] = None
+            persisted = self.persisted.groups.get(name)
+            for member_id in (*effect.members_removed, *(persisted.members if persisted else ())):
+                changes.members[(name, member_id)] = None
+            effects[name] = effect
         for name, group in self.groups.items():
             effect = effects[name] = group.take_effects()
             if effect.group_dirty:
@@ -247,13 +320,17 @@ class PrefixMachine:
                 changes.members[(name, member_id)] = None
             owners.extend(OwnerToken(shard, name, owner)
                           for shard, owner in effect.owner_changes.items())
+        cleanup = None
+        if self._destroy:
+            cleanup = DestroyConsumerGroups(self._existing_streams(), tuple(sorted(self._destroy)))
         if changes.routing_changed and self.routing is not None:
             self._events.append(PrefixEvent("routing.changed", {
                 "version": self.routing.version, "shard_count": self.routing.shard_count}))
         checkpoint = Checkpoint(create=tuple(self._create), seal=tuple(self._seal), retire=retire,
                                 changes=changes, owners=tuple(owners), effects=effects,
-                                events=tuple(self._events))
+                                events=tuple(self._events), cleanup=cleanup)
         self._create, self._seal, self._events = [], [], []
+        self._deleted, self._destroy = {}, set()
         return checkpoint
 
     def committed(self, checkpoint: Checkpoint) -> Committed:
@@ -281,13 +358,21 @@ class PrefixMachine:
         self.migration = self.persisted.migration
         shards = self.assignable_shards()
         for name in list(self.groups):
-            record = self.persisted.groups.get(name)
-            if record is None:
+            if name not in self.persisted.groups:
                 del self.groups[name]
-            else:
-                self.groups[name].restore(record, shards, now_ms, restart=False)
+        for name, record in self.persisted.groups.items():
+            group = self.groups.get(name)
+            if group is None:  # deleted in the failed batch (G1): it is still there
+                group = self.groups[name] = GroupMachine(self.prefix, name, self.settings)
+            group.restore(record, shards, now_ms, restart=False)
         if self.migration is not None:
             self._retire_check_due = True
+
+    def cleanup_failed(self, checkpoint: Checkpoint) -> None:
+        """The hash landed but the cleanup did not: do it again with the next checkpoint."""
+        if checkpoint.cleanup is not None:
+            self._destroy.update(name for name in checkpoint.cleanup.groups
+                                 if name not in self.groups)
 
     def resolve(self, answer: Answer, *, durable: bool) -> m.Response:
         """H12: the response to send, now that the checkpoint landed (`durable`) or not."""
@@ -340,14 +425,18 @@ class PrefixMachine:
         group = GroupMachine(self.prefix, name, self.settings, self.assignable_shards())
         group.effects.group_dirty = True
         self.groups[name] = group
+        self._destroy.discard(name)  # deleted and registered again before its cleanup ran
         live = self.live_streams()
         if live:
             self._create.append(CreateConsumerGroups(live, (name,)))
         return group
 
     def _set_shard_count(self, request: m.SetShardCount) -> m.ShardCountChanged:
-        if request.consumer_group not in self.groups:
-            self._register(request.consumer_group)
+        name = request.consumer_group
+        if name is not None and name not in self.groups:
+            if self.routing is not None:  # G1: a typo never creates a group that blocks drains
+                return request.unknown_group()
+            self._register(name)
         routing, migration = self.routing, self.migration
         if routing is not None and routing.shard_count == request.shard_count:
             return self._shard_count_changed(request)  # R4: the same count changes nothing
@@ -362,6 +451,7 @@ class PrefixMachine:
         streams = tuple(stream_key(self.prefix, version, i) for i in range(request.shard_count))
         if routing is not None:  # R1: the next version; the old one is sealed and drains
             retiring = migration.retiring + migration.from_streams if migration else ()
+            self.blocking = ()
             self.migration = MigrationRecord(
                 from_version=routing.version, to_version=version, cutover=request.cutover,
                 from_streams=routing.streams, retiring=retiring)
@@ -402,13 +492,38 @@ class PrefixMachine:
             consumer_group=request.consumer_group, member_id=request.member_id,
             group_epoch=group.group_epoch)
 
+    def _delete_group(self, request: m.DeleteGroup) -> m.Response:
+        """G1: only an empty group goes; its records, and then its Redis consumer groups."""
+        name = request.consumer_group
+        group = self.groups.get(name)
+        if group is None:
+            return request.unknown_group()
+        if group.members:
+            return request.error(
+                Status.GROUP_NOT_EMPTY,
+                f"group {name!r} of {self.prefix!r} has {len(group.members)} live member(s); "
+                "stop them (or remove them) first")
+        del self.groups[name]
+        self._deleted[name] = group.take_effects()
+        self._destroy.add(name)
+        self._drain_check_due = self.migration is not None  # it no longer holds drains up (R2)
+        return m.GroupDeleted(request_id=request.request_id, status=Status.OK,
+                              stream_prefix=self.prefix, consumer_group=name)
+
+    def _existing_streams(self) -> tuple[str, ...]:
+        """Every stream of every version not yet retired."""
+        current = self.routing.streams if self.routing else ()
+        if self.migration is None:
+            return current
+        return self.migration.retiring + self.migration.from_streams + current
+
     def _describe(self, request: m.DescribeGroup, now_ms: int) -> m.Response:
         group = self.groups.get(request.consumer_group)
         if group is None:
             return request.unknown_group()
         description = group.describe(
             now_ms, routing_summary(self.routing) if self.routing else None,
-            migration_description(self.migration) if self.migration else None)
+            migration_description(self.migration, self.blocking) if self.migration else None)
         return attrs.evolve(description, request_id=request.request_id)
 
     def _routing_response(self, request: m.GetRouting) -> m.Routing:

@@ -216,9 +216,16 @@ class StreamAdmin:
         except redis.RedisError as exc:
             raise StoreError(f"cannot seal streams: {exc}") from exc
 
-    def drained(self, streams: Iterable[str], groups: Iterable[str]) -> set[str]:
-        """The sealed streams where every group has read everything and acked it (R2)."""
-        streams, groups = list(streams), set(groups)
+    def drain_report(self, streams: Iterable[str],
+                     groups: Iterable[str]) -> dict[str, dict[str, tuple[int | None, int]] | None]:
+        """Per sealed stream, each group's (undelivered, pending) entries; None once it is gone.
+
+        One pipelined round trip (R2, G2). Undelivered is 0 once the group's
+        last-delivered id reached the stream's last id, else Redis's `lag`
+        (None where Redis cannot tell). A group without a consumer group on the
+        stream is not in its entry.
+        """
+        streams, wanted = list(streams), set(groups)
         try:
             pipe = self.client.pipeline(transaction=False)
             for stream in streams:
@@ -227,19 +234,38 @@ class StreamAdmin:
             results = pipe.execute(raise_on_error=False)
         except redis.RedisError as exc:
             raise StoreError(f"cannot read drain progress: {exc}") from exc
-        done: set[str] = set()
+        report: dict[str, dict[str, tuple[int | None, int]] | None] = {}
         for index, stream in enumerate(streams):
             info, group_infos = results[2 * index], results[2 * index + 1]
             if isinstance(info, Exception) or isinstance(group_infos, Exception):
                 if "no such key" in str(info).lower():
-                    done.add(stream)  # already retired
+                    report[stream] = None  # already retired
                 continue
             last = _stream_id(info["last-generated-id"])
-            by_name = {g["name"]: g for g in group_infos}
-            if all(name in by_name and by_name[name]["pending"] == 0
-                   and _stream_id(by_name[name]["last-delivered-id"]) >= last for name in groups):
-                done.add(stream)
-        return done
+            backlog: dict[str, tuple[int | None, int]] = {}
+            for entry in group_infos:
+                if entry["name"] not in wanted:
+                    continue
+                lag = entry.get("lag")
+                undelivered = (0 if _stream_id(entry["last-delivered-id"]) >= last
+                               else lag if isinstance(lag, int) and lag > 0 else None)
+                backlog[entry["name"]] = (undelivered, int(entry["pending"]))
+            report[stream] = backlog
+        return report
+
+    def destroy_consumer_groups(self, streams: Iterable[str], groups: Iterable[str]) -> None:
+        """G1: drop these consumer groups from these streams (a missing stream or group is fine)."""
+        streams, groups = list(streams), list(groups)
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for stream in streams:
+                for group in groups:
+                    pipe.xgroup_destroy(stream, group)
+            for result in pipe.execute(raise_on_error=False):
+                if isinstance(result, Exception) and "requires the key to exist" not in str(result):
+                    raise StoreError(f"cannot delete consumer group: {result}")
+        except redis.RedisError as exc:
+            raise StoreError(f"cannot delete consumer groups: {exc}") from exc
 
     def retire(self, streams: Iterable[str], groups: Iterable[str]) -> None:
         """Delete drained streams with their seal markers and owner tokens."""

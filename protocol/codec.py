@@ -40,6 +40,8 @@ MESSAGE_TYPES: dict[str, type[m.Message]] = {
         m.ShardCountChanged,
         m.MaxConcurrencyChanged,
         m.MemberRemoved,
+        m.DeleteGroup,
+        m.GroupDeleted,
         m.ErrorResponse,
     )
 }
@@ -47,7 +49,8 @@ MESSAGE_TYPES: dict[str, type[m.Message]] = {
 MEMBER_REQUESTS: frozenset[str] = frozenset({m.Heartbeat.TYPE, m.GetRouting.TYPE})
 ADMIN_REQUESTS: frozenset[str] = frozenset(
     cls.TYPE
-    for cls in (m.ListGroups, m.DescribeGroup, m.SetShardCount, m.SetMaxConcurrency, m.RemoveMember)
+    for cls in (m.ListGroups, m.DescribeGroup, m.SetShardCount, m.SetMaxConcurrency, m.RemoveMember,
+                m.DeleteGroup)
 )
 
 

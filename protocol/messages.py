@@ -22,10 +22,13 @@ __all__ = [
     "AdminResponse",
     "Assignment",
     "AssignmentChanged",
+    "BlockingGroup",
+    "DeleteGroup",
     "DescribeGroup",
     "ErrorResponse",
     "GetRouting",
     "GroupRequest",
+    "GroupDeleted",
     "GroupDescription",
     "GroupSummary",
     "Groups",
@@ -91,6 +94,11 @@ def check_name(field: str, value: str, *, allow_braces: bool = False) -> None:
 
 def _name(instance: Any, attribute: attrs.Attribute, value: str) -> None:
     check_name(attribute.name, value)
+
+
+def _optional_name(instance: Any, attribute: attrs.Attribute, value: str | None) -> None:
+    if value is not None:
+        check_name(attribute.name, value)
 
 
 def _member_id(instance: Any, attribute: attrs.Attribute, value: str) -> None:
@@ -270,13 +278,19 @@ class DescribeGroup(GroupRequest):
 
 
 @attrs.frozen(kw_only=True)
-class SetShardCount(GroupRequest):
+class SetShardCount(Request):
+    """Reshard a prefix; the group is optional (G1: on a prefix with routing it must exist)."""
+
     TYPE: ClassVar[str] = "setShardCount"
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
-    consumer_group: str = attrs.field(validator=_name)
     shard_count: int = attrs.field(validator=_shard_count)
+    consumer_group: str | None = attrs.field(default=None, validator=_optional_name)
     cutover: Cutover = Cutover.PARALLEL
+
+    def unknown_group(self) -> ShardCountChanged:
+        return self.error(Status.UNKNOWN_GROUP,
+                          f"group {self.consumer_group!r} of {self.stream_prefix!r} was never seen")
 
     def error(self, status: Status, error: str) -> ShardCountChanged:
         return ShardCountChanged(request_id=self.request_id, status=status,
@@ -313,6 +327,21 @@ class RemoveMember(GroupRequest):
 
 
 @attrs.frozen(kw_only=True)
+class DeleteGroup(GroupRequest):
+    """G1: remove an empty group's metadata and its Redis consumer groups."""
+
+    TYPE: ClassVar[str] = "deleteGroup"
+    request_id: int
+    stream_prefix: str = attrs.field(validator=_name)
+    consumer_group: str = attrs.field(validator=_name)
+
+    def error(self, status: Status, error: str) -> GroupDeleted:
+        return GroupDeleted(request_id=self.request_id, status=status,
+                            stream_prefix=self.stream_prefix, consumer_group=self.consumer_group,
+                            error=error)
+
+
+@attrs.frozen(kw_only=True)
 class GroupSummary:
     stream_prefix: str
     consumer_group: str
@@ -332,6 +361,15 @@ class Groups(Response):
 
 
 @attrs.frozen(kw_only=True)
+class BlockingGroup:
+    """G2: a group that still has undelivered (null: Redis cannot tell) or pending old entries."""
+
+    consumer_group: str
+    undelivered: int | None
+    pending: int
+
+
+@attrs.frozen(kw_only=True)
 class MigrationDescription:
     state: MigrationState
     from_version: int
@@ -339,6 +377,7 @@ class MigrationDescription:
     cutover: Cutover
     drained_shards: tuple[str, ...] = ()
     remaining_shards: tuple[str, ...] = ()
+    blocking_groups: tuple[BlockingGroup, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -387,7 +426,7 @@ class ShardCountChanged(Response):
     request_id: int | None
     status: Status
     stream_prefix: str
-    consumer_group: str
+    consumer_group: str | None
     routing: RoutingDescription | None = None
     migration: MigrationDescription | None = None
     error: str | None = None
@@ -418,6 +457,16 @@ class MemberRemoved(Response):
 
 
 @attrs.frozen(kw_only=True)
+class GroupDeleted(Response):
+    TYPE: ClassVar[str] = "groupDeleted"
+    request_id: int | None
+    status: Status
+    stream_prefix: str
+    consumer_group: str
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class ErrorResponse(Response):
     """The reply to anything malformed (INVALID_REQUEST)."""
 
@@ -428,5 +477,7 @@ class ErrorResponse(Response):
 
 
 MemberRequest = Heartbeat | GetRouting
-AdminRequest = ListGroups | DescribeGroup | SetShardCount | SetMaxConcurrency | RemoveMember
-AdminResponse = Groups | GroupDescription | ShardCountChanged | MaxConcurrencyChanged | MemberRemoved
+AdminRequest = (ListGroups | DescribeGroup | SetShardCount | SetMaxConcurrency | RemoveMember
+                | DeleteGroup)
+AdminResponse = (Groups | GroupDescription | ShardCountChanged | MaxConcurrencyChanged
+                 | MemberRemoved | GroupDeleted)

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from rsc.actors.group import GroupSettings
-from rsc.actors.prefix import Checkpoint, Committed, PrefixMachine
+from rsc.actors.prefix import Checkpoint, Committed, DrainQuery, DrainReport, PrefixMachine
 from rsc.actors.records import encode, replay
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
@@ -33,17 +33,25 @@ class Driver:
         self.machine = PrefixMachine(PREFIX, SETTINGS, keep_drained_streams=keep_drained_streams)
         self.hash: dict[str, str] = {}
         self.now = 0
+        self.queries: list[DrainQuery | None] = []
 
     def batch(self, requests: Sequence[m.Request], *, durable: bool = True,
-              drained: Iterable[str] | None = None, tick: bool = False) -> Batch:
-        """Run one batch; `drained` answers the machine's drain query when it asks one."""
+              drained: Iterable[str] | None = None, report: DrainReport | None = None,
+              tick: bool = False) -> Batch:
+        """Run one batch; `report` (or `drained`: those streams are empty for every group,
+        the others have one undelivered entry each) answers the machine's drain query."""
         machine = self.machine
         if tick:
             machine.tick(self.now)
         answers = [machine.handle(request, self.now) for request in requests]
         query = machine.drain_query()
+        self.queries.append(query)
         if query is not None and drained is not None:
-            machine.drained(set(drained) & set(query.streams))
+            done = set(drained)
+            report = {stream: {group: (0 if stream in done else 1, 0) for group in query.groups}
+                      for stream in query.streams}
+        if query is not None and report is not None:
+            machine.drain_measured(report)
         checkpoint = machine.checkpoint()
         committed = None
         if durable:
@@ -61,8 +69,9 @@ class Driver:
     def one(self, request: m.Request, **options: object) -> m.Response:
         return self.batch([request], **options).responses[0]  # type: ignore[arg-type]
 
-    def tick(self, drained: Iterable[str] | None = None, *, durable: bool = True) -> Batch:
-        return self.batch([], tick=True, drained=drained, durable=durable)
+    def tick(self, drained: Iterable[str] | None = None, *, durable: bool = True,
+             report: DrainReport | None = None) -> Batch:
+        return self.batch([], tick=True, drained=drained, durable=durable, report=report)
 
     def replayed(self) -> PrefixMachine:
         """A machine restored from the fake hash, as a restarted coordinator would be."""
@@ -108,7 +117,7 @@ def heartbeat(member_id: str, epoch: int, *, owned: Iterable[str] | None = None,
         revoking_shards=tuple(m.RevokingShard(shard=s, state=RevokeState.REVOKED) for s in revoked))
 
 
-def set_shards(count: int, group: str = GROUP,
+def set_shards(count: int, group: str | None = GROUP,
                cutover: Cutover = Cutover.PARALLEL) -> m.SetShardCount:
     return m.SetShardCount(request_id=3, stream_prefix=PREFIX, consumer_group=group,
                            shard_count=count, cutover=cutover)
@@ -116,6 +125,10 @@ def set_shards(count: int, group: str = GROUP,
 
 def describe(group: str = GROUP) -> m.DescribeGroup:
     return m.DescribeGroup(request_id=4, stream_prefix=PREFIX, consumer_group=group)
+
+
+def delete_group(group: str = GROUP) -> m.DeleteGroup:
+    return m.DeleteGroup(request_id=6, stream_prefix=PREFIX, consumer_group=group)
 
 
 def get_routing() -> m.GetRouting:

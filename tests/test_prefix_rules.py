@@ -7,7 +7,7 @@ Redis hash, report the outcome, resolve the answers). No Redis, no trio.
 
 from __future__ import annotations
 
-from rsc.actors.prefix import CreateConsumerGroups, RetireStreams
+from rsc.actors.prefix import CreateConsumerGroups, DestroyConsumerGroups, RetireStreams
 from rsc.actors.records import PrefixSnapshot, replay
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
@@ -16,6 +16,7 @@ from tests.prefix_driver import (
     GROUP,
     PREFIX,
     Driver,
+    delete_group,
     describe,
     get_routing,
     heartbeat,
@@ -242,8 +243,7 @@ def test_h12_failed_write_answers_coordinator_not_available_and_rolls_back():
     driver.settle()
     before = driver.machine.persisted
     hash_before = dict(driver.hash)
-    batch = driver.batch([heartbeat("b", JOIN_EPOCH, owned=()), set_shards(9, group="other")],
-                         durable=False)
+    batch = driver.batch([heartbeat("b", JOIN_EPOCH, owned=()), set_shards(9)], durable=False)
     join, ignored = batch.responses
     assert join.status == Status.COORDINATOR_NOT_AVAILABLE
     assert isinstance(join, m.HeartbeatResponse) and join.member_id == "b"
@@ -395,3 +395,134 @@ def test_h13_set_shard_count_registers_its_group():
 
 def test_h13_prefix_snapshot_of_a_new_machine_is_empty():
     assert Driver().machine.persisted == PrefixSnapshot()
+
+
+# --- G1 ------------------------------------------------------------------------------
+
+
+def test_g1_set_shard_count_on_a_prefix_with_routing_names_an_existing_group_or_is_unknown_group():
+    driver = Driver()
+    ok(driver.one(set_shards(2)))
+    before = dict(driver.hash)
+    batch = driver.batch([set_shards(4, group="x:y")])
+    refused = batch.responses[0]
+    assert refused.status == Status.UNKNOWN_GROUP
+    assert isinstance(refused, m.ShardCountChanged) and refused.routing is None
+    assert refused.error == "group 'x:y' of 'orders' was never seen"
+    assert "x:y" not in driver.machine.groups and batch.checkpoint.empty and driver.hash == before
+
+
+def test_g1_set_shard_count_without_a_group_reshards_and_names_no_group():
+    driver = Driver()
+    changed = ok(driver.one(set_shards(2, group=None)))
+    assert isinstance(changed, m.ShardCountChanged) and changed.consumer_group is None
+    assert changed.routing is not None and changed.routing.streams == V1
+    assert not driver.machine.groups
+    ok(driver.one(set_shards(3, group=None)))
+    assert driver.machine.routing is not None and driver.machine.routing.version == 2
+
+
+def test_g1_delete_with_live_members_is_group_not_empty_and_changes_nothing():
+    driver = resharded()
+    before = dict(driver.hash)
+    batch = driver.batch([delete_group()])
+    refused = batch.responses[0]
+    assert refused.status == Status.GROUP_NOT_EMPTY and isinstance(refused, m.GroupDeleted)
+    assert "1 live member" in (refused.error or "")
+    assert GROUP in driver.machine.groups and batch.checkpoint.empty and driver.hash == before
+
+
+def test_g1_delete_of_an_unknown_group_is_unknown_group():
+    response = Driver().one(delete_group("ghost"))
+    assert response.status == Status.UNKNOWN_GROUP and isinstance(response, m.GroupDeleted)
+
+
+def test_g1_delete_of_an_empty_group_removes_its_records_then_its_consumer_groups():
+    driver = resharded()
+    driver.join("z", group="orphan")
+    driver.one(heartbeat("z", LEAVE_EPOCH, group="orphan"))
+    batch = driver.batch([delete_group("orphan")])
+    assert ok(batch.responses[0])
+    assert batch.checkpoint.changes.groups == {"orphan": None}
+    assert not any(field.startswith("group:orphan") or ":orphan:" in field for field in driver.hash)
+    assert batch.checkpoint.cleanup == DestroyConsumerGroups(V1 + V2, ("orphan",))
+    assert "orphan" not in driver.machine.groups and "orphan" not in driver.replayed().groups
+    assert driver.one(describe("orphan")).status == Status.UNKNOWN_GROUP
+
+
+def test_g1_a_deleted_group_no_longer_holds_up_the_drain():
+    driver = resharded()
+    ok(driver.one(m.SetMaxConcurrency(request_id=1, stream_prefix=PREFIX, consumer_group=GROUP,
+                                      max_concurrency=1)))
+    driver.join("z", group="orphan")
+    driver.one(heartbeat("z", LEAVE_EPOCH, group="orphan"))
+    stuck = {stream: {GROUP: (0, 0), "orphan": (5, 0)} for stream in V1}
+    driver.tick(report=stuck)
+    assert driver.machine.migration is not None and driver.machine.migration.remaining == V1
+    driver.batch([delete_group("orphan")], report=stuck)
+    migration = driver.machine.migration
+    assert migration is not None and migration.state == MigrationState.COMPLETE
+
+
+def test_g1_a_failed_delete_leaves_the_group_as_it_was():
+    driver = resharded()
+    driver.join("z", group="orphan")
+    driver.one(heartbeat("z", LEAVE_EPOCH, group="orphan"))
+    batch = driver.batch([delete_group("orphan")], durable=False)
+    assert batch.responses[0].status == Status.COORDINATOR_NOT_AVAILABLE
+    assert "orphan" in driver.machine.groups
+    assert driver.machine.checkpoint().cleanup is None  # nothing to destroy after the rollback
+    assert ok(driver.one(describe("orphan")))
+
+
+def test_g1_a_failed_cleanup_is_retried_unless_the_group_came_back():
+    driver = resharded()
+    driver.join("z", group="orphan")
+    driver.one(heartbeat("z", LEAVE_EPOCH, group="orphan"))
+    batch = driver.batch([delete_group("orphan")])
+    driver.machine.cleanup_failed(batch.checkpoint)
+    again = driver.machine.checkpoint()
+    assert again.cleanup == DestroyConsumerGroups(V1 + V2, ("orphan",))
+    driver.machine.cleanup_failed(again)
+    driver.join("z", group="orphan")  # registered again: its consumer groups must stay
+    assert driver.machine.checkpoint().cleanup is None
+
+
+# --- G2 ------------------------------------------------------------------------------
+
+
+def test_g2_describe_names_the_groups_that_hold_the_migration_up_with_their_counts():
+    driver = resharded()
+    driver.join("q", group="audit")
+    report = {V1[0]: {GROUP: (0, 0), "audit": (120, 3)},
+              V1[1]: {GROUP: (0, 2), "audit": (None, 0)}}
+    driver.tick(report=report)
+    shown = ok(driver.one(describe()))
+    assert isinstance(shown, m.GroupDescription) and shown.migration is not None
+    assert shown.migration.blocking_groups == (
+        m.BlockingGroup(consumer_group="audit", undelivered=None, pending=3),
+        m.BlockingGroup(consumer_group=GROUP, undelivered=0, pending=2))
+    driver.tick(drained=V1)
+    shown = ok(driver.one(describe()))
+    assert isinstance(shown, m.GroupDescription) and shown.migration is not None
+    assert shown.migration.state == MigrationState.COMPLETE
+    assert shown.migration.blocking_groups == ()
+
+
+def test_g2_a_group_without_its_consumer_group_on_an_old_stream_blocks_it():
+    driver = resharded()
+    driver.tick(report={V1[0]: {}, V1[1]: {GROUP: (0, 0)}})
+    migration = driver.machine.migration
+    assert migration is not None and migration.remaining == V1[:1]
+    assert driver.machine.blocking == (
+        m.BlockingGroup(consumer_group=GROUP, undelivered=None, pending=0),)
+
+
+def test_r2_a_prefix_without_groups_measures_no_drain():
+    driver = Driver()
+    ok(driver.one(set_shards(2, group=None)))
+    ok(driver.one(set_shards(3, group=None)))
+    driver.tick(drained=V1)
+    assert driver.queries[-1] is None
+    migration = driver.machine.migration
+    assert migration is not None and migration.remaining == V1
