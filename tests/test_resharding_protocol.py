@@ -212,3 +212,61 @@ async def test_r4_once_describe_shows_complete_the_next_set_shard_count_is_accep
                 await trio.sleep(0.05)
     assert client.exists(*old, *middle) == 0
     assert client.exists(*changed.routing.streams) == 1
+
+
+def group_names(client: redis.Redis, stream: str) -> set[str]:
+    infos: Any = client.xinfo_groups(stream)
+    return {info["name"] for info in infos}
+
+
+async def test_g1_set_shards_with_a_typo_group_is_unknown_group_and_creates_nothing(coordinator, client):
+    old = (await admin_request(coordinator.url, set_count(2))).routing.streams
+    typo = await admin_request(coordinator.url, set_count(4, group="x:y"))
+    assert typo.status == Status.UNKNOWN_GROUP and "x:y" in typo.error
+    assert all(group_names(client, s) == {GROUP} for s in old)
+    d = await admin_request(coordinator.url, describe())
+    assert d.routing.shard_count == 2 and d.migration is None
+    async with open_session(coordinator.url, "admin") as admin:
+        groups = await admin.request(m.ListGroups(request_id=0))
+    assert [g.consumer_group for g in groups.groups] == [GROUP]
+    unnamed = await admin_request(coordinator.url, m.SetShardCount(
+        request_id=0, stream_prefix=PREFIX, shard_count=3))
+    assert unnamed.status == Status.OK and unnamed.consumer_group is None
+    assert unnamed.routing.version == 2
+
+
+async def test_g1_g2_an_orphan_group_blocks_the_drain_is_named_then_deleted_and_it_completes(
+        coordinator, client):
+    old = (await admin_request(coordinator.url, set_count(2, group="orphan"))).routing.streams
+    member = SimMember("a", PREFIX, GROUP)
+    async with open_session(coordinator.url, "member") as session:
+        await beat_until({"a": session}, [member], lambda: member.held == set(old))
+        for i in range(6):
+            client.xadd(old[i % 2], {"key": str(i)})
+        drain(client, old)  # billing consumed everything; orphan never will
+        new = (await admin_request(coordinator.url, set_count(3))).routing.streams
+        with trio.fail_after(10):
+            while not (await admin_request(coordinator.url, describe())).migration.blocking_groups:
+                await member.beat(session)
+                await trio.sleep(0.02)
+        migration = (await admin_request(coordinator.url, describe())).migration
+        assert migration.state == "DRAINING"
+        assert migration.blocking_groups == (
+            m.BlockingGroup(consumer_group="orphan", undelivered=6, pending=0),)
+        busy = await admin_request(coordinator.url, m.DeleteGroup(
+            request_id=0, stream_prefix=PREFIX, consumer_group=GROUP))
+        assert busy.status == Status.GROUP_NOT_EMPTY
+        deleted = await admin_request(coordinator.url, m.DeleteGroup(
+            request_id=0, stream_prefix=PREFIX, consumer_group="orphan"))
+        assert deleted.status == Status.OK, deleted
+        gone = await admin_request(coordinator.url, m.DescribeGroup(
+            request_id=0, stream_prefix=PREFIX, consumer_group="orphan"))
+        assert gone.status == Status.UNKNOWN_GROUP
+        assert all("orphan" not in group_names(client, s) for s in (*old, *new))
+        await beat_until({"a": session}, [member], lambda: member.held == set(new))
+        with trio.fail_after(10):
+            while (await admin_request(coordinator.url, describe())).migration is not None:
+                await member.beat(session)
+                await trio.sleep(0.05)
+    assert client.exists(*old) == 0
+    assert all(group_names(client, s) == {GROUP} for s in new)
