@@ -55,10 +55,16 @@ class Reply:
         self.owner.wake()
 
 
+class Slot(Protocol):
+    """Where an answer goes: a session's Reply, or a Collect inside the coordinator."""
+
+    def resolve(self, message: Any) -> None: ...
+
+
 @attrs.frozen
 class Envelope:
     request: Any  # a protocol request, SummariesRequest or Tick
-    reply: Reply | None
+    reply: Slot | None
     session: Outbox | None
 
 
@@ -131,8 +137,8 @@ class PrefixActor:
     async def _handle_batch(self, batch: list[Envelope]) -> None:
         now = now_ms()
         machine = self.machine
-        answers: list[tuple[Reply | None, Answer]] = []
-        summaries: list[Reply | None] = []
+        answers: list[tuple[Slot | None, Answer]] = []
+        summaries: list[Slot | None] = []
         for envelope in batch:
             request = envelope.request
             if isinstance(request, Tick):
@@ -161,7 +167,7 @@ class PrefixActor:
                 reply.resolve(machine.resolve(answer, durable=durable))
         for reply in summaries:
             if reply is not None:
-                reply.resolve(machine.summaries())  # type: ignore[arg-type]  # a Collect
+                reply.resolve(machine.summaries())
         if durable:
             self._after_commit(checkpoint)
         if self.metrics is not None and machine.migration is not None:

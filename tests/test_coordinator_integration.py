@@ -22,7 +22,7 @@ from rsc.member.session import SessionClosed, open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.routing import owner_key
-from rsc.protocol.vocabulary import RevokeState
+from rsc.protocol.vocabulary import GroupState, RevokeState
 
 PREFIX, GROUP = "orders", "billing"
 
@@ -336,7 +336,7 @@ async def test_admin_describe_group_shows_epochs_target_and_current(coordinator)
         async with open_session(coordinator.url, "admin") as admin:
             d = await admin.request(m.DescribeGroup(request_id=0, stream_prefix=PREFIX,
                                                     consumer_group=GROUP))
-    assert d.status == Status.OK and d.state == "RECONCILING"
+    assert d.status == Status.OK and d.state == GroupState.RECONCILING
     assert d.group_epoch == d.assignment_epoch == 3
     assert d.routing == m.RoutingSummary(version=1, shard_count=4)
     members = {mb.member_id: mb for mb in d.members}
@@ -393,7 +393,7 @@ async def test_admin_list_groups_and_unknown_group_describe(coordinator):
     async with open_session(coordinator.url, "admin") as admin:
         listed = await admin.request(m.ListGroups(request_id=0))
         assert listed.groups == (m.GroupSummary(stream_prefix=PREFIX, consumer_group=GROUP,
-                                                group_epoch=1, members=0, shards=2, state="EMPTY"),)
+                                                group_epoch=1, members=0, shards=2, state=GroupState.EMPTY),)
         missing = await admin.request(m.DescribeGroup(request_id=0, stream_prefix=PREFIX,
                                                       consumer_group="ghost"))
         assert missing.status == Status.UNKNOWN_GROUP and "ghost" in missing.error

@@ -16,7 +16,7 @@ from rsc.actors.group import GroupMachine, GroupSettings
 from rsc.actors.records import PrefixSnapshot, changes_of, encode, replay
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
-from rsc.protocol.vocabulary import GroupState, MemberState, RevokeState
+from rsc.protocol.vocabulary import JOIN_EPOCH, LEAVE_EPOCH, GroupState, MemberState, RevokeState
 
 PREFIX, GROUP = "orders", "billing"
 SETTINGS = GroupSettings(heartbeat_interval_ms=3000, lease_ttl_ms=10_000, revoke_timeout_ms=60_000)
@@ -55,7 +55,7 @@ def send(group: GroupMachine, member_id: str, epoch: int, now: int = 0, **fields
 
 
 def join(group: GroupMachine, member_id: str, now: int = 0, capacity: int | None = None):
-    return send(group, member_id, 0, now, owned=(), capacity=capacity)
+    return send(group, member_id, JOIN_EPOCH, now, owned=(), capacity=capacity)
 
 
 def epoch_of(group: GroupMachine, member_id: str) -> int:
@@ -132,16 +132,16 @@ def unchanged_by(group: GroupMachine, action) -> object:
 
 def test_join_with_non_empty_owned_shards_is_invalid_request_and_changes_nothing():
     group = stable_group("a")
-    response = unchanged_by(group, lambda: send(group, "b", 0, owned=[SHARDS[0]]))
+    response = unchanged_by(group, lambda: send(group, "b", JOIN_EPOCH, owned=[SHARDS[0]]))
     assert response.status == Status.INVALID_REQUEST
     assert "ownedShards" in response.error
-    response = unchanged_by(group, lambda: send(group, "a", 0, owned=[SHARDS[0]]))
+    response = unchanged_by(group, lambda: send(group, "a", JOIN_EPOCH, owned=[SHARDS[0]]))
     assert response.status == Status.INVALID_REQUEST
 
 
 def test_join_with_null_owned_shards_is_a_join():
     group = new_group()
-    response = send(group, "a", 0, owned=None)
+    response = send(group, "a", JOIN_EPOCH, owned=None)
     assert response.status == Status.OK and response.member_epoch == 1
 
 
@@ -181,7 +181,7 @@ def test_h1_group_epoch_grows_on_join_leave_expiry_removal_capacity_routing_max_
         ("removal", lambda: group.remove_member("b", 0)),
         ("join", lambda: join(group, "c", now=0)),
         ("expiry", lambda: (send(group, "a", epoch_of(group, "a"), LEASE), group.tick(LEASE + 1))),
-        ("leave", lambda: send(group, "a", -1, LEASE + 1)),
+        ("leave", lambda: send(group, "a", LEAVE_EPOCH, LEASE + 1)),
     ]
     for reason, step in steps:
         before = group.group_epoch
@@ -327,7 +327,7 @@ def test_h3_shard_coming_back_to_the_target_while_another_is_revoked_stays_with_
     assert send(group, "a", 1).status == Status.REVOKE_PENDING
     revoking = set(group.members["a"].revoking)
     assert len(revoking) == 2
-    send(group, "b", -1)  # b's target shard may go back to a, which is still draining it
+    send(group, "b", LEAVE_EPOCH)  # b's target shard may go back to a, which is still draining it
     back = target_of(group, "a") & revoking
     assert back, "the scenario needs a revoked shard that returns to a's target"
     response = send(group, "a", 1)
@@ -348,7 +348,7 @@ def test_h3_shard_goes_to_new_owner_at_once_when_the_holder_is_gone(how):
     assert send(group, "a", 1).status == Status.REVOKE_PENDING
     later = REVOKE_TIMEOUT + 1 if how == "revoke_timeout" else LEASE + 1
     if how == "leave":
-        send(group, "a", -1)
+        send(group, "a", LEAVE_EPOCH)
     elif how == "expiry":
         send(group, "b", epoch_of(group, "b"), LEASE)
         group.tick(LEASE + 1)
@@ -432,8 +432,8 @@ def test_h4_group_states_empty_reconciling_stable():
     assert group.state == GroupState.RECONCILING
     settle(group)
     assert group.state == GroupState.STABLE
-    send(group, "a", -1)
-    send(group, "b", -1)
+    send(group, "a", LEAVE_EPOCH)
+    send(group, "b", LEAVE_EPOCH)
     assert group.state == GroupState.EMPTY
 
 
@@ -552,7 +552,7 @@ def test_h7_previous_epoch_with_full_subset_is_accepted():
 def test_h7_previous_epoch_with_a_lost_assignment_is_answered_with_it_again():
     group = stable_group("a", "b")
     a_epoch, a_had = epoch_of(group, "a"), sorted(group.members["a"].held)
-    send(group, "b", -1)
+    send(group, "b", LEAVE_EPOCH)
     lost = send(group, "a", a_epoch)  # OK handing a b's shards: lost
     assert lost.status == Status.OK and assigned(lost) == set(SHARDS)
     response = send(group, "a", a_epoch, owned=a_had)
@@ -615,7 +615,7 @@ def test_h7_lost_assignment_moved_away_is_released_by_the_full_report():
     b_epoch = epoch_of(group, "b")
     a_epoch = epoch_of(group, "a")
     a_had = set(group.members["a"].held)
-    send(group, "b", -1, 0)
+    send(group, "b", LEAVE_EPOCH, 0)
     lost = send(group, "a", a_epoch, 0)  # OK handing a every shard: lost
     assert assigned(lost) == set(SHARDS) and b_epoch
     join(group, "c", 0)
@@ -705,8 +705,8 @@ def test_h8_revoked_shard_is_released_even_if_owned_still_names_it():
 def test_h9_leave_frees_shards_at_once_and_answers_ok_with_epoch_minus_one():
     group = stable_group("a", "b")
     before = group.group_epoch
-    response = send(group, "a", -1)
-    assert response.status == Status.OK and response.member_epoch == -1
+    response = send(group, "a", LEAVE_EPOCH)
+    assert response.status == Status.OK and response.member_epoch == LEAVE_EPOCH
     assert "a" not in group.members
     assert group.group_epoch == before + 1
     assert not any(owner == "a" for owner in group.owners.values())
@@ -716,19 +716,19 @@ def test_h9_leave_frees_shards_at_once_and_answers_ok_with_epoch_minus_one():
 def test_h9_leave_while_revoking_frees_everything_at_once():
     group, kept, moving = a_holds_all_then_b_joins()
     send(group, "a", 1)
-    assert send(group, "a", -1).status == Status.OK
+    assert send(group, "a", LEAVE_EPOCH).status == Status.OK
     assert assigned(send(group, "b", epoch_of(group, "b"))) == set(SHARDS)
 
 
 def test_h9_leave_of_a_member_the_coordinator_no_longer_knows_is_ok_minus_one():
     group = stable_group("a")
-    send(group, "b", -1)  # never joined
-    response = unchanged_by(group, lambda: send(group, "b", -1))
-    assert response.status == Status.OK and response.member_epoch == -1
+    send(group, "b", LEAVE_EPOCH)  # never joined
+    response = unchanged_by(group, lambda: send(group, "b", LEAVE_EPOCH))
+    assert response.status == Status.OK and response.member_epoch == LEAVE_EPOCH
     join(group, "c")
-    send(group, "c", -1)
-    response = unchanged_by(group, lambda: send(group, "c", -1))  # a retried leave
-    assert response.status == Status.OK and response.member_epoch == -1
+    send(group, "c", LEAVE_EPOCH)
+    response = unchanged_by(group, lambda: send(group, "c", LEAVE_EPOCH))  # a retried leave
+    assert response.status == Status.OK and response.member_epoch == LEAVE_EPOCH
 
 
 # --- H10 push ---------------------------------------------------------------------------------
@@ -818,7 +818,7 @@ def test_h10_a_departure_pushes_the_members_that_take_over_its_shards(change):
         send(group, "b", epoch_of(group, "b"), LEASE)
         group.tick(LEASE + 1)
     else:
-        send(group, "c", -1)
+        send(group, "c", LEAVE_EPOCH)
     pushed = group.take_effects().pushes
     gainers = {mid for mid in group.members if target_of(group, mid) - before[mid]}
     assert gainers and pushed == gainers
@@ -935,7 +935,7 @@ def test_h12_rollback_restores_the_record_and_keeps_liveness():
     send(group, "a", epoch_of(group, "a"), 1000)
     send(group, "b", epoch_of(group, "b"), 8000)
     record = group.to_record()
-    send(group, "b", -1, 8000)  # its write fails: roll back
+    send(group, "b", LEAVE_EPOCH, 8000)  # its write fails: roll back
     join(group, "c", 8000)
     group.restore(record, group.shards, 8000, restart=False)
     assert group.to_record() == record

@@ -32,7 +32,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from rsc.actors.group import GroupMachine, GroupSettings
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
-from rsc.protocol.vocabulary import GroupState, RevokeState
+from rsc.protocol.vocabulary import JOIN_EPOCH, LEAVE_EPOCH, GroupState, RevokeState
 
 PREFIX, GROUP = "orders", "billing"
 LEASE = 10_000
@@ -101,9 +101,9 @@ def target_of(group: GroupMachine, member_id: str) -> set[str]:
 def build_request(member: SimMember, *, finish: frozenset[str], full: bool,
                   capacity: int | None) -> m.Heartbeat:
     """The heartbeat a member following PROTOCOL.md sends; `finish` drains those shards now."""
-    if member.epoch == 0:
+    if member.epoch == JOIN_EPOCH:
         return m.Heartbeat(request_id=1, stream_prefix=PREFIX, consumer_group=GROUP,
-                           member_id=member.member_id, member_epoch=0, capacity=capacity,
+                           member_id=member.member_id, member_epoch=JOIN_EPOCH, capacity=capacity,
                            owned_shards=() if full else None)
     done = finish & member.draining
     if done:  # no new reads and in-flight 0: it no longer holds them
@@ -128,7 +128,7 @@ def apply_response(world: World, member: SimMember, sent: m.Heartbeat,
     assert status != Status.INVALID_REQUEST, response.error
     if member.expect_refusal:
         allowed = {Status.UNKNOWN_MEMBER_ID, Status.FENCED_MEMBER_EPOCH}
-        if sent.member_epoch == 0:
+        if sent.member_epoch == JOIN_EPOCH:
             allowed = {Status.OK}
         assert status in allowed, (member.member_id, status)
     member.expect_refusal = False
@@ -294,9 +294,9 @@ class GroupStateMachine(RuleBasedStateMachine):
         self.cause = member_id
         response = self.world.group.heartbeat(
             m.Heartbeat(request_id=1, stream_prefix=PREFIX, consumer_group=GROUP,
-                        member_id=member_id, member_epoch=-1),
+                        member_id=member_id, member_epoch=LEAVE_EPOCH),
             self.world.now, routing_of(self.world.group, self.world.version))
-        assert response.status == Status.OK and response.member_epoch == -1
+        assert response.status == Status.OK and response.member_epoch == LEAVE_EPOCH
         assert member_id not in self.world.group.members
 
     @rule(member_id=st.sampled_from(MEMBER_IDS))

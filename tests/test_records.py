@@ -21,7 +21,7 @@ from rsc.actors.records import (
     parse_member_field,
     replay,
 )
-from rsc.protocol.vocabulary import Cutover, MigrationState
+from rsc.protocol.vocabulary import LEAVE_EPOCH, Cutover, MigrationState
 from tests.prefix_driver import GROUP, Driver, heartbeat, set_shards, streams
 
 V1, V2 = streams(1, 2), streams(2, 3)
@@ -48,7 +48,7 @@ def a_snapshot() -> PrefixSnapshot:
             GROUP: GroupSnapshot(GroupRecord(group_epoch=7, assignment_epoch=7, max_concurrency=4), {
                 "a": MemberRecord(epoch=7, previous_epoch=5, capacity=8, assigned=frozenset(V2[:2]),
                                   revoking=frozenset(V1[1:]), target=frozenset(V2[:2])),
-                "b:with:colons": MemberRecord(epoch=6, previous_epoch=-1, capacity=None,
+                "b:with:colons": MemberRecord(epoch=6, previous_epoch=LEAVE_EPOCH, capacity=None,
                                               target=frozenset(V2[2:])),
             }),
             "a:b": GroupSnapshot(GroupRecord()),
@@ -117,7 +117,7 @@ def test_every_committed_checkpoint_of_a_run_replays_to_the_persisted_copy():
         lambda: driver.settle(),
         lambda: driver.settle("audit"),
         lambda: driver.tick(),
-        lambda: driver.one(heartbeat("a", -1)),
+        lambda: driver.one(heartbeat("a", LEAVE_EPOCH)),
     ]
     for step in steps:
         step()

@@ -18,7 +18,7 @@ from rsc.member.session import open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.routing import owner_key, seal_key
-from rsc.protocol.vocabulary import Cutover
+from rsc.protocol.vocabulary import Cutover, MigrationState
 from tests.sim_member import SimMember, assert_no_shard_held_twice
 
 PREFIX, GROUP = "orders", "billing"
@@ -118,7 +118,7 @@ async def test_r2_old_shards_stay_until_drained_then_leave_by_revoke_and_are_ret
                          lambda: sum(len(mb.held) for mb in members) == 6)
         holders = {shard: mb.member_id for mb in members for shard in mb.held}
         d = await admin_request(coordinator.url, describe())
-        assert d.migration.state == "DRAINING" and d.migration.remaining_shards == old
+        assert d.migration.state == MigrationState.DRAINING and d.migration.remaining_shards == old
         # drain one old shard fully: it leaves; the other keeps its owner
         drain(client, [old[0]])
         await beat_until(sessions, members, lambda: old[0] not in {s for mb in members for s in mb.held})
@@ -198,7 +198,8 @@ async def test_r4_once_describe_shows_complete_the_next_set_shard_count_is_accep
         await beat_until({"a": session}, [member], lambda: member.held == set(old))
         middle = (await admin_request(coordinator.url, set_count(3))).routing.streams
         with trio.fail_after(10):  # nothing to drain: COMPLETE, not retired (a holds v1)
-            while (await admin_request(coordinator.url, describe())).migration.state != "COMPLETE":
+            while ((await admin_request(coordinator.url, describe())).migration.state
+                   != MigrationState.COMPLETE):
                 await trio.sleep(0.02)
         changed = await admin_request(coordinator.url, set_count(1))
         assert changed.status == Status.OK, changed
@@ -250,7 +251,7 @@ async def test_g1_g2_an_orphan_group_blocks_the_drain_is_named_then_deleted_and_
                 await member.beat(session)
                 await trio.sleep(0.02)
         migration = (await admin_request(coordinator.url, describe())).migration
-        assert migration.state == "DRAINING"
+        assert migration.state == MigrationState.DRAINING
         assert migration.blocking_groups == (
             m.BlockingGroup(consumer_group="orphan", undelivered=6, pending=0),)
         busy = await admin_request(coordinator.url, m.DeleteGroup(
