@@ -209,6 +209,16 @@ class PrefixActor:
         self.healthy = True
         if self.metrics is not None:
             self.metrics.observe_checkpoint_seconds(trio.current_time() - started)
+        for move in checkpoint.moves:
+            try:
+                moved = await trio.to_thread.run_sync(self.streams.move_offsets, move.streams,
+                                                      move.group, move.to, move.timestamp_ms)
+            except StoreError as exc:
+                log.warning("offsets of %s in %s not moved: %s", move.group, self.prefix, exc)
+                continue
+            self.machine.offsets_moved(move, moved)
+            log_event(log, "group.offsets_reset", prefix=self.prefix, group=move.group,
+                      to=move.to, shards=len(moved))
         cleanup = checkpoint.cleanup
         if cleanup is not None:
             try:

@@ -89,6 +89,16 @@ class DestroyConsumerGroups:
     groups: tuple[str, ...]
 
 
+@attrs.frozen(eq=False)
+class MoveOffsets:
+    """G3: set a group's last-delivered id on these streams and drop its pending entries."""
+
+    streams: tuple[str, ...]
+    group: str
+    to: m.ResetTo
+    timestamp_ms: int | None
+
+
 @attrs.frozen
 class PrefixEvent:
     """A prefix-level log line (routing.changed, migration.complete, migration.retired)."""
@@ -126,12 +136,13 @@ class Checkpoint:
     effects: dict[str, Effects] = attrs.field(factory=dict)
     events: tuple[PrefixEvent, ...] = ()
     cleanup: DestroyConsumerGroups | None = None
+    moves: tuple[MoveOffsets, ...] = ()  # after the hash too; each reports its outcome
 
     @property
     def empty(self) -> bool:
         """Nothing to write: the batch is durable as it is."""
         return not (self.create or self.seal or self.retire or self.changes or self.owners
-                    or self.cleanup)
+                    or self.cleanup or self.moves)
 
 
 @attrs.frozen
@@ -182,6 +193,9 @@ class PrefixMachine:
         # G1: deleted this batch (their last effects still to write), and consumer groups to drop
         self._deleted: dict[str, Effects] = {}
         self._destroy: set[str] = set()
+        # G3: offset moves of this batch, and the ids they left (read by their answers)
+        self._moves: list[MoveOffsets] = []
+        self._moved: dict[MoveOffsets, Mapping[str, str]] = {}
         # G2: who held the migration up at the last drain measurement (not persisted)
         self.blocking: tuple[m.BlockingGroup, ...] = ()
         self._drain_check_due = False
@@ -220,6 +234,8 @@ class PrefixMachine:
             return Answer(request, self._remove_member(request, now_ms))
         if isinstance(request, m.DeleteGroup):
             return Answer(request, self._delete_group(request))
+        if isinstance(request, m.ResetOffsets):
+            return self._reset_offsets(request)
         if isinstance(request, m.DescribeGroup):
             return Answer(request, later=lambda: self._describe(request, now_ms))
         return Answer(request, request.error(
@@ -328,8 +344,9 @@ class PrefixMachine:
                 "version": self.routing.version, "shard_count": self.routing.shard_count}))
         checkpoint = Checkpoint(create=tuple(self._create), seal=tuple(self._seal), retire=retire,
                                 changes=changes, owners=tuple(owners), effects=effects,
-                                events=tuple(self._events), cleanup=cleanup)
-        self._create, self._seal, self._events = [], [], []
+                                events=tuple(self._events), cleanup=cleanup,
+                                moves=tuple(self._moves))
+        self._create, self._seal, self._events, self._moves = [], [], [], []
         self._deleted, self._destroy = {}, set()
         return checkpoint
 
@@ -373,6 +390,10 @@ class PrefixMachine:
         if checkpoint.cleanup is not None:
             self._destroy.update(name for name in checkpoint.cleanup.groups
                                  if name not in self.groups)
+
+    def offsets_moved(self, move: MoveOffsets, last_delivered: Mapping[str, str]) -> None:
+        """G3: the move landed; `last_delivered` is the group's new id per stream."""
+        self._moved[move] = last_delivered
 
     def resolve(self, answer: Answer, *, durable: bool) -> m.Response:
         """H12: the response to send, now that the checkpoint landed (`durable`) or not."""
@@ -509,6 +530,33 @@ class PrefixMachine:
         self._drain_check_due = self.migration is not None  # it no longer holds drains up (R2)
         return m.GroupDeleted(request_id=request.request_id, status=Status.OK,
                               stream_prefix=self.prefix, consumer_group=name)
+
+    def _reset_offsets(self, request: m.ResetOffsets) -> Answer:
+        """G3: only a group without live members moves; answered once the move is done."""
+        group = self.groups.get(request.consumer_group)
+        if group is None:
+            return Answer(request, request.unknown_group())
+        if group.members:
+            return Answer(request, request.error(
+                Status.GROUP_NOT_EMPTY,
+                f"group {request.consumer_group!r} of {self.prefix!r} has {len(group.members)} "
+                "live member(s); stop them (or remove them) before moving its offsets"))
+        move = MoveOffsets(self.live_streams(), request.consumer_group, request.to,
+                           request.timestamp_ms)
+        self._moves.append(move)
+
+        def answer() -> m.Response:
+            moved = self._moved.pop(move, None)
+            if moved is None:
+                return request.error(Status.COORDINATOR_NOT_AVAILABLE,
+                                     "the offsets could not be moved right now; retry with backoff")
+            return m.OffsetsReset(
+                request_id=request.request_id, status=Status.OK, stream_prefix=self.prefix,
+                consumer_group=request.consumer_group,
+                shards=tuple(m.ShardOffset(shard=stream, last_delivered_id=moved[stream])
+                             for stream in move.streams if stream in moved))
+
+        return Answer(request, later=answer)
 
     def _existing_streams(self) -> tuple[str, ...]:
         """Every stream of every version not yet retired."""

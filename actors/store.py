@@ -66,6 +66,39 @@ return 0
 """
 
 
+# KEYS[1] stream; ARGV[1] group; ARGV[2] earliest | latest | timestamp; ARGV[3] timestamp ms.
+# Recreating the group at the new id drops its pending entries (XGROUP SETID alone keeps them).
+_MOVE_OFFSETS = """
+local id = '$'
+if ARGV[2] == 'earliest' then
+  id = '0-0'
+elseif ARGV[2] == 'timestamp' then
+  local first = redis.call('XRANGE', KEYS[1], ARGV[3], '+', 'COUNT', 1)
+  if #first > 0 then
+    local ms, seq = string.match(first[1][1], '^(%d+)-(%d+)$')
+    if seq ~= '0' then
+      id = ms .. '-' .. string.format('%.0f', tonumber(seq) - 1)
+    elseif ms ~= '0' then
+      id = string.format('%.0f', tonumber(ms) - 1) .. '-18446744073709551615'
+    else
+      id = '0-0'
+    end
+  end
+end
+redis.pcall('XGROUP', 'DESTROY', KEYS[1], ARGV[1])
+redis.call('XGROUP', 'CREATE', KEYS[1], ARGV[1], id, 'MKSTREAM')
+for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local name, last
+  for i = 1, #group, 2 do
+    if group[i] == 'name' then name = group[i + 1] end
+    if group[i] == 'last-delivered-id' then last = group[i + 1] end
+  end
+  if name == ARGV[1] then return last end
+end
+return redis.error_reply('consumer group ' .. ARGV[1] .. ' missing after its reset')
+"""
+
+
 class StoreError(Exception):
     """The metadata store could not be written (Redis down, timeout)."""
 
@@ -205,6 +238,7 @@ class StreamAdmin:
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
+        self._move = client.register_script(_MOVE_OFFSETS)
 
     def seal(self, streams: Iterable[str]) -> None:
         """No write lands in these streams any more (the producer script checks the marker)."""
@@ -266,6 +300,23 @@ class StreamAdmin:
                     raise StoreError(f"cannot delete consumer group: {result}")
         except redis.RedisError as exc:
             raise StoreError(f"cannot delete consumer groups: {exc}") from exc
+
+    def move_offsets(self, streams: Iterable[str], group: str, to: str,
+                     timestamp_ms: int | None) -> dict[str, str]:
+        """G3: the group's new last-delivered id on each stream, its pending entries dropped.
+
+        `timestamp` makes the first entry at or after `timestamp_ms` the next one
+        delivered, or acts like `latest` when there is none. One pipelined round trip.
+        """
+        streams = list(streams)
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for stream in streams:
+                self._move(keys=[stream], args=[group, to, timestamp_ms or 0], client=pipe)
+            results = pipe.execute()
+        except redis.RedisError as exc:
+            raise StoreError(f"cannot move the offsets of {group!r}: {exc}") from exc
+        return {stream: str(result) for stream, result in zip(streams, results, strict=True)}
 
     def retire(self, streams: Iterable[str], groups: Iterable[str]) -> None:
         """Delete drained streams with their seal markers and owner tokens."""

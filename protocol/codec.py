@@ -42,6 +42,8 @@ MESSAGE_TYPES: dict[str, type[m.Message]] = {
         m.MemberRemoved,
         m.DeleteGroup,
         m.GroupDeleted,
+        m.ResetOffsets,
+        m.OffsetsReset,
         m.ErrorResponse,
     )
 }
@@ -50,7 +52,7 @@ MEMBER_REQUESTS: frozenset[str] = frozenset({m.Heartbeat.TYPE, m.GetRouting.TYPE
 ADMIN_REQUESTS: frozenset[str] = frozenset(
     cls.TYPE
     for cls in (m.ListGroups, m.DescribeGroup, m.SetShardCount, m.SetMaxConcurrency, m.RemoveMember,
-                m.DeleteGroup)
+                m.DeleteGroup, m.ResetOffsets)
 )
 
 

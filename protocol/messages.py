@@ -8,7 +8,7 @@ Validators enforce the ranges of the protocol, so a decoded message is valid.
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import attrs
 
@@ -41,7 +41,10 @@ __all__ = [
     "MemberRequest",
     "Message",
     "MigrationDescription",
+    "OffsetsReset",
     "RemoveMember",
+    "ResetOffsets",
+    "ResetTo",
     "Request",
     "Response",
     "RevokingShard",
@@ -51,6 +54,7 @@ __all__ = [
     "SetMaxConcurrency",
     "SetShardCount",
     "ShardCountChanged",
+    "ShardOffset",
     "camel",
     "check_name",
     "FieldValueError",
@@ -341,6 +345,37 @@ class DeleteGroup(GroupRequest):
                             error=error)
 
 
+ResetTo = Literal["earliest", "latest", "timestamp"]
+"""Where `resetOffsets` moves a group (G3)."""
+
+
+def _timestamp_ms(instance: Any, attribute: attrs.Attribute, value: int | None) -> None:
+    if value is not None and value < 0:
+        raise FieldValueError(f"field 'timestampMs' must be >= 0, got {value}")
+    if instance.to == "timestamp" and value is None:
+        raise FieldValueError("field 'timestampMs' is missing (required when 'to' is 'timestamp')")
+    if instance.to != "timestamp" and value is not None:
+        raise FieldValueError(f"field 'timestampMs' is only allowed when 'to' is 'timestamp', "
+                              f"not {instance.to!r}")
+
+
+@attrs.frozen(kw_only=True)
+class ResetOffsets(GroupRequest):
+    """G3: move an empty group's last-delivered id on every live shard, dropping its pending."""
+
+    TYPE: ClassVar[str] = "resetOffsets"
+    request_id: int
+    stream_prefix: str = attrs.field(validator=_name)
+    consumer_group: str = attrs.field(validator=_name)
+    to: ResetTo
+    timestamp_ms: int | None = attrs.field(default=None, validator=_timestamp_ms)
+
+    def error(self, status: Status, error: str) -> OffsetsReset:
+        return OffsetsReset(request_id=self.request_id, status=status,
+                            stream_prefix=self.stream_prefix, consumer_group=self.consumer_group,
+                            error=error)
+
+
 @attrs.frozen(kw_only=True)
 class GroupSummary:
     stream_prefix: str
@@ -467,6 +502,23 @@ class GroupDeleted(Response):
 
 
 @attrs.frozen(kw_only=True)
+class ShardOffset:
+    shard: str
+    last_delivered_id: str
+
+
+@attrs.frozen(kw_only=True)
+class OffsetsReset(Response):
+    TYPE: ClassVar[str] = "offsetsReset"
+    request_id: int | None
+    status: Status
+    stream_prefix: str
+    consumer_group: str
+    shards: tuple[ShardOffset, ...] = ()
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class ErrorResponse(Response):
     """The reply to anything malformed (INVALID_REQUEST)."""
 
@@ -478,6 +530,6 @@ class ErrorResponse(Response):
 
 MemberRequest = Heartbeat | GetRouting
 AdminRequest = (ListGroups | DescribeGroup | SetShardCount | SetMaxConcurrency | RemoveMember
-                | DeleteGroup)
+                | DeleteGroup | ResetOffsets)
 AdminResponse = (Groups | GroupDescription | ShardCountChanged | MaxConcurrencyChanged
-                 | MemberRemoved | GroupDeleted)
+                 | MemberRemoved | GroupDeleted | OffsetsReset)

@@ -34,6 +34,7 @@ class Driver:
         self.hash: dict[str, str] = {}
         self.now = 0
         self.queries: list[DrainQuery | None] = []
+        self.moves_fail = False
 
     def batch(self, requests: Sequence[m.Request], *, durable: bool = True,
               drained: Iterable[str] | None = None, report: DrainReport | None = None,
@@ -55,6 +56,11 @@ class Driver:
         checkpoint = machine.checkpoint()
         committed = None
         if durable:
+            for move in checkpoint.moves:  # the Redis side of G3, as a fake: ids by stream order
+                if self.moves_fail:
+                    continue
+                machine.offsets_moved(move, {stream: f"{index}-0"
+                                             for index, stream in enumerate(move.streams)})
             for field, value in encode(checkpoint.changes).items():
                 if value is None:
                     self.hash.pop(field, None)
@@ -129,6 +135,12 @@ def describe(group: str = GROUP) -> m.DescribeGroup:
 
 def delete_group(group: str = GROUP) -> m.DeleteGroup:
     return m.DeleteGroup(request_id=6, stream_prefix=PREFIX, consumer_group=group)
+
+
+def reset_offsets(to: m.ResetTo = "earliest", group: str = GROUP,
+                  timestamp_ms: int | None = None) -> m.ResetOffsets:
+    return m.ResetOffsets(request_id=11, stream_prefix=PREFIX, consumer_group=group, to=to,
+                          timestamp_ms=timestamp_ms)
 
 
 def get_routing() -> m.GetRouting:

@@ -191,6 +191,19 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
 {"type": "groupDeleted", "requestId": 7, "status": "OK", "streamPrefix": "orders",
  "consumerGroup": "billing"}
 """, m.GroupDeleted, {"error": None}),
+    ("resetOffsets to a timestamp", """
+{"type": "resetOffsets", "requestId": 8, "streamPrefix": "orders", "consumerGroup": "billing",
+ "to": "timestamp", "timestampMs": 1733040000000}
+""", m.ResetOffsets, {}),
+    ("resetOffsets to earliest", """
+{"type": "resetOffsets", "requestId": 8, "streamPrefix": "orders", "consumerGroup": "billing",
+ "to": "earliest"}
+""", m.ResetOffsets, {"timestampMs": None}),
+    ("offsetsReset", """
+{"type": "offsetsReset", "requestId": 8, "status": "OK", "streamPrefix": "orders",
+ "consumerGroup": "billing",
+ "shards": [{"shard": "orders:v2:0", "lastDeliveredId": "1733040000000-3"}]}
+""", m.OffsetsReset, {"error": None}),
     ("groupDeleted GROUP_NOT_EMPTY", """
 {"type": "groupDeleted", "requestId": 7, "status": "GROUP_NOT_EMPTY", "streamPrefix": "orders",
  "consumerGroup": "billing", "error": "group 'billing' of 'orders' has 2 live member(s)"}
@@ -357,6 +370,16 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
                              consumer_group=names),
     m.GroupDeleted: st.builds(m.GroupDeleted, request_id=maybe_request_ids, status=statuses,
                               stream_prefix=texts, consumer_group=texts, error=opt(texts)),
+    m.ResetOffsets: st.one_of(
+        st.builds(m.ResetOffsets, request_id=request_ids, stream_prefix=names, consumer_group=names,
+                  to=st.sampled_from(["earliest", "latest"])),
+        st.builds(m.ResetOffsets, request_id=request_ids, stream_prefix=names, consumer_group=names,
+                  to=st.just("timestamp"), timestamp_ms=st.integers(0, 2**63))),
+    m.OffsetsReset: st.builds(
+        m.OffsetsReset, request_id=maybe_request_ids, status=statuses, stream_prefix=texts,
+        consumer_group=texts, error=opt(texts),
+        shards=st.lists(st.builds(m.ShardOffset, shard=texts, last_delivered_id=texts),
+                        max_size=3).map(tuple)),
     m.ErrorResponse: st.builds(m.ErrorResponse, request_id=maybe_request_ids, status=statuses,
                                error=texts),
 }
@@ -402,9 +425,12 @@ REMOVE_MEMBER: dict[str, Any] = {"type": "removeMember", "requestId": 6, "stream
                                  "consumerGroup": "billing", "memberId": MEMBER}
 DELETE_GROUP: dict[str, Any] = {"type": "deleteGroup", "requestId": 7, "streamPrefix": "orders",
                                 "consumerGroup": "billing"}
+RESET_OFFSETS: dict[str, Any] = {"type": "resetOffsets", "requestId": 8, "streamPrefix": "orders",
+                                 "consumerGroup": "billing", "to": "timestamp",
+                                 "timestampMs": 1733040000000}
 
 REQUESTS = [HEARTBEAT, GET_ROUTING, LIST_GROUPS, DESCRIBE_GROUP, SET_SHARD_COUNT, SET_MAX_CONCURRENCY,
-            REMOVE_MEMBER, DELETE_GROUP]
+            REMOVE_MEMBER, DELETE_GROUP, RESET_OFFSETS]
 OPTIONAL = {"capacity", "ownedShards", "revokingShards", "subscribe", "cutover"}
 
 
@@ -487,7 +513,7 @@ def test_member_request_on_admin_endpoint(obj: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("obj", [LIST_GROUPS, DESCRIBE_GROUP, SET_SHARD_COUNT, SET_MAX_CONCURRENCY,
-                                 REMOVE_MEMBER, DELETE_GROUP], ids=lambda o: o["type"])
+                                 REMOVE_MEMBER, DELETE_GROUP, RESET_OFFSETS], ids=lambda o: o["type"])
 def test_admin_request_on_member_endpoint(obj: dict[str, Any]) -> None:
     assert_names(reject(obj, MEMBER_REQUESTS), "type", obj["requestId"])
 
@@ -498,10 +524,22 @@ def test_responses_and_pushes_are_no_requests(type_: str) -> None:
         assert_names(reject({"type": type_, "requestId": 9}, allowed), "type", 9)
 
 
+@pytest.mark.parametrize(("to", "timestamp", "problem"), [
+    ("timestamp", None, "required"), ("latest", 5, "only allowed"), ("earliest", 0, "only allowed"),
+    ("timestamp", -1, ">= 0")])
+def test_reset_offsets_timestamp_goes_with_to_timestamp(to: str, timestamp: int | None,
+                                                        problem: str) -> None:
+    obj = {k: v for k, v in with_(RESET_OFFSETS, to=to, timestampMs=timestamp).items()
+           if v is not None}
+    error = reject(obj, ADMIN_REQUESTS)
+    assert_names(error, "timestampMs", 8)
+    assert problem in error.message
+
+
 def test_endpoint_sets() -> None:
     assert MEMBER_REQUESTS == {"heartbeat", "getRouting"}
     assert ADMIN_REQUESTS == {"listGroups", "describeGroup", "setShardCount", "setMaxConcurrency",
-                              "removeMember", "deleteGroup"}
+                              "removeMember", "deleteGroup", "resetOffsets"}
 
 
 OPTIONAL_IN = {"setShardCount": {"consumerGroup"}}  # G1: optional there, required elsewhere

@@ -7,7 +7,12 @@ Redis hash, report the outcome, resolve the answers). No Redis, no trio.
 
 from __future__ import annotations
 
-from rsc.actors.prefix import CreateConsumerGroups, DestroyConsumerGroups, RetireStreams
+from rsc.actors.prefix import (
+    CreateConsumerGroups,
+    DestroyConsumerGroups,
+    MoveOffsets,
+    RetireStreams,
+)
 from rsc.actors.records import PrefixSnapshot, replay
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
@@ -21,6 +26,7 @@ from tests.prefix_driver import (
     get_routing,
     heartbeat,
     ok,
+    reset_offsets,
     set_shards,
     streams,
 )
@@ -526,3 +532,45 @@ def test_r2_a_prefix_without_groups_measures_no_drain():
     assert driver.queries[-1] is None
     migration = driver.machine.migration
     assert migration is not None and migration.remaining == V1
+
+
+# --- G3 ------------------------------------------------------------------------------
+
+
+def test_g3_reset_with_live_members_is_group_not_empty_and_moves_nothing():
+    driver = resharded()
+    batch = driver.batch([reset_offsets()])
+    refused = batch.responses[0]
+    assert refused.status == Status.GROUP_NOT_EMPTY and isinstance(refused, m.OffsetsReset)
+    assert batch.checkpoint.moves == () and batch.checkpoint.empty
+
+
+def test_g3_reset_of_an_unknown_group_is_unknown_group():
+    response = Driver().one(reset_offsets(group="ghost"))
+    assert response.status == Status.UNKNOWN_GROUP and isinstance(response, m.OffsetsReset)
+
+
+def test_g3_reset_moves_every_shard_of_the_live_versions_and_lists_them():
+    driver = resharded()
+    driver.tick(drained=V1[:1])
+    driver.settle()
+    driver.one(heartbeat("a", LEAVE_EPOCH))
+    batch = driver.batch([reset_offsets("timestamp", timestamp_ms=1_700_000_000_000)])
+    (move,) = batch.checkpoint.moves
+    assert isinstance(move, MoveOffsets)
+    assert (move.streams, move.group, move.to, move.timestamp_ms) == (
+        V1[1:] + V2, GROUP, "timestamp", 1_700_000_000_000)  # a drained old shard is not moved
+    reset = ok(batch.responses[0])
+    assert isinstance(reset, m.OffsetsReset)
+    assert reset.shards == tuple(m.ShardOffset(shard=stream, last_delivered_id=f"{index}-0")
+                                 for index, stream in enumerate(V1[1:] + V2))
+
+
+def test_g3_a_move_that_did_not_land_is_coordinator_not_available():
+    driver = resharded()
+    driver.one(heartbeat("a", LEAVE_EPOCH))
+    driver.moves_fail = True
+    assert driver.one(reset_offsets("latest")).status == Status.COORDINATOR_NOT_AVAILABLE
+    driver.moves_fail = False
+    assert driver.one(reset_offsets("latest"), durable=False).status == (
+        Status.COORDINATOR_NOT_AVAILABLE)

@@ -18,7 +18,7 @@ from rsc.member.session import open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.routing import owner_key, seal_key
-from rsc.protocol.vocabulary import Cutover, MigrationState
+from rsc.protocol.vocabulary import LEAVE_EPOCH, Cutover, MigrationState
 from tests.sim_member import SimMember, assert_no_shard_held_twice
 
 PREFIX, GROUP = "orders", "billing"
@@ -271,3 +271,49 @@ async def test_g1_g2_an_orphan_group_blocks_the_drain_is_named_then_deleted_and_
                 await trio.sleep(0.05)
     assert client.exists(*old) == 0
     assert all(group_names(client, s) == {GROUP} for s in new)
+
+
+def reset(to: m.ResetTo, timestamp_ms: int | None = None) -> m.ResetOffsets:
+    return m.ResetOffsets(request_id=0, stream_prefix=PREFIX, consumer_group=GROUP, to=to,
+                          timestamp_ms=timestamp_ms)
+
+
+def group_info(client: redis.Redis, stream: str) -> dict[str, Any]:
+    infos: Any = client.xinfo_groups(stream)
+    return next(info for info in infos if info["name"] == GROUP)
+
+
+async def test_g3_reset_offsets_refused_with_live_members_then_to_earliest_latest_and_a_timestamp(
+        coordinator, client):
+    streams = (await admin_request(coordinator.url, set_count(2))).routing.streams
+    ids = {stream: [client.xadd(stream, {"key": str(i)}, id=f"{1000 * (i + 1)}-0")
+                    for i in range(3)] for stream in streams}
+    client.xreadgroup(GROUP, "c", {stream: ">" for stream in streams})  # 3 pending on each
+    member = SimMember("a", PREFIX, GROUP)
+    async with open_session(coordinator.url, "member") as session:
+        await member.beat(session)
+        busy = await admin_request(coordinator.url, reset("earliest"))
+        assert busy.status == Status.GROUP_NOT_EMPTY and "live member" in busy.error
+        assert group_info(client, streams[0])["pending"] == 3
+        left = await session.request(m.Heartbeat(
+            request_id=0, stream_prefix=PREFIX, consumer_group=GROUP, member_id="a",
+            member_epoch=LEAVE_EPOCH))
+        assert left.status == Status.OK
+    earliest = await admin_request(coordinator.url, reset("earliest"))
+    assert earliest.status == Status.OK, earliest
+    assert earliest.shards == tuple(m.ShardOffset(shard=s, last_delivered_id="0-0") for s in streams)
+    for stream in streams:
+        info = group_info(client, stream)
+        assert info["pending"] == 0 and info["last-delivered-id"] == "0-0"
+    latest = await admin_request(coordinator.url, reset("latest"))
+    assert [s.last_delivered_id for s in latest.shards] == ["3000-0", "3000-0"]
+    assert client.xreadgroup(GROUP, "c", {streams[0]: ">"}) == []
+    moved = await admin_request(coordinator.url, reset("timestamp", 2000))
+    assert [s.last_delivered_id for s in moved.shards] == ["1999-18446744073709551615"] * 2
+    batch: Any = client.xreadgroup(GROUP, "c", {streams[0]: ">"})
+    assert [entry_id for entry_id, _ in batch[0][1]] == ids[streams[0]][1:]
+    future = await admin_request(coordinator.url, reset("timestamp", 10**12))
+    assert [s.last_delivered_id for s in future.shards] == ["3000-0", "3000-0"]  # like latest
+    unknown = await admin_request(coordinator.url, m.ResetOffsets(
+        request_id=0, stream_prefix=PREFIX, consumer_group="ghost", to="latest"))
+    assert unknown.status == Status.UNKNOWN_GROUP
