@@ -255,6 +255,8 @@ class PrefixActor:
                 group = self.groups.get(name)
                 if group is not None:
                     self.metrics.set_group_state(self.prefix, name, group)
+            for name in committed.deleted:
+                self.metrics.group_forgotten((self.prefix, name))
         if self.push_enabled:
             for push in committed.pushes:
                 session = self.sessions.get((push.consumer_group, push.member_id))

@@ -154,6 +154,7 @@ class Committed:
     events: tuple[tuple[str, Event], ...] = ()  # (group, event)
     groups: tuple[str, ...] = ()  # groups whose state may have changed
     prefix_events: tuple[PrefixEvent, ...] = ()
+    deleted: tuple[str, ...] = ()  # groups gone (G1): forget their series
 
 
 def routing_summary(routing: RoutingRecord) -> m.RoutingSummary:
@@ -366,8 +367,11 @@ class PrefixMachine:
         routing = None
         if checkpoint.changes.routing_changed and self.routing is not None:
             routing = self._routing_message(None)
+        deleted = tuple(name for name, group in checkpoint.changes.groups.items()
+                        if group is None and name not in self.groups)
         return Committed(pushes=tuple(pushes), routing=routing, events=tuple(events),
-                         groups=tuple(checkpoint.effects), prefix_events=checkpoint.events)
+                         groups=tuple(checkpoint.effects), prefix_events=checkpoint.events,
+                         deleted=deleted)
 
     def write_failed(self, now_ms: int) -> None:
         """The checkpoint did not land (h11's send_failed): back to what Redis holds."""

@@ -181,6 +181,11 @@ class MetadataStore:
             result[prefix] = replay(fields)
         return result
 
+    def load_prefix(self, prefix: str) -> PrefixSnapshot | None:
+        """One prefix's metadata (None if it has none), to reload a failed actor."""
+        fields: dict[str, str] = self.client.hgetall(meta_key(prefix))  # type: ignore[assignment]
+        return replay(fields) if fields else None
+
     def write(self, prefix: str, changes: Changes, owners: Iterable[OwnerToken] = ()) -> None:
         """Check-and-set the hash fields of `changes`, then (only if that held) the owner tokens."""
         args: list[Any] = [self.coordinator_epoch, COORDINATOR_EPOCH_FIELD]

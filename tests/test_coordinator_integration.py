@@ -47,7 +47,9 @@ async def set_shards(url: str, count: int, group: str = GROUP) -> m.ShardCountCh
 def stored_group(redis_url: str, group: str = GROUP) -> GroupSnapshot:
     store = MetadataStore(redis_url, lease_ms=1000)
     try:
-        return store.load_all()[PREFIX].groups[group]
+        snapshot = store.load_all()[PREFIX]
+        assert store.load_prefix(PREFIX) == snapshot and store.load_prefix("nothing") is None
+        return snapshot.groups[group]
     finally:
         store.close()
 

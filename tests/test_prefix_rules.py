@@ -453,6 +453,7 @@ def test_g1_delete_of_an_empty_group_removes_its_records_then_its_consumer_group
     assert not any(field.startswith("group:orphan") or ":orphan:" in field for field in driver.hash)
     assert batch.checkpoint.cleanup == DestroyConsumerGroups(V1 + V2, ("orphan",))
     assert "orphan" not in driver.machine.groups and "orphan" not in driver.replayed().groups
+    assert batch.committed is not None and batch.committed.deleted == ("orphan",)
     assert driver.one(describe("orphan")).status == Status.UNKNOWN_GROUP
 
 
