@@ -4,9 +4,11 @@ Set `RSC_MEMBER_TRACE=<path>` in a member process's environment and each
 admission the ledger decides is appended to that file with the member's own
 view: `{"t": <monotonic ms>, "what": "handler" | "ack", "memberId", "shard",
 "memberEpoch", "generation", "leaseSentAt": <monotonic ms or null>,
-"leaseTtlMs", "verdict": "allowed" | "not held" | "lease expired"}`. The clock
-is the system's monotonic clock, so lines of several processes on one host
-compare. Off (no cost but one `is None` per message) unless the variable is set.
+"leaseTtlMs", "verdict": "allowed" | "not held" | "lease expired"}` ("what" may
+also be "dead letter"; epoch and lease are as the ledger left them after the
+decision). The clock is the system's monotonic clock, so lines of several
+processes on one host compare. Off (no cost but one `is None` per message)
+unless the variable is set.
 """
 
 from __future__ import annotations

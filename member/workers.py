@@ -55,13 +55,14 @@ class Workers:
                     spawned += 1
                 await core.changed.wait()
 
-    def admit(self, shard: str, generation: int) -> bool:
-        """D1 before a handler call: the ledger's verdict, its actions applied."""
+    def admit(self, shard: str, generation: int, what: str = "handler") -> bool:
+        """D1 before a handler call (or a dead letter): the ledger's verdict, its actions
+        applied."""
         core = self.core
         now = core.clock()
         verdict, actions = core.ledger.admit(shard, generation, now)
         if core.trace is not None:
-            core.trace.admission("handler", core.ledger, shard, generation, now, verdict)
+            core.trace.admission(what, core.ledger, shard, generation, now, verdict)
         if actions is not NO_ACTIONS:
             core.apply(actions)
         return verdict is Verdict.ALLOWED
@@ -182,6 +183,8 @@ class Workers:
             if attempt < attempts:
                 await trio.sleep(retry.backoff_ms / 1000 if retry else 0)
         if retry is not None and retry.dead_letter_stream is not None:
+            if not self.admit(first.shard, generation, "dead letter"):
+                return False  # a side effect as a handler call is: D1 applies
             await self.dead_letter(first, retry.dead_letter_stream, error, attempts)
             return True
         return False
