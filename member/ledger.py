@@ -130,6 +130,14 @@ class Ledger:
             return Verdict.LEASE_EXPIRED, self._lease_lost()
         return _ALLOWED
 
+    def start_handler(self, shard: str, generation: int, now: float) -> tuple[Verdict, Actions]:
+        """`admit` for a handler call, counted in flight when allowed (one call on the hot
+        path; the worker or the acker finishes it)."""
+        decision = self.admit(shard, generation, now)
+        if decision is _ALLOWED:
+            self._in_flight[shard] += 1
+        return decision
+
     def check_lease(self, now: float) -> Actions:
         """Fence the member if its lease ran out by `now` (before reads and heartbeats)."""
         deadline = self.lease_deadline()

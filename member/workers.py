@@ -21,7 +21,7 @@ import trio
 from rsc.member.ledger import Verdict
 from rsc.member.message import MESSAGE_SETTERS, Handler, Message, new_message
 from rsc.member.policies import AckPolicy
-from rsc.member.reconcile import NO_ACTIONS
+from rsc.member.reconcile import NO_ACTIONS, Actions
 from rsc.member.streams import ProduceOps
 
 if TYPE_CHECKING:
@@ -61,11 +61,16 @@ class Workers:
         core = self.core
         now = core.clock()
         verdict, actions = core.ledger.admit(shard, generation, now)
+        self._decided(what, shard, generation, now, verdict, actions)
+        return verdict is Verdict.ALLOWED
+
+    def _decided(self, what: str, shard: str, generation: int, now: float, verdict: Verdict,
+                 actions: Actions) -> None:
+        core = self.core
         if core.trace is not None:
             core.trace.admission(what, core.ledger, shard, generation, now, verdict)
         if actions is not NO_ACTIONS:
             core.apply(actions)
-        return verdict is Verdict.ALLOWED
 
     async def worker(self, index: int) -> None:
         """Take entries until none is left, then wait until the reader queues more."""
@@ -74,22 +79,31 @@ class Workers:
         ack_rule = core.ack_rule
         handler = self.handler
         member_id = core.member_id
-        admit = self.admit
+        start_handler = ledger.start_handler
+        clock = core.clock
+        decided = self._decided
+        traced = core.trace is not None
+        allowed = Verdict.ALLOWED
+        pop, wait, done = queue.pop, queue.wait, queue.done
         set_shard, set_id, set_key, set_value, set_fields, set_member, set_attempt = MESSAGE_SETTERS
         new = object.__new__
         config = core.config
         fast = self.is_async and config.retry is None and config.ack_policy is AckPolicy.AFTER
         since_checkpoint = 0
         while True:
-            entry = queue.pop(index)
+            entry = pop(index)
             if entry is None:
                 since_checkpoint = 0
-                await queue.wait(index)
+                await wait(index)
                 continue
             (shard, key), entry_id, fields, value, generation = entry
-            if not admit(shard, generation):
-                queue.done(entry)
-                continue
+            now = clock()
+            verdict, actions = start_handler(shard, generation, now)  # D1, in one call
+            if verdict is not allowed or traced:
+                decided("handler", shard, generation, now, verdict, actions)
+                if verdict is not allowed:
+                    done(entry)
+                    continue
             message = new(Message)  # as Message(...), without attrs' frozen __init__
             set_shard(message, shard)
             set_id(message, entry_id)
@@ -98,7 +112,6 @@ class Workers:
             set_fields(message, fields)
             set_member(message, member_id)
             set_attempt(message, 1)
-            ledger.started(shard)
             core.busy += 1
             handled = False
             try:
@@ -117,7 +130,7 @@ class Workers:
                     acks.add(shard, generation, entry_id)
             finally:
                 core.busy -= 1
-                queue.done(entry)
+                done(entry)
                 if not handled:
                     core.finish(shard)
             if handled and acks.acker_parked and ack_rule.wake_acker(

@@ -247,3 +247,13 @@ def test_a_shard_not_held_is_refused_without_fencing():
     ledger = joined("a", at=0)
     assert ledger.admit("z", 1, 10) == (Verdict.NOT_HELD, NO_ACTIONS)
     assert ledger.state.holds.keys() == {"a"}
+
+
+def test_a_handler_start_is_counted_in_flight_only_when_admitted():
+    ledger = joined("a", at=0)
+    generation = ledger.generation("a")
+    assert ledger.start_handler("a", generation, 10)[0] is Verdict.ALLOWED
+    assert ledger.in_flight == {"a": 1}
+    assert ledger.start_handler("a", generation + 100, 10)[0] is Verdict.NOT_HELD
+    assert ledger.start_handler("a", generation, LEASE_MS)[0] is Verdict.LEASE_EXPIRED
+    assert ledger.in_flight == {"a": 1}, "refused starts are not in flight"
