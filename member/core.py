@@ -7,6 +7,7 @@ count, ask for a heartbeat, pass events on, wake whoever may now have work.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -24,6 +25,8 @@ from rsc.member.workqueue import Signal, WorkQueue
 EventCallback = Callable[[str, Event], None]
 ReadObserver = Callable[[str, frozenset[str], float, float], None]
 AckObserver = Callable[[str, int], None]
+
+log = logging.getLogger(__name__)
 
 
 def monotonic_ms() -> float:
@@ -82,6 +85,8 @@ class MemberCore:
                 self.joined.set()
             elif event.name == "fenced":
                 stats.fences += 1
+                log.warning("member %s fenced itself from %s: %s", self.member_id,
+                            ", ".join(event.shards) or "no shards", event.reason)
             if self.on_event is not None:
                 self.on_event(self.member_id, event)
         self.changed.fire()
