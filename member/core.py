@@ -85,7 +85,7 @@ class MemberCore:
                 self.joined.set()
             elif event.name == "fenced":
                 stats.fences += 1
-                log.warning("member %s fenced itself from %s: %s", self.member_id,
+                log.warning("member %s fenced, stops %s: %s", self.member_id,
                             ", ".join(event.shards) or "no shards", event.reason)
             if self.on_event is not None:
                 self.on_event(self.member_id, event)
