@@ -14,6 +14,18 @@ Group lifecycle (G1, G2): a group exists from its first join or its
 registration by `setShardCount` on a prefix without routing, until
 `deleteGroup`; a migration's description names the groups that hold it up.
 
+Admission (A1): a `GroupBudget` shared by every prefix machine of a
+coordinator counts groups for `--max-groups` (a join or a `setShardCount` that
+would register one more gets GROUP_LIMIT_REACHED); `max_group_size` refuses a
+join of a new member into a full group (GROUP_MAX_SIZE_REACHED). Both change
+nothing.
+
+Repair (issue 11, D4): a write that failed may have landed in part (the hash
+without the owner tokens on a cluster) or late (an abandoned write Redis ran
+when it came back). Every field and owner token of a failed checkpoint is
+written again, from memory, by the next checkpoint, so Redis matches memory
+once that one lands.
+
 Reading of R4: a migration blocks the next `setShardCount` only while it is
 DRAINING; once it is COMPLETE the next one starts at once, and the drained
 streams of the complete one are retired when nobody holds them any more.
@@ -137,12 +149,36 @@ class Checkpoint:
     events: tuple[PrefixEvent, ...] = ()
     cleanup: DestroyConsumerGroups | None = None
     moves: tuple[MoveOffsets, ...] = ()  # after the hash too; each reports its outcome
+    # only fields and tokens of an earlier failed write, rewritten (`_repair`): the batch itself
+    # changed nothing, so its answers reveal nothing new even if this write fails too
+    repair_only: bool = False
 
     @property
     def empty(self) -> bool:
         """Nothing to write: the batch is durable as it is."""
         return not (self.create or self.seal or self.retire or self.changes or self.owners
                     or self.cleanup or self.moves)
+
+
+@attrs.define
+class GroupBudget:
+    """A1: the groups of every prefix of one coordinator, against `--max-groups`."""
+
+    max_groups: int
+    total: int = 0
+    counts: dict[str, int] = attrs.field(factory=dict)
+
+    def count(self, prefix: str, groups: int) -> None:
+        """`prefix` has `groups` groups now (registered or restored, deleted or rolled back)."""
+        self.total += groups - self.counts.get(prefix, 0)
+        if groups:
+            self.counts[prefix] = groups
+        else:
+            self.counts.pop(prefix, None)
+
+    @property
+    def full(self) -> bool:
+        return self.total >= self.max_groups
 
 
 @attrs.frozen
@@ -180,8 +216,17 @@ class PrefixMachine:
     """One stream prefix: routing, migration and groups; see the module docstring."""
 
     def __init__(self, prefix: str, settings: GroupSettings, *,
-                 keep_drained_streams: bool = False) -> None:
+                 keep_drained_streams: bool = False, budget: GroupBudget | None = None,
+                 max_group_size: int | None = None) -> None:
         self.prefix = prefix
+        self.budget = budget
+        self.max_group_size = max_group_size
+        # fields and owner tokens of failed writes, rewritten from memory until one lands
+        self._unsure_routing = self._unsure_migration = False
+        self._unsure_groups: set[str] = set()
+        self._unsure_members: set[tuple[str, str]] = set()
+        self._unsure_owners: set[tuple[str, str]] = set()
+        self._last_checkpoint: Checkpoint | None = None
         self.settings = settings
         self.keep_drained_streams = keep_drained_streams
         self.routing: RoutingRecord | None = None
@@ -218,11 +263,17 @@ class PrefixMachine:
             groups={name: GroupSnapshot(g.group, dict(g.members))
                     for name, g in snapshot.groups.items()})
         self._drain_check_due = self._retire_check_due = self.migration is not None
+        self._count_groups()
 
     # --- events --------------------------------------------------------------------
 
     def handle(self, request: m.Request, now_ms: int) -> Answer:
         """Apply one request; the answer is final only after the checkpoint (`resolve`)."""
+        answer = self._handle(request, now_ms)
+        self._count_groups()
+        return answer
+
+    def _handle(self, request: m.Request, now_ms: int) -> Answer:
         if isinstance(request, m.Heartbeat):
             return Answer(request, self._heartbeat(request, now_ms))
         if isinstance(request, m.GetRouting):
@@ -343,17 +394,54 @@ class PrefixMachine:
         if changes.routing_changed and self.routing is not None:
             self._events.append(PrefixEvent("routing.changed", {
                 "version": self.routing.version, "shard_count": self.routing.shard_count}))
+        fresh = bool(changes or owners or self._create or self._seal or retire or cleanup
+                     or self._moves)
+        self._repair(changes, owners)
         checkpoint = Checkpoint(create=tuple(self._create), seal=tuple(self._seal), retire=retire,
                                 changes=changes, owners=tuple(owners), effects=effects,
                                 events=tuple(self._events), cleanup=cleanup,
-                                moves=tuple(self._moves))
+                                moves=tuple(self._moves),
+                                repair_only=not fresh and bool(changes or owners))
         self._create, self._seal, self._events, self._moves = [], [], [], []
         self._deleted, self._destroy = {}, set()
+        self._last_checkpoint = checkpoint
         return checkpoint
+
+    def _repair(self, changes: Changes, owners: list[OwnerToken]) -> None:
+        """Add every field and owner token of a failed write that this checkpoint misses,
+        with memory's value (issue 11: a half-written or late write is overwritten)."""
+        if self._unsure_routing and not changes.routing_changed:
+            changes.set_routing(self.routing)
+        if self._unsure_migration and not changes.migration_changed:
+            changes.set_migration(self.migration)
+        for name in sorted(self._unsure_groups - changes.groups.keys()):
+            group = self.groups.get(name)
+            changes.groups[name] = group.persistent_group() if group is not None else None
+        for key in sorted(self._unsure_members - changes.members.keys()):
+            group = self.groups.get(key[0])
+            changes.members[key] = (group.persistent_member(key[1])
+                                    if group is not None and key[1] in group.members else None)
+        written = {(token.shard, token.group) for token in owners}
+        for shard, name in sorted(self._unsure_owners - written):
+            group = self.groups.get(name)
+            owners.append(OwnerToken(shard, name, group.owners.get(shard) if group else None))
+
+    @property
+    def repair_pending(self) -> bool:
+        """A failed write left fields or owner tokens that the next checkpoint writes again."""
+        return bool(self._unsure_routing or self._unsure_migration or self._unsure_groups
+                    or self._unsure_members or self._unsure_owners)
+
+    def _count_groups(self) -> None:
+        if self.budget is not None:
+            self.budget.count(self.prefix, len(self.groups))
 
     def committed(self, checkpoint: Checkpoint) -> Committed:
         """The checkpoint is durable: fold it into the rollback point; what to push."""
         self.persisted.apply(checkpoint.changes)
+        if checkpoint is self._last_checkpoint:  # it rewrote every unsure field and token
+            self._unsure_routing = self._unsure_migration = False
+            self._unsure_groups, self._unsure_members, self._unsure_owners = set(), set(), set()
         pushes: list[m.AssignmentChanged] = []
         events: list[tuple[str, Event]] = []
         for name, effect in checkpoint.effects.items():
@@ -374,7 +462,19 @@ class PrefixMachine:
                          deleted=deleted)
 
     def write_failed(self, now_ms: int) -> None:
-        """The checkpoint did not land (h11's send_failed): back to what Redis holds."""
+        """The checkpoint did not land (h11's send_failed): back to what Redis holds.
+
+        It may have landed in part, or may still land late: its fields and owner
+        tokens are written again by the next checkpoint (`_repair`).
+        """
+        failed = self._last_checkpoint
+        if failed is not None:
+            changes = failed.changes
+            self._unsure_routing |= changes.routing_changed
+            self._unsure_migration |= changes.migration_changed
+            self._unsure_groups.update(changes.groups)
+            self._unsure_members.update(changes.members)
+            self._unsure_owners.update((token.shard, token.group) for token in failed.owners)
         self.routing = self.persisted.routing
         self.migration = self.persisted.migration
         shards = self.assignable_shards()
@@ -388,6 +488,7 @@ class PrefixMachine:
             group.restore(record, shards, now_ms, restart=False)
         if self.migration is not None:
             self._retire_check_due = True
+        self._count_groups()
 
     def cleanup_failed(self, checkpoint: Checkpoint) -> None:
         """The hash landed but the cleanup did not: do it again with the next checkpoint."""
@@ -442,8 +543,28 @@ class PrefixMachine:
                 # an empty group answers it (H9, UNKNOWN_MEMBER_ID) and leaves nothing behind
                 ghost = GroupMachine(self.prefix, request.consumer_group, self.settings)
                 return ghost.heartbeat(request, now_ms, routing)
+            if self._groups_full():
+                return request.error(Status.GROUP_LIMIT_REACHED,
+                                     self._group_limit_text(request.consumer_group))
             group = self._register(request.consumer_group)
+        elif (request.member_epoch == JOIN_EPOCH and self.max_group_size is not None
+              and request.member_id not in group.members
+              and len(group.members) >= self.max_group_size):
+            return request.error(
+                Status.GROUP_MAX_SIZE_REACHED,
+                f"group {request.consumer_group!r} of {self.prefix!r} already has "
+                f"{len(group.members)} members, the most --max-group-size "
+                f"({self.max_group_size}) allows; nothing changed, retry the join with backoff")
         return group.heartbeat(request, now_ms, routing)
+
+    def _groups_full(self) -> bool:
+        return self.budget is not None and self.budget.full
+
+    def _group_limit_text(self, name: str) -> str:
+        assert self.budget is not None
+        return (f"the coordinator already has {self.budget.total} groups, the most --max-groups "
+                f"({self.budget.max_groups}) allows; group {name!r} of {self.prefix!r} was not "
+                "created, nothing changed; retry with backoff")
 
     def _register(self, name: str) -> GroupMachine:
         """H13: a group appears with the prefix's shards and a consumer group on every live stream."""
@@ -461,6 +582,8 @@ class PrefixMachine:
         if name is not None and name not in self.groups:
             if self.routing is not None:  # G1: a typo never creates a group that blocks drains
                 return request.unknown_group()
+            if self._groups_full():  # A1: groups registered here count against --max-groups
+                return request.error(Status.GROUP_LIMIT_REACHED, self._group_limit_text(name))
             self._register(name)
         routing, migration = self.routing, self.migration
         if routing is not None and routing.shard_count == request.shard_count:
