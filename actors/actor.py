@@ -6,12 +6,32 @@ machine, measure drain when the machine asks, write the machine's checkpoint
 once (H12: durable first), tell the machine how the write went, then answer
 and push. Sessions and subscribers (where to push) live here; every decision
 lives in actors/prefix.py.
+
+D4 (Redis stalls are not member failures): the store I/O of one batch (the
+drain check, the checkpoint, offset moves and cleanup) has a deadline of a
+third of the lease TTL. Past it the worker thread is abandoned (it finishes in
+the background and its result is dropped), the batch is answered as a failed
+write (COORDINATOR_NOT_AVAILABLE for what would reveal new state) and the
+machine rolls back. Until the abandoned call returns, later batches do not
+touch the store: one that must write is answered the same way at once, one
+that writes nothing is answered as usual (no member expires meanwhile: the
+expiry is a write that fails and rolls back, H12). The next write goes out
+on a fresh pooled connection after that; the store's sequence number in the
+check-and-set refuses the abandoned write if Redis runs it after a later one,
+and the machine writes every field of a failed write again (its repair).
+Why a trio deadline around an abandonable thread rather than a per-call
+redis-py `socket_timeout`: one checkpoint is several round trips (create,
+seal, retire, hash), so a per-call timeout does not bound the batch; a
+timeout shorter than a slow but healthy big write would fail it for good;
+and the pool's fixed timeout is shared with the lease renewal and loads.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import attrs
@@ -19,15 +39,29 @@ import trio
 
 from rsc.actors.group import GroupMachine, GroupSettings
 from rsc.actors.logs import log_event
-from rsc.actors.prefix import Answer, Checkpoint, PrefixMachine
+from rsc.actors.prefix import Answer, Checkpoint, GroupBudget, PrefixMachine
 from rsc.actors.records import PrefixSnapshot
-from rsc.actors.store import MetadataStore, StoreError, StoreFenced, StreamAdmin
+from rsc.actors.store import STORE_IO_ERRORS, MetadataStore, StoreError, StoreFenced, StreamAdmin
 from rsc.protocol import messages as m
+from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import LEAVE_EPOCH
 
 log = logging.getLogger("rsc.coordinator")
 
 MAX_BATCH = 1024
+REFUSALS = {Status.GROUP_LIMIT_REACHED: "max_groups", Status.GROUP_MAX_SIZE_REACHED: "max_group_size"}
+
+
+class StoreStalled(StoreError):
+    """A store call passed its D4 deadline and was abandoned (or one abandoned earlier still runs)."""
+
+
+class _Call:
+    """One store call on a worker thread; `done` is set by the thread when it returns."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.done = threading.Event()
 
 
 class Outbox(Protocol):
@@ -99,11 +133,18 @@ class PrefixActor:
 
     def __init__(self, prefix: str, store: MetadataStore, settings: GroupSettings,
                  *, push_enabled: bool = True, metrics: Any = None,
-                 keep_drained_streams: bool = False) -> None:
+                 keep_drained_streams: bool = False, budget: GroupBudget | None = None,
+                 max_group_size: int | None = None, store_deadline_ms: float | None = None) -> None:
         self.prefix = prefix
         self.store = store
         self.streams = StreamAdmin(store.client)
-        self.machine = PrefixMachine(prefix, settings, keep_drained_streams=keep_drained_streams)
+        self.machine = PrefixMachine(prefix, settings, keep_drained_streams=keep_drained_streams,
+                                     budget=budget, max_group_size=max_group_size)
+        # D4: the store I/O of one batch gets a third of the lease
+        self.store_deadline_s = (settings.lease_ttl_ms / 3 if store_deadline_ms is None
+                                 else store_deadline_ms) / 1000
+        self._abandoned: _Call | None = None  # a store call past its deadline, still running
+        self.abandoned_calls = 0
         self.push_enabled = push_enabled
         self.metrics = metrics
         # where to push each member (H10), and the reverse, to forget a closed session fast
@@ -157,14 +198,21 @@ class PrefixActor:
             elif isinstance(request, m.GetRouting) and request.subscribe and envelope.session:
                 self.subscribers.add(envelope.session)
 
-        await self._measure_drain()
+        deadline = trio.current_time() + self.store_deadline_s
+        stalled = not await self._measure_drain(deadline)
         checkpoint = machine.checkpoint()
-        durable = await self._write(checkpoint)
+        durable = await self._write(checkpoint, deadline, stalled=stalled)
         if not durable:
             machine.write_failed(now_ms())
+        # a batch that only repairs an earlier failed write reveals nothing new (H12)
+        revealable = durable or checkpoint.repair_only
         for reply, answer in answers:
+            response = machine.resolve(answer, durable=revealable)
             if reply is not None:
-                reply.resolve(machine.resolve(answer, durable=durable))
+                reply.resolve(response)
+            refused = REFUSALS.get(response.status)
+            if refused is not None and self.metrics is not None:
+                self.metrics.join_refused(refused)
         for reply in summaries:
             if reply is not None:
                 reply.resolve(machine.summaries())
@@ -176,26 +224,69 @@ class PrefixActor:
 
     # --- I/O -----------------------------------------------------------------------
 
-    async def _measure_drain(self) -> None:
-        """R2: the machine asked how far the old shards are drained."""
+    async def _store_call(self, deadline: float, what: str, fn: Callable[..., Any],
+                          *args: Any) -> Any:
+        """`fn(*args)` on a worker thread, abandoned at `deadline` (D4): StoreStalled then.
+
+        Every I/O failure comes back as a StoreError. While an abandoned call
+        still runs, nothing else is sent (StoreStalled at once): the store is
+        stalled, and this keeps one prefix's calls in order.
+        """
+        abandoned = self._abandoned
+        if abandoned is not None:
+            if not abandoned.done.is_set():
+                raise StoreStalled(f"the store has not answered the {abandoned.what} abandoned "
+                                   "earlier; retry with backoff")
+            self._abandoned = None
+        call = _Call(what)
+
+        def run() -> Any:
+            try:
+                return fn(*args)
+            except StoreError:
+                raise
+            except STORE_IO_ERRORS as exc:  # any I/O failure the store did not convert
+                raise StoreError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+            finally:
+                call.done.set()
+
+        with trio.move_on_at(deadline):
+            return await trio.to_thread.run_sync(run, abandon_on_cancel=True)
+        self._abandoned = call
+        self.abandoned_calls += 1
+        if self.metrics is not None and hasattr(self.metrics, "store_call_abandoned"):
+            self.metrics.store_call_abandoned(what)
+        log_event(log, "store.call_abandoned", level=logging.WARNING, prefix=self.prefix, call=what,
+                  deadline_ms=round(self.store_deadline_s * 1000))
+        raise StoreStalled(f"the {what} took longer than {round(self.store_deadline_s * 1000)} ms "
+                           "(a third of the lease) and was abandoned; retry with backoff")
+
+    async def _measure_drain(self, deadline: float) -> bool:
+        """R2: the machine asked how far the old shards are drained; False when the store stalled."""
         query = self.machine.drain_query()
         if query is None:
-            return
+            return True
         try:
-            report = await trio.to_thread.run_sync(self.streams.drain_report, query.streams,
-                                                   query.groups)
+            report = await self._store_call(deadline, "drain check", self.streams.drain_report,
+                                            query.streams, query.groups)
+        except StoreStalled as exc:
+            log.warning("migration of prefix %s waits: %s", self.prefix, exc)
+            return False
         except StoreError as exc:
             log.warning("migration of prefix %s waits: %s", self.prefix, exc)
-            return
+            return True
         self.machine.drain_measured(report)
+        return True
 
-    async def _write(self, checkpoint: Checkpoint) -> bool:
-        """Write the checkpoint; False (the machine rolls back) when the store failed."""
+    async def _write(self, checkpoint: Checkpoint, deadline: float, *, stalled: bool = False) -> bool:
+        """Write the checkpoint; False (the machine rolls back) when the store failed or stalled."""
         if checkpoint.empty:
             return True
         started = trio.current_time()
         try:
-            await trio.to_thread.run_sync(self._write_blocking, checkpoint)
+            if stalled:
+                raise StoreStalled("the drain check of this batch was abandoned; retry with backoff")
+            await self._store_call(deadline, "metadata write", self._write_blocking, checkpoint)
         except StoreFenced:
             raise
         except StoreError as exc:
@@ -211,8 +302,9 @@ class PrefixActor:
             self.metrics.observe_checkpoint_seconds(trio.current_time() - started)
         for move in checkpoint.moves:
             try:
-                moved = await trio.to_thread.run_sync(self.streams.move_offsets, move.streams,
-                                                      move.group, move.to, move.timestamp_ms)
+                moved = await self._store_call(deadline, "offset move", self.streams.move_offsets,
+                                               move.streams, move.group, move.to,
+                                               move.timestamp_ms)
             except StoreError as exc:
                 log.warning("offsets of %s in %s not moved: %s", move.group, self.prefix, exc)
                 continue
@@ -222,8 +314,9 @@ class PrefixActor:
         cleanup = checkpoint.cleanup
         if cleanup is not None:
             try:
-                await trio.to_thread.run_sync(self.streams.destroy_consumer_groups,
-                                              cleanup.streams, cleanup.groups)
+                await self._store_call(deadline, "consumer group cleanup",
+                                       self.streams.destroy_consumer_groups,
+                                       cleanup.streams, cleanup.groups)
             except StoreError as exc:
                 log.warning("consumer groups of deleted groups of %s stay for now: %s",
                             self.prefix, exc)

@@ -12,6 +12,7 @@ from rsc.actors.actor import PrefixActor, now_ms
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.group import GroupSettings
 from rsc.actors.logs import log_event
+from rsc.actors.prefix import GroupBudget
 from rsc.actors.server import CoordinatorServer, Router
 from rsc.actors.store import MetadataStore, StoreError
 
@@ -41,12 +42,14 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
     settings = GroupSettings(heartbeat_interval_ms=config.heartbeat_interval_ms,
                              lease_ttl_ms=config.lease_ttl_ms,
                              revoke_timeout_ms=config.revoke_timeout_ms)
+    budget = GroupBudget(config.max_groups)  # A1: one count over every prefix
     try:
         persisted = await trio.to_thread.run_sync(store.load_all)
         async with trio.open_nursery() as nursery:
             def make_actor(prefix: str) -> PrefixActor:
                 return PrefixActor(prefix, store, settings, push_enabled=config.push, metrics=metrics,
-                                   keep_drained_streams=config.keep_drained_streams)
+                                   keep_drained_streams=config.keep_drained_streams,
+                                   budget=budget, max_group_size=config.max_group_size)
 
             router = Router(nursery, make_actor)
             now = now_ms()
