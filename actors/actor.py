@@ -204,10 +204,8 @@ class PrefixActor:
         durable = await self._write(checkpoint, deadline, stalled=stalled)
         if not durable:
             machine.write_failed(now_ms())
-        # a batch that only repairs an earlier failed write reveals nothing new (H12)
-        revealable = durable or checkpoint.repair_only
         for reply, answer in answers:
-            response = machine.resolve(answer, durable=revealable)
+            response = machine.resolve(answer, durable=durable)
             if reply is not None:
                 reply.resolve(response)
             refused = REFUSALS.get(response.status)

@@ -505,7 +505,9 @@ class PrefixMachine:
         if answer.later is not None:
             return answer.later()
         assert answer.response is not None
-        if not durable and answer.response.status in REVEALING:
+        # a batch whose checkpoint only repaired an earlier failed write revealed nothing new
+        repair_only = self._last_checkpoint is not None and self._last_checkpoint.repair_only
+        if not durable and not repair_only and answer.response.status in REVEALING:
             return answer.request.error(Status.COORDINATOR_NOT_AVAILABLE, UNAVAILABLE)
         return answer.response
 
