@@ -265,10 +265,10 @@ class MetadataStore:
         try:
             self._write_hash(prefix, keys, args)
         except redis.ResponseError as exc:
-            text = str(exc)
-            if text.startswith("FENCED"):
+            text = str(exc)  # in a pipeline redis-py puts "Command # 2 (...) caused error:" first
+            if "FENCED coordinator epoch" in text:
                 raise StoreFenced(text) from exc
-            if text.startswith("STALE"):
+            if "STALE write" in text:
                 raise StoreStale(text) from exc
             raise StoreError(text) from exc
         except STORE_IO_ERRORS as exc:
