@@ -61,11 +61,11 @@ def new_store(redis_url: str, cls: type[MetadataStore] = MetadataStore) -> Metad
 
 
 class HeldFirstWrite(MetadataStore):
-    """The first hash write waits (its sequence number taken) until `release` is set."""
+    """The first hash write waits (its sequence number taken) until `go` is set."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.release = threading.Event()
+        self.go = threading.Event()
         self.held = threading.Event()
         self.calls = 0
 
@@ -73,7 +73,7 @@ class HeldFirstWrite(MetadataStore):
         self.calls += 1
         if self.calls == 1:
             self.held.set()
-            assert self.release.wait(10)
+            assert self.go.wait(10)
         super()._write_hash(prefix, keys, args)
 
 
@@ -93,7 +93,7 @@ def test_d4_a_write_that_arrives_after_a_later_one_is_refused_and_changes_nothin
     thread.start()
     assert store.held.wait(10)
     store.write(PREFIX, group_changes(2))  # the later write lands first
-    store.release.set()
+    store.go.set()
     thread.join(10)
     assert len(outcome) == 1 and isinstance(outcome[0], StoreStale), outcome
     assert replay(stored(redis_url)).groups[GROUP].group.group_epoch == 2
@@ -168,6 +168,7 @@ def join(member_id: str) -> m.Heartbeat:
 
 
 def beat(response: m.HeartbeatResponse) -> m.Heartbeat:
+    assert response.member_epoch is not None and response.assignment is not None
     return m.Heartbeat(request_id=2, stream_prefix=PREFIX, consumer_group=GROUP,
                        member_id=response.member_id, member_epoch=response.member_epoch,
                        owned_shards=response.assignment.assigned_shards)
