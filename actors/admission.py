@@ -189,8 +189,12 @@ class AdmissionListener(trio.abc.Listener[trio.abc.Stream]):
             os.close(self._reserve)
             self._reserve = None
             with trio.move_on_after(0.01):
-                peer, _ = await self.inner.socket.accept()
-                peer.close()
+                try:
+                    peer, _ = await self.inner.socket.accept()
+                except OSError:
+                    pass  # the freed fd went elsewhere; the backoff below still applies
+                else:
+                    peer.close()
             self._reserve = _open_reserve()
         await trio.sleep(self._backoff)
         self._backoff = min(self._backoff * 2, _BACKOFF_MAX_S)
