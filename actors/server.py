@@ -3,6 +3,10 @@
 Each session has a reader (decode, route) and a writer that sends responses in
 request order (a FIFO of reply slots) with pushes in between. Bad input gets an
 `error` frame naming the field and touches no state (Transport, PROTOCOL.md).
+
+At the handshake: unknown path 404; with a token, exactly one `Authorization:
+Bearer` header (scheme in any case) or 401; past `--max-sessions` 503 (A1).
+A frame over `--max-frame-bytes` in UTF-8 bytes closes the session with 1009.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketReque
 
 from rsc.actors.actor import Collect, Envelope, Reply, SummariesRequest
 from rsc.actors.admission import Admission
+from rsc.actors.logs import log_event
 from rsc.actors.router import Router
 from rsc.protocol import messages as m
 from rsc.protocol.codec import ADMIN_REQUESTS, MEMBER_REQUESTS, decode, encode
@@ -96,6 +101,9 @@ class Session:
                     self.room.release()
                 await self.connection.send_message(encode(reply.message))
         except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+            self.closed = True
+        except Exception as exc:  # noqa: BLE001 - one session's failure never ends the process
+            log_event(log, "session.failed", level=logging.WARNING, error=f"{type(exc).__name__}: {exc}")
             self.closed = True
         finally:
             self.flushing = False
