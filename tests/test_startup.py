@@ -166,3 +166,28 @@ async def test_sigkill_and_restart_inside_a_3s_lease_members_neither_fence_nor_r
             consumer.kill()
             await consumer.wait()
         await stop(process)
+
+
+def test_admission_flags_reach_the_config_and_bad_values_are_refused(capsys):
+    import argparse
+
+    import pytest
+
+    from rsc.actors.config import CoordinatorConfig
+    from rsc.coordinator_cli import add_parser, config_from_args
+
+    parser = argparse.ArgumentParser(prog="rsc")
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["coordinator", "--redis-url", "redis://127.0.0.1:1", "--max-sessions",
+                              "50", "--max-groups", "7", "--max-group-size", "3"])
+    config = config_from_args(args)
+    assert (config.max_sessions, config.max_groups, config.max_group_size) == (50, 7, 3)
+    defaults = config_from_args(parser.parse_args(["coordinator"]))
+    assert defaults.max_sessions is None  # 80 % of the fd limit, decided at start
+    assert (defaults.max_groups, defaults.max_group_size) == (100_000, 20_000)
+    for flag in ("--max-sessions", "--max-groups", "--max-group-size"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["coordinator", flag, "0"])
+        assert f"{flag}: must be at least 1, got 0" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="max-groups must be positive"):
+        CoordinatorConfig(max_groups=0)
