@@ -186,6 +186,7 @@ async def test_a_failed_prefix_actor_is_reloaded_from_redis_and_other_prefixes_s
             armed = [True]
             inject(monkeypatch, "orders", armed)
             # a change in "orders" (capacity) forces a write, so the store path is taken too
+            failed_at = trio.current_time()
             failed = await session.request(attrs.evolve(orders.request(), capacity=2))
             assert not armed, "the failure was not injected"
             assert failed.status == Status.COORDINATOR_NOT_AVAILABLE
@@ -199,6 +200,7 @@ async def test_a_failed_prefix_actor_is_reloaded_from_redis_and_other_prefixes_s
                     break
                 await trio.sleep(0.05)
             assert response.status == Status.OK, response
+            print(f"prefix back from Redis {trio.current_time() - failed_at:.3f} s after the failure")
             assert (orders.epoch, audit.epoch) == epochs
             assert len(orders.held) == 2
             async with open_session(url, "admin") as admin:
