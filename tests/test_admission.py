@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import resource
 import signal
+from typing import Any
 
 import redis
 import trio
@@ -185,7 +186,7 @@ async def heartbeat_forever(url: str, statuses: list[str], failures: list[BaseEx
     """A real member session heartbeating every 200 ms; records every status and failure."""
     try:
         async with open_session(url, "member") as session:
-            response = await session.request(join("steady"))
+            response: Any = await session.request(join("steady"))
             epoch = response.member_epoch
             statuses.append(str(response.status))
             started.set()
