@@ -237,6 +237,7 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
             raise
         except (StoreError, OSError) as exc:
             readiness.lease_held(False, str(exc))
+            readiness.write_failed(str(exc))
             now = trio.current_time()
             failures += 1
             if down_since is None:
@@ -248,6 +249,7 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
                           seconds=round(now - down_since, 1), failures=failures, error=str(exc))
             continue
         readiness.lease_held(True)
+        readiness.write_succeeded()  # the renewal is a metadata write too (PROTOCOL, Command line)
         if down_since is not None:
             log_event(log, "store.available", level=logging.WARNING,
                       seconds=round(trio.current_time() - down_since, 1), failures=failures)

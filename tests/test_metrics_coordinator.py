@@ -143,3 +143,35 @@ async def test_admission_metrics_and_health_endpoints(redis_url, nursery):
         assert value(samples, "rsc_connections") >= 1
         assert value(samples, "rsc_prefix_actor_restarts_total", prefix="orders") == 0
         assert value(samples, "rsc_handshakes_timed_out_total") == 0
+
+
+async def test_readyz_recovers_with_the_next_lease_renewal_after_a_failed_write(redis_url, nursery,
+                                                                                monkeypatch):
+    from rsc.actors.store import MetadataStore
+
+    metrics = CoordinatorMetrics()
+    metrics_port = free_port()
+    config = CoordinatorConfig(redis_url=redis_url, port=0, metrics_port=metrics_port,
+                               tick_interval_ms=50, lease_ttl_ms=60_000, heartbeat_interval_ms=200)
+    url = await nursery.start(lambda task_status: serve(config, metrics=metrics,
+                                                        task_status=task_status))
+    original = MetadataStore.write
+    failing = [True]
+
+    def write_once_failing(self, *args, **kwargs):
+        if failing:
+            failing.clear()
+            from rsc.actors.store import StoreError
+
+            raise StoreError("injected write failure")
+        return original(self, *args, **kwargs)
+
+    with trio.fail_after(20):
+        while await http_status(metrics_port, "/readyz") != 200:
+            await trio.sleep(0.02)
+        monkeypatch.setattr(MetadataStore, "write", write_once_failing)
+        response = await heartbeat(url, "member-a", 0)
+        assert response.status == Status.COORDINATOR_NOT_AVAILABLE
+        # no member writes again; the lease renewal (a write) makes it ready within a tick or two
+        while await http_status(metrics_port, "/readyz") != 200:
+            await trio.sleep(0.01)
