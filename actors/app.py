@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -48,16 +50,27 @@ def coordinator_lease_ms(config: CoordinatorConfig) -> int:
 
 
 class Readiness:
-    """What `/readyz` reports: the lease is held and the last metadata write succeeded.
+    """What `/readyz` reports, and the one place a Redis outage is logged.
 
-    The lease task and the store report into it (from worker threads too: plain
-    assignments). `/healthz` needs nothing: it answers while the process runs.
+    Ready: the lease is held and the last metadata write succeeded. The lease
+    task and the store's writes report into it (from worker threads: a lock
+    guards it). An outage is logged once when it starts (`store.unavailable`),
+    at most every 10 s while it lasts (`store.still_unavailable`) and once
+    when it ends (`store.available`), however many writes fail meanwhile.
+    `/healthz` needs nothing: it answers while the process runs.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 reminder_s: float = OUTAGE_REMINDER_S) -> None:
         self.holds_lease = False
         self.last_write_ok = True
         self.last_error: str | None = None
+        self._clock = clock
+        self._reminder_s = reminder_s
+        self._lock = threading.Lock()
+        self._down_since: float | None = None
+        self._last_reminder = 0.0
+        self._failures = 0
 
     @property
     def ready(self) -> bool:
@@ -69,11 +82,27 @@ class Readiness:
             self.last_error = error
 
     def write_succeeded(self) -> None:
-        self.last_write_ok = True
+        with self._lock:
+            self.last_write_ok = True
+            if self._down_since is not None:
+                log_event(log, "store.available", level=logging.WARNING,
+                          seconds=round(self._clock() - self._down_since, 1), failures=self._failures)
+                self._down_since, self._failures = None, 0
 
     def write_failed(self, error: str) -> None:
-        self.last_write_ok = False
-        self.last_error = error
+        with self._lock:
+            self.last_write_ok = False
+            self.last_error = error
+            self._failures += 1
+            now = self._clock()
+            if self._down_since is None:
+                self._down_since = self._last_reminder = now
+                log_event(log, "store.unavailable", level=logging.WARNING, error=error)
+            elif now - self._last_reminder >= self._reminder_s:
+                self._last_reminder = now
+                log_event(log, "store.still_unavailable", level=logging.WARNING,
+                          seconds=round(now - self._down_since, 1), failures=self._failures,
+                          error=error)
 
     def reason(self) -> str:
         if self.ready:
@@ -91,8 +120,10 @@ class ReportingStore(MetadataStore):
     def write(self, *args: Any, **kwargs: Any) -> None:
         try:
             super().write(*args, **kwargs)
-        except BaseException as exc:
-            self.readiness.write_failed(f"{type(exc).__name__}: {exc}")
+        except StoreFenced:
+            raise  # not an outage: this coordinator is stopping
+        except Exception as exc:
+            self.readiness.write_failed(str(exc))
             raise
         self.readiness.write_succeeded()
 
@@ -216,15 +247,12 @@ async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig,
 async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness: Readiness) -> None:
     """Renew the coordinator lease every tick, on a thread of its own that nothing else can hold.
 
-    While Redis is down: one line when the outage starts, a reminder at most
-    every 10 s, one line when it ends. A fenced store (another coordinator
-    owns this Redis) ends the process.
+    Each renewal is a metadata write reported to `readiness` (which logs an
+    outage once). A fenced store (another coordinator owns this Redis) ends
+    the process.
     """
     interval = config.tick_interval_ms / 1000
     own_thread = trio.CapacityLimiter(1)
-    down_since: float | None = None
-    last_reminder = 0.0
-    failures = 0
     deadline = trio.current_time()
     while True:
         deadline += interval
@@ -238,22 +266,9 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
         except (StoreError, OSError) as exc:
             readiness.lease_held(False, str(exc))
             readiness.write_failed(str(exc))
-            now = trio.current_time()
-            failures += 1
-            if down_since is None:
-                down_since = last_reminder = now
-                log_event(log, "store.unavailable", level=logging.WARNING, error=str(exc))
-            elif now - last_reminder >= OUTAGE_REMINDER_S:
-                last_reminder = now
-                log_event(log, "store.still_unavailable", level=logging.WARNING,
-                          seconds=round(now - down_since, 1), failures=failures, error=str(exc))
             continue
         readiness.lease_held(True)
         readiness.write_succeeded()  # the renewal is a metadata write too (PROTOCOL, Command line)
-        if down_since is not None:
-            log_event(log, "store.available", level=logging.WARNING,
-                      seconds=round(trio.current_time() - down_since, 1), failures=failures)
-            down_since, failures = None, 0
 
 
 async def _tick_loop(config: CoordinatorConfig, router: Router) -> None:

@@ -175,3 +175,24 @@ async def test_readyz_recovers_with_the_next_lease_renewal_after_a_failed_write(
         # no member writes again; the lease renewal (a write) makes it ready within a tick or two
         while await http_status(metrics_port, "/readyz") != 200:
             await trio.sleep(0.01)
+
+
+def test_an_outage_is_logged_once_at_start_once_at_end_and_reminded_at_most_every_10s(caplog):
+    import logging
+
+    from rsc.actors.app import Readiness
+
+    now = [0.0]
+    readiness = Readiness(clock=lambda: now[0])
+    readiness.lease_held(True)
+    with caplog.at_level(logging.INFO, logger="rsc.coordinator"):
+        for _ in range(250):  # 25 s of failures, one every 100 ms (ticks and prefix writes)
+            readiness.write_failed("Connection refused")
+            assert not readiness.ready
+            now[0] += 0.1
+        readiness.write_succeeded()
+        readiness.write_succeeded()
+    events = [record.getMessage() for record in caplog.records]
+    assert events == ["store.unavailable", "store.still_unavailable", "store.still_unavailable",
+                      "store.available"]
+    assert readiness.ready
