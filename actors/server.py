@@ -24,7 +24,7 @@ from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketReque
 from rsc.actors.actor import Collect, Envelope, Reply, SummariesRequest
 from rsc.actors.admission import Admission
 from rsc.actors.logs import log_event
-from rsc.actors.router import Router
+from rsc.actors.router import Router, unavailable_response
 from rsc.protocol import messages as m
 from rsc.protocol.codec import ADMIN_REQUESTS, MEMBER_REQUESTS, decode, encode
 from rsc.protocol.errors import ProtocolError, Status
@@ -171,7 +171,14 @@ class CoordinatorServer:
                 reply.resolve(m.ErrorResponse(request_id=exc.request_id,
                                               status=Status.INVALID_REQUEST, error=exc.message))
                 continue
-            await self._dispatch(message, reply, session)
+            try:
+                await self._dispatch(message, reply, session)
+            except Exception as exc:  # noqa: BLE001 - a bug met by one request ends only that request
+                log_event(log, "request.failed", level=logging.ERROR, type=message.TYPE,
+                          error=f"{type(exc).__name__}: {exc}")
+                if reply.message is None:
+                    reply.resolve(unavailable_response(message, "the coordinator failed to handle "
+                                                                "this request; retry with backoff"))
 
     async def _dispatch(self, message: Any, reply: Reply, session: Session) -> None:
         if isinstance(message, m.ListGroups):

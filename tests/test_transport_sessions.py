@@ -1,4 +1,5 @@
-"""Sessions are forgotten exactly once, after their last queued request; ticks never block."""
+"""Sessions: forgotten exactly once after their last queued request; a request that meets a bug
+ends only that request; ticks never block."""
 
 from __future__ import annotations
 
@@ -89,3 +90,28 @@ def test_unavailable_keeps_the_response_type_of_each_request():
     removed = unavailable_response(m.RemoveMember(request_id=6, stream_prefix="p",
                                                   consumer_group="g", member_id="x"))
     assert isinstance(removed, m.MemberRemoved) and removed.member_id == "x"
+
+
+async def test_a_request_that_meets_a_bug_is_answered_and_the_session_carries_on(coordinator,
+                                                                                  monkeypatch):
+    from rsc.member.session import open_session
+
+    original = Router.send
+
+    async def broken_for_one_prefix(self, prefix, envelope):
+        if prefix == "broken":
+            raise RuntimeError("injected bug")
+        await original(self, prefix, envelope)
+
+    monkeypatch.setattr(Router, "send", broken_for_one_prefix)
+    with trio.fail_after(20):
+        async with open_session(coordinator.url, "member") as session:
+            failed = await session.request(m.Heartbeat(
+                request_id=0, stream_prefix="broken", consumer_group="g", member_id="x",
+                member_epoch=0))
+            assert isinstance(failed, m.HeartbeatResponse)
+            assert failed.status == Status.COORDINATOR_NOT_AVAILABLE
+            fine = await session.request(m.Heartbeat(
+                request_id=0, stream_prefix="fine", consumer_group="g", member_id="x",
+                member_epoch=0))
+            assert fine.status == Status.OK  # type: ignore[attr-defined]
