@@ -169,11 +169,12 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
             failure = exc
         finally:
             with trio.CancelScope(shield=True):
-                try:
-                    await trio.to_thread.run_sync(store.release)
-                except Exception as exc:  # noqa: BLE001 - best effort on the way out
-                    log_event(log, "coordinator.lease_not_released", level=logging.WARNING,
-                              error=str(exc))
+                if store.coordinator_epoch:  # the lease was ours
+                    try:
+                        await trio.to_thread.run_sync(store.release)
+                    except Exception as exc:  # noqa: BLE001 - best effort on the way out
+                        log_event(log, "coordinator.lease_not_released", level=logging.WARNING,
+                                  error=str(exc))
                 store.close()
             outer.cancel_scope.cancel()
     if failure is not None:
@@ -183,7 +184,10 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
 async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admission,
                readiness: Readiness, metrics: Any, lease_ms: int, max_sessions: int, fd_limit: int,
                task_status: trio.TaskStatus[str]) -> None:
-    await trio.to_thread.run_sync(take_over_dead_local_holder, store)
+    try:
+        await trio.to_thread.run_sync(take_over_dead_local_holder, store)
+    except Exception as exc:  # noqa: BLE001 - best effort: acquire says what is wrong with Redis
+        log_event(log, "coordinator.lease_takeover_skipped", error=str(exc))
     epoch = await trio.to_thread.run_sync(store.acquire, int(lease_ms * 1.5))
     readiness.lease_held(True)
     log_event(log, "coordinator.started", coordinator_epoch=epoch, redis=store.redis_url,
