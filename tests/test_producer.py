@@ -12,7 +12,7 @@ from trio_websocket import ConnectionClosed, serve_websocket
 
 from rsc.member.cli import LineSplitter, MalformedLine, parse_line
 from rsc.member.producer import open_producer
-from rsc.member.streams import ProduceOps, connect
+from rsc.member.streams import ProduceOps, Refused, connect
 from rsc.protocol import seal_key, shard_for_key
 from tests.test_member_support import set_shards
 
@@ -95,7 +95,7 @@ async def test_write_to_a_retired_stream_is_refused_not_recreated(redis_url):
     client = connect(redis_url)
     try:
         results = ProduceOps(client).write([("{orders:v1:0}", "k", "v")])
-        assert results == [None]
+        assert results == [Refused.MISSING]
         assert client.exists("{orders:v1:0}") == 0
     finally:
         client.close()
