@@ -52,6 +52,11 @@ class Notices:
         return topic in self._said
 
 
+def then(line: str, rest: str) -> str:
+    """`line` followed by what the tool does about it: "...? retrying", "...; retrying"."""
+    return f"{line} {rest}" if line.endswith(("?", ".")) else f"{line}; {rest}"
+
+
 def redis_problem(exc: BaseException, redis_url: str) -> str:
     """One line for a Redis error: what happened at which URL, and the likely fix."""
     if isinstance(exc, redis.TimeoutError):

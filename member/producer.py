@@ -37,7 +37,7 @@ import attrs
 import redis
 import trio
 
-from rsc.member.notices import Notices, redis_problem
+from rsc.member.notices import Notices, redis_problem, then
 from rsc.member.session import (
     Backoff,
     ResponseUndecodable,
@@ -340,7 +340,7 @@ class Producer:
             return result
 
     def _redis_failed(self, exc: redis.RedisError) -> None:
-        self.notices.say("redis", f"{redis_problem(exc, self.redis_url)}; retrying")
+        self.notices.say("redis", then(redis_problem(exc, self.redis_url), "retrying"))
 
     def _redis_ok(self) -> None:
         self.notices.clear("redis", f"Redis at {self.redis_url} answers again")
@@ -382,7 +382,7 @@ class Producer:
             suffix = "retrying (a producer needs routing once: waiting for it)"
         else:
             suffix = f"retrying (writing with routing version {self.routing.version} meanwhile)"
-        self.notices.say("coordinator", f"{line}; {suffix}")
+        self.notices.say("coordinator", then(line, suffix))
 
 
 @asynccontextmanager
