@@ -192,7 +192,9 @@ class Producer:
                     placed[index] = (stream, result)
                     continue
                 again.append(index)
-                if isinstance(result, Refused):
+                if result is None:  # the contract of earlier ProduceOps: None was sealed
+                    refusals.append((stream, Refused.SEALED))
+                elif isinstance(result, Refused):
                     refusals.append((stream, result))
                 else:
                     failure = result

@@ -321,6 +321,20 @@ class Refused(enum.Enum):
 WriteResult = str | Refused | redis.RedisError
 
 
+def write_result(reply: object) -> WriteResult:
+    """What the produce script's reply for one record means (shared by every ProduceOps)."""
+    if isinstance(reply, redis.RedisError):
+        text = str(reply)
+        if text.startswith(SEALED_ERROR):
+            return Refused.SEALED
+        if text.startswith(MISSING_ERROR):
+            return Refused.MISSING
+        return reply
+    if isinstance(reply, Exception):
+        raise reply
+    return str(reply)
+
+
 class ProduceOps:
     """Writes of a producer: XADD through the seal-checking script, pipelined."""
 
@@ -336,21 +350,7 @@ class ProduceOps:
         if not records:
             return []
         calls = [([shard, seal_key(shard)], [key, value]) for shard, key, value in records]
-        results: list[WriteResult] = []
-        for result in self._script.run(self.client, calls):
-            if isinstance(result, redis.RedisError):
-                text = str(result)
-                if text.startswith(SEALED_ERROR):
-                    results.append(Refused.SEALED)
-                elif text.startswith(MISSING_ERROR):
-                    results.append(Refused.MISSING)
-                else:
-                    results.append(result)
-            elif isinstance(result, Exception):
-                raise result
-            else:
-                results.append(str(result))
-        return results
+        return [write_result(result) for result in self._script.run(self.client, calls)]
 
     def add_raw(self, stream: str, fields: Mapping[str, str]) -> str:
         """A plain XADD (dead-letter stream)."""
