@@ -610,3 +610,91 @@ def test_redis_problem_lines_name_the_url():
     assert "read-only" in redis_problem(redis.ReadOnlyError("READONLY"), "redis://h:1/0")
     assert then("running at x?", "retrying") == "running at x? retrying"
     assert then("refused", "retrying") == "refused; retrying"
+
+
+async def test_d3_consume_says_when_the_coordinator_goes_away_and_comes_back(tools, redis_url,
+                                                                             nursery):
+    from tests.test_producer import coordinator_on
+
+    port = free_port()
+    coordinator = await coordinator_on(nursery, redis_url, port)
+    await set_shards(coordinator.url, "orders", "billing", 1)
+    consume = await tools("consume", "orders", "billing", "--coordinator", coordinator.url,
+                          "--redis-url", redis_url, "--events")
+    await consume.line('{"event":"assigned"')
+    await coordinator.stop()
+    line = await consume.line("rsc consume: lost the coordinator session")
+    assert line.startswith(f"rsc consume: lost the coordinator session at {coordinator.url} (")
+    assert line.endswith("retrying (members keep their shards while their lease lasts)")
+    assert (await consume.line("rsc consume: connection refused")) == (
+        f"rsc consume: connection refused: is the coordinator running at {coordinator.url}? "
+        "retrying (members keep their shards while their lease lasts)")
+    coordinator = await coordinator_on(nursery, redis_url, port)
+    assert (await consume.line("rsc consume: connected")) == (
+        f"rsc consume: connected to the coordinator at {coordinator.url}")
+    assert await consume.stop() == 0
+    assert_no_traceback(consume)
+    await coordinator.stop()
+
+
+LISTENER_EXAMPLE = '''
+import signal
+
+import trio
+
+from rsc.member.listener import listener
+
+
+@listener("orders", "billing", coordinator_url="COORDINATOR", redis_url="REDIS",
+          concurrency=2)
+async def handle(message):
+    print(message.shard, message.id, message.key, message.value, flush=True)
+
+
+async def main():
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def stop_on_signal():
+                async for _ in signals:
+                    handle.stop()  # drain in-flight work, leave the group (epoch -1)
+                    return
+
+            nursery.start_soon(stop_on_signal)
+            await handle.run()  # returns once every member has left
+            nursery.cancel_scope.cancel()
+
+
+trio.run(main)
+'''
+
+
+async def test_readme_listener_example_leaves_the_group_on_ctrl_c(coordinator, tmp_path):
+    """The README's listener example: Ctrl-C leaves at once instead of waiting for the lease."""
+    from rsc.member.session import open_session
+    from rsc.protocol import DescribeGroup
+
+    streams = await set_shards(coordinator.url, "orders", "billing", 2)
+    script = tmp_path / "example.py"
+    script.write_text(LISTENER_EXAMPLE.replace("COORDINATOR", coordinator.url)
+                      .replace("REDIS", coordinator.redis_url))
+    client = redis.Redis.from_url(coordinator.redis_url)
+    client.xadd(streams[0], {"key": "k", "value": "hello"})
+    client.close()
+    process = await trio.lowlevel.open_process([sys.executable, str(script)], cwd=ROOT,
+                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    example = Tool(process)
+    try:
+        with trio.fail_after(LINE_WAIT_S):
+            printed = await process.stdout.receive_some(4096)
+        assert printed.split()[-1] == b"hello"
+        assert await example.stop(timeout=15) == 0
+        assert_no_traceback(example)
+        async with open_session(coordinator.url, "admin") as session:
+            described = await session.request(DescribeGroup(
+                request_id=0, stream_prefix="orders", consumer_group="billing"))
+        assert described.members == ()  # left: nobody waits for a lease to run out
+    finally:
+        example.kill()
+        with trio.move_on_after(10):
+            await process.wait()
