@@ -218,6 +218,7 @@ def run_produce(args: argparse.Namespace) -> int:
     except BadConfig as exc:
         _line_writer("produce")(str(exc))
         return 1
+    _quiet_repeats(logging.getLogger("rsc.member"), "produce")
     return _run("produce", _produce, args.prefix, urls, sys.stdin.fileno())
 
 
