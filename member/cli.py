@@ -22,7 +22,7 @@ import signal
 import stat
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TextIO
 
 import attrs
@@ -197,11 +197,11 @@ def _exit_now(say: Callable[[str], None], line: str) -> None:
     os._exit(EXIT_INTERRUPTED)
 
 
-def _run(tool: str, main: Callable[..., object], *args: object) -> int:
+def _run(tool: str, main: Callable[..., Awaitable[int]], *args: object) -> int:
     """trio.run(main, *args) with one line, not a traceback, for what stops a tool at once."""
     say = _line_writer(tool)
     try:
-        return int(trio.run(main, *args))  # type: ignore[call-overload]
+        return trio.run(main, *args)
     except KeyboardInterrupt:  # before the signal handlers were installed
         return EXIT_INTERRUPTED
     except (StoreMismatch, BadConfig, BadCoordinatorUrl) as exc:

@@ -52,7 +52,7 @@ class Tool:
                 for line in self.lines:
                     if line.startswith(starting):
                         return line
-                chunk = await self.process.stderr.receive_some(65536)
+                chunk = await self._stderr().receive_some(65536)
                 if not chunk:
                     raise AssertionError(f"exited before {starting!r}: {self.lines}")
                 self.stderr += chunk
@@ -60,13 +60,17 @@ class Tool:
     async def finish(self, timeout: float = 30) -> int:
         """Read stderr to its end and wait for the exit code."""
         with trio.fail_after(timeout):
-            while chunk := await self.process.stderr.receive_some(65536):
+            while chunk := await self._stderr().receive_some(65536):
                 self.stderr += chunk
             return await self.process.wait()
 
     async def stop(self, signum: int = signal.SIGINT, timeout: float = 30) -> int:
         self.process.send_signal(signum)
         return await self.finish(timeout)
+
+    def _stderr(self) -> trio.abc.ReceiveStream:
+        assert self.process.stderr is not None
+        return self.process.stderr
 
     def kill(self) -> None:
         if self.process.returncode is None:
@@ -685,8 +689,13 @@ async def test_readme_listener_example_leaves_the_group_on_ctrl_c(coordinator, t
                                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     example = Tool(process)
     try:
+        printed = b""
+        assert process.stdout is not None
         with trio.fail_after(LINE_WAIT_S):
-            printed = await process.stdout.receive_some(4096)
+            while not printed.endswith(b"\n"):
+                chunk = await process.stdout.receive_some(4096)
+                assert chunk, example.lines
+                printed += chunk
         assert printed.split()[-1] == b"hello"
         assert await example.stop(timeout=15) == 0
         assert_no_traceback(example)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import zlib
+from typing import Any
 
 import pytest
 import redis
@@ -145,7 +146,8 @@ async def test_rsc_produce_exits_0_when_every_line_is_written(coordinator):
 
 async def coordinator_on(nursery, redis_url: str, port: int):
     """A coordinator (FAST settings) on a chosen port, so a test can bring it back there."""
-    config = CoordinatorConfig(redis_url=redis_url, **{**FAST, "port": port})
+    settings: dict[str, Any] = {**FAST, "port": port}
+    config = CoordinatorConfig(redis_url=redis_url, **settings)
     scope = trio.CancelScope()
     stopped = trio.Event()
 
@@ -162,7 +164,7 @@ async def coordinator_on(nursery, redis_url: str, port: int):
 
 
 def all_values(redis_url: str, prefix: str) -> list[str]:
-    client = connect(redis_url)
+    client: Any = connect(redis_url)
     try:
         return [fields["value"] for key in client.scan_iter(match=f"{{{prefix}:v*", _type="stream")
                 for _, fields in client.xrange(key)]

@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -55,9 +56,11 @@ class CoordinatorProcess:
              "--keep-drained-streams"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT, env=tool_env())
         output = b""
+        stdout = self.process.stdout
+        assert stdout is not None
         with trio.fail_after(20):
             while b"listening on " not in output or not output.endswith(b"\n"):
-                chunk = await self.process.stdout.receive_some(4096)
+                chunk = await stdout.receive_some(4096)
                 assert chunk, f"coordinator exited early: {output!r}"
                 output += chunk
 
@@ -126,7 +129,7 @@ class Feeder:
 
     async def feed(self, count: int) -> None:
         data = b"".join(b"k%d\t%d\n" % (n % 97, n) for n in range(self.fed, self.fed + count))
-        await self.tool.process.stdin.send_all(data)
+        await self._stdin().send_all(data)
         self.fed += count
 
     async def feed_for(self, seconds: float, per_second: int = 500) -> None:
@@ -136,14 +139,18 @@ class Feeder:
             await trio.sleep(0.05)
 
     async def close(self) -> None:
-        await self.tool.process.stdin.aclose()
+        await self._stdin().aclose()
+
+    def _stdin(self) -> trio.abc.SendStream:
+        assert self.tool.process.stdin is not None
+        return self.tool.process.stdin
 
 
 def stored_values(redis_url: str) -> list[str]:
     """Every value in every shard stream of every routing version of PREFIX."""
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client: Any = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        values = []
+        values: list[str] = []
         for key in client.scan_iter(match=f"{{{PREFIX}:v*", _type="stream"):
             values += [fields["value"] for _, fields in client.xrange(key)]
         return values
