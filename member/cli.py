@@ -31,13 +31,7 @@ import trio
 
 from rsc.member.listener import Listener
 from rsc.member.notices import REPEAT_S, Notices, redis_problem, then
-from rsc.member.producer import (
-    StoreMismatch,
-    no_routing_line,
-    open_producer,
-    store_id_of,
-    store_mismatch_line,
-)
+from rsc.member.producer import no_routing_line, open_producer
 from rsc.member.reconcile import Event
 from rsc.member.runtime import Message
 from rsc.member.session import (
@@ -50,7 +44,7 @@ from rsc.member.session import (
     open_session,
     unwrap_single,
 )
-from rsc.member.streams import connect, read_store_id
+from rsc.member.streams import StoreMismatch, check_store_id, connect, store_id_of
 from rsc.protocol import GetRouting, Routing, Status
 
 READ_CHUNK = 1 << 16
@@ -479,13 +473,7 @@ class ConsumeWatch:
     async def _adopt(self, message: Routing) -> None:
         expected = store_id_of(message)
         if expected is not None and not self._store_checked:
-            own = await self._own_store_id()
-            if own is None:  # the coordinator writes the key again when it is missing
-                await trio.sleep(1.0)
-                own = await self._own_store_id()
-            if own != expected:
-                raise StoreMismatch(store_mismatch_line(self.urls.redis_url, own,
-                                                        self.urls.coordinator_url, expected))
+            await self._check_store(expected)
             self._store_checked = True
         if message.status == Status.OK:
             if not self._routed and self.notices.active("routing"):
@@ -496,11 +484,15 @@ class ConsumeWatch:
             self.notices.say("routing", no_routing_line(self.stream_prefix))
         self._check_ready()
 
-    async def _own_store_id(self) -> str | None:
+    async def _check_store(self, expected: str) -> None:
+        """StoreMismatch unless this Redis is the coordinator's (Redis errors retried)."""
         backoff = Backoff(0.05, 2.0)
         while True:
             try:
-                return await trio.to_thread.run_sync(read_store_id, self._client)
+                await trio.to_thread.run_sync(lambda: check_store_id(
+                    self._client, expected, redis_url=self.urls.redis_url,
+                    coordinator_url=self.urls.coordinator_url))
+                return
             except redis.RedisError as exc:
                 self.notices.say("redis", then(redis_problem(exc, self.urls.redis_url), "retrying"))
                 await trio.sleep(backoff.next())

@@ -47,7 +47,16 @@ from rsc.member.session import (
     open_session,
     unwrap_single,
 )
-from rsc.member.streams import ProduceOps, Refused, connect, read_store_id
+
+__all__ = ["Producer", "RoutingTable", "RoutingUnavailable", "StoreMismatch", "open_producer"]
+from rsc.member.streams import (
+    ProduceOps,
+    Refused,
+    StoreMismatch,
+    check_store_id,
+    connect,
+    store_id_of,
+)
 from rsc.protocol import HASH_NAME, GetRouting, Routing, Status, shard_for_key
 
 log = logging.getLogger(__name__)
@@ -61,10 +70,6 @@ CONNECT_TIMEOUT_S = 5.0
 
 class RoutingUnavailable(Exception):
     """The coordinator has no routing for the prefix (no shards yet) within the wait."""
-
-
-class StoreMismatch(Exception):
-    """The producer's Redis is not the coordinator's (their storeIds differ)."""
 
 
 @attrs.frozen
@@ -86,25 +91,6 @@ def routing_table(message: Routing) -> RoutingTable | None:
     if message.hash not in (None, HASH_NAME):
         raise ValueError(f"routing uses hash {message.hash!r}; this producer knows {HASH_NAME!r}")
     return RoutingTable(version=message.version, streams=tuple(message.streams))
-
-
-def store_id_of(message: object) -> str | None:
-    """The `storeId` a routing message (or heartbeat routing) carries, None when absent.
-
-    Read defensively: coordinators before storeId send none, and the message
-    classes gain the field (`store_id`) separately.
-    """
-    value = getattr(message, "store_id", None)
-    return value if isinstance(value, str) else None
-
-
-def store_mismatch_line(redis_url: str, own: str | None, coordinator_url: str,
-                        expected: str) -> str:
-    """The one line a producer or member exits with when its Redis is another one."""
-    held = f"storeId {own!r}" if own is not None else "no storeId"
-    return (f"{redis_url} is not the coordinator's Redis: it holds {held}, the coordinator "
-            f"at {coordinator_url} uses storeId {expected!r}; point --redis-url "
-            "(RSC_REDIS_URL) at the coordinator's Redis")
 
 
 def no_routing_line(stream_prefix: str) -> str:
@@ -313,13 +299,9 @@ class Producer:
             return
         expected = self._store_id
         if expected is not None:
-            own = await self._redis_call(lambda: read_store_id(self._ops.client))
-            if own is None:  # the coordinator writes the key again when it is missing
-                await trio.sleep(1.0)
-                own = await self._redis_call(lambda: read_store_id(self._ops.client))
-            if own != expected:
-                raise StoreMismatch(store_mismatch_line(self.redis_url, own,
-                                                        self.coordinator_url, expected))
+            await self._redis_call(lambda: check_store_id(
+                self._ops.client, expected, redis_url=self.redis_url,
+                coordinator_url=self.coordinator_url))
         self._store_checked = True
 
     # --- Redis -------------------------------------------------------------------------

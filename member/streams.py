@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -141,6 +142,45 @@ def read_store_id(client: redis.Redis) -> str | None:
     """The storeId the coordinator wrote in this Redis, None when the key is absent."""
     value = client.get(STORE_ID_KEY)
     return None if value is None else str(value)
+
+
+class StoreMismatch(Exception):
+    """This Redis is not the coordinator's: their storeIds differ (PROTOCOL.md Producer routing)."""
+
+
+def store_id_of(message: object) -> str | None:
+    """The `storeId` a routing message (or a heartbeat's routing) carries, None when absent.
+
+    Read defensively: coordinators before storeId send none, and the message
+    classes gain the field (`store_id`) separately.
+    """
+    value = getattr(message, "store_id", None)
+    return value if isinstance(value, str) else None
+
+
+def store_mismatch_line(redis_url: str, own: str | None, coordinator_url: str,
+                        expected: str) -> str:
+    """The one line a producer or member exits with when its Redis is another one."""
+    held = f"storeId {own!r}" if own is not None else "no storeId"
+    return (f"{redis_url} is not the coordinator's Redis: it holds {held}, the coordinator "
+            f"at {coordinator_url} uses storeId {expected!r}; point --redis-url "
+            "(RSC_REDIS_URL) at the coordinator's Redis")
+
+
+def check_store_id(client: redis.Redis, expected: str, *, redis_url: str,
+                   coordinator_url: str, recheck_s: float = 1.0) -> None:
+    """Raise StoreMismatch unless this Redis holds the coordinator's storeId `expected`.
+
+    Blocking (run it in a thread); Redis errors are raised for the caller to retry.
+    An absent key is read once more after `recheck_s`: the coordinator writes it
+    again whenever it is missing (a flushed Redis), while another Redis never has it.
+    """
+    own = read_store_id(client)
+    if own is None and recheck_s > 0:
+        time.sleep(recheck_s)
+        own = read_store_id(client)
+    if own != expected:
+        raise StoreMismatch(store_mismatch_line(redis_url, own, coordinator_url, expected))
 
 
 def redis_version(client: redis.Redis) -> tuple[int, ...]:

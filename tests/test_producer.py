@@ -17,13 +17,15 @@ from rsc.actors.config import CoordinatorConfig
 from rsc.embedded_redis import free_port
 from rsc.member.cli import LineSplitter, MalformedLine, parse_line
 from rsc.member.notices import Notices
-from rsc.member.producer import (
-    RoutingUnavailable,
-    open_producer,
+from rsc.member.producer import RoutingUnavailable, open_producer
+from rsc.member.streams import (
+    ProduceOps,
+    Refused,
+    connect,
     store_id_of,
     store_mismatch_line,
+    write_result,
 )
-from rsc.member.streams import ProduceOps, Refused, connect, write_result
 from rsc.protocol import Routing, Status, seal_key, shard_for_key
 from tests.conftest import FAST, RunningCoordinator
 from tests.test_member_support import set_shards
