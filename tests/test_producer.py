@@ -19,8 +19,11 @@ from rsc.member.cli import LineSplitter, MalformedLine, parse_line
 from rsc.member.notices import Notices
 from rsc.member.producer import RoutingUnavailable, open_producer
 from rsc.member.streams import (
+    STORE_ID_KEY,
     ProduceOps,
     Refused,
+    StoreMismatch,
+    check_store_id,
     connect,
     store_id_of,
     store_mismatch_line,
@@ -298,3 +301,18 @@ def test_write_results_of_the_produce_script():
     assert write_result(redis.ResponseError("MISSING {o:v1:0}")) is Refused.MISSING
     readonly = redis.ReadOnlyError("READONLY You can't write against a read only replica.")
     assert write_result(readonly) is readonly  # retried by the producer, not re-routed
+
+
+def test_check_store_id_passes_the_coordinators_redis_and_names_another(redis_url):
+    client = connect(redis_url)
+    try:
+        with pytest.raises(StoreMismatch, match="it holds no storeId"):
+            check_store_id(client, "a", redis_url=redis_url, coordinator_url="ws://c:1",
+                           recheck_s=0)
+        client.set(STORE_ID_KEY, "b")
+        with pytest.raises(StoreMismatch, match="it holds storeId 'b'"):
+            check_store_id(client, "a", redis_url=redis_url, coordinator_url="ws://c:1")
+        client.set(STORE_ID_KEY, "a")
+        check_store_id(client, "a", redis_url=redis_url, coordinator_url="ws://c:1")
+    finally:
+        client.close()
