@@ -252,6 +252,8 @@ class PrefixActor:
             return await trio.to_thread.run_sync(run, abandon_on_cancel=True)
         self._abandoned = call
         self.abandoned_calls += 1
+        self.store.stalled(f"the {what} of {self.prefix!r} was abandoned after "
+                           f"{round(self.store_deadline_s * 1000)} ms")
         if self.metrics is not None and hasattr(self.metrics, "store_call_abandoned"):
             self.metrics.store_call_abandoned(what)
         log_event(log, "store.call_abandoned", level=logging.WARNING, prefix=self.prefix, call=what,

@@ -215,6 +215,9 @@ class MetadataStore:
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot release the coordinator lease: {exc}") from exc
 
+    def stalled(self, error: str) -> None:
+        """A call on this store passed its D4 deadline and was abandoned (a hook: readiness)."""
+
     # --- metadata ------------------------------------------------------------------
 
     def load_all(self) -> dict[str, PrefixSnapshot]:
