@@ -46,7 +46,7 @@ async def _scenario(nursery: trio.Nursery, redis_server: EmbeddedRedis) -> None:
     async with open_session(coordinator.url, "admin") as admin:
         made = await admin.request(m.SetShardCount(request_id=0, stream_prefix=PREFIX,
                                                    consumer_group=GROUP, shard_count=SHARDS))
-        assert made.status == Status.OK
+        assert isinstance(made, m.ShardCountChanged) and made.status == Status.OK
     members = [SimMember(f"m{i}", PREFIX, GROUP) for i in range(3)]
     # (member, sent at, status, epoch) for every heartbeat answered
     log: list[tuple[str, float, Status, int]] = []
@@ -80,6 +80,7 @@ async def _scenario(nursery: trio.Nursery, redis_server: EmbeddedRedis) -> None:
                 with trio.fail_after(LEASE_MS / 1000):
                     refused = await joiner.request(join)
                 first_unavailable_s = trio.current_time() - stopped_at
+                assert isinstance(refused, m.HeartbeatResponse)
                 assert refused.status == Status.COORDINATOR_NOT_AVAILABLE, refused
                 await trio.sleep(2 * LEASE_MS / 1000 - (trio.current_time() - stopped_at))
         finally:
@@ -95,6 +96,7 @@ async def _scenario(nursery: trio.Nursery, redis_server: EmbeddedRedis) -> None:
         async with open_session(coordinator.url, "admin") as admin:
             described = await admin.request(m.DescribeGroup(request_id=0, stream_prefix=PREFIX,
                                                             consumer_group=GROUP))
+        assert isinstance(described, m.GroupDescription)
         live = {member.member_id for member in described.members}
         # a new join works
         late = SimMember("late", PREFIX, GROUP)
@@ -119,10 +121,10 @@ async def _scenario(nursery: trio.Nursery, redis_server: EmbeddedRedis) -> None:
     unavailable = [entry for entry in log if entry[2] == Status.COORDINATOR_NOT_AVAILABLE]
     # the longest a member went without an accepted heartbeat while Redis was stopped
     gaps = {}
-    for member in ("m0", "m1", "m2"):
-        accepted = [sent for name, sent, status, _ in log if name == member and status == Status.OK]
+    for member_id in ("m0", "m1", "m2"):
+        accepted = [sent for name, sent, status, _ in log if name == member_id and status == Status.OK]
         around = [t for t in accepted if stopped_at - 1 <= t <= resumed_at + 1]
-        gaps[member] = max(b - a for a, b in zip(around, around[1:], strict=False))
+        gaps[member_id] = max(b - a for a, b in zip(around, around[1:], strict=False))
     print(f"\nD4 stall: Redis SIGSTOPped {resumed_at - stopped_at:.2f} s (lease {LEASE_MS} ms); "
           f"first COORDINATOR_NOT_AVAILABLE after {first_unavailable_s * 1000:.0f} ms "
           f"(deadline {LEASE_MS / 3:.0f} ms); members fenced {len(fenced)}, expired {len(expired)}; "
