@@ -8,15 +8,22 @@ from __future__ import annotations
 import redis
 import trio
 
+from rsc.actors.actor import Collect, PrefixActor
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
+from rsc.actors.group import GroupSettings
 from rsc.actors.metrics import CoordinatorMetrics
-from rsc.actors.store import meta_key
+from rsc.actors.prefix import GroupBudget
+from rsc.actors.router import Router
+from rsc.actors.server import CoordinatorServer
+from rsc.actors.store import MetadataStore, meta_key
 from rsc.member.session import open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import JOIN_EPOCH
 from tests.conftest import FAST
+
+SETTINGS = GroupSettings(heartbeat_interval_ms=200, lease_ttl_ms=1000, revoke_timeout_ms=5000)
 
 
 def join(prefix: str, group: str, member_id: str) -> m.Heartbeat:
@@ -101,3 +108,41 @@ async def test_a1_max_group_size_refuses_a_new_member_of_a_full_group(redis_url,
             # a live member rejoining is not a new member
             assert (await member.request(join("orders", "billing", "a"))).status == Status.OK
     assert refusals(metrics, "max_group_size") == 1
+
+
+async def test_a1_heartbeats_and_refused_registrations_on_unknown_prefixes_start_no_actor(
+        redis_url, nursery):
+    store = MetadataStore(redis_url, lease_ms=1000)
+    budget = GroupBudget(1)
+    budget.count("elsewhere", 1)  # the coordinator already has its one group
+    router = Router(nursery, lambda prefix: PrefixActor(prefix, store, SETTINGS, budget=budget))
+    server = CoordinatorServer(router, nursery, admin_token=None, member_token=None)
+
+    async def ask(message: m.Request) -> m.Response:
+        slot = Collect()
+        await server._dispatch(message, slot, None)  # type: ignore[arg-type]
+        await slot.done.wait()
+        return slot.message
+
+    with trio.fail_after(20):
+        for index in range(100):
+            prefix = f"never-{index}"
+            leave = await ask(m.Heartbeat(request_id=1, stream_prefix=prefix, consumer_group="g",
+                                          member_id="a", member_epoch=-1, owned_shards=None))
+            assert leave.status == Status.OK and leave.member_epoch == -1  # H9: a retried leave
+            stale = await ask(m.Heartbeat(request_id=2, stream_prefix=prefix, consumer_group="g",
+                                          member_id="a", member_epoch=5, owned_shards=None))
+            assert stale.status == Status.UNKNOWN_MEMBER_ID
+            assert (await ask(join(prefix, "g", "a"))).status == Status.GROUP_LIMIT_REACHED
+            registered = await ask(m.SetShardCount(request_id=3, stream_prefix=prefix,
+                                                   consumer_group="g", shard_count=2))
+            assert registered.status == Status.GROUP_LIMIT_REACHED
+        assert router.actors == {} and budget.total == 1
+        assert hash_of(redis_url, "never-0") == {}
+        # routing alone is no group: setShardCount without a group starts the prefix's actor
+        routed = await ask(m.SetShardCount(request_id=4, stream_prefix="routed", consumer_group=None,
+                                           shard_count=2))
+        assert routed.status == Status.OK and set(router.actors) == {"routed"}
+        assert budget.total == 1
+    nursery.cancel_scope.cancel()
+    store.close()
