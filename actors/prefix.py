@@ -605,8 +605,15 @@ class PrefixMachine:
         held: set[str] = set()
         for group in self.groups.values():
             held.update(group.owners)
-        free = tuple(s for s in migration.retiring if s not in held)
-        done = (migration.state == MigrationState.COMPLETE and len(free) == len(migration.retiring)
+        # only what Redis already knows is drained goes: a failed write never resurrects a
+        # deleted stream as undrained
+        durable = self.persisted.migration
+        durable_retiring = set(durable.retiring) if durable else set()
+        durable_complete = (durable is not None and durable.state == MigrationState.COMPLETE
+                            and durable.to_version == migration.to_version)
+        free = tuple(s for s in migration.retiring if s not in held and s in durable_retiring)
+        done = (migration.state == MigrationState.COMPLETE and durable_complete
+                and len(free) == len(migration.retiring)
                 and not any(s in held for s in migration.from_streams))
         if done:
             self.migration = None

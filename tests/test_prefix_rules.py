@@ -124,6 +124,18 @@ def test_r2_all_drained_is_complete_and_retired_once_nobody_holds_them():
     assert [e.kind for e in batch.committed.prefix_events] == ["migration.retired"]
 
 
+def test_r2_streams_are_retired_only_once_their_drain_is_durable():
+    driver = Driver()
+    ok(driver.one(set_shards(2)))
+    ok(driver.one(set_shards(3)))
+    failed = driver.tick(drained=V1, durable=False)  # complete, retirable, but not in Redis
+    assert failed.checkpoint.retire is None
+    migration = driver.machine.migration
+    assert migration is not None and migration.state == MigrationState.DRAINING
+    driver.tick(drained=V1)
+    assert driver.tick().checkpoint.retire == RetireStreams(V1, (GROUP,))
+
+
 def test_r2_drain_query_names_the_remaining_old_shards_and_every_group():
     driver = resharded()
     driver.join("b", group="audit")
