@@ -161,7 +161,7 @@ class PrefixActor:
         checkpoint = machine.checkpoint()
         durable = await self._write(checkpoint)
         if not durable:
-            machine.write_failed(now_ms())
+            machine.write_failed(checkpoint, now_ms())
         for reply, answer in answers:
             if reply is not None:
                 reply.resolve(machine.resolve(answer, durable=durable))
@@ -233,6 +233,8 @@ class PrefixActor:
     def _write_blocking(self, checkpoint: Checkpoint) -> None:
         for create in checkpoint.create:
             self.store.create_consumer_groups(create.streams, create.groups)
+        if checkpoint.unseal:
+            self.streams.unseal(checkpoint.unseal)
         if checkpoint.seal:
             self.streams.seal(checkpoint.seal)
         if checkpoint.retire is not None:

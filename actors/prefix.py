@@ -117,8 +117,8 @@ class DrainQuery:
 
 @attrs.frozen
 class Checkpoint:
-    """Everything one batch writes, in this order: create, seal, retire, hash, owner tokens,
-    then the cleanup.
+    """Everything one batch writes, in this order: create, unseal, seal, retire, hash, owner
+    tokens, then the cleanup and offset moves.
 
     New streams exist before routing names them and the old version is sealed
     before producers are told to move (R1); retired streams are deleted before
@@ -129,6 +129,7 @@ class Checkpoint:
     """
 
     create: tuple[CreateConsumerGroups, ...] = ()
+    unseal: tuple[str, ...] = ()  # sealed by a checkpoint that failed, still current
     seal: tuple[str, ...] = ()
     retire: RetireStreams | None = None
     changes: Changes = attrs.field(factory=Changes)
@@ -141,8 +142,8 @@ class Checkpoint:
     @property
     def empty(self) -> bool:
         """Nothing to write: the batch is durable as it is."""
-        return not (self.create or self.seal or self.retire or self.changes or self.owners
-                    or self.cleanup or self.moves)
+        return not (self.create or self.unseal or self.seal or self.retire or self.changes
+                    or self.owners or self.cleanup or self.moves)
 
 
 @attrs.frozen
@@ -190,6 +191,7 @@ class PrefixMachine:
         self.persisted = PrefixSnapshot()  # what Redis holds: the rollback point
         self._create: list[CreateConsumerGroups] = []
         self._seal: list[str] = []
+        self._unseal: set[str] = set()
         self._events: list[PrefixEvent] = []
         # G1: deleted this batch (their last effects still to write), and consumer groups to drop
         self._deleted: dict[str, Effects] = {}
@@ -343,11 +345,15 @@ class PrefixMachine:
         if changes.routing_changed and self.routing is not None:
             self._events.append(PrefixEvent("routing.changed", {
                 "version": self.routing.version, "shard_count": self.routing.shard_count}))
-        checkpoint = Checkpoint(create=tuple(self._create), seal=tuple(self._seal), retire=retire,
+        current = set(self.routing.streams) if self.routing else set()
+        unseal = tuple(sorted(s for s in self._unseal if s in current and s not in self._seal))
+        checkpoint = Checkpoint(create=tuple(self._create), unseal=unseal,
+                                seal=tuple(self._seal), retire=retire,
                                 changes=changes, owners=tuple(owners), effects=effects,
                                 events=tuple(self._events), cleanup=cleanup,
                                 moves=tuple(self._moves))
         self._create, self._seal, self._events, self._moves = [], [], [], []
+        self._unseal = set()
         self._deleted, self._destroy = {}, set()
         return checkpoint
 
@@ -373,8 +379,15 @@ class PrefixMachine:
                          groups=tuple(checkpoint.effects), prefix_events=checkpoint.events,
                          deleted=deleted)
 
-    def write_failed(self, now_ms: int) -> None:
-        """The checkpoint did not land (h11's send_failed): back to what Redis holds."""
+    def write_failed(self, checkpoint: Checkpoint, now_ms: int) -> None:
+        """The checkpoint did not land (h11's send_failed): back to what Redis holds.
+
+        Its seal may have landed before the hash failed: a version that stays
+        current is unsealed with the next checkpoint, so producers are not
+        refused by a routing that never changed.
+        """
+        self._unseal.update(checkpoint.seal)
+        self._unseal.update(checkpoint.unseal)
         self.routing = self.persisted.routing
         self.migration = self.persisted.migration
         shards = self.assignable_shards()

@@ -285,6 +285,19 @@ def test_h12_failed_write_of_a_reshard_keeps_the_old_routing():
     assert isinstance(routing, m.Routing) and routing.version == 1
 
 
+def test_r1_a_failed_reshard_unseals_the_version_that_stays_current():
+    driver = Driver()
+    ok(driver.one(set_shards(2)))
+    failed = driver.batch([set_shards(3)], durable=False)
+    assert failed.checkpoint.seal == V1  # it may have landed before the hash write failed
+    assert driver.tick().checkpoint.unseal == V1
+    assert driver.tick().checkpoint.unseal == ()
+    again = driver.batch([set_shards(3)], durable=False)
+    retried = driver.batch([set_shards(3)])  # the operator retries: sealed again, not unsealed
+    assert again.checkpoint.seal == retried.checkpoint.seal == V1
+    assert retried.checkpoint.unseal == ()
+
+
 def test_h12_routing_and_description_after_a_failed_write_show_only_what_is_durable():
     driver = Driver()
     routing = driver.batch([set_shards(2), get_routing(), describe()], durable=False).responses
