@@ -1,22 +1,31 @@
-"""The prefix machine: routing, resharding, group registration and what a response may reveal.
+"""The prefix machine: routing, resharding, group lifecycle and what a response may reveal.
 
 Pure, like the group machine: events in (requests, ticks, drain results, the
-outcome of a write), records and messages out; `now_ms` is always passed in.
-It owns one stream prefix: its routing (R1), its migration (R2..R4), its
-groups and their registration (H13), and the H12 rule that a response
-reveals only what is durable. The shell (actors/actor.py) drains a batch of
-requests into `handle`, writes `checkpoint()` (Kafka's CoordinatorResult
-records: streams to create, seal and retire, hash changes, owner tokens),
-then reports back with `committed()` (pushes to send) or `write_failed()`
-(roll back), and answers each request with `resolve()`.
+outcome of each write), records and messages out; `now_ms` is always passed
+in. It owns one stream prefix: its routing (R1), its migration (R2..R4), its
+groups, their registration (H13) and lifecycle (G1..G3), and the H12 rule
+that a response reveals only what is durable. The shell (actors/actor.py)
+drains a batch of requests into `handle`, measures drain when `drain_query`
+asks, writes `checkpoint()` (Kafka's CoordinatorResult records: streams to
+create, unseal, seal and retire, hash changes, owner tokens, then consumer
+groups to drop and offsets to move), reports back with `committed()` (pushes
+to send), `write_failed()` (roll back), `cleanup_failed()` or
+`offsets_moved()`, and answers each request with `resolve()`.
 
-Group lifecycle (G1, G2): a group exists from its first join or its
-registration by `setShardCount` on a prefix without routing, until
-`deleteGroup`; a migration's description names the groups that hold it up.
+Group lifecycle: a group exists from its first join or its registration by
+`setShardCount` on a prefix without routing, until `deleteGroup` (G1); a
+migration's description names the groups that hold it up (G2); an empty
+group's offsets can be moved (G3).
 
 Reading of R4: a migration blocks the next `setShardCount` only while it is
 DRAINING; once it is COMPLETE the next one starts at once, and the drained
 streams of the complete one are retired when nobody holds them any more.
+
+Room for what comes next: a prefix-level setting (retention, T1..T3) is one
+more record in actors/records.py plus a request here; periodic stream work
+(trims) is one more checkpoint field like `moves`; group caps (A1) belong
+in `_register` and the join path; store deadlines (D4) are the shell's
+(a timed-out write is a `write_failed`).
 """
 
 from __future__ import annotations
