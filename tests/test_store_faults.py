@@ -22,7 +22,7 @@ from rsc.actors.store import MetadataStore, StoreError, StoreFenced, StoreStale,
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.routing import owner_key
-from rsc.protocol.vocabulary import JOIN_EPOCH
+from rsc.protocol.vocabulary import JOIN_EPOCH, MigrationState
 
 PREFIX, GROUP = "faults", "billing"
 LEASE_MS = 1500
@@ -305,6 +305,53 @@ async def test_d4_a_stalled_write_is_abandoned_at_a_third_of_the_lease(redis_url
         assert "b" not in actor.machine.groups[GROUP].members
         b = await ask(actor, join("b"))
         assert b.status == Status.OK
+        assert_redis_matches_memory(redis_url, actor)
+        nursery.cancel_scope.cancel()
+    store.close()
+
+
+class StalledDrain(StreamAdmin):
+    """Drain checks block while `running` is clear."""
+
+    def __init__(self, client: Any) -> None:
+        super().__init__(client)
+        self.running = threading.Event()
+        self.running.set()
+
+    def drain_report(self, streams: Any, groups: Any) -> Any:
+        assert self.running.wait(20)
+        return super().drain_report(streams, groups)
+
+
+async def test_d4_a_stalled_drain_check_is_abandoned_and_its_batch_answered_unavailable(redis_url):
+    store = new_store(redis_url)
+    async with trio.open_nursery() as nursery:
+        actor = await start_actor(nursery, store)
+        stalled = actor.streams = StalledDrain(store.client)
+        a = await ask(actor, join("a"))
+        assert a.status == Status.OK
+        client = redis.Redis.from_url(redis_url)
+        for shard in actor.machine.routing.streams:  # undelivered entries: v1 stays DRAINING
+            client.xadd(shard, {"k": "v"})
+        client.close()
+        # a reshard starts a migration (R1) and asks for a drain check in the same batch
+        await ask(actor, m.SetShardCount(request_id=6, stream_prefix=PREFIX, consumer_group=GROUP,
+                                         shard_count=2))
+        assert actor.machine.migration is not None
+        assert actor.machine.migration.state == MigrationState.DRAINING
+        stalled.running.clear()
+        started = trio.current_time()
+        slot = Collect()
+        actor.send_channel.send_nowait(Envelope(Tick(now_ms()), None, None))  # one batch:
+        actor.send_channel.send_nowait(Envelope(join("b"), slot, None))  # a drain check, a join
+        await slot.done.wait()
+        assert slot.message.status == Status.COORDINATOR_NOT_AVAILABLE
+        assert trio.current_time() - started <= LEASE_MS / 3000 + 0.3
+        assert actor.abandoned_calls == 1
+        stalled.running.set()
+        with trio.fail_after(5):
+            while (await ask(actor, join("b"))).status != Status.OK:
+                await trio.sleep(0.05)
         assert_redis_matches_memory(redis_url, actor)
         nursery.cancel_scope.cancel()
     store.close()
