@@ -10,15 +10,17 @@ lives in actors/prefix.py.
 D4 (Redis stalls are not member failures): the store I/O of one batch (the
 drain check, the checkpoint, offset moves and cleanup) has a deadline of a
 third of the lease TTL. Past it the worker thread is abandoned (it finishes in
-the background and its result is dropped), the batch is answered as a failed
-write (COORDINATOR_NOT_AVAILABLE for what would reveal new state) and the
-machine rolls back. Until the abandoned call returns, later batches do not
-touch the store: one that must write is answered the same way at once, one
-that writes nothing is answered as usual (no member expires meanwhile: the
-expiry is a write that fails and rolls back, H12). The next write goes out
-on a fresh pooled connection after that; the store's sequence number in the
-check-and-set refuses the abandoned write if Redis runs it after a later one,
-and the machine writes every field of a failed write again (its repair).
+the background), the batch is answered as a failed write
+(COORDINATOR_NOT_AVAILABLE for what would reveal new state) and the machine
+rolls back. Until the abandoned call returns, later batches do not touch the
+store: one that must write is answered the same way at once, one that writes
+nothing new is answered as usual (no member expires meanwhile: the expiry is a
+write that fails and rolls back, H12). When it returns, the next batch starts
+by adopting it if it landed after all (Redis holds it; nothing of it was
+revealed), else the machine writes every field of it again (its repair). The
+next write goes out after that, on a pooled connection; the store's sequence
+number in the check-and-set refuses an abandoned write that Redis runs after
+a later one (a timed-out command still queued in Redis).
 Why a trio deadline around an abandonable thread rather than a per-call
 redis-py `socket_timeout`: one checkpoint is several round trips (create,
 seal, retire, hash), so a per-call timeout does not bound the batch; a
@@ -59,8 +61,10 @@ class StoreStalled(StoreError):
 class _Call:
     """One store call on a worker thread; `done` is set by the thread when it returns."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, checkpoint: Checkpoint | None = None) -> None:
         self.what = what
+        self.checkpoint = checkpoint  # a metadata write: adopted if it finishes after all
+        self.ok = False
         self.done = threading.Event()
 
 
@@ -172,6 +176,12 @@ class PrefixActor:
     async def _handle_batch(self, batch: list[Envelope]) -> None:
         now = now_ms()
         machine = self.machine
+        abandoned = self._abandoned
+        if abandoned is not None and abandoned.done.is_set():  # the stalled call returned
+            self._abandoned = None
+            if abandoned.ok and abandoned.checkpoint is not None:
+                machine.adopt(abandoned.checkpoint, now)  # it landed: Redis holds it
+                log_event(log, "store.write_landed_late", level=logging.WARNING, prefix=self.prefix)
         answers: list[tuple[Reply | Collect | None, Answer]] = []
         summaries: list[Collect] = []
         for envelope in batch:
@@ -217,7 +227,7 @@ class PrefixActor:
     # --- I/O -----------------------------------------------------------------------
 
     async def _store_call(self, deadline: float, what: str, fn: Callable[..., Any],
-                          *args: Any) -> Any:
+                          *args: Any, checkpoint: Checkpoint | None = None) -> Any:
         """`fn(*args)` on a worker thread, abandoned at `deadline` (D4): StoreStalled then.
 
         Every I/O failure comes back as a StoreError. While an abandoned call
@@ -225,16 +235,16 @@ class PrefixActor:
         stalled, and this keeps one prefix's calls in order.
         """
         abandoned = self._abandoned
-        if abandoned is not None:
-            if not abandoned.done.is_set():
-                raise StoreStalled(f"the store has not answered the {abandoned.what} abandoned "
-                                   "earlier; retry with backoff")
-            self._abandoned = None
-        call = _Call(what)
+        if abandoned is not None:  # cleared (and a landed write adopted) at the next batch start
+            raise StoreStalled(f"the store has not answered the {abandoned.what} abandoned "
+                               "earlier; retry with backoff")
+        call = _Call(what, checkpoint)
 
         def run() -> Any:
             try:
-                return fn(*args)
+                result = fn(*args)
+                call.ok = True
+                return result
             except StoreError:
                 raise
             except STORE_IO_ERRORS as exc:  # any I/O failure the store did not convert
@@ -280,7 +290,8 @@ class PrefixActor:
         try:
             if stalled:
                 raise StoreStalled("the drain check of this batch was abandoned; retry with backoff")
-            await self._store_call(deadline, "metadata write", self._write_blocking, checkpoint)
+            await self._store_call(deadline, "metadata write", self._write_blocking, checkpoint,
+                                   checkpoint=checkpoint)
         except StoreFenced:
             raise
         except StoreError as exc:

@@ -493,6 +493,18 @@ class PrefixMachine:
         self._unsure_groups.update(changes.groups)
         self._unsure_members.update(changes.members)
         self._unsure_owners.update((token.shard, token.group) for token in checkpoint.owners)
+        self._restore_persisted(now_ms)
+
+    def adopt(self, checkpoint: Checkpoint, now_ms: int) -> None:
+        """A checkpoint answered as failed landed after all (D4: an abandoned write finished in
+        the background, and nothing was written after it): Redis holds it, so memory takes it
+        as its rollback point, rather than the repair writing it back out. Nothing of it was
+        revealed; members learn it from their next heartbeats."""
+        self.persisted.apply(checkpoint.changes)
+        self._restore_persisted(now_ms)
+        self.cleanup_failed(checkpoint)  # its consumer groups are dropped with the next one
+
+    def _restore_persisted(self, now_ms: int) -> None:
         self.routing = self.persisted.routing
         self.migration = self.persisted.migration
         shards = self.assignable_shards()

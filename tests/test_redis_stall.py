@@ -2,11 +2,13 @@
 
 A real coordinator (lease 1500 ms) on its own redis-server, three simulated members
 (tests/sim_member.py) heartbeating every 200 ms on their own sessions. While Redis is
-stopped a fourth member joins: the join's metadata write is abandoned and answered
-COORDINATOR_NOT_AVAILABLE within a third of the lease. Throughout, no member is fenced
-or expired, and no member goes a lease without an accepted heartbeat (so a real member
-would not fence itself). After SIGCONT the members still hold their shards at the same
-epochs, the new member joins, and Redis matches what the coordinator answered.
+stopped a member joins another group of the prefix: the join's metadata write is abandoned
+and answered COORDINATOR_NOT_AVAILABLE within a third of the lease (Redis runs it after
+SIGCONT and the coordinator adopts it; another group, so the three members are
+undisturbed). Throughout, no member is fenced or expired, and no member goes a lease
+without an accepted heartbeat (so a real member would not fence itself). After SIGCONT
+the members still hold their shards at the same epochs, a new member joins their group,
+and Redis matches what the coordinator answered.
 Figures are printed (run with -s to see them).
 """
 
@@ -26,7 +28,7 @@ from rsc.protocol.vocabulary import JOIN_EPOCH
 from tests.conftest import start_coordinator
 from tests.sim_member import SimMember, assert_no_shard_held_twice
 
-PREFIX, GROUP = "stall", "billing"
+PREFIX, GROUP, OTHER = "stall", "billing", "audit"
 LEASE_MS = 1500
 HEARTBEAT_MS = 200
 SHARDS = 6
@@ -75,8 +77,8 @@ async def _scenario(nursery: trio.Nursery, redis_server: EmbeddedRedis) -> None:
         stopped_at = trio.current_time()
         try:
             async with open_session(coordinator.url, "member") as joiner:
-                join = m.Heartbeat(request_id=0, stream_prefix=PREFIX, consumer_group=GROUP,
-                                   member_id="late", member_epoch=JOIN_EPOCH, owned_shards=())
+                join = m.Heartbeat(request_id=0, stream_prefix=PREFIX, consumer_group=OTHER,
+                                   member_id="stalled", member_epoch=JOIN_EPOCH, owned_shards=())
                 with trio.fail_after(LEASE_MS / 1000):
                     refused = await joiner.request(join)
                 first_unavailable_s = trio.current_time() - stopped_at

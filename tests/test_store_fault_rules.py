@@ -230,3 +230,22 @@ def test_h12_a_member_that_stops_heartbeating_while_the_store_fails_does_not_exp
     assert expired.committed is None and "a" in driver.machine.groups[GROUP].members
     late = driver.one(heartbeat("a", a.member_epoch, owned=a.assignment.assigned_shards))
     assert late.status == Status.OK and late.member_epoch == a.member_epoch
+
+
+def test_d4_an_abandoned_write_that_landed_after_all_is_adopted_not_reverted():
+    driver = Driver()
+    tokens: dict[tuple[str, str], str] = {}
+    ok(driver.one(set_shards(4)))
+    apply_tokens(driver.batch([join("a")]).checkpoint, tokens)
+    failed = driver.batch([join("b")], durable=False)  # abandoned: answered unavailable
+    assert failed.responses[0].status == Status.COORDINATOR_NOT_AVAILABLE
+    land(driver, failed.checkpoint, tokens)  # it finished in the background
+    driver.machine.adopt(failed.checkpoint, driver.now)
+    assert "b" in driver.machine.groups[GROUP].members
+    assert_redis_matches_memory(driver, tokens)
+    repair = driver.tick()  # the repair rewrites what already is there: nothing flips back
+    apply_tokens(repair.checkpoint, tokens)
+    assert_redis_matches_memory(driver, tokens)
+    assert "b" in replay(driver.hash).groups[GROUP].members
+    # b learns its join from its retry: a live member rejoining is answered like a join
+    assert driver.join("b").status == Status.OK
