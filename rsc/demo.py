@@ -29,8 +29,9 @@ from rich.text import Text
 
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
-from rsc.admin_cli import describe_view, print_view
+from rsc.admin_cli import print_view
 from rsc.admin_client import AdminClient, AdminError, open_admin_client
+from rsc.admin_views import describe_view
 from rsc.embedded_redis import EmbeddedRedis
 from rsc.member.ids import make_member_id
 from rsc.member.producer import open_producer
@@ -312,15 +313,3 @@ async def _produce(url: str, redis_url: str, state: DemoState, scope: trio.Cance
                     await trio.sleep(PRODUCE_INTERVAL_S)
         except SessionClosed:
             pass  # the coordinator is going away with the demo
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m rsc.demo [--duration S]`: the demo without the rest of `rsc`."""
-    parser = argparse.ArgumentParser(prog="rsc demo")
-    parser.add_argument("--duration", type=float, default=None,
-                        help="seconds to run before exiting (default: until Ctrl-C)")
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

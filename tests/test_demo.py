@@ -12,7 +12,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from rsc.admin_cli import render_plain
+from rsc.admin_views import render_plain
 from rsc.demo import DemoState, demo_view, members_wanted
 from rsc.protocol import GroupDescription, Status
 
@@ -54,7 +54,7 @@ def test_view_shows_counters_group_and_steps():
 
 
 def start_demo(*argv: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "rsc.demo", *argv], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "rsc", "demo", *argv], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "COLUMNS": "200"})
 
