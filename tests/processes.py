@@ -19,6 +19,7 @@ async def spawn_coordinator(redis_url: str, *extra: str) -> tuple[trio.Process, 
          "--revoke-timeout-ms", "20000", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
     buffer = b""
+    assert process.stdout is not None
     with trio.fail_after(20):
         while b"listening on " not in buffer or not buffer.endswith(b"\n"):
             chunk = await process.stdout.receive_some(4096)

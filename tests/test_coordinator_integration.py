@@ -7,6 +7,7 @@ restart, admin) are tested here; the pure rules are in test_group_rules.py.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 import pytest
 import redis
@@ -21,24 +22,25 @@ from rsc.member.session import SessionClosed, open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.routing import owner_key
+from rsc.protocol.vocabulary import RevokeState
 
 PREFIX, GROUP = "orders", "billing"
 
 
 def heartbeat(member_id: str, epoch: int, *, owned: list[str] | None = None,
-              revoked: list[str] = (), capacity: int | None = None, group: str = GROUP) -> m.Heartbeat:
+              revoked: Iterable[str] = (), capacity: int | None = None, group: str = GROUP) -> m.Heartbeat:
     return m.Heartbeat(
         request_id=0, stream_prefix=PREFIX, consumer_group=group, member_id=member_id,
         member_epoch=epoch, capacity=capacity,
         owned_shards=None if owned is None else tuple(owned),
-        revoking_shards=tuple(m.RevokingShard(shard=s, state="REVOKED") for s in revoked))
+        revoking_shards=tuple(m.RevokingShard(shard=s, state=RevokeState.REVOKED) for s in revoked))
 
 
 async def set_shards(url: str, count: int, group: str = GROUP) -> m.ShardCountChanged:
     async with open_session(url, "admin") as admin:
         response = await admin.request(m.SetShardCount(
             request_id=0, stream_prefix=PREFIX, consumer_group=group, shard_count=count))
-    assert response.status == Status.OK, response
+    assert isinstance(response, m.ShardCountChanged) and response.status == Status.OK, response
     return response
 
 

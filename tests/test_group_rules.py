@@ -24,6 +24,7 @@ from rsc.actors.group import (
 )
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
+from rsc.protocol.vocabulary import RevokeState
 
 PREFIX, GROUP = "orders", "billing"
 SETTINGS = GroupSettings(heartbeat_interval_ms=3000, lease_ttl_ms=10_000, revoke_timeout_ms=60_000)
@@ -49,8 +50,8 @@ def routing_of(group: GroupMachine) -> m.RoutingSummary | None:
 def heartbeat(member_id: str, epoch: int, *, owned: Iterable[str] | None = None,
               revoking: Iterable[str] = (), revoked: Iterable[str] = (),
               capacity: int | None = None) -> m.Heartbeat:
-    entries = [m.RevokingShard(shard=s, state="REVOKING") for s in revoking]
-    entries += [m.RevokingShard(shard=s, state="REVOKED") for s in revoked]
+    entries = [m.RevokingShard(shard=s, state=RevokeState.REVOKING) for s in revoking]
+    entries += [m.RevokingShard(shard=s, state=RevokeState.REVOKED) for s in revoked]
     return m.Heartbeat(
         request_id=1, stream_prefix=PREFIX, consumer_group=GROUP, member_id=member_id,
         member_epoch=epoch, capacity=capacity,

@@ -32,6 +32,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from rsc.actors.group import EMPTY, STABLE, GroupMachine, GroupSettings
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
+from rsc.protocol.vocabulary import RevokeState
 
 PREFIX, GROUP = "orders", "billing"
 LEASE = 10_000
@@ -109,8 +110,9 @@ def build_request(member: SimMember, *, finish: frozenset[str], full: bool,
         member.draining -= done
         member.revoked_unanswered |= done
         member.must_send_full = True
-    entries = [m.RevokingShard(shard=s, state="REVOKING") for s in sorted(member.draining)]
-    entries += [m.RevokingShard(shard=s, state="REVOKED") for s in sorted(member.revoked_unanswered)]
+    entries = [m.RevokingShard(shard=s, state=RevokeState.REVOKING) for s in sorted(member.draining)]
+    entries += [m.RevokingShard(shard=s, state=RevokeState.REVOKED)
+                for s in sorted(member.revoked_unanswered)]
     send_full = full or member.must_send_full
     return m.Heartbeat(
         request_id=1, stream_prefix=PREFIX, consumer_group=GROUP, member_id=member.member_id,
@@ -138,6 +140,7 @@ def apply_response(world: World, member: SimMember, sent: m.Heartbeat,
     # H5: nothing read that stayed in the target is ever missing from a response
     stays = member.undisturbed & target_of(world.group, member.member_id)
     assert stays <= assigned, (member.member_id, status, stays - assigned)
+    assert response.member_epoch is not None
     member.epoch = response.member_epoch
     member.lease_start = world.now
     before = member.holding

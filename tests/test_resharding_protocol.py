@@ -8,6 +8,7 @@ whole time are in test_resharding_data.py.
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
+from typing import Any
 
 import pytest
 import redis
@@ -17,6 +18,7 @@ from rsc.member.session import open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.routing import owner_key, seal_key
+from rsc.protocol.vocabulary import Cutover
 from tests.sim_member import SimMember, assert_no_shard_held_twice
 
 PREFIX, GROUP = "orders", "billing"
@@ -29,7 +31,7 @@ async def admin_request(url: str, message: m.Message) -> m.Message:
 
 def set_count(count: int, cutover: str = "parallel", group: str = GROUP) -> m.SetShardCount:
     return m.SetShardCount(request_id=0, stream_prefix=PREFIX, consumer_group=group,
-                           shard_count=count, cutover=cutover)
+                           shard_count=count, cutover=Cutover(cutover))
 
 
 def describe() -> m.DescribeGroup:
@@ -51,7 +53,7 @@ def drain(client: redis.Redis, streams, consumer: str = "c") -> int:
     total = 0
     for stream in streams:
         while True:
-            batch = client.xreadgroup(GROUP, consumer, {stream: ">"}, count=500)
+            batch: Any = client.xreadgroup(GROUP, consumer, {stream: ">"}, count=500)
             ids = [entry_id for _, entries in batch for entry_id, _ in entries]
             if not ids:
                 break
