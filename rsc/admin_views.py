@@ -469,10 +469,11 @@ class DescribeView:
         description = self.description
         narrow = width < NARROW_BELOW
         parts: list[RenderableType] = [describe_header(description), Text("")]
-        if narrow and description.members:
+        if narrow:
             parts.append(members_table(description, NARROW_MEMBER_COLUMNS))
-            parts.append(members_table(description, NARROW_SHARD_COLUMNS,
-                                       title="assignment (shards per member)"))
+            if description.members:
+                parts.append(members_table(description, NARROW_SHARD_COLUMNS,
+                                           title="assignment (shards per member)"))
         else:
             parts.append(members_table(description))
         parts.append(reconciliation_summary(description))

@@ -421,6 +421,13 @@ def test_describe_fits_80_columns_without_truncated_headers(width):
     assert len(lines_with(text, "UNRELEASED_SHARDS")) == 1
 
 
+def test_a_group_without_members_fits_80_columns():
+    empty = description(state="EMPTY", members=[], migration=None)
+    text = render_plain(describe_view(empty), width=80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "no members" in text and "…" not in text
+
+
 def test_list_shows_lag_and_pending_when_the_coordinator_gives_them():
     groups = decode(json.dumps({"type": "groups", "requestId": 1, "status": "OK", "groups": [
         {"streamPrefix": "orders", "consumerGroup": "billing", "groupEpoch": 7, "members": 3,
