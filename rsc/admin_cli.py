@@ -25,7 +25,7 @@ from rsc.admin_client import (
     SessionLost,
     open_admin_client,
 )
-from rsc.admin_views import describe_view, render_plain, response_view
+from rsc.admin_views import describe_view, plain_width, render_plain, response_view
 from rsc.protocol import GroupDescription
 from rsc.protocol.messages import FieldValueError
 
@@ -70,11 +70,11 @@ def make_console(stream: TextIO) -> Console:
 
 
 def print_view(console: Console, view: RenderableType) -> None:
-    """Print a view: styled on a terminal, plain and wide into a pipe or file."""
+    """Print a view: styled on a terminal, plain into a pipe or file ($COLUMNS wide, else 200)."""
     if console.is_terminal:
         console.print(view)
     else:
-        console.file.write(render_plain(view))
+        console.file.write(render_plain(view, width=plain_width()))
         console.file.flush()
 
 

@@ -16,6 +16,7 @@ default, so the views work whether or not the protocol carries them.
 from __future__ import annotations
 
 import io
+import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -687,6 +688,12 @@ def _member_changes(member_id: str, old: MemberDescription, new: MemberDescripti
 def change_event_text(clock: str, lines: Sequence[str]) -> Text:
     """One line per change event: its wall-clock time and what changed."""
     return Text(f"{clock}  " + "; ".join(lines))
+
+
+def plain_width(environ: Mapping[str, str] | None = None) -> int:
+    """Width of plain output into a pipe or file: $COLUMNS when set, else wide."""
+    columns = (os.environ if environ is None else environ).get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) >= 40 else PLAIN_OUTPUT_WIDTH
 
 
 def render_plain(renderable: RenderableType, width: int = PLAIN_OUTPUT_WIDTH) -> str:

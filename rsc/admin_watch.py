@@ -42,6 +42,7 @@ from rsc.admin_views import (
     describe_view,
     group_text,
     plain,
+    plain_width,
     render_plain,
     waiting_view,
     watch_header,
@@ -125,7 +126,7 @@ class WatchDisplay:
     def _plain(self, renderable: RenderableType) -> None:
         if self.args.json:
             return
-        self.console.file.write(render_plain(renderable))
+        self.console.file.write(render_plain(renderable, width=plain_width()))
         self.console.file.flush()
 
     def set_mode(self, mode: str) -> None:

@@ -32,6 +32,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LONG_LEASE = {"lease_ttl_ms": 60_000}  # members join once and stay for the whole test
 
 
+@pytest.fixture(autouse=True)
+def wide_plain_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plain output follows $COLUMNS; these tests read the wide layout."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="rsc")
     add_parser(parser.add_subparsers(dest="command", required=True), run=run)

@@ -20,6 +20,7 @@ from rsc.admin_views import (
     groups_view,
     max_concurrency_changed_view,
     member_removed_view,
+    plain_width,
     render_plain,
     response_view,
     shard_count_changed_view,
@@ -438,3 +439,9 @@ def test_list_shows_lag_and_pending_when_the_coordinator_gives_them():
     assert row.split("│")[7:9] == [" 1746 ", "      12 "]
     assert "lag" in lines_with(text, "prefix")[0]
     assert "lag" not in render_plain(groups_view(groups)), "no empty columns without them"
+
+
+def test_plain_output_follows_columns_when_set():
+    assert plain_width({}) == 200
+    assert plain_width({"COLUMNS": "80"}) == 80
+    assert plain_width({"COLUMNS": "junk"}) == 200 and plain_width({"COLUMNS": "5"}) == 200
