@@ -129,6 +129,12 @@ class WatchDisplay:
         self.console.file.write(render_plain(renderable, width=plain_width()))
         self.console.file.flush()
 
+    def _line(self, text: Text) -> None:
+        """An event line into a pipe: one line however long (grep-able), never wrapped."""
+        if not self.args.json:
+            self.console.file.write(text.plain + "\n")
+            self.console.file.flush()
+
     def set_mode(self, mode: str) -> None:
         """Show the header (the coordinator's URL stays on screen) for the current mode."""
         changed = mode != self.mode
@@ -137,7 +143,7 @@ class WatchDisplay:
         if self.live is not None:
             self._redraw()
         elif changed or not self.state.changes:
-            self._plain(header)
+            self._line(header)
 
     def _redraw(self) -> None:
         assert self.live is not None
@@ -162,7 +168,7 @@ class WatchDisplay:
                 self.console.file.flush()
         else:
             if description is not None:
-                self._plain(self.state.events[-1])
+                self._line(self.state.events[-1])
             self._plain(self.current)
             self._plain(Text(""))
         return True
@@ -174,7 +180,7 @@ class WatchDisplay:
             self.state.events.append(line)
             self._redraw()
         else:
-            self._plain(line)
+            self._line(line)
 
 
 def _json_line(raw: dict[str, Any]) -> str:
