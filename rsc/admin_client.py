@@ -230,6 +230,7 @@ def set_shard_count_request(prefix: str, group: str | None, shard_count: int,
 
 def describe_group_request(prefix: str, group: str, *, watch: bool = False) -> dict[str, Any]:
     body = to_wire(DescribeGroup(request_id=0, stream_prefix=prefix, consumer_group=group))
+    body.pop("watch", None)  # sent only when asked: a coordinator without watch rejects the field
     if watch:
         body["watch"] = True
     return body
