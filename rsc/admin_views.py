@@ -665,8 +665,11 @@ def change_lines(before: GroupDescription | None, after: GroupDescription) -> li
         lines.append(f"retention: {retention_summary(retention_of(after))}")
     if before.max_concurrency != after.max_concurrency:
         lines.append(f"maxConcurrency: {max_concurrency_summary(after.max_concurrency)}")
+    before_shards, after_shards = field(before, "shards", ()), field(after, "shards", ())
+    if lag_summary(before_shards).plain != lag_summary(after_shards).plain:
+        lines.append(f"backlog {lag_summary(after_shards).plain}")
     if not lines:
-        lines.append("lag or pending changed")
+        lines.append("shard lengths or offsets changed")
     return lines
 
 

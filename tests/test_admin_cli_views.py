@@ -258,6 +258,11 @@ def test_change_lines_name_what_changed():
         "member 10.0.0.8-77-0-bbbb UNRELEASED_SHARDS -> STABLE",
         "member 10.0.0.8-77-0-bbbb got v1:1", "migration: none"]
     assert change_lines(None, before) == ["group RECONCILING at epoch 9, 2 member(s)"]
+    busy = with_lag()
+    calmer = Extended(busy, shards=[shard_entry(0, lag=3, pending=1, oldest=50)])
+    assert change_lines(busy, calmer) == ["backlog lag 3, pending 1 (oldest pending 50ms)"]
+    longer = Extended(busy, shards=[*busy.shards[:-1], {**busy.shards[-1], "length": 9}])
+    assert change_lines(busy, longer) == ["shard lengths or offsets changed"]
 
 
 def test_check_response_raises_admin_error_for_every_non_ok_status():
