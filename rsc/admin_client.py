@@ -39,6 +39,7 @@ from trio_websocket import (
 )
 
 from rsc.protocol import (
+    Cutover,
     DescribeGroup,
     GroupDescription,
     Groups,
@@ -218,14 +219,18 @@ def _names(**names: str | None) -> dict[str, str]:
 def set_shard_count_request(prefix: str, group: str | None, shard_count: int,
                             cutover: str = "parallel") -> dict[str, Any]:
     """setShardCount; without a group (allowed since G2) it is built as JSON."""
+    try:
+        mode = Cutover(cutover)
+    except ValueError:
+        raise FieldValueError(f"field 'cutover' must be 'parallel' or 'ordered', got {cutover!r}") from None
     if group is not None:
         return to_wire(SetShardCount(request_id=0, stream_prefix=prefix, consumer_group=group,
-                                     shard_count=shard_count, cutover=cutover))  # type: ignore[arg-type]
-    # validate the count and cutover exactly as the message class would
-    to_wire(SetShardCount(request_id=0, stream_prefix=prefix, consumer_group="-",
-                          shard_count=shard_count, cutover=cutover))  # type: ignore[arg-type]
+                                     shard_count=shard_count, cutover=mode))
+    # the message class validates the count; the group is left out of the request
+    SetShardCount(request_id=0, stream_prefix=prefix, consumer_group="-",
+                  shard_count=shard_count, cutover=mode)
     return {"type": "setShardCount", "requestId": 0, **_names(stream_prefix=prefix),
-            "shardCount": shard_count, "cutover": cutover}
+            "shardCount": shard_count, "cutover": mode.value}
 
 
 def describe_group_request(prefix: str, group: str, *, watch: bool = False) -> dict[str, Any]:

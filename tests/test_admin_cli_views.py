@@ -219,6 +219,10 @@ def test_views_of_responses_the_protocol_classes_do_not_know_yet():
     assert "offsets of orders / billing reset on 2 shard(s)" in text
     [row] = lines_with(text, "1733040000000-3")
     assert "v1:1" in row
+    undecodable = {"type": "groupDescription", "status": "OK", "streamPrefix": "o",
+                   "consumerGroup": "g", "state": "SOMETHING_NEW"}
+    assert lines_with(render_plain(response_view(undecodable)), "state")[0].split() == [
+        "state", "SOMETHING_NEW"]
     unknown = {"type": "somethingNew", "requestId": 1, "status": "OK", "answer": 42}
     assert lines_with(render_plain(response_view(unknown)), "answer")[0].split() == [
         "answer", "42"]
