@@ -376,6 +376,22 @@ async def test_watch_follows_pushes_until_the_group_is_deleted(nursery):
     assert len(fake.requests) == 2, "a pushing coordinator is never polled"
 
 
+async def test_watch_keeps_pushes_when_a_probe_sees_a_change_before_its_push(nursery):
+    def answer(body: dict) -> list[dict]:
+        if body.get("watch"):
+            return [description_frame(1, [])]
+        # the probe's answer shows epoch 2; the push of that change follows it
+        return [description_frame(2, ["member-a"]),
+                {**description_frame(2, ["member-a"]), "requestId": None}]
+
+    fake = await fake_coordinator(nursery, answer)
+    with trio.fail_after(20):
+        code, text, err = await rsc_admin(fake.url, "watch", "orders", "billing", "--changes", "2")
+    assert (code, err) == (0, "")
+    assert "polling" not in text and "(server pushes)" in text
+    assert len([line for line in text.splitlines() if "member member-a joined" in line]) == 1
+
+
 async def test_watch_polls_a_coordinator_that_rejects_the_watch_field(nursery):
     epochs = iter(range(1, 100))
 
