@@ -210,6 +210,7 @@ def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> arg
                           help="always show the per-shard table (default: when there are at "
                                "most 16 shards)")
     set_shards = command("set-shards", "create or change the shard count of a stream prefix")
+    set_shards.usage = ("%(prog)s [-h] [--json] [--cutover {parallel,ordered}] PREFIX [GROUP] N")
     set_shards.add_argument("prefix", metavar="PREFIX", help="stream prefix")
     set_shards.add_argument("group_and_count", metavar="[GROUP] N", nargs="+",
                             help=f"an existing group of the prefix (optional; on a new prefix it "
