@@ -66,6 +66,7 @@ class RetentionResult:
     removed_acked: int  # by `acked` (T1): every group had acked these
     removed_by_caps: int  # by maxLength / maxAgeMs (T2)
     removed_unconsumed: int  # of removed_by_caps, entries some group had not acked
+    length: int  # the shard's length afterwards
 
 
 @attrs.frozen
@@ -111,6 +112,14 @@ def blocking(counts: Sequence[DrainCount], groups: Sequence[str]) -> list[Blocki
         pair[1] += count.pending
     return [BlockingGroup(consumer_group=name, undelivered=u, pending=p)
             for name, (u, p) in summed.items() if u or p]
+
+
+def drain_report(counts: Sequence[DrainCount]) -> dict[str, dict[str, tuple[int | None, int]]]:
+    """The counts per stream, then per group: (undelivered, pending), as the prefix machine reads them."""
+    report: dict[str, dict[str, tuple[int | None, int]]] = {}
+    for count in counts:
+        report.setdefault(count.shard, {})[count.consumer_group] = (count.undelivered, count.pending)
+    return report
 
 
 def drained_shards(counts: Sequence[DrainCount], streams: Sequence[str]) -> set[str]:
@@ -205,10 +214,10 @@ end
 
 # KEYS[1] shard stream. ARGV[1] '1': trim what every group acked (T1); ARGV[2] max length or '';
 # ARGV[3] age cut id (entries below it go) or ''; ARGV[4..] the prefix's groups.
-# Returns {removed by acks, removed by caps, removed unconsumed}.
+# Returns {removed by acks, removed by caps, removed unconsumed, length after}.
 _RETENTION = _ID_HELPERS + """
 local key = KEYS[1]
-if redis.call('EXISTS', key) == 0 then return {0, 0, 0} end
+if redis.call('EXISTS', key) == 0 then return {0, 0, 0, 0} end
 local known = groups_of(key)
 local oldest = nil
 local complete = true
@@ -253,7 +262,7 @@ if ARGV[2] ~= '' then
     by_caps = by_caps + redis.call('XTRIM', key, 'MAXLEN', ARGV[2])
   end
 end
-return {by_acks, by_caps, unconsumed}
+return {by_acks, by_caps, unconsumed, redis.call('XLEN', key)}
 """
 
 # KEYS[1] shard stream; ARGV[1] group; ARGV[2] earliest|latest|timestamp; ARGV[3] timestamp ms.
@@ -523,7 +532,7 @@ def apply_retention(client: redis.Redis, streams: Sequence[str], groups: Sequenc
         raise StoreError(f"cannot apply retention: {exc}") from exc
     _raise_errors("apply retention", streams, results)
     return [RetentionResult(shard=stream, removed_acked=int(r[0]), removed_by_caps=int(r[1]),
-                            removed_unconsumed=int(r[2]))
+                            removed_unconsumed=int(r[2]), length=int(r[3]))
             for stream, r in zip(streams, results, strict=True)]
 
 

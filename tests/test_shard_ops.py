@@ -90,6 +90,8 @@ def test_blocking_sums_over_shards_keeps_group_order_and_drops_drained_groups() 
         so.BlockingGroup("x:y", 7, 0), so.BlockingGroup("audit", 5, 1)]
     assert so.drained_shards(counts, ["s0", "s1", "s2"]) == {"s2"}
     assert so.drained_shards(counts[2:4], ["s0", "s1"]) == {"s0", "s1"}
+    assert so.drain_report(counts[:3]) == {"s0": {"audit": (3, 1), "billing": (0, 0)},
+                                           "s1": {"audit": (2, 0)}}
 
 
 def test_age_cut_id() -> None:
@@ -321,7 +323,7 @@ def test_t2_with_acked_counts_only_what_the_cap_took_beyond_the_acks(client: Cou
                                   max_length=2, max_age_ms=5000, now_ms=11_500)
     # acks take 1000..4000; the age cut (6500) takes 5000, 6000; the length cap 7000, 8000
     assert result == so.RetentionResult(SHARDS[0], removed_acked=4, removed_by_caps=4,
-                                        removed_unconsumed=4)
+                                        removed_unconsumed=4, length=2)
     assert client.xlen(SHARDS[0]) == 2
 
 
@@ -351,7 +353,7 @@ def test_t3_none_removes_nothing_because_of_acks(client: CountingRedis) -> None:
     client.xack(SHARDS[0], "billing", *read(client, SHARDS[0], "billing", 5))
     [result] = so.apply_retention(client, SHARDS[:1], ["billing"], acked=False, max_length=None,
                                   max_age_ms=None, now_ms=0)
-    assert result == so.RetentionResult(SHARDS[0], 0, 0, 0)
+    assert result == so.RetentionResult(SHARDS[0], 0, 0, 0, 5)
     assert entry_ids(client, SHARDS[0]) == ids
 
 
