@@ -8,7 +8,8 @@ from typing import Any
 import trio
 from trio_websocket import serve_websocket
 
-from rsc.actors.actor import PrefixActor, now_ms
+from rsc.actors import shard_ops
+from rsc.actors.actor import PrefixActor, StoreIdentity, now_ms
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.group import GroupSettings
 from rsc.actors.logs import log_event
@@ -38,6 +39,10 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
     store = MetadataStore(redis_url, lease_ms=lease_ms)
     epoch = await trio.to_thread.run_sync(store.acquire, int(lease_ms * 1.5))
     log_event(log, "coordinator.started", coordinator_epoch=epoch, redis=redis_url)
+    identity = StoreIdentity(await trio.to_thread.run_sync(shard_ops.ensure_store_id, store.client))
+    await trio.to_thread.run_sync(shard_ops.load_scripts, store.client)
+    xackdel = await trio.to_thread.run_sync(shard_ops.supports_xackdel, store.client)
+    log_event(log, "store.identified", store_id=identity.value, xackdel=xackdel)
     settings = GroupSettings(heartbeat_interval_ms=config.heartbeat_interval_ms,
                              lease_ttl_ms=config.lease_ttl_ms,
                              revoke_timeout_ms=config.revoke_timeout_ms)
@@ -46,7 +51,8 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
         async with trio.open_nursery() as nursery:
             def make_actor(prefix: str) -> PrefixActor:
                 return PrefixActor(prefix, store, settings, push_enabled=config.push, metrics=metrics,
-                                   keep_drained_streams=config.keep_drained_streams)
+                                   keep_drained_streams=config.keep_drained_streams,
+                                   identity=identity)
 
             router = Router(nursery, make_actor)
             now = now_ms()
@@ -67,7 +73,7 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
                 metrics_port = await nursery.start(serve_metrics, metrics, config.host,
                                                    config.metrics_port)
                 log_event(log, "metrics.listening", url=f"http://{config.host}:{metrics_port}/metrics")
-            nursery.start_soon(_tick_loop, config, store, router)
+            nursery.start_soon(_tick_loop, config, store, router, identity)
             task_status.started(f"ws://{config.host}:{listener.port}")
     finally:
         with trio.CancelScope(shield=True):
@@ -78,11 +84,23 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
             store.close()
 
 
-async def _tick_loop(config: CoordinatorConfig, store: MetadataStore, router: Router) -> None:
-    """Renew the coordinator lease and send every actor its tick (H6, H14)."""
+async def _tick_loop(config: CoordinatorConfig, store: MetadataStore, router: Router,
+                     identity: StoreIdentity) -> None:
+    """Renew the coordinator lease and send every actor its tick (H6, H14).
+
+    Every 10 ticks the store id is written again, the same, if the key went missing.
+    """
     interval = config.tick_interval_ms / 1000
+    ticks = 0
     while True:
         await trio.sleep(interval)
+        ticks += 1
+        if ticks % 10 == 0:
+            try:
+                identity.value = await trio.to_thread.run_sync(
+                    shard_ops.ensure_store_id, store.client, identity.value)
+            except StoreError as exc:
+                log_event(log, "store.unavailable", level=logging.WARNING, error=str(exc))
         try:
             await trio.to_thread.run_sync(store.renew)
         except StoreError as exc:

@@ -177,12 +177,8 @@ def _authorized(headers: list[tuple[bytes, bytes]], token: str) -> bool:
 
 
 def _unknown_group(message: Any) -> m.Message:
-    error = f"group {message.consumer_group!r} of {message.stream_prefix!r} was never seen"
-    common = {"request_id": message.request_id, "status": Status.UNKNOWN_GROUP,
-              "stream_prefix": message.stream_prefix, "consumer_group": message.consumer_group,
-              "error": error}
-    if isinstance(message, m.DescribeGroup):
-        return m.GroupDescription(**common)
-    if isinstance(message, m.SetMaxConcurrency):
-        return m.MaxConcurrencyChanged(**common)
-    return m.MemberRemoved(member_id=message.member_id, **common)
+    """The answer to a request naming a prefix this coordinator has never seen."""
+    if isinstance(message, m.SetRetention):
+        return message.unknown_stream()
+    response: m.Message = message.unknown_group()
+    return response
