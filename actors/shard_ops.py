@@ -1,4 +1,4 @@
-"""Redis-side operations on a prefix's shard streams: lag, group lifecycle, offsets, retention.
+"""Redis-side reads and trims of a prefix's shard streams: lag, retention, drain, store id.
 
 Blocking (redis-py's sync client); the coordinator calls these through
 `trio.to_thread.run_sync`. Every function sends all its shards in ONE
@@ -6,8 +6,9 @@ pipeline (`transaction=False`), so the cost is one round trip however many
 shards there are. Each command or script in it names the keys of one shard
 only (the stream, or keys sharing its hash tag `{prefix:vN:i}`), so the same
 calls work on Redis Cluster. Work that must read a shard's state and then act
-on it (reset, retention, drain counts) is a Lua script per shard: atomic on
-that shard, and still one round trip.
+on it (retention, drain counts) is a Lua script per shard: atomic on that
+shard, and still one round trip. (Group lifecycle on the streams, G1 and G3,
+is actors/store.py's StreamAdmin.)
 
 Written against Redis 7.0 (XINFO GROUPS `lag` and `entries-read` exist since
 7.0). Differences in later servers are noted where they matter: XACKDEL
@@ -25,15 +26,8 @@ import attrs
 import redis
 
 from rsc.actors.store import StoreError
-from rsc.protocol.routing import owner_key
 
 STORE_ID_KEY = "rsc:store-id"
-
-EARLIEST = "earliest"
-LATEST = "latest"
-TIMESTAMP = "timestamp"
-RESET_TARGETS = (EARLIEST, LATEST, TIMESTAMP)
-
 
 # --- results ---------------------------------------------------------------------------
 
@@ -265,36 +259,6 @@ end
 return {by_acks, by_caps, unconsumed, redis.call('XLEN', key)}
 """
 
-# KEYS[1] shard stream; ARGV[1] group; ARGV[2] earliest|latest|timestamp; ARGV[3] timestamp ms.
-# Destroys and recreates the group at the new id (pending entries and consumers go with it).
-# Returns the group's new last-delivered id.
-_RESET = """
-local key, group, target = KEYS[1], ARGV[1], ARGV[2]
-local function last_generated()
-  local info = redis.call('XINFO', 'STREAM', key)
-  for i = 1, #info, 2 do
-    if info[i] == 'last-generated-id' then return info[i + 1] end
-  end
-end
-local id = '0-0'
-if redis.call('EXISTS', key) == 1 then
-  if target == 'latest' then
-    id = last_generated()
-  elseif target == 'timestamp' then
-    local at = ARGV[3] .. '-0'
-    if #redis.call('XRANGE', key, at, '+', 'COUNT', 1) == 0 then
-      id = last_generated()
-    elseif at ~= '0-0' then
-      local before = redis.call('XREVRANGE', key, '(' .. at, '-', 'COUNT', 1)
-      if #before > 0 then id = before[1][1] end
-    end
-  end
-  redis.call('XGROUP', 'DESTROY', key, group)
-end
-redis.call('XGROUP', 'CREATE', key, group, id, 'MKSTREAM')
-return id
-"""
-
 # KEYS[1] sealed shard stream; ARGV[1..] groups. Returns {undelivered, pending} per group.
 # An entry removed by retention counts as delivered: undelivered counts entries that still exist.
 _DRAIN = _ID_HELPERS + """
@@ -358,14 +322,13 @@ class _Script:
 
 
 _retention_script = _Script(_RETENTION)
-_reset_script = _Script(_RESET)
 _drain_script = _Script(_DRAIN)
 
 
 def load_scripts(client: redis.Redis) -> None:
     """Load every script now (at start), so the first call costs one round trip too."""
     try:
-        for script in (_retention_script, _reset_script, _drain_script):
+        for script in (_retention_script, _drain_script):
             client.script_load(script.body)
     except redis.RedisError as exc:
         raise StoreError(f"cannot load the shard scripts: {exc}") from exc
@@ -449,62 +412,6 @@ def group_totals(client: redis.Redis, streams: Sequence[str],
             lags[name].append(None if info is None or info.get("lag") is None else int(info["lag"]))
             pending[name] += 0 if info is None else int(info["pending"])
     return {name: GroupTotals(lag=_sum_known(lags[name]), pending=pending[name]) for name in groups}
-
-
-# --- group lifecycle -------------------------------------------------------------------
-
-
-def delete_group(client: redis.Redis, streams: Sequence[str], group: str) -> int:
-    """XGROUP DESTROY the group on every shard and drop its owner tokens (G1).
-
-    Missing streams and groups are fine. Returns how many shards had the group.
-    """
-    try:
-        pipe = client.pipeline(transaction=False)
-        for stream in streams:
-            pipe.xgroup_destroy(stream, group)
-            pipe.delete(owner_key(stream, group))
-        results = pipe.execute(raise_on_error=False)
-    except redis.RedisError as exc:
-        raise StoreError(f"cannot delete consumer group {group!r}: {exc}") from exc
-    destroyed = 0
-    for index, stream in enumerate(streams):
-        result = results[2 * index]
-        if isinstance(result, Exception):
-            if "requires the key to exist" in str(result) or "no such key" in str(result).lower():
-                continue  # a retired or never-written stream has no group to destroy
-            raise StoreError(f"cannot delete consumer group {group!r} on {stream}: {result}")
-        destroyed += int(result)
-    return destroyed
-
-
-def reset_offsets(client: redis.Redis, streams: Sequence[str], group: str, to: str,
-                  timestamp_ms: int | None = None) -> list[tuple[str, str]]:
-    """Move the group on every shard and clear its pending entries (G3).
-
-    `earliest`: everything the shard retains is delivered again. `latest`: only entries
-    written from now on. `timestamp`: the first entry at or after `timestamp_ms` is the next
-    one delivered (last-delivered becomes the largest id before it); with none, like `latest`.
-    Per shard, one script destroys the consumer group and recreates it at the new id: atomic,
-    pending entries and stale consumer names go at once (XGROUP SETID alone keeps the pending
-    list, and XACK-ing it would take a round trip per page). Returns [(shard, new id)].
-    """
-    if to not in RESET_TARGETS:
-        raise ValueError(f"to must be one of {', '.join(RESET_TARGETS)}, got {to!r}")
-    if to == TIMESTAMP:
-        if (isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int)
-                or not 0 <= timestamp_ms < 2**64):
-            raise ValueError(f"timestamp_ms must be an integer in 0..2**64-1 with to='timestamp', "
-                             f"got {timestamp_ms!r}")
-    elif timestamp_ms is not None:
-        raise ValueError(f"timestamp_ms is only for to='timestamp', got {timestamp_ms!r} with {to!r}")
-    args = [group, to, str(timestamp_ms or 0)]
-    try:
-        results = _reset_script.run_all(client, [(stream, args) for stream in streams])
-    except redis.RedisError as exc:
-        raise StoreError(f"cannot reset offsets of {group!r}: {exc}") from exc
-    _raise_errors(f"reset offsets of {group!r}", streams, results)
-    return [(stream, _text(result)) for stream, result in zip(streams, results, strict=True)]
 
 
 # --- retention -------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Shard-stream operations against a real redis-server: lag, delete, reset, retention, drain, store id.
+"""Shard-stream operations against a real redis-server: lag, retention, drain, store id.
 
 The pure helpers at the top need no Redis. Everything else compares what
 shard_ops reports with what Redis itself answers for the same shard.
@@ -14,7 +14,7 @@ import redis
 
 from rsc.actors import shard_ops as so
 from rsc.actors.store import StoreError
-from rsc.protocol.routing import owner_key, stream_key
+from rsc.protocol.routing import stream_key
 
 PREFIX = "orders"
 SHARDS = [stream_key(PREFIX, 1, i) for i in range(3)]
@@ -100,12 +100,6 @@ def test_age_cut_id() -> None:
 
 
 def test_bad_arguments_are_refused_before_any_redis_call() -> None:
-    with pytest.raises(ValueError, match="to must be one of"):
-        so.reset_offsets(None, SHARDS, "g", "yesterday")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="timestamp_ms must be"):
-        so.reset_offsets(None, SHARDS, "g", so.TIMESTAMP)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="timestamp_ms is only for"):
-        so.reset_offsets(None, SHARDS, "g", so.LATEST, 5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_length must be"):
         so.apply_retention(None, SHARDS, ["g"], acked=True, max_length=0,  # type: ignore[arg-type]
                            max_age_ms=None, now_ms=0)
@@ -177,89 +171,6 @@ def test_group_totals_sum_every_group_from_one_xinfo_per_shard(client: CountingR
     assert result["billing"] == so.GroupTotals(lag=4, pending=2)
     assert result["audit"] == so.GroupTotals(lag=6, pending=0)
     assert result["ghost"] == so.GroupTotals(lag=None, pending=0)
-
-
-# --- group lifecycle -----------------------------------------------------------------------
-
-
-def test_delete_group_destroys_it_on_every_shard_and_tolerates_missing_ones(client: CountingRedis) -> None:
-    for stream in SHARDS[:2]:
-        client.xgroup_create(stream, "x:y", id="0", mkstream=True)
-        client.xgroup_create(stream, "billing", id="0")
-        client.set(owner_key(stream, "x:y"), "someone")
-    client.xgroup_create(SHARDS[2], "billing", id="0", mkstream=True)  # no x:y here
-    missing = stream_key(PREFIX, 1, 9)
-
-    client.round_trips = 0
-    assert so.delete_group(client, [*SHARDS, missing], "x:y") == 2
-    assert client.round_trips == 1
-    for stream in SHARDS:
-        assert [g["name"] for g in client.xinfo_groups(stream)] == ["billing"]
-        assert not client.exists(owner_key(stream, "x:y"))
-    assert so.delete_group(client, SHARDS, "x:y") == 0
-
-
-def test_reset_to_earliest_redelivers_what_the_shard_retains_and_clears_pending(
-        client: CountingRedis) -> None:
-    ids = produce(client, SHARDS[0], 5)
-    client.xgroup_create(SHARDS[0], "billing", id="0")
-    client.xack(SHARDS[0], "billing", *read(client, SHARDS[0], "billing", 5)[:2])
-    assert client.xpending(SHARDS[0], "billing")["pending"] == 3
-
-    client.round_trips = 0
-    assert so.reset_offsets(client, SHARDS[:1], "billing", so.EARLIEST) == [(SHARDS[0], "0-0")]
-    assert client.round_trips == 1
-    info = group_info(client, SHARDS[0], "billing")
-    assert (info["pending"], info["last-delivered-id"], info["lag"]) == (0, "0-0", 5)
-    assert read(client, SHARDS[0], "billing", 10) == ids
-
-
-def test_reset_to_latest_delivers_only_new_entries(client: CountingRedis) -> None:
-    ids = produce(client, SHARDS[0], 4)
-    client.xgroup_create(SHARDS[0], "billing", id="0")
-    read(client, SHARDS[0], "billing", 1)
-    assert so.reset_offsets(client, SHARDS[:1], "billing", so.LATEST) == [(SHARDS[0], ids[-1])]
-    info = group_info(client, SHARDS[0], "billing")
-    assert (info["pending"], info["lag"]) == (0, 0)
-    [new] = produce(client, SHARDS[0], 1)
-    assert read(client, SHARDS[0], "billing", 10) == [new]
-
-
-@pytest.mark.parametrize(("timestamp_ms", "expected_last", "expected_next"), [
-    (3000, "2000-0", ["3000-0", "4000-0", "5000-0"]),  # an entry exactly at the timestamp
-    (3500, "3000-0", ["4000-0", "5000-0"]),  # between entries
-    (500, "0-0", ["1000-0", "2000-0", "3000-0", "4000-0", "5000-0"]),  # before everything
-    (0, "0-0", ["1000-0", "2000-0", "3000-0", "4000-0", "5000-0"]),
-])
-def test_reset_to_timestamp_makes_the_first_entry_at_or_after_it_the_next_one(
-        client: CountingRedis, timestamp_ms: int, expected_last: str, expected_next: list[str]) -> None:
-    produce(client, SHARDS[0], 5, start_ms=1000)
-    client.xgroup_create(SHARDS[0], "billing", id="$")
-    assert so.reset_offsets(client, SHARDS[:1], "billing", so.TIMESTAMP, timestamp_ms) == [
-        (SHARDS[0], expected_last)]
-    assert client.xpending(SHARDS[0], "billing")["pending"] == 0
-    assert read(client, SHARDS[0], "billing", 10) == expected_next
-
-
-def test_reset_to_a_timestamp_after_every_entry_is_like_latest(client: CountingRedis) -> None:
-    produce(client, SHARDS[0], 3, start_ms=1000)
-    client.xgroup_create(SHARDS[0], "billing", id="0")
-    read(client, SHARDS[0], "billing", 1)
-    assert so.reset_offsets(client, SHARDS[:1], "billing", so.TIMESTAMP, 9000) == [(SHARDS[0], "3000-0")]
-    client.xadd(SHARDS[0], {"n": "late"}, id="4000-0")  # newer than the last entry, older than 9000
-    assert read(client, SHARDS[0], "billing", 10) == ["4000-0"]
-
-
-def test_reset_to_timestamp_after_a_trim_and_on_empty_or_missing_shards(client: CountingRedis) -> None:
-    produce(client, SHARDS[0], 5, start_ms=1000)
-    client.xtrim(SHARDS[0], minid="4000-0", approximate=False)
-    client.xgroup_create(SHARDS[0], "billing", id="0")
-    client.xgroup_create(SHARDS[1], "billing", id="0", mkstream=True)
-    missing = stream_key(PREFIX, 1, 9)
-    assert so.reset_offsets(client, [SHARDS[0], SHARDS[1], missing], "billing", so.TIMESTAMP, 2000) == [
-        (SHARDS[0], "0-0"), (SHARDS[1], "0-0"), (missing, "0-0")]
-    assert read(client, SHARDS[0], "billing", 10) == ["4000-0", "5000-0"]
-    assert group_info(client, missing, "billing")["last-delivered-id"] == "0-0"  # group restored
 
 
 # --- retention -----------------------------------------------------------------------------
@@ -439,8 +350,8 @@ def test_store_id_is_written_once_and_rewritten_the_same_when_missing(client: Co
 
 def test_errors_become_store_errors(client: CountingRedis) -> None:
     client.set(SHARDS[0], "not a stream")
-    with pytest.raises(StoreError, match="reset offsets"):
-        so.reset_offsets(client, SHARDS[:1], "billing", so.EARLIEST)
+    with pytest.raises(StoreError, match="apply retention"):
+        so.trim_acked(client, SHARDS[:1], ["billing"])
     with pytest.raises(StoreError, match="length"):
         so.shard_lag(client, SHARDS[:1], "billing")
     dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
@@ -451,13 +362,15 @@ def test_errors_become_store_errors(client: CountingRedis) -> None:
 def test_a_client_without_decoded_responses_reads_the_same(redis_url: str) -> None:
     raw: Any = redis.Redis.from_url(redis_url)
     try:
-        ids: list[Any] = produce(raw, SHARDS[0], 3, start_ms=1000)
+        produce(raw, SHARDS[0], 3, start_ms=1000)
         raw.xgroup_create(SHARDS[0], "billing", id="0")
         read(raw, SHARDS[0], "billing", 1)
         [lag] = so.shard_lag(raw, SHARDS[:1], "billing")
         assert (lag.last_delivered_id, lag.lag, lag.pending) == ("1000-0", 2, 1)
         assert so.group_totals(raw, SHARDS[:1], ["billing"]) == {"billing": so.GroupTotals(2, 1)}
-        assert so.reset_offsets(raw, SHARDS[:1], "billing", so.LATEST) == [(SHARDS[0], ids[-1].decode())]
+        assert so.drain_counts(raw, SHARDS[:1], ["billing"]) == [
+            so.DrainCount(SHARDS[0], "billing", 2, 1)]
+        assert so.trim_acked(raw, SHARDS[:1], ["billing"]) == [0]  # the pending one stays first
         assert isinstance(so.ensure_store_id(raw), str)
     finally:
         raw.close()
