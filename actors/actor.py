@@ -62,16 +62,10 @@ class Reply:
         self.owner.wake()
 
 
-class Slot(Protocol):
-    """Where an answer goes: a session's Reply, or a Collect inside the coordinator."""
-
-    def resolve(self, message: Any) -> None: ...
-
-
 @attrs.frozen
 class Envelope:
     request: Any  # a protocol request, SummariesRequest or Tick
-    reply: Slot | None
+    reply: Reply | Collect | None  # a session's reply slot, or one inside the coordinator
     session: Outbox | None
 
 
@@ -127,6 +121,7 @@ class PrefixActor:
         self.session_members: dict[Outbox, set[tuple[str, str]]] = {}
         self.subscribers: set[Outbox] = set()
         self.watches: dict[Outbox, list[Watch]] = {}  # describeGroup with watch: true
+        self.shards_readable = True  # the last shard_ops call worked (to log outages once)
         self.send_channel, self.receive_channel = trio.open_memory_channel[Envelope](4096)
         self.healthy = True
 
@@ -155,15 +150,16 @@ class PrefixActor:
         now = now_ms()
         machine = self.machine
         machine.store_id = self.identity.value
-        answers: list[tuple[Slot | None, Answer, Outbox | None]] = []
-        summaries: list[Slot | None] = []
+        answers: list[tuple[Reply | Collect | None, Answer, Outbox | None]] = []
+        summaries: list[Collect] = []
         for envelope in batch:
             request = envelope.request
             if isinstance(request, Tick):
                 machine.tick(request.now_ms)
                 continue
             if isinstance(request, SummariesRequest):
-                summaries.append(envelope.reply)
+                if isinstance(envelope.reply, Collect):
+                    summaries.append(envelope.reply)
                 continue
             started = trio.current_time()
             answers.append((envelope.reply, machine.handle(request, now), envelope.session))
@@ -179,7 +175,7 @@ class PrefixActor:
         checkpoint = machine.checkpoint()
         durable = await self._write(checkpoint)
         if not durable:
-            machine.write_failed(now_ms())
+            machine.write_failed(checkpoint, now_ms())
         for read in machine.lag_reads():
             machine.lag_measured(read, await self._read(shard_ops.shard_lag, read.streams,
                                                         read.group))
@@ -196,9 +192,8 @@ class PrefixActor:
             if totals_read is not None:
                 totals = await self._read(shard_ops.group_totals, totals_read.streams,
                                           totals_read.groups)
-            for reply in summaries:
-                if reply is not None:
-                    reply.resolve(machine.summaries(totals))
+            for collect in summaries:
+                collect.resolve(machine.summaries(totals))
         if durable:
             self._after_commit(checkpoint)
         await self._retention()
@@ -226,13 +221,19 @@ class PrefixActor:
         self.machine.drain_measured(shard_ops.drain_report(counts))
 
     async def _read(self, operation: Any, *args: Any) -> Any:
-        """A shard_ops call in a worker thread; None (logged) when Redis failed."""
+        """A shard_ops call in a worker thread; None when Redis failed (logged once per outage)."""
         try:
-            return await trio.to_thread.run_sync(operation, self.store.client, *args)
+            result = await trio.to_thread.run_sync(operation, self.store.client, *args)
         except StoreError as exc:
-            log_event(log, "shards.unavailable", level=logging.WARNING, prefix=self.prefix,
-                      error=str(exc))
+            if self.shards_readable:
+                log_event(log, "shards.unreadable", level=logging.WARNING, prefix=self.prefix,
+                          error=str(exc))
+            self.shards_readable = False
             return None
+        if not self.shards_readable:
+            log_event(log, "shards.readable", prefix=self.prefix)
+        self.shards_readable = True
+        return result
 
     async def _retention(self) -> None:
         """T1..T3, when the machine says it is due: trim, then count what went."""
@@ -314,6 +315,8 @@ class PrefixActor:
     def _write_blocking(self, checkpoint: Checkpoint) -> None:
         for create in checkpoint.create:
             self.store.create_consumer_groups(create.streams, create.groups)
+        if checkpoint.unseal:
+            self.streams.unseal(checkpoint.unseal)
         if checkpoint.seal:
             self.streams.seal(checkpoint.seal)
         if checkpoint.retire is not None:

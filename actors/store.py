@@ -258,6 +258,13 @@ class StreamAdmin:
         except redis.RedisError as exc:
             raise StoreError(f"cannot seal streams: {exc}") from exc
 
+    def unseal(self, streams: Iterable[str]) -> None:
+        """Writes land again (a reshard whose metadata write failed sealed them)."""
+        try:
+            self.client.delete(*(seal_key(stream) for stream in streams))
+        except redis.RedisError as exc:
+            raise StoreError(f"cannot unseal streams: {exc}") from exc
+
     def destroy_consumer_groups(self, streams: Iterable[str], groups: Iterable[str]) -> None:
         """G1: drop these consumer groups from these streams (a missing stream or group is fine)."""
         streams, groups = list(streams), list(groups)
