@@ -42,7 +42,7 @@ def batch(machine: PrefixMachine, *requests: m.Request, now: int = 0,
     if durable:
         machine.committed(checkpoint)
     else:
-        machine.write_failed(now)
+        machine.write_failed(checkpoint, now)
     return answers, checkpoint
 
 
