@@ -4,11 +4,13 @@ One actor task per stream prefix (the unit of metadata: one Redis hash, one
 check-and-set). It drains its mailbox in batches: hand every request to the
 machine, measure drain when the machine asks, write the machine's checkpoint
 once (H12: durable first), tell the machine how the write went, then answer
-and push. Sessions and subscribers (where to push) live here; every decision
-lives in actors/prefix.py.
+and push. Sessions, subscribers and watches (where to push) live here; every
+decision lives in actors/prefix.py (and actors/watch.py). Reads and trims of
+the shard streams (lag, drain, retention) go through actors/shard_ops.py, one
+pipelined round trip per call.
 
 D4 (Redis stalls are not member failures): the store I/O of one batch (the
-drain check, the checkpoint, offset moves and cleanup) has a deadline of a
+drain check, the checkpoint, offset moves, cleanup, and each shard read) has a deadline of a
 third of the lease TTL. Past it the worker thread is abandoned (it finishes in
 the background), the batch is answered as a failed write
 (COORDINATOR_NOT_AVAILABLE for what would reveal new state) and the machine
@@ -30,23 +32,27 @@ and the pool's fixed timeout is shared with the lease renewal and loads.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import attrs
 import trio
 
+from rsc.actors import shard_ops
 from rsc.actors.group import GroupMachine, GroupSettings
 from rsc.actors.logs import log_event
 from rsc.actors.prefix import Answer, Checkpoint, GroupBudget, PrefixMachine
 from rsc.actors.records import PrefixSnapshot
 from rsc.actors.store import STORE_IO_ERRORS, MetadataStore, StoreError, StoreFenced, StreamAdmin
+from rsc.actors.watch import Watch
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
-from rsc.protocol.vocabulary import LEAVE_EPOCH
+from rsc.protocol.vocabulary import LEAVE_EPOCH, RetentionMode
 
 log = logging.getLogger("rsc.coordinator")
 
@@ -126,15 +132,24 @@ def now_ms() -> int:
     return math.floor(trio.current_time() * 1000)
 
 
+@attrs.define
+class StoreIdentity:
+    """The coordinator's `rsc:store-id` (shard_ops.ensure_store_id), shared by every actor."""
+
+    value: str | None = None
+
+
 class PrefixActor:
     """Runs one stream prefix's machine: batches, the store, sessions and subscribers."""
 
     def __init__(self, prefix: str, store: MetadataStore, settings: GroupSettings,
                  *, push_enabled: bool = True, metrics: Any = None,
-                 keep_drained_streams: bool = False, budget: GroupBudget | None = None,
+                 keep_drained_streams: bool = False,
+                 identity: StoreIdentity | None = None, budget: GroupBudget | None = None,
                  max_group_size: int | None = None, store_deadline_ms: float | None = None) -> None:
         self.prefix = prefix
         self.store = store
+        self.identity = identity or StoreIdentity()
         self.streams = StreamAdmin(store.client)
         self.machine = PrefixMachine(prefix, settings, keep_drained_streams=keep_drained_streams,
                                      budget=budget, max_group_size=max_group_size)
@@ -149,6 +164,8 @@ class PrefixActor:
         self.sessions: dict[tuple[str, str], Outbox] = {}
         self.session_members: dict[Outbox, set[tuple[str, str]]] = {}
         self.subscribers: set[Outbox] = set()
+        self.watches: dict[Outbox, list[Watch]] = {}  # describeGroup with watch: true
+        self.shards_readable = True  # the last shard_ops call worked (to log outages once)
         self.send_channel, self.receive_channel = trio.open_memory_channel[Envelope](4096)
         self.healthy = True
 
@@ -182,7 +199,8 @@ class PrefixActor:
             if abandoned.ok and abandoned.checkpoint is not None:
                 machine.adopt(abandoned.checkpoint, now)  # it landed: Redis holds it
                 log_event(log, "store.write_landed_late", level=logging.WARNING, prefix=self.prefix)
-        answers: list[tuple[Reply | Collect | None, Answer]] = []
+        machine.store_id = self.identity.value
+        answers: list[tuple[Reply | Collect | None, Answer, Outbox | None]] = []
         summaries: list[Collect] = []
         for envelope in batch:
             request = envelope.request
@@ -194,7 +212,7 @@ class PrefixActor:
                     summaries.append(envelope.reply)
                 continue
             started = trio.current_time()
-            answers.append((envelope.reply, machine.handle(request, now)))
+            answers.append((envelope.reply, machine.handle(request, now), envelope.session))
             if isinstance(request, m.Heartbeat):
                 self._track_session((request.consumer_group, request.member_id),
                                     None if request.member_epoch == LEAVE_EPOCH else envelope.session)
@@ -209,17 +227,31 @@ class PrefixActor:
         durable = await self._write(checkpoint, deadline, stalled=stalled)
         if not durable:
             machine.write_failed(checkpoint, now_ms())
-        for reply, answer in answers:
+        for read in machine.lag_reads():
+            machine.lag_measured(read, await self._read(shard_ops.shard_lag, read.streams,
+                                                        read.group, deadline=deadline))
+        for reply, answer, session in answers:
             response = machine.resolve(answer, durable=durable)
             if reply is not None:
                 reply.resolve(response)
             refused = REFUSALS.get(response.status)
             if refused is not None and self.metrics is not None:
                 self.metrics.join_refused(refused)
-        for collect in summaries:
-            collect.resolve(machine.summaries())
+            request = answer.request
+            if (isinstance(request, m.DescribeGroup) and request.watch and session is not None
+                    and isinstance(response, m.GroupDescription) and response.status == Status.OK):
+                self.watches.setdefault(session, []).append(Watch(request, response, now_ms()))
+        if summaries:
+            totals_read, totals = machine.totals_read(), None
+            if totals_read is not None:
+                totals = await self._read(shard_ops.group_totals, totals_read.streams,
+                                          totals_read.groups, deadline=deadline)
+            for collect in summaries:
+                collect.resolve(machine.summaries(totals))
         if durable:
             self._after_commit(checkpoint)
+        await self._retention()
+        await self._refresh_watches()
         if self.metrics is not None and machine.migration is not None:
             self.metrics.set_migration_progress(self.prefix, len(machine.migration.drained),
                                                 len(machine.migration.from_streams))
@@ -266,21 +298,83 @@ class PrefixActor:
                            "(a third of the lease) and was abandoned; retry with backoff")
 
     async def _measure_drain(self, deadline: float) -> bool:
-        """R2: the machine asked how far the old shards are drained; False when the store stalled."""
+        """R2, G2: the machine asked how far the old shards are drained, and by whom not;
+        False when the store stalled (D4).
+
+        An entry removed by retention counts as delivered (shard_ops.drain_counts).
+        """
         query = self.machine.drain_query()
         if query is None:
             return True
         try:
-            report = await self._store_call(deadline, "drain check", self.streams.drain_report,
-                                            query.streams, query.groups)
+            counts = await self._store_call(deadline, "drain check", shard_ops.drain_counts,
+                                            self.store.client, query.streams, query.groups)
         except StoreStalled as exc:
             log.warning("migration of prefix %s waits: %s", self.prefix, exc)
             return False
         except StoreError as exc:
             log.warning("migration of prefix %s waits: %s", self.prefix, exc)
             return True
-        self.machine.drain_measured(report)
+        self.machine.drain_measured(shard_ops.drain_report(counts))
         return True
+
+    async def _read(self, operation: Any, *args: Any, deadline: float | None = None) -> Any:
+        """A shard_ops call in a worker thread; None when Redis failed (logged once per outage).
+
+        Bounded like every store call (D4): by the batch's deadline, or a third of
+        the lease from now.
+        """
+        if deadline is None:
+            deadline = trio.current_time() + self.store_deadline_s
+        try:
+            result = await self._store_call(deadline, getattr(operation, "__name__", "shard read"),
+                                            operation, self.store.client, *args)
+        except StoreError as exc:
+            if self.shards_readable:
+                log_event(log, "shards.unreadable", level=logging.WARNING, prefix=self.prefix,
+                          error=str(exc))
+            self.shards_readable = False
+            return None
+        if not self.shards_readable:
+            log_event(log, "shards.readable", prefix=self.prefix)
+        self.shards_readable = True
+        return result
+
+    async def _retention(self) -> None:
+        """T1..T3, when the machine says it is due: trim, then count what went."""
+        retention_pass = self.machine.retention_pass()
+        if retention_pass is None:
+            return
+        retention = retention_pass.retention
+        trim = functools.partial(shard_ops.apply_retention,
+                                 acked=retention.mode == RetentionMode.ACKED,
+                                 max_length=retention.max_length, max_age_ms=retention.max_age_ms,
+                                 now_ms=int(time.time() * 1000))  # stream ids are wall-clock ms
+        results = await self._read(trim, retention_pass.streams, retention_pass.groups)
+        if results is not None and self.metrics is not None:
+            self.metrics.observe_retention(self.prefix, results)
+
+    async def _refresh_watches(self) -> None:
+        """Push to every due watch whose description changed (the rules: actors/watch.py)."""
+        if not self.watches:
+            return
+        streams = self.machine.live_streams()
+        for session, watches in list(self.watches.items()):
+            for watch in list(watches):
+                now = now_ms()
+                if not watch.due(now):
+                    continue
+                group = watch.request.consumer_group
+                lags = None
+                if group in self.groups:
+                    lags = await self._read(shard_ops.shard_lag, streams, group)
+                push = watch.offer(self.machine.describe(watch.request, now, lags), now)
+                if push is not None:
+                    session.push(push)
+                if watch.over:
+                    watches.remove(watch)
+            if not watches:
+                self.watches.pop(session, None)
 
     async def _write(self, checkpoint: Checkpoint, deadline: float, *, stalled: bool = False) -> bool:
         """Write the checkpoint; False (the machine rolls back) when the store failed or stalled."""
@@ -381,6 +475,7 @@ class PrefixActor:
 
     def forget_session(self, session: Outbox) -> None:
         self.subscribers.discard(session)
+        self.watches.pop(session, None)
         for key in self.session_members.pop(session, ()):
             del self.sessions[key]
 

@@ -206,8 +206,9 @@ class CoordinatorServer:
                 reply.resolve(answered)
                 return
         actor = self.router.actor(prefix, create=creates)
-        if actor is None:
-            reply.resolve(message.unknown_group())
+        if actor is None:  # a prefix never seen: UNKNOWN_STREAM for setRetention, else UNKNOWN_GROUP
+            reply.resolve(message.unknown_stream() if isinstance(message, m.SetRetention)
+                          else message.unknown_group())
             return
         await self.router.send(prefix, Envelope(message, reply, session))
 

@@ -15,6 +15,7 @@ import pytest
 import redis
 import trio
 
+from rsc.actors import shard_ops
 from rsc.actors.actor import Collect, Envelope, PrefixActor, Tick, now_ms
 from rsc.actors.group import GroupSettings
 from rsc.actors.records import Changes, GroupRecord, OwnerToken, replay
@@ -148,7 +149,8 @@ def test_every_io_failure_of_the_store_is_a_store_error(redis_url):
         "release": store.release,
         "create_consumer_groups": lambda: store.create_consumer_groups(["{s}"], [GROUP]),
         "seal": lambda: streams.seal(["{s}"]),
-        "drain_report": lambda: streams.drain_report(["{s}"], [GROUP]),
+        "drain_counts": lambda: shard_ops.drain_counts(store.client, ["{s}"], [GROUP]),
+        "shard_lag": lambda: shard_ops.shard_lag(store.client, ["{s}"], GROUP),
         "retire": lambda: streams.retire(["{s}"], [GROUP]),
     }
     for name, call in calls.items():
@@ -310,24 +312,26 @@ async def test_d4_a_stalled_write_is_abandoned_at_a_third_of_the_lease(redis_url
     store.close()
 
 
-class StalledDrain(StreamAdmin):
+class StalledDrain:
     """Drain checks block while `running` is clear."""
 
-    def __init__(self, client: Any) -> None:
-        super().__init__(client)
+    def __init__(self) -> None:
         self.running = threading.Event()
         self.running.set()
+        self.real = shard_ops.drain_counts
 
-    def drain_report(self, streams: Any, groups: Any) -> Any:
+    def __call__(self, *args: Any) -> Any:
         assert self.running.wait(20)
-        return super().drain_report(streams, groups)
+        return self.real(*args)
 
 
-async def test_d4_a_stalled_drain_check_is_abandoned_and_its_batch_answered_unavailable(redis_url):
+async def test_d4_a_stalled_drain_check_is_abandoned_and_its_batch_answered_unavailable(
+        redis_url, monkeypatch):
     store = new_store(redis_url)
     async with trio.open_nursery() as nursery:
         actor = await start_actor(nursery, store)
-        stalled = actor.streams = StalledDrain(store.client)
+        stalled = StalledDrain()
+        monkeypatch.setattr(shard_ops, "drain_counts", stalled)
         a = await ask(actor, join("a"))
         assert a.status == Status.OK
         client = redis.Redis.from_url(redis_url)
