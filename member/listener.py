@@ -13,6 +13,12 @@
 assignment); `runtime_max_concurrency` is each member's worker capacity,
 reported to the coordinator; the workers actually used follow the
 coordinator's `maxConcurrency`. Sync handlers run in worker threads.
+
+Before its first read each member checks that its Redis is the coordinator's
+(the heartbeat routing's `storeId`); another Redis makes `run` raise
+`StoreMismatch` naming both URLs (`check_store_id=False` skips this, for a
+caller that checked already). A join refused by a coordinator cap is retried
+with backoff and said once as a warning (and a `join refused` event).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from collections.abc import Callable
 import trio
 
 from rsc.member.ids import make_member_id
+from rsc.member.notices import Notices
 from rsc.member.policies import AckPolicy, RetryPolicy
 from rsc.member.runtime import AckObserver, EventCallback, Handler, Member, MemberConfig, ReadObserver
 
@@ -37,7 +44,8 @@ class Listener:
                  member_ids: list[str] | None = None,
                  on_event: EventCallback | None = None,
                  read_observer: ReadObserver | None = None,
-                 ack_observer: AckObserver | None = None) -> None:
+                 ack_observer: AckObserver | None = None,
+                 check_store_id: bool = True, notices: Notices | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if runtime_max_concurrency < 1:
@@ -49,9 +57,10 @@ class Listener:
                                 stream_prefix=stream_prefix, consumer_group=consumer_group,
                                 member_id=member_id, capacity=runtime_max_concurrency,
                                 token=token, ack_policy=ack_policy, retry=retry,
-                                read_count=read_count, block_ms=block_ms),
+                                read_count=read_count, block_ms=block_ms,
+                                check_store_id=check_store_id),
                    handler, on_event=on_event, read_observer=read_observer,
-                   ack_observer=ack_observer)
+                   ack_observer=ack_observer, notices=notices)
             for member_id in ids[:concurrency]
         ]
 
