@@ -8,6 +8,7 @@ less than a lease TTL ago, both checked in one step.
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import attrs
 
@@ -273,7 +274,7 @@ def test_a_handler_start_is_counted_in_flight_only_when_admitted():
 # --- what a heartbeat's routing tells: storeId and retention ---------------------------------
 
 
-def routing(store_id: str | None = None, mode: str | None = None) -> object:
+def routing(store_id: str | None = None, mode: str | None = None) -> Any:
     """A heartbeat's routing carrying `storeId` / `retention.mode`: the protocol's own classes
     where they have those fields, else a stand-in with the same attribute names."""
     fields = attrs.fields_dict(RoutingSummary)
@@ -286,7 +287,7 @@ def routing(store_id: str | None = None, mode: str | None = None) -> object:
     return SimpleNamespace(version=1, shard_count=2, store_id=store_id, retention=retention)
 
 
-def routed(ledger: Ledger, route: object, at: float = 0.0) -> None:
+def routed(ledger: Ledger, route: Any, at: float = 0.0) -> None:
     exchange(ledger, attrs.evolve(respond(assigned=("a",)), routing=route), at)
 
 
