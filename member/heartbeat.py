@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 
 FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 1.0
-JOIN_TOPIC = "join"
 
 _CAP_HINTS = {
     Status.GROUP_MAX_SIZE_REACHED: "the group has as many members as the coordinator's "
@@ -39,12 +38,13 @@ _CAP_HINTS = {
 }
 
 
-def join_refused_line(coordinator_url: str, stream_prefix: str, consumer_group: str,
-                      status: Status) -> str:
+def join_refused_line(coordinator_url: str, member_id: str, stream_prefix: str,
+                      consumer_group: str, status: Status) -> str:
     """The warning line of a join refused by a cap (A1), the same for every retry."""
     hint = _CAP_HINTS.get(status, "")
-    return (f"the coordinator at {coordinator_url} refused a member of group {consumer_group!r} "
-            f"on prefix {stream_prefix!r}: {status.value} ({hint}); retrying the join with backoff")
+    return (f"the coordinator at {coordinator_url} refused member {member_id} of group "
+            f"{consumer_group!r} on prefix {stream_prefix!r}: {status.value} ({hint}); "
+            "retrying the join with backoff")
 
 
 async def run_session(core: MemberCore) -> None:
@@ -82,6 +82,7 @@ async def _heartbeat_loop(core: MemberCore, session: Session) -> None:
     config, ledger = core.config, core.ledger
     join_backoff = Backoff(config.join_retry_initial_s,
                            max(config.join_retry_initial_s, config.join_retry_max_s))
+    join_topic = f"join {core.member_id}"  # per member: others of the group may be in
     while True:
         core.heartbeat_due = False
         request, sent, actions = ledger.heartbeat(
@@ -104,13 +105,14 @@ async def _heartbeat_loop(core: MemberCore, session: Session) -> None:
                             or config.default_heartbeat_interval_ms)
         refused = ledger.state.join_refused
         if refused is not None:  # A1: hold nothing, rejoin after a backoff, say so
-            core.notices.say(JOIN_TOPIC, join_refused_line(
-                config.coordinator_url, config.stream_prefix, config.consumer_group, refused))
+            core.notices.say(join_topic, join_refused_line(
+                config.coordinator_url, core.member_id, config.stream_prefix,
+                config.consumer_group, refused))
             interval_ms = join_backoff.next() * 1000
         elif ledger.state.joined:
             join_backoff.reset()
-            core.notices.clear(JOIN_TOPIC, f"a member of group {config.consumer_group!r} on "
-                               f"prefix {config.stream_prefix!r} joined")
+            core.notices.clear(join_topic, f"member {core.member_id} joined group "
+                               f"{config.consumer_group!r} on prefix {config.stream_prefix!r}")
         deadline = ledger.lease_deadline()
         if deadline is not None:  # wake at the lease deadline: fence, then rejoin
             interval_ms = max(0.0, min(interval_ms, deadline - core.clock()))

@@ -28,6 +28,7 @@ import rsc.member.heartbeat as heartbeat_shell
 from rsc.embedded_redis import EmbeddedRedis, free_port
 from rsc.member.config import MemberConfig
 from rsc.member.message import Message
+from rsc.member.notices import Notices
 from rsc.member.reconcile import Event
 from rsc.member.runtime import Member
 from rsc.member.streams import STORE_ID_KEY, StoreMismatch, StreamOps, supports_xackdel
@@ -185,8 +186,39 @@ async def test_join_refused_by_a_cap_holds_nothing_retries_with_backoff_and_says
     lines = warnings_of(caplog)
     said = [line for line in lines if status.value in line]
     assert len(said) == 1, lines  # rate-limited: once for three refusals
-    assert COORDINATOR_URL in said[0] and "retrying the join" in said[0]
-    assert any(line.endswith("joined") for line in lines), lines
+    assert COORDINATOR_URL in said[0] and MEMBER in said[0] and "retrying the join" in said[0]
+    assert f"member {MEMBER} joined group {GROUP!r} on prefix {PREFIX!r}" in lines, lines
+    client.close()
+
+
+async def test_members_sharing_notices_say_a_refused_join_once_while_others_are_in(
+        redis_url, scripted, nursery):
+    """As rsc consume runs them: one Notices for all; the member in never clears the line of
+    the member kept out, so it is neither repeated nor flapping."""
+    client = prepare(redis_url)
+    kept_out = "10.0.0.7-42-1-test"
+
+    def answer(request: Heartbeat) -> HeartbeatResponse:
+        if request.member_id == kept_out and request.member_epoch != LEAVE_EPOCH:
+            return HeartbeatResponse(request_id=request.request_id,
+                                     status=Status.GROUP_MAX_SIZE_REACHED,
+                                     member_id=request.member_id)
+        return accept(request)
+
+    coordinator = scripted(answer)
+    lines: list[str] = []
+    notices = Notices(lines.append)
+    inside = Member(config(redis_url), Recorder().handle, notices=notices)
+    outside = Member(config(redis_url, member_id=kept_out), Recorder().handle, notices=notices)
+    nursery.start_soon(inside.run)
+    nursery.start_soon(outside.run)
+    await wait_for(lambda: sum(r.member_id == kept_out for _, r in coordinator.requests) >= 6)
+    assert inside.core.joined.is_set() and not outside.core.joined.is_set()
+    assert outside.state.holds == {}
+    assert len(lines) == 1 and kept_out in lines[0] and "GROUP_MAX_SIZE_REACHED" in lines[0], lines
+    inside.stop()
+    outside.stop()
+    await wait_for(lambda: inside.core.left.is_set() and outside.core.left.is_set())
     client.close()
 
 
