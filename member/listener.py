@@ -30,7 +30,15 @@ import trio
 from rsc.member.ids import make_member_id
 from rsc.member.notices import Notices
 from rsc.member.policies import AckPolicy, RetryPolicy
-from rsc.member.runtime import AckObserver, EventCallback, Handler, Member, MemberConfig, ReadObserver
+from rsc.member.runtime import (
+    AckObserver,
+    EventCallback,
+    Handler,
+    Member,
+    MemberConfig,
+    ReadObserver,
+    StoreMismatch,
+)
 
 
 class Listener:
@@ -75,11 +83,26 @@ class Listener:
 
     async def run(self, *, task_status: trio.TaskStatus[Listener] = trio.TASK_STATUS_IGNORED
                   ) -> None:
-        """Run every member; `started` once all have joined; return once all have left."""
-        async with trio.open_nursery() as nursery:
-            for member in self.members:
-                await nursery.start(member.run)
-            task_status.started(self)
+        """Run every member; `started` once all have joined; return once all have left.
+
+        Raises StoreMismatch (not a group of them) when the members' Redis is not the
+        coordinator's.
+        """
+        try:
+            async with trio.open_nursery() as nursery:
+                for member in self.members:
+                    await nursery.start(member.run)
+                task_status.started(self)
+        except BaseExceptionGroup as group:
+            mismatch, rest = group.split(StoreMismatch)
+            if mismatch is None or rest is not None:
+                raise
+            raise _first_leaf(mismatch) from None
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def listener(stream_prefix: str, consumer_group: str, **options: object

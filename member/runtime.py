@@ -94,7 +94,8 @@ class Member:
         self.core.stop_requested.set()
 
     async def run(self, *, task_status: trio.TaskStatus[Member] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run until `stop()` has drained and left; `started` once the first join is accepted.
+        """Run until `stop()` has drained and left; `started` once the first join is accepted
+        (and the storeId its routing names is checked).
 
         Raises StoreMismatch (after leaving) when the member's Redis is not the
         coordinator's.
@@ -105,8 +106,9 @@ class Member:
         probe: redis.Redis = connect(config.redis_url, timeout_s=PROBE_TIMEOUT_S, retries=False)
         try:
             server_xackdel = await self._until_redis_answers(probe, supports_xackdel)
-            if server_xackdel is None:
-                return  # stopped before Redis answered: nothing was joined
+            if server_xackdel is None:  # stopped before Redis answered: nothing was joined
+                task_status.started(self)
+                return
             core.server_xackdel = server_xackdel
             if not config.check_store_id:
                 core.store_ok.set()
@@ -119,7 +121,7 @@ class Member:
                 nursery.start_soon(poll_lag, core)
                 with trio.CancelScope() as join_wait:
                     nursery.start_soon(_cancel_on, core.stop_requested, join_wait)
-                    await core.joined.wait()
+                    await core.changed.wait_until(self._started)
                 if core.fatal is None:
                     task_status.started(self)
                 await core.stop_requested.wait()
@@ -130,6 +132,11 @@ class Member:
         finally:
             misc_client.close()
             probe.close()
+
+    def _started(self) -> bool:
+        """Joined, and the storeId checked if the join's routing named one."""
+        core = self.core
+        return core.joined.is_set() and (core.store_ok.is_set() or not core.ledger.routed)
 
     async def _until_redis_answers(self, client: redis.Redis,
                                    call: Callable[[redis.Redis], bool]) -> bool | None:
@@ -172,6 +179,7 @@ class Member:
                 core.stop_requested.set()
                 return
         core.store_ok.set()
+        core.changed.fire()
         core.wake_reader()
 
 

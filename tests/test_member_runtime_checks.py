@@ -27,6 +27,7 @@ import trio
 import rsc.member.heartbeat as heartbeat_shell
 from rsc.embedded_redis import EmbeddedRedis, free_port
 from rsc.member.config import MemberConfig
+from rsc.member.listener import Listener
 from rsc.member.message import Message
 from rsc.member.notices import Notices
 from rsc.member.reconcile import Event
@@ -242,6 +243,21 @@ async def test_store_id_of_another_redis_stops_the_member_before_any_read(redis_
     client.close()
 
 
+async def test_listener_of_two_members_raises_one_store_mismatch_and_starts_nothing(
+        redis_url, scripted):
+    client = prepare(redis_url, "never-read", store_id="this-redis")
+    scripted(lambda request: accept(request, routing(store_id="coordinators")))
+    recorder = Recorder()
+    consumers = Listener(recorder.handle, stream_prefix=PREFIX, consumer_group=GROUP,
+                         coordinator_url=COORDINATOR_URL, redis_url=redis_url, concurrency=2,
+                         member_ids=[MEMBER, "10.0.0.7-42-1-test"], block_ms=50)
+    with trio.fail_after(15), pytest.raises(StoreMismatch, match="is not the coordinator's Redis"):
+        await consumers.run()
+    assert recorder.handled == []
+    assert not consumers.members[1].core.joined.is_set()  # the first one stopped the start
+    client.close()
+
+
 async def test_matching_store_id_lets_the_member_read(redis_url, scripted, nursery):
     client = prepare(redis_url, "read-me", store_id="same")
     scripted(lambda request: accept(request, routing(store_id="same")))
@@ -283,12 +299,15 @@ async def test_redis_down_at_start_is_retried_with_backoff_and_said(scripted, ca
 
 async def test_stop_while_redis_is_down_at_start_returns(scripted):
     scripted(accept)
-    member = Member(config(f"redis://127.0.0.1:{free_port()}/0"), Recorder().handle)
+    consumers = Listener(Recorder().handle, stream_prefix=PREFIX, consumer_group=GROUP,
+                         coordinator_url=COORDINATOR_URL,
+                         redis_url=f"redis://127.0.0.1:{free_port()}/0", member_ids=[MEMBER])
+    member = consumers.members[0]
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(member.run)
+            nursery.start_soon(consumers.run)
             await wait_for(lambda: member.core.notices.active("redis"))
-            member.stop()
+            consumers.stop()
     assert not member.core.joined.is_set()
 
 
