@@ -304,15 +304,8 @@ async def _store_id_loop(config: CoordinatorConfig, store: MetadataStore,
 
 
 def load_prefix(store: MetadataStore, prefix: str) -> PrefixSnapshot | None:
-    """One prefix's persisted metadata (None if it has none), to reload a failed actor.
-
-    Uses `store.load_prefix` when the store has one, else filters `load_all`.
-    """
-    load_one = getattr(store, "load_prefix", None)
-    if load_one is not None:
-        result: PrefixSnapshot | None = load_one(prefix)
-        return result
-    return store.load_all().get(prefix)
+    """One prefix's persisted metadata (None if it has none), to reload a failed actor."""
+    return store.load_prefix(prefix)
 
 
 def take_over_dead_local_holder(store: MetadataStore) -> bool:

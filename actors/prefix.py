@@ -585,10 +585,8 @@ class PrefixMachine:
         group = self.groups.get(request.consumer_group)
         if group is None:
             if request.member_epoch != JOIN_EPOCH:
-                # H13: only a join registers a group; a leave or a stale epoch is answered as
-                # an empty group answers it (H9, UNKNOWN_MEMBER_ID) and leaves nothing behind
-                ghost = GroupMachine(self.prefix, request.consumer_group, self.settings)
-                return ghost.heartbeat(request, now_ms, routing)
+                # H13: only a join registers a group; a leave (H9) or a stale epoch leaves nothing
+                return request.unknown_group()
             group = self._register(request.consumer_group)
         return group.heartbeat(request, now_ms, routing)
 

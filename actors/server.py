@@ -185,7 +185,7 @@ class CoordinatorServer:
             groups: list[m.GroupSummary] = []
             for prefix in sorted(self.router.actors):  # each answers after its current batch is durable
                 collect = Collect()
-                await self.router.send(prefix, Envelope(SummariesRequest(), collect, None))  # type: ignore[arg-type]
+                await self.router.send(prefix, Envelope(SummariesRequest(), collect, None))
                 await collect.done.wait()
                 groups.extend(collect.message)
             reply.resolve(m.Groups(request_id=message.request_id, status=Status.OK, groups=tuple(groups)))
@@ -195,12 +195,15 @@ class CoordinatorServer:
             # A1: an unknown prefix allocates nothing that outlives the request (but its session)
             if message.subscribe:
                 self.router.subscribe_unknown(prefix, session)
-            reply.resolve(_unknown_stream(message))
+            reply.resolve(message.unknown_stream())
             return
-        creates = isinstance(message, (m.Heartbeat, m.SetShardCount))
+        # A1, H13: only a join and setShardCount may create what outlives the request
+        creates = isinstance(message, m.SetShardCount) or (
+            isinstance(message, m.Heartbeat) and message.member_epoch == JOIN_EPOCH)
         actor = self.router.actor(prefix, create=creates)
-        if actor is None:
-            reply.resolve(_unknown_group(message))
+        if actor is None:  # setRetention names a prefix only: UNKNOWN_STREAM
+            reply.resolve(message.unknown_stream() if isinstance(message, m.SetRetention)
+                          else message.unknown_group())
             return
         await self.router.send(prefix, Envelope(message, reply, session))
 
@@ -224,17 +227,3 @@ def _check_before_lookup(message: Any) -> None:
     if isinstance(message, m.Heartbeat) and message.member_epoch == JOIN_EPOCH and message.owned_shards:
         raise ProtocolError("field 'ownedShards' must be empty on a join (memberEpoch 0)",
                             message.request_id)
-
-
-def _unknown_stream(message: m.GetRouting) -> m.Routing:
-    return m.Routing(request_id=message.request_id, status=Status.UNKNOWN_STREAM,
-                     stream_prefix=message.stream_prefix,
-                     error=f"stream prefix {message.stream_prefix!r} has no routing yet")
-
-
-def _unknown_group(message: Any) -> m.Message:
-    """The answer to a request naming a prefix this coordinator has never seen."""
-    if isinstance(message, m.SetRetention):
-        return message.unknown_stream()
-    response: m.Message = message.unknown_group()
-    return response
