@@ -201,7 +201,7 @@ class CoordinatorServer:
         creates = isinstance(message, m.SetShardCount) or (
             isinstance(message, m.Heartbeat) and message.member_epoch == JOIN_EPOCH)
         actor = self.router.actor(prefix, create=creates)
-        if actor is None:  # setRetention names a prefix only: UNKNOWN_STREAM
+        if actor is None:  # a prefix never seen: UNKNOWN_STREAM for setRetention, else UNKNOWN_GROUP
             reply.resolve(message.unknown_stream() if isinstance(message, m.SetRetention)
                           else message.unknown_group())
             return
