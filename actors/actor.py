@@ -388,13 +388,14 @@ class PrefixActor:
         except StoreFenced:
             raise
         except StoreError as exc:
+            # the outage itself is logged once for the whole coordinator (app.Readiness)
             if self.healthy:
-                log_event(log, "store.unavailable", level=logging.WARNING, prefix=self.prefix,
+                log_event(log, "prefix.write_failed", level=logging.DEBUG, prefix=self.prefix,
                           error=str(exc))
             self.healthy = False
             return False
         if not self.healthy:
-            log_event(log, "store.available", level=logging.WARNING, prefix=self.prefix)
+            log_event(log, "prefix.write_recovered", level=logging.DEBUG, prefix=self.prefix)
         self.healthy = True
         if self.metrics is not None:
             self.metrics.observe_checkpoint_seconds(trio.current_time() - started)
