@@ -1,0 +1,36 @@
+"""Connect to one Redis server or to a Redis Cluster through any one of its nodes.
+
+The URL names one node; `INFO cluster` says whether it runs in cluster mode
+(`cluster_enabled:1`), and then the client is redis-py's `RedisCluster`, which
+learns the slot map from that node and follows MOVED and ASK redirections.
+(member/redis_connect.py is the member side's twin: actors/ and member/ import
+nothing of each other.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+
+def connect(url: str, **options: Any) -> redis.Redis | redis.RedisCluster:
+    """A sync client for `url`: `RedisCluster` when that node is in cluster mode, else `Redis`.
+
+    `options` go to both (e.g. decode_responses, socket_timeout). Asks the node
+    once, so an unreachable Redis raises redis.ConnectionError here.
+    """
+    probe = redis.Redis.from_url(url, **options)
+    try:
+        enabled = str(probe.info("cluster").get("cluster_enabled", 0)) == "1"
+    except redis.ResponseError:
+        enabled = False  # a server without the cluster section is not a cluster node
+    if not enabled:
+        return probe
+    probe.close()
+    return redis.RedisCluster.from_url(url, **options)
+
+
+def is_cluster(client: Any) -> bool:
+    """True for a cluster client (its pipelines route each command to its slot's node)."""
+    return isinstance(client, redis.RedisCluster)
