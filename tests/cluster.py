@@ -178,6 +178,33 @@ class LocalCluster:
             with node.client() as client:
                 client.flushall()
 
+    def node_of(self, key: str) -> ClusterNode:
+        """The master serving `key`'s slot now."""
+        with self.nodes[0].client() as client:
+            slot = int(client.execute_command("CLUSTER", "KEYSLOT", key))
+            for row in client.execute_command("CLUSTER", "SLOTS"):
+                if row[0] <= slot <= row[1]:
+                    return next(node for node in self.nodes if node.port == int(row[2][1]))
+        raise ClusterError(f"slot of {key!r} is not served")
+
+    def move_slot(self, slot: int, source: ClusterNode, target: ClusterNode, *,
+                  finish: bool = True) -> None:
+        """Migrate `slot` with its keys from `source` to `target` (as redis-cli --cluster reshard).
+
+        finish=False stops after moving the keys, before the slot changes owner:
+        `source` then answers ASK for them.
+        """
+        with source.client() as src, target.client() as dst:
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+            while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+                src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+            if not finish:
+                return
+            for node in (target, source, *self.masters()):
+                with node.client() as client:
+                    client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+
     # --- start and stop --------------------------------------------------------------
 
     def start(self, timeout: float = 20.0) -> LocalCluster:

@@ -12,16 +12,18 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import pytest
 import redis
-from redis.exceptions import RedisClusterException
+from redis.exceptions import RedisClusterException, TryAgainError
 
 from rsc.actors import redis_connect as store_connect
 from rsc.actors.store import _CAS_WRITE, meta_key
 from rsc.embedded_redis import EmbeddedRedis
 from rsc.member import redis_connect as member_connect
+from rsc.member.cluster_streams import ClusterProduceOps, ClusterStreamOps
 from rsc.member.streams import _ACK_SCRIPT, _PRODUCE_SCRIPT, NOT_OWNER, StreamOps, supports_xackdel
 from rsc.protocol.routing import owner_key, seal_key, stream_key
 from tests.cluster import SLOTS, ClusterError, LocalCluster, server_binary
@@ -232,3 +234,112 @@ def test_xackdel_acks_and_deletes_while_the_owner_token_is_ours() -> None:
             assert client.xlen(shard) == 2 and client.xpending(shard, GROUP)["pending"] == 2
         finally:
             client.close()
+
+
+# --- the cluster data plane: ClusterStreamOps and ClusterProduceOps through the node router -----
+
+def _cluster_client(url: str) -> redis.RedisCluster:
+    client = member_connect.connect(url, decode_responses=True)
+    assert isinstance(client, redis.RedisCluster)
+    return client
+
+
+def _cluster_shards(client: redis.RedisCluster, count: int = SHARDS) -> list[str]:
+    shards = [stream_key(PREFIX, 1, index) for index in range(count)]
+    for shard in shards:
+        client.xgroup_create(shard, GROUP, id="0", mkstream=True)
+        client.set(owner_key(shard, GROUP), "member-a")
+    return shards
+
+
+def test_cluster_ops_produce_read_ack_and_lag_across_the_masters(cluster_url: str) -> None:
+    client = _cluster_client(cluster_url)
+    try:
+        shards = _cluster_shards(client)
+        producer = ClusterProduceOps(client)
+        ids = producer.write([(shard, f"k{i}", str(i)) for i, shard in enumerate(shards * 3)])
+        assert all(ids)
+        client.set(seal_key(shards[0]), "1")
+        assert producer.write([(shards[0], "k", "v"), (shards[1], "k", "v")])[0] is None
+        ops = ClusterStreamOps(client, GROUP, "member-a")
+        assert ops.lag(shards) == {shard: 3 + (shard == shards[1]) for shard in shards}
+        ops.send_read(shards, count=2, block_ms=100)
+        ops.send_read(shards, count=10, block_ms=100)
+        assert ops.reads_sent == 2
+        first, second = ops.receive_read(), ops.receive_read()
+        read: dict[str, list[str]] = {}
+        for shard, entries in first + second:
+            read.setdefault(shard, []).extend(entry[0] for entry in entries)
+        assert sorted(read) == sorted(shards)
+        assert sum(len(v) for v in read.values()) == 3 * SHARDS + 1
+        assert all(len(entries) <= 2 for _, entries in first)  # COUNT is per stream
+        assert ops.ack(read) == {shard: len(read[shard]) for shard in shards}
+        assert ops.lag(shards) == dict.fromkeys(shards, 0)
+        assert all(client.xpending(shard, GROUP)["pending"] == 0 for shard in shards)
+        client.set(owner_key(shards[2], GROUP), "member-b")
+        assert ops.ack({shards[2]: read[shards[2]]}) == {shards[2]: NOT_OWNER}
+    finally:
+        client.close()
+
+
+def test_cluster_read_waits_at_most_block_ms(cluster_url: str) -> None:
+    client = _cluster_client(cluster_url)
+    try:
+        ops = ClusterStreamOps(client, GROUP, "member-a")
+        shards = _cluster_shards(client, 6)
+        started = time.monotonic()
+        assert ops.read_new_raw(shards, count=10, block_ms=300) == []
+        assert 0.29 <= time.monotonic() - started < 1.5
+        assert ops.read_new_raw(shards, count=10, block_ms=0) == []
+        ClusterProduceOps(client).write([(shards[3], "k", "v")])
+        assert [shard for shard, _ in ops.read_new_raw(shards, count=10, block_ms=300)] == [shards[3]]
+    finally:
+        client.close()
+
+
+def test_cluster_claim_pending_takes_over_another_members_entries(cluster_url: str) -> None:
+    client = _cluster_client(cluster_url)
+    try:
+        shard = _cluster_shards(client, 1)[0]
+        ClusterProduceOps(client).write([(shard, f"k{i}", "v") for i in range(5)])
+        ClusterStreamOps(client, GROUP, "member-a").read_new_raw([shard], count=10, block_ms=0)
+        ops = ClusterStreamOps(client, GROUP, "member-b")
+        cursor, claimed = ops.claim_pending_raw(shard, "0-0", count=10)
+        assert cursor == "0-0" and len(claimed) == 5
+        assert client.xpending(shard, GROUP)["consumers"] == [{"name": "member-b", "pending": 5}]
+    finally:
+        client.close()
+
+
+def test_a_slot_migration_is_followed_through_ask_and_moved(cluster_url: str,
+                                                            redis_cluster: LocalCluster) -> None:
+    client = _cluster_client(cluster_url)
+    try:
+        shards = _cluster_shards(client, 3)
+        shard = shards[0]
+        producer, ops = ClusterProduceOps(client), ClusterStreamOps(client, GROUP, "member-a")
+        producer.write([(s, "k", "before") for s in shards])
+        source = redis_cluster.node_of(shard)
+        target = next(node for node in redis_cluster.masters() if node is not source)
+        slot = client.keyslot(shard)
+        redis_cluster.move_slot(slot, source, target, finish=False)  # keys moved: source says ASK
+        during = ops.read_new_raw(shards, count=10, block_ms=0)  # one key: ASKING, then read
+        assert sorted(s for s, _ in during) == sorted(shards)
+        # a script over two keys of a slot being migrated: the server says TRYAGAIN until it ends
+        with pytest.raises(TryAgainError):
+            producer.write([(shard, "k", "during")])
+        for node in (target, source, *redis_cluster.masters()):
+            with node.client() as c:
+                c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+        assert producer.write([(shard, "k", "after")])[0]  # the client's map is stale: MOVED
+        after = ops.read_new_raw([shard], count=10, block_ms=0)
+        ids: dict[str, list[str]] = {}
+        for s, entries in during + after:
+            ids.setdefault(s, []).extend(e[0] for e in entries)
+        assert len(ids[shard]) == 2
+        assert ops.ack(ids) == {s: len(v) for s, v in ids.items()}
+        assert redis_cluster.node_of(shard) is target
+        with target.client() as owner:
+            assert owner.xlen(shard) == 2 and owner.exists(owner_key(shard, GROUP)) == 1
+    finally:
+        client.close()
