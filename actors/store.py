@@ -14,6 +14,10 @@ Blocking (redis-py's sync client); the actors call it through
   coordinator is fenced rather than overwriting a live one.
 - owner tokens `{shard}:owner:<group>` (value: memberId) that members' ack
   scripts check.
+
+On a Redis Cluster (the URL names any node) every script call and pipelined
+command names keys of one slot: the metadata hash alone, or one shard's
+hash tag; the cluster client sends each to its node and follows MOVED/ASK.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 import redis
 
+from rsc.actors.redis_connect import connect, is_cluster
 from rsc.protocol.routing import owner_key, seal_key
 
 EPOCH_KEY = "rsc:coordinator:epoch"
@@ -103,8 +108,11 @@ class MetadataStore:
 
     def __init__(self, redis_url: str, *, lease_ms: int) -> None:
         self.redis_url = redis_url
-        self.client = redis.Redis.from_url(redis_url, decode_responses=True,
-                                           socket_timeout=5, socket_connect_timeout=5)
+        try:  # one server, or a cluster through any one of its nodes
+            self.client: Any = connect(redis_url, decode_responses=True,
+                                       socket_timeout=5, socket_connect_timeout=5)
+        except redis.RedisError as exc:
+            raise StoreError(f"cannot use Redis at {redis_url}: {exc}") from exc
         self.lease_ms = lease_ms
         self.instance_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.coordinator_epoch = 0
@@ -192,10 +200,14 @@ class MetadataStore:
         for field, value in fields.items():
             args += [field, "" if value is None else json.dumps(value, separators=(",", ":"))]
         try:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.sadd(PREFIXES_KEY, prefix)
-            self._cas(keys=[meta_key(prefix)], args=args, client=pipe)
-            pipe.execute()
+            if is_cluster(self.client):  # two slots, and no scripts in a cluster pipeline
+                self.client.sadd(PREFIXES_KEY, prefix)
+                self._cas(keys=[meta_key(prefix)], args=args)
+            else:
+                pipe = self.client.pipeline(transaction=False)
+                pipe.sadd(PREFIXES_KEY, prefix)
+                self._cas(keys=[meta_key(prefix)], args=args, client=pipe)
+                pipe.execute()
         except redis.ResponseError as exc:
             if str(exc).startswith("FENCED"):
                 raise StoreFenced(str(exc)) from exc
@@ -285,7 +297,9 @@ class StreamAdmin:
         try:
             pipe = self.client.pipeline(transaction=False)
             for stream in streams:
-                pipe.delete(stream, seal_key(stream), *(owner_key(stream, g) for g in groups))
+                # one slot (the shard's hash tag): one DEL, in a cluster pipeline too
+                pipe.execute_command("DEL", stream, seal_key(stream),
+                                     *(owner_key(stream, g) for g in groups))
             pipe.execute()
         except redis.RedisError as exc:
             raise StoreError(f"cannot delete drained streams: {exc}") from exc

@@ -18,6 +18,8 @@ import attrs
 import redis
 from redis.exceptions import NoScriptError
 
+from rsc.member.redis_connect import connect as connect_any
+from rsc.member.redis_connect import is_cluster
 from rsc.protocol.routing import owner_key, seal_key
 
 NOT_OWNER = -1
@@ -112,8 +114,12 @@ class Script:
 
 
 def connect(redis_url: str) -> redis.Redis:
-    """A sync client decoding replies as UTF-8 text (hiredis when installed)."""
-    return redis.Redis.from_url(redis_url, decode_responses=True, socket_keepalive=True)
+    """A sync client decoding replies as UTF-8 text (hiredis when installed).
+
+    A `RedisCluster` when the URL names a cluster node; StreamOps and ProduceOps
+    over it are their cluster variants (rsc.member.cluster_streams).
+    """
+    return connect_any(redis_url, decode_responses=True, socket_keepalive=True)  # type: ignore[return-value]
 
 
 def redis_version(client: redis.Redis) -> tuple[int, ...]:
@@ -123,12 +129,21 @@ def redis_version(client: redis.Redis) -> tuple[int, ...]:
 
 
 def supports_xackdel(client: redis.Redis) -> bool:
-    """XACKDEL exists from Redis 8.2."""
+    """XACKDEL exists from Redis 8.2 (on a cluster: on every master)."""
+    if is_cluster(client):
+        return all(redis_version(node.redis_connection) >= (8, 2)
+                   for node in client.get_primaries())  # type: ignore[attr-defined]
     return redis_version(client) >= (8, 2)
 
 
 class StreamOps:
     """The data-plane commands for one consumer (memberId) of one consumer group."""
+
+    def __new__(cls, client: redis.Redis, *args: Any, **kwargs: Any) -> StreamOps:
+        if cls is StreamOps and is_cluster(client):  # one node per shard: its own module
+            from rsc.member.cluster_streams import ClusterStreamOps
+            return super().__new__(ClusterStreamOps)
+        return super().__new__(cls)
 
     def __init__(self, client: redis.Redis, consumer_group: str, consumer: str, *,
                  use_xackdel: bool | None = None) -> None:
@@ -285,6 +300,12 @@ def pairs(flat: Sequence[str] | Mapping[str, str] | None) -> dict[str, str]:
 
 class ProduceOps:
     """Writes of a producer: XADD through the seal-checking script, pipelined."""
+
+    def __new__(cls, client: redis.Redis) -> ProduceOps:
+        if cls is ProduceOps and is_cluster(client):
+            from rsc.member.cluster_streams import ClusterProduceOps
+            return super().__new__(ClusterProduceOps)
+        return super().__new__(cls)
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
