@@ -109,9 +109,17 @@ class NodeRouter:
                         continue
                 by_node.setdefault(node.name, (node, []))[1].append(index)
             refresh = bool(retry)
-            for node, indexes in by_node.values():
+            sent = []  # every node's pipeline is written before any reply is read: the
+            for node, indexes in by_node.values():  # masters work on them at the same time
                 try:
-                    replies = self._send(node, [(commands[i][1], i in asking) for i in indexes])
+                    sent.append((self._send(node, [(commands[i][1], i in asking) for i in indexes]),
+                                 indexes))
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    last_error, refresh = exc, True
+                    retry += indexes
+            for (client, connection, shape), indexes in sent:
+                try:
+                    replies = self._receive(client, connection, shape)
                 except (redis.ConnectionError, redis.TimeoutError) as exc:
                     last_error, refresh = exc, True
                     retry += indexes
@@ -145,19 +153,47 @@ class NodeRouter:
         assert last_error is not None
         raise last_error
 
-    def _send(self, node: Any, commands: Sequence[tuple[Sequence[Any], bool]]) -> list[Any]:
-        pipe = self._client(node).pipeline(transaction=False)
-        for words, ask in commands:
+    def _send(self, node: Any, commands: Sequence[tuple[Sequence[Any], bool]]
+              ) -> tuple[redis.Redis, Any, list[tuple[str, bool]]]:
+        """Write one node's commands (each after ASKING where asked) in one packet."""
+        client = self._client(node)
+        connection = client.connection_pool.get_connection()
+        words: list[Sequence[Any]] = []
+        shape = []
+        for command, ask in commands:
             if ask:
-                pipe.execute_command("ASKING")
-            pipe.execute_command(*words)
-        replies = pipe.execute(raise_on_error=False)
-        out, position = [], 0
-        for _, ask in commands:
-            position += 1 if ask else 0  # the ASKING reply
-            out.append(replies[position])
-            position += 1
-        return out
+                words.append(("ASKING",))
+            words.append(command)
+            shape.append((str(command[0]), ask))
+        try:
+            connection.send_packed_command(connection.pack_commands(words))
+        except BaseException:
+            connection.disconnect()
+            client.connection_pool.release(connection)
+            raise
+        return client, connection, shape
+
+    def _receive(self, client: redis.Redis, connection: Any, shape: Sequence[tuple[str, bool]]
+                 ) -> list[Any]:
+        """Read the replies `_send` asked for; error replies are returned in place."""
+        replies: list[Any] = []
+        try:
+            for name, ask in shape:
+                if ask:
+                    try:
+                        client.parse_response(connection, "ASKING")
+                    except redis.ResponseError:
+                        pass  # the command's own reply says what went wrong
+                try:
+                    replies.append(client.parse_response(connection, name))
+                except redis.ResponseError as exc:
+                    replies.append(exc)
+        except BaseException:
+            connection.disconnect()  # replies may be left on it
+            raise
+        finally:
+            client.connection_pool.release(connection)
+        return replies
 
     def call(self, key: str, *words: Any) -> Any:
         """One command; its error raised."""
@@ -287,7 +323,7 @@ class ClusterStreamOps(StreamOps):
     def lag(self, shards: Iterable[str]) -> dict[str, int | None]:
         shards = list(shards)
         lags: dict[str, int | None] = {}
-        replies = self.router.execute([(shard, ("XINFO", "GROUPS", shard)) for shard in shards])
+        replies = self.router.execute([(shard, ("XINFO GROUPS", shard)) for shard in shards])
         for shard, groups in zip(shards, replies, strict=True):
             lags[shard] = None
             if isinstance(groups, list):
