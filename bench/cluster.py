@@ -182,7 +182,7 @@ def consume_throughput(cluster: LocalCluster, processes: int, workers: int, mess
 def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
     from bench import resharding
 
-    messages = 60_000 if quick else 300_000
+    messages = 40_000 if quick else 300_000
     processes, workers = 3, 8
     result = ScenarioResult("cluster", "Redis Cluster: 1 master vs 3 masters, resharding on 3 masters",
                             columns=["case", "messages", "msg/s", "seconds", "shards per master",
