@@ -331,4 +331,5 @@ class ProduceOps:
 
     def add_raw(self, stream: str, fields: Mapping[str, str]) -> str:
         """A plain XADD (dead-letter stream)."""
-        return str(self.client.xadd(stream, dict(fields)))
+        entry: dict[Any, Any] = dict(fields)
+        return str(self.client.xadd(stream, entry))

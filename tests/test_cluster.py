@@ -20,6 +20,7 @@ import redis
 from redis.exceptions import RedisClusterException, TryAgainError
 
 from rsc.actors import redis_connect as store_connect
+from rsc.actors.records import COORDINATOR_EPOCH_FIELD
 from rsc.actors.store import _CAS_WRITE, meta_key
 from rsc.embedded_redis import EmbeddedRedis
 from rsc.member import redis_connect as member_connect
@@ -162,11 +163,11 @@ def test_producer_and_acker_scripts_run_on_the_cluster(cluster_url: str) -> None
 def test_store_check_and_set_script_runs_on_the_cluster(cluster_url: str) -> None:
     client = store_connect.connect(cluster_url, decode_responses=True)
     try:
-        key = meta_key(PREFIX)
-        assert client.eval(_CAS_WRITE, 1, key, 5, "routing", '{"v":1}') == 1
-        assert client.hgetall(key) == {"coordinatorEpoch": "5", "routing": '{"v":1}'}
+        key, epoch = meta_key(PREFIX), COORDINATOR_EPOCH_FIELD
+        assert client.eval(_CAS_WRITE, 1, key, 5, epoch, "routing", '{"v":1}') == 1
+        assert client.hgetall(key) == {epoch: "5", "routing": '{"v":1}'}
         with pytest.raises(redis.ResponseError, match="FENCED"):
-            client.eval(_CAS_WRITE, 1, key, 4, "routing", '{"v":2}')
+            client.eval(_CAS_WRITE, 1, key, 4, epoch, "routing", '{"v":2}')
         assert client.hget(key, "routing") == '{"v":1}'
     finally:
         client.close()

@@ -30,7 +30,7 @@ from tests.cluster import LocalCluster, free_cluster_port
 from tests.conftest import RunningCoordinator, start_coordinator
 from tests.processes import spawn_coordinator
 from tests.test_member_integration import ConsumerProcess
-from tests.test_member_support import pending_count, set_shards
+from tests.test_member_support import pending_count, set_shards, write_messages
 from tests.test_resharding_data import (
     GROUP,
     PREFIX,
@@ -283,3 +283,26 @@ async def test_manual_failover_of_a_master_while_producing_and_consuming(
     finally:
         client.close()
         await coordinator.stop()
+
+
+async def test_reset_offsets_and_delete_group_reach_every_master(
+        cluster_coordinator: RunningCoordinator, cluster_client: Any,
+        redis_cluster: LocalCluster) -> None:
+    url, redis_url = cluster_coordinator.url, cluster_coordinator.redis_url
+    streams = await set_shards(url, PREFIX, GROUP, 6)
+    assert len({redis_cluster.node_of(stream).port for stream in streams}) > 1
+    write_messages(redis_url, streams, [(f"k{i}", str(i)) for i in range(120)])
+    latest = await admin(url, m.ResetOffsets(request_id=0, stream_prefix=PREFIX, consumer_group=GROUP,
+                                             to="latest"))
+    assert isinstance(latest, m.OffsetsReset) and latest.status == "OK", latest
+    last_ids = {s: cluster_client.xinfo_stream(s)["last-generated-id"] for s in streams}
+    assert {o.shard: o.last_delivered_id for o in latest.shards} == last_ids
+    earliest = await admin(url, m.ResetOffsets(request_id=0, stream_prefix=PREFIX, consumer_group=GROUP,
+                                               to="earliest"))
+    assert isinstance(earliest, m.OffsetsReset) and earliest.status == "OK", earliest
+    assert {cluster_client.xinfo_groups(s)[0]["last-delivered-id"] for s in streams} == {"0-0"}
+    deleted = await admin(url, m.DeleteGroup(request_id=0, stream_prefix=PREFIX, consumer_group=GROUP))
+    assert deleted.status == "OK", deleted
+    with trio.fail_after(10):  # the consumer groups go after the records
+        while any(cluster_client.xinfo_groups(s) for s in streams):
+            await trio.sleep(0.05)
