@@ -26,15 +26,34 @@ from typing import Any
 
 import redis
 import trio
+from redis.crc import key_slot
 
 from bench.procs import BenchError, Child, _drain_stderr_forever, start_coordinator
 from bench.report import Progressor, ScenarioResult
-from tests.cluster import LocalCluster
+from rsc.protocol.routing import stream_key
+from tests.cluster import SLOTS, LocalCluster
 
-PREFIX, GROUP, SHARDS = "bcluster", "g", 12
+GROUP, SHARDS, ROUNDS = "g", 12, 2
 GATE_KEY = "gate"
 READ_COUNT = 500
 
+
+def balanced_prefix(masters: int = 3) -> str:
+    """A prefix whose SHARDS version-1 streams fall evenly on `masters` masters that split
+    the slots evenly (as LocalCluster does): the speed-up is then not capped by one master
+    holding more shards (with other names the layout is whatever CRC16 gives)."""
+    per = SLOTS // masters
+    for n in range(10_000):
+        prefix = f"bcluster{n}"
+        counts = [0] * masters
+        for index in range(SHARDS):
+            counts[min(key_slot(stream_key(prefix, 1, index).encode()) // per, masters - 1)] += 1
+        if len(set(counts)) == 1:
+            return prefix
+    raise RuntimeError("no balanced prefix found")
+
+
+PREFIX = balanced_prefix()
 
 # --- the member process ------------------------------------------------------------------
 
@@ -182,26 +201,28 @@ def consume_throughput(cluster: LocalCluster, processes: int, workers: int, mess
 def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
     from bench import resharding
 
-    messages = 40_000 if quick else 300_000
+    messages = 60_000 if quick else 300_000
     processes, workers = 3, 8
     result = ScenarioResult("cluster", "Redis Cluster: 1 master vs 3 masters, resharding on 3 masters",
                             columns=["case", "messages", "msg/s", "seconds", "shards per master",
                                      "pending after"])
-    with progress.scenario("8 cluster", steps=3):
-        progress.step("1 master: consume")
-        with LocalCluster(masters=1) as one:
-            single = consume_throughput(one, processes, workers, messages)
-        progress.step("3 masters: consume")
-        with LocalCluster(masters=3) as three:
-            triple = consume_throughput(three, processes, workers, messages)
-            progress.step("3 masters: reshard 4 -> 8 under load")
-            three.flush()
-            coordinator = start_coordinator(three.url, heartbeat_interval_ms=1000, lease_ttl_ms=10000)
-            try:
-                reshard = trio.run(resharding.under_load, coordinator.url, three.url,
-                                   6.0 if quick else 30.0)
-            finally:
-                coordinator.stop()
+    runs: dict[str, list[dict[str, Any]]] = {"one": [], "three": []}
+    with progress.scenario("8 cluster", steps=2 * ROUNDS + 1), \
+            LocalCluster(masters=1) as one, LocalCluster(masters=3) as three:
+        for round_ in range(ROUNDS):  # alternated, best of each: the machine is shared and noisy
+            for name, cluster in (("one", one), ("three", three)):
+                progress.step(f"round {round_ + 1}: {cluster.masters_wanted} master(s), consume")
+                cluster.flush()
+                runs[name].append(consume_throughput(cluster, processes, workers, messages))
+        progress.step("3 masters: reshard 4 -> 8 under load")
+        three.flush()
+        coordinator = start_coordinator(three.url, heartbeat_interval_ms=1000, lease_ttl_ms=10000)
+        try:
+            reshard = trio.run(resharding.under_load, coordinator.url, three.url, 6.0 if quick else 30.0)
+        finally:
+            coordinator.stop()
+    single = max(runs["one"], key=lambda run: run["perSecond"])
+    triple = max(runs["three"], key=lambda run: run["perSecond"])
     ratio = triple["perSecond"] / single["perSecond"]
     shards_text = lambda run: "/".join(map(str, run["shardsPerMaster"]))  # noqa: E731
     result.rows += [
@@ -212,7 +233,8 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
         ["3 masters, reshard 4 -> 8 while producing", reshard["produced"], reshard["perSecond"], None,
          None, None],
     ]
-    result.data = {"oneMaster": single, "threeMasters": triple, "reshard": reshard, "speedUp": ratio}
+    result.data = {"oneMaster": single, "threeMasters": triple, "rounds": runs, "reshard": reshard,
+                   "speedUp": ratio, "prefix": PREFIX}
     result.target("cluster consume speed-up, 3 masters vs 1", "(reported)", f"{ratio:.2f}x", None)
     result.target("lost messages through resharding on the cluster", "0", str(reshard["lost"]),
                   reshard["lost"] == 0)
@@ -221,6 +243,9 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
     result.notes.append(f"{SHARDS} shards, {processes} member processes x 1 member x {workers} workers, "
                         f"no-op handler, read batch {READ_COUNT}; every server, member and the "
                         "coordinator share this machine's cores")
+    result.notes.append(f"best of {ROUNDS} alternated rounds per layout; all rounds (msg/s): 1 master "
+                        + ", ".join(f"{r['perSecond']:,.0f}" for r in runs["one"]) + "; 3 masters "
+                        + ", ".join(f"{r['perSecond']:,.0f}" for r in runs["three"]))
     return result
 
 
