@@ -28,8 +28,9 @@ import redis
 import trio
 from redis.crc import key_slot
 
-from bench.procs import BenchError, Child, _drain_stderr_forever, start_coordinator
+from bench.procs import BenchError, Child, Redis, _drain_stderr_forever, start_coordinator
 from bench.report import Progressor, ScenarioResult
+from rsc.member.redis_connect import connect
 from rsc.protocol.routing import stream_key
 from tests.cluster import SLOTS, LocalCluster
 
@@ -146,12 +147,12 @@ def settled(url: str, members: int) -> bool:
             and all(r.state == "STABLE" and not r.revoking_shards and not r.pending_shards for r in rows))
 
 
-def consume_throughput(cluster: LocalCluster, processes: int, workers: int, messages: int
+def consume_throughput(server: LocalCluster | Redis, processes: int, workers: int, messages: int
                        ) -> dict[str, Any]:
     """Fill the shards, settle `processes` member processes behind the gate, time the drain."""
-    coordinator = start_coordinator(cluster.url, heartbeat_interval_ms=1000, lease_ttl_ms=10000)
+    coordinator = start_coordinator(server.url, heartbeat_interval_ms=1000, lease_ttl_ms=10000)
     members: list[MemberProcess] = []
-    client = redis.RedisCluster.from_url(cluster.url, decode_responses=True)
+    client: Any = connect(server.url, decode_responses=True)
     try:
         streams = set_shards(coordinator.url, SHARDS)
         pipe = client.pipeline(transaction=False)
@@ -164,7 +165,7 @@ def consume_throughput(cluster: LocalCluster, processes: int, workers: int, mess
         for stream in streams:  # the gate: nothing deliverable while the members settle
             pipe.xgroup_setid(stream, GROUP, "$")
         pipe.execute()
-        members = [MemberProcess(coordinator.url, cluster.url, workers) for _ in range(processes)]
+        members = [MemberProcess(coordinator.url, server.url, workers) for _ in range(processes)]
         deadline = time.monotonic() + 60
         while not settled(coordinator.url, processes):
             if time.monotonic() > deadline:
@@ -186,8 +187,9 @@ def consume_throughput(cluster: LocalCluster, processes: int, workers: int, mess
                 member.poll()
         finished = max(member.last_at for member in members)
         pending = sum(int(client.xpending(stream, GROUP)["pending"]) for stream in streams)
-        per_node = {node.port: sum(1 for s in streams if cluster.node_of(s) is node)
-                    for node in cluster.masters()}
+        per_node = ({node.port: sum(1 for s in streams if server.node_of(s) is node)
+                     for node in server.masters()} if isinstance(server, LocalCluster)
+                    else {0: len(streams)})
     finally:
         for member in members:
             member.stop()
@@ -206,21 +208,32 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
     result = ScenarioResult("cluster", "Redis Cluster: 1 master vs 3 masters, resharding on 3 masters",
                             columns=["case", "messages", "msg/s", "seconds", "shards per master",
                                      "pending after"])
-    runs: dict[str, list[dict[str, Any]]] = {"one": [], "three": []}
-    with progress.scenario("8 cluster", steps=2 * ROUNDS + 1), \
-            LocalCluster(masters=1) as one, LocalCluster(masters=3) as three:
-        for round_ in range(ROUNDS):  # alternated, best of each: the machine is shared and noisy
-            for name, cluster in (("one", one), ("three", three)):
-                progress.step(f"round {round_ + 1}: {cluster.masters_wanted} master(s), consume")
-                cluster.flush()
-                runs[name].append(consume_throughput(cluster, processes, workers, messages))
-        progress.step("3 masters: reshard 4 -> 8 under load")
-        three.flush()
-        coordinator = start_coordinator(three.url, heartbeat_interval_ms=1000, lease_ttl_ms=10000)
-        try:
-            reshard = trio.run(resharding.under_load, coordinator.url, three.url, 6.0 if quick else 30.0)
-        finally:
-            coordinator.stop()
+    runs: dict[str, list[dict[str, Any]]] = {"plain": [], "one": [], "three": []}
+    plain_server = Redis()
+    try:
+        with progress.scenario("8 cluster", steps=3 * ROUNDS + 1), \
+                LocalCluster(masters=1) as one, LocalCluster(masters=3) as three:
+            servers: dict[str, LocalCluster | Redis] = {"plain": plain_server, "one": one, "three": three}
+            for round_ in range(ROUNDS):  # alternated, best of each: the machine is shared and noisy
+                for name, server in servers.items():
+                    progress.step(f"round {round_ + 1}: {name}, consume")
+                    if isinstance(server, LocalCluster):
+                        server.flush()
+                    else:
+                        with redis.Redis.from_url(server.url) as plain_client:
+                            plain_client.flushall()
+                    runs[name].append(consume_throughput(server, processes, workers, messages))
+            progress.step("3 masters: reshard 4 -> 8 under load")
+            three.flush()
+            coordinator = start_coordinator(three.url, heartbeat_interval_ms=1000, lease_ttl_ms=10000)
+            try:
+                reshard = trio.run(resharding.under_load, coordinator.url, three.url,
+                                   6.0 if quick else 30.0)
+            finally:
+                coordinator.stop()
+    finally:
+        plain_server.stop()
+    plain = max(runs["plain"], key=lambda run: run["perSecond"])
     single = max(runs["one"], key=lambda run: run["perSecond"])
     triple = max(runs["three"], key=lambda run: run["perSecond"])
     ratio = triple["perSecond"] / single["perSecond"]
@@ -230,22 +243,26 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
          shards_text(single), single["pending"]],
         [f"3 masters, {processes} member processes", messages, triple["perSecond"], triple["seconds"],
          shards_text(triple), triple["pending"]],
+        [f"plain redis-server, {processes} member processes (info)", messages, plain["perSecond"],
+         plain["seconds"], shards_text(plain), plain["pending"]],
         ["3 masters, reshard 4 -> 8 while producing", reshard["produced"], reshard["perSecond"], None,
          None, None],
     ]
-    result.data = {"oneMaster": single, "threeMasters": triple, "rounds": runs, "reshard": reshard,
-                   "speedUp": ratio, "prefix": PREFIX}
+    result.data = {"oneMaster": single, "threeMasters": triple, "plainServer": plain, "rounds": runs,
+                   "reshard": reshard, "speedUp": ratio, "prefix": PREFIX}
     result.target("cluster consume speed-up, 3 masters vs 1", "(reported)", f"{ratio:.2f}x", None)
     result.target("lost messages through resharding on the cluster", "0", str(reshard["lost"]),
                   reshard["lost"] == 0)
     result.target("pending after the cluster drains", "0", str(single["pending"] + triple["pending"]),
                   single["pending"] + triple["pending"] == 0)
+    result.target("1-master cluster vs plain redis-server (cluster-mode cost)", "(reported)",
+                  f"{single['perSecond'] / plain['perSecond']:.2f}x", None)
     result.notes.append(f"{SHARDS} shards, {processes} member processes x 1 member x {workers} workers, "
                         f"no-op handler, read batch {READ_COUNT}; every server, member and the "
                         "coordinator share this machine's cores")
-    result.notes.append(f"best of {ROUNDS} alternated rounds per layout; all rounds (msg/s): 1 master "
-                        + ", ".join(f"{r['perSecond']:,.0f}" for r in runs["one"]) + "; 3 masters "
-                        + ", ".join(f"{r['perSecond']:,.0f}" for r in runs["three"]))
+    result.notes.append(f"best of {ROUNDS} alternated rounds per layout; all rounds (msg/s): "
+                        + "; ".join(f"{name} " + ", ".join(f"{r['perSecond']:,.0f}" for r in done)
+                                    for name, done in runs.items()))
     return result
 
 
