@@ -41,13 +41,14 @@ from rsc.member.streams import (
     _PRODUCE_SCRIPT,
     ACK_CHUNK,
     NOT_OWNER,
-    SEALED_ERROR,
     FlatEntry,
     ProduceOps,
     StreamOps,
+    WriteResult,
     _by_stream,
     _unparsed_reply,
     redis_version,
+    write_result,
 )
 from rsc.protocol.routing import owner_key, seal_key
 
@@ -342,16 +343,9 @@ class ClusterProduceOps(ProduceOps):
         self.router = NodeRouter(client)
         self._cluster_script = ClusterScript(self.router, _PRODUCE_SCRIPT)
 
-    def write(self, records: Sequence[tuple[str, str, str]]) -> list[str | None]:
+    def write(self, records: Sequence[tuple[str, str, str]]) -> list[WriteResult]:
+        """As `ProduceOps.write`; a redirection is followed, a lost node retried (NodeRouter)."""
         if not records:
             return []
         calls = [([shard, seal_key(shard)], [key, value]) for shard, key, value in records]
-        results: list[str | None] = []
-        for result in self._cluster_script.run(calls):
-            if isinstance(result, Exception):
-                if str(result).startswith(SEALED_ERROR):
-                    results.append(None)
-                    continue
-                raise result
-            results.append(str(result))
-        return results
+        return [write_result(result) for result in self._cluster_script.run(calls)]

@@ -18,13 +18,16 @@ def connect(url: str, **options: Any) -> redis.Redis | redis.RedisCluster:
     """A sync client for `url`: `RedisCluster` when that node is in cluster mode, else `Redis`.
 
     `options` go to both (e.g. decode_responses, socket_timeout). Asks the node
-    once, so an unreachable Redis raises redis.ConnectionError here.
+    once; when it cannot be reached (or refuses us) the answer is the plain
+    client, which connects lazily and reports the error at its first use, as
+    before: cluster mode is found only on a node that answers. A URL that is
+    not a Redis URL raises ValueError.
     """
     probe = redis.Redis.from_url(url, **options)
     try:
         enabled = str(probe.info("cluster").get("cluster_enabled", 0)) == "1"
-    except redis.ResponseError:
-        enabled = False  # a server without the cluster section is not a cluster node
+    except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
+        enabled = False  # unreachable, or a server without the cluster section
     if not enabled:
         return probe
     probe.close()
