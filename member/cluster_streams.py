@@ -88,12 +88,14 @@ class NodeRouter:
     def execute(self, commands: Sequence[Command]) -> list[Any]:
         """Each command's reply (errors returned, not raised), in order.
 
-        Raises the last connection or cluster error when a command could not be
-        delivered in ATTEMPTS rounds.
+        A command still redirected (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) after
+        ATTEMPTS rounds gets that last reply. Raises the last connection error
+        (or slot-map error) when a command could not be delivered at all.
         """
         results: list[Any] = [None] * len(commands)
         pending = list(range(len(commands)))
         asking: dict[int, Any] = {}
+        redirected: dict[int, Exception] = {}  # the last redirection each command got
         last_error: Exception | None = None
         for attempt in range(ATTEMPTS):
             by_node: dict[str, tuple[Any, list[int]]] = {}
@@ -106,6 +108,7 @@ class NodeRouter:
                             self.cluster.keyslot(commands[index][0]))
                     except redis.RedisError as exc:  # slot not covered (yet)
                         last_error = exc
+                        redirected.pop(index, None)
                         retry.append(index)
                         continue
                 by_node.setdefault(node.name, (node, []))[1].append(index)
@@ -118,17 +121,23 @@ class NodeRouter:
                 except (redis.ConnectionError, redis.TimeoutError) as exc:
                     last_error, refresh = exc, True
                     retry += indexes
+                    for index in indexes:
+                        redirected.pop(index, None)
             for (client, connection, shape), indexes in sent:
                 try:
                     replies = self._receive(client, connection, shape)
                 except (redis.ConnectionError, redis.TimeoutError) as exc:
                     last_error, refresh = exc, True
                     retry += indexes
+                    for index in indexes:
+                        redirected.pop(index, None)
                     continue
                 for index, reply in zip(indexes, replies, strict=True):
                     asking.pop(index, None)
+                    if isinstance(reply, AskError | TryAgainError | ClusterDownError):
+                        redirected[index] = reply  # (MovedError is an AskError)
                     if isinstance(reply, MovedError):
-                        last_error, refresh = reply, True
+                        refresh = True
                         retry.append(index)
                     elif isinstance(reply, AskError):
                         target = self.cluster.get_node(host=reply.host, port=reply.port)
@@ -136,10 +145,8 @@ class NodeRouter:
                             refresh = True
                         else:
                             asking[index] = target
-                        last_error = reply
                         retry.append(index)
                     elif isinstance(reply, TryAgainError | ClusterDownError):
-                        last_error = reply
                         retry.append(index)
                     else:
                         results[index] = reply
@@ -151,6 +158,10 @@ class NodeRouter:
                     self._refresh()
                 if any(index not in asking for index in pending):
                     time.sleep(RETRY_PAUSE_S * (attempt + 1))
+        if all(index in redirected for index in pending):
+            for index in pending:
+                results[index] = redirected[index]
+            return results
         assert last_error is not None
         raise last_error
 

@@ -331,13 +331,15 @@ def test_a_slot_migration_is_followed_through_ask_and_moved(cluster_url: str,
         target = next(node for node in redis_cluster.masters() if node is not source)
         slot = client.keyslot(shard)
         redis_cluster.move_slot(slot, source, target, finish=False)  # keys moved: source says ASK
-        during = ops.read_new_raw(shards, count=10, block_ms=0)  # one key: ASKING, then read
-        assert sorted(s for s, _ in during) == sorted(shards)
-        # a script over two keys of a slot being migrated: the server says TRYAGAIN until it ends
-        assert isinstance(producer.write([(shard, "k", "during")])[0], TryAgainError)
-        for node in (target, source, *redis_cluster.masters()):
-            with node.client() as c:
-                c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+        try:
+            during = ops.read_new_raw(shards, count=10, block_ms=0)  # one key: ASKING, then read
+            assert sorted(s for s, _ in during) == sorted(shards)
+            # a script over two keys of a slot being migrated: TRYAGAIN until it ends
+            assert isinstance(producer.write([(shard, "k", "during")])[0], TryAgainError)
+        finally:  # the session's cluster must come out of it whole
+            for node in (target, source, *redis_cluster.masters()):
+                with node.client() as c:
+                    c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
         assert isinstance(producer.write([(shard, "k", "after")])[0], str)  # stale map: MOVED
         after = ops.read_new_raw([shard], count=10, block_ms=0)
         ids: dict[str, list[str]] = {}
