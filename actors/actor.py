@@ -55,16 +55,10 @@ class Reply:
         self.owner.wake()
 
 
-class Slot(Protocol):
-    """Where an answer goes: a session's Reply, or a Collect inside the coordinator."""
-
-    def resolve(self, message: Any) -> None: ...
-
-
 @attrs.frozen
 class Envelope:
     request: Any  # a protocol request, SummariesRequest or Tick
-    reply: Slot | None
+    reply: Reply | Collect | None  # a session's reply slot, or one inside the coordinator
     session: Outbox | None
 
 
@@ -137,15 +131,16 @@ class PrefixActor:
     async def _handle_batch(self, batch: list[Envelope]) -> None:
         now = now_ms()
         machine = self.machine
-        answers: list[tuple[Slot | None, Answer]] = []
-        summaries: list[Slot | None] = []
+        answers: list[tuple[Reply | Collect | None, Answer]] = []
+        summaries: list[Collect] = []
         for envelope in batch:
             request = envelope.request
             if isinstance(request, Tick):
                 machine.tick(request.now_ms)
                 continue
             if isinstance(request, SummariesRequest):
-                summaries.append(envelope.reply)
+                if isinstance(envelope.reply, Collect):
+                    summaries.append(envelope.reply)
                 continue
             started = trio.current_time()
             answers.append((envelope.reply, machine.handle(request, now)))
@@ -161,13 +156,12 @@ class PrefixActor:
         checkpoint = machine.checkpoint()
         durable = await self._write(checkpoint)
         if not durable:
-            machine.write_failed(now_ms())
+            machine.write_failed(checkpoint, now_ms())
         for reply, answer in answers:
             if reply is not None:
                 reply.resolve(machine.resolve(answer, durable=durable))
-        for reply in summaries:
-            if reply is not None:
-                reply.resolve(machine.summaries())
+        for collect in summaries:
+            collect.resolve(machine.summaries())
         if durable:
             self._after_commit(checkpoint)
         if self.metrics is not None and machine.migration is not None:
@@ -233,6 +227,8 @@ class PrefixActor:
     def _write_blocking(self, checkpoint: Checkpoint) -> None:
         for create in checkpoint.create:
             self.store.create_consumer_groups(create.streams, create.groups)
+        if checkpoint.unseal:
+            self.streams.unseal(checkpoint.unseal)
         if checkpoint.seal:
             self.streams.seal(checkpoint.seal)
         if checkpoint.retire is not None:

@@ -29,6 +29,7 @@ from rsc.actors.admission import (
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.group import GroupSettings
 from rsc.actors.logs import log_event
+from rsc.actors.records import PrefixSnapshot
 from rsc.actors.router import Router
 from rsc.actors.server import CoordinatorServer
 from rsc.actors.store import LEASE_KEY, MetadataStore, StoreError, StoreFenced
@@ -283,16 +284,9 @@ async def _tick_loop(config: CoordinatorConfig, router: Router) -> None:
         router.tick()
 
 
-def load_prefix(store: MetadataStore, prefix: str) -> dict[str, Any] | None:
-    """One prefix's persisted metadata (None if it has none), to reload a failed actor.
-
-    Uses `store.load_prefix` when the store has one, else filters `load_all`.
-    """
-    load_one = getattr(store, "load_prefix", None)
-    if load_one is not None:
-        result: dict[str, Any] | None = load_one(prefix)
-        return result
-    return store.load_all().get(prefix)
+def load_prefix(store: MetadataStore, prefix: str) -> PrefixSnapshot | None:
+    """One prefix's persisted metadata (None if it has none), to reload a failed actor."""
+    return store.load_prefix(prefix)
 
 
 def take_over_dead_local_holder(store: MetadataStore) -> bool:

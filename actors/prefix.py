@@ -1,22 +1,31 @@
-"""The prefix machine: routing, resharding, group registration and what a response may reveal.
+"""The prefix machine: routing, resharding, group lifecycle and what a response may reveal.
 
 Pure, like the group machine: events in (requests, ticks, drain results, the
-outcome of a write), records and messages out; `now_ms` is always passed in.
-It owns one stream prefix: its routing (R1), its migration (R2..R4), its
-groups and their registration (H13), and the H12 rule that a response
-reveals only what is durable. The shell (actors/actor.py) drains a batch of
-requests into `handle`, writes `checkpoint()` (Kafka's CoordinatorResult
-records: streams to create, seal and retire, hash changes, owner tokens),
-then reports back with `committed()` (pushes to send) or `write_failed()`
-(roll back), and answers each request with `resolve()`.
+outcome of each write), records and messages out; `now_ms` is always passed
+in. It owns one stream prefix: its routing (R1), its migration (R2..R4), its
+groups, their registration (H13) and lifecycle (G1..G3), and the H12 rule
+that a response reveals only what is durable. The shell (actors/actor.py)
+drains a batch of requests into `handle`, measures drain when `drain_query`
+asks, writes `checkpoint()` (Kafka's CoordinatorResult records: streams to
+create, unseal, seal and retire, hash changes, owner tokens, then consumer
+groups to drop and offsets to move), reports back with `committed()` (pushes
+to send), `write_failed()` (roll back), `cleanup_failed()` or
+`offsets_moved()`, and answers each request with `resolve()`.
 
-Group lifecycle (G1, G2): a group exists from its first join or its
-registration by `setShardCount` on a prefix without routing, until
-`deleteGroup`; a migration's description names the groups that hold it up.
+Group lifecycle: a group exists from its first join or its registration by
+`setShardCount` on a prefix without routing, until `deleteGroup` (G1); a
+migration's description names the groups that hold it up (G2); an empty
+group's offsets can be moved (G3).
 
 Reading of R4: a migration blocks the next `setShardCount` only while it is
 DRAINING; once it is COMPLETE the next one starts at once, and the drained
 streams of the complete one are retired when nobody holds them any more.
+
+Room for what comes next: a prefix-level setting (retention, T1..T3) is one
+more record in actors/records.py plus a request here; periodic stream work
+(trims) is one more checkpoint field like `moves`; group caps (A1) belong
+in `_register` and the join path; store deadlines (D4) are the shell's
+(a timed-out write is a `write_failed`).
 """
 
 from __future__ import annotations
@@ -117,8 +126,8 @@ class DrainQuery:
 
 @attrs.frozen
 class Checkpoint:
-    """Everything one batch writes, in this order: create, seal, retire, hash, owner tokens,
-    then the cleanup.
+    """Everything one batch writes, in this order: create, unseal, seal, retire, hash, owner
+    tokens, then the cleanup and offset moves.
 
     New streams exist before routing names them and the old version is sealed
     before producers are told to move (R1); retired streams are deleted before
@@ -129,6 +138,7 @@ class Checkpoint:
     """
 
     create: tuple[CreateConsumerGroups, ...] = ()
+    unseal: tuple[str, ...] = ()  # sealed by a checkpoint that failed, still current
     seal: tuple[str, ...] = ()
     retire: RetireStreams | None = None
     changes: Changes = attrs.field(factory=Changes)
@@ -141,8 +151,8 @@ class Checkpoint:
     @property
     def empty(self) -> bool:
         """Nothing to write: the batch is durable as it is."""
-        return not (self.create or self.seal or self.retire or self.changes or self.owners
-                    or self.cleanup or self.moves)
+        return not (self.create or self.unseal or self.seal or self.retire or self.changes
+                    or self.owners or self.cleanup or self.moves)
 
 
 @attrs.frozen
@@ -190,6 +200,7 @@ class PrefixMachine:
         self.persisted = PrefixSnapshot()  # what Redis holds: the rollback point
         self._create: list[CreateConsumerGroups] = []
         self._seal: list[str] = []
+        self._unseal: set[str] = set()
         self._events: list[PrefixEvent] = []
         # G1: deleted this batch (their last effects still to write), and consumer groups to drop
         self._deleted: dict[str, Effects] = {}
@@ -343,11 +354,15 @@ class PrefixMachine:
         if changes.routing_changed and self.routing is not None:
             self._events.append(PrefixEvent("routing.changed", {
                 "version": self.routing.version, "shard_count": self.routing.shard_count}))
-        checkpoint = Checkpoint(create=tuple(self._create), seal=tuple(self._seal), retire=retire,
+        current = set(self.routing.streams) if self.routing else set()
+        unseal = tuple(sorted(s for s in self._unseal if s in current and s not in self._seal))
+        checkpoint = Checkpoint(create=tuple(self._create), unseal=unseal,
+                                seal=tuple(self._seal), retire=retire,
                                 changes=changes, owners=tuple(owners), effects=effects,
                                 events=tuple(self._events), cleanup=cleanup,
                                 moves=tuple(self._moves))
         self._create, self._seal, self._events, self._moves = [], [], [], []
+        self._unseal = set()
         self._deleted, self._destroy = {}, set()
         return checkpoint
 
@@ -373,8 +388,15 @@ class PrefixMachine:
                          groups=tuple(checkpoint.effects), prefix_events=checkpoint.events,
                          deleted=deleted)
 
-    def write_failed(self, now_ms: int) -> None:
-        """The checkpoint did not land (h11's send_failed): back to what Redis holds."""
+    def write_failed(self, checkpoint: Checkpoint, now_ms: int) -> None:
+        """The checkpoint did not land (h11's send_failed): back to what Redis holds.
+
+        Its seal may have landed before the hash failed: a version that stays
+        current is unsealed with the next checkpoint, so producers are not
+        refused by a routing that never changed.
+        """
+        self._unseal.update(checkpoint.seal)
+        self._unseal.update(checkpoint.unseal)
         self.routing = self.persisted.routing
         self.migration = self.persisted.migration
         shards = self.assignable_shards()
@@ -438,10 +460,8 @@ class PrefixMachine:
         group = self.groups.get(request.consumer_group)
         if group is None:
             if request.member_epoch != JOIN_EPOCH:
-                # H13: only a join registers a group; a leave or a stale epoch is answered as
-                # an empty group answers it (H9, UNKNOWN_MEMBER_ID) and leaves nothing behind
-                ghost = GroupMachine(self.prefix, request.consumer_group, self.settings)
-                return ghost.heartbeat(request, now_ms, routing)
+                # H13: only a join registers a group; a leave (H9) or a stale epoch leaves nothing
+                return request.unknown_group()
             group = self._register(request.consumer_group)
         return group.heartbeat(request, now_ms, routing)
 
@@ -605,8 +625,15 @@ class PrefixMachine:
         held: set[str] = set()
         for group in self.groups.values():
             held.update(group.owners)
-        free = tuple(s for s in migration.retiring if s not in held)
-        done = (migration.state == MigrationState.COMPLETE and len(free) == len(migration.retiring)
+        # only what Redis already knows is drained goes: a failed write never resurrects a
+        # deleted stream as undrained
+        durable = self.persisted.migration
+        durable_retiring = set(durable.retiring) if durable else set()
+        durable_complete = (durable is not None and durable.state == MigrationState.COMPLETE
+                            and durable.to_version == migration.to_version)
+        free = tuple(s for s in migration.retiring if s not in held and s in durable_retiring)
+        done = (migration.state == MigrationState.COMPLETE and durable_complete
+                and len(free) == len(migration.retiring)
                 and not any(s in held for s in migration.from_streams))
         if done:
             self.migration = None

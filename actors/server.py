@@ -185,7 +185,7 @@ class CoordinatorServer:
             groups: list[m.GroupSummary] = []
             for prefix in sorted(self.router.actors):  # each answers after its current batch is durable
                 collect = Collect()
-                await self.router.send(prefix, Envelope(SummariesRequest(), collect, None))  # type: ignore[arg-type]
+                await self.router.send(prefix, Envelope(SummariesRequest(), collect, None))
                 await collect.done.wait()
                 groups.extend(collect.message)
             reply.resolve(m.Groups(request_id=message.request_id, status=Status.OK, groups=tuple(groups)))
@@ -195,12 +195,14 @@ class CoordinatorServer:
             # A1: an unknown prefix allocates nothing that outlives the request (but its session)
             if message.subscribe:
                 self.router.subscribe_unknown(prefix, session)
-            reply.resolve(_unknown_stream(message))
+            reply.resolve(message.unknown_stream())
             return
-        creates = isinstance(message, (m.Heartbeat, m.SetShardCount))
+        # A1, H13: only a join and setShardCount may create what outlives the request
+        creates = isinstance(message, m.SetShardCount) or (
+            isinstance(message, m.Heartbeat) and message.member_epoch == JOIN_EPOCH)
         actor = self.router.actor(prefix, create=creates)
         if actor is None:
-            reply.resolve(_unknown_group(message))
+            reply.resolve(message.unknown_group())
             return
         await self.router.send(prefix, Envelope(message, reply, session))
 
@@ -224,21 +226,3 @@ def _check_before_lookup(message: Any) -> None:
     if isinstance(message, m.Heartbeat) and message.member_epoch == JOIN_EPOCH and message.owned_shards:
         raise ProtocolError("field 'ownedShards' must be empty on a join (memberEpoch 0)",
                             message.request_id)
-
-
-def _unknown_stream(message: m.GetRouting) -> m.Routing:
-    return m.Routing(request_id=message.request_id, status=Status.UNKNOWN_STREAM,
-                     stream_prefix=message.stream_prefix,
-                     error=f"stream prefix {message.stream_prefix!r} has no routing yet")
-
-
-def _unknown_group(message: Any) -> m.Message:
-    error = f"group {message.consumer_group!r} of {message.stream_prefix!r} was never seen"
-    common = {"request_id": message.request_id, "status": Status.UNKNOWN_GROUP,
-              "stream_prefix": message.stream_prefix, "consumer_group": message.consumer_group,
-              "error": error}
-    if isinstance(message, m.DescribeGroup):
-        return m.GroupDescription(**common)
-    if isinstance(message, m.SetMaxConcurrency):
-        return m.MaxConcurrencyChanged(**common)
-    return m.MemberRemoved(member_id=message.member_id, **common)

@@ -267,6 +267,13 @@ class StreamAdmin:
         except redis.RedisError as exc:
             raise StoreError(f"cannot seal streams: {exc}") from exc
 
+    def unseal(self, streams: Iterable[str]) -> None:
+        """Writes land again (a reshard whose metadata write failed sealed them)."""
+        try:
+            self.client.delete(*(seal_key(stream) for stream in streams))
+        except redis.RedisError as exc:
+            raise StoreError(f"cannot unseal streams: {exc}") from exc
+
     def drain_report(self, streams: Iterable[str],
                      groups: Iterable[str]) -> dict[str, dict[str, tuple[int | None, int]] | None]:
         """Per sealed stream, each group's (undelivered, pending) entries; None once it is gone.

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 import attrs
 
 from rsc.protocol.errors import Status
-from rsc.protocol.vocabulary import Cutover, GroupState, MemberState, MigrationState, RevokeState
+from rsc.protocol.vocabulary import LEAVE_EPOCH, Cutover, GroupState, MemberState, MigrationState, RevokeState
 
 __all__ = [
     "MAX_NAME_LENGTH",
@@ -182,6 +182,16 @@ class Heartbeat(GroupRequest):
     def error(self, status: Status, error: str) -> HeartbeatResponse:
         return HeartbeatResponse(request_id=self.request_id, status=status,
                                  member_id=self.member_id, error=error)
+
+    def unknown_group(self) -> HeartbeatResponse:
+        """A heartbeat other than a join for a group that does not exist (H9, H13): a leave
+        is OK at epoch -1 (a retried leave), anything else UNKNOWN_MEMBER_ID."""
+        if self.member_epoch == LEAVE_EPOCH:
+            return HeartbeatResponse(request_id=self.request_id, status=Status.OK,
+                                     member_id=self.member_id, member_epoch=LEAVE_EPOCH)
+        return self.error(Status.UNKNOWN_MEMBER_ID,
+                          f"member {self.member_id!r} is not live in group {self.consumer_group!r} "
+                          f"of {self.stream_prefix!r}; rejoin with epoch 0")
 
 
 @attrs.frozen(kw_only=True)

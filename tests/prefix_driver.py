@@ -68,7 +68,7 @@ class Driver:
                     self.hash[field] = value
             committed = machine.committed(checkpoint)
         else:
-            machine.write_failed(self.now)
+            machine.write_failed(checkpoint, self.now)
         return Batch([machine.resolve(answer, durable=durable) for answer in answers],
                      checkpoint, committed)
 

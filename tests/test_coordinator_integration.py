@@ -401,8 +401,6 @@ async def test_admin_list_groups_and_unknown_group_describe(coordinator):
         assert missing.status == Status.UNKNOWN_GROUP and "ghost" in missing.error
 
 
-@pytest.mark.xfail(strict=True, reason="actors/server.py still builds UNKNOWN_GROUP by hand for a prefix "
-                   "without an actor; it should answer `message.unknown_group()` (drop this mark then)")
 async def test_g1_g3_delete_and_reset_on_a_prefix_never_seen_are_unknown_group(coordinator):
     async with open_session(coordinator.url, "admin") as admin:
         deleted = await admin.request(m.DeleteGroup(request_id=1, stream_prefix="never",
@@ -411,3 +409,22 @@ async def test_g1_g3_delete_and_reset_on_a_prefix_never_seen_are_unknown_group(c
                                                    consumer_group="g", to="latest"))
     assert isinstance(deleted, m.GroupDeleted) and deleted.status == Status.UNKNOWN_GROUP
     assert isinstance(reset, m.OffsetsReset) and reset.status == Status.UNKNOWN_GROUP
+
+
+async def test_a1_h13_only_a_join_creates_a_group_on_a_prefix_never_seen(coordinator):
+    """A heartbeat at a stale epoch or a leave for a prefix never seen allocates nothing."""
+    async with open_session(coordinator.url, "member") as member:
+        stale = await member.request(m.Heartbeat(request_id=1, stream_prefix="never", consumer_group="g",
+                                                 member_id="m1", member_epoch=5))
+        leave = await member.request(m.Heartbeat(request_id=2, stream_prefix="never", consumer_group="g",
+                                                 member_id="m1", member_epoch=-1))
+    assert stale.status == Status.UNKNOWN_MEMBER_ID and "rejoin" in stale.error
+    assert leave.status == Status.OK and leave.member_epoch == -1
+    async with open_session(coordinator.url, "admin") as admin:
+        listed = await admin.request(m.ListGroups(request_id=3))
+    assert listed.groups == ()
+    client = redis.Redis.from_url(coordinator.redis_url)
+    try:
+        assert not [key for key in client.keys("rsc:meta:*")]
+    finally:
+        client.close()

@@ -124,6 +124,18 @@ def test_r2_all_drained_is_complete_and_retired_once_nobody_holds_them():
     assert [e.kind for e in batch.committed.prefix_events] == ["migration.retired"]
 
 
+def test_r2_streams_are_retired_only_once_their_drain_is_durable():
+    driver = Driver()
+    ok(driver.one(set_shards(2)))
+    ok(driver.one(set_shards(3)))
+    failed = driver.tick(drained=V1, durable=False)  # complete, retirable, but not in Redis
+    assert failed.checkpoint.retire is None
+    migration = driver.machine.migration
+    assert migration is not None and migration.state == MigrationState.DRAINING
+    driver.tick(drained=V1)
+    assert driver.tick().checkpoint.retire == RetireStreams(V1, (GROUP,))
+
+
 def test_r2_drain_query_names_the_remaining_old_shards_and_every_group():
     driver = resharded()
     driver.join("b", group="audit")
@@ -271,6 +283,19 @@ def test_h12_failed_write_of_a_reshard_keeps_the_old_routing():
     assert driver.machine.migration is None
     routing = ok(driver.one(get_routing()))
     assert isinstance(routing, m.Routing) and routing.version == 1
+
+
+def test_r1_a_failed_reshard_unseals_the_version_that_stays_current():
+    driver = Driver()
+    ok(driver.one(set_shards(2)))
+    failed = driver.batch([set_shards(3)], durable=False)
+    assert failed.checkpoint.seal == V1  # it may have landed before the hash write failed
+    assert driver.tick().checkpoint.unseal == V1
+    assert driver.tick().checkpoint.unseal == ()
+    again = driver.batch([set_shards(3)], durable=False)
+    retried = driver.batch([set_shards(3)])  # the operator retries: sealed again, not unsealed
+    assert again.checkpoint.seal == retried.checkpoint.seal == V1
+    assert retried.checkpoint.unseal == ()
 
 
 def test_h12_routing_and_description_after_a_failed_write_show_only_what_is_durable():

@@ -317,3 +317,14 @@ async def test_g3_reset_offsets_refused_with_live_members_then_to_earliest_lates
     unknown = await admin_request(coordinator.url, m.ResetOffsets(
         request_id=0, stream_prefix=PREFIX, consumer_group="ghost", to="latest"))
     assert unknown.status == Status.UNKNOWN_GROUP
+
+
+def test_r1_stream_admin_seals_and_unseals(client):
+    from rsc.actors.store import StreamAdmin
+
+    admin = StreamAdmin(client)
+    streams = ("{orders:v1:0}", "{orders:v1:1}")
+    admin.seal(streams)
+    assert client.exists(*(seal_key(s) for s in streams)) == 2
+    admin.unseal(streams)
+    assert client.exists(*(seal_key(s) for s in streams)) == 0

@@ -74,9 +74,9 @@ async def test_health_port_answers_before_listening_and_readyz_follows_the_store
     metrics_port = free_port()
     store = EmbeddedRedis().start()
     client = redis.Redis.from_url(store.url)
-    # a live foreign lease holder: the coordinator waits for it, serving /healthz meanwhile
-    client.set("rsc:coordinator:lease", "elsewhere-1-abcdef01", px=1500)
-    client.close()
+    # a live foreign lease holder: the coordinator waits for it, serving /healthz meanwhile;
+    # the test lets it go once it has seen /readyz say so (not on a timer: machines are slow)
+    client.set("rsc:coordinator:lease", "elsewhere-1-abcdef01", px=30_000)
     process = await trio.lowlevel.open_process(
         [sys.executable, "-m", "rsc", "coordinator", "--redis-url", store.url, "--port", "0",
          "--tick-interval-ms", "100", "--metrics-port", str(metrics_port)],
@@ -92,6 +92,8 @@ async def test_health_port_answers_before_listening_and_readyz_follows_the_store
             assert status == 200
             status, body = await http_get(metrics_port, "/readyz")
             assert status == 503 and b"lease" in body
+            client.delete("rsc:coordinator:lease")
+            client.close()
             assert process.stdout is not None
             line = await process.stdout.receive_some(4096)
             assert line.startswith(b"listening on ")
