@@ -26,8 +26,14 @@ def connect(url: str, **options: Any) -> redis.Redis | redis.RedisCluster:
     probe = redis.Redis.from_url(url, **options)
     try:
         enabled = str(probe.info("cluster").get("cluster_enabled", 0)) == "1"
-    except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
-        enabled = False  # unreachable, or a server without the cluster section
+    except redis.ResponseError as exc:
+        if "cluster mode" in str(exc):  # SELECT of a database other than 0
+            probe.close()
+            raise ValueError(f"{url} names a database other than 0, but it is a Redis Cluster "
+                             "node: a cluster has database 0 only") from None
+        enabled = False  # a server without the cluster section
+    except (redis.ConnectionError, redis.TimeoutError):
+        enabled = False  # unreachable: the plain client reports it at its first use
     if not enabled:
         return probe
     probe.close()

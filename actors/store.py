@@ -128,7 +128,7 @@ class MetadataStore:
         try:  # one server, or a cluster through any one of its nodes
             self.client: Any = connect(redis_url, decode_responses=True,
                                        socket_timeout=5, socket_connect_timeout=5)
-        except redis.RedisError as exc:
+        except (redis.RedisError, ValueError) as exc:  # ValueError: a URL it cannot use
             raise StoreError(f"cannot use Redis at {redis_url}: {exc}") from exc
         self.lease_ms = lease_ms
         self.instance_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"

@@ -105,6 +105,20 @@ def test_connect_picks_the_cluster_client_for_a_cluster_node(connect, cluster_ur
         on_server.close()
 
 
+@pytest.mark.parametrize("connect", [member_connect.connect, store_connect.connect],
+                         ids=["member", "store"])
+def test_a_database_other_than_0_on_a_cluster_node_is_a_clear_error(connect, cluster_url: str) -> None:
+    with pytest.raises(ValueError, match="database other than 0.*Redis Cluster"):
+        connect(cluster_url + "/1", decode_responses=True)
+
+
+def test_an_unreachable_node_gives_the_plain_client_which_fails_at_first_use() -> None:
+    client = member_connect.connect("redis://127.0.0.1:1", socket_connect_timeout=0.5)
+    assert type(client) is redis.Redis
+    with pytest.raises(redis.ConnectionError):
+        client.ping()
+
+
 def test_a_shard_and_its_seal_and_owner_keys_share_one_slot(cluster_url: str,
                                                             redis_cluster: LocalCluster) -> None:
     with node_client(redis_cluster) as node:
