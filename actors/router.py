@@ -223,8 +223,11 @@ def _answer(envelope: Envelope, response: Any) -> None:
 
 
 def _carry_sessions(old: PrefixActor, new: PrefixActor) -> None:
-    """Push targets survive a reload: members keep getting hints, subscribers their routing."""
+    """Push targets survive a reload: members keep getting hints, subscribers their routing,
+    watchers their descriptions."""
     new.subscribers.update(old.subscribers)
+    for session, watches in old.watches.items():
+        new.watches.setdefault(session, []).extend(watches)
     for key, session in old.sessions.items():
         new.sessions.setdefault(key, session)
         new.session_members.setdefault(session, set()).add(key)

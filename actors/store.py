@@ -251,7 +251,10 @@ class MetadataStore:
 
 
 class StreamAdmin:
-    """Stream-side work of resharding: seal, measure drain, retire. Blocking, like the store."""
+    """Stream-side work of resharding and lifecycle: seal, destroy, move, retire. Blocking.
+
+    Drain is measured by actors/shard_ops.py (`drain_counts`), which knows retention.
+    """
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
@@ -273,43 +276,6 @@ class StreamAdmin:
             self.client.delete(*(seal_key(stream) for stream in streams))
         except redis.RedisError as exc:
             raise StoreError(f"cannot unseal streams: {exc}") from exc
-
-    def drain_report(self, streams: Iterable[str],
-                     groups: Iterable[str]) -> dict[str, dict[str, tuple[int | None, int]] | None]:
-        """Per sealed stream, each group's (undelivered, pending) entries; None once it is gone.
-
-        One pipelined round trip (R2, G2). Undelivered is 0 once the group's
-        last-delivered id reached the stream's last id, else Redis's `lag`
-        (None where Redis cannot tell). A group without a consumer group on the
-        stream is not in its entry.
-        """
-        streams, wanted = list(streams), set(groups)
-        try:
-            pipe = self.client.pipeline(transaction=False)
-            for stream in streams:
-                pipe.xinfo_stream(stream)
-                pipe.xinfo_groups(stream)
-            results = pipe.execute(raise_on_error=False)
-        except redis.RedisError as exc:
-            raise StoreError(f"cannot read drain progress: {exc}") from exc
-        report: dict[str, dict[str, tuple[int | None, int]] | None] = {}
-        for index, stream in enumerate(streams):
-            info, group_infos = results[2 * index], results[2 * index + 1]
-            if isinstance(info, Exception) or isinstance(group_infos, Exception):
-                if "no such key" in str(info).lower():
-                    report[stream] = None  # already retired
-                continue
-            last = _stream_id(info["last-generated-id"])
-            backlog: dict[str, tuple[int | None, int]] = {}
-            for entry in group_infos:
-                if entry["name"] not in wanted:
-                    continue
-                lag = entry.get("lag")
-                undelivered = (0 if _stream_id(entry["last-delivered-id"]) >= last
-                               else lag if isinstance(lag, int) and lag > 0 else None)
-                backlog[entry["name"]] = (undelivered, int(entry["pending"]))
-            report[stream] = backlog
-        return report
 
     def destroy_consumer_groups(self, streams: Iterable[str], groups: Iterable[str]) -> None:
         """G1: drop these consumer groups from these streams (a missing stream or group is fine)."""
@@ -359,7 +325,3 @@ class StreamAdmin:
         except redis.RedisError as exc:
             raise StoreError(f"cannot delete drained streams: {exc}") from exc
 
-
-def _stream_id(text: str) -> tuple[int, int]:
-    milliseconds, _, sequence = text.partition("-")
-    return int(milliseconds), int(sequence or 0)
