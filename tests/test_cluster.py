@@ -367,3 +367,36 @@ def test_a_slot_migration_is_followed_through_ask_and_moved(cluster_url: str,
             assert owner.exists(owner_key(shard, GROUP)) == 1
     finally:
         client.close()
+
+
+# --- the coordinator's per-shard operations (actors/shard_ops.py) on the cluster -----------
+
+def test_shard_operations_run_per_shard_on_every_master(cluster_url: str,
+                                                        redis_cluster: LocalCluster) -> None:
+    from rsc.actors import shard_ops
+
+    client = _cluster_client(cluster_url)
+    try:
+        shards = _cluster_shards(client)
+        assert len({redis_cluster.node_of(shard).port for shard in shards}) == 3
+        ClusterProduceOps(client).write([(shard, f"k{i}", "v") for i in range(5) for shard in shards])
+        shard_ops.load_scripts(client)
+        for node in redis_cluster.masters():  # a master without the scripts: loaded again
+            with node.client() as plain:
+                plain.script_flush()
+        ops = ClusterStreamOps(client, GROUP, "member-a")
+        read = ops.read_new_raw(shards, count=3, block_ms=0)  # 3 of 5 delivered per shard
+        ops.ack({shard: [entry[0] for entry in entries][:2] for shard, entries in read})  # 2 acked
+        counts = {c.shard: (c.undelivered, c.pending)
+                  for c in shard_ops.drain_counts(client, shards, [GROUP])}
+        assert counts == dict.fromkeys(shards, (2, 1))
+        lags = {lag.shard: (lag.lag, lag.pending) for lag in shard_ops.shard_lag(client, shards, GROUP)}
+        assert lags == dict.fromkeys(shards, (2, 1))
+        trimmed = shard_ops.trim_acked(client, shards, [GROUP])
+        assert trimmed == [0 if ops.use_xackdel else 2] * SHARDS  # XACKDEL deleted them already
+        assert all(client.xlen(shard) == 3 for shard in shards)
+        assert shard_ops.supports_xackdel(client) == ops.use_xackdel
+        store_id = shard_ops.ensure_store_id(client)
+        assert shard_ops.ensure_store_id(client) == store_id
+    finally:
+        client.close()
