@@ -26,11 +26,11 @@ def connect(url: str, **options: Any) -> redis.Redis | redis.RedisCluster:
     probe = redis.Redis.from_url(url, **options)
     try:
         enabled = str(probe.info("cluster").get("cluster_enabled", 0)) == "1"
-    except redis.ResponseError as exc:
-        if "cluster mode" in str(exc):  # SELECT of a database other than 0
+    except redis.ResponseError:
+        if _cluster_node_at_database_0(probe):  # the SELECT of the URL's database failed
             probe.close()
             raise ValueError(f"{url} names a database other than 0, but it is a Redis Cluster "
-                             "node: a cluster has database 0 only") from None
+                             "node: use database 0") from None
         enabled = False  # a server without the cluster section
     except (redis.ConnectionError, redis.TimeoutError):
         enabled = False  # unreachable: the plain client reports it at its first use
@@ -38,6 +38,20 @@ def connect(url: str, **options: Any) -> redis.Redis | redis.RedisCluster:
         return probe
     probe.close()
     return redis.RedisCluster.from_url(url, **options)
+
+
+def _cluster_node_at_database_0(probe: redis.Redis) -> bool:
+    pool = probe.connection_pool
+    if int(pool.connection_kwargs.get("db") or 0) == 0:
+        return False
+    at_0 = redis.ConnectionPool(connection_class=pool.connection_class,
+                                **{**pool.connection_kwargs, "db": 0})
+    try:
+        return str(redis.Redis(connection_pool=at_0).info("cluster").get("cluster_enabled", 0)) == "1"
+    except redis.RedisError:
+        return False
+    finally:
+        at_0.disconnect()
 
 
 def is_cluster(client: Any) -> bool:

@@ -108,7 +108,7 @@ def test_connect_picks_the_cluster_client_for_a_cluster_node(connect, cluster_ur
 @pytest.mark.parametrize("connect", [member_connect.connect, store_connect.connect],
                          ids=["member", "store"])
 def test_a_database_other_than_0_on_a_cluster_node_is_a_clear_error(connect, cluster_url: str) -> None:
-    with pytest.raises(ValueError, match="database other than 0.*Redis Cluster"):
+    with pytest.raises(ValueError, match="database other than 0.*Redis Cluster node: use database 0"):
         connect(cluster_url + "/1", decode_responses=True)
 
 
