@@ -30,7 +30,7 @@ from rsc.actors.store import MetadataStore, StoreError, StoreFenced, StreamAdmin
 from rsc.actors.watch import Watch
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
-from rsc.protocol.vocabulary import LEAVE_EPOCH, RetentionMode
+from rsc.protocol.vocabulary import LEAVE_EPOCH
 
 log = logging.getLogger("rsc.coordinator")
 
@@ -240,10 +240,9 @@ class PrefixActor:
         retention_pass = self.machine.retention_pass()
         if retention_pass is None:
             return
-        retention = retention_pass.retention
-        trim = functools.partial(shard_ops.apply_retention,
-                                 acked=retention.mode == RetentionMode.ACKED,
-                                 max_length=retention.max_length, max_age_ms=retention.max_age_ms,
+        trim = functools.partial(shard_ops.apply_retention, acked=retention_pass.acked,
+                                 max_length=retention_pass.max_length,
+                                 max_age_ms=retention_pass.max_age_ms,
                                  now_ms=int(time.time() * 1000))  # stream ids are wall-clock ms
         results = await self._read(trim, retention_pass.streams, retention_pass.groups)
         if results is not None and self.metrics is not None:

@@ -93,11 +93,18 @@ class TotalsRead:
 
 @attrs.frozen
 class RetentionPass:
-    """T1..T3: what to trim on the prefix's live shards, for which groups."""
+    """T1..T3: what to trim on the prefix's live shards, for which groups.
+
+    `acked` asks for the T1 trim (mode `acked` and at least one group); the caps
+    apply in either mode (T2). A pass that trims nothing still measures the shards'
+    lengths (`rsc_shard_length`).
+    """
 
     streams: tuple[str, ...]
     groups: tuple[str, ...]
-    retention: RetentionRecord
+    acked: bool
+    max_length: int | None
+    max_age_ms: int | None
 
 
 @attrs.frozen
@@ -337,10 +344,10 @@ class PrefixMachine:
             return None
         self._ticks = 0
         retention = self.retention
-        capped = retention.max_length is not None or retention.max_age_ms is not None
-        if not capped and (retention.mode == RetentionMode.NONE or not self.groups):
-            return None  # nothing can be removed: T3, or T1 with no group
-        return RetentionPass(self.live_streams(), tuple(self.groups), retention)
+        # T3: `none` removes nothing because of acks; T1: a prefix with no group neither
+        acked = retention.mode == RetentionMode.ACKED and bool(self.groups)
+        return RetentionPass(self.live_streams(), tuple(self.groups), acked=acked,
+                             max_length=retention.max_length, max_age_ms=retention.max_age_ms)
 
     def lag_reads(self) -> tuple[LagRead, ...]:
         """The lag reads this batch's describes need, on the streams as they are durably now."""
