@@ -25,6 +25,7 @@ from typing import Any
 import attrs
 import redis
 
+from rsc.actors.redis_connect import is_cluster
 from rsc.actors.store import STORE_IO_ERRORS, StoreError
 
 STORE_ID_KEY = "rsc:store-id"
@@ -312,7 +313,8 @@ class _Script:
         for attempt in (1, 2):
             pipe = client.pipeline(transaction=False)
             for key, args in calls:
-                pipe.evalsha(self.sha, 1, key, *args)
+                # EVALSHA by name: a cluster pipeline routes it by its key (evalsha() is refused there)
+                pipe.execute_command("EVALSHA", self.sha, 1, key, *args)
             results = pipe.execute(raise_on_error=False)
             if attempt == 1 and any(isinstance(r, redis.exceptions.NoScriptError) for r in results):
                 client.script_load(self.body)
@@ -459,12 +461,16 @@ def enforce_caps(client: redis.Redis, streams: Sequence[str], groups: Sequence[s
 
 
 def supports_xackdel(client: redis.Redis) -> bool:
-    """Whether the server has XACKDEL (Redis >= 8.2): `COMMAND INFO XACKDEL` names it."""
+    """Whether the server has XACKDEL (Redis >= 8.2): `COMMAND INFO XACKDEL` names it.
+
+    On a cluster: every master has it (the command names no key, so each is asked)."""
+    servers = ([node.redis_connection for node in client.get_primaries()]  # type: ignore[attr-defined]
+               if is_cluster(client) else [client])
     try:
-        reply = client.execute_command("COMMAND INFO", "XACKDEL")
+        replies = [server.execute_command("COMMAND INFO", "XACKDEL") for server in servers]
     except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot ask Redis for its commands: {exc}") from exc
-    return bool(reply) and reply[0] is not None
+    return all(bool(reply) and reply[0] is not None for reply in replies)
 
 
 # --- drain -----------------------------------------------------------------------------

@@ -14,6 +14,10 @@ Blocking (redis-py's sync client); the actors call it through
   coordinator is fenced rather than overwriting a live one.
 - owner tokens `{shard}:owner:<group>` (value: memberId) that members' ack
   scripts check.
+
+On a Redis Cluster (the URL names any node) every script call and pipelined
+command names keys of one slot: the metadata hash alone, or one shard's
+hash tag; the cluster client sends each to its node and follows MOVED/ASK.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from rsc.actors.records import (
     encode,
     replay,
 )
+from rsc.actors.redis_connect import connect, is_cluster
 from rsc.protocol.routing import owner_key, seal_key
 
 EPOCH_KEY = "rsc:coordinator:epoch"
@@ -157,12 +162,17 @@ class MetadataStore:
 
     def __init__(self, redis_url: str, *, lease_ms: int) -> None:
         self.redis_url = redis_url
-        self.client = redis.Redis.from_url(redis_url, decode_responses=True,
-                                           socket_timeout=5, socket_connect_timeout=5)
+        try:  # one server, or a cluster through any one of its nodes
+            self.client: Any = connect(redis_url, decode_responses=True,
+                                       socket_timeout=5, socket_connect_timeout=5)
+        except (redis.RedisError, ValueError) as exc:  # ValueError: a URL it cannot use
+            raise StoreError(f"cannot use Redis at {redis_url}: {exc}") from exc
         self.lease_ms = lease_ms
         self.instance_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.coordinator_epoch = 0
-        self.atomic_owner_tokens = True  # one server: the owner tokens join the hash's script
+        # one server: the owner tokens join the hash's script; a cluster keeps them in the
+        # shards' slots, so there they are a second step that the next checkpoint repairs
+        self.atomic_owner_tokens = not is_cluster(self.client)
         self._sequence = itertools.count(1)  # D4: orders this coordinator's writes
         self._cas = self.client.register_script(_CAS_WRITE)
         self._renew = self.client.register_script(_RENEW_LEASE)
@@ -283,6 +293,10 @@ class MetadataStore:
                 raise StoreError(f"owner token write failed: {exc}") from exc
 
     def _write_hash(self, prefix: str, keys: list[str], args: list[Any]) -> None:
+        if is_cluster(self.client):  # two slots, and no scripts in a cluster pipeline
+            self.client.sadd(PREFIXES_KEY, prefix)
+            self._cas(keys=keys, args=args)
+            return
         pipe = self.client.pipeline(transaction=False)
         pipe.sadd(PREFIXES_KEY, prefix)
         self._cas(keys=keys, args=args, client=pipe)
@@ -370,10 +384,14 @@ class StreamAdmin:
         """
         streams = list(streams)
         try:
-            pipe = self.client.pipeline(transaction=False)
-            for stream in streams:
-                self._move(keys=[stream], args=[group, to, timestamp_ms or 0], client=pipe)
-            results = pipe.execute()
+            if is_cluster(self.client):  # no scripts in a cluster pipeline: one call per shard
+                results = [self._move(keys=[stream], args=[group, to, timestamp_ms or 0])
+                           for stream in streams]
+            else:
+                pipe = self.client.pipeline(transaction=False)
+                for stream in streams:
+                    self._move(keys=[stream], args=[group, to, timestamp_ms or 0], client=pipe)
+                results = pipe.execute()
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot move the offsets of {group!r}: {exc}") from exc
         return {stream: str(result) for stream, result in zip(streams, results, strict=True)}
@@ -384,7 +402,9 @@ class StreamAdmin:
         try:
             pipe = self.client.pipeline(transaction=False)
             for stream in streams:
-                pipe.delete(stream, seal_key(stream), *(owner_key(stream, g) for g in groups))
+                # one slot (the shard's hash tag): one DEL, in a cluster pipeline too
+                pipe.execute_command("DEL", stream, seal_key(stream),
+                                     *(owner_key(stream, g) for g in groups))
             pipe.execute()
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot delete drained streams: {exc}") from exc
