@@ -8,6 +8,7 @@ from typing import Any
 import trio
 from trio_websocket import serve_websocket
 
+from rsc.actors import gc_control
 from rsc.actors.actor import PrefixActor, now_ms
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.group import GroupSettings
@@ -34,6 +35,7 @@ async def serve(config: CoordinatorConfig, *, metrics: Any = None,
 
 async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
                  task_status: trio.TaskStatus[str]) -> None:
+    gc_control.install(getattr(metrics, "registry", None))
     lease_ms = coordinator_lease_ms(config)
     store = MetadataStore(redis_url, lease_ms=lease_ms)
     epoch = await trio.to_thread.run_sync(store.acquire, int(lease_ms * 1.5))
@@ -68,6 +70,7 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
                                                    config.metrics_port)
                 log_event(log, "metrics.listening", url=f"http://{config.host}:{metrics_port}/metrics")
             nursery.start_soon(_tick_loop, config, store, router)
+            gc_control.freeze_after_startup()
             task_status.started(f"ws://{config.host}:{listener.port}")
     finally:
         with trio.CancelScope(shield=True):
@@ -90,3 +93,4 @@ async def _tick_loop(config: CoordinatorConfig, store: MetadataStore, router: Ro
                 raise  # fenced: another coordinator owns this Redis
             log_event(log, "store.unavailable", level=logging.WARNING, error=str(exc))
         await router.tick()
+        gc_control.on_tick()

@@ -1,0 +1,173 @@
+"""The member's garbage-collector policy: the coordinator's, for a member process.
+
+Same rules as `rsc.actors.gc_control` (the two sides never import each
+other): with `RSC_GC=tuned` (the default) young collections stay
+allocation-driven but every 10,000 allocations; the heap is frozen once the
+member runs and again on every `on_tick()`, so automatic collections walk
+one tick's survivors at most; a full collection (unfreeze, collect, freeze)
+runs from the tick when the heap grew by `GROWTH` or `MAX_FULL_INTERVAL_S`
+passed, within `FULL_BUDGET` of the wall time. `RSC_GC=default` leaves
+Python's settings alone.
+
+The runtime calls `install()` at start, `freeze_after_startup()` once the
+member has joined, and `on_tick()` from a loop it already has (once per
+heartbeat is enough).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+MODE_ENV = "RSC_GC"
+TUNED, DEFAULT = "tuned", "default"
+MODES = (TUNED, DEFAULT)
+TUNED_THRESHOLDS = (10_000, 10, 1000)
+GROWTH = 0.10
+MAX_FULL_INTERVAL_S = 300.0
+FULL_BUDGET = 0.01
+MIN_TICK_INTERVAL_S = 0.5
+
+
+def mode_from_env(environ: Mapping[str, str] = os.environ) -> str:
+    """The GC mode named by `RSC_GC` (unset: tuned); a clear error for anything else."""
+    mode = environ.get(MODE_ENV, TUNED).strip().lower() or TUNED
+    if mode not in MODES:
+        raise ValueError(f"{MODE_ENV} must be one of {', '.join(MODES)}, not {environ[MODE_ENV]!r}")
+    return mode
+
+
+class PauseRecorder:
+    """A `gc.callbacks` callback: collections, total and longest pause per generation.
+
+    Pauses are wall time (what a waiting peer sees); `cpu_seconds` is the
+    collector's own CPU time, which a busy machine does not inflate.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter,
+                 cpu_clock: Callable[[], float] = time.thread_time) -> None:
+        self.clock = clock
+        self.cpu_clock = cpu_clock
+        self.collections = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self.cpu_seconds = [0.0, 0.0, 0.0]
+        self.max_seconds = [0.0, 0.0, 0.0]
+        self.observers: list[Callable[[int, float], None]] = []
+        self._started: float | None = None
+        self._cpu_started = 0.0
+
+    def __call__(self, phase: str, info: Mapping[str, Any]) -> None:
+        if phase == "start":
+            self._started = self.clock()
+            self._cpu_started = self.cpu_clock()
+            return
+        if self._started is None:
+            return
+        pause = self.clock() - self._started
+        self._started = None
+        generation = min(int(info.get("generation", 2)), 2)
+        self.collections[generation] += 1
+        self.seconds[generation] += pause
+        self.cpu_seconds[generation] += self.cpu_clock() - self._cpu_started
+        self.max_seconds[generation] = max(self.max_seconds[generation], pause)
+        for observe in self.observers:
+            observe(generation, pause)
+
+    def snapshot(self, *, reset_max: bool = False) -> dict[str, Any]:
+        """Counters so far (JSON-ready); `reset_max` starts a new window for the longest pauses."""
+        taken = {"collections": list(self.collections), "seconds": list(self.seconds),
+                 "cpuSeconds": list(self.cpu_seconds), "maxSeconds": list(self.max_seconds)}
+        if reset_max:
+            self.max_seconds = [0.0, 0.0, 0.0]
+        return taken
+
+
+class Policy:
+    """What to collect when, for one process (the collector is process-wide)."""
+
+    def __init__(self, mode: str, *, gc_module: Any = gc, clock: Callable[[], float] = time.monotonic,
+                 heap_blocks: Callable[[], int] = sys.getallocatedblocks) -> None:
+        if mode not in MODES:
+            raise ValueError(f"GC mode must be one of {', '.join(MODES)}, not {mode!r}")
+        self.mode = mode
+        self.gc = gc_module
+        self.clock = clock
+        self.heap_blocks = heap_blocks
+        self.applied = False
+        self.frozen = False
+        self.full_collections = 0
+        self._last_full_at = 0.0
+        self._last_full_seconds = 0.0
+        self._blocks_after_full = 0
+        self._last_tick_at = -MIN_TICK_INTERVAL_S
+
+    def apply(self) -> None:
+        """Set the tuned thresholds (once; nothing in default mode)."""
+        if self.mode == TUNED and not self.applied:
+            self.gc.set_threshold(*TUNED_THRESHOLDS)
+        self.applied = True
+
+    def freeze_after_startup(self) -> bool:
+        """Collect, then freeze what startup and restore built; only the first call does it."""
+        if self.mode != TUNED or self.frozen:
+            return False
+        self.apply()
+        self._full()
+        self.frozen = True
+        return True
+
+    def on_tick(self) -> str | None:
+        """One tick's collection: 'full', 'young' or None (default mode, or before startup froze)."""
+        if self.mode != TUNED or not self.frozen:
+            return None
+        now = self.clock()
+        if now - self._last_tick_at < MIN_TICK_INTERVAL_S:
+            return None
+        self._last_tick_at = now
+        since_full = now - self._last_full_at
+        grown = self.heap_blocks() > self._blocks_after_full * (1 + GROWTH)
+        due = grown or since_full >= MAX_FULL_INTERVAL_S
+        if due and since_full * FULL_BUDGET >= self._last_full_seconds:
+            self._full()
+            return "full"
+        self.gc.freeze()  # O(1): what survived the young collections since the last tick
+        return "young"
+
+    def _full(self) -> None:
+        started = self.clock()
+        self.gc.unfreeze()
+        self.gc.collect()
+        self.gc.freeze()
+        self._last_full_at = self.clock()
+        self._last_full_seconds = self._last_full_at - started
+        self._blocks_after_full = self.heap_blocks()
+        self.full_collections += 1
+
+
+recorder = PauseRecorder()
+policy: Policy | None = None
+
+
+def install(environ: Mapping[str, str] = os.environ) -> Policy:
+    """Apply the mode of `RSC_GC` to this process and record GC pauses (idempotent)."""
+    global policy
+    if policy is None:
+        policy = Policy(mode_from_env(environ))
+        policy.apply()
+    if recorder not in gc.callbacks:
+        gc.callbacks.append(recorder)
+    return policy
+
+
+def freeze_after_startup() -> bool:
+    """Once the member runs: freeze the heap built so far (tuned mode, once per process)."""
+    return install().freeze_after_startup()
+
+
+def on_tick() -> str | None:
+    """Once per heartbeat: collect what survived since the last call, the old heap when due."""
+    return install().on_tick()
