@@ -10,7 +10,9 @@ sessions it costs more than the protocol. `RSC_GC=tuned` (the default):
   automatic collection again: those walk one tick's survivors at most;
 - a full collection (unfreeze, collect, freeze) finds the cycles that died
   after being frozen (closed sessions). It runs from the tick, not at
-  allocation time: when the heap grew by `GROWTH` since the last one, or
+  allocation time: when the heap grew by `GROWTH` since the last one (doubled,
+  up to `MAX_GROWTH`, each time a full finds the growth was mostly live
+  objects, back to `GROWTH` when it was mostly garbage), or
   `MAX_FULL_INTERVAL_S` passed, and never more than `FULL_BUDGET` of the wall
   time (a full that took 1 s waits 100 s before the next one).
 
@@ -37,6 +39,7 @@ TUNED, DEFAULT = "tuned", "default"
 MODES = (TUNED, DEFAULT)
 TUNED_THRESHOLDS = (10_000, 10, 1000)  # gen0 every 10,000 allocations; the tick freezes, not gen2
 GROWTH = 0.10  # a full collection once the heap grew by a tenth since the last one
+MAX_GROWTH = 1.0  # doubling up to this while full collections find mostly live growth
 MAX_FULL_INTERVAL_S = 300.0
 FULL_BUDGET = 0.01  # full collections take at most 1 % of the wall time
 MIN_TICK_INTERVAL_S = 0.5  # ticks closer than this (several coordinators in one process) skip
@@ -114,6 +117,7 @@ class Policy:
         self._last_full_at = 0.0
         self._last_full_seconds = 0.0
         self._blocks_after_full = 0
+        self.growth = GROWTH
         self._last_tick_at = -MIN_TICK_INTERVAL_S
 
     def apply(self) -> None:
@@ -140,7 +144,7 @@ class Policy:
             return None
         self._last_tick_at = now
         since_full = now - self._last_full_at
-        grown = self.heap_blocks() > self._blocks_after_full * (1 + GROWTH)
+        grown = self.heap_blocks() > self._blocks_after_full * (1 + self.growth)
         due = grown or since_full >= MAX_FULL_INTERVAL_S
         if due and since_full * FULL_BUDGET >= self._last_full_seconds:
             self._full()
@@ -149,13 +153,18 @@ class Policy:
         return "young"
 
     def _full(self) -> None:
-        started = self.clock()
+        started, before = self.clock(), self.heap_blocks()
         self.gc.unfreeze()
         self.gc.collect()
         self.gc.freeze()
         self._last_full_at = self.clock()
         self._last_full_seconds = self._last_full_at - started
-        self._blocks_after_full = self.heap_blocks()
+        after = self.heap_blocks()
+        # the heap grew with live objects (sessions joining), not garbage: wait for more growth
+        if self.full_collections:
+            garbage = before - after >= (before - self._blocks_after_full) / 2
+            self.growth = GROWTH if garbage else min(2 * self.growth, MAX_GROWTH)
+        self._blocks_after_full = after
         self.full_collections += 1
 
 

@@ -24,6 +24,7 @@ from bench import gcstats
 from bench.gcstats import pauses_cell
 from bench.procs import LoadGen, Redis, Sampler, Server, start_bare, start_coordinator
 from bench.report import Progressor, ScenarioResult, check, pyplot
+from rsc.actors import gc_control
 
 MAX_SHARDS = 4096  # PROTOCOL.md: setShardCount shardCount 1..4096
 
@@ -115,10 +116,9 @@ ISSUE_14_RPS_PER_CORE = 1919  # issue #14: the coordinator's saturated responses
 def steady(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
     result = ScenarioResult("steady", "steady heartbeats, coordinator vs bare trio-websocket server, "
                             f"GC {' vs '.join(sizes.gc_modes)}",
-                            columns=["run", "GC", "members", "shards", "p50 ms", "p99 ms", "max ms", "hb/s",
-                                     "server cores", "server RSS MB", "GC/min", "GC s", "GC %",
-                                     "max pause ms g0/g1/g2", "loadgen cores", "loadgen GC %", "expired",
-                                     "saturated rps", "rps/core", "ratio rps/core", "ratio rps"])
+                            columns=["run", "GC", "members", "p50 ms", "p99 ms", "hb/s", "cores", "RSS MB",
+                                     "GC/min", "GC s", "GC %", "max pause ms g0/g1/g2", "loadgen cores",
+                                     "loadgen GC %", "expired", "sat. rps", "rps/core", "ratio rps/core"])
     with progress.scenario("1 steady", steps=4 * len(sizes.steady_members) * len(sizes.gc_modes)):
         for members in sizes.steady_members:
             for mode in sizes.gc_modes:
@@ -140,14 +140,17 @@ def steady(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
         f"{sizes.saturate_members} members beat again as soon as answered (the rest keep beating) "
         f"for {sizes.saturate_s:.0f} s; rps/core = saturated responses per CPU-second of the server "
         "process, the capacity measure that survives a shared, oversubscribed machine (raw rps "
-        "swings with whatever else runs); ratios = coordinator / bare at the same size and GC")
+        "swings with whatever else runs); ratio = coordinator / bare at the same size and GC; "
+        "cores, RSS = the server process's (peak RSS)")
     result.notes.append(
-        "GC: tuned = gc.freeze() after startup, gen0 threshold 10,000, the young heap collected and "
-        "frozen on every 1 s tick, a full collection from the tick after 25 % heap growth (at most 2 % "
-        "of wall time); default = Python's (700, 10, 10). Coordinator, bare server and load generator "
-        "all run the same mode (RSC_GC). GC figures are the server's over the steady window: "
-        "collections per minute, seconds spent collecting, that as a share of the window, and the "
-        "longest pause per generation (gc.callbacks)")
+        f"GC: tuned = gen0 threshold {gc_control.TUNED_THRESHOLDS[0]:,}, gc.freeze() after startup and "
+        "on every 1 s tick, a full collection from the tick after "
+        f"{100 * gc_control.GROWTH:.0f} % heap growth (adaptive up to {100 * gc_control.MAX_GROWTH:.0f} %) "
+        f"or {gc_control.MAX_FULL_INTERVAL_S:.0f} s, at most {100 * gc_control.FULL_BUDGET:.0f} % of wall "
+        "time; default = Python's (700, 10, 10). Coordinator, bare server and load generator all run "
+        "the same mode (RSC_GC). GC figures are the server's over the steady window: collections per "
+        "minute, seconds spent collecting, that as a share of the window, and the longest pause per "
+        "generation (gc.callbacks)")
     _plot_steady(result, out)
     return result
 
@@ -164,15 +167,14 @@ def _steady_rows(result: ScenarioResult, sizes: Sizes, members: int, mode: str,
     coordinator_run["perCoreRatio"] = per_core_ratio
     for label, run in (("coordinator", coordinator_run), ("bare websocket", bare_run)):
         window, cpu, server_gc = run["window"], run["cpu"], run["gc"]["server"]
-        result.rows.append([label, mode, members, run["shards"], window["p50Ms"], window["p99Ms"],
-                            window["maxMs"], window["count"] / sizes.steady_window_s,
+        result.rows.append([label, mode, members, window["p50Ms"], window["p99Ms"],
+                            window["count"] / sizes.steady_window_s,
                             cpu["server"]["cpuCores"], cpu["server"]["peakRssMb"],
                             server_gc["collectionsPerMinute"], server_gc["gcSeconds"],
                             100 * server_gc["gcShare"], pauses_cell(server_gc),
                             cpu["load"]["cpuCores"], 100 * run["gc"]["load"]["gcShare"],
                             run["expiredTotal"], run["saturated"]["perSecond"], run["perCore"],
-                            per_core_ratio if label == "coordinator" else 1.0,
-                            ratio if label == "coordinator" else 1.0])
+                            per_core_ratio if label == "coordinator" else 1.0])
     result.data.setdefault(str(members), {})[mode] = {"coordinator": coordinator_run, "bare": bare_run}
 
 

@@ -5,7 +5,8 @@ other): with `RSC_GC=tuned` (the default) young collections stay
 allocation-driven but every 10,000 allocations; the heap is frozen once the
 member runs and again on every `on_tick()`, so automatic collections walk
 one tick's survivors at most; a full collection (unfreeze, collect, freeze)
-runs from the tick when the heap grew by `GROWTH` or `MAX_FULL_INTERVAL_S`
+runs from the tick when the heap grew by `GROWTH` (doubled up to `MAX_GROWTH`
+while fulls find live growth rather than garbage) or `MAX_FULL_INTERVAL_S`
 passed, within `FULL_BUDGET` of the wall time. `RSC_GC=default` leaves
 Python's settings alone.
 
@@ -28,6 +29,7 @@ TUNED, DEFAULT = "tuned", "default"
 MODES = (TUNED, DEFAULT)
 TUNED_THRESHOLDS = (10_000, 10, 1000)
 GROWTH = 0.10
+MAX_GROWTH = 1.0
 MAX_FULL_INTERVAL_S = 300.0
 FULL_BUDGET = 0.01
 MIN_TICK_INTERVAL_S = 0.5
@@ -103,6 +105,7 @@ class Policy:
         self._last_full_at = 0.0
         self._last_full_seconds = 0.0
         self._blocks_after_full = 0
+        self.growth = GROWTH
         self._last_tick_at = -MIN_TICK_INTERVAL_S
 
     def apply(self) -> None:
@@ -129,7 +132,7 @@ class Policy:
             return None
         self._last_tick_at = now
         since_full = now - self._last_full_at
-        grown = self.heap_blocks() > self._blocks_after_full * (1 + GROWTH)
+        grown = self.heap_blocks() > self._blocks_after_full * (1 + self.growth)
         due = grown or since_full >= MAX_FULL_INTERVAL_S
         if due and since_full * FULL_BUDGET >= self._last_full_seconds:
             self._full()
@@ -138,13 +141,18 @@ class Policy:
         return "young"
 
     def _full(self) -> None:
-        started = self.clock()
+        started, before = self.clock(), self.heap_blocks()
         self.gc.unfreeze()
         self.gc.collect()
         self.gc.freeze()
         self._last_full_at = self.clock()
         self._last_full_seconds = self._last_full_at - started
-        self._blocks_after_full = self.heap_blocks()
+        after = self.heap_blocks()
+        # the heap grew with live objects (sessions joining), not garbage: wait for more growth
+        if self.full_collections:
+            garbage = before - after >= (before - self._blocks_after_full) / 2
+            self.growth = GROWTH if garbage else min(2 * self.growth, MAX_GROWTH)
+        self._blocks_after_full = after
         self.full_collections += 1
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -29,6 +29,7 @@ class FakeGc:
         self.calls: list[tuple[Any, ...]] = []
         self.clock = clock
         self.collect_seconds = collect_seconds
+        self.on_collect: Callable[[], None] = lambda: None
 
     def set_threshold(self, *thresholds: int) -> None:
         self.calls.append(("set_threshold", *thresholds))
@@ -43,6 +44,7 @@ class FakeGc:
         self.calls.append(("collect", generation))
         if self.clock is not None:
             self.clock.now += self.collect_seconds
+        self.on_collect()
         return 0
 
     def names(self) -> list[str]:
@@ -189,6 +191,39 @@ def test_full_collection_after_the_longest_interval_even_without_growth(side: Mo
     clock.now += 1
     assert policy.on_tick() == "full"
     assert policy.full_collections == 2
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_growth_that_a_full_finds_live_doubles_the_next_trigger(side: ModuleType) -> None:
+    policy, fake, clock, heap = started(side)
+    heap.blocks = int(heap.blocks * (1 + side.GROWTH)) + 10  # sessions joining: nothing to free
+    clock.now += 1
+    assert policy.on_tick() == "full"
+    assert policy.growth == pytest.approx(2 * side.GROWTH)
+    heap.blocks = int(heap.blocks * (1 + 1.5 * side.GROWTH))
+    clock.now += 1
+    assert policy.on_tick() == "young"
+    for _ in range(10):  # more live growth, each full finding nothing
+        heap.blocks = int(heap.blocks * (1 + policy.growth)) + 10
+        clock.now += 1
+        assert policy.on_tick() == "full"
+    assert policy.growth == side.MAX_GROWTH
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_growth_that_a_full_finds_garbage_brings_the_trigger_back(side: ModuleType) -> None:
+    policy, fake, clock, heap = started(side)
+    policy.growth = side.MAX_GROWTH
+    base = heap.blocks
+
+    def free_the_garbage() -> None:
+        heap.blocks = base
+
+    fake.on_collect = free_the_garbage
+    heap.blocks = base * 3  # closed sessions' cycles, frozen while they lived
+    clock.now += 1
+    assert policy.on_tick() == "full"
+    assert policy.growth == side.GROWTH
 
 
 # --- pauses -----------------------------------------------------------------------------
