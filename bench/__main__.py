@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from bench import assignor_bench, dataplane, membership, procs, resharding
+from bench import assignor_bench, dataplane, hotpath, membership, procs, resharding
 from bench.report import (
     Progressor,
     ScenarioResult,
@@ -49,6 +49,7 @@ SCENARIOS: dict[str, Scenario] = {
     "scale": _membership(membership.scale),
     "failure": _membership(membership.failure),
     "soak": _membership(membership.soak),
+    "hotpath": hotpath.run,
     "dataplane": dataplane.run,
     "resharding": resharding.run,
 }
