@@ -10,9 +10,10 @@ while fulls find live growth rather than garbage) or `MAX_FULL_INTERVAL_S`
 passed, within `FULL_BUDGET` of the wall time. `RSC_GC=default` leaves
 Python's settings alone.
 
-The runtime calls `install()` at start, `freeze_after_startup()` once the
-member has joined, and `on_tick()` from a loop it already has (once per
-heartbeat is enough).
+The process owner (`rsc consume`, the bench's load generator) calls
+`install()`; the runtime calls `freeze_after_startup()` once the member has
+joined and `on_tick()` from a loop it already has (once per heartbeat is
+enough); both do nothing in a process that did not install the policy.
 """
 
 from __future__ import annotations
@@ -172,10 +173,14 @@ def install(environ: Mapping[str, str] = os.environ) -> Policy:
 
 
 def freeze_after_startup() -> bool:
-    """Once the member runs: freeze the heap built so far (tuned mode, once per process)."""
-    return install().freeze_after_startup()
+    """Once the member has joined: freeze the heap built so far (tuned mode, once per process).
+
+    Does nothing unless the process owner called `install()`: a library does not
+    change its host application's collector on its own.
+    """
+    return policy.freeze_after_startup() if policy is not None else False
 
 
 def on_tick() -> str | None:
-    """Once per heartbeat: collect what survived since the last call, the old heap when due."""
-    return install().on_tick()
+    """From a loop the runtime already has: freeze what survived, the full collection when due."""
+    return policy.on_tick() if policy is not None else None

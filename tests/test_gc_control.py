@@ -273,6 +273,19 @@ def test_install_feeds_the_pause_histogram_of_each_registry_once(monkeypatch: py
     assert gc.callbacks == [gc_control.recorder]
 
 
+def test_member_hooks_do_nothing_unless_the_process_installed_the_policy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(member_gc_control, "policy", None)
+    assert member_gc_control.freeze_after_startup() is False
+    assert member_gc_control.on_tick() is None
+    fake = FakeGc()
+    monkeypatch.setattr(member_gc_control, "policy",
+                        member_gc_control.Policy(member_gc_control.TUNED, gc_module=fake,
+                                                 clock=FakeClock(), heap_blocks=Heap()))
+    assert member_gc_control.freeze_after_startup() is True
+    assert fake.names() == ["set_threshold", "unfreeze", "collect", "freeze"]
+
+
 # --- cycles are still collected (the real collector) ------------------------------------
 
 
