@@ -143,10 +143,10 @@ def steady(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
         "swings with whatever else runs); ratio = coordinator / bare at the same size and GC; "
         "cores, RSS = the server process's (peak RSS)")
     result.notes.append(
-        f"GC: tuned = gen0 threshold {gc_control.TUNED_THRESHOLDS[0]:,}, gc.freeze() after startup and "
-        "on every 1 s tick, a full collection from the tick after "
+        "GC: tuned = gc.freeze() after startup and on every 1 s tick, young collections only after "
+        f"{gc_control.TUNED_THRESHOLDS[0]:,} net allocations, a full collection from the tick after "
         f"{100 * gc_control.GROWTH:.0f} % heap growth (adaptive up to {100 * gc_control.MAX_GROWTH:.0f} %) "
-        f"or {gc_control.MAX_FULL_INTERVAL_S:.0f} s, at most {100 * gc_control.FULL_BUDGET:.0f} % of wall "
+        f"or {gc_control.MAX_FULL_INTERVAL_S:.0f} s, at most {100 * gc_control.FULL_BUDGET:.1f} % of wall "
         "time; default = Python's (700, 10, 10). Coordinator, bare server and load generator all run "
         "the same mode (RSC_GC). GC figures are the server's over the steady window: collections per "
         "minute, seconds spent collecting, that as a share of the window, and the longest pause per "

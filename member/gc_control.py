@@ -1,10 +1,10 @@
 """The member's garbage-collector policy: the coordinator's, for a member process.
 
 Same rules as `rsc.actors.gc_control` (the two sides never import each
-other): with `RSC_GC=tuned` (the default) young collections stay
-allocation-driven but every 10,000 allocations; the heap is frozen once the
-member runs and again on every `on_tick()`, so automatic collections walk
-one tick's survivors at most; a full collection (unfreeze, collect, freeze)
+other): with `RSC_GC=tuned` (the default) the heap is frozen once the member
+runs and again on every `on_tick()`, so automatic collections never walk
+what lived through a tick, and young collections run only after 200,000 net
+allocations (bursts); a full collection (unfreeze, collect, freeze)
 runs from the tick when the heap grew by `GROWTH` (doubled up to `MAX_GROWTH`
 while fulls find live growth rather than garbage) or `MAX_FULL_INTERVAL_S`
 passed, within `FULL_BUDGET` of the wall time. `RSC_GC=default` leaves
@@ -28,11 +28,11 @@ from typing import Any
 MODE_ENV = "RSC_GC"
 TUNED, DEFAULT = "tuned", "default"
 MODES = (TUNED, DEFAULT)
-TUNED_THRESHOLDS = (10_000, 10, 1000)
+TUNED_THRESHOLDS = (200_000, 10, 1000)
 GROWTH = 0.10
 MAX_GROWTH = 1.0
 MAX_FULL_INTERVAL_S = 300.0
-FULL_BUDGET = 0.01
+FULL_BUDGET = 0.005
 MIN_TICK_INTERVAL_S = 0.5
 
 
