@@ -18,7 +18,8 @@ sessions it costs more than the protocol. `RSC_GC=tuned` (the default):
   up to `MAX_GROWTH`, each time a full finds the growth was mostly live
   objects, back to `GROWTH` when it was mostly garbage), or
   `MAX_FULL_INTERVAL_S` passed, and never more than `FULL_BUDGET` of the wall
-  time (a full that took 1 s waits 200 s before the next one).
+  time (a full that took 1 s waits 200 s before the next one; growth during
+  that wait is not saved up for later).
 
 `RSC_GC=default` leaves Python's settings alone (for comparison).
 
@@ -150,9 +151,14 @@ class Policy:
         since_full = now - self._last_full_at
         grown = self.heap_blocks() > self._blocks_after_full * (1 + self.growth)
         due = grown or since_full >= MAX_FULL_INTERVAL_S
-        if due and since_full * FULL_BUDGET >= self._last_full_seconds:
-            self._full()
-            return "full"
+        if since_full * FULL_BUDGET >= self._last_full_seconds:
+            if due:
+                self._full()
+                return "full"
+        elif grown:
+            # growth while the budget forbids a full is not saved up for later: a full that
+            # fires long after the heap settled (mid steady state) would find little
+            self._blocks_after_full = self.heap_blocks()
         self.gc.freeze()  # O(1): what survived the young collections since the last tick
         return "young"
 

@@ -7,7 +7,8 @@ what lived through a tick, and young collections run only after 200,000 net
 allocations (bursts); a full collection (unfreeze, collect, freeze)
 runs from the tick when the heap grew by `GROWTH` (doubled up to `MAX_GROWTH`
 while fulls find live growth rather than garbage) or `MAX_FULL_INTERVAL_S`
-passed, within `FULL_BUDGET` of the wall time. `RSC_GC=default` leaves
+passed, within `FULL_BUDGET` of the wall time (growth while the budget
+forbids a full is not saved up for later). `RSC_GC=default` leaves
 Python's settings alone.
 
 The process owner (`rsc consume`, the bench's load generator) calls
@@ -135,9 +136,14 @@ class Policy:
         since_full = now - self._last_full_at
         grown = self.heap_blocks() > self._blocks_after_full * (1 + self.growth)
         due = grown or since_full >= MAX_FULL_INTERVAL_S
-        if due and since_full * FULL_BUDGET >= self._last_full_seconds:
-            self._full()
-            return "full"
+        if since_full * FULL_BUDGET >= self._last_full_seconds:
+            if due:
+                self._full()
+                return "full"
+        elif grown:
+            # growth while the budget forbids a full is not saved up for later: a full that
+            # fires long after the heap settled (mid steady state) would find little
+            self._blocks_after_full = self.heap_blocks()
         self.gc.freeze()  # O(1): what survived the young collections since the last tick
         return "young"
 
