@@ -424,6 +424,7 @@ def soak(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
                     "collections": sum(gc_start["collections"])}]
         sampler = Sampler(server=coordinator)
         converge: list[float] = []
+        longest = [0.0, 0.0, 0.0]  # each report starts a new max-pause window: keep the soak's
         left = joined = 0
         for period in range(periods):
             period_end = started + (period + 1) * sizes.soak_period_s
@@ -443,12 +444,15 @@ def soak(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
             elapsed = time.perf_counter() - started
             if elapsed - samples[-1]["seconds"] >= sizes.soak_sample_s or period == periods - 1:
                 report = coordinator.gc_report()
+                longest = [max(pair) for pair in zip(longest, report["maxSeconds"], strict=True)]
                 samples.append({"seconds": elapsed, "rssMb": coordinator.rss_mb(),
                                 "heapBlocks": report["heapBlocks"],
                                 "collections": sum(report["collections"])})
         elapsed = time.perf_counter() - started
         window = loadgen.call("stats")
-        gc = gcstats.window(gc_start, coordinator.gc_report(), elapsed)
+        report = coordinator.gc_report()
+        report["maxSeconds"] = [max(pair) for pair in zip(longest, report["maxSeconds"], strict=True)]
+        gc = gcstats.window(gc_start, report, elapsed)
         cpu = sampler.result()["server"]
         rss_end = coordinator.rss_mb()
         result.rows.append([mode, members, elapsed / 60, left, joined, rss_start, rss_end, cpu["peakRssMb"],
