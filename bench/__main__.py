@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="where to write JSON results and plots (default: bench/results/)")
     parser.add_argument("--profile-coordinator", action="store_true",
                         help="run each coordinator under cProfile; .prof files go to --out")
+    parser.add_argument("--py-spy", type=Path, metavar="DIR",
+                        help="steady: sample each coordinator's steady window with py-spy (if installed) "
+                             "into DIR as collapsed stacks")
     parser.add_argument("--members", nargs="+", type=_positive, metavar="N",
                         help="steady: these member counts instead of the preset's")
     parser.add_argument("--gc", nargs="+", choices=gc_control.MODES, metavar="MODE",
@@ -82,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--soak-members", type=_positive, metavar="N",
                         help=f"soak: members (default {membership.FULL.soak_members:,})")
     args = parser.parse_args(argv)
+    if args.py_spy is not None:
+        args.py_spy.mkdir(parents=True, exist_ok=True)
+        procs.PY_SPY_DIR = str(args.py_spy)
     if args.members:
         OVERRIDES["steady_members"] = tuple(args.members)
     if args.gc:

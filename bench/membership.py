@@ -22,7 +22,7 @@ import attrs
 
 from bench import gcstats
 from bench.gcstats import pauses_cell
-from bench.procs import LoadGen, Redis, Sampler, Server, start_bare, start_coordinator
+from bench.procs import LoadGen, Redis, Sampler, Server, py_spy, start_bare, start_coordinator
 from bench.report import Progressor, ScenarioResult, check, pyplot
 from rsc.actors import gc_control
 
@@ -231,7 +231,11 @@ def _steady_run(progress: Progressor, sizes: Sizes, members: int, *, bare: bool,
         gc_before = {"server": server.gc_report(), "load": loadgen.call("gc")}
         loadgen.call("reset")
         sampler = Sampler(server=server, load=loadgen)
+        spy = None if bare else py_spy(server.pid, sizes.steady_window_s,
+                                       f"coordinator-{members}-gc-{gc_mode}")
         _wait(progress, sizes.steady_window_s, sampler, f"{label} @{members:,}: steady window")
+        if spy is not None:
+            spy.wait(timeout=60)
         window = loadgen.call("stats")
         cpu = sampler.result()
         elapsed = time.perf_counter() - sampler.started

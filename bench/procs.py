@@ -150,6 +150,21 @@ class Server(Child):
 
 # set by `python -m bench --profile-coordinator`: each coordinator runs under cProfile into this folder
 PROFILE_DIR: str | None = None
+# set by `python -m bench --py-spy DIR`: steady windows of the coordinator are sampled by py-spy
+PY_SPY_DIR: str | None = None
+
+
+def py_spy(pid: int, seconds: float, name: str) -> subprocess.Popen[bytes] | None:
+    """Sample `pid` for `seconds` with py-spy (collapsed stacks, 25 Hz) into PY_SPY_DIR/name.txt."""
+    import shutil
+
+    executable = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if PY_SPY_DIR is None or not os.path.exists(executable):
+        return None
+    return subprocess.Popen(
+        [executable, "record", "--pid", str(pid), "--duration", str(max(1, int(seconds))), "--rate", "25",
+         "--format", "raw", "--nonblocking", "--output", os.path.join(PY_SPY_DIR, f"{name}.txt")],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def start_coordinator(redis_url: str, *, heartbeat_interval_ms: int = 3000, lease_ttl_ms: int = 30000,

@@ -1,14 +1,18 @@
-"""`python -m bench.tables RESULTS.json`: the steady and soak tables of a run as Markdown (for the README).
+"""`python -m bench.tables RESULTS.json [--profile STACKS.txt]`: a run's tables as Markdown (for the README).
 
 Reads a results file written by `python -m bench` and prints the rows the
 README shows: per size and GC mode, the coordinator and the bare server side
-by side, with the GC figures of the steady window; then the soak line.
+by side, with the GC figures of the steady window; then the soak line. With
+`--profile`, also the top functions of a py-spy sample (`--py-spy DIR` of
+the bench writes them), by own time and including callees.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,9 +63,37 @@ def soak_markdown(scenario: dict[str, Any]) -> str:
         f"| {_number(window['p50Ms'], 1)} / {_number(window['p99Ms'], 1)} | {window['expiredTotal']} |"])
 
 
+def profile_markdown(path: Path, top: int = 15) -> str:
+    """Top functions of py-spy collapsed stacks ("frame;frame;... count" per line), in % of samples."""
+    own: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = [re.sub(r":\d+\)$", ")", frame) for frame in stack.split(";")]
+        total += int(count)
+        own[frames[-1]] += int(count)
+        for frame in set(frames):
+            inclusive[frame] += int(count)
+    if not total:
+        return f"{path}: no samples"
+    lines = [f"{path.name}: {total:,} samples", "", "| own % | function | | incl. % | function |",
+             "|---|---|---|---|---|"]
+    branches = [(frame, count) for frame, count in inclusive.most_common()
+                if count < 0.75 * total][:top]  # the trunk (main, trio.run) says nothing
+    for (own_frame, own_count), (frame, samples) in zip(own.most_common(top), branches, strict=False):
+        lines.append(f"| {100 * own_count / total:.1f} | {own_frame} "
+                     f"| | {100 * samples / total:.1f} | {frame} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tables", description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path, help="a results-*.json or latest.json of python -m bench")
+    parser.add_argument("--profile", type=Path, nargs="*", default=[], metavar="STACKS",
+                        help="py-spy collapsed stacks to summarize too")
     args = parser.parse_args(argv)
     try:
         document = json.loads(args.results.read_text())
@@ -75,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         if scenario["name"] == "soak" and scenario["rows"]:
             print(soak_markdown(scenario), end="\n\n")
             printed = True
+    for stacks in args.profile:
+        print(profile_markdown(stacks), end="\n\n")
+        printed = True
     if not printed:
         print(f"{args.results}: no steady or soak results in it", file=sys.stderr)
         return 1
