@@ -1,27 +1,133 @@
-"""Assemble the coordinator: store, restored actors, websocket server, tick."""
+"""Assemble the coordinator: health port, store and lease, restored actors, websocket server, tick.
+
+Start-up order is what lets a restart fit inside a member's lease: the
+metrics/health port answers first (`/healthz` 200, `/readyz` 503), then the
+lease is taken (at once when its holder is a dead process on this host), the
+metadata loaded, and only then `listening on`. Nothing else is awaited.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import trio
-from trio_websocket import serve_websocket
 
 from rsc.actors import gc_control
 from rsc.actors.actor import PrefixActor, now_ms
+from rsc.actors.admission import (
+    Admission,
+    AdmissionListener,
+    connection_limit,
+    default_max_sessions,
+    raise_fd_limit,
+)
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.group import GroupSettings
 from rsc.actors.logs import log_event
-from rsc.actors.server import CoordinatorServer, Router
-from rsc.actors.store import MetadataStore, StoreError
+from rsc.actors.records import PrefixSnapshot
+from rsc.actors.router import Router
+from rsc.actors.server import CoordinatorServer
+from rsc.actors.store import LEASE_KEY, MetadataStore, StoreError, StoreFenced
 
 log = logging.getLogger("rsc.coordinator")
+
+REDIS_THREADS = 16  # worker threads for blocking Redis calls: bounds Redis connections (fds)
+OUTAGE_REMINDER_S = 10.0
+
+_DELETE_IF_HOLDER = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 
 
 def coordinator_lease_ms(config: CoordinatorConfig) -> int:
     """How long the coordinator lease lasts without renewal: three ticks, at least a second."""
     return max(3 * config.tick_interval_ms, 1000)
+
+
+class Readiness:
+    """What `/readyz` reports, and the one place a Redis outage is logged.
+
+    Ready: the lease is held and the last metadata write succeeded. The lease
+    task and the store's writes report into it (from worker threads: a lock
+    guards it). An outage is logged once when it starts (`store.unavailable`),
+    at most every 10 s while it lasts (`store.still_unavailable`) and once
+    when it ends (`store.available`), however many writes fail meanwhile.
+    `/healthz` needs nothing: it answers while the process runs.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 reminder_s: float = OUTAGE_REMINDER_S) -> None:
+        self.holds_lease = False
+        self.last_write_ok = True
+        self.last_error: str | None = None
+        self._clock = clock
+        self._reminder_s = reminder_s
+        self._lock = threading.Lock()
+        self._down_since: float | None = None
+        self._last_reminder = 0.0
+        self._failures = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.holds_lease and self.last_write_ok
+
+    def lease_held(self, held: bool, error: str | None = None) -> None:
+        self.holds_lease = held
+        if error is not None:
+            self.last_error = error
+
+    def write_succeeded(self) -> None:
+        with self._lock:
+            self.last_write_ok = True
+            if self._down_since is not None:
+                log_event(log, "store.available", level=logging.WARNING,
+                          seconds=round(self._clock() - self._down_since, 1), failures=self._failures)
+                self._down_since, self._failures = None, 0
+
+    def write_failed(self, error: str) -> None:
+        with self._lock:
+            self.last_write_ok = False
+            self.last_error = error
+            self._failures += 1
+            now = self._clock()
+            if self._down_since is None:
+                self._down_since = self._last_reminder = now
+                log_event(log, "store.unavailable", level=logging.WARNING, error=error)
+            elif now - self._last_reminder >= self._reminder_s:
+                self._last_reminder = now
+                log_event(log, "store.still_unavailable", level=logging.WARNING,
+                          seconds=round(now - self._down_since, 1), failures=self._failures,
+                          error=error)
+
+    def reason(self) -> str:
+        if self.ready:
+            return "ready"
+        if not self.holds_lease:
+            return f"not holding the coordinator lease ({self.last_error or 'not taken yet'})"
+        return f"the last metadata write failed ({self.last_error})"
+
+
+class ReportingStore(MetadataStore):
+    """The metadata store, telling `Readiness` whether each metadata write succeeded."""
+
+    readiness: Readiness
+
+    def write(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().write(*args, **kwargs)
+        except StoreFenced:
+            raise  # not an outage: this coordinator is stopping
+        except Exception as exc:
+            self.readiness.write_failed(str(exc))
+            raise
+        self.readiness.write_succeeded()
 
 
 async def serve(config: CoordinatorConfig, *, metrics: Any = None,
@@ -35,62 +141,180 @@ async def serve(config: CoordinatorConfig, *, metrics: Any = None,
 
 async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
                  task_status: trio.TaskStatus[str]) -> None:
-    gc_control.install(getattr(metrics, "registry", None))
+    fd_limit = raise_fd_limit()
+    max_sessions = config.max_sessions or default_max_sessions(fd_limit)
+    admission = Admission(max_sessions=max_sessions,
+                          max_connections=connection_limit(max_sessions, fd_limit),
+                          metrics=metrics, handshake_timeout_s=config.handshake_timeout_s)
+    trio.to_thread.current_default_thread_limiter().total_tokens = REDIS_THREADS
+    readiness = Readiness()
     lease_ms = coordinator_lease_ms(config)
-    store = MetadataStore(redis_url, lease_ms=lease_ms)
+    store = ReportingStore(redis_url, lease_ms=lease_ms)
+    store.readiness = readiness
+    failure: Exception | None = None
+    async with trio.open_nursery() as outer:
+        metrics_port_wanted = config.metrics_port
+        if metrics_port_wanted is not None:
+            if metrics is None:
+                from rsc.actors.metrics import CoordinatorMetrics
+
+                metrics = admission.metrics = CoordinatorMetrics()
+            from rsc.actors.metrics import serve_metrics
+
+            metrics_port = await outer.start(lambda task_status: serve_metrics(
+                metrics, config.host, metrics_port_wanted, health=readiness, task_status=task_status))
+            log_event(log, "metrics.listening", url=f"http://{config.host}:{metrics_port}/metrics")
+        gc_control.install(getattr(metrics, "registry", None))
+        try:
+            await _run(config, store, admission, readiness, metrics, lease_ms, max_sessions, fd_limit,
+                       task_status)
+        except Exception as exc:  # raised bare, as before the health port existed (not in a group)
+            failure = exc
+        finally:
+            with trio.CancelScope(shield=True):
+                if store.coordinator_epoch:  # the lease was ours
+                    try:
+                        await trio.to_thread.run_sync(store.release)
+                    except Exception as exc:  # noqa: BLE001 - best effort on the way out
+                        log_event(log, "coordinator.lease_not_released", level=logging.WARNING,
+                                  error=str(exc))
+                store.close()
+            outer.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+
+
+async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admission,
+               readiness: Readiness, metrics: Any, lease_ms: int, max_sessions: int, fd_limit: int,
+               task_status: trio.TaskStatus[str]) -> None:
+    try:
+        await trio.to_thread.run_sync(take_over_dead_local_holder, store)
+    except Exception as exc:  # noqa: BLE001 - best effort: acquire says what is wrong with Redis
+        log_event(log, "coordinator.lease_takeover_skipped", error=str(exc))
     epoch = await trio.to_thread.run_sync(store.acquire, int(lease_ms * 1.5))
-    log_event(log, "coordinator.started", coordinator_epoch=epoch, redis=redis_url)
+    readiness.lease_held(True)
+    log_event(log, "coordinator.started", coordinator_epoch=epoch, redis=store.redis_url,
+              max_sessions=max_sessions, fd_limit=fd_limit)
     settings = GroupSettings(heartbeat_interval_ms=config.heartbeat_interval_ms,
                              lease_ttl_ms=config.lease_ttl_ms,
                              revoke_timeout_ms=config.revoke_timeout_ms)
-    try:
-        persisted = await trio.to_thread.run_sync(store.load_all)
-        async with trio.open_nursery() as nursery:
-            def make_actor(prefix: str) -> PrefixActor:
-                return PrefixActor(prefix, store, settings, push_enabled=config.push, metrics=metrics,
-                                   keep_drained_streams=config.keep_drained_streams)
 
-            router = Router(nursery, make_actor)
-            now = now_ms()
-            for prefix, data in persisted.items():
-                actor = make_actor(prefix)
-                actor.restore(data, now)
-                router.add(actor)
-                log_event(log, "prefix.restored", prefix=prefix, groups=len(actor.groups))
-            server = CoordinatorServer(router, nursery, admin_token=config.admin_token,
-                                       member_token=config.member_token)
-            listener = await nursery.start(lambda task_status: serve_websocket(
-                server.handle, config.host, config.port, None,
-                max_message_size=config.max_frame_bytes, message_queue_size=4,
-                task_status=task_status))
-            if metrics is not None and config.metrics_port is not None:
-                from rsc.actors.metrics import serve_metrics
+    def make_actor(prefix: str) -> PrefixActor:
+        return PrefixActor(prefix, store, settings, push_enabled=config.push, metrics=metrics,
+                           keep_drained_streams=config.keep_drained_streams)
 
-                metrics_port = await nursery.start(serve_metrics, metrics, config.host,
-                                                   config.metrics_port)
-                log_event(log, "metrics.listening", url=f"http://{config.host}:{metrics_port}/metrics")
-            nursery.start_soon(_tick_loop, config, store, router)
-            gc_control.freeze_after_startup()
-            task_status.started(f"ws://{config.host}:{listener.port}")
-    finally:
-        with trio.CancelScope(shield=True):
-            try:
-                await trio.to_thread.run_sync(store.release)
-            except Exception as exc:  # noqa: BLE001 - best effort on the way out
-                log_event(log, "coordinator.lease_not_released", level=logging.WARNING, error=str(exc))
-            store.close()
+    async def reload(prefix: str) -> PrefixActor:
+        data = await trio.to_thread.run_sync(load_prefix, store, prefix)
+        actor = make_actor(prefix)
+        if data is not None:
+            actor.restore(data, now_ms())
+        return actor
+
+    persisted = await trio.to_thread.run_sync(store.load_all)
+    async with trio.open_nursery() as nursery:
+        router = Router(nursery, make_actor, reload=reload, metrics=metrics)
+        now = now_ms()
+        for prefix, data in persisted.items():
+            actor = make_actor(prefix)
+            actor.restore(data, now)
+            router.add(actor)
+            log_event(log, "prefix.restored", prefix=prefix, groups=len(actor.groups))
+        server = CoordinatorServer(router, nursery, admin_token=config.admin_token,
+                                   member_token=config.member_token, admission=admission,
+                                   max_frame_bytes=config.max_frame_bytes)
+        port = await nursery.start(_serve_websocket, server, config, admission)
+        nursery.start_soon(_lease_loop, config, store, readiness)
+        nursery.start_soon(_tick_loop, config, router)
+        gc_control.freeze_after_startup()
+        task_status.started(f"ws://{config.host}:{port}")
 
 
-async def _tick_loop(config: CoordinatorConfig, store: MetadataStore, router: Router) -> None:
-    """Renew the coordinator lease and send every actor its tick (H6, H14)."""
+async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig, admission: Admission,
+                           task_status: trio.TaskStatus[int]) -> None:
+    from trio_websocket import WebSocketServer
+
+    listeners = [AdmissionListener(listener, admission)
+                 for listener in await trio.open_tcp_listeners(config.port, host=config.host)]
+
+    async def handle(request: Any) -> None:
+        try:
+            await server.handle(request)
+        except Exception as exc:  # noqa: BLE001 - one peer never ends the process (A1)
+            log_event(log, "session.failed", level=logging.WARNING,
+                      error=f"{type(exc).__name__}: {exc}")
+
+    ws_server = WebSocketServer(handle, listeners,  # type: ignore[arg-type]
+                                handler_nursery=None, message_queue_size=4,
+                                max_message_size=config.max_frame_bytes,
+                                connect_timeout=config.handshake_timeout_s)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(ws_server.run)
+        task_status.started(listeners[0].port)
+
+
+async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness: Readiness) -> None:
+    """Renew the coordinator lease every tick, on a thread of its own that nothing else can hold.
+
+    Each renewal is a metadata write reported to `readiness` (which logs an
+    outage once). A fenced store (another coordinator owns this Redis) ends
+    the process.
+    """
+    interval = config.tick_interval_ms / 1000
+    own_thread = trio.CapacityLimiter(1)
+    deadline = trio.current_time()
+    while True:
+        deadline += interval
+        await trio.sleep_until(deadline)
+        deadline = max(deadline, trio.current_time() - interval)  # never a burst after a stall
+        try:
+            await trio.to_thread.run_sync(store.renew, limiter=own_thread)
+        except StoreFenced:
+            readiness.lease_held(False, "fenced: another coordinator owns this Redis")
+            raise
+        except (StoreError, OSError) as exc:
+            readiness.lease_held(False, str(exc))
+            readiness.write_failed(str(exc))
+            continue
+        readiness.lease_held(True)
+        readiness.write_succeeded()  # the renewal is a metadata write too (PROTOCOL, Command line)
+
+
+async def _tick_loop(config: CoordinatorConfig, router: Router) -> None:
+    """Send every actor its tick (H6, H14); never waits on any of them."""
     interval = config.tick_interval_ms / 1000
     while True:
         await trio.sleep(interval)
-        try:
-            await trio.to_thread.run_sync(store.renew)
-        except StoreError as exc:
-            if type(exc) is not StoreError:
-                raise  # fenced: another coordinator owns this Redis
-            log_event(log, "store.unavailable", level=logging.WARNING, error=str(exc))
-        await router.tick()
+        router.tick()
         gc_control.on_tick()
+
+
+def load_prefix(store: MetadataStore, prefix: str) -> PrefixSnapshot | None:
+    """One prefix's persisted metadata (None if it has none), to reload a failed actor."""
+    return store.load_prefix(prefix)
+
+
+def take_over_dead_local_holder(store: MetadataStore) -> bool:
+    """Drop the lease of a coordinator that died on this host (its pid is gone), so a restart
+    after SIGKILL need not wait for the lease to lapse. Fencing still guards the takeover: the
+    new epoch outranks every write the dead one could still have in flight."""
+    holder = store.client.get(LEASE_KEY)
+    if not holder:
+        return False
+    host, _, rest = str(holder).rpartition("-")[0].rpartition("-")
+    pid_text = rest
+    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        pass  # dead
+    except PermissionError:
+        return False  # alive, another user's
+    else:
+        return False
+    started = time.monotonic()
+    taken = bool(store.client.eval(_DELETE_IF_HOLDER, 1, LEASE_KEY, holder))
+    if taken:
+        log_event(log, "coordinator.lease_taken_over", holder=str(holder),
+                  ms=round((time.monotonic() - started) * 1000, 1))
+    return taken

@@ -4,6 +4,20 @@ from __future__ import annotations
 
 import attrs
 
+DEFAULT_MAX_GROUPS = 100_000
+DEFAULT_MAX_GROUP_SIZE = 20_000
+HANDSHAKE_TIMEOUT_S = 10.0
+
+
+def _positive_or_none(_instance: object, attribute: attrs.Attribute, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise ValueError(f"{attribute.name.replace('_', '-')} must be at least 1, got {value}")
+
+
+def _positive(_instance: object, attribute: attrs.Attribute, value: float) -> None:
+    if value <= 0:
+        raise ValueError(f"{attribute.name.replace('_', '-')} must be positive, got {value}")
+
 
 @attrs.frozen(kw_only=True)
 class CoordinatorConfig:
@@ -16,7 +30,12 @@ class CoordinatorConfig:
     revoke_timeout_ms: int = 60000
     admin_token: str | None = None
     member_token: str | None = None
-    max_frame_bytes: int = 1 << 20
+    max_frame_bytes: int = attrs.field(default=1 << 20, validator=_positive)
     metrics_port: int | None = None
     push: bool = True
     keep_drained_streams: bool = False
+    # A1 admission: None means 80 % of the fd limit (raised to the hard limit at start)
+    max_sessions: int | None = attrs.field(default=None, validator=_positive_or_none)
+    max_groups: int = attrs.field(default=DEFAULT_MAX_GROUPS, validator=_positive)
+    max_group_size: int = attrs.field(default=DEFAULT_MAX_GROUP_SIZE, validator=_positive)
+    handshake_timeout_s: float = attrs.field(default=HANDSHAKE_TIMEOUT_S, validator=_positive)

@@ -7,8 +7,9 @@ split them: `TargetAssignment` keeps the target, `_reconcile` moves one
 member from what it holds towards its target without ever letting a shard
 have two owners.
 
-The trio shell (actors/actor.py) persists `to_record()` before it sends any
-response (H12), and rolls back with `restore()` when that write fails.
+The prefix machine (actors/prefix.py) turns the effects into records
+(actors/records.py) that the shell persists before it sends any response
+(H12), and rolls back with `restore()` when that write fails.
 """
 
 from __future__ import annotations
@@ -19,19 +20,10 @@ from typing import Any
 import attrs
 
 from rsc.actors.assignor import TargetAssignment
+from rsc.actors.records import GroupRecord, GroupSnapshot, MemberRecord, group_value, member_value
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
-
-# member states (H4)
-STABLE = "STABLE"
-UNREVOKED_SHARDS = "UNREVOKED_SHARDS"
-UNRELEASED_SHARDS = "UNRELEASED_SHARDS"
-# group states (H4)
-EMPTY = "EMPTY"
-RECONCILING = "RECONCILING"
-
-LEAVE_EPOCH = -1
-JOIN_EPOCH = 0
+from rsc.protocol.vocabulary import JOIN_EPOCH, LEAVE_EPOCH, GroupState, MemberState, RevokeState
 
 
 @attrs.frozen(kw_only=True)
@@ -49,7 +41,7 @@ class Member:
 
     member_id: str
     member_epoch: int
-    previous_epoch: int = -1
+    previous_epoch: int = LEAVE_EPOCH
     capacity: int | None = None
     assigned: frozenset[str] = frozenset()
     revoking: frozenset[str] = frozenset()
@@ -132,15 +124,16 @@ class GroupMachine:
             member = self._join(request, now_ms)
             return self._respond(request, member, now_ms, routing, cause=member_id)
 
-        member = self.members.get(member_id)
-        if member is None:
+        known = self.members.get(member_id)
+        if known is None:
             if member_id in self.fenced_ids:
                 return self._error(request, Status.FENCED_MEMBER_EPOCH,
                                    "member was removed by the revoke timeout; rejoin with epoch 0")
             return self._error(request, Status.UNKNOWN_MEMBER_ID,
                                f"member {member_id!r} is not live in the group; rejoin with epoch 0")
+        member = known
 
-        revoked = {r.shard for r in request.revoking_shards if r.state == "REVOKED"}
+        revoked = {r.shard for r in request.revoking_shards if r.state == RevokeState.REVOKED}
         owned = None if request.owned_shards is None else set(request.owned_shards) - revoked
 
         if request.member_epoch != member.member_epoch:
@@ -397,22 +390,23 @@ class GroupMachine:
         limits = [v for v in (self.max_concurrency, member.capacity) if v is not None]
         return min(limits) if limits else None
 
-    def member_state(self, member: Member) -> str:
+    def member_state(self, member: Member) -> MemberState:
         target = self.target.of(member.member_id)
         if member.revoking or member.held - target:
-            return UNREVOKED_SHARDS
+            return MemberState.UNREVOKED_SHARDS
         if target - member.assigned:
-            return UNRELEASED_SHARDS
-        return STABLE
+            return MemberState.UNRELEASED_SHARDS
+        return MemberState.STABLE
 
     @property
-    def state(self) -> str:
+    def state(self) -> GroupState:
         if not self.members:
-            return EMPTY
-        if all(member.member_epoch == self.assignment_epoch and self.member_state(member) == STABLE
+            return GroupState.EMPTY
+        if all(member.member_epoch == self.assignment_epoch
+               and self.member_state(member) == MemberState.STABLE
                for member in self.members.values()):
-            return STABLE
-        return RECONCILING
+            return GroupState.STABLE
+        return GroupState.RECONCILING
 
     def describe(self, now_ms: int, routing: m.RoutingSummary | None,
                  migration: m.MigrationDescription | None) -> m.GroupDescription:
@@ -454,60 +448,66 @@ class GroupMachine:
 
     # --- durability (H12) ------------------------------------------------------
 
-    def to_record(self) -> dict[str, Any]:
-        """Everything a response may reveal, as JSON-ready data."""
-        return {
-            **self.group_record(),
-            "shards": list(self.shards),
-            "members": {mid: self.member_record(mid) for mid in self.members},
-            "target": {mid: sorted(shards) for mid, shards in self.target.targets.items()},
-        }
+    def to_record(self) -> GroupSnapshot:
+        """Everything a response may reveal, as the records the store persists."""
+        return GroupSnapshot(self.persistent_group(),
+                             {mid: self.persistent_member(mid) for mid in self.members})
 
-    def group_record(self) -> dict[str, Any]:
-        """The group-level part of the record (the store writes it when `group_dirty`).
+    def persistent_group(self) -> GroupRecord:
+        """The group-level record (written when `group_dirty`).
 
         The shards are not in it: they follow from the prefix's routing and
-        migration, which the prefix actor persists and restores first.
+        migration, which the prefix machine persists and restores first.
         """
-        return {"groupEpoch": self.group_epoch, "assignmentEpoch": self.assignment_epoch,
-                "maxConcurrency": self.max_concurrency}
+        return GroupRecord(group_epoch=self.group_epoch, assignment_epoch=self.assignment_epoch,
+                           max_concurrency=self.max_concurrency)
+
+    def persistent_member(self, member_id: str) -> MemberRecord:
+        """One member's books and target (written only for the members in `members_dirty`)."""
+        member = self.members[member_id]
+        return MemberRecord(epoch=member.member_epoch, previous_epoch=member.previous_epoch,
+                            capacity=member.capacity, assigned=member.assigned,
+                            revoking=member.revoking, target=self.target.of(member_id))
+
+    def group_record(self) -> dict[str, Any]:
+        """The group record as JSON, the way the store writes it."""
+        return group_value(self.persistent_group())
 
     def member_record(self, member_id: str) -> dict[str, Any]:
-        """One member's books (the store writes only the members in `members_dirty`)."""
-        member = self.members[member_id]
-        return {"epoch": member.member_epoch, "previousEpoch": member.previous_epoch,
-                "capacity": member.capacity, "assigned": sorted(member.assigned),
-                "revoking": sorted(member.revoking)}
+        """A member's books as JSON, without its target (see `member_target`)."""
+        value = member_value(self.persistent_member(member_id))
+        del value["target"]
+        return value
 
     def member_target(self, member_id: str) -> list[str]:
         return sorted(self.target.targets.get(member_id, ()))
 
-    def restore(self, record: dict[str, Any], now_ms: int, *, restart: bool) -> None:
-        """Load state from a record (a coordinator restart, or a rollback after a failed write).
+    def restore(self, record: GroupSnapshot, shards: Sequence[str], now_ms: int, *,
+                restart: bool) -> None:
+        """Load state from records (a coordinator restart, or a rollback after a failed write).
 
         On a restart every member gets a fresh lease and must send a full
         report (SYNC_METADATA until it does); on a rollback liveness is kept.
         """
         old = self.members
-        self.group_epoch = record["groupEpoch"]
-        self.assignment_epoch = record["assignmentEpoch"]
-        self.max_concurrency = record["maxConcurrency"]
-        self.shards = tuple(record["shards"])
+        self.group_epoch = record.group.group_epoch
+        self.assignment_epoch = record.group.assignment_epoch
+        self.max_concurrency = record.group.max_concurrency
+        self.shards = tuple(shards)
         self._shard_index = {shard: index for index, shard in enumerate(self.shards)}
         self.members = {}
-        for mid, data in record["members"].items():
-            previous = old.get(mid)
+        for mid, data in record.members.items():
+            previous = None if restart else old.get(mid)
             self.members[mid] = Member(
-                member_id=mid, member_epoch=data["epoch"], previous_epoch=data["previousEpoch"],
-                capacity=data["capacity"], assigned=frozenset(data["assigned"]),
-                revoking=frozenset(data["revoking"]),
-                last_heartbeat_ms=now_ms if restart or previous is None
-                else previous.last_heartbeat_ms,
-                revoke_started_ms=(now_ms if data["revoking"] else None) if restart or previous
-                is None else previous.revoke_started_ms,
+                member_id=mid, member_epoch=data.epoch, previous_epoch=data.previous_epoch,
+                capacity=data.capacity, assigned=data.assigned, revoking=data.revoking,
+                last_heartbeat_ms=now_ms if previous is None else previous.last_heartbeat_ms,
+                revoke_started_ms=(now_ms if data.revoking else None) if previous is None
+                else previous.revoke_started_ms,
                 needs_full_report=restart or (previous is not None and previous.needs_full_report),
             )
-        self.target = TargetAssignment(self.shards, record["target"])
+        self.target = TargetAssignment(self.shards, {mid: data.target
+                                                     for mid, data in record.members.items()})
         for member_id in self.members:
             self.target.add_member(member_id)
         self.target.take_changed()
@@ -516,7 +516,7 @@ class GroupMachine:
 
     @classmethod
     def from_record(cls, stream_prefix: str, consumer_group: str, settings: GroupSettings,
-                    record: dict[str, Any], now_ms: int) -> GroupMachine:
+                    record: GroupSnapshot, shards: Sequence[str], now_ms: int) -> GroupMachine:
         machine = cls(stream_prefix, consumer_group, settings)
-        machine.restore(record, now_ms, restart=True)
+        machine.restore(record, shards, now_ms, restart=True)
         return machine

@@ -12,7 +12,13 @@ Event names (the coordinator's vocabulary; keep call sites to these):
 `group.epoch` (group or assignment epoch changed), `member.joined`,
 `member.left`, `member.expired`, `member.removed`, `member.fenced`,
 `member.revoked` (a revoke completed), `routing.changed`,
-`migration.progress`, `migration.complete`, `store.unavailable`.
+`migration.progress`, `migration.complete`, `store.unavailable` (once when an
+outage starts), `store.still_unavailable` (a reminder, at most every 10 s),
+`store.available` (once when it ends); admission and supervision:
+`accept.fd_exhausted` / `accept.fd_available` (accept failed with EMFILE;
+reminded at most every 10 s), `session.failed`, `prefix.actor_failed`,
+`prefix.reload_failed`, `prefix.reloaded`, `coordinator.lease_taken_over`
+(the previous holder was a dead process on this host).
 
 Formats (`--log-format`):
 

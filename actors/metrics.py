@@ -27,19 +27,25 @@ process, as in tests, never share counters). The coordinator calls:
 - `set_migration_progress(prefix, drained, total)`: shards of the old version
   drained so far (`rsc_migration_drained_shards`, `rsc_migration_shards`);
   `migration_finished(prefix)` drops them.
+- Admission and supervision: `session_refused(reason)`
+  (`rsc_sessions_refused_total{reason}`: max_sessions, max_connections,
+  fd_exhausted), `handshake_timed_out()` (`rsc_handshakes_timed_out_total`),
+  `set_sessions(sessions, connections)` (`rsc_sessions`, `rsc_connections`),
+  `prefix_actor_restarted(prefix)` (`rsc_prefix_actor_restarts_total`).
 
 `group` is a `(stream_prefix, consumer_group)` pair or any object with
 `stream_prefix` and `consumer_group` attributes; it becomes the labels
 `prefix` and `group`.
 
-`serve_metrics(metrics, host, port)` serves `GET /metrics` in the Prometheus
-text format from a trio task; `render_http_response` is its pure core.
+`serve_metrics(metrics, host, port, health=...)` serves `GET /metrics` in the
+Prometheus text format from a trio task, and with `health` (actors.app.Readiness)
+`GET /healthz` and `GET /readyz`; `render_http_response` is its pure core.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -108,7 +114,39 @@ class CoordinatorMetrics:
         self.migration_total = Gauge("rsc_migration_shards",
                                      "Old-version shards the active migration must drain",
                                      ("prefix",), registry=registry)
+        self.sessions_refused = Counter("rsc_sessions_refused",
+                                        "Connections or handshakes refused by admission (A1), by reason: "
+                                        "max_sessions (HTTP 503), max_connections (closed at accept), "
+                                        "fd_exhausted (accept failed: EMFILE/ENFILE)",
+                                        ("reason",), registry=registry)
+        self.handshakes_timed_out = Counter("rsc_handshakes_timed_out",
+                                            "Connections dropped for not finishing the handshake in time",
+                                            registry=registry)
+        self.prefix_actor_restarts = Counter("rsc_prefix_actor_restarts",
+                                             "Prefix actors that failed and were reloaded from Redis",
+                                             ("prefix",), registry=registry)
+        self.open_sessions = Gauge("rsc_sessions", "Open websocket sessions", registry=registry)
+        self.open_connections = Gauge("rsc_connections",
+                                      "Open connections (handshakes in progress and sessions)",
+                                      registry=registry)
         self._known_groups: set[tuple[str, str]] = set()
+
+    def session_refused(self, reason: str) -> None:
+        """Admission refused a peer: `max_sessions`, `max_connections` or `fd_exhausted`."""
+        self.sessions_refused.labels(reason).inc()
+
+    def handshake_timed_out(self) -> None:
+        """A connection was dropped for not finishing its handshake within the timeout."""
+        self.handshakes_timed_out.inc()
+
+    def prefix_actor_restarted(self, prefix: str) -> None:
+        """A prefix actor failed and is being reloaded from Redis."""
+        self.prefix_actor_restarts.labels(prefix).inc()
+
+    def set_sessions(self, sessions: int, connections: int) -> None:
+        """Open sessions, and open connections (handshakes in progress included)."""
+        self.open_sessions.set(sessions)
+        self.open_connections.set(connections)
 
     def member_joined(self, group: Any) -> None:
         """A member joined or rejoined (memberEpoch 0)."""
@@ -215,24 +253,47 @@ class CoordinatorMetrics:
         return generate_latest(self.registry)
 
 
-def render_http_response(request_head: bytes, exposition: Callable[[], bytes]) -> bytes:
+class Health(Protocol):
+    """What `/readyz` asks (actors.app.Readiness): ready, and why not."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    def reason(self) -> str: ...
+
+
+def render_http_response(request_head: bytes, exposition: Callable[[], bytes],
+                         health: Health | None = None) -> bytes:
     """The whole HTTP/1.1 response to one request head (request line plus headers).
 
-    `GET /metrics` (query string ignored) -> 200 with the exposition; `HEAD` the
-    same without a body; another path -> 404; another method -> 405;
-    an unreadable request line -> 400. The connection is always closed after.
+    `GET /metrics` (query string ignored) -> 200 with the exposition; with
+    `health`, `GET /healthz` -> 200 while the process runs and `GET /readyz`
+    -> 200 when `health.ready`, else 503 with the reason; `HEAD` the same
+    without a body; another path -> 404; another method -> 405; an unreadable
+    request line -> 400. The connection is always closed after.
     """
     request_line = request_head.split(b"\r\n", 1)[0].decode("latin-1")
     parts = request_line.split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/"):
         return _http(400, "Bad Request", b"bad request\n")
     method, target, _version = parts
-    if target.split("?", 1)[0] != "/metrics":
+    path = target.split("?", 1)[0]
+    known = ("/metrics", "/healthz", "/readyz") if health is not None else ("/metrics",)
+    if path not in known:
         return _http(404, "Not Found", b"not found; metrics are at /metrics\n")
     if method not in ("GET", "HEAD"):
         return _http(405, "Method Not Allowed", b"method not allowed\n", allow="GET, HEAD")
-    body = exposition()
-    response = _http(200, "OK", body, content_type=CONTENT_TYPE_PLAIN_0_0_4)
+    if path == "/healthz":
+        body = b"ok\n"
+        response = _http(200, "OK", body)
+    elif path == "/readyz":
+        assert health is not None
+        ready = health.ready
+        body = (health.reason() + "\n").encode("utf-8", "replace")
+        response = _http(200, "OK", body) if ready else _http(503, "Service Unavailable", body)
+    else:
+        body = exposition()
+        response = _http(200, "OK", body, content_type=CONTENT_TYPE_PLAIN_0_0_4)
     if method == "HEAD":
         return response[: len(response) - len(body)]
     return response
@@ -248,8 +309,9 @@ def _http(status: int, reason: str, body: bytes, *,
 
 
 async def serve_metrics(metrics: CoordinatorMetrics, host: str, port: int, *,
+                        health: Health | None = None,
                         task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve `GET /metrics` on host:port until cancelled.
+    """Serve `GET /metrics` (and with `health`, `/healthz` and `/readyz`) on host:port until cancelled.
 
     Calls `task_status.started(bound_port)` once listening (`port` 0 picks a
     free port). One short-lived connection per scrape; no threads.
@@ -263,7 +325,7 @@ async def serve_metrics(metrics: CoordinatorMetrics, host: str, port: int, *,
                 head = await _read_request_head(stream)
                 if head is not None:
                     try:
-                        await stream.send_all(render_http_response(head, metrics.exposition))
+                        await stream.send_all(render_http_response(head, metrics.exposition, health))
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
                         pass  # the scraper went away; nothing to tell it
 

@@ -1,13 +1,18 @@
-"""The websocket server: `/v1/member` and `/v1/admin` on one port, routing to prefix actors.
+"""The websocket server: `/v1/member` and `/v1/admin` on one port, handing requests to the router.
 
 Each session has a reader (decode, route) and a writer that sends responses in
 request order (a FIFO of reply slots) with pushes in between. Bad input gets an
 `error` frame naming the field and touches no state (Transport, PROTOCOL.md).
+
+At the handshake: unknown path 404; with a token, exactly one `Authorization:
+Bearer` header (scheme in any case) or 401; past `--max-sessions` 503 (A1).
+A frame over `--max-frame-bytes` in UTF-8 bytes closes the session with 1009.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import hmac
 import logging
 from collections.abc import Callable
@@ -16,10 +21,14 @@ from typing import Any
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest
 
-from rsc.actors.actor import Collect, Envelope, PrefixActor, Reply, SummariesRequest, Tick, now_ms
+from rsc.actors.actor import Collect, Envelope, Reply, SummariesRequest
+from rsc.actors.admission import Admission
+from rsc.actors.logs import log_event
+from rsc.actors.router import Router, unavailable_response
 from rsc.protocol import messages as m
 from rsc.protocol.codec import ADMIN_REQUESTS, MEMBER_REQUESTS, decode, encode
 from rsc.protocol.errors import ProtocolError, Status
+from rsc.protocol.vocabulary import JOIN_EPOCH
 
 log = logging.getLogger("rsc.coordinator")
 
@@ -33,6 +42,11 @@ class Session:
     No task of its own waits on it: whenever the head of its queue is ready, a
     short flush task is started in the server's nursery (one at a time per
     session), so ten thousand idle sessions cost no parked writer tasks.
+
+    Once closed, the session waits until every request it handed to an actor
+    is answered (the actor may still track it while handling them) and then
+    calls its `on_idle` callback exactly once: the router forgets it then,
+    after the last actor that could register it is done with it.
     """
 
     def __init__(self, connection: WebSocketConnection, nursery: trio.Nursery) -> None:
@@ -42,6 +56,7 @@ class Session:
         self.room = trio.Semaphore(MAX_IN_FLIGHT)  # requests awaiting their response
         self.flushing = False
         self.closed = False
+        self._on_idle: Callable[[], None] | None = None
 
     async def expect(self) -> Reply:
         """The slot of the next request's response (waits while MAX_IN_FLIGHT are pending)."""
@@ -58,13 +73,28 @@ class Session:
         self.wake()
 
     def wake(self) -> None:
-        if not self.flushing and not self.closed and self.queue and self.queue[0].message is not None:
+        if self.closed:
+            self._forget_if_idle()
+        elif not self.flushing and self.queue and self.queue[0].message is not None:
             self.flushing = True
             self.nursery.start_soon(self._flush)
 
+    def close(self, on_idle: Callable[[], None]) -> None:
+        """The connection is gone: call `on_idle` once no request of it is still being handled."""
+        self.closed = True
+        self._on_idle = on_idle
+        self._forget_if_idle()
+
+    def _forget_if_idle(self) -> None:
+        if self._on_idle is None or any(reply.message is None for reply in self.queue):
+            return
+        on_idle, self._on_idle = self._on_idle, None
+        self.queue.clear()
+        on_idle()
+
     async def _flush(self) -> None:
         try:
-            while self.queue and self.queue[0].message is not None:
+            while self.queue and self.queue[0].message is not None and not self.closed:
                 reply = self.queue.popleft()
                 assert reply.message is not None
                 if not reply.is_push:
@@ -72,49 +102,29 @@ class Session:
                 await self.connection.send_message(encode(reply.message))
         except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
             self.closed = True
+        except Exception as exc:  # noqa: BLE001 - one session's failure never ends the process
+            log_event(log, "session.failed", level=logging.WARNING, error=f"{type(exc).__name__}: {exc}")
+            self.closed = True
         finally:
             self.flushing = False
         self.wake()  # resolved while the last send was in progress
 
 
-class Router:
-    """Finds (or starts) the actor of a stream prefix and forwards requests to it."""
-
-    def __init__(self, nursery: trio.Nursery, make_actor: Callable[[str], PrefixActor]) -> None:
-        self.nursery = nursery
-        self.make_actor = make_actor
-        self.actors: dict[str, PrefixActor] = {}
-
-    def add(self, actor: PrefixActor) -> None:
-        self.actors[actor.prefix] = actor
-        self.nursery.start_soon(actor.run)
-
-    def actor(self, prefix: str, *, create: bool) -> PrefixActor | None:
-        actor = self.actors.get(prefix)
-        if actor is None and create:
-            actor = self.make_actor(prefix)
-            self.add(actor)
-        return actor
-
-    async def tick(self) -> None:
-        now = now_ms()
-        for actor in list(self.actors.values()):
-            await actor.send_channel.send(Envelope(Tick(now), None, None))
-
-    def forget(self, session: Session) -> None:
-        for actor in self.actors.values():
-            actor.forget_session(session)
-
-
 class CoordinatorServer:
-    """Accepts sessions and dispatches their requests."""
+    """Accepts sessions (A1 admission, auth, frame limit) and dispatches their requests."""
 
     def __init__(self, router: Router, nursery: trio.Nursery, *, admin_token: str | None,
-                 member_token: str | None) -> None:
+                 member_token: str | None, admission: Admission | None = None,
+                 max_frame_bytes: int = 1 << 20) -> None:
         self.router = router
         self.nursery = nursery
         self.tokens = {"/v1/admin": admin_token, "/v1/member": member_token}
-        self.sessions = 0
+        self.admission = admission or Admission(max_sessions=1 << 30, max_connections=1 << 30)
+        self.max_frame_bytes = max_frame_bytes
+
+    @property
+    def sessions(self) -> int:
+        return self.admission.sessions
 
     async def handle(self, request: WebSocketRequest) -> None:
         path = request.path.split("?", 1)[0]
@@ -123,18 +133,25 @@ class CoordinatorServer:
             await request.reject(404, body=f"unknown endpoint {path}; use /v1/member or /v1/admin".encode())
             return
         token = self.tokens[path]
-        if token is not None and not _authorized(request.headers, token):
-            await request.reject(401, body=b"missing or wrong bearer token")
+        if token is not None and not authorized(request.headers, token):
+            await request.reject(401, body=b"exactly one 'Authorization: Bearer <token>' header "
+                                            b"with the right token is required")
             return
-        connection = await request.accept()
+        if not self.admission.open_session():
+            await request.reject(503, body=f"the coordinator holds its limit of "
+                                           f"{self.admission.max_sessions} sessions; retry later".encode())
+            return
+        try:
+            connection = await request.accept()
+        except BaseException:
+            self.admission.close_session()
+            raise
         session = Session(connection, self.nursery)
-        self.sessions += 1
         try:
             await self._read(session, allowed)
         finally:
-            session.closed = True
-            self.sessions -= 1
-            self.router.forget(session)
+            self.admission.close_session()
+            session.close(functools.partial(self.router.forget, session))
 
     async def _read(self, session: Session, allowed: frozenset[str]) -> None:
         while True:
@@ -142,47 +159,70 @@ class CoordinatorServer:
                 text = await session.connection.get_message()
             except ConnectionClosed:
                 return
+            if isinstance(text, str) and frame_bytes(text) > self.max_frame_bytes:
+                await session.connection.aclose(
+                    code=1009, reason=f"frame over {self.max_frame_bytes} bytes (UTF-8)")
+                return
             reply = await session.expect()
             try:
                 message = decode(text, allowed)
+                _check_before_lookup(message)
             except ProtocolError as exc:
                 reply.resolve(m.ErrorResponse(request_id=exc.request_id,
                                               status=Status.INVALID_REQUEST, error=exc.message))
                 continue
-            await self._dispatch(message, reply, session)
+            try:
+                await self._dispatch(message, reply, session)
+            except Exception as exc:  # noqa: BLE001 - a bug met by one request ends only that request
+                log_event(log, "request.failed", level=logging.ERROR, type=message.TYPE,
+                          error=f"{type(exc).__name__}: {exc}")
+                if reply.message is None:
+                    reply.resolve(unavailable_response(message, "the coordinator failed to handle "
+                                                                "this request; retry with backoff"))
 
     async def _dispatch(self, message: Any, reply: Reply, session: Session) -> None:
         if isinstance(message, m.ListGroups):
             groups: list[m.GroupSummary] = []
             for prefix in sorted(self.router.actors):  # each answers after its current batch is durable
                 collect = Collect()
-                await self.router.actors[prefix].send_channel.send(
-                    Envelope(SummariesRequest(), collect, None))  # type: ignore[arg-type]
+                await self.router.send(prefix, Envelope(SummariesRequest(), collect, None))
                 await collect.done.wait()
                 groups.extend(collect.message)
             reply.resolve(m.Groups(request_id=message.request_id, status=Status.OK, groups=tuple(groups)))
             return
-        creates = isinstance(message, (m.Heartbeat, m.GetRouting, m.SetShardCount))
-        actor = self.router.actor(message.stream_prefix, create=creates)
-        if actor is None:
-            reply.resolve(_unknown_group(message))
+        prefix = message.stream_prefix
+        if isinstance(message, m.GetRouting) and prefix not in self.router.actors:
+            # A1: an unknown prefix allocates nothing that outlives the request (but its session)
+            if message.subscribe:
+                self.router.subscribe_unknown(prefix, session)
+            reply.resolve(message.unknown_stream())
             return
-        await actor.send_channel.send(Envelope(message, reply, session))
+        # A1, H13: only a join and setShardCount may create what outlives the request
+        creates = isinstance(message, m.SetShardCount) or (
+            isinstance(message, m.Heartbeat) and message.member_epoch == JOIN_EPOCH)
+        actor = self.router.actor(prefix, create=creates)
+        if actor is None:
+            reply.resolve(message.unknown_group())
+            return
+        await self.router.send(prefix, Envelope(message, reply, session))
 
 
-def _authorized(headers: list[tuple[bytes, bytes]], token: str) -> bool:
-    expected = f"Bearer {token}".encode()
-    return any(name.lower() == b"authorization" and hmac.compare_digest(value, expected)
-               for name, value in headers)
+def frame_bytes(text: str) -> int:
+    """A text frame's size in UTF-8 bytes (what `--max-frame-bytes` limits)."""
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
-def _unknown_group(message: Any) -> m.Message:
-    error = f"group {message.consumer_group!r} of {message.stream_prefix!r} was never seen"
-    common = {"request_id": message.request_id, "status": Status.UNKNOWN_GROUP,
-              "stream_prefix": message.stream_prefix, "consumer_group": message.consumer_group,
-              "error": error}
-    if isinstance(message, m.DescribeGroup):
-        return m.GroupDescription(**common)
-    if isinstance(message, m.SetMaxConcurrency):
-        return m.MaxConcurrencyChanged(**common)
-    return m.MemberRemoved(member_id=message.member_id, **common)
+def authorized(headers: list[tuple[bytes, bytes]], token: str) -> bool:
+    """Exactly one `Authorization` header, scheme `Bearer` in any case (RFC 7235), right token."""
+    values = [value for name, value in headers if name.lower() == b"authorization"]
+    if len(values) != 1:
+        return False
+    scheme, _, credentials = values[0].strip().partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), token.encode())
+
+
+def _check_before_lookup(message: Any) -> None:
+    """Malformed requests that decode: INVALID_REQUEST typed `error`, before anything is looked up."""
+    if isinstance(message, m.Heartbeat) and message.member_epoch == JOIN_EPOCH and message.owned_shards:
+        raise ProtocolError("field 'ownedShards' must be empty on a join (memberEpoch 0)",
+                            message.request_id)

@@ -7,9 +7,9 @@ Blocking (redis-py's sync client); the actors call it through
 - `rsc:coordinator:lease`: the live coordinator's id, with a TTL it renews.
 - `rsc:prefixes`: the set of stream prefixes with metadata.
 - `rsc:meta:{<prefix>}`: a hash with `coordinatorEpoch`, `routing`, `migration`,
-  one `group:<name>` field per group (epochs, settings) and one
-  `member:<len>:<group>:<memberId>` field per member (its books and target),
-  all JSON, so a checkpoint writes only what changed. Every write checks that no
+  one field per group and one per member; its fields and values are the
+  record schema of actors/records.py (`encode` writes them, `replay` loads
+  them), so a checkpoint writes only what changed. Every write checks that no
   newer coordinator has written it (its epoch is not above ours), so a stale
   coordinator is fenced rather than overwriting a live one.
 - owner tokens `{shard}:owner:<group>` (value: memberId) that members' ack
@@ -18,32 +18,31 @@ Blocking (redis-py's sync client); the actors call it through
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import redis
 
+from rsc.actors.records import COORDINATOR_EPOCH_FIELD, Changes, OwnerToken, PrefixSnapshot, encode, replay
 from rsc.protocol.routing import owner_key, seal_key
 
 EPOCH_KEY = "rsc:coordinator:epoch"
 LEASE_KEY = "rsc:coordinator:lease"
 PREFIXES_KEY = "rsc:prefixes"
-GROUP_FIELD = "group:"
-MEMBER_FIELD = "member:"
 
-# KEYS[1] meta hash; ARGV[1] our coordinator epoch; ARGV[2..] field, value pairs ("" deletes)
+# KEYS[1] meta hash; ARGV[1] our coordinator epoch; ARGV[2] the epoch field;
+# ARGV[3..] field, value pairs ("" deletes)
 _CAS_WRITE = """
-local current = redis.call('HGET', KEYS[1], 'coordinatorEpoch')
+local current = redis.call('HGET', KEYS[1], ARGV[2])
 if current and tonumber(current) > tonumber(ARGV[1]) then
   return redis.error_reply('FENCED coordinator epoch ' .. current .. ' owns ' .. KEYS[1])
 end
-redis.call('HSET', KEYS[1], 'coordinatorEpoch', ARGV[1])
-for i = 2, #ARGV, 2 do
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[1])
+for i = 3, #ARGV, 2 do
   if ARGV[i + 1] == '' then
     redis.call('HDEL', KEYS[1], ARGV[i])
   else
@@ -67,6 +66,39 @@ return 0
 """
 
 
+# KEYS[1] stream; ARGV[1] group; ARGV[2] earliest | latest | timestamp; ARGV[3] timestamp ms.
+# Recreating the group at the new id drops its pending entries (XGROUP SETID alone keeps them).
+_MOVE_OFFSETS = """
+local id = '$'
+if ARGV[2] == 'earliest' then
+  id = '0-0'
+elseif ARGV[2] == 'timestamp' then
+  local first = redis.call('XRANGE', KEYS[1], ARGV[3], '+', 'COUNT', 1)
+  if #first > 0 then
+    local ms, seq = string.match(first[1][1], '^(%d+)-(%d+)$')
+    if seq ~= '0' then
+      id = ms .. '-' .. string.format('%.0f', tonumber(seq) - 1)
+    elseif ms ~= '0' then
+      id = string.format('%.0f', tonumber(ms) - 1) .. '-18446744073709551615'
+    else
+      id = '0-0'
+    end
+  end
+end
+redis.pcall('XGROUP', 'DESTROY', KEYS[1], ARGV[1])
+redis.call('XGROUP', 'CREATE', KEYS[1], ARGV[1], id, 'MKSTREAM')
+for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local name, last
+  for i = 1, #group, 2 do
+    if group[i] == 'name' then name = group[i + 1] end
+    if group[i] == 'last-delivered-id' then last = group[i + 1] end
+  end
+  if name == ARGV[1] then return last end
+end
+return redis.error_reply('consumer group ' .. ARGV[1] .. ' missing after its reset')
+"""
+
+
 class StoreError(Exception):
     """The metadata store could not be written (Redis down, timeout)."""
 
@@ -81,21 +113,6 @@ class CoordinatorAlreadyRunning(StoreError):
 
 def meta_key(prefix: str) -> str:
     return f"rsc:meta:{{{prefix}}}"
-
-
-def group_field(group: str) -> str:
-    return GROUP_FIELD + group
-
-
-def member_field(group: str, member_id: str) -> str:
-    """One member's books: `member:<len(group)>:<group>:<memberId>` (names may contain ':')."""
-    return f"{MEMBER_FIELD}{len(group)}:{group}:{member_id}"
-
-
-def parse_member_field(field: str) -> tuple[str, str]:
-    length, _, rest = field[len(MEMBER_FIELD):].partition(":")
-    size = int(length)
-    return rest[:size], rest[size + 1:]
 
 
 class MetadataStore:
@@ -131,6 +148,7 @@ class MetadataStore:
                 self.coordinator_epoch = int(self.client.incr(EPOCH_KEY))
                 return self.coordinator_epoch
             holder = self.client.get(LEASE_KEY)
+            holder = holder.decode() if isinstance(holder, bytes) else holder
             if time.monotonic() >= deadline:
                 raise CoordinatorAlreadyRunning(
                     f"another coordinator ({holder}) is live on {self.redis_url}; refusing to start. "
@@ -146,51 +164,33 @@ class MetadataStore:
         if not renewed:
             if self.client.set(LEASE_KEY, self.instance_id, nx=True, px=self.lease_ms):
                 return  # it lapsed while Redis was unreachable and nobody took it
-            raise StoreFenced(
-                f"coordinator lease taken by {self.client.get(LEASE_KEY)}; this coordinator stops")
+            holder = self.client.get(LEASE_KEY)
+            raise StoreFenced(f"coordinator lease taken by {holder!s}; this coordinator stops")
 
     def release(self) -> None:
         self._release(keys=[LEASE_KEY], args=[self.instance_id])
 
     # --- metadata ------------------------------------------------------------------
 
-    def load_all(self) -> dict[str, dict[str, Any]]:
-        """Every prefix's metadata: {prefix: {"routing": ..., "migration": ..., "groups": {...}}}."""
-        result: dict[str, dict[str, Any]] = {}
-        for prefix in sorted(self.client.smembers(PREFIXES_KEY)):
-            raw = self.client.hgetall(meta_key(prefix))
-            groups: dict[str, dict[str, Any]] = {}
-            for field, value in raw.items():
-                if field.startswith(GROUP_FIELD):
-                    record = groups.setdefault(field[len(GROUP_FIELD):], {"members": {}, "target": {}})
-                    record.update(json.loads(value))
-            for field, value in raw.items():
-                if field.startswith(MEMBER_FIELD):
-                    group, member_id = parse_member_field(field)
-                    data = json.loads(value)
-                    if group in groups:
-                        groups[group]["target"][member_id] = data.pop("target")
-                        groups[group]["members"][member_id] = data
-            result[prefix] = {
-                "routing": json.loads(raw["routing"]) if raw.get("routing") else None,
-                "migration": json.loads(raw["migration"]) if raw.get("migration") else None,
-                "groups": groups,
-            }
+    def load_all(self) -> dict[str, PrefixSnapshot]:
+        """Every prefix's metadata, replayed from its hash."""
+        prefixes: set[str] = self.client.smembers(PREFIXES_KEY)  # type: ignore[assignment]
+        result: dict[str, PrefixSnapshot] = {}
+        for prefix in sorted(prefixes):
+            fields: dict[str, str] = self.client.hgetall(meta_key(prefix))  # type: ignore[assignment]
+            result[prefix] = replay(fields)
         return result
 
-    def write(
-        self,
-        prefix: str,
-        fields: Mapping[str, Any | None],
-        owner_changes: Iterable[tuple[str, str, str | None]] = (),
-    ) -> None:
-        """Check-and-set `fields` (JSON values; None deletes) of a prefix, then owner tokens.
+    def load_prefix(self, prefix: str) -> PrefixSnapshot | None:
+        """One prefix's metadata (None if it has none), to reload a failed actor."""
+        fields: dict[str, str] = self.client.hgetall(meta_key(prefix))  # type: ignore[assignment]
+        return replay(fields) if fields else None
 
-        owner_changes: (shard, group, memberId or None to delete).
-        """
-        args: list[Any] = [self.coordinator_epoch]
-        for field, value in fields.items():
-            args += [field, "" if value is None else json.dumps(value, separators=(",", ":"))]
+    def write(self, prefix: str, changes: Changes, owners: Iterable[OwnerToken] = ()) -> None:
+        """Check-and-set the hash fields of `changes`, then (only if that held) the owner tokens."""
+        args: list[Any] = [self.coordinator_epoch, COORDINATOR_EPOCH_FIELD]
+        for field, value in encode(changes).items():
+            args += [field, "" if value is None else value]
         try:
             pipe = self.client.pipeline(transaction=False)
             pipe.sadd(PREFIXES_KEY, prefix)
@@ -202,16 +202,16 @@ class MetadataStore:
             raise StoreError(str(exc)) from exc
         except redis.RedisError as exc:
             raise StoreError(f"metadata write failed: {exc}") from exc
-        changes = list(owner_changes)
-        if not changes:
+        tokens = list(owners)
+        if not tokens:
             return
         try:
             pipe = self.client.pipeline(transaction=False)
-            for shard, group, member_id in changes:
-                if member_id is None:
-                    pipe.delete(owner_key(shard, group))
+            for token in tokens:
+                if token.member_id is None:
+                    pipe.delete(owner_key(token.shard, token.group))
                 else:
-                    pipe.set(owner_key(shard, group), member_id)
+                    pipe.set(owner_key(token.shard, token.group), token.member_id)
             pipe.execute()
         except redis.RedisError as exc:
             raise StoreError(f"owner token write failed: {exc}") from exc
@@ -243,6 +243,7 @@ class StreamAdmin:
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
+        self._move = client.register_script(_MOVE_OFFSETS)
 
     def seal(self, streams: Iterable[str]) -> None:
         """No write lands in these streams any more (the producer script checks the marker)."""
@@ -254,9 +255,23 @@ class StreamAdmin:
         except redis.RedisError as exc:
             raise StoreError(f"cannot seal streams: {exc}") from exc
 
-    def drained(self, streams: Iterable[str], groups: Iterable[str]) -> set[str]:
-        """The sealed streams where every group has read everything and acked it (R2)."""
-        streams, groups = list(streams), set(groups)
+    def unseal(self, streams: Iterable[str]) -> None:
+        """Writes land again (a reshard whose metadata write failed sealed them)."""
+        try:
+            self.client.delete(*(seal_key(stream) for stream in streams))
+        except redis.RedisError as exc:
+            raise StoreError(f"cannot unseal streams: {exc}") from exc
+
+    def drain_report(self, streams: Iterable[str],
+                     groups: Iterable[str]) -> dict[str, dict[str, tuple[int | None, int]] | None]:
+        """Per sealed stream, each group's (undelivered, pending) entries; None once it is gone.
+
+        One pipelined round trip (R2, G2). Undelivered is 0 once the group's
+        last-delivered id reached the stream's last id, else Redis's `lag`
+        (None where Redis cannot tell). A group without a consumer group on the
+        stream is not in its entry.
+        """
+        streams, wanted = list(streams), set(groups)
         try:
             pipe = self.client.pipeline(transaction=False)
             for stream in streams:
@@ -265,19 +280,55 @@ class StreamAdmin:
             results = pipe.execute(raise_on_error=False)
         except redis.RedisError as exc:
             raise StoreError(f"cannot read drain progress: {exc}") from exc
-        done: set[str] = set()
+        report: dict[str, dict[str, tuple[int | None, int]] | None] = {}
         for index, stream in enumerate(streams):
             info, group_infos = results[2 * index], results[2 * index + 1]
             if isinstance(info, Exception) or isinstance(group_infos, Exception):
                 if "no such key" in str(info).lower():
-                    done.add(stream)  # already retired
+                    report[stream] = None  # already retired
                 continue
             last = _stream_id(info["last-generated-id"])
-            by_name = {g["name"]: g for g in group_infos}
-            if all(name in by_name and by_name[name]["pending"] == 0
-                   and _stream_id(by_name[name]["last-delivered-id"]) >= last for name in groups):
-                done.add(stream)
-        return done
+            backlog: dict[str, tuple[int | None, int]] = {}
+            for entry in group_infos:
+                if entry["name"] not in wanted:
+                    continue
+                lag = entry.get("lag")
+                undelivered = (0 if _stream_id(entry["last-delivered-id"]) >= last
+                               else lag if isinstance(lag, int) and lag > 0 else None)
+                backlog[entry["name"]] = (undelivered, int(entry["pending"]))
+            report[stream] = backlog
+        return report
+
+    def destroy_consumer_groups(self, streams: Iterable[str], groups: Iterable[str]) -> None:
+        """G1: drop these consumer groups from these streams (a missing stream or group is fine)."""
+        streams, groups = list(streams), list(groups)
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for stream in streams:
+                for group in groups:
+                    pipe.xgroup_destroy(stream, group)
+            for result in pipe.execute(raise_on_error=False):
+                if isinstance(result, Exception) and "requires the key to exist" not in str(result):
+                    raise StoreError(f"cannot delete consumer group: {result}")
+        except redis.RedisError as exc:
+            raise StoreError(f"cannot delete consumer groups: {exc}") from exc
+
+    def move_offsets(self, streams: Iterable[str], group: str, to: str,
+                     timestamp_ms: int | None) -> dict[str, str]:
+        """G3: the group's new last-delivered id on each stream, its pending entries dropped.
+
+        `timestamp` makes the first entry at or after `timestamp_ms` the next one
+        delivered, or acts like `latest` when there is none. One pipelined round trip.
+        """
+        streams = list(streams)
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for stream in streams:
+                self._move(keys=[stream], args=[group, to, timestamp_ms or 0], client=pipe)
+            results = pipe.execute()
+        except redis.RedisError as exc:
+            raise StoreError(f"cannot move the offsets of {group!r}: {exc}") from exc
+        return {stream: str(result) for stream, result in zip(streams, results, strict=True)}
 
     def retire(self, streams: Iterable[str], groups: Iterable[str]) -> None:
         """Delete drained streams with their seal markers and owner tokens."""

@@ -1,26 +1,65 @@
-"""`rsc produce` and `rsc consume` (PROTOCOL.md, Command line: their output is a contract)."""
+"""`rsc produce` and `rsc consume` (PROTOCOL.md, Command line: their output is a contract).
+
+Both fail loudly (D3): every expected failure is one line on stderr, said when
+it starts, again every 15 s while it lasts, and when it is over; neither exits
+for what a retry can fix. A URL no retry can fix, and a Redis that is not the
+coordinator's (storeId), exit 1 with one line. The first Ctrl-C (or SIGTERM)
+drains and says "draining"; a second one exits at once.
+
+URLs and the token come from the flags, else from RSC_COORDINATOR_URL (default
+ws://127.0.0.1:8765), RSC_REDIS_URL and RSC_TOKEN, so they stay out of `ps`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import math
+import os
+import select
 import signal
+import stat
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import TextIO
 
+import attrs
+import redis
 import trio
 
 from rsc.member.listener import Listener
-from rsc.member.producer import RoutingUnavailable, open_producer
+from rsc.member.notices import REPEAT_S, Notices, redis_problem, then
+from rsc.member.producer import no_routing_line, open_producer
 from rsc.member.reconcile import Event
 from rsc.member.runtime import Message
-from rsc.member.session import SessionClosed
+from rsc.member.session import (
+    Backoff,
+    BadCoordinatorUrl,
+    ResponseUndecodable,
+    Session,
+    SessionClosed,
+    check_coordinator_url,
+    open_session,
+    unwrap_single,
+)
+from rsc.member.streams import StoreMismatch, check_store_id, connect, store_id_of
+from rsc.protocol import GetRouting, Routing, Status
 
 READ_CHUNK = 1 << 16
+BUFFER_LINES = 10_000  # produce: accepted lines not yet in Redis, at most (plus one batch)
+WRITE_BATCH = 500
+DEFAULT_COORDINATOR_URL = "ws://127.0.0.1:8765"
+EXIT_INTERRUPTED = 130
 
 
 class MalformedLine(ValueError):
     """A produce input line that is neither `key<TAB>value` nor a JSON object with both."""
+
+
+class BadConfig(ValueError):
+    """A URL or setting no retry can fix; its text is the line to print."""
 
 
 def parse_line(line: str) -> tuple[str, str]:
@@ -57,13 +96,52 @@ class LineSplitter:
         return [rest] if rest else []
 
 
+# --- configuration ---------------------------------------------------------------------
+
+
+@attrs.frozen
+class Endpoints:
+    """Where a console tool connects, from its flags or the environment."""
+
+    coordinator_url: str
+    redis_url: str
+    token: str | None
+
+
+def endpoints(args: argparse.Namespace, environ: Mapping[str, str]) -> Endpoints:
+    """Flags first, then RSC_COORDINATOR_URL / RSC_REDIS_URL / RSC_TOKEN; BadConfig if unusable."""
+    coordinator = args.coordinator or environ.get("RSC_COORDINATOR_URL") or DEFAULT_COORDINATOR_URL
+    try:
+        coordinator = check_coordinator_url(coordinator)
+    except BadCoordinatorUrl as exc:
+        raise BadConfig(str(exc)) from None
+    redis_url = args.redis_url or environ.get("RSC_REDIS_URL")
+    if not redis_url:
+        raise BadConfig("no Redis URL: pass --redis-url or set RSC_REDIS_URL "
+                        "(the coordinator's Redis)")
+    try:
+        connect(redis_url).close()
+    except ValueError as exc:
+        raise BadConfig(f"bad Redis URL {redis_url!r}: {exc}") from None
+    return Endpoints(coordinator_url=coordinator, redis_url=redis_url,
+                     token=args.token or environ.get("RSC_TOKEN") or None)
+
+
+def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--coordinator", default=None,
+                        help="coordinator URL, ws://H:P (default: $RSC_COORDINATOR_URL, "
+                        f"else {DEFAULT_COORDINATOR_URL})")
+    parser.add_argument("--redis-url", default=None,
+                        help="Redis URL of the shard streams (default: $RSC_REDIS_URL)")
+    parser.add_argument("--token", default=None,
+                        help="member endpoint token (default: $RSC_TOKEN)")
+
+
 def add_produce_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "produce", help="write stdin lines (key<TAB>value or JSON {key, value}) to a prefix")
     parser.add_argument("prefix", help="stream prefix")
-    parser.add_argument("--coordinator", required=True, help="coordinator URL, ws://H:P")
-    parser.add_argument("--redis-url", required=True, help="Redis URL of the shard streams")
-    parser.add_argument("--token", default=None, help="member endpoint token")
+    _add_endpoint_flags(parser)
     parser.set_defaults(run=run_produce)
 
 
@@ -72,9 +150,7 @@ def add_consume_parser(subparsers: argparse._SubParsersAction) -> None:
         "consume", help="run members of a group, printing one JSON line per processed message")
     parser.add_argument("prefix", help="stream prefix")
     parser.add_argument("group", help="consumer group")
-    parser.add_argument("--coordinator", required=True, help="coordinator URL, ws://H:P")
-    parser.add_argument("--redis-url", required=True, help="Redis URL of the shard streams")
-    parser.add_argument("--token", default=None, help="member endpoint token")
+    _add_endpoint_flags(parser)
     parser.add_argument("--concurrency", type=_positive, default=1,
                         help="members to run (default 1)")
     parser.add_argument("--workers", type=_positive, default=4,
@@ -83,6 +159,8 @@ def add_consume_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="simulated handler work per message, in ms")
     parser.add_argument("--metrics-port", type=int, default=None,
                         help="serve the members' Prometheus metrics on this port")
+    parser.add_argument("--metrics-host", default="127.0.0.1",
+                        help="address of the metrics port (default 127.0.0.1)")
     parser.add_argument("--events", action="store_true",
                         help="write one JSON line per member event to stderr")
     parser.set_defaults(run=run_consume)
@@ -95,47 +173,142 @@ def _positive(text: str) -> int:
     return value
 
 
+def _line_writer(tool: str, stream: TextIO | None = None) -> Callable[[str], None]:
+    """Print `rsc <tool>: <line>` on stderr, flushed (a closed stderr is ignored)."""
+
+    def write(line: str) -> None:
+        try:
+            print(f"rsc {tool}: {line}", file=stream or sys.stderr, flush=True)
+        except (BrokenPipeError, ValueError):
+            pass
+
+    return write
+
+
+def _exit_now(say: Callable[[str], None], line: str) -> None:
+    """The second Ctrl-C: say why, then end the process without unwinding anything."""
+    say(line)
+    os._exit(EXIT_INTERRUPTED)
+
+
+def _run(tool: str, main: Callable[..., Awaitable[int]], *args: object) -> int:
+    """trio.run(main, *args) with one line, not a traceback, for what stops a tool at once."""
+    say = _line_writer(tool)
+    try:
+        return trio.run(main, *args)
+    except KeyboardInterrupt:  # before the signal handlers were installed
+        return EXIT_INTERRUPTED
+    except (StoreMismatch, BadConfig, BadCoordinatorUrl) as exc:
+        say(str(exc))
+        return 1
+
+
 # --- produce ---------------------------------------------------------------------------
 
 
 def run_produce(args: argparse.Namespace) -> int:
     try:
-        return trio.run(_produce, args)
-    except (SessionClosed, RoutingUnavailable) as exc:
-        print(f"rsc produce: {exc}", file=sys.stderr)
+        urls = endpoints(args, os.environ)
+    except BadConfig as exc:
+        _line_writer("produce")(str(exc))
         return 1
+    _quiet_repeats(logging.getLogger("rsc.member"), "produce")
+    return _run("produce", _produce, args.prefix, urls, sys.stdin.fileno())
 
 
-async def _produce(args: argparse.Namespace) -> int:
-    stdin = trio.wrap_file(sys.stdin.buffer)
+async def _produce(prefix: str, urls: Endpoints, input_fd: int) -> int:
+    say = _line_writer("produce")
+    notices = Notices(say)
+    counts = {"accepted": 0, "malformed": 0, "line": 0}
+    interrupted: list[int] = []
+    reading = trio.CancelScope()
+    lines_in, lines_out = trio.open_memory_channel[tuple[str, str]](BUFFER_LINES)
+    try:
+        async with open_producer(urls.coordinator_url, urls.redis_url, prefix,
+                                 token=urls.token, notices=notices) as producer:
+
+            async def read_input() -> None:
+                async with lines_in:
+                    with reading:
+                        await producer.ready()  # routing once, and the right Redis: then read
+                        await _read_lines(input_fd, lines_in, counts, say)
+
+            async def write_output() -> None:
+                async for first in lines_out:
+                    batch = [first]
+                    while len(batch) < WRITE_BATCH:
+                        try:
+                            batch.append(lines_out.receive_nowait())
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                    await producer.send_batch(batch)
+
+            def on_signal(signum: int) -> None:
+                if interrupted:
+                    _exit_now(say, f"exiting at once: {counts['accepted'] - producer.sent} "
+                              "accepted lines not written")
+                interrupted.append(signum)
+                say(f"draining: reading no more input, {counts['accepted'] - producer.sent} "
+                    "accepted lines left to write (Ctrl-C again to exit at once)")
+                reading.cancel()
+
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_dispatch_signals, signals, on_signal)
+                    async with trio.open_nursery() as work:
+                        work.start_soon(read_input)
+                        work.start_soon(write_output)
+                    nursery.cancel_scope.cancel()
+            summary = (f"sent {producer.sent}, retried {producer.retried}, "
+                       f"rerouted {producer.rerouted}")
+            if counts["malformed"]:
+                summary += f", malformed {counts['malformed']}"
+            say(summary)
+    except BaseExceptionGroup as group:
+        unwrap_single(group)
+    if interrupted:
+        return 128 + interrupted[0]
+    return 1 if counts["malformed"] else 0
+
+
+async def _read_lines(fd: int, lines_in: trio.MemorySendChannel[tuple[str, str]],
+                      counts: dict[str, int], say: Callable[[str], None]) -> None:
+    """Parse input lines into the bounded channel: no more is read while it is full."""
     splitter = LineSplitter()
-    line_number = 0
-    malformed = 0
-    async with open_producer(args.coordinator, args.redis_url, args.prefix,
-                             token=args.token) as producer:
-        while True:
-            data = await stdin.read1(READ_CHUNK)
-            raw_lines = splitter.feed(data) if data else splitter.finish()
-            records = []
-            for raw in raw_lines:
-                line_number += 1
-                try:
-                    records.append(parse_line(raw.decode("utf-8").removesuffix("\r")))
-                except (MalformedLine, UnicodeDecodeError) as exc:
-                    malformed += 1
-                    print(f"line {line_number}: malformed: {exc}", file=sys.stderr, flush=True)
-            if records:
-                await producer.send_batch(records)
-            if not data:
-                break
-    return 1 if malformed else 0
+    while True:
+        # a thread read that cancellation abandons, so Ctrl-C works on a terminal too
+        data = await trio.to_thread.run_sync(os.read, fd, READ_CHUNK, abandon_on_cancel=True)
+        for raw in splitter.feed(data) if data else splitter.finish():
+            counts["line"] += 1
+            try:
+                record = parse_line(raw.decode("utf-8").removesuffix("\r"))
+            except (MalformedLine, UnicodeDecodeError) as exc:
+                counts["malformed"] += 1
+                say(f"line {counts['line']}: malformed: {exc}")
+                continue
+            await lines_in.send(record)
+            counts["accepted"] += 1
+        if not data:
+            return
+
+
+async def _dispatch_signals(signals: AsyncIterator[int], on_signal: Callable[[int], None]
+                            ) -> None:
+    async for signum in signals:
+        on_signal(signum)
 
 
 # --- consume ---------------------------------------------------------------------------
 
 
 def run_consume(args: argparse.Namespace) -> int:
-    return trio.run(_consume, args)
+    try:
+        urls = endpoints(args, os.environ)
+    except BadConfig as exc:
+        _line_writer("consume")(str(exc))
+        return 1
+    _quiet_repeats(logging.getLogger("rsc.member"), "consume")
+    return _run("consume", _consume, args, urls)
 
 
 def message_line(message: Message) -> str:
@@ -152,48 +325,311 @@ def event_line(member_id: str, event: Event) -> str:
                        "reason": event.reason}, separators=(",", ":"), ensure_ascii=False)
 
 
-def _printing_handler(work_ms: float) -> Callable[[Message], object]:
-    async def handle(message: Message) -> None:
-        if work_ms > 0:
-            await trio.sleep(work_ms / 1000)
-        sys.stdout.write(message_line(message) + "\n")
-        sys.stdout.flush()
-
-    return handle
+class PipeClosed(Exception):
+    """Nobody reads stdout any more: the message was not printed, so it is not acked."""
 
 
-async def _consume(args: argparse.Namespace) -> int:
-    def on_event(member_id: str, event: Event) -> None:
-        sys.stderr.write(event_line(member_id, event) + "\n")
-        sys.stderr.flush()
+class StdoutLines:
+    """Message lines on stdout; a closed pipe (`| head -1`) stops the consumer cleanly."""
 
-    consumers = Listener(
-        _printing_handler(args.work_ms), stream_prefix=args.prefix, consumer_group=args.group,
-        coordinator_url=args.coordinator, redis_url=args.redis_url, token=args.token,
-        concurrency=args.concurrency, runtime_max_concurrency=args.workers,
-        on_event=on_event if args.events else None)
-    if args.metrics_port is not None:
-        _serve_member_metrics(consumers, args.metrics_port)
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    def __init__(self, on_closed: Callable[[], None], stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stdout
+        self.closed = False
+        self._on_closed = on_closed
 
-        async def stop_on_signal() -> None:
-            async for _ in signals:
-                consumers.stop()
+    def write(self, line: str) -> None:
+        if self.closed:
+            raise PipeClosed
+        try:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+        except BrokenPipeError:
+            self._close()
+            raise PipeClosed from None
+
+    def _close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:  # what is still buffered goes nowhere, quietly, instead of an error at exit
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+        self._on_closed()
+
+    async def watch(self, interval_s: float = 0.5) -> None:
+        """Notice a pipe whose reader is gone while nothing is being written."""
+        try:
+            fd = self.stream.fileno()
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
                 return
+        except (OSError, ValueError):
+            return
+        poller = select.poll()
+        poller.register(fd, 0)  # POLLERR arrives unasked once the read end is closed
+        while not self.closed:
+            if any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0)):
+                self._close()
+                return
+            await trio.sleep(interval_s)
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(stop_on_signal)
-            await consumers.run()
-            nursery.cancel_scope.cancel()
+
+class ConsumeWatch:
+    """What `rsc consume` needs before its members start, and says while it is missing.
+
+    Keeps its own session to the coordinator (getRouting with subscribe) and pings
+    Redis, so an unreachable or refusing coordinator, a prefix with no routing, a
+    down Redis or another Redis (storeId) each get their line. `ready` is set once
+    Redis answers and the storeId was checked (or the prefix has routing and the
+    coordinator sends no storeId): only then may members start taking messages.
+    """
+
+    def __init__(self, urls: Endpoints, stream_prefix: str, notices: Notices, *,
+                 redis_interval_s: float = 2.0) -> None:
+        self.urls = urls
+        self.stream_prefix = stream_prefix
+        self.notices = notices
+        self.ready = trio.Event()
+        self._redis_interval_s = redis_interval_s
+        self._client = connect(urls.redis_url, timeout_s=2.0, retries=False)
+        self._redis_ok = False
+        self._store_checked = False
+        self._routed = False
+
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch_redis)
+                nursery.start_soon(self._watch_coordinator)
+        except BaseExceptionGroup as group:
+            unwrap_single(group)
+        finally:
+            self._client.close()
+
+    def _check_ready(self) -> None:
+        if self._redis_ok and (self._store_checked or self._routed):
+            self.ready.set()
+
+    async def _watch_redis(self) -> None:
+        url = self.urls.redis_url
+        while True:
+            try:
+                await trio.to_thread.run_sync(self._client.ping)
+            except redis.RedisError as exc:
+                self._redis_ok = False
+                self.notices.say("redis", then(redis_problem(exc, url), "retrying"))
+            else:
+                self._redis_ok = True
+                self.notices.clear("redis", f"Redis at {url} answers again")
+                self._check_ready()
+            await trio.sleep(self._redis_interval_s)
+
+    async def _watch_coordinator(self) -> None:
+        url = self.urls.coordinator_url
+        backoff = Backoff(0.05, 2.0)
+        while True:
+            try:
+                async with open_session(url, "member", token=self.urls.token,
+                                        connect_timeout=5.0) as session:
+                    await self._ask(session, subscribe=True)
+                    self.notices.clear("coordinator", f"connected to the coordinator at {url}")
+                    backoff.reset()
+                    await self._follow(session)
+                    line = (f"lost the coordinator session at {url} "
+                            f"({session.close_reason or 'connection closed'})")
+            except SessionClosed as exc:
+                line = exc.line
+            except (ResponseUndecodable, trio.TooSlowError):
+                line = f"the coordinator at {url} did not answer a request in time"
+            suffix = " (members keep their shards while their lease lasts)" \
+                if self.ready.is_set() else ""
+            self.notices.say("coordinator", then(line, f"retrying{suffix}"))
+            await trio.sleep(backoff.next())
+
+    async def _ask(self, session: Session, *, subscribe: bool) -> None:
+        with trio.fail_after(10):
+            response = await session.request(
+                GetRouting(request_id=0, stream_prefix=self.stream_prefix, subscribe=subscribe))
+        if isinstance(response, Routing):
+            await self._adopt(response)
+
+    async def _follow(self, session: Session) -> None:
+        """Adopt routing pushes until the session ends; while there is no routing, ask
+        again now and then, so the hint is repeated."""
+        pushes = session.pushes
+        while True:
+            with trio.move_on_after(REPEAT_S / 3 if not self._routed else math.inf):
+                try:
+                    push = await pushes.receive()
+                except (trio.EndOfChannel, trio.ClosedResourceError):
+                    return
+                if isinstance(push, Routing) and push.stream_prefix == self.stream_prefix:
+                    await self._adopt(push)
+                continue
+            await self._ask(session, subscribe=False)
+
+    async def _adopt(self, message: Routing) -> None:
+        expected = store_id_of(message)
+        if expected is not None and not self._store_checked:
+            await self._check_store(expected)
+            self._store_checked = True
+        if message.status == Status.OK:
+            if not self._routed and self.notices.active("routing"):
+                self.notices.clear("routing", f"prefix {self.stream_prefix!r} has routing now: "
+                                   f"version {message.version}, {message.shard_count} shards")
+            self._routed = True
+        elif message.status == Status.UNKNOWN_STREAM:
+            self.notices.say("routing", no_routing_line(self.stream_prefix))
+        self._check_ready()
+
+    async def _check_store(self, expected: str) -> None:
+        """StoreMismatch unless this Redis is the coordinator's (Redis errors retried)."""
+        backoff = Backoff(0.05, 2.0)
+        while True:
+            try:
+                await trio.to_thread.run_sync(lambda: check_store_id(
+                    self._client, expected, redis_url=self.urls.redis_url,
+                    coordinator_url=self.urls.coordinator_url))
+                return
+            except redis.RedisError as exc:
+                self.notices.say("redis", then(redis_problem(exc, self.urls.redis_url), "retrying"))
+                await trio.sleep(backoff.next())
+
+
+async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
+    say = _line_writer("consume")
+    notices = Notices(say)
+    stopping = trio.Event()
+    out = StdoutLines(on_closed=stopping.set)
+    member_ids: list[str] | None = None
+
+    def on_event(member_id: str, event: Event) -> None:
+        try:
+            sys.stderr.write(event_line(member_id, event) + "\n")
+            sys.stderr.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    async def handle(message: Message) -> None:
+        if args.work_ms > 0:
+            await trio.sleep(args.work_ms / 1000)
+        out.write(message_line(message))
+
+    def make_listener() -> Listener:
+        return Listener(
+            handle, stream_prefix=args.prefix, consumer_group=args.group,
+            coordinator_url=urls.coordinator_url, redis_url=urls.redis_url, token=urls.token,
+            concurrency=args.concurrency, runtime_max_concurrency=args.workers,
+            member_ids=member_ids, on_event=on_event if args.events else None)
+
+    consumers = make_listener()
+    member_ids = [member.member_id for member in consumers.members]
+    if args.metrics_port is not None:
+        _serve_member_metrics(lambda: consumers, args.metrics_host, args.metrics_port)
+
+    def on_signal(signum: int) -> None:
+        if stopping.is_set():
+            _exit_now(say, "exiting at once without draining (the coordinator frees the "
+                      "shards when the lease runs out)")
+        say("draining: finishing in-flight messages and leaving the group "
+            "(Ctrl-C again to exit at once)")
+        stopping.set()
+
+    async def run_members() -> None:
+        nonlocal consumers
+        backoff = Backoff(0.5, 5.0)
+        while True:
+            try:
+                await consumers.run()
+                return
+            except* redis.RedisError as group:  # Redis went away while the members started
+                notices.say("redis", then(redis_problem(group.exceptions[0], urls.redis_url),
+                                          "retrying"))
+            await trio.sleep(backoff.next())
+            if stopping.is_set():
+                return
+            consumers = make_listener()
+
+    watch = ConsumeWatch(urls, args.prefix, notices)
+    try:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_dispatch_signals, signals, on_signal)
+                nursery.start_soon(watch.run)
+                nursery.start_soon(out.watch)
+                await _first_of(watch.ready, stopping)
+                if not stopping.is_set():
+                    members_done = trio.Event()
+
+                    async def members() -> None:
+                        try:
+                            await run_members()
+                        finally:
+                            members_done.set()
+
+                    nursery.start_soon(members)
+                    await _first_of(members_done, stopping)
+                    consumers.stop()
+                    await members_done.wait()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        unwrap_single(group)
     return 0
 
 
-def _serve_member_metrics(consumers: Listener, port: int) -> None:
-    """Prometheus text on `port` (a daemon thread of prometheus_client), read at scrape time."""
+async def _first_of(*events: trio.Event) -> None:
+    """Return once any of `events` is set."""
+    async with trio.open_nursery() as nursery:
+        for event in events:
+            async def wait(event: trio.Event = event) -> None:
+                await event.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(wait)
+
+
+def _serve_member_metrics(consumers: Callable[[], Listener], host: str, port: int) -> None:
+    """Prometheus text on host:port (a daemon thread of prometheus_client), read at scrape time."""
     from prometheus_client import CollectorRegistry, start_http_server
 
     from rsc.member.metrics import MemberCollector
 
     registry = CollectorRegistry()
-    registry.register(MemberCollector(lambda: [member.stats for member in consumers.members]))
-    start_http_server(port, addr="127.0.0.1", registry=registry)
+    registry.register(MemberCollector(lambda: [member.stats for member in consumers().members]))
+    try:
+        start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise BadConfig(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc} "
+                        "(pick another --metrics-port or --metrics-host)") from None
+
+
+class _RepeatFilter(logging.Filter):
+    """Lets one log line of a kind through per REPEAT_S (a retry loop says it once)."""
+
+    def __init__(self, repeat_s: float = REPEAT_S) -> None:
+        super().__init__()
+        self._repeat_s = repeat_s
+        self._last: dict[tuple[str, object], float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(isinstance(arg, PipeClosed)
+                                                  for arg in record.args):
+            return False  # the consumer is stopping because stdout closed: not a failure
+        key = (record.name, record.msg)
+        now = time.monotonic()
+        if now - self._last.get(key, -self._repeat_s) < self._repeat_s:
+            return False
+        self._last[key] = now
+        return True
+
+
+def _quiet_repeats(logger: logging.Logger, tool: str) -> None:
+    """Member warnings on stderr as `rsc <tool>: ...` lines, each kind at most every 15 s."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"rsc {tool}: %(message)s"))
+    handler.addFilter(_RepeatFilter())
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False

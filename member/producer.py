@@ -6,26 +6,66 @@
 Routing comes from the coordinator (`getRouting` with `subscribe`) and is
 refreshed on every routing push. A key goes to shard
 `zlib.crc32(key.encode("utf-8")) % shardCount` (`protocol.shard_for_key`), the
-same in every process and language. One `send_batch` is one pipeline. A write
-to a sealed shard (resharding) is refused by Redis; the producer then fetches
-the new routing and writes the message to its new shard: nothing is lost and
-the caller never sees the refusal.
+same in every process and language. One `send_batch` is one pipeline.
+
+A producer never drops what it was given (PROTOCOL.md D2): `send_batch` returns
+only once Redis has every record. A lost coordinator session is reopened in the
+background with backoff (the producer keeps writing with the routing it has;
+it needs routing once, so it may start while the coordinator is down). A Redis
+error (refused, reset, timeout, failover, loading) is retried with backoff. A
+write to a sealed or retired shard makes it ask for the current routing and
+write the record to its new shard. Each problem is said through `notices`
+(logged by default) when it starts, again at a slow rate, and when it is over.
+A write retried after an error may have landed the first time: that is the
+at-least-once duplicate counted in `retried`.
+
+Before its first write the producer compares the `storeId` of the coordinator's
+routing with the one in its own Redis: a producer pointed at another Redis
+raises `StoreMismatch` instead of writing anything. A coordinator that sends no
+`storeId` (older versions) skips that check.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+import math
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 import attrs
+import redis
 import trio
 
-from rsc.member.session import Session, open_session
-from rsc.member.streams import ProduceOps, connect
+from rsc.member.notices import Notices, redis_problem, then
+from rsc.member.session import (
+    Backoff,
+    ResponseUndecodable,
+    Session,
+    SessionClosed,
+    check_coordinator_url,
+    open_session,
+    unwrap_single,
+)
+
+__all__ = ["Producer", "RoutingTable", "RoutingUnavailable", "StoreMismatch", "open_producer"]
+from rsc.member.streams import (
+    ProduceOps,
+    Refused,
+    StoreMismatch,
+    check_store_id,
+    connect,
+    store_id_of,
+)
 from rsc.protocol import HASH_NAME, GetRouting, Routing, Status, shard_for_key
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+REDIS_TIMEOUT_S = 5.0  # a stalled Redis is noticed (and said) after this long
+REQUEST_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 5.0
 
 
 class RoutingUnavailable(Exception):
@@ -53,111 +93,307 @@ def routing_table(message: Routing) -> RoutingTable | None:
     return RoutingTable(version=message.version, streams=tuple(message.streams))
 
 
+def no_routing_line(stream_prefix: str) -> str:
+    """The line for a prefix that has no routing (no shards) yet."""
+    return (f"prefix {stream_prefix!r} has no routing yet: create its shards with "
+            f"`rsc admin set-shards {stream_prefix} N`; waiting")
+
+
+class _Changed:
+    """A re-armable broadcast: `fire()` wakes every current waiter."""
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+
+    def fire(self) -> None:
+        self._event.set()
+        self._event = trio.Event()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+def _log_notice(line: str) -> None:
+    log.warning("%s", line)
+
+
 class Producer:
     """Writes messages of one stream prefix; build it with `open_producer`."""
 
-    def __init__(self, session: Session, ops: ProduceOps, stream_prefix: str, *,
-                 routing_wait_s: float, subscribe: bool = True) -> None:
+    def __init__(self, coordinator_url: str, redis_url: str, stream_prefix: str, *,
+                 client: redis.Redis, token: str | None = None, subscribe: bool = True,
+                 routing_wait_s: float | None = None, notices: Notices | None = None) -> None:
+        self.coordinator_url = check_coordinator_url(coordinator_url)
+        self.redis_url = redis_url
         self.stream_prefix = stream_prefix
         self.subscribe = subscribe
         self.routing: RoutingTable | None = None
-        self.sent = 0
-        self.rerouted = 0
-        self._session = session
-        self._ops = ops
+        self.sent = 0  # records in Redis
+        self.retried = 0  # record writes sent again after a Redis error (may have landed)
+        self.rerouted = 0  # record writes refused by a sealed or retired shard
+        self.notices = notices or Notices(_log_notice)
+        self._token = token
+        self._ops = ProduceOps(client)
         self._routing_wait_s = routing_wait_s
+        self._session: Session | None = None
+        self._changed = _Changed()
+        self._store_id: str | None = None
+        self._store_checked = False
+        self._no_routing = False
 
-    async def refresh(self) -> RoutingTable | None:
-        """Ask the coordinator for the current routing (and subscribe to its changes, if asked)."""
-        response = await self._session.request(
-            GetRouting(request_id=0, stream_prefix=self.stream_prefix, subscribe=self.subscribe))
-        if isinstance(response, Routing):
-            self._adopt(response)
-        return self.routing
+    # --- writing ---------------------------------------------------------------------
 
     async def send(self, key: str, value: str) -> str:
         """Write one message; return its stream entry id."""
         return (await self.send_batch([(key, value)]))[0]
 
     async def send_batch(self, records: Sequence[tuple[str, str]]) -> list[str]:
-        """Write (key, value) records in one pipeline, rerouting any refused by a sealed shard."""
+        """Write (key, value) records in one pipeline; return once Redis has them all."""
         return [entry_id for _, entry_id in await self.send_batch_located(records)]
 
     async def send_batch_located(self, records: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
         """Like `send_batch`, returning the (stream, entry id) where each record landed."""
-        ids: list[tuple[str, str] | None] = [None] * len(records)
+        for index, record in enumerate(records):
+            if len(record) != 2 or not all(isinstance(part, str) for part in record):
+                raise TypeError(f"record {index}: expected (key, value) strings, got {record!r}")
+        placed: list[tuple[str, str] | None] = [None] * len(records)
         todo = list(range(len(records)))
+        redis_backoff = Backoff(0.05, 2.0)
+        refused_backoff = Backoff(0.05, 2.0)
         while todo:
-            self.adopt_pushes()
-            routing = await self._routing()
+            routing = await self.ready()
             writes = [(routing.stream_for(records[i][0]), *records[i]) for i in todo]
-            results = await trio.to_thread.run_sync(self._ops.write, writes)
-            sealed = []
-            for index, write, result in zip(todo, writes, results, strict=True):
-                if result is None:
-                    sealed.append(index)
-                else:
-                    ids[index] = (write[0], result)
-            if sealed:
-                self.rerouted += len(sealed)
-                await self._wait_past(routing.version)
-            todo = sealed
-        self.sent += len(records)
-        return [located for located in ids if located is not None]
-
-    def adopt_pushes(self) -> None:
-        """Adopt the routing pushes the session has received so far (never blocks)."""
-        while True:
             try:
-                push = self._session.pushes.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                return
-            if isinstance(push, Routing) and push.stream_prefix == self.stream_prefix:
-                self._adopt(push)
+                results = await trio.to_thread.run_sync(self._ops.write, writes)
+            except redis.RedisError as exc:
+                self.retried += len(todo)
+                self._redis_failed(exc)
+                await trio.sleep(redis_backoff.next())
+                continue
+            again: list[int] = []
+            refusals: list[tuple[str, Refused]] = []
+            failure: redis.RedisError | None = None
+            for index, (stream, _, _), result in zip(todo, writes, results, strict=True):
+                if isinstance(result, str):
+                    placed[index] = (stream, result)
+                    continue
+                again.append(index)
+                if result is None:  # the contract of earlier ProduceOps: None was sealed
+                    refusals.append((stream, Refused.SEALED))
+                elif isinstance(result, Refused):
+                    refusals.append((stream, result))
+                else:
+                    failure = result
+            self.sent += len(todo) - len(again)
+            if failure is not None:
+                self.retried += len(again) - len(refusals)
+                self._redis_failed(failure)
+            else:
+                self._redis_ok()
+            if refusals:
+                self.rerouted += len(refusals)
+                if not await self._moved_past(routing):
+                    self._refused_in_place(routing, refusals)
+                    await trio.sleep(refused_backoff.next())
+            elif failure is not None:
+                await trio.sleep(redis_backoff.next())
+            todo = again
+        return [located for located in placed if located is not None]
 
-    def _adopt(self, message: Routing) -> None:
-        table = routing_table(message)
-        if table is not None and (self.routing is None or table.version >= self.routing.version):
-            self.routing = table
+    def _refused_in_place(self, routing: RoutingTable, refusals: list[tuple[str, Refused]]
+                          ) -> None:
+        """The coordinator still routes to shards this Redis refuses: say so, then retry."""
+        stream, why = refusals[0]
+        if why is Refused.MISSING:
+            line = (f"shard {stream} of routing version {routing.version} does not exist in "
+                    f"{self.redis_url}: is --redis-url (RSC_REDIS_URL) the coordinator's Redis? "
+                    "retrying")
+        else:
+            line = (f"shard {stream} is sealed but the coordinator still routes version "
+                    f"{routing.version} to it; retrying")
+        self.notices.say("store", line)
 
-    async def _routing(self) -> RoutingTable:
-        if self.routing is None:
-            with trio.move_on_after(self._routing_wait_s):
-                while self.routing is None:
-                    await self.refresh()
-                    if self.routing is None:
-                        await trio.sleep(0.2)
-                        self.adopt_pushes()
+    async def _moved_past(self, routing: RoutingTable) -> bool:
+        """After a refusal at `routing`: ask for the current routing; True if it is newer."""
+        if self.routing is not None and self.routing.version > routing.version:
+            return True
+        await self._ask_routing(wait_s=2.0)
+        moved = self.routing is not None and self.routing.version > routing.version
+        if moved:
+            self.notices.clear("store")
+        return moved
+
+    # --- routing -----------------------------------------------------------------------
+
+    async def ready(self) -> RoutingTable:
+        """The routing to write with, once known and once this Redis is the coordinator's.
+
+        Waits (saying why through `notices`) while the coordinator is unreachable or
+        the prefix has no routing; raises RoutingUnavailable after `routing_wait_s`
+        if one was given, and StoreMismatch when this Redis is another one.
+        """
+        routing = self.routing
+        if routing is not None and self._store_checked:
+            return routing
+        wait_s = math.inf if self._routing_wait_s is None else self._routing_wait_s
+        backoff = Backoff(0.05, 1.0)
+        with trio.move_on_after(wait_s):
+            while self.routing is None:
+                await self._ask_routing(wait_s=2.0, unless_known=True)
+                if self.routing is None:
+                    with trio.move_on_after(backoff.next()):
+                        await self._changed.wait()
         if self.routing is None:
             raise RoutingUnavailable(f"no routing for stream prefix {self.stream_prefix!r}")
+        await self._check_store()
         return self.routing
 
-    async def _wait_past(self, version: int) -> None:
-        """Refresh until the routing is newer than the sealed `version`."""
-        delay = 0.01
-        while True:
-            await self.refresh()
-            if self.routing is not None and self.routing.version > version:
+    async def refresh(self) -> RoutingTable | None:
+        """Ask the coordinator for the current routing now (waits for a session up to 10 s)."""
+        await self._ask_routing(wait_s=REQUEST_TIMEOUT_S)
+        return self.routing
+
+    async def _ask_routing(self, *, wait_s: float, unless_known: bool = False) -> None:
+        """One getRouting on the current session, waiting up to `wait_s` for one to be open
+        (`unless_known`: not if some routing arrived meanwhile)."""
+        with trio.move_on_after(wait_s):
+            while self._session is None or self._session.closed:
+                await self._changed.wait()
+            if unless_known and self.routing is not None:
                 return
-            await trio.sleep(delay)
-            delay = min(delay * 2, 0.5)
+            try:
+                await self._request_routing(self._session)
+            except (SessionClosed, ResponseUndecodable, trio.TooSlowError):
+                pass  # the session keeper says so and reconnects
+
+    async def _request_routing(self, session: Session) -> None:
+        with trio.fail_after(REQUEST_TIMEOUT_S):
+            response = await session.request(GetRouting(
+                request_id=0, stream_prefix=self.stream_prefix, subscribe=self.subscribe))
+        if isinstance(response, Routing):
+            self._adopt(response)
+
+    def adopt_pushes(self) -> None:
+        """Kept for callers of earlier versions: pushes are now adopted as they arrive."""
+
+    def _adopt(self, message: Routing) -> None:
+        store_id = store_id_of(message)
+        if store_id is not None:
+            self._store_id = store_id
+        table = routing_table(message)
+        if table is None:
+            if message.status == Status.UNKNOWN_STREAM and self.routing is None:
+                self._no_routing = True
+                self.notices.say("routing", no_routing_line(self.stream_prefix))
+        elif self.routing is None or table.version >= self.routing.version:
+            self.routing = table
+            if self._no_routing:
+                self._no_routing = False
+                self.notices.clear("routing", f"prefix {self.stream_prefix!r} has routing now: "
+                                   f"version {table.version}, {len(table.streams)} shards")
+        self._changed.fire()
+
+    async def _check_store(self) -> None:
+        """Refuse to write into a Redis whose storeId is not the coordinator's."""
+        if self._store_checked:
+            return
+        expected = self._store_id
+        if expected is not None:
+            await self._redis_call(lambda: check_store_id(
+                self._ops.client, expected, redis_url=self.redis_url,
+                coordinator_url=self.coordinator_url))
+        self._store_checked = True
+
+    # --- Redis -------------------------------------------------------------------------
+
+    async def ping(self) -> None:
+        """Return once Redis answers (saying so while it does not)."""
+        await self._redis_call(lambda: self._ops.client.ping())
+
+    async def _redis_call(self, call: Callable[[], T]) -> T:
+        """`call()` in a thread, retried with backoff while Redis fails."""
+        backoff = Backoff(0.05, 2.0)
+        while True:
+            try:
+                result = await trio.to_thread.run_sync(call)
+            except redis.RedisError as exc:
+                self._redis_failed(exc)
+                await trio.sleep(backoff.next())
+                continue
+            self._redis_ok()
+            return result
+
+    def _redis_failed(self, exc: redis.RedisError) -> None:
+        self.notices.say("redis", then(redis_problem(exc, self.redis_url), "retrying"))
+
+    def _redis_ok(self) -> None:
+        self.notices.clear("redis", f"Redis at {self.redis_url} answers again")
+
+    # --- the coordinator session ---------------------------------------------------------
+
+    async def keep_session(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                           ) -> None:
+        """Keep a coordinator session open (reopened with backoff), adopting routing pushes."""
+        task_status.started()
+        backoff = Backoff(0.05, 2.0)
+        url = self.coordinator_url
+        while True:
+            try:
+                async with open_session(url, "member", token=self._token,
+                                        connect_timeout=CONNECT_TIMEOUT_S) as session:
+                    if self.subscribe or self.routing is None:
+                        await self._request_routing(session)
+                    self._session = session  # usable by writers once routing was asked for
+                    self._changed.fire()
+                    self.notices.clear("coordinator", f"connected to the coordinator at {url}")
+                    backoff.reset()
+                    async for push in session.pushes:
+                        if isinstance(push, Routing) and push.stream_prefix == self.stream_prefix:
+                            self._adopt(push)
+                    reason = session.close_reason or "connection closed"
+                    self._session_trouble(f"lost the coordinator session at {url} ({reason})")
+            except SessionClosed as exc:
+                self._session_trouble(exc.line)
+            except (ResponseUndecodable, trio.TooSlowError) as exc:
+                self._session_trouble(f"the coordinator at {url} did not answer in time or "
+                                      f"answered garbage ({exc or type(exc).__name__})")
+            finally:
+                self._session = None
+            await trio.sleep(backoff.next())
+
+    def _session_trouble(self, line: str) -> None:
+        if self.routing is None:
+            suffix = "retrying (a producer needs routing once: waiting for it)"
+        else:
+            suffix = f"retrying (writing with routing version {self.routing.version} meanwhile)"
+        self.notices.say("coordinator", then(line, suffix))
 
 
 @asynccontextmanager
 async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str, *,
-                        token: str | None = None, routing_wait_s: float = 30.0,
-                        subscribe: bool = True) -> AsyncIterator[Producer]:
-    """A producer with its coordinator session, routing subscription and Redis connection.
+                        token: str | None = None, routing_wait_s: float | None = None,
+                        subscribe: bool = True, notices: Notices | None = None
+                        ) -> AsyncIterator[Producer]:
+    """A producer with its coordinator session (kept open), routing and Redis connection.
 
-    `subscribe=False` makes a producer that only learns new routing when a write
-    to a sealed version is refused (it still never loses a message).
+    Returns at once, even while the coordinator or Redis is down: writes wait for
+    routing (forever, or `routing_wait_s`) and retry Redis. `subscribe=False`
+    makes a producer that only learns new routing when a write to a sealed
+    version is refused (it still never loses a message). A malformed coordinator
+    or Redis URL raises ValueError.
     """
-    client = connect(redis_url)
+    check_coordinator_url(coordinator_url)
+    client = connect(redis_url, timeout_s=REDIS_TIMEOUT_S, retries=False)
     try:
-        async with open_session(coordinator_url, "member", token=token) as session:
-            producer = Producer(session, ProduceOps(client), stream_prefix,
-                                routing_wait_s=routing_wait_s, subscribe=subscribe)
-            await producer.refresh()
-            yield producer
+        producer = Producer(coordinator_url, redis_url, stream_prefix, client=client,
+                            token=token, subscribe=subscribe, routing_wait_s=routing_wait_s,
+                            notices=notices)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(producer.keep_session)
+                yield producer
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            unwrap_single(group)
     finally:
         client.close()

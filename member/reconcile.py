@@ -4,7 +4,7 @@
 (revoking), shards it has drained and reports `REVOKED` until an `OK`. Every
 transition is a pure function returning the next state and the `Actions` the
 shell performs (start reading, revoke, abandon at once, heartbeat now, events).
-Time is passed in (`now`, seconds on any monotonic clock); nothing here awaits.
+Time is passed in (`now`, milliseconds on a monotonic clock); nothing here awaits.
 """
 
 from __future__ import annotations
@@ -14,10 +14,18 @@ from collections.abc import Mapping
 
 import attrs
 
-from rsc.protocol import Heartbeat, HeartbeatResponse, RevokingShard, Status
+from rsc.protocol import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    Heartbeat,
+    HeartbeatResponse,
+    RevokeState,
+    RevokingShard,
+    Status,
+)
 
-JOIN_EPOCH = 0
-LEAVE_EPOCH = -1
+__all__ = ["JOIN_EPOCH", "LEAVE_EPOCH", "Actions", "Event", "Hold", "MemberState", "Phase",
+           "SentHeartbeat"]
 
 
 class Phase(enum.Enum):
@@ -71,7 +79,7 @@ class SentHeartbeat:
     """What a heartbeat request reported, so its response can be applied precisely."""
 
     member_epoch: int
-    sent_at: float
+    sent_at: float  # ms, monotonic: the lease of an accepted answer runs from here
     full_ownership: bool
     holding_version: int
     reported_revoked: frozenset[str]
@@ -89,7 +97,7 @@ class MemberState:
     holding_version: int = 0
     reported_version: int = -1
     next_generation: int = 1
-    last_accepted_sent_at: float | None = None
+    last_accepted_sent_at: float | None = None  # ms, monotonic
     heartbeat_interval_ms: int | None = None
     lease_ttl_ms: int | None = None
     max_concurrency: int | None = None
@@ -118,24 +126,25 @@ class MemberState:
                 and self.member_epoch > JOIN_EPOCH)
 
     def lease_deadline(self) -> float | None:
-        """When the member must fence itself without a newer accepted heartbeat."""
+        """When (ms) the member must fence itself without a newer accepted heartbeat."""
         if self.last_accepted_sent_at is None or self.lease_ttl_ms is None or not self.holds:
             return None
-        return self.last_accepted_sent_at + self.lease_ttl_ms / 1000
+        return self.last_accepted_sent_at + self.lease_ttl_ms
 
     # --- heartbeat request -----------------------------------------------------------
 
     def heartbeat(self, now: float, *, capacity: int | None,
                   stream_prefix: str, consumer_group: str) -> tuple[Heartbeat, SentHeartbeat]:
-        """The next heartbeat request (requestId is a placeholder) and what it reports."""
+        """The next heartbeat request (requestId is a placeholder) and what it reports;
+        `now` (ms) is when it is sent."""
         epoch = LEAVE_EPOCH if self.leaving and not self.holds else self.member_epoch
         full = epoch == JOIN_EPOCH or self.holding_version != self.reported_version
         owned: tuple[str, ...] | None = tuple(sorted(self.owned())) if full else None
         if epoch == JOIN_EPOCH:
             owned = ()
         revoking_report = tuple(
-            [RevokingShard(shard=s, state="REVOKING") for s in sorted(self.revoking())]
-            + [RevokingShard(shard=s, state="REVOKED") for s in sorted(self.revoked)]
+            [RevokingShard(shard=s, state=RevokeState.REVOKING) for s in sorted(self.revoking())]
+            + [RevokingShard(shard=s, state=RevokeState.REVOKED) for s in sorted(self.revoked)]
         )
         request = Heartbeat(
             request_id=0, stream_prefix=stream_prefix, consumer_group=consumer_group,
@@ -180,7 +189,7 @@ class MemberState:
                                             "ack refused: not the owner"),))
 
     def on_lease_check(self, now: float) -> tuple[MemberState, Actions]:
-        """Fence itself when no heartbeat has been accepted for a lease TTL."""
+        """Fence itself when no heartbeat has been accepted for a lease TTL (`now` in ms)."""
         deadline = self.lease_deadline()
         if deadline is None or now < deadline:
             return self, NO_ACTIONS
@@ -267,7 +276,7 @@ class MemberState:
         revoke = frozenset(s for s, h in holds.items() if h.phase is Phase.READING) - assigned
         for shard in revoke:
             holds[shard] = attrs.evolve(holds[shard], phase=Phase.REVOKING)
-        resume = frozenset()
+        resume: frozenset[str] = frozenset()
         start: set[str] = set()
         generation = self.next_generation
         if may_start:

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import AsyncIterator
+import random
+import socket
+import urllib.parse
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Literal
+from typing import Literal, NoReturn
 
 import attrs
 import trio
@@ -40,7 +43,31 @@ PUSH_BUFFER = 1024
 
 
 class SessionClosed(Exception):
-    """The session's connection is gone (or never came up); the request has no answer."""
+    """The session's connection is gone (or never came up); the request has no answer.
+
+    `line` is the one line a console tool prints for it: what happened and the
+    likely fix (PROTOCOL.md D3).
+    """
+
+    def __init__(self, reason: str, *, line: str | None = None) -> None:
+        super().__init__(reason)
+        self.line = line or reason
+
+
+class CoordinatorUnreachable(SessionClosed):
+    """No websocket came up: connection refused, unknown host, no answer in time."""
+
+
+class SessionRefused(SessionClosed):
+    """The coordinator answered the handshake with an HTTP error (401, 404, 503)."""
+
+    def __init__(self, reason: str, *, status_code: int, line: str | None = None) -> None:
+        super().__init__(reason, line=line)
+        self.status_code = status_code
+
+
+class BadCoordinatorUrl(ValueError):
+    """A coordinator URL that no retry can make work (scheme, host or port)."""
 
 
 class ResponseUndecodable(Exception):
@@ -64,6 +91,11 @@ class Session:
         self._send_lock = trio.Lock()
         self._closed_because: str | None = None
         self._push_sender, self.pushes = trio.open_memory_channel[Message](PUSH_BUFFER)
+
+    @property
+    def close_reason(self) -> str | None:
+        """Why the session ended (None while it is open)."""
+        return self._closed_because
 
     @property
     def closed(self) -> bool:
@@ -147,9 +179,97 @@ class Session:
         self._push_sender.close()
 
 
+ENDPOINT_HINTS = {
+    401: "missing or wrong token (pass --token or set RSC_TOKEN)",
+    404: "no such endpoint: give the coordinator as ws://HOST:PORT; the tools add /v1/{endpoint}",
+    503: "the coordinator is at its session limit (--max-sessions)",
+}
+
+
+def check_coordinator_url(url: str) -> str:
+    """`url` without a trailing slash, or BadCoordinatorUrl naming what is wrong with it."""
+    shown = url.rstrip("/")
+    if "://" not in url:
+        raise BadCoordinatorUrl(
+            f"bad coordinator URL {url!r}: no scheme; write ws://{url.lstrip('/')}")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme in ("http", "https"):
+        secure = "s" if parts.scheme == "https" else ""
+        raise BadCoordinatorUrl(
+            f"bad coordinator URL {url!r}: the coordinator speaks WebSocket; "
+            f"write ws{secure}://{parts.netloc}{parts.path.rstrip('/')}")
+    if parts.scheme not in ("ws", "wss"):
+        raise BadCoordinatorUrl(
+            f"bad coordinator URL {url!r}: scheme {parts.scheme!r}; use ws:// or wss://")
+    try:
+        port = parts.port
+    except ValueError:
+        port_text = parts.netloc.rpartition(":")[2]
+        raise BadCoordinatorUrl(
+            f"bad coordinator URL {url!r}: port {port_text} is not in 1-65535") from None
+    if port == 0:
+        raise BadCoordinatorUrl(f"bad coordinator URL {url!r}: port 0 is not in 1-65535")
+    if not parts.hostname:
+        raise BadCoordinatorUrl(f"bad coordinator URL {url!r}: no host")
+    return shown
+
+
 def session_url(url: str, endpoint: Literal["member", "admin"]) -> str:
-    """The websocket URL of an endpoint of the coordinator at `url` (ws://host:port)."""
-    return f"{url.rstrip('/')}/v1/{endpoint}"
+    """The websocket URL of an endpoint of the coordinator at `url` (ws://host:port).
+
+    A URL that already ends with that endpoint's path is taken as it is.
+    """
+    base = url.rstrip("/")
+    path = f"/v1/{endpoint}"
+    return base if base.endswith(path) else base + path
+
+
+def coordinator_base(url: str, endpoint: Literal["member", "admin"]) -> str:
+    """The coordinator URL as a user wrote it, without the endpoint path."""
+    return url.rstrip("/").removesuffix(f"/v1/{endpoint}")
+
+
+def refused(url: str, endpoint: Literal["member", "admin"], status_code: int) -> SessionRefused:
+    """The error for a handshake answered with HTTP `status_code`."""
+    target = session_url(url, endpoint)
+    reason = f"{target} refused the session: HTTP {status_code}"
+    hint = ENDPOINT_HINTS.get(status_code)
+    line = f"{reason}: {hint.format(endpoint=endpoint)}" if hint else reason
+    return SessionRefused(reason, status_code=status_code, line=line)
+
+
+def unreachable(url: str, endpoint: Literal["member", "admin"], exc: BaseException,
+                connect_timeout: float) -> CoordinatorUnreachable:
+    """The error for a connection that never came up, from the OS error inside `exc`."""
+    base = coordinator_base(url, endpoint)
+    cause = _os_error(exc)
+    if isinstance(cause, ConnectionRefusedError):
+        line = f"connection refused: is the coordinator running at {base}?"
+    elif isinstance(cause, socket.gaierror):
+        host = urllib.parse.urlsplit(base).hostname
+        line = f"cannot resolve host {host!r}: is the coordinator URL {base} right?"
+    elif cause is None or isinstance(cause, TimeoutError):
+        line = (f"no answer from {base} within {connect_timeout:g} s: "
+                "is the coordinator running there?")
+    else:
+        line = f"cannot connect to {base}: {cause.strerror or cause}"
+    return CoordinatorUnreachable(f"cannot connect to {session_url(url, endpoint)}: {line}",
+                                  line=line)
+
+
+def _os_error(exc: BaseException | None) -> OSError | None:
+    """The most specific OSError in `exc`'s cause chain (trio wraps each attempt's in a group)."""
+    seen = 0
+    found: OSError | None = None
+    while exc is not None and seen < 10:
+        seen += 1
+        if isinstance(exc, BaseExceptionGroup):
+            exc = exc.exceptions[0]
+            continue
+        if isinstance(exc, OSError):
+            found = exc
+        exc = exc.__cause__ or exc.__context__
+    return found
 
 
 @asynccontextmanager
@@ -162,9 +282,11 @@ async def open_session(
 ) -> AsyncIterator[Session]:
     """Connect to the coordinator at `url` (ws://host:port) and yield a `Session`.
 
-    Sends `Authorization: Bearer <token>` when `token` is given. A refused or
-    failed handshake raises SessionClosed naming the reason (HTTP status).
+    Sends `Authorization: Bearer <token>` when `token` is given. A URL no retry
+    can fix raises BadCoordinatorUrl; a refused handshake raises SessionRefused
+    (with its HTTP status), a connection that never came up CoordinatorUnreachable.
     """
+    check_coordinator_url(url)
     headers = [(b"Authorization", f"Bearer {token}".encode())] if token else None
     connected = False
     try:
@@ -187,22 +309,53 @@ async def open_session(
     except ConnectionRejected as exc:
         if connected:
             raise
-        raise SessionClosed(
-            f"{session_url(url, endpoint)} refused the session: HTTP {exc.status_code}"
-        ) from exc
+        raise refused(url, endpoint, exc.status_code) from exc
     except (HandshakeError, OSError) as exc:
         if connected:
             raise
-        raise SessionClosed(f"cannot connect to {session_url(url, endpoint)}: {exc!r}") from exc
+        raise unreachable(url, endpoint, exc, connect_timeout) from exc
     except BaseExceptionGroup as group:
-        leaf = _single(group)
-        if leaf is group:
-            raise
-        context = leaf.__context__
-        try:
-            raise leaf
-        finally:
-            leaf.__context__ = context
+        unwrap_single(group)
+
+
+class Backoff:
+    """Delays between retries: from `initial`, doubling up to `maximum`, with jitter.
+
+    `next()` gives the next delay; `reset()` after a success starts again from `initial`.
+    """
+
+    def __init__(self, initial: float = 0.05, maximum: float = 2.0, *,
+                 jitter: Callable[[], float] = random.random) -> None:
+        if not 0 < initial <= maximum:
+            raise ValueError(f"need 0 < initial <= maximum, got {initial}, {maximum}")
+        self.initial = initial
+        self.maximum = maximum
+        self._jitter = jitter
+        self._delay = initial
+
+    def next(self) -> float:
+        delay = self._delay
+        self._delay = min(self._delay * 2, self.maximum)
+        return delay * (0.5 + 0.5 * self._jitter())
+
+    def reset(self) -> None:
+        self._delay = self.initial
+
+
+def unwrap_single(group: BaseExceptionGroup) -> NoReturn:
+    """Raise the one real exception a tiny nursery wrapped in `group` (or the group itself).
+
+    For context managers that run a helper task beside their body: the caller
+    sees the body's own exception, not a group.
+    """
+    leaf = _single(group)
+    if leaf is group:
+        raise group
+    context = leaf.__context__
+    try:
+        raise leaf
+    finally:
+        leaf.__context__ = context
 
 
 def _single(group: BaseExceptionGroup) -> BaseException:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Mapping
 
 import attrs
 
@@ -13,8 +13,9 @@ class MemberStats:
 
     processed / failed count handler outcomes (a retried message counts each
     failure); acked counts entries Redis acknowledged; in_flight is per shard
-    (handed to a worker, not yet acked or dropped); lag is per owned shard
-    (entries the group has not been delivered yet), refreshed every few seconds.
+    (handed to a worker, not yet acked or dropped: a read-only view of the
+    ledger's books, which decide with it); lag is per owned shard (entries the
+    group has not been delivered yet), refreshed every few seconds.
     """
 
     member_id: str
@@ -26,6 +27,6 @@ class MemberStats:
     ack_refusals: int = 0
     fences: int = 0
     workers: int = 0
-    in_flight: Counter[str] = attrs.field(factory=Counter)
+    in_flight: Mapping[str, int] = attrs.field(factory=dict)
     lag: dict[str, int | None] = attrs.field(factory=dict)
     owned_shards: tuple[str, ...] = ()

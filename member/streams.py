@@ -5,24 +5,31 @@ is not a blocking read is batched into one pipeline per call. Scripts:
 
 - ack: acks (XACK, or XACKDEL on Redis >= 8.2) only while the shard's owner
   token names this member; otherwise acks nothing and returns NOT_OWNER.
-- produce: XADD unless the shard's seal marker exists; then fails with SEALED.
+- produce: XADD unless the shard's seal marker exists (fails with SEALED) or
+  its stream does not (fails with MISSING: retired, or not this coordinator's Redis).
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 import redis
+from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
+from redis.retry import Retry
 
 from rsc.protocol.routing import owner_key, seal_key
 
 NOT_OWNER = -1
 ACK_CHUNK = 2000
 SEALED_ERROR = "SEALED"
+MISSING_ERROR = "MISSING"
+STORE_ID_KEY = "rsc:store-id"  # written by the coordinator in its Redis (PROTOCOL.md)
 KEY_FIELD = "key"
 VALUE_FIELD = "value"
 
@@ -45,8 +52,11 @@ return redis.call('XACK', KEYS[1], ARGV[2], unpack(ARGV, 4))
 # a sealed version, or a retired one (its stream is deleted; the coordinator creates
 # every live shard stream, so a missing one is never written to: XADD would recreate it)
 _PRODUCE_SCRIPT = """
-if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('EXISTS', KEYS[2]) == 1 then
   return redis.error_reply('SEALED ' .. KEYS[1])
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return redis.error_reply('MISSING ' .. KEYS[1])
 end
 return redis.call('XADD', KEYS[1], '*', 'key', ARGV[1], 'value', ARGV[2])
 """
@@ -111,9 +121,66 @@ class Script:
         return list(pipe.execute(raise_on_error=False))
 
 
-def connect(redis_url: str) -> redis.Redis:
-    """A sync client decoding replies as UTF-8 text (hiredis when installed)."""
-    return redis.Redis.from_url(redis_url, decode_responses=True, socket_keepalive=True)
+def connect(redis_url: str, *, timeout_s: float | None = None,
+            retries: bool = True) -> redis.Redis:
+    """A sync client decoding replies as UTF-8 text (hiredis when installed).
+
+    `timeout_s` bounds connecting and every reply; `retries=False` makes the
+    first connection error or timeout raise, for callers that retry themselves
+    (and say so). A URL that is not a Redis URL raises ValueError.
+    """
+    options: dict[str, Any] = {}
+    if timeout_s is not None:
+        options.update(socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+    if not retries:
+        options.update(retry=Retry(NoBackoff(), 0))
+    return redis.Redis.from_url(redis_url, decode_responses=True, socket_keepalive=True,
+                                **options)
+
+
+def read_store_id(client: redis.Redis) -> str | None:
+    """The storeId the coordinator wrote in this Redis, None when the key is absent."""
+    value = client.get(STORE_ID_KEY)
+    return None if value is None else str(value)
+
+
+class StoreMismatch(Exception):
+    """This Redis is not the coordinator's: their storeIds differ (PROTOCOL.md Producer routing)."""
+
+
+def store_id_of(message: object) -> str | None:
+    """The `storeId` a routing message (or a heartbeat's routing) carries, None when absent.
+
+    Read defensively: coordinators before storeId send none, and the message
+    classes gain the field (`store_id`) separately.
+    """
+    value = getattr(message, "store_id", None)
+    return value if isinstance(value, str) else None
+
+
+def store_mismatch_line(redis_url: str, own: str | None, coordinator_url: str,
+                        expected: str) -> str:
+    """The one line a producer or member exits with when its Redis is another one."""
+    held = f"storeId {own!r}" if own is not None else "no storeId"
+    return (f"{redis_url} is not the coordinator's Redis: it holds {held}, the coordinator "
+            f"at {coordinator_url} uses storeId {expected!r}; point --redis-url "
+            "(RSC_REDIS_URL) at the coordinator's Redis")
+
+
+def check_store_id(client: redis.Redis, expected: str, *, redis_url: str,
+                   coordinator_url: str, recheck_s: float = 1.0) -> None:
+    """Raise StoreMismatch unless this Redis holds the coordinator's storeId `expected`.
+
+    Blocking (run it in a thread); Redis errors are raised for the caller to retry.
+    An absent key is read once more after `recheck_s`: the coordinator writes it
+    again whenever it is missing (a flushed Redis), while another Redis never has it.
+    """
+    own = read_store_id(client)
+    if own is None and recheck_s > 0:
+        time.sleep(recheck_s)
+        own = read_store_id(client)
+    if own != expected:
+        raise StoreMismatch(store_mismatch_line(redis_url, own, coordinator_url, expected))
 
 
 def redis_version(client: redis.Redis) -> tuple[int, ...]:
@@ -283,6 +350,31 @@ def pairs(flat: Sequence[str] | Mapping[str, str] | None) -> dict[str, str]:
     return dict(zip(it, it, strict=True))
 
 
+class Refused(enum.Enum):
+    """Why the produce script refused a write: the producer re-routes after either."""
+
+    SEALED = SEALED_ERROR  # the shard's version is sealed (resharding)
+    MISSING = MISSING_ERROR  # no such stream: a retired version, or another Redis
+
+
+# per record: the entry id, a refusal, or the Redis error the server answered for it
+WriteResult = str | Refused | redis.RedisError
+
+
+def write_result(reply: object) -> WriteResult:
+    """What the produce script's reply for one record means (shared by every ProduceOps)."""
+    if isinstance(reply, redis.RedisError):
+        text = str(reply)
+        if text.startswith(SEALED_ERROR):
+            return Refused.SEALED
+        if text.startswith(MISSING_ERROR):
+            return Refused.MISSING
+        return reply
+    if isinstance(reply, Exception):
+        raise reply
+    return str(reply)
+
+
 class ProduceOps:
     """Writes of a producer: XADD through the seal-checking script, pipelined."""
 
@@ -290,24 +382,17 @@ class ProduceOps:
         self.client = client
         self._script = Script(client, _PRODUCE_SCRIPT)
 
-    def write(self, records: Sequence[tuple[str, str, str]]) -> list[str | None]:
-        """XADD each (shard, key, value) in one pipeline; None where the shard is sealed.
+    def write(self, records: Sequence[tuple[str, str, str]]) -> list[WriteResult]:
+        """XADD each (shard, key, value) in one pipeline; per record its id or why not.
 
-        Any other error is raised.
+        An error of the whole round trip (connection, timeout) is raised.
         """
         if not records:
             return []
         calls = [([shard, seal_key(shard)], [key, value]) for shard, key, value in records]
-        results: list[str | None] = []
-        for result in self._script.run(self.client, calls):
-            if isinstance(result, Exception):
-                if str(result).startswith(SEALED_ERROR):
-                    results.append(None)
-                    continue
-                raise result
-            results.append(str(result))
-        return results
+        return [write_result(result) for result in self._script.run(self.client, calls)]
 
     def add_raw(self, stream: str, fields: Mapping[str, str]) -> str:
         """A plain XADD (dead-letter stream)."""
-        return str(self.client.xadd(stream, dict(fields)))
+        entry: dict[Any, Any] = dict(fields)
+        return str(self.client.xadd(stream, entry))

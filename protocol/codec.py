@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import typing
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -39,6 +40,10 @@ MESSAGE_TYPES: dict[str, type[m.Message]] = {
         m.ShardCountChanged,
         m.MaxConcurrencyChanged,
         m.MemberRemoved,
+        m.DeleteGroup,
+        m.GroupDeleted,
+        m.ResetOffsets,
+        m.OffsetsReset,
         m.ErrorResponse,
     )
 }
@@ -46,7 +51,8 @@ MESSAGE_TYPES: dict[str, type[m.Message]] = {
 MEMBER_REQUESTS: frozenset[str] = frozenset({m.Heartbeat.TYPE, m.GetRouting.TYPE})
 ADMIN_REQUESTS: frozenset[str] = frozenset(
     cls.TYPE
-    for cls in (m.ListGroups, m.DescribeGroup, m.SetShardCount, m.SetMaxConcurrency, m.RemoveMember)
+    for cls in (m.ListGroups, m.DescribeGroup, m.SetShardCount, m.SetMaxConcurrency, m.RemoveMember,
+                m.DeleteGroup, m.ResetOffsets)
 )
 
 
@@ -156,9 +162,12 @@ def _make_converter() -> cattrs.Converter:
         structure_mapping,
     )
 
+    def renames(cls: type) -> dict[str, Any]:  # attribute name -> override, as cattrs takes them
+        return {a.name: override(rename=camel(a.name)) for a in attrs.fields(cls)}
+
     def structure_factory(cls: type) -> Any:
-        renames = {a.name: override(rename=camel(a.name)) for a in attrs.fields(cls)}
-        structure = make_dict_structure_fn(cls, conv, _cattrs_detailed_validation=True, **renames)
+        structure: Callable[[Any, Any], Any] = make_dict_structure_fn(
+            cls, conv, _cattrs_detailed_validation=True, **renames(cls))
 
         def structure_object(value: Any, typ: Any) -> Any:
             if not isinstance(value, dict):
@@ -168,8 +177,7 @@ def _make_converter() -> cattrs.Converter:
         return structure_object
 
     def unstructure_factory(cls: type) -> Any:
-        renames = {a.name: override(rename=camel(a.name)) for a in attrs.fields(cls)}
-        return make_dict_unstructure_fn(cls, conv, **renames)
+        return make_dict_unstructure_fn(cls, conv, **renames(cls))
 
     conv.register_structure_hook_factory(attrs.has, structure_factory)
     conv.register_unstructure_hook_factory(attrs.has, unstructure_factory)

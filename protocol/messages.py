@@ -8,12 +8,12 @@ Validators enforce the ranges of the protocol, so a decoded message is valid.
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import attrs
 
 from rsc.protocol.errors import Status
-from rsc.protocol.vocabulary import Cutover, GroupState, MemberState, MigrationState, RevokeState
+from rsc.protocol.vocabulary import LEAVE_EPOCH, Cutover, GroupState, MemberState, MigrationState, RevokeState
 
 __all__ = [
     "MAX_NAME_LENGTH",
@@ -22,9 +22,13 @@ __all__ = [
     "AdminResponse",
     "Assignment",
     "AssignmentChanged",
+    "BlockingGroup",
+    "DeleteGroup",
     "DescribeGroup",
     "ErrorResponse",
     "GetRouting",
+    "GroupRequest",
+    "GroupDeleted",
     "GroupDescription",
     "GroupSummary",
     "Groups",
@@ -37,7 +41,12 @@ __all__ = [
     "MemberRequest",
     "Message",
     "MigrationDescription",
+    "OffsetsReset",
     "RemoveMember",
+    "ResetOffsets",
+    "ResetTo",
+    "Request",
+    "Response",
     "RevokingShard",
     "Routing",
     "RoutingDescription",
@@ -45,6 +54,7 @@ __all__ = [
     "SetMaxConcurrency",
     "SetShardCount",
     "ShardCountChanged",
+    "ShardOffset",
     "camel",
     "check_name",
     "FieldValueError",
@@ -90,6 +100,11 @@ def _name(instance: Any, attribute: attrs.Attribute, value: str) -> None:
     check_name(attribute.name, value)
 
 
+def _optional_name(instance: Any, attribute: attrs.Attribute, value: str | None) -> None:
+    if value is not None:
+        check_name(attribute.name, value)
+
+
 def _member_id(instance: Any, attribute: attrs.Attribute, value: str) -> None:
     check_name(attribute.name, value, allow_braces=True)
 
@@ -115,6 +130,34 @@ class Message:
     TYPE: ClassVar[str]
 
 
+class Response(Message):
+    """A message that answers a request (or a push of the same type): it has a `status`."""
+
+    status: Status
+
+
+class Request(Message):
+    """A request: its replies are built from it, so `requestId` and the names are copied once."""
+
+    request_id: int
+
+    def error(self, status: Status, error: str) -> Response:
+        """The response type of this request with an error status (PROTOCOL.md, Transport)."""
+        raise NotImplementedError
+
+
+class GroupRequest(Request):
+    """A request that names a group `(streamPrefix, consumerGroup)`."""
+
+    stream_prefix: str
+    consumer_group: str
+
+    def unknown_group(self) -> Response:
+        """UNKNOWN_GROUP: the group was never seen (or was deleted)."""
+        return self.error(Status.UNKNOWN_GROUP,
+                          f"group {self.consumer_group!r} of {self.stream_prefix!r} was never seen")
+
+
 # --- member endpoint ---------------------------------------------------------
 
 
@@ -125,7 +168,7 @@ class RevokingShard:
 
 
 @attrs.frozen(kw_only=True)
-class Heartbeat(Message):
+class Heartbeat(GroupRequest):
     TYPE: ClassVar[str] = "heartbeat"
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
@@ -135,6 +178,20 @@ class Heartbeat(Message):
     capacity: int | None = attrs.field(default=None, validator=_at_least(1))
     owned_shards: tuple[str, ...] | None = None
     revoking_shards: tuple[RevokingShard, ...] = ()
+
+    def error(self, status: Status, error: str) -> HeartbeatResponse:
+        return HeartbeatResponse(request_id=self.request_id, status=status,
+                                 member_id=self.member_id, error=error)
+
+    def unknown_group(self) -> HeartbeatResponse:
+        """A heartbeat other than a join for a group that does not exist (H9, H13): a leave
+        is OK at epoch -1 (a retried leave), anything else UNKNOWN_MEMBER_ID."""
+        if self.member_epoch == LEAVE_EPOCH:
+            return HeartbeatResponse(request_id=self.request_id, status=Status.OK,
+                                     member_id=self.member_id, member_epoch=LEAVE_EPOCH)
+        return self.error(Status.UNKNOWN_MEMBER_ID,
+                          f"member {self.member_id!r} is not live in group {self.consumer_group!r} "
+                          f"of {self.stream_prefix!r}; rejoin with epoch 0")
 
 
 @attrs.frozen(kw_only=True)
@@ -150,7 +207,7 @@ class Assignment:
 
 
 @attrs.frozen(kw_only=True)
-class HeartbeatResponse(Message):
+class HeartbeatResponse(Response):
     TYPE: ClassVar[str] = "heartbeatResponse"
     request_id: int | None
     status: Status
@@ -178,15 +235,24 @@ class AssignmentChanged(Message):
 
 
 @attrs.frozen(kw_only=True)
-class GetRouting(Message):
+class GetRouting(Request):
     TYPE: ClassVar[str] = "getRouting"
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
     subscribe: bool = False
 
+    def error(self, status: Status, error: str) -> Routing:
+        return Routing(request_id=self.request_id, status=status, stream_prefix=self.stream_prefix,
+                       error=error)
+
+    def unknown_stream(self) -> Routing:
+        """UNKNOWN_STREAM: the prefix has no routing yet."""
+        return self.error(Status.UNKNOWN_STREAM,
+                          f"stream prefix {self.stream_prefix!r} has no routing yet")
+
 
 @attrs.frozen(kw_only=True)
-class Routing(Message):
+class Routing(Response):
     """Answer to getRouting, and (without requestId) the push on a routing change."""
 
     TYPE: ClassVar[str] = "routing"
@@ -204,45 +270,120 @@ class Routing(Message):
 
 
 @attrs.frozen(kw_only=True)
-class ListGroups(Message):
+class ListGroups(Request):
     TYPE: ClassVar[str] = "listGroups"
     request_id: int
 
+    def error(self, status: Status, error: str) -> Groups:
+        return Groups(request_id=self.request_id, status=status, error=error)
+
 
 @attrs.frozen(kw_only=True)
-class DescribeGroup(Message):
+class DescribeGroup(GroupRequest):
     TYPE: ClassVar[str] = "describeGroup"
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
     consumer_group: str = attrs.field(validator=_name)
 
+    def error(self, status: Status, error: str) -> GroupDescription:
+        return GroupDescription(request_id=self.request_id, status=status,
+                                stream_prefix=self.stream_prefix,
+                                consumer_group=self.consumer_group, error=error)
+
 
 @attrs.frozen(kw_only=True)
-class SetShardCount(Message):
+class SetShardCount(Request):
+    """Reshard a prefix; the group is optional (G1: on a prefix with routing it must exist)."""
+
     TYPE: ClassVar[str] = "setShardCount"
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
-    consumer_group: str = attrs.field(validator=_name)
     shard_count: int = attrs.field(validator=_shard_count)
+    consumer_group: str | None = attrs.field(default=None, validator=_optional_name)
     cutover: Cutover = Cutover.PARALLEL
+
+    def unknown_group(self) -> ShardCountChanged:
+        return self.error(Status.UNKNOWN_GROUP,
+                          f"group {self.consumer_group!r} of {self.stream_prefix!r} was never seen")
+
+    def error(self, status: Status, error: str) -> ShardCountChanged:
+        return ShardCountChanged(request_id=self.request_id, status=status,
+                                 stream_prefix=self.stream_prefix,
+                                 consumer_group=self.consumer_group, error=error)
 
 
 @attrs.frozen(kw_only=True)
-class SetMaxConcurrency(Message):
+class SetMaxConcurrency(GroupRequest):
     TYPE: ClassVar[str] = "setMaxConcurrency"
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
     consumer_group: str = attrs.field(validator=_name)
     max_concurrency: int | None = attrs.field(validator=_at_least(1))
 
+    def error(self, status: Status, error: str) -> MaxConcurrencyChanged:
+        return MaxConcurrencyChanged(request_id=self.request_id, status=status,
+                                     stream_prefix=self.stream_prefix,
+                                     consumer_group=self.consumer_group, error=error)
+
 
 @attrs.frozen(kw_only=True)
-class RemoveMember(Message):
+class RemoveMember(GroupRequest):
     TYPE: ClassVar[str] = "removeMember"
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
     consumer_group: str = attrs.field(validator=_name)
     member_id: str = attrs.field(validator=_member_id)
+
+    def error(self, status: Status, error: str) -> MemberRemoved:
+        return MemberRemoved(request_id=self.request_id, status=status,
+                             stream_prefix=self.stream_prefix, consumer_group=self.consumer_group,
+                             member_id=self.member_id, error=error)
+
+
+@attrs.frozen(kw_only=True)
+class DeleteGroup(GroupRequest):
+    """G1: remove an empty group's metadata and its Redis consumer groups."""
+
+    TYPE: ClassVar[str] = "deleteGroup"
+    request_id: int
+    stream_prefix: str = attrs.field(validator=_name)
+    consumer_group: str = attrs.field(validator=_name)
+
+    def error(self, status: Status, error: str) -> GroupDeleted:
+        return GroupDeleted(request_id=self.request_id, status=status,
+                            stream_prefix=self.stream_prefix, consumer_group=self.consumer_group,
+                            error=error)
+
+
+ResetTo = Literal["earliest", "latest", "timestamp"]
+"""Where `resetOffsets` moves a group (G3)."""
+
+
+def _timestamp_ms(instance: Any, attribute: attrs.Attribute, value: int | None) -> None:
+    if value is not None and value < 0:
+        raise FieldValueError(f"field 'timestampMs' must be >= 0, got {value}")
+    if instance.to == "timestamp" and value is None:
+        raise FieldValueError("field 'timestampMs' is missing (required when 'to' is 'timestamp')")
+    if instance.to != "timestamp" and value is not None:
+        raise FieldValueError(f"field 'timestampMs' is only allowed when 'to' is 'timestamp', "
+                              f"not {instance.to!r}")
+
+
+@attrs.frozen(kw_only=True)
+class ResetOffsets(GroupRequest):
+    """G3: move an empty group's last-delivered id on every live shard, dropping its pending."""
+
+    TYPE: ClassVar[str] = "resetOffsets"
+    request_id: int
+    stream_prefix: str = attrs.field(validator=_name)
+    consumer_group: str = attrs.field(validator=_name)
+    to: ResetTo
+    timestamp_ms: int | None = attrs.field(default=None, validator=_timestamp_ms)
+
+    def error(self, status: Status, error: str) -> OffsetsReset:
+        return OffsetsReset(request_id=self.request_id, status=status,
+                            stream_prefix=self.stream_prefix, consumer_group=self.consumer_group,
+                            error=error)
 
 
 @attrs.frozen(kw_only=True)
@@ -256,12 +397,21 @@ class GroupSummary:
 
 
 @attrs.frozen(kw_only=True)
-class Groups(Message):
+class Groups(Response):
     TYPE: ClassVar[str] = "groups"
     request_id: int | None
     status: Status
     groups: tuple[GroupSummary, ...] = ()
     error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class BlockingGroup:
+    """G2: a group that still has undelivered (null: Redis cannot tell) or pending old entries."""
+
+    consumer_group: str
+    undelivered: int | None
+    pending: int
 
 
 @attrs.frozen(kw_only=True)
@@ -272,6 +422,7 @@ class MigrationDescription:
     cutover: Cutover
     drained_shards: tuple[str, ...] = ()
     remaining_shards: tuple[str, ...] = ()
+    blocking_groups: tuple[BlockingGroup, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -288,7 +439,7 @@ class MemberDescription:
 
 
 @attrs.frozen(kw_only=True)
-class GroupDescription(Message):
+class GroupDescription(Response):
     TYPE: ClassVar[str] = "groupDescription"
     request_id: int | None
     status: Status
@@ -315,19 +466,19 @@ class RoutingDescription:
 
 
 @attrs.frozen(kw_only=True)
-class ShardCountChanged(Message):
+class ShardCountChanged(Response):
     TYPE: ClassVar[str] = "shardCountChanged"
     request_id: int | None
     status: Status
     stream_prefix: str
-    consumer_group: str
+    consumer_group: str | None
     routing: RoutingDescription | None = None
     migration: MigrationDescription | None = None
     error: str | None = None
 
 
 @attrs.frozen(kw_only=True)
-class MaxConcurrencyChanged(Message):
+class MaxConcurrencyChanged(Response):
     TYPE: ClassVar[str] = "maxConcurrencyChanged"
     request_id: int | None
     status: Status
@@ -339,7 +490,7 @@ class MaxConcurrencyChanged(Message):
 
 
 @attrs.frozen(kw_only=True)
-class MemberRemoved(Message):
+class MemberRemoved(Response):
     TYPE: ClassVar[str] = "memberRemoved"
     request_id: int | None
     status: Status
@@ -351,7 +502,34 @@ class MemberRemoved(Message):
 
 
 @attrs.frozen(kw_only=True)
-class ErrorResponse(Message):
+class GroupDeleted(Response):
+    TYPE: ClassVar[str] = "groupDeleted"
+    request_id: int | None
+    status: Status
+    stream_prefix: str
+    consumer_group: str
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ShardOffset:
+    shard: str
+    last_delivered_id: str
+
+
+@attrs.frozen(kw_only=True)
+class OffsetsReset(Response):
+    TYPE: ClassVar[str] = "offsetsReset"
+    request_id: int | None
+    status: Status
+    stream_prefix: str
+    consumer_group: str
+    shards: tuple[ShardOffset, ...] = ()
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ErrorResponse(Response):
     """The reply to anything malformed (INVALID_REQUEST)."""
 
     TYPE: ClassVar[str] = "error"
@@ -361,5 +539,7 @@ class ErrorResponse(Message):
 
 
 MemberRequest = Heartbeat | GetRouting
-AdminRequest = ListGroups | DescribeGroup | SetShardCount | SetMaxConcurrency | RemoveMember
-AdminResponse = Groups | GroupDescription | ShardCountChanged | MaxConcurrencyChanged | MemberRemoved
+AdminRequest = (ListGroups | DescribeGroup | SetShardCount | SetMaxConcurrency | RemoveMember
+                | DeleteGroup | ResetOffsets)
+AdminResponse = (Groups | GroupDescription | ShardCountChanged | MaxConcurrencyChanged
+                 | MemberRemoved | GroupDeleted | OffsetsReset)

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
+from typing import Any
 
-import attrs
-import trio
-
-from rsc.actors.config import CoordinatorConfig
-from rsc.embedded_redis import EmbeddedRedis
+from rsc.actors.config import DEFAULT_MAX_GROUP_SIZE, DEFAULT_MAX_GROUPS, CoordinatorConfig
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     defaults = CoordinatorConfig()
     parser = subparsers.add_parser("coordinator", help="run the group coordinator")
-    parser.add_argument("--redis-url", default=None,
-                        help="Redis for metadata (default: start an embedded redis-server)")
+    parser.add_argument("--redis-url", default=os.environ.get("RSC_REDIS_URL") or None,
+                        help="Redis for metadata (default: $RSC_REDIS_URL, else start an embedded "
+                             "redis-server)")
     parser.add_argument("--host", default=defaults.host)
     parser.add_argument("--port", type=int, default=defaults.port, help="0 picks a free port")
     parser.add_argument("--tick-interval-ms", type=int, default=defaults.tick_interval_ms)
@@ -27,8 +26,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--admin-token", default=None, help="require this bearer token on /v1/admin")
     parser.add_argument("--member-token", default=None, help="require this bearer token on /v1/member")
     parser.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes)
+    parser.add_argument("--max-sessions", type=_positive_int, default=None,
+                        help="open sessions allowed; past it a handshake gets HTTP 503 "
+                             "(default: 80%% of the fd limit, raised to the hard limit at start)")
+    parser.add_argument("--max-groups", type=_positive_int, default=DEFAULT_MAX_GROUPS,
+                        help="groups allowed; past it a join gets GROUP_LIMIT_REACHED "
+                             f"(default {DEFAULT_MAX_GROUPS})")
+    parser.add_argument("--max-group-size", type=_positive_int, default=DEFAULT_MAX_GROUP_SIZE,
+                        help="members per group; past it a join gets GROUP_MAX_SIZE_REACHED "
+                             f"(default {DEFAULT_MAX_GROUP_SIZE})")
     parser.add_argument("--metrics-port", type=int, default=None,
-                        help="serve Prometheus metrics on this port (0 picks one)")
+                        help="serve Prometheus metrics, /healthz and /readyz on this port (0 picks one)")
     parser.add_argument("--no-push", dest="push", action="store_false",
                         help="do not push assignmentChanged hints (members poll)")
     parser.add_argument("--keep-drained-streams", action="store_true",
@@ -38,6 +46,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
     return CoordinatorConfig(
         redis_url=args.redis_url, host=args.host, port=args.port,
@@ -45,13 +63,16 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         heartbeat_interval_ms=args.heartbeat_interval_ms, revoke_timeout_ms=args.revoke_timeout_ms,
         admin_token=args.admin_token, member_token=args.member_token,
         max_frame_bytes=args.max_frame_bytes, metrics_port=args.metrics_port, push=args.push,
-        keep_drained_streams=args.keep_drained_streams,
+        keep_drained_streams=args.keep_drained_streams, max_sessions=args.max_sessions,
+        max_groups=args.max_groups, max_group_size=args.max_group_size,
     )
 
 
 def run(args: argparse.Namespace) -> int:
     _configure_logging(args.log_level, args.log_format)
     config = config_from_args(args)
+    import trio
+
     try:
         trio.run(_main, config)
     except KeyboardInterrupt:
@@ -83,13 +104,18 @@ def _operator_error(exc: BaseException) -> BaseException | None:
 def _configure_logging(level: str, fmt: str) -> None:
     from rsc.actors.logs import configure_logging
 
-    configure_logging(level, fmt)
+    configure_logging(level, "json" if fmt == "json" else "text")
 
 
 async def _main(config: CoordinatorConfig) -> None:
     if config.redis_url is not None:
         await _serve_until_signal(config)
         return
+    import attrs
+    import trio
+
+    from rsc.embedded_redis import EmbeddedRedis
+
     embedded = await trio.to_thread.run_sync(lambda: EmbeddedRedis().start())
     print(f"no --redis-url given: started a private redis-server at {embedded.url}; "
           "its data is lost on exit", file=sys.stderr, flush=True)
@@ -100,9 +126,11 @@ async def _main(config: CoordinatorConfig) -> None:
 
 
 async def _serve_until_signal(config: CoordinatorConfig) -> None:
+    import trio
+
     from rsc.actors.app import serve
 
-    metrics = None
+    metrics: Any = None
     if config.metrics_port is not None:
         from rsc.actors.metrics import CoordinatorMetrics
 
@@ -115,3 +143,15 @@ async def _serve_until_signal(config: CoordinatorConfig) -> None:
             async for _ in signals:
                 nursery.cancel_scope.cancel()
                 break
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m rsc.coordinator_cli ...`: `rsc coordinator ...` without loading the other commands."""
+    parser = argparse.ArgumentParser(prog="rsc")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["coordinator", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

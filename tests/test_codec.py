@@ -104,7 +104,8 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "routing": {"version": 2, "shardCount": 8},
  "migration": {"state": "DRAINING", "fromVersion": 1, "toVersion": 2,
                "cutover": "parallel",
-               "drainedShards": ["orders:v1:0"], "remainingShards": ["orders:v1:1"]},
+               "drainedShards": ["orders:v1:0"], "remainingShards": ["orders:v1:1"],
+               "blockingGroups": [{"consumerGroup": "audit", "undelivered": 120, "pending": 3}]},
  "members": [{"memberId": "10.0.0.7-4242-0-k3f9", "memberEpoch": 8, "state": "UNREVOKED_SHARDS",
               "capacity": 8, "lastHeartbeatMsAgo": 420,
               "assignedShards": ["orders:v2:0"], "pendingShards": [],
@@ -135,7 +136,7 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "streamPrefix": "orders", "consumerGroup": "billing",
  "routing": {"version": 2, "shardCount": 2, "hash": "crc32", "streams": ["orders:v2:0", "orders:v2:1"]},
  "migration": {"state": "DRAINING", "fromVersion": 1, "toVersion": 2, "cutover": "ordered",
-               "drainedShards": [], "remainingShards": ["orders:v1:0"]}}
+               "drainedShards": [], "remainingShards": ["orders:v1:0"], "blockingGroups": []}}
 """, m.ShardCountChanged, {"error": None}),
     ("shardCountChanged, no migration", """
 {"type": "shardCountChanged", "requestId": 4, "status": "OK",
@@ -171,6 +172,42 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
 {"type": "memberRemoved", "requestId": 6, "status": "OK", "streamPrefix": "orders",
  "consumerGroup": "billing", "memberId": "10.0.0.7-4242-0-k3f9", "groupEpoch": 11}
 """, m.MemberRemoved, {"error": None}),
+    ("setShardCount without a group", """
+{"type": "setShardCount", "requestId": 4, "streamPrefix": "orders", "shardCount": 8}
+""", m.SetShardCount, {"consumerGroup": None, "cutover": "parallel"}),
+    ("shardCountChanged without a group, blocking groups", """
+{"type": "shardCountChanged", "requestId": 4, "status": "OK",
+ "streamPrefix": "orders", "consumerGroup": null,
+ "routing": {"version": 2, "shardCount": 2, "hash": "crc32", "streams": ["orders:v2:0", "orders:v2:1"]},
+ "migration": {"state": "DRAINING", "fromVersion": 1, "toVersion": 2, "cutover": "parallel",
+               "drainedShards": [], "remainingShards": ["orders:v1:0"],
+               "blockingGroups": [{"consumerGroup": "audit", "undelivered": 120, "pending": 3},
+                                  {"consumerGroup": "old", "undelivered": null, "pending": 0}]}}
+""", m.ShardCountChanged, {"error": None}),
+    ("deleteGroup", """
+{"type": "deleteGroup", "requestId": 7, "streamPrefix": "orders", "consumerGroup": "billing"}
+""", m.DeleteGroup, {}),
+    ("groupDeleted", """
+{"type": "groupDeleted", "requestId": 7, "status": "OK", "streamPrefix": "orders",
+ "consumerGroup": "billing"}
+""", m.GroupDeleted, {"error": None}),
+    ("resetOffsets to a timestamp", """
+{"type": "resetOffsets", "requestId": 8, "streamPrefix": "orders", "consumerGroup": "billing",
+ "to": "timestamp", "timestampMs": 1733040000000}
+""", m.ResetOffsets, {}),
+    ("resetOffsets to earliest", """
+{"type": "resetOffsets", "requestId": 8, "streamPrefix": "orders", "consumerGroup": "billing",
+ "to": "earliest"}
+""", m.ResetOffsets, {"timestampMs": None}),
+    ("offsetsReset", """
+{"type": "offsetsReset", "requestId": 8, "status": "OK", "streamPrefix": "orders",
+ "consumerGroup": "billing",
+ "shards": [{"shard": "orders:v2:0", "lastDeliveredId": "1733040000000-3"}]}
+""", m.OffsetsReset, {"error": None}),
+    ("groupDeleted GROUP_NOT_EMPTY", """
+{"type": "groupDeleted", "requestId": 7, "status": "GROUP_NOT_EMPTY", "streamPrefix": "orders",
+ "consumerGroup": "billing", "error": "group 'billing' of 'orders' has 2 live member(s)"}
+""", m.GroupDeleted, {}),
 ]
 
 
@@ -263,9 +300,12 @@ routing_summaries = st.builds(m.RoutingSummary, version=ints, shard_count=ints)
 assignments = st.builds(m.Assignment, assigned_shards=shard_lists, pending_shards=shard_lists)
 revoking = st.builds(m.RevokingShard, shard=st.text(max_size=30),
                      state=st.sampled_from(["REVOKING", "REVOKED"]))
+blocking_groups = st.builds(m.BlockingGroup, consumer_group=texts, undelivered=opt(ints),
+                            pending=ints)
 migrations = st.builds(m.MigrationDescription, state=st.sampled_from(MigrationState),
                        from_version=ints, to_version=ints, cutover=st.sampled_from(Cutover),
-                       drained_shards=shard_lists, remaining_shards=shard_lists)
+                       drained_shards=shard_lists, remaining_shards=shard_lists,
+                       blocking_groups=st.lists(blocking_groups, max_size=2).map(tuple))
 member_descriptions = st.builds(
     m.MemberDescription, member_id=texts, member_epoch=ints, state=st.sampled_from(MemberState),
     capacity=opt(ints),
@@ -300,7 +340,7 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
     m.DescribeGroup: st.builds(m.DescribeGroup, request_id=request_ids, stream_prefix=names,
                                consumer_group=names),
     m.SetShardCount: st.builds(m.SetShardCount, request_id=request_ids, stream_prefix=names,
-                               consumer_group=names, shard_count=st.integers(1, 4096),
+                               consumer_group=opt(names), shard_count=st.integers(1, 4096),
                                cutover=st.sampled_from(["parallel", "ordered"])),
     m.SetMaxConcurrency: st.builds(m.SetMaxConcurrency, request_id=request_ids, stream_prefix=names,
                                    consumer_group=names,
@@ -318,7 +358,7 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
         target_assignment=assignment_maps, current_assignment=assignment_maps, error=opt(texts)),
     m.ShardCountChanged: st.builds(
         m.ShardCountChanged, request_id=maybe_request_ids, status=statuses, stream_prefix=texts,
-        consumer_group=texts, routing=opt(routing_descriptions), migration=opt(migrations),
+        consumer_group=opt(texts), routing=opt(routing_descriptions), migration=opt(migrations),
         error=opt(texts)),
     m.MaxConcurrencyChanged: st.builds(
         m.MaxConcurrencyChanged, request_id=maybe_request_ids, status=statuses, stream_prefix=texts,
@@ -326,6 +366,20 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
     m.MemberRemoved: st.builds(
         m.MemberRemoved, request_id=maybe_request_ids, status=statuses, stream_prefix=texts,
         consumer_group=texts, member_id=texts, group_epoch=opt(ints), error=opt(texts)),
+    m.DeleteGroup: st.builds(m.DeleteGroup, request_id=request_ids, stream_prefix=names,
+                             consumer_group=names),
+    m.GroupDeleted: st.builds(m.GroupDeleted, request_id=maybe_request_ids, status=statuses,
+                              stream_prefix=texts, consumer_group=texts, error=opt(texts)),
+    m.ResetOffsets: st.one_of(
+        st.builds(m.ResetOffsets, request_id=request_ids, stream_prefix=names, consumer_group=names,
+                  to=st.sampled_from(["earliest", "latest"])),
+        st.builds(m.ResetOffsets, request_id=request_ids, stream_prefix=names, consumer_group=names,
+                  to=st.just("timestamp"), timestamp_ms=st.integers(0, 2**63))),
+    m.OffsetsReset: st.builds(
+        m.OffsetsReset, request_id=maybe_request_ids, status=statuses, stream_prefix=texts,
+        consumer_group=texts, error=opt(texts),
+        shards=st.lists(st.builds(m.ShardOffset, shard=texts, last_delivered_id=texts),
+                        max_size=3).map(tuple)),
     m.ErrorResponse: st.builds(m.ErrorResponse, request_id=maybe_request_ids, status=statuses,
                                error=texts),
 }
@@ -369,9 +423,14 @@ SET_MAX_CONCURRENCY: dict[str, Any] = {"type": "setMaxConcurrency", "requestId":
                                        "maxConcurrency": 4}
 REMOVE_MEMBER: dict[str, Any] = {"type": "removeMember", "requestId": 6, "streamPrefix": "orders",
                                  "consumerGroup": "billing", "memberId": MEMBER}
+DELETE_GROUP: dict[str, Any] = {"type": "deleteGroup", "requestId": 7, "streamPrefix": "orders",
+                                "consumerGroup": "billing"}
+RESET_OFFSETS: dict[str, Any] = {"type": "resetOffsets", "requestId": 8, "streamPrefix": "orders",
+                                 "consumerGroup": "billing", "to": "timestamp",
+                                 "timestampMs": 1733040000000}
 
 REQUESTS = [HEARTBEAT, GET_ROUTING, LIST_GROUPS, DESCRIBE_GROUP, SET_SHARD_COUNT, SET_MAX_CONCURRENCY,
-            REMOVE_MEMBER]
+            REMOVE_MEMBER, DELETE_GROUP, RESET_OFFSETS]
 OPTIONAL = {"capacity", "ownedShards", "revokingShards", "subscribe", "cutover"}
 
 
@@ -454,7 +513,7 @@ def test_member_request_on_admin_endpoint(obj: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("obj", [LIST_GROUPS, DESCRIBE_GROUP, SET_SHARD_COUNT, SET_MAX_CONCURRENCY,
-                                 REMOVE_MEMBER], ids=lambda o: o["type"])
+                                 REMOVE_MEMBER, DELETE_GROUP, RESET_OFFSETS], ids=lambda o: o["type"])
 def test_admin_request_on_member_endpoint(obj: dict[str, Any]) -> None:
     assert_names(reject(obj, MEMBER_REQUESTS), "type", obj["requestId"])
 
@@ -465,13 +524,27 @@ def test_responses_and_pushes_are_no_requests(type_: str) -> None:
         assert_names(reject({"type": type_, "requestId": 9}, allowed), "type", 9)
 
 
+@pytest.mark.parametrize(("to", "timestamp", "problem"), [
+    ("timestamp", None, "required"), ("latest", 5, "only allowed"), ("earliest", 0, "only allowed"),
+    ("timestamp", -1, ">= 0")])
+def test_reset_offsets_timestamp_goes_with_to_timestamp(to: str, timestamp: int | None,
+                                                        problem: str) -> None:
+    obj = {k: v for k, v in with_(RESET_OFFSETS, to=to, timestampMs=timestamp).items()
+           if v is not None}
+    error = reject(obj, ADMIN_REQUESTS)
+    assert_names(error, "timestampMs", 8)
+    assert problem in error.message
+
+
 def test_endpoint_sets() -> None:
     assert MEMBER_REQUESTS == {"heartbeat", "getRouting"}
     assert ADMIN_REQUESTS == {"listGroups", "describeGroup", "setShardCount", "setMaxConcurrency",
-                              "removeMember"}
+                              "removeMember", "deleteGroup", "resetOffsets"}
 
 
-MISSING = [(obj, key) for obj in REQUESTS for key in obj if key not in OPTIONAL | {"type"}]
+OPTIONAL_IN = {"setShardCount": {"consumerGroup"}}  # G1: optional there, required elsewhere
+MISSING = [(obj, key) for obj in REQUESTS for key in obj
+           if key not in OPTIONAL | OPTIONAL_IN.get(obj["type"], set()) | {"type"}]
 
 
 @pytest.mark.parametrize(("obj", "key"), MISSING, ids=[f"{o['type']}.{k}" for o, k in MISSING])
@@ -746,4 +819,4 @@ def test_fuzz_request_fields_on_their_endpoint(base: dict[str, Any], data: st.Da
     message = check_decode(json.dumps(with_(base, **{key: value})), endpoint_of(base))
     if message is not None:
         # Whatever was accepted is a valid instance: its validators hold on re-construction.
-        assert attrs.evolve(message) == message
+        assert attrs.evolve(message) == message  # type: ignore[misc]  # every Message is attrs

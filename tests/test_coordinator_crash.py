@@ -1,4 +1,5 @@
-"""SIGKILL the coordinator process in the middle of a rebalance, restart it on the same Redis.
+"""SIGKILL the coordinator process in the middle of a rebalance, restart it on the same Redis;
+and a single prefix actor that fails, reloaded from Redis while the other prefixes carry on.
 
 Members must carry on with their epochs (never UNKNOWN_MEMBER_ID or
 FENCED_MEMBER_EPOCH, never a rejoin) and never share a shard (H3, H12).
@@ -9,11 +10,19 @@ from __future__ import annotations
 import signal
 from contextlib import AsyncExitStack
 
+import attrs
+import pytest
 import trio
 
+from rsc.actors.actor import PrefixActor
+from rsc.actors.app import serve
+from rsc.actors.config import CoordinatorConfig
+from rsc.actors.metrics import CoordinatorMetrics
+from rsc.actors.store import MetadataStore
 from rsc.member.session import SessionClosed, open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
+from tests.conftest import FAST
 from tests.processes import spawn_coordinator
 from tests.sim_member import SimMember, assert_no_shard_held_twice
 
@@ -124,3 +133,81 @@ async def test_sigterm_stops_cleanly_releases_the_lease_and_keeps_state(redis_ur
         process.send_signal(signal.SIGTERM)
         with trio.fail_after(10):
             await process.wait()
+
+
+# --- one prefix actor fails: it is reloaded from Redis, the others see nothing ---------------
+
+def _arm_batch_failure(monkeypatch, prefix: str, armed: list[bool]) -> None:
+    original = PrefixActor._handle_batch
+
+    async def failing(self, batch):
+        if self.prefix == prefix and armed and any(e.reply is not None for e in batch):
+            armed.clear()
+            raise RuntimeError("injected failure in the prefix actor")
+        await original(self, batch)
+
+    monkeypatch.setattr(PrefixActor, "_handle_batch", failing)
+
+
+def _arm_store_oserror(monkeypatch, prefix: str, armed: list[bool]) -> None:
+    original = MetadataStore.write
+
+    def failing(self, name, fields, owner_changes=()):
+        if name == prefix and armed:
+            armed.clear()
+            raise OSError(24, "Too many open files")  # not a RedisError: escapes the store today
+        return original(self, name, fields, owner_changes)
+
+    monkeypatch.setattr(MetadataStore, "write", failing)
+
+
+@pytest.mark.parametrize("inject", [_arm_batch_failure, _arm_store_oserror],
+                         ids=["exception-in-actor", "oserror-in-store"])
+async def test_a_failed_prefix_actor_is_reloaded_from_redis_and_other_prefixes_see_nothing(
+        redis_url, nursery, monkeypatch, inject):
+    metrics = CoordinatorMetrics()
+    config = CoordinatorConfig(redis_url=redis_url, port=0, **FAST)
+    url = await nursery.start(lambda task_status: serve(config, metrics=metrics,
+                                                        task_status=task_status))
+    orders, audit = SimMember("a", "orders", GROUP), SimMember("b", "audit", GROUP)
+    with trio.fail_after(30):
+        async with open_session(url, "admin") as admin:
+            for prefix in ("orders", "audit"):
+                await admin.request(m.SetShardCount(request_id=0, stream_prefix=prefix,
+                                                    consumer_group=GROUP, shard_count=2))
+        async with open_session(url, "member") as session:
+            for member in (orders, audit):
+                for _ in range(5):
+                    await member.beat(session)
+            assert len(orders.held) == 2 and len(audit.held) == 2
+            epochs = (orders.epoch, audit.epoch)
+            statuses_before = len(audit.statuses)
+
+            armed = [True]
+            inject(monkeypatch, "orders", armed)
+            # a change in "orders" (capacity) forces a write, so the store path is taken too
+            failed_at = trio.current_time()
+            failed = await session.request(attrs.evolve(orders.request(), capacity=2))
+            assert not armed, "the failure was not injected"
+            assert failed.status == Status.COORDINATOR_NOT_AVAILABLE
+            for _ in range(5):  # the other prefix carries on, untouched
+                assert (await audit.beat(session)).status == Status.OK
+            # the reloaded actor knows the member from Redis, at its epoch
+            while True:
+                orders.send_full = True
+                response = await orders.beat(session)
+                if response.status != Status.COORDINATOR_NOT_AVAILABLE:
+                    break
+                await trio.sleep(0.05)
+            assert response.status == Status.OK, response
+            print(f"prefix back from Redis {trio.current_time() - failed_at:.3f} s after the failure")
+            assert (orders.epoch, audit.epoch) == epochs
+            assert len(orders.held) == 2
+            async with open_session(url, "admin") as admin:
+                described = await admin.request(m.DescribeGroup(
+                    request_id=0, stream_prefix="orders", consumer_group=GROUP))
+            assert [mb.member_id for mb in described.members] == ["a"]
+    assert set(audit.statuses[statuses_before:]) == {"OK"}
+    assert "FENCED_MEMBER_EPOCH" not in orders.statuses and "UNKNOWN_MEMBER_ID" not in orders.statuses
+    assert metrics.prefix_actor_restarts.labels("orders")._value.get() == 1
+    assert metrics.prefix_actor_restarts.labels("audit")._value.get() == 0

@@ -15,37 +15,41 @@ from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_
 
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
+from rsc.actors.records import GroupSnapshot
 from rsc.actors.store import CoordinatorAlreadyRunning, MetadataStore
 from rsc.embedded_redis import EmbeddedRedis
 from rsc.member.session import SessionClosed, open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.routing import owner_key
+from rsc.protocol.vocabulary import GroupState, RevokeState
 
 PREFIX, GROUP = "orders", "billing"
 
 
 def heartbeat(member_id: str, epoch: int, *, owned: list[str] | None = None,
-              revoked: list[str] = (), capacity: int | None = None, group: str = GROUP) -> m.Heartbeat:
+              revoked: tuple[str, ...] = (), capacity: int | None = None, group: str = GROUP) -> m.Heartbeat:
     return m.Heartbeat(
         request_id=0, stream_prefix=PREFIX, consumer_group=group, member_id=member_id,
         member_epoch=epoch, capacity=capacity,
         owned_shards=None if owned is None else tuple(owned),
-        revoking_shards=tuple(m.RevokingShard(shard=s, state="REVOKED") for s in revoked))
+        revoking_shards=tuple(m.RevokingShard(shard=s, state=RevokeState.REVOKED) for s in revoked))
 
 
 async def set_shards(url: str, count: int, group: str = GROUP) -> m.ShardCountChanged:
     async with open_session(url, "admin") as admin:
         response = await admin.request(m.SetShardCount(
             request_id=0, stream_prefix=PREFIX, consumer_group=group, shard_count=count))
-    assert response.status == Status.OK, response
+    assert isinstance(response, m.ShardCountChanged) and response.status == Status.OK, response
     return response
 
 
-def stored_group(redis_url: str, group: str = GROUP) -> dict:
+def stored_group(redis_url: str, group: str = GROUP) -> GroupSnapshot:
     store = MetadataStore(redis_url, lease_ms=1000)
     try:
-        return store.load_all()[PREFIX]["groups"][group]
+        snapshot = store.load_all()[PREFIX]
+        assert store.load_prefix(PREFIX) == snapshot and store.load_prefix("nothing") is None
+        return snapshot.groups[group]
     finally:
         store.close()
 
@@ -233,9 +237,9 @@ async def test_h12_state_is_in_redis_before_the_response_reveals_it(coordinator)
     async with open_session(coordinator.url, "member") as session:
         joined = await session.request(heartbeat("a", 0))
         record = stored_group(coordinator.redis_url)
-        assert record["members"]["a"]["epoch"] == joined.member_epoch
-        assert record["members"]["a"]["assigned"] == sorted(joined.assignment.assigned_shards)
-        assert record["groupEpoch"] == joined.group_epoch
+        assert record.members["a"].epoch == joined.member_epoch
+        assert record.members["a"].assigned == set(joined.assignment.assigned_shards)
+        assert record.group.group_epoch == joined.group_epoch
         client = redis.Redis.from_url(coordinator.redis_url, decode_responses=True)
         for shard in joined.assignment.assigned_shards:
             assert client.get(owner_key(shard, GROUP)) == "a"
@@ -334,7 +338,7 @@ async def test_admin_describe_group_shows_epochs_target_and_current(coordinator)
         async with open_session(coordinator.url, "admin") as admin:
             d = await admin.request(m.DescribeGroup(request_id=0, stream_prefix=PREFIX,
                                                     consumer_group=GROUP))
-    assert d.status == Status.OK and d.state == "RECONCILING"
+    assert d.status == Status.OK and d.state == GroupState.RECONCILING
     assert d.group_epoch == d.assignment_epoch == 3
     assert d.routing == m.RoutingSummary(version=1, shard_count=4)
     members = {mb.member_id: mb for mb in d.members}
@@ -391,7 +395,36 @@ async def test_admin_list_groups_and_unknown_group_describe(coordinator):
     async with open_session(coordinator.url, "admin") as admin:
         listed = await admin.request(m.ListGroups(request_id=0))
         assert listed.groups == (m.GroupSummary(stream_prefix=PREFIX, consumer_group=GROUP,
-                                                group_epoch=1, members=0, shards=2, state="EMPTY"),)
+                                                group_epoch=1, members=0, shards=2, state=GroupState.EMPTY),)
         missing = await admin.request(m.DescribeGroup(request_id=0, stream_prefix=PREFIX,
                                                       consumer_group="ghost"))
         assert missing.status == Status.UNKNOWN_GROUP and "ghost" in missing.error
+
+
+async def test_g1_g3_delete_and_reset_on_a_prefix_never_seen_are_unknown_group(coordinator):
+    async with open_session(coordinator.url, "admin") as admin:
+        deleted = await admin.request(m.DeleteGroup(request_id=1, stream_prefix="never",
+                                                    consumer_group="g"))
+        reset = await admin.request(m.ResetOffsets(request_id=2, stream_prefix="never",
+                                                   consumer_group="g", to="latest"))
+    assert isinstance(deleted, m.GroupDeleted) and deleted.status == Status.UNKNOWN_GROUP
+    assert isinstance(reset, m.OffsetsReset) and reset.status == Status.UNKNOWN_GROUP
+
+
+async def test_a1_h13_only_a_join_creates_a_group_on_a_prefix_never_seen(coordinator):
+    """A heartbeat at a stale epoch or a leave for a prefix never seen allocates nothing."""
+    async with open_session(coordinator.url, "member") as member:
+        stale = await member.request(m.Heartbeat(request_id=1, stream_prefix="never", consumer_group="g",
+                                                 member_id="m1", member_epoch=5))
+        leave = await member.request(m.Heartbeat(request_id=2, stream_prefix="never", consumer_group="g",
+                                                 member_id="m1", member_epoch=-1))
+    assert stale.status == Status.UNKNOWN_MEMBER_ID and "rejoin" in stale.error
+    assert leave.status == Status.OK and leave.member_epoch == -1
+    async with open_session(coordinator.url, "admin") as admin:
+        listed = await admin.request(m.ListGroups(request_id=3))
+    assert listed.groups == ()
+    client = redis.Redis.from_url(coordinator.redis_url)
+    try:
+        assert not [key for key in client.keys("rsc:meta:*")]
+    finally:
+        client.close()

@@ -8,22 +8,15 @@ which the tests check by comparing `to_record()` before and after.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 
 import pytest
 
-from rsc.actors.group import (
-    EMPTY,
-    RECONCILING,
-    STABLE,
-    UNRELEASED_SHARDS,
-    UNREVOKED_SHARDS,
-    GroupMachine,
-    GroupSettings,
-)
+from rsc.actors.group import GroupMachine, GroupSettings
+from rsc.actors.records import PrefixSnapshot, changes_of, encode, replay
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
+from rsc.protocol.vocabulary import JOIN_EPOCH, LEAVE_EPOCH, GroupState, MemberState, RevokeState
 
 PREFIX, GROUP = "orders", "billing"
 SETTINGS = GroupSettings(heartbeat_interval_ms=3000, lease_ttl_ms=10_000, revoke_timeout_ms=60_000)
@@ -49,8 +42,8 @@ def routing_of(group: GroupMachine) -> m.RoutingSummary | None:
 def heartbeat(member_id: str, epoch: int, *, owned: Iterable[str] | None = None,
               revoking: Iterable[str] = (), revoked: Iterable[str] = (),
               capacity: int | None = None) -> m.Heartbeat:
-    entries = [m.RevokingShard(shard=s, state="REVOKING") for s in revoking]
-    entries += [m.RevokingShard(shard=s, state="REVOKED") for s in revoked]
+    entries = [m.RevokingShard(shard=s, state=RevokeState.REVOKING) for s in revoking]
+    entries += [m.RevokingShard(shard=s, state=RevokeState.REVOKED) for s in revoked]
     return m.Heartbeat(
         request_id=1, stream_prefix=PREFIX, consumer_group=GROUP, member_id=member_id,
         member_epoch=epoch, capacity=capacity,
@@ -62,7 +55,7 @@ def send(group: GroupMachine, member_id: str, epoch: int, now: int = 0, **fields
 
 
 def join(group: GroupMachine, member_id: str, now: int = 0, capacity: int | None = None):
-    return send(group, member_id, 0, now, owned=(), capacity=capacity)
+    return send(group, member_id, JOIN_EPOCH, now, owned=(), capacity=capacity)
 
 
 def epoch_of(group: GroupMachine, member_id: str) -> int:
@@ -81,13 +74,13 @@ def settle(group: GroupMachine, now: int = 0) -> None:
     for _ in range(10):
         for member_id in sorted(group.members):
             report(group, member_id, now)
-        if group.state == STABLE:
+        if group.state == GroupState.STABLE:
             return
     raise AssertionError("group did not settle")
 
 
 def target_of(group: GroupMachine, member_id: str) -> set[str]:
-    return set(group.to_record()["target"].get(member_id, ()))
+    return set(group.target.of(member_id))
 
 
 def assigned(response: m.HeartbeatResponse) -> set[str]:
@@ -139,16 +132,16 @@ def unchanged_by(group: GroupMachine, action) -> object:
 
 def test_join_with_non_empty_owned_shards_is_invalid_request_and_changes_nothing():
     group = stable_group("a")
-    response = unchanged_by(group, lambda: send(group, "b", 0, owned=[SHARDS[0]]))
+    response = unchanged_by(group, lambda: send(group, "b", JOIN_EPOCH, owned=[SHARDS[0]]))
     assert response.status == Status.INVALID_REQUEST
     assert "ownedShards" in response.error
-    response = unchanged_by(group, lambda: send(group, "a", 0, owned=[SHARDS[0]]))
+    response = unchanged_by(group, lambda: send(group, "a", JOIN_EPOCH, owned=[SHARDS[0]]))
     assert response.status == Status.INVALID_REQUEST
 
 
 def test_join_with_null_owned_shards_is_a_join():
     group = new_group()
-    response = send(group, "a", 0, owned=None)
+    response = send(group, "a", JOIN_EPOCH, owned=None)
     assert response.status == Status.OK and response.member_epoch == 1
 
 
@@ -188,7 +181,7 @@ def test_h1_group_epoch_grows_on_join_leave_expiry_removal_capacity_routing_max_
         ("removal", lambda: group.remove_member("b", 0)),
         ("join", lambda: join(group, "c", now=0)),
         ("expiry", lambda: (send(group, "a", epoch_of(group, "a"), LEASE), group.tick(LEASE + 1))),
-        ("leave", lambda: send(group, "a", -1, LEASE + 1)),
+        ("leave", lambda: send(group, "a", LEAVE_EPOCH, LEASE + 1)),
     ]
     for reason, step in steps:
         before = group.group_epoch
@@ -334,7 +327,7 @@ def test_h3_shard_coming_back_to_the_target_while_another_is_revoked_stays_with_
     assert send(group, "a", 1).status == Status.REVOKE_PENDING
     revoking = set(group.members["a"].revoking)
     assert len(revoking) == 2
-    send(group, "b", -1)  # b's target shard may go back to a, which is still draining it
+    send(group, "b", LEAVE_EPOCH)  # b's target shard may go back to a, which is still draining it
     back = target_of(group, "a") & revoking
     assert back, "the scenario needs a revoked shard that returns to a's target"
     response = send(group, "a", 1)
@@ -355,7 +348,7 @@ def test_h3_shard_goes_to_new_owner_at_once_when_the_holder_is_gone(how):
     assert send(group, "a", 1).status == Status.REVOKE_PENDING
     later = REVOKE_TIMEOUT + 1 if how == "revoke_timeout" else LEASE + 1
     if how == "leave":
-        send(group, "a", -1)
+        send(group, "a", LEAVE_EPOCH)
     elif how == "expiry":
         send(group, "b", epoch_of(group, "b"), LEASE)
         group.tick(LEASE + 1)
@@ -414,46 +407,46 @@ def test_h4_member_with_something_to_revoke_stays_at_its_epoch_until_its_last_re
 def test_h4_member_states_unrevoked_then_unreleased_then_stable():
     group, kept, moving = a_holds_all_then_b_joins()
     a, b = group.members["a"], group.members["b"]
-    assert group.member_state(a) == UNREVOKED_SHARDS
+    assert group.member_state(a) == MemberState.UNREVOKED_SHARDS
     send(group, "b", 2)
-    assert group.member_state(b) == UNRELEASED_SHARDS
+    assert group.member_state(b) == MemberState.UNRELEASED_SHARDS
     send(group, "a", 1)
-    assert group.member_state(a) == UNREVOKED_SHARDS
+    assert group.member_state(a) == MemberState.UNREVOKED_SHARDS
     send(group, "a", 1, revoked=sorted(moving))
-    assert group.member_state(a) == STABLE
-    assert group.member_state(b) == UNRELEASED_SHARDS
+    assert group.member_state(a) == MemberState.STABLE
+    assert group.member_state(b) == MemberState.UNRELEASED_SHARDS
     send(group, "b", 2)
-    assert group.member_state(b) == STABLE
+    assert group.member_state(b) == MemberState.STABLE
 
 
 def test_h4_group_states_empty_reconciling_stable():
     group = new_group()
-    assert group.state == EMPTY
+    assert group.state == GroupState.EMPTY
     join(group, "a")
-    assert group.state == STABLE
+    assert group.state == GroupState.STABLE
     join(group, "b")
-    assert group.state == RECONCILING
+    assert group.state == GroupState.RECONCILING
     settle(group)
-    assert group.state == STABLE
+    assert group.state == GroupState.STABLE
     group.set_max_concurrency(2)  # members not yet at the new assignment epoch
-    assert group.state == RECONCILING
+    assert group.state == GroupState.RECONCILING
     settle(group)
-    assert group.state == STABLE
-    send(group, "a", -1)
-    send(group, "b", -1)
-    assert group.state == EMPTY
+    assert group.state == GroupState.STABLE
+    send(group, "a", LEAVE_EPOCH)
+    send(group, "b", LEAVE_EPOCH)
+    assert group.state == GroupState.EMPTY
 
 
 def test_h4_description_shows_member_states_and_current_assignment():
     group, kept, moving = a_holds_all_then_b_joins()
     send(group, "a", 1)
     description = group.describe(0, routing_of(group), None)
-    assert description.state == RECONCILING
+    assert description.state == GroupState.RECONCILING
     members = {d.member_id: d for d in description.members}
-    assert members["a"].state == UNREVOKED_SHARDS
+    assert members["a"].state == MemberState.UNREVOKED_SHARDS
     assert set(members["a"].revoking_shards) == moving
     assert set(description.current_assignment["a"]) == set(SHARDS)
-    assert members["b"].state == UNRELEASED_SHARDS
+    assert members["b"].state == MemberState.UNRELEASED_SHARDS
     assert set(members["b"].pending_shards) == set(description.target_assignment["b"]) == moving
 
 
@@ -472,7 +465,7 @@ def test_h5_undisturbed_member_never_loses_a_shard_in_any_response_during_a_reba
             responses[member_id].append(send(group, member_id, epoch_of(group, member_id)))
             responses[member_id].append(report(group, member_id))
         send(group, "c", epoch_of(group, "c"))
-    assert group.state == STABLE
+    assert group.state == GroupState.STABLE
     for member_id in "ab":
         stays = before[member_id] & target_of(group, member_id)
         for response in responses[member_id]:
@@ -559,7 +552,7 @@ def test_h7_previous_epoch_with_full_subset_is_accepted():
 def test_h7_previous_epoch_with_a_lost_assignment_is_answered_with_it_again():
     group = stable_group("a", "b")
     a_epoch, a_had = epoch_of(group, "a"), sorted(group.members["a"].held)
-    send(group, "b", -1)
+    send(group, "b", LEAVE_EPOCH)
     lost = send(group, "a", a_epoch)  # OK handing a b's shards: lost
     assert lost.status == Status.OK and assigned(lost) == set(SHARDS)
     response = send(group, "a", a_epoch, owned=a_had)
@@ -622,7 +615,7 @@ def test_h7_lost_assignment_moved_away_is_released_by_the_full_report():
     b_epoch = epoch_of(group, "b")
     a_epoch = epoch_of(group, "a")
     a_had = set(group.members["a"].held)
-    send(group, "b", -1, 0)
+    send(group, "b", LEAVE_EPOCH, 0)
     lost = send(group, "a", a_epoch, 0)  # OK handing a every shard: lost
     assert assigned(lost) == set(SHARDS) and b_epoch
     join(group, "c", 0)
@@ -712,8 +705,8 @@ def test_h8_revoked_shard_is_released_even_if_owned_still_names_it():
 def test_h9_leave_frees_shards_at_once_and_answers_ok_with_epoch_minus_one():
     group = stable_group("a", "b")
     before = group.group_epoch
-    response = send(group, "a", -1)
-    assert response.status == Status.OK and response.member_epoch == -1
+    response = send(group, "a", LEAVE_EPOCH)
+    assert response.status == Status.OK and response.member_epoch == LEAVE_EPOCH
     assert "a" not in group.members
     assert group.group_epoch == before + 1
     assert not any(owner == "a" for owner in group.owners.values())
@@ -723,19 +716,19 @@ def test_h9_leave_frees_shards_at_once_and_answers_ok_with_epoch_minus_one():
 def test_h9_leave_while_revoking_frees_everything_at_once():
     group, kept, moving = a_holds_all_then_b_joins()
     send(group, "a", 1)
-    assert send(group, "a", -1).status == Status.OK
+    assert send(group, "a", LEAVE_EPOCH).status == Status.OK
     assert assigned(send(group, "b", epoch_of(group, "b"))) == set(SHARDS)
 
 
 def test_h9_leave_of_a_member_the_coordinator_no_longer_knows_is_ok_minus_one():
     group = stable_group("a")
-    send(group, "b", -1)  # never joined
-    response = unchanged_by(group, lambda: send(group, "b", -1))
-    assert response.status == Status.OK and response.member_epoch == -1
+    send(group, "b", LEAVE_EPOCH)  # never joined
+    response = unchanged_by(group, lambda: send(group, "b", LEAVE_EPOCH))
+    assert response.status == Status.OK and response.member_epoch == LEAVE_EPOCH
     join(group, "c")
-    send(group, "c", -1)
-    response = unchanged_by(group, lambda: send(group, "c", -1))  # a retried leave
-    assert response.status == Status.OK and response.member_epoch == -1
+    send(group, "c", LEAVE_EPOCH)
+    response = unchanged_by(group, lambda: send(group, "c", LEAVE_EPOCH))  # a retried leave
+    assert response.status == Status.OK and response.member_epoch == LEAVE_EPOCH
 
 
 # --- H10 push ---------------------------------------------------------------------------------
@@ -825,7 +818,7 @@ def test_h10_a_departure_pushes_the_members_that_take_over_its_shards(change):
         send(group, "b", epoch_of(group, "b"), LEASE)
         group.tick(LEASE + 1)
     else:
-        send(group, "c", -1)
+        send(group, "c", LEAVE_EPOCH)
     pushed = group.take_effects().pushes
     gainers = {mid for mid in group.members if target_of(group, mid) - before[mid]}
     assert gainers and pushed == gainers
@@ -869,11 +862,19 @@ def mid_rebalance_group() -> GroupMachine:
     return group
 
 
-def test_h12_record_round_trips_through_json_and_from_record():
+def reload(group: GroupMachine, now: int) -> GroupMachine:
+    """The group as a restarted coordinator restores it from its records."""
+    return GroupMachine.from_record(PREFIX, GROUP, SETTINGS, group.to_record(), group.shards, now)
+
+
+def test_h12_record_round_trips_through_the_hash_and_from_record():
     group = mid_rebalance_group()
     record = group.to_record()
-    assert json.loads(json.dumps(record)) == record
-    restored = GroupMachine.from_record(PREFIX, GROUP, SETTINGS, json.loads(json.dumps(record)), 5000)
+    snapshot = replay({k: v for k, v in encode(changes_of(
+        PrefixSnapshot(groups={GROUP: record}))).items() if v is not None})
+    assert snapshot.groups[GROUP] == record
+    restored = GroupMachine.from_record(PREFIX, GROUP, SETTINGS, snapshot.groups[GROUP],
+                                        group.shards, 5000)
     assert restored.to_record() == record
     assert restored.owners == group.owners
     assert restored.state == group.state
@@ -883,7 +884,7 @@ def test_h12_restart_members_get_sync_metadata_until_a_full_report():
     group = mid_rebalance_group()
     a, b = group.members["a"], group.members["b"]
     a_epoch, a_assigned, b_epoch = a.member_epoch, set(a.assigned), b.member_epoch
-    group = GroupMachine.from_record(PREFIX, GROUP, SETTINGS, group.to_record(), 1000)
+    group = reload(group, 1000)
     for _ in range(2):
         response = unchanged_by(group, lambda: send(group, "a", a_epoch, 1000))
         assert response.status == Status.SYNC_METADATA
@@ -899,17 +900,17 @@ def test_h12_restart_members_carry_on_with_their_epochs_without_rejoining():
     group = stable_group("a", "b")
     epochs = {mid: epoch_of(group, mid) for mid in "ab"}
     group_epoch = group.group_epoch
-    group = GroupMachine.from_record(PREFIX, GROUP, SETTINGS, group.to_record(), 1000)
+    group = reload(group, 1000)
     for member_id in "ab":
         response = send(group, member_id, epochs[member_id], 1000,
                         owned=sorted(group.members[member_id].held))
         assert response.status == Status.OK and response.member_epoch == epochs[member_id]
-    assert group.group_epoch == group_epoch and group.state == STABLE
+    assert group.group_epoch == group_epoch and group.state == GroupState.STABLE
 
 
 def test_h12_restart_gives_every_member_a_fresh_lease():
     group = stable_group("a", "b", now=0)
-    group = GroupMachine.from_record(PREFIX, GROUP, SETTINGS, group.to_record(), 9000)
+    group = reload(group, 9000)
     group.tick(LEASE + 1)
     assert set(group.members) == {"a", "b"}
     group.tick(9000 + LEASE + 1)
@@ -919,7 +920,7 @@ def test_h12_restart_gives_every_member_a_fresh_lease():
 def test_h12_restart_restarts_the_revoke_clock():
     group, kept, moving = a_holds_all_then_b_joins()
     send(group, "a", 1, 0)  # revoke clock starts at 0
-    group = GroupMachine.from_record(PREFIX, GROUP, SETTINGS, group.to_record(), 50_000)
+    group = reload(group, 50_000)
     for now in range(55_000, 50_000 + REVOKE_TIMEOUT + 1, 5000):
         send(group, "a", 1, now, owned=SHARDS, revoking=sorted(moving))
         send(group, "b", 2, now)
@@ -934,9 +935,9 @@ def test_h12_rollback_restores_the_record_and_keeps_liveness():
     send(group, "a", epoch_of(group, "a"), 1000)
     send(group, "b", epoch_of(group, "b"), 8000)
     record = group.to_record()
-    send(group, "b", -1, 8000)  # its write fails: roll back
+    send(group, "b", LEAVE_EPOCH, 8000)  # its write fails: roll back
     join(group, "c", 8000)
-    group.restore(record, 8000, restart=False)
+    group.restore(record, group.shards, 8000, restart=False)
     assert group.to_record() == record
     assert set(group.members) == {"a", "b"}
     assert group.members["a"].last_heartbeat_ms == 1000
@@ -977,7 +978,7 @@ def test_h13_join_before_routing_gets_ok_with_no_shards():
     assert response.status == Status.OK and response.member_epoch == 1
     assert response.routing is None
     assert assigned(response) == set() and pending(response) == set()
-    assert group.state == STABLE
+    assert group.state == GroupState.STABLE
     assert send(group, "a", 1, owned=[]).status == Status.OK
 
 

@@ -29,9 +29,10 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from rsc.actors.group import EMPTY, STABLE, GroupMachine, GroupSettings
+from rsc.actors.group import GroupMachine, GroupSettings
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
+from rsc.protocol.vocabulary import JOIN_EPOCH, LEAVE_EPOCH, GroupState, RevokeState
 
 PREFIX, GROUP = "orders", "billing"
 LEASE = 10_000
@@ -94,23 +95,24 @@ def routing_of(group: GroupMachine, version: int) -> m.RoutingSummary | None:
 
 
 def target_of(group: GroupMachine, member_id: str) -> set[str]:
-    return set(group.to_record()["target"].get(member_id, ()))
+    return set(group.target.of(member_id))
 
 
 def build_request(member: SimMember, *, finish: frozenset[str], full: bool,
                   capacity: int | None) -> m.Heartbeat:
     """The heartbeat a member following PROTOCOL.md sends; `finish` drains those shards now."""
-    if member.epoch == 0:
+    if member.epoch == JOIN_EPOCH:
         return m.Heartbeat(request_id=1, stream_prefix=PREFIX, consumer_group=GROUP,
-                           member_id=member.member_id, member_epoch=0, capacity=capacity,
+                           member_id=member.member_id, member_epoch=JOIN_EPOCH, capacity=capacity,
                            owned_shards=() if full else None)
     done = finish & member.draining
     if done:  # no new reads and in-flight 0: it no longer holds them
         member.draining -= done
         member.revoked_unanswered |= done
         member.must_send_full = True
-    entries = [m.RevokingShard(shard=s, state="REVOKING") for s in sorted(member.draining)]
-    entries += [m.RevokingShard(shard=s, state="REVOKED") for s in sorted(member.revoked_unanswered)]
+    entries = [m.RevokingShard(shard=s, state=RevokeState.REVOKING) for s in sorted(member.draining)]
+    entries += [m.RevokingShard(shard=s, state=RevokeState.REVOKED)
+                for s in sorted(member.revoked_unanswered)]
     send_full = full or member.must_send_full
     return m.Heartbeat(
         request_id=1, stream_prefix=PREFIX, consumer_group=GROUP, member_id=member.member_id,
@@ -126,7 +128,7 @@ def apply_response(world: World, member: SimMember, sent: m.Heartbeat,
     assert status != Status.INVALID_REQUEST, response.error
     if member.expect_refusal:
         allowed = {Status.UNKNOWN_MEMBER_ID, Status.FENCED_MEMBER_EPOCH}
-        if sent.member_epoch == 0:
+        if sent.member_epoch == JOIN_EPOCH:
             allowed = {Status.OK}
         assert status in allowed, (member.member_id, status)
     member.expect_refusal = False
@@ -138,6 +140,7 @@ def apply_response(world: World, member: SimMember, sent: m.Heartbeat,
     # H5: nothing read that stayed in the target is ever missing from a response
     stays = member.undisturbed & target_of(world.group, member.member_id)
     assert stays <= assigned, (member.member_id, status, stays - assigned)
+    assert response.member_epoch is not None
     member.epoch = response.member_epoch
     member.lease_start = world.now
     before = member.holding
@@ -291,9 +294,9 @@ class GroupStateMachine(RuleBasedStateMachine):
         self.cause = member_id
         response = self.world.group.heartbeat(
             m.Heartbeat(request_id=1, stream_prefix=PREFIX, consumer_group=GROUP,
-                        member_id=member_id, member_epoch=-1),
+                        member_id=member_id, member_epoch=LEAVE_EPOCH),
             self.world.now, routing_of(self.world.group, self.world.version))
-        assert response.status == Status.OK and response.member_epoch == -1
+        assert response.status == Status.OK and response.member_epoch == LEAVE_EPOCH
         assert member_id not in self.world.group.members
 
     @rule(member_id=st.sampled_from(MEMBER_IDS))
@@ -353,7 +356,8 @@ class GroupStateMachine(RuleBasedStateMachine):
     def coordinator_restarts(self):
         world = self.world
         record = world.group.to_record()
-        world.group = GroupMachine.from_record(PREFIX, GROUP, SETTINGS, record, world.now)
+        world.group = GroupMachine.from_record(PREFIX, GROUP, SETTINGS, record, world.group.shards,
+                                                world.now)
         assert world.group.to_record() == record
         world.owner_tokens = dict(world.group.owners)
         world.restarted = True
@@ -371,7 +375,7 @@ class GroupStateMachine(RuleBasedStateMachine):
         record = group.to_record()
         answers = {}
         for member_id, member in group.members.items():
-            target = frozenset(record["target"].get(member_id, ()))
+            target = record.members[member_id].target
             free_pending = frozenset(s for s in target - member.assigned if s not in group.owners)
             # H10 as we read it: the epoch alone is not a change in substance (README)
             answers[member_id] = (target, group.effective_max_concurrency(member), group.shards,
@@ -418,7 +422,7 @@ class GroupStateMachine(RuleBasedStateMachine):
             assert sorted(handed_out) == sorted(group.shards)
             counts = [len(mine) for mine in targets.values()]
             assert max(counts) - min(counts) <= 1
-        assert (group.state == EMPTY) == (not group.members)
+        assert (group.state == GroupState.EMPTY) == (not group.members)
 
         # H3 as the members see it
         read_by: dict[str, str] = {}
@@ -440,11 +444,11 @@ class GroupStateMachine(RuleBasedStateMachine):
         group = world.group
         if not group.members:
             return
-        assert group.state == STABLE
+        assert group.state == GroupState.STABLE
         record = group.to_record()
         owned = set()
         for member_id, member in group.members.items():
-            target = set(record["target"][member_id])
+            target = set(record.members[member_id].target)
             assert member.assigned == target and not member.revoking
             assert world.members[member_id].reading == target
             owned |= target

@@ -33,11 +33,11 @@ def test_queued_entries_from_server_replies():
                ["3-0", ["key", "c", "value", "z", "extra", "e"]],
                ["4-0", None],
                [None, None]]
-    assert queued_entries("s", entries) == [
-        (("s", "a"), "1-0", {"key": "a", "value": "x"}, "x"),
-        (("s", "b"), "2-0", {"value": "y", "key": "b"}, "y"),
-        (("s", "c"), "3-0", {"key": "c", "value": "z", "extra": "e"}, "z"),
-        (("s", ""), "4-0", {}, ""),
+    assert queued_entries("s", entries, 7) == [
+        (("s", "a"), "1-0", {"key": "a", "value": "x"}, "x", 7),
+        (("s", "b"), "2-0", {"value": "y", "key": "b"}, "y", 7),
+        (("s", "c"), "3-0", {"key": "c", "value": "z", "extra": "e"}, "z", 7),
+        (("s", ""), "4-0", {}, "", 7),
     ]
 
 

@@ -14,7 +14,7 @@ def test_member_metrics_expose_processed_failed_in_flight_and_lag_per_owned_shar
     registry = CollectorRegistry()
     registry.register(MemberCollector(lambda: [stats]))
     stats.processed, stats.failed = 12, 2
-    stats.in_flight["{orders:v1:0}"] = 3
+    stats.in_flight = {"{orders:v1:0}": 3}
     stats.lag = {"{orders:v1:0}": 40, "{orders:v1:1}": None}
     text = generate_latest(registry).decode()
     assert 'rsc_member_processed_total{member="m-1"} 12.0' in text

@@ -174,7 +174,7 @@ def test_sync_metadata_without_changes_still_sends_full_ownership():
 def test_sync_metadata_does_not_renew_the_lease():
     state = joined_with("a")
     deadline = state.lease_deadline()
-    later, _ = exchange(state, respond(Status.SYNC_METADATA, 5, ["a"]), now=0.5)
+    later, _ = exchange(state, respond(Status.SYNC_METADATA, 5, ["a"]), now=500)
     assert later.lease_deadline() == deadline
 
 
@@ -207,8 +207,8 @@ def test_rejoin_after_fencing_starts_shards_with_new_generations():
 
 def test_response_to_a_heartbeat_sent_before_fencing_is_ignored():
     state = joined_with("a")
-    _, sent = beat(state, now=0.5)
-    fenced, _ = state.on_lease_check(now=10.0)
+    _, sent = beat(state, now=500)
+    fenced, _ = state.on_lease_check(now=10_000)
     after, actions = fenced.on_response(sent, respond(Status.OK, 5, ["a"]))
     assert (after, actions) == (fenced, NO_ACTIONS)
 
@@ -219,7 +219,7 @@ def test_response_to_a_heartbeat_sent_before_fencing_is_ignored():
 @pytest.mark.parametrize("status", [Status.COORDINATOR_NOT_AVAILABLE, Status.INVALID_REQUEST])
 def test_unavailable_or_invalid_changes_nothing(status):
     state = joined_with("a")
-    after, actions = exchange(state, respond(status), now=0.5)
+    after, actions = exchange(state, respond(status), now=500)
     assert (after, actions) == (state, NO_ACTIONS)
 
 
@@ -227,22 +227,22 @@ def test_unavailable_or_invalid_changes_nothing(status):
 
 
 def test_lease_runs_from_the_send_time_of_the_last_accepted_heartbeat():
-    state, _ = exchange(MemberState(member_id=MEMBER), respond(Status.OK, 5, ["a"]), now=2.0)
-    assert state.lease_deadline() == pytest.approx(3.0)
+    state, _ = exchange(MemberState(member_id=MEMBER), respond(Status.OK, 5, ["a"]), now=2000)
+    assert state.lease_deadline() == 3000
 
 
 def test_self_fence_when_no_heartbeat_accepted_for_a_lease_ttl():
     state = joined_with("a", "b")
-    unchanged, actions = state.on_lease_check(now=0.99)
+    unchanged, actions = state.on_lease_check(now=999)
     assert (unchanged, actions) == (state, NO_ACTIONS)
-    fenced, actions = state.on_lease_check(now=1.0)
+    fenced, actions = state.on_lease_check(now=1000)
     assert actions.abandon == {"a", "b"}
     assert fenced.member_epoch == JOIN_EPOCH and fenced.owned() == frozenset()
 
 
 def test_member_without_shards_never_self_fences():
     state, _ = exchange(MemberState(member_id=MEMBER), respond(Status.OK, 5, []))
-    assert state.on_lease_check(now=100.0) == (state, NO_ACTIONS)
+    assert state.on_lease_check(now=100_000) == (state, NO_ACTIONS)
 
 
 # --- ownership checks before handler and ack ------------------------------------------------

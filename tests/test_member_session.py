@@ -8,7 +8,14 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
 
-from rsc.member.session import SessionClosed, open_session
+from rsc.member.session import (
+    Backoff,
+    BadCoordinatorUrl,
+    CoordinatorUnreachable,
+    SessionClosed,
+    SessionRefused,
+    open_session,
+)
 from rsc.protocol import AssignmentChanged, GetRouting, Heartbeat, HeartbeatResponse, Routing, Status
 
 
@@ -120,3 +127,56 @@ async def test_unreachable_coordinator_raises_session_closed():
     with pytest.raises(SessionClosed, match="cannot connect"):
         async with open_session("ws://127.0.0.1:1", "member", connect_timeout=2):
             pass  # pragma: no cover
+
+
+async def test_unreachable_coordinator_line_asks_whether_it_runs_there():
+    with pytest.raises(CoordinatorUnreachable) as raised:
+        async with open_session("ws://127.0.0.1:1", "member", connect_timeout=2):
+            pass  # pragma: no cover
+    assert raised.value.line == "connection refused: is the coordinator running at ws://127.0.0.1:1?"
+    assert str(raised.value).startswith("cannot connect to ws://127.0.0.1:1/v1/member: ")
+
+
+@pytest.mark.parametrize(("status", "hint"), [
+    (404, "no such endpoint: give the coordinator as ws://HOST:PORT; the tools add /v1/member"),
+    (503, "the coordinator is at its session limit (--max-sessions)")])
+async def test_refused_handshake_names_the_status_and_the_fix(nursery, status, hint):
+    async def refuse(request: WebSocketRequest) -> None:
+        await request.reject(status)
+
+    server = await nursery.start(serve_websocket, refuse, "127.0.0.1", 0, None)
+    url = f"ws://127.0.0.1:{server.port}"
+    with pytest.raises(SessionRefused) as raised:
+        async with open_session(url, "member"):
+            pass  # pragma: no cover
+    assert raised.value.status_code == status
+    assert raised.value.line == f"{url}/v1/member refused the session: HTTP {status}: {hint}"
+
+
+async def test_a_bad_url_is_refused_before_connecting():
+    with pytest.raises(BadCoordinatorUrl, match="no scheme"):
+        async with open_session("127.0.0.1:8765", "member"):
+            pass  # pragma: no cover
+
+
+async def test_close_reason_says_why_the_session_ended(nursery):
+    async def hang_up(request, connection):
+        await connection.aclose()
+
+    url = await start_peer(nursery, hang_up)
+    async with open_session(url, "member") as session:
+        assert session.close_reason is None or session.closed
+        with trio.fail_after(5):
+            assert [push async for push in session.pushes] == []
+        assert session.closed and session.close_reason.startswith("connection closed")
+
+
+def test_backoff_doubles_up_to_its_maximum_and_starts_again_after_reset():
+    backoff = Backoff(0.1, 0.5, jitter=lambda: 1.0)
+    assert [round(backoff.next(), 3) for _ in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
+    backoff.reset()
+    assert backoff.next() == 0.1
+    low = Backoff(0.1, 0.5, jitter=lambda: 0.0)
+    assert low.next() == pytest.approx(0.05)  # jitter spreads retries over [delay/2, delay]
+    with pytest.raises(ValueError):
+        Backoff(1.0, 0.5)

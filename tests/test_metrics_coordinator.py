@@ -9,7 +9,7 @@ from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.metrics import CoordinatorMetrics
 from rsc.embedded_redis import free_port
-from rsc.member.session import open_session
+from rsc.member.session import SessionClosed, open_session
 from rsc.protocol import Heartbeat, HeartbeatResponse, Status
 
 LABELS = {"prefix": "orders", "group": "billing"}
@@ -82,3 +82,117 @@ async def test_counters_move_when_members_join_and_leave(redis_url, nursery):
         assert left.status == Status.OK
         samples = await wait_for_sample(metrics_port, "rsc_member_leaves_total", 1, **LABELS)
         assert value(samples, "rsc_group_members", **LABELS) == 1
+
+
+async def http_status(port: int, path: str) -> int:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+        response = b""
+        while chunk := await stream.receive_some(65536):
+            response += chunk
+    return int(response.split(b" ", 2)[1])
+
+
+def test_health_paths_answer_only_with_a_health_source():
+    from rsc.actors.app import Readiness
+    from rsc.actors.metrics import render_http_response
+
+    readiness = Readiness()
+    body = lambda: b"x 1\n"  # noqa: E731
+    assert render_http_response(b"GET /healthz HTTP/1.1\r\n\r\n", body).startswith(b"HTTP/1.1 404")
+    assert render_http_response(b"GET /healthz HTTP/1.1\r\n\r\n", body, readiness).startswith(
+        b"HTTP/1.1 200")
+    not_ready = render_http_response(b"GET /readyz HTTP/1.1\r\n\r\n", body, readiness)
+    assert not_ready.startswith(b"HTTP/1.1 503") and b"lease" in not_ready
+    readiness.lease_held(True)
+    assert render_http_response(b"GET /readyz HTTP/1.1\r\n\r\n", body, readiness).startswith(
+        b"HTTP/1.1 200")
+    readiness.write_failed("StoreError: Redis is down")
+    failed = render_http_response(b"GET /readyz HTTP/1.1\r\n\r\n", body, readiness)
+    assert failed.startswith(b"HTTP/1.1 503") and b"Redis is down" in failed
+    readiness.write_succeeded()
+    head = render_http_response(b"HEAD /readyz HTTP/1.1\r\n\r\n", body, readiness)
+    assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n")
+
+
+async def test_admission_metrics_and_health_endpoints(redis_url, nursery):
+    metrics = CoordinatorMetrics()
+    metrics_port = free_port()
+    config = CoordinatorConfig(redis_url=redis_url, port=0, metrics_port=metrics_port,
+                               tick_interval_ms=50, lease_ttl_ms=60_000, heartbeat_interval_ms=200,
+                               max_sessions=1)
+    url = await nursery.start(lambda task_status: serve(config, metrics=metrics,
+                                                        task_status=task_status))
+    with trio.fail_after(20):
+        assert await http_status(metrics_port, "/healthz") == 200
+        while await http_status(metrics_port, "/readyz") != 200:
+            await trio.sleep(0.02)
+        async with open_session(url, "member") as session:
+            await session.request(Heartbeat(request_id=0, stream_prefix="orders",
+                                            consumer_group="billing", member_id="a",
+                                            member_epoch=0))
+            samples = await wait_for_sample(metrics_port, "rsc_sessions", 1)
+            try:
+                async with open_session(url, "member"):
+                    raise AssertionError("admitted past --max-sessions 1")
+            except SessionClosed:
+                pass
+            samples = await wait_for_sample(metrics_port, "rsc_sessions_refused_total", 1,
+                                            reason="max_sessions")
+        assert value(samples, "rsc_connections") >= 1
+        assert value(samples, "rsc_prefix_actor_restarts_total", prefix="orders") == 0
+        assert value(samples, "rsc_handshakes_timed_out_total") == 0
+
+
+async def test_readyz_recovers_with_the_next_lease_renewal_after_a_failed_write(redis_url, nursery,
+                                                                                monkeypatch):
+    from rsc.actors.store import MetadataStore
+
+    metrics = CoordinatorMetrics()
+    metrics_port = free_port()
+    config = CoordinatorConfig(redis_url=redis_url, port=0, metrics_port=metrics_port,
+                               tick_interval_ms=50, lease_ttl_ms=60_000, heartbeat_interval_ms=200)
+    url = await nursery.start(lambda task_status: serve(config, metrics=metrics,
+                                                        task_status=task_status))
+    original = MetadataStore.write
+    failing = [True]
+
+    def write_once_failing(self, *args, **kwargs):
+        if failing:
+            failing.clear()
+            from rsc.actors.store import StoreError
+
+            raise StoreError("injected write failure")
+        return original(self, *args, **kwargs)
+
+    with trio.fail_after(20):
+        while await http_status(metrics_port, "/readyz") != 200:
+            await trio.sleep(0.02)
+        monkeypatch.setattr(MetadataStore, "write", write_once_failing)
+        response = await heartbeat(url, "member-a", 0)
+        assert response.status == Status.COORDINATOR_NOT_AVAILABLE
+        # no member writes again; the lease renewal (a write) makes it ready within a tick or two
+        while await http_status(metrics_port, "/readyz") != 200:
+            await trio.sleep(0.01)
+
+
+def test_an_outage_is_logged_once_at_start_once_at_end_and_reminded_at_most_every_10s(caplog):
+    import logging
+
+    from rsc.actors.app import Readiness
+
+    now = [0.0]
+    readiness = Readiness(clock=lambda: now[0])
+    readiness.lease_held(True)
+    with caplog.at_level(logging.INFO, logger="rsc.coordinator"):
+        for _ in range(250):  # 25 s of failures, one every 100 ms (ticks and prefix writes)
+            readiness.write_failed("Connection refused")
+            assert not readiness.ready
+            now[0] += 0.1
+        readiness.write_succeeded()
+        readiness.write_succeeded()
+    events = [record.getMessage() for record in caplog.records]
+    assert events == ["store.unavailable", "store.still_unavailable", "store.still_unavailable",
+                      "store.available"]
+    assert readiness.ready

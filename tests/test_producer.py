@@ -5,16 +5,34 @@ from __future__ import annotations
 import json
 import sys
 import zlib
+from typing import Any
 
 import pytest
+import redis
 import trio
 from trio_websocket import ConnectionClosed, serve_websocket
 
+from rsc.actors.app import serve
+from rsc.actors.config import CoordinatorConfig
+from rsc.embedded_redis import free_port
 from rsc.member.cli import LineSplitter, MalformedLine, parse_line
-from rsc.member.producer import open_producer
-from rsc.member.streams import ProduceOps, connect
-from rsc.protocol import seal_key, shard_for_key
+from rsc.member.notices import Notices
+from rsc.member.producer import RoutingUnavailable, open_producer
+from rsc.member.streams import (
+    STORE_ID_KEY,
+    ProduceOps,
+    Refused,
+    StoreMismatch,
+    check_store_id,
+    connect,
+    store_id_of,
+    store_mismatch_line,
+    write_result,
+)
+from rsc.protocol import Routing, Status, seal_key, shard_for_key
+from tests.conftest import FAST, RunningCoordinator
 from tests.test_member_support import set_shards
+from tests.test_producer_faults import RedisProcess
 
 
 def test_parse_line_accepts_tab_and_json_forms():
@@ -95,7 +113,7 @@ async def test_write_to_a_retired_stream_is_refused_not_recreated(redis_url):
     client = connect(redis_url)
     try:
         results = ProduceOps(client).write([("{orders:v1:0}", "k", "v")])
-        assert results == [None]
+        assert results == [Refused.MISSING]
         assert client.exists("{orders:v1:0}") == 0
     finally:
         client.close()
@@ -126,3 +144,175 @@ async def test_rsc_produce_exits_0_when_every_line_is_written(coordinator):
             stdin=b"".join(b"k%d\tv\n" % n for n in range(500)), capture_stderr=True,
             check=False)
     assert result.returncode == 0, result.stderr
+
+
+# --- D2 through the API: the producer keeps what it was given --------------------------
+
+
+async def coordinator_on(nursery, redis_url: str, port: int):
+    """A coordinator (FAST settings) on a chosen port, so a test can bring it back there."""
+    settings: dict[str, Any] = {**FAST, "port": port}
+    config = CoordinatorConfig(redis_url=redis_url, **settings)
+    scope = trio.CancelScope()
+    stopped = trio.Event()
+
+    async def run(task_status):
+        try:
+            with scope:
+                await serve(config, task_status=task_status)
+        finally:
+            stopped.set()
+
+    url = await nursery.start(run)
+    return RunningCoordinator(url=url, redis_url=redis_url, config=config, scope=scope,
+                              stopped=stopped)
+
+
+def all_values(redis_url: str, prefix: str) -> list[str]:
+    client: Any = connect(redis_url)
+    try:
+        return [fields["value"] for key in client.scan_iter(match=f"{{{prefix}:v*", _type="stream")
+                for _, fields in client.xrange(key)]
+    finally:
+        client.close()
+
+
+async def test_d2_api_starts_while_the_coordinator_is_down_and_writes_once_it_is_up(
+        nursery, redis_url):
+    port = free_port()
+    said: list[str] = []
+    async with open_producer(f"ws://127.0.0.1:{port}", redis_url, "orders",
+                             notices=Notices(said.append)) as producer:
+        done = trio.Event()
+
+        async def send() -> None:
+            await producer.send_batch([(f"k{n}", str(n)) for n in range(20)])
+            done.set()
+
+        nursery.start_soon(send)
+        with trio.fail_after(10):
+            while not said:
+                await trio.sleep(0.02)
+        assert said[0] == (f"connection refused: is the coordinator running at "
+                           f"ws://127.0.0.1:{port}? retrying (a producer needs routing once: "
+                           "waiting for it)")
+        coordinator = await coordinator_on(nursery, redis_url, port)
+        await set_shards(coordinator.url, "orders", "billing", 2)
+        with trio.fail_after(15):
+            await done.wait()
+    assert sorted(all_values(redis_url, "orders"), key=int) == [str(n) for n in range(20)]
+    assert f"connected to the coordinator at ws://127.0.0.1:{port}" in said
+    await coordinator.stop()
+
+
+async def test_d2_api_survives_a_coordinator_restart_then_follows_the_reshard(
+        nursery, redis_url):
+    port = free_port()
+    coordinator = await coordinator_on(nursery, redis_url, port)
+    await set_shards(coordinator.url, "orders", "billing", 2)
+    said: list[str] = []
+    async with open_producer(coordinator.url, redis_url, "orders",
+                             notices=Notices(said.append)) as producer:
+        await producer.send_batch([(f"k{n}", f"a{n}") for n in range(50)])
+        await coordinator.stop()
+        await producer.send_batch([(f"k{n}", f"b{n}") for n in range(50)])  # no coordinator
+        coordinator = await coordinator_on(nursery, redis_url, port)
+        with trio.fail_after(10):
+            while f"connected to the coordinator at {coordinator.url}" not in said:
+                await trio.sleep(0.02)
+        await set_shards(coordinator.url, "orders", "billing", 4)
+        with trio.fail_after(10):  # pushed on the reopened session's subscription
+            while producer.routing.version != 2:
+                await trio.sleep(0.02)
+        located = await producer.send_batch_located([(f"k{n}", f"c{n}") for n in range(50)])
+    assert all(":v2:" in stream for stream, _ in located)
+    assert len(set(all_values(redis_url, "orders"))) == 150
+    assert any(line.startswith(f"lost the coordinator session at {coordinator.url}")
+               for line in said)
+    await coordinator.stop()
+
+
+async def test_d2_api_retries_redis_until_it_is_back_and_counts_the_retries():
+    server = RedisProcess(aof=True)
+    server.start()
+    try:
+        client = connect(server.url)
+        for stream in ("{orders:v1:0}", "{orders:v1:1}"):
+            client.xgroup_create(stream, "billing", id="0", mkstream=True)
+        client.close()
+        said: list[str] = []
+        async with open_producer("ws://127.0.0.1:1", server.url, "orders",
+                                 notices=Notices(said.append)) as producer:
+            producer._adopt(Routing(status=Status.OK, stream_prefix="orders", version=1,
+                                    shard_count=2, hash="crc32",
+                                    streams=("{orders:v1:0}", "{orders:v1:1}")))
+            await producer.send_batch([("a", "1")])
+            server.kill()
+            async with trio.open_nursery() as sends:
+                sends.start_soon(producer.send_batch, [("b", "2"), ("c", "3")])
+                with trio.fail_after(10):
+                    while not any(line.startswith("cannot reach Redis") for line in said):
+                        await trio.sleep(0.02)
+                server.start()
+            assert producer.sent == 3 and producer.retried >= 2
+        assert f"Redis at {server.url} answers again" in said
+        assert sorted(all_values(server.url, "orders")) == ["1", "2", "3"]
+    finally:
+        server.stop()
+
+
+async def test_d2_routing_wait_gives_up_with_routing_unavailable_and_says_why(coordinator):
+    said: list[str] = []
+    async with open_producer(coordinator.url, coordinator.redis_url, "nowhere",
+                             routing_wait_s=0.5, notices=Notices(said.append)) as producer:
+        with pytest.raises(RoutingUnavailable):
+            await producer.send("k", "v")
+    assert said == ["prefix 'nowhere' has no routing yet: create its shards with "
+                    "`rsc admin set-shards nowhere N`; waiting"]
+
+
+async def test_records_that_are_not_string_pairs_are_refused_before_anything_is_sent(
+        coordinator):
+    async with open_producer(coordinator.url, coordinator.redis_url, "orders") as producer:
+        with pytest.raises(TypeError, match="record 1"):
+            await producer.send_batch([("k", "v"), ("k", 7)])  # type: ignore[list-item]
+    assert producer.sent == 0
+
+
+def test_store_mismatch_line_names_both_urls_and_both_ids():
+    assert store_mismatch_line("redis://r:1/5", "b", "ws://c:2", "a") == (
+        "redis://r:1/5 is not the coordinator's Redis: it holds storeId 'b', the coordinator "
+        "at ws://c:2 uses storeId 'a'; point --redis-url (RSC_REDIS_URL) at the "
+        "coordinator's Redis")
+
+
+def test_store_id_is_read_defensively_from_any_routing_message():
+    assert store_id_of(Routing(status=Status.OK, stream_prefix="o")) is None
+
+    class WithStoreId:
+        store_id = "s-1"
+
+    assert store_id_of(WithStoreId()) == "s-1"
+
+
+def test_write_results_of_the_produce_script():
+    assert write_result("1-0") == "1-0"
+    assert write_result(redis.ResponseError("SEALED {o:v1:0}")) is Refused.SEALED
+    assert write_result(redis.ResponseError("MISSING {o:v1:0}")) is Refused.MISSING
+    readonly = redis.ReadOnlyError("READONLY You can't write against a read only replica.")
+    assert write_result(readonly) is readonly  # retried by the producer, not re-routed
+
+
+def test_check_store_id_passes_the_coordinators_redis_and_names_another(redis_url):
+    client = connect(redis_url)
+    try:
+        with pytest.raises(StoreMismatch, match="it holds no storeId"):
+            check_store_id(client, "a", redis_url=redis_url, coordinator_url="ws://c:1",
+                           recheck_s=0)
+        client.set(STORE_ID_KEY, "b")
+        with pytest.raises(StoreMismatch, match="it holds storeId 'b'"):
+            check_store_id(client, "a", redis_url=redis_url, coordinator_url="ws://c:1")
+        client.set(STORE_ID_KEY, "a")
+        check_store_id(client, "a", redis_url=redis_url, coordinator_url="ws://c:1")
+    finally:
+        client.close()

@@ -1,0 +1,650 @@
+"""The prefix machine: routing, resharding, group lifecycle and what a response may reveal.
+
+Pure, like the group machine: events in (requests, ticks, drain results, the
+outcome of each write), records and messages out; `now_ms` is always passed
+in. It owns one stream prefix: its routing (R1), its migration (R2..R4), its
+groups, their registration (H13) and lifecycle (G1..G3), and the H12 rule
+that a response reveals only what is durable. The shell (actors/actor.py)
+drains a batch of requests into `handle`, measures drain when `drain_query`
+asks, writes `checkpoint()` (Kafka's CoordinatorResult records: streams to
+create, unseal, seal and retire, hash changes, owner tokens, then consumer
+groups to drop and offsets to move), reports back with `committed()` (pushes
+to send), `write_failed()` (roll back), `cleanup_failed()` or
+`offsets_moved()`, and answers each request with `resolve()`.
+
+Group lifecycle: a group exists from its first join or its registration by
+`setShardCount` on a prefix without routing, until `deleteGroup` (G1); a
+migration's description names the groups that hold it up (G2); an empty
+group's offsets can be moved (G3).
+
+Reading of R4: a migration blocks the next `setShardCount` only while it is
+DRAINING; once it is COMPLETE the next one starts at once, and the drained
+streams of the complete one are retired when nobody holds them any more.
+
+Room for what comes next: a prefix-level setting (retention, T1..T3) is one
+more record in actors/records.py plus a request here; periodic stream work
+(trims) is one more checkpoint field like `moves`; group caps (A1) belong
+in `_register` and the join path; store deadlines (D4) are the shell's
+(a timed-out write is a `write_failed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from rsc.actors.group import Effects, Event, GroupMachine, GroupSettings
+from rsc.actors.records import (
+    Changes,
+    GroupSnapshot,
+    MigrationRecord,
+    OwnerToken,
+    PrefixSnapshot,
+    RoutingRecord,
+)
+from rsc.protocol import messages as m
+from rsc.protocol.errors import Status
+from rsc.protocol.routing import HASH_NAME, stream_key
+from rsc.protocol.vocabulary import JOIN_EPOCH, Cutover, MigrationState
+
+REVEALING = frozenset({Status.OK, Status.REVOKE_PENDING, Status.SYNC_METADATA})
+"""Statuses whose response reveals state: sent only once that state is durable (H12)."""
+
+UNAVAILABLE = "the metadata store cannot be written right now; retry with backoff"
+
+Backlog = Mapping[str, tuple[int | None, int]]
+"""Per group, on one old stream: (undelivered entries, or None when Redis cannot tell; pending)."""
+
+DrainReport = Mapping[str, Backlog | None]
+"""The answer to a DrainQuery: per stream its backlog, or None when the stream is gone."""
+
+
+@attrs.frozen
+class Answer:
+    """How a request is answered: decided now, or built once the checkpoint is done.
+
+    A decided `response` that reveals state is replaced by COORDINATOR_NOT_AVAILABLE
+    when the write fails (H12); `later` is built from whatever is durable then.
+    """
+
+    request: m.Request
+    response: m.Response | None = None
+    later: Callable[[], m.Response] | None = None
+
+
+@attrs.frozen
+class CreateConsumerGroups:
+    """Streams to create (if missing) with a consumer group per group, at id 0."""
+
+    streams: tuple[str, ...]
+    groups: tuple[str, ...]
+
+
+@attrs.frozen
+class RetireStreams:
+    """Drained streams to delete, with their seal markers and these groups' owner tokens."""
+
+    streams: tuple[str, ...]
+    groups: tuple[str, ...]
+
+
+@attrs.frozen
+class DestroyConsumerGroups:
+    """G1: remove these groups' Redis consumer groups from the streams (missing ones are fine)."""
+
+    streams: tuple[str, ...]
+    groups: tuple[str, ...]
+
+
+@attrs.frozen(eq=False)
+class MoveOffsets:
+    """G3: set a group's last-delivered id on these streams and drop its pending entries."""
+
+    streams: tuple[str, ...]
+    group: str
+    to: m.ResetTo
+    timestamp_ms: int | None
+
+
+@attrs.frozen
+class PrefixEvent:
+    """A prefix-level log line (routing.changed, migration.complete, migration.retired)."""
+
+    kind: str
+    fields: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class DrainQuery:
+    """Which old streams to measure for drain (R2), for which groups."""
+
+    streams: tuple[str, ...]
+    groups: tuple[str, ...]
+
+
+@attrs.frozen
+class Checkpoint:
+    """Everything one batch writes, in this order: create, unseal, seal, retire, hash, owner
+    tokens, then the cleanup and offset moves.
+
+    New streams exist before routing names them and the old version is sealed
+    before producers are told to move (R1); retired streams are deleted before
+    the hash forgets them, so a failed write retires them again later. The
+    cleanup (consumer groups of deleted groups) runs only once the hash says
+    the group is gone; when it fails the machine queues it again
+    (`cleanup_failed`).
+    """
+
+    create: tuple[CreateConsumerGroups, ...] = ()
+    unseal: tuple[str, ...] = ()  # sealed by a checkpoint that failed, still current
+    seal: tuple[str, ...] = ()
+    retire: RetireStreams | None = None
+    changes: Changes = attrs.field(factory=Changes)
+    owners: tuple[OwnerToken, ...] = ()
+    effects: dict[str, Effects] = attrs.field(factory=dict)
+    events: tuple[PrefixEvent, ...] = ()
+    cleanup: DestroyConsumerGroups | None = None
+    moves: tuple[MoveOffsets, ...] = ()  # after the hash too; each reports its outcome
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to write: the batch is durable as it is."""
+        return not (self.create or self.unseal or self.seal or self.retire or self.changes
+                    or self.owners or self.cleanup or self.moves)
+
+
+@attrs.frozen
+class Committed:
+    """What the shell does once a checkpoint is durable: push, log, count."""
+
+    pushes: tuple[m.AssignmentChanged, ...] = ()
+    routing: m.Routing | None = None  # for every subscriber
+    events: tuple[tuple[str, Event], ...] = ()  # (group, event)
+    groups: tuple[str, ...] = ()  # groups whose state may have changed
+    prefix_events: tuple[PrefixEvent, ...] = ()
+    deleted: tuple[str, ...] = ()  # groups gone (G1): forget their series
+
+
+def routing_summary(routing: RoutingRecord) -> m.RoutingSummary:
+    return m.RoutingSummary(version=routing.version, shard_count=routing.shard_count)
+
+
+def routing_description(routing: RoutingRecord) -> m.RoutingDescription:
+    return m.RoutingDescription(version=routing.version, shard_count=routing.shard_count,
+                                hash=HASH_NAME, streams=routing.streams)
+
+
+def migration_description(migration: MigrationRecord,
+                          blocking: tuple[m.BlockingGroup, ...] = ()) -> m.MigrationDescription:
+    return m.MigrationDescription(
+        state=migration.state, from_version=migration.from_version,
+        to_version=migration.to_version, cutover=migration.cutover,
+        drained_shards=tuple(s for s in migration.from_streams if s in migration.drained),
+        remaining_shards=migration.remaining,
+        blocking_groups=blocking if migration.state == MigrationState.DRAINING else ())
+
+
+class PrefixMachine:
+    """One stream prefix: routing, migration and groups; see the module docstring."""
+
+    def __init__(self, prefix: str, settings: GroupSettings, *,
+                 keep_drained_streams: bool = False) -> None:
+        self.prefix = prefix
+        self.settings = settings
+        self.keep_drained_streams = keep_drained_streams
+        self.routing: RoutingRecord | None = None
+        self.migration: MigrationRecord | None = None
+        self.groups: dict[str, GroupMachine] = {}
+        self.persisted = PrefixSnapshot()  # what Redis holds: the rollback point
+        self._create: list[CreateConsumerGroups] = []
+        self._seal: list[str] = []
+        self._unseal: set[str] = set()
+        self._events: list[PrefixEvent] = []
+        # G1: deleted this batch (their last effects still to write), and consumer groups to drop
+        self._deleted: dict[str, Effects] = {}
+        self._destroy: set[str] = set()
+        # G3: offset moves of this batch, and the ids they left (read by their answers)
+        self._moves: list[MoveOffsets] = []
+        self._moved: dict[MoveOffsets, Mapping[str, str]] = {}
+        # G2: who held the migration up at the last drain measurement (not persisted)
+        self.blocking: tuple[m.BlockingGroup, ...] = ()
+        self._drain_check_due = False
+        self._retire_check_due = False
+
+    # --- restore -------------------------------------------------------------------
+
+    def restore(self, snapshot: PrefixSnapshot, now_ms: int) -> None:
+        """Load the replayed records after a coordinator restart (members get fresh leases)."""
+        self.routing = snapshot.routing
+        self.migration = snapshot.migration
+        self.groups = {}
+        shards = self.assignable_shards()
+        for name, group in snapshot.groups.items():
+            self.groups[name] = GroupMachine.from_record(self.prefix, name, self.settings, group,
+                                                         shards, now_ms)
+        self.persisted = PrefixSnapshot(
+            routing=snapshot.routing, migration=snapshot.migration,
+            groups={name: GroupSnapshot(g.group, dict(g.members))
+                    for name, g in snapshot.groups.items()})
+        self._drain_check_due = self._retire_check_due = self.migration is not None
+
+    # --- events --------------------------------------------------------------------
+
+    def handle(self, request: m.Request, now_ms: int) -> Answer:
+        """Apply one request; the answer is final only after the checkpoint (`resolve`)."""
+        if isinstance(request, m.Heartbeat):
+            return Answer(request, self._heartbeat(request, now_ms))
+        if isinstance(request, m.GetRouting):
+            return Answer(request, later=lambda: self._routing_response(request))
+        if isinstance(request, m.SetShardCount):
+            return Answer(request, self._set_shard_count(request))
+        if isinstance(request, m.SetMaxConcurrency):
+            return Answer(request, self._set_max_concurrency(request))
+        if isinstance(request, m.RemoveMember):
+            return Answer(request, self._remove_member(request, now_ms))
+        if isinstance(request, m.DeleteGroup):
+            return Answer(request, self._delete_group(request))
+        if isinstance(request, m.ResetOffsets):
+            return self._reset_offsets(request)
+        if isinstance(request, m.DescribeGroup):
+            return Answer(request, later=lambda: self._describe(request, now_ms))
+        return Answer(request, request.error(
+            Status.INVALID_REQUEST, f"{request.TYPE} is not a request of a stream prefix"))
+
+    def tick(self, now_ms: int) -> None:
+        """Expire leases and revoke timeouts (H6, H14); measure drain and retire (R2)."""
+        for group in self.groups.values():
+            group.tick(now_ms)
+        if self.migration is not None:
+            self._drain_check_due = self._retire_check_due = True
+
+    def drain_query(self) -> DrainQuery | None:
+        """The drain measurement (R2) the shell should make before this checkpoint, if due."""
+        migration = self.migration
+        if not self._drain_check_due or migration is None:
+            return None
+        self._drain_check_due = False
+        if migration.state != MigrationState.DRAINING or not migration.remaining:
+            return None
+        if not self.groups:  # R2: kept until a group exists and drains them
+            return None
+        return DrainQuery(migration.remaining, tuple(self.groups))
+
+    def drain_measured(self, report: DrainReport) -> None:
+        """R2, G2: an old stream is drained when no group has undelivered or pending entries."""
+        migration = self.migration
+        if migration is None:
+            return
+        drained: set[str] = set()
+        blocking: dict[str, tuple[int | None, int]] = {}
+        for stream in migration.remaining:
+            if stream not in report:
+                continue
+            backlog = report[stream]
+            if backlog is None:  # already gone
+                drained.add(stream)
+                continue
+            clear = True
+            for name in self.groups:
+                undelivered, pending = backlog.get(name, (None, 0))
+                if undelivered == 0 and pending == 0:
+                    continue
+                clear = False
+                total_undelivered, total_pending = blocking.get(name, (0, 0))
+                blocking[name] = (None if undelivered is None or total_undelivered is None
+                                  else total_undelivered + undelivered, total_pending + pending)
+            if clear:
+                drained.add(stream)
+        self.blocking = tuple(m.BlockingGroup(consumer_group=name, undelivered=undelivered,
+                                              pending=pending)
+                              for name, (undelivered, pending) in sorted(blocking.items()))
+        self.drained(drained)
+
+    def drained(self, shards: Iterable[str]) -> None:
+        """R2: these old shards are drained for every group; they leave the assignment."""
+        migration = self.migration
+        if migration is None:
+            return
+        newly = frozenset(shards) & frozenset(migration.remaining)
+        if not newly:
+            return
+        migration = attrs.evolve(migration, drained=migration.drained | newly)
+        if not migration.remaining:
+            migration = attrs.evolve(migration, state=MigrationState.COMPLETE)
+            self._events.append(PrefixEvent("migration.complete", {"version": migration.to_version}))
+        self.migration = migration
+        self._reassign()
+
+    # --- the checkpoint --------------------------------------------------------------
+
+    def checkpoint(self) -> Checkpoint:
+        """Take the batch's records: everything the shell must write before answering."""
+        retire = self._retirement()
+        changes = Changes()
+        if self.routing != self.persisted.routing:
+            changes.set_routing(self.routing)
+        if self.migration != self.persisted.migration:
+            changes.set_migration(self.migration)
+        owners: list[OwnerToken] = []
+        effects: dict[str, Effects] = {}
+        for name, effect in self._deleted.items():  # G1: its last changes, then it is gone
+            owners.extend(OwnerToken(shard, name, owner)
+                          for shard, owner in effect.owner_changes.items())
+            changes.groups[name] = None
+            persisted = self.persisted.groups.get(name)
+            for member_id in (*effect.members_removed, *(persisted.members if persisted else ())):
+                changes.members[(name, member_id)] = None
+            effects[name] = effect
+        for name, group in self.groups.items():
+            effect = effects[name] = group.take_effects()
+            if effect.group_dirty:
+                changes.groups[name] = group.persistent_group()
+            for member_id in effect.members_dirty:
+                if member_id in group.members:
+                    changes.members[(name, member_id)] = group.persistent_member(member_id)
+            for member_id in effect.members_removed:
+                changes.members[(name, member_id)] = None
+            owners.extend(OwnerToken(shard, name, owner)
+                          for shard, owner in effect.owner_changes.items())
+        cleanup = None
+        if self._destroy:
+            cleanup = DestroyConsumerGroups(self._existing_streams(), tuple(sorted(self._destroy)))
+        if changes.routing_changed and self.routing is not None:
+            self._events.append(PrefixEvent("routing.changed", {
+                "version": self.routing.version, "shard_count": self.routing.shard_count}))
+        current = set(self.routing.streams) if self.routing else set()
+        unseal = tuple(sorted(s for s in self._unseal if s in current and s not in self._seal))
+        checkpoint = Checkpoint(create=tuple(self._create), unseal=unseal,
+                                seal=tuple(self._seal), retire=retire,
+                                changes=changes, owners=tuple(owners), effects=effects,
+                                events=tuple(self._events), cleanup=cleanup,
+                                moves=tuple(self._moves))
+        self._create, self._seal, self._events, self._moves = [], [], [], []
+        self._unseal = set()
+        self._deleted, self._destroy = {}, set()
+        return checkpoint
+
+    def committed(self, checkpoint: Checkpoint) -> Committed:
+        """The checkpoint is durable: fold it into the rollback point; what to push."""
+        self.persisted.apply(checkpoint.changes)
+        pushes: list[m.AssignmentChanged] = []
+        events: list[tuple[str, Event]] = []
+        for name, effect in checkpoint.effects.items():
+            group = self.groups.get(name)
+            events.extend((name, event) for event in effect.events)
+            if group is None:
+                continue
+            pushes.extend(m.AssignmentChanged(stream_prefix=self.prefix, consumer_group=name,
+                                              member_id=member_id, group_epoch=group.group_epoch)
+                          for member_id in effect.pushes)
+        routing = None
+        if checkpoint.changes.routing_changed and self.routing is not None:
+            routing = self._routing_message(None)
+        deleted = tuple(name for name, group in checkpoint.changes.groups.items()
+                        if group is None and name not in self.groups)
+        return Committed(pushes=tuple(pushes), routing=routing, events=tuple(events),
+                         groups=tuple(checkpoint.effects), prefix_events=checkpoint.events,
+                         deleted=deleted)
+
+    def write_failed(self, checkpoint: Checkpoint, now_ms: int) -> None:
+        """The checkpoint did not land (h11's send_failed): back to what Redis holds.
+
+        Its seal may have landed before the hash failed: a version that stays
+        current is unsealed with the next checkpoint, so producers are not
+        refused by a routing that never changed.
+        """
+        self._unseal.update(checkpoint.seal)
+        self._unseal.update(checkpoint.unseal)
+        self.routing = self.persisted.routing
+        self.migration = self.persisted.migration
+        shards = self.assignable_shards()
+        for name in list(self.groups):
+            if name not in self.persisted.groups:
+                del self.groups[name]
+        for name, record in self.persisted.groups.items():
+            group = self.groups.get(name)
+            if group is None:  # deleted in the failed batch (G1): it is still there
+                group = self.groups[name] = GroupMachine(self.prefix, name, self.settings)
+            group.restore(record, shards, now_ms, restart=False)
+        if self.migration is not None:
+            self._retire_check_due = True
+
+    def cleanup_failed(self, checkpoint: Checkpoint) -> None:
+        """The hash landed but the cleanup did not: do it again with the next checkpoint."""
+        if checkpoint.cleanup is not None:
+            self._destroy.update(name for name in checkpoint.cleanup.groups
+                                 if name not in self.groups)
+
+    def offsets_moved(self, move: MoveOffsets, last_delivered: Mapping[str, str]) -> None:
+        """G3: the move landed; `last_delivered` is the group's new id per stream."""
+        self._moved[move] = last_delivered
+
+    def resolve(self, answer: Answer, *, durable: bool) -> m.Response:
+        """H12: the response to send, now that the checkpoint landed (`durable`) or not."""
+        if answer.later is not None:
+            return answer.later()
+        assert answer.response is not None
+        if not durable and answer.response.status in REVEALING:
+            return answer.request.error(Status.COORDINATOR_NOT_AVAILABLE, UNAVAILABLE)
+        return answer.response
+
+    # --- views -----------------------------------------------------------------------
+
+    def live_streams(self) -> tuple[str, ...]:
+        """Every stream that may still hold undelivered entries: undrained old ones, current ones."""
+        current = self.routing.streams if self.routing else ()
+        old = self.migration.remaining if self.migration else ()
+        return old + current
+
+    def assignable_shards(self) -> tuple[str, ...]:
+        """What the groups assign now: undrained old shards, and the new ones unless held back (R3)."""
+        if self.routing is None:
+            return ()
+        if self.migration is None:
+            return self.routing.streams
+        remaining = self.migration.remaining
+        if self.migration.cutover == Cutover.ORDERED and remaining:
+            return remaining
+        return remaining + self.routing.streams
+
+    def summaries(self) -> tuple[m.GroupSummary, ...]:
+        """listGroups' entries for this prefix, by group name."""
+        return tuple(self.groups[name].summary() for name in sorted(self.groups))
+
+    # --- requests --------------------------------------------------------------------
+
+    def _heartbeat(self, request: m.Heartbeat, now_ms: int) -> m.HeartbeatResponse:
+        routing = routing_summary(self.routing) if self.routing else None
+        group = self.groups.get(request.consumer_group)
+        if group is None:
+            if request.member_epoch != JOIN_EPOCH:
+                # H13: only a join registers a group; a leave (H9) or a stale epoch leaves nothing
+                return request.unknown_group()
+            group = self._register(request.consumer_group)
+        return group.heartbeat(request, now_ms, routing)
+
+    def _register(self, name: str) -> GroupMachine:
+        """H13: a group appears with the prefix's shards and a consumer group on every live stream."""
+        group = GroupMachine(self.prefix, name, self.settings, self.assignable_shards())
+        group.effects.group_dirty = True
+        self.groups[name] = group
+        self._destroy.discard(name)  # deleted and registered again before its cleanup ran
+        live = self.live_streams()
+        if live:
+            self._create.append(CreateConsumerGroups(live, (name,)))
+        return group
+
+    def _set_shard_count(self, request: m.SetShardCount) -> m.ShardCountChanged:
+        name = request.consumer_group
+        if name is not None and name not in self.groups:
+            if self.routing is not None:  # G1: a typo never creates a group that blocks drains
+                return request.unknown_group()
+            self._register(name)
+        routing, migration = self.routing, self.migration
+        if routing is not None and routing.shard_count == request.shard_count:
+            return self._shard_count_changed(request)  # R4: the same count changes nothing
+        if migration is not None and migration.state != MigrationState.COMPLETE:
+            return request.error(
+                Status.MIGRATION_IN_PROGRESS,
+                f"stream prefix {self.prefix!r} is still migrating from version "
+                f"{migration.from_version} to {migration.to_version} "
+                f"({len(migration.remaining)} of {len(migration.from_streams)} old shards "
+                "not drained yet); retry once it is COMPLETE")
+        version = routing.version + 1 if routing else 1
+        streams = tuple(stream_key(self.prefix, version, i) for i in range(request.shard_count))
+        if routing is not None:  # R1: the next version; the old one is sealed and drains
+            retiring = migration.retiring + migration.from_streams if migration else ()
+            self.blocking = ()
+            self.migration = MigrationRecord(
+                from_version=routing.version, to_version=version, cutover=request.cutover,
+                from_streams=routing.streams, retiring=retiring)
+            self._seal.extend(routing.streams)
+            self._drain_check_due = True
+        self.routing = RoutingRecord(version=version, shard_count=request.shard_count,
+                                     streams=streams)
+        self._create.append(CreateConsumerGroups(streams, tuple(self.groups)))
+        self._reassign()
+        return self._shard_count_changed(request)
+
+    def _shard_count_changed(self, request: m.SetShardCount) -> m.ShardCountChanged:
+        return m.ShardCountChanged(
+            request_id=request.request_id, status=Status.OK, stream_prefix=self.prefix,
+            consumer_group=request.consumer_group,
+            routing=routing_description(self.routing) if self.routing else None,
+            migration=migration_description(self.migration) if self.migration else None)
+
+    def _set_max_concurrency(self, request: m.SetMaxConcurrency) -> m.Response:
+        group = self.groups.get(request.consumer_group)
+        if group is None:
+            return request.unknown_group()
+        group.set_max_concurrency(request.max_concurrency)
+        return m.MaxConcurrencyChanged(
+            request_id=request.request_id, status=Status.OK, stream_prefix=self.prefix,
+            consumer_group=request.consumer_group, max_concurrency=group.max_concurrency,
+            group_epoch=group.group_epoch)
+
+    def _remove_member(self, request: m.RemoveMember, now_ms: int) -> m.Response:
+        group = self.groups.get(request.consumer_group)
+        if group is None:
+            return request.unknown_group()
+        if not group.remove_member(request.member_id, now_ms):
+            return request.error(Status.UNKNOWN_MEMBER_ID,
+                                 f"member {request.member_id!r} is not live in the group")
+        return m.MemberRemoved(
+            request_id=request.request_id, status=Status.OK, stream_prefix=self.prefix,
+            consumer_group=request.consumer_group, member_id=request.member_id,
+            group_epoch=group.group_epoch)
+
+    def _delete_group(self, request: m.DeleteGroup) -> m.Response:
+        """G1: only an empty group goes; its records, and then its Redis consumer groups."""
+        name = request.consumer_group
+        group = self.groups.get(name)
+        if group is None:
+            return request.unknown_group()
+        if group.members:
+            return request.error(
+                Status.GROUP_NOT_EMPTY,
+                f"group {name!r} of {self.prefix!r} has {len(group.members)} live member(s); "
+                "stop them (or remove them) first")
+        del self.groups[name]
+        self._deleted[name] = group.take_effects()
+        self._destroy.add(name)
+        self._drain_check_due = self.migration is not None  # it no longer holds drains up (R2)
+        return m.GroupDeleted(request_id=request.request_id, status=Status.OK,
+                              stream_prefix=self.prefix, consumer_group=name)
+
+    def _reset_offsets(self, request: m.ResetOffsets) -> Answer:
+        """G3: only a group without live members moves; answered once the move is done."""
+        group = self.groups.get(request.consumer_group)
+        if group is None:
+            return Answer(request, request.unknown_group())
+        if group.members:
+            return Answer(request, request.error(
+                Status.GROUP_NOT_EMPTY,
+                f"group {request.consumer_group!r} of {self.prefix!r} has {len(group.members)} "
+                "live member(s); stop them (or remove them) before moving its offsets"))
+        move = MoveOffsets(self.live_streams(), request.consumer_group, request.to,
+                           request.timestamp_ms)
+        self._moves.append(move)
+
+        def answer() -> m.Response:
+            moved = self._moved.pop(move, None)
+            if moved is None:
+                return request.error(Status.COORDINATOR_NOT_AVAILABLE,
+                                     "the offsets could not be moved right now; retry with backoff")
+            return m.OffsetsReset(
+                request_id=request.request_id, status=Status.OK, stream_prefix=self.prefix,
+                consumer_group=request.consumer_group,
+                shards=tuple(m.ShardOffset(shard=stream, last_delivered_id=moved[stream])
+                             for stream in move.streams if stream in moved))
+
+        return Answer(request, later=answer)
+
+    def _existing_streams(self) -> tuple[str, ...]:
+        """Every stream of every version not yet retired."""
+        current = self.routing.streams if self.routing else ()
+        if self.migration is None:
+            return current
+        return self.migration.retiring + self.migration.from_streams + current
+
+    def _describe(self, request: m.DescribeGroup, now_ms: int) -> m.Response:
+        group = self.groups.get(request.consumer_group)
+        if group is None:
+            return request.unknown_group()
+        description = group.describe(
+            now_ms, routing_summary(self.routing) if self.routing else None,
+            migration_description(self.migration, self.blocking) if self.migration else None)
+        return attrs.evolve(description, request_id=request.request_id)
+
+    def _routing_response(self, request: m.GetRouting) -> m.Routing:
+        if self.routing is None:
+            return request.unknown_stream()
+        return self._routing_message(request.request_id)
+
+    def _routing_message(self, request_id: int | None) -> m.Routing:
+        assert self.routing is not None
+        return m.Routing(request_id=request_id, status=Status.OK, stream_prefix=self.prefix,
+                         version=self.routing.version, shard_count=self.routing.shard_count,
+                         hash=HASH_NAME, streams=self.routing.streams)
+
+    # --- migration ---------------------------------------------------------------------
+
+    def _reassign(self) -> None:
+        shards = self.assignable_shards()
+        for group in self.groups.values():
+            group.set_shards(shards)
+
+    def _retirement(self) -> RetireStreams | None:
+        """Drained old streams nobody holds any more are deleted; a complete migration ends."""
+        migration = self.migration
+        if not self._retire_check_due or migration is None:
+            return None
+        self._retire_check_due = False
+        held: set[str] = set()
+        for group in self.groups.values():
+            held.update(group.owners)
+        # only what Redis already knows is drained goes: a failed write never resurrects a
+        # deleted stream as undrained
+        durable = self.persisted.migration
+        durable_retiring = set(durable.retiring) if durable else set()
+        durable_complete = (durable is not None and durable.state == MigrationState.COMPLETE
+                            and durable.to_version == migration.to_version)
+        free = tuple(s for s in migration.retiring if s not in held and s in durable_retiring)
+        done = (migration.state == MigrationState.COMPLETE and durable_complete
+                and len(free) == len(migration.retiring)
+                and not any(s in held for s in migration.from_streams))
+        if done:
+            self.migration = None
+            free += migration.from_streams
+            self._events.append(PrefixEvent("migration.retired", {"version": migration.from_version}))
+        elif free:
+            self.migration = attrs.evolve(
+                migration, retiring=tuple(s for s in migration.retiring if s not in free))
+        if not free or self.keep_drained_streams:
+            return None
+        return RetireStreams(free, tuple(self.groups))
+
+    def __repr__(self) -> str:
+        return f"PrefixMachine({self.prefix!r}, groups={len(self.groups)})"

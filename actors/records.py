@@ -1,0 +1,277 @@
+"""The metadata record schema: the one module that knows the layout of a prefix's hash.
+
+`rsc:meta:{<prefix>}` holds, all values JSON:
+
+- `coordinatorEpoch`: the check-and-set guard (written by the store's script).
+- `routing`: `{"version", "shardCount", "streams"}`.
+- `migration`: `{"state", "fromVersion", "toVersion", "cutover", "fromStreams",
+  "drained", "retiring"}`.
+- `group:<name>`: `{"groupEpoch", "assignmentEpoch", "maxConcurrency"}`.
+- `member:<len(group)>:<group>:<memberId>`: `{"epoch", "previousEpoch",
+  "capacity", "assigned", "revoking", "target"}` (names may contain ':').
+
+The pure cores describe what changed as typed records in a `Changes`;
+`encode` turns it into hash fields, `replay` turns a hash back into a
+`PrefixSnapshot`, and `PrefixSnapshot.apply` folds committed changes into the
+copy the prefix machine rolls back to. Write, load and rollback share this
+schema, so they cannot drift apart (Kafka's records and `replay`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from rsc.protocol.vocabulary import Cutover, MigrationState
+
+COORDINATOR_EPOCH_FIELD = "coordinatorEpoch"
+ROUTING_FIELD = "routing"
+MIGRATION_FIELD = "migration"
+GROUP_FIELD = "group:"
+MEMBER_FIELD = "member:"
+
+
+# --- records ---------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class RoutingRecord:
+    """A prefix's live routing version (R1)."""
+
+    version: int
+    shard_count: int
+    streams: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
+class MigrationRecord:
+    """A resharding from one routing version to the next (R1..R4).
+
+    `retiring` holds drained streams of older versions that some member may
+    still hold; they are deleted once nobody does.
+    """
+
+    from_version: int
+    to_version: int
+    cutover: Cutover
+    from_streams: tuple[str, ...]
+    drained: frozenset[str] = frozenset()
+    state: MigrationState = MigrationState.DRAINING
+    retiring: tuple[str, ...] = ()
+
+    @property
+    def remaining(self) -> tuple[str, ...]:
+        return tuple(s for s in self.from_streams if s not in self.drained)
+
+
+@attrs.frozen(kw_only=True)
+class GroupRecord:
+    """A group's epochs and settings; its shards follow from the prefix's routing and migration."""
+
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    max_concurrency: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class MemberRecord:
+    """One member's books and its target (liveness clocks are never persisted: H12)."""
+
+    epoch: int
+    previous_epoch: int
+    capacity: int | None
+    assigned: frozenset[str] = frozenset()
+    revoking: frozenset[str] = frozenset()
+    target: frozenset[str] = frozenset()
+
+
+@attrs.frozen
+class OwnerToken:
+    """The owner key of a shard for a group: a memberId, or None to delete it."""
+
+    shard: str
+    group: str
+    member_id: str | None
+
+
+@attrs.define
+class GroupSnapshot:
+    """A group as persisted: its record and its members'."""
+
+    group: GroupRecord = attrs.field(factory=GroupRecord)
+    members: dict[str, MemberRecord] = attrs.field(factory=dict)
+
+
+@attrs.define
+class PrefixSnapshot:
+    """Everything a prefix's hash holds, as records."""
+
+    routing: RoutingRecord | None = None
+    migration: MigrationRecord | None = None
+    groups: dict[str, GroupSnapshot] = attrs.field(factory=dict)
+
+    def apply(self, changes: Changes) -> None:
+        """Fold committed changes in (what `replay` of the written hash would give)."""
+        if changes.routing_changed:
+            self.routing = changes.routing
+        if changes.migration_changed:
+            self.migration = changes.migration
+        for name, group in changes.groups.items():
+            if group is None:
+                self.groups.pop(name, None)
+            else:
+                self.groups.setdefault(name, GroupSnapshot()).group = group
+        for (name, member_id), member in changes.members.items():
+            snapshot = self.groups.get(name)
+            if snapshot is None:
+                continue
+            if member is None:
+                snapshot.members.pop(member_id, None)
+            else:
+                snapshot.members[member_id] = member
+
+
+@attrs.define
+class Changes:
+    """The hash fields a checkpoint writes: a record sets a field, None deletes it."""
+
+    routing: RoutingRecord | None = None
+    routing_changed: bool = False
+    migration: MigrationRecord | None = None
+    migration_changed: bool = False
+    groups: dict[str, GroupRecord | None] = attrs.field(factory=dict)
+    members: dict[tuple[str, str], MemberRecord | None] = attrs.field(factory=dict)
+
+    def set_routing(self, routing: RoutingRecord | None) -> None:
+        self.routing, self.routing_changed = routing, True
+
+    def set_migration(self, migration: MigrationRecord | None) -> None:
+        self.migration, self.migration_changed = migration, True
+
+    def __bool__(self) -> bool:
+        return (self.routing_changed or self.migration_changed or bool(self.groups)
+                or bool(self.members))
+
+
+def changes_of(snapshot: PrefixSnapshot) -> Changes:
+    """The changes that write `snapshot` into an empty hash."""
+    changes = Changes()
+    changes.set_routing(snapshot.routing)
+    changes.set_migration(snapshot.migration)
+    for name, group in snapshot.groups.items():
+        changes.groups[name] = group.group
+        for member_id, member in group.members.items():
+            changes.members[(name, member_id)] = member
+    return changes
+
+
+# --- field names -------------------------------------------------------------------
+
+
+def group_field(group: str) -> str:
+    return GROUP_FIELD + group
+
+
+def member_field(group: str, member_id: str) -> str:
+    """`member:<len(group)>:<group>:<memberId>`: the length keeps ':' in names unambiguous."""
+    return f"{MEMBER_FIELD}{len(group)}:{group}:{member_id}"
+
+
+def parse_member_field(field: str) -> tuple[str, str]:
+    length, _, rest = field[len(MEMBER_FIELD):].partition(":")
+    size = int(length)
+    return rest[:size], rest[size + 1:]
+
+
+# --- values ------------------------------------------------------------------------
+
+
+def routing_value(record: RoutingRecord) -> dict[str, Any]:
+    return {"version": record.version, "shardCount": record.shard_count,
+            "streams": list(record.streams)}
+
+
+def migration_value(record: MigrationRecord) -> dict[str, Any]:
+    return {"state": record.state.value, "fromVersion": record.from_version,
+            "toVersion": record.to_version, "cutover": record.cutover.value,
+            "fromStreams": list(record.from_streams), "drained": sorted(record.drained),
+            "retiring": list(record.retiring)}
+
+
+def group_value(record: GroupRecord) -> dict[str, Any]:
+    return {"groupEpoch": record.group_epoch, "assignmentEpoch": record.assignment_epoch,
+            "maxConcurrency": record.max_concurrency}
+
+
+def member_value(record: MemberRecord) -> dict[str, Any]:
+    return {"epoch": record.epoch, "previousEpoch": record.previous_epoch,
+            "capacity": record.capacity, "assigned": sorted(record.assigned),
+            "revoking": sorted(record.revoking), "target": sorted(record.target)}
+
+
+def _routing(value: Mapping[str, Any]) -> RoutingRecord:
+    return RoutingRecord(version=value["version"], shard_count=value["shardCount"],
+                         streams=tuple(value["streams"]))
+
+
+def _migration(value: Mapping[str, Any]) -> MigrationRecord:
+    return MigrationRecord(
+        from_version=value["fromVersion"], to_version=value["toVersion"],
+        cutover=Cutover(value["cutover"]), from_streams=tuple(value["fromStreams"]),
+        drained=frozenset(value["drained"]), state=MigrationState(value["state"]),
+        retiring=tuple(value.get("retiring", ())))
+
+
+def _group(value: Mapping[str, Any]) -> GroupRecord:
+    return GroupRecord(group_epoch=value["groupEpoch"], assignment_epoch=value["assignmentEpoch"],
+                       max_concurrency=value["maxConcurrency"])
+
+
+def _member(value: Mapping[str, Any]) -> MemberRecord:
+    return MemberRecord(epoch=value["epoch"], previous_epoch=value["previousEpoch"],
+                        capacity=value["capacity"], assigned=frozenset(value["assigned"]),
+                        revoking=frozenset(value["revoking"]), target=frozenset(value["target"]))
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+# --- write and replay --------------------------------------------------------------
+
+
+def encode(changes: Changes) -> dict[str, str | None]:
+    """The hash fields to set (JSON text) or delete (None)."""
+    fields: dict[str, str | None] = {}
+    if changes.routing_changed:
+        fields[ROUTING_FIELD] = _json(routing_value(changes.routing)) if changes.routing else None
+    if changes.migration_changed:
+        fields[MIGRATION_FIELD] = (_json(migration_value(changes.migration))
+                                   if changes.migration else None)
+    for name, group in changes.groups.items():
+        fields[group_field(name)] = None if group is None else _json(group_value(group))
+    for (name, member_id), member in changes.members.items():
+        fields[member_field(name, member_id)] = None if member is None else _json(member_value(member))
+    return fields
+
+
+def replay(fields: Mapping[str, str]) -> PrefixSnapshot:
+    """Rebuild a prefix from its hash; member fields of a group without its field are ignored."""
+    snapshot = PrefixSnapshot()
+    if fields.get(ROUTING_FIELD):
+        snapshot.routing = _routing(json.loads(fields[ROUTING_FIELD]))
+    if fields.get(MIGRATION_FIELD):
+        snapshot.migration = _migration(json.loads(fields[MIGRATION_FIELD]))
+    for field, value in fields.items():
+        if field.startswith(GROUP_FIELD):
+            snapshot.groups[field[len(GROUP_FIELD):]] = GroupSnapshot(_group(json.loads(value)))
+    for field, value in fields.items():
+        if field.startswith(MEMBER_FIELD):
+            name, member_id = parse_member_field(field)
+            group = snapshot.groups.get(name)
+            if group is not None:
+                group.members[member_id] = _member(json.loads(value))
+    return snapshot

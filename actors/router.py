@@ -1,0 +1,230 @@
+"""The router: finds each stream prefix's actor, supervises it, and ticks them all.
+
+- Supervision (triotp's model): every prefix actor runs under its own
+  supervisor task. An actor that raises is logged, counted
+  (`rsc_prefix_actor_restarts_total`) and replaced by a fresh one reloaded
+  from Redis; the requests it held are answered COORDINATOR_NOT_AVAILABLE
+  (members retry), its sessions and subscribers carry over, and no other
+  prefix notices. Only a fenced store (another coordinator owns Redis) ends
+  the process.
+- Ticks never block: each actor gets a tick only when its mailbox has room;
+  a backed-up prefix skips a tick (the next one carries a later `now`), so it
+  can never delay the others (the lease is renewed by its own task, app.py).
+- Requests that name a prefix without an actor create nothing unless the
+  request may (A1): `getRouting` on an unknown prefix is answered here, and
+  its subscription is kept only as long as its session.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+import attrs
+import trio
+
+from rsc.actors.actor import Envelope, PrefixActor, Tick, now_ms
+from rsc.actors.logs import log_event
+from rsc.actors.store import StoreFenced
+from rsc.protocol import messages as m
+from rsc.protocol.errors import Status
+
+log = logging.getLogger("rsc.coordinator")
+
+RESTART_BACKOFF_START_S = 0.05
+RESTART_BACKOFF_MAX_S = 5.0
+STABLE_AFTER_S = 10.0  # an actor that ran this long without failing resets the backoff
+UNAVAILABLE = "the stream prefix is being reloaded from the metadata store; retry with backoff"
+
+_RESPONSES: dict[type, type] = {
+    m.Heartbeat: m.HeartbeatResponse, m.GetRouting: m.Routing,
+    m.SetShardCount: m.ShardCountChanged, m.SetMaxConcurrency: m.MaxConcurrencyChanged,
+    m.RemoveMember: m.MemberRemoved, m.DescribeGroup: m.GroupDescription,
+}
+
+
+def unavailable_response(request: Any, error: str = UNAVAILABLE) -> Any:
+    """`request`'s own response type with COORDINATOR_NOT_AVAILABLE (nothing is revealed)."""
+    response_type = _RESPONSES.get(type(request))
+    if response_type is None:
+        return m.ErrorResponse(request_id=getattr(request, "request_id", None),
+                               status=Status.COORDINATOR_NOT_AVAILABLE, error=error)
+    names = {field.name for field in attrs.fields(response_type)}
+    keep = {name: getattr(request, name) for name in
+            ("request_id", "stream_prefix", "consumer_group", "member_id") if name in names}
+    return response_type(status=Status.COORDINATOR_NOT_AVAILABLE, error=error, **keep)
+
+
+class Router:
+    """Owns the prefix actors: creation, dispatch, supervision, ticks, session forgetting."""
+
+    def __init__(self, nursery: trio.Nursery, make_actor: Callable[[str], PrefixActor], *,
+                 reload: Callable[[str], Awaitable[PrefixActor]] | None = None,
+                 metrics: Any = None) -> None:
+        self.nursery = nursery
+        self.make_actor = make_actor
+        self.reload = reload
+        self.metrics = metrics
+        self.actors: dict[str, PrefixActor] = {}
+        self.restarts = 0
+        self.ticks_skipped = 0
+        # requests handed to each actor and not answered yet: what a failure must answer
+        self._in_flight: dict[str, collections.deque[Envelope]] = {}
+        self._live: set[str] = set()  # prefixes whose actor is running (not being reloaded)
+        # getRouting subscriptions on prefixes that have no actor yet, until their session ends
+        self._waiting_subscribers: dict[str, set[Any]] = {}
+
+    # --- actors ----------------------------------------------------------------------
+
+    def add(self, actor: PrefixActor) -> None:
+        """Serve `actor`'s prefix under a supervisor."""
+        self._install(actor)
+        self.nursery.start_soon(self._supervise, actor.prefix)
+
+    def actor(self, prefix: str, *, create: bool) -> PrefixActor | None:
+        actor = self.actors.get(prefix)
+        if actor is None and create:
+            actor = self.make_actor(prefix)
+            self.add(actor)
+        return actor
+
+    def _install(self, actor: PrefixActor) -> None:
+        self.actors[actor.prefix] = actor
+        self._in_flight.setdefault(actor.prefix, collections.deque())
+        self._live.add(actor.prefix)
+        waiting = self._waiting_subscribers.pop(actor.prefix, None)
+        if waiting:
+            actor.subscribers.update(waiting)
+
+    async def send(self, prefix: str, envelope: Envelope) -> None:
+        """Hand a request to the prefix's actor (waits while its mailbox is full)."""
+        actor = self.actors[prefix]
+        if prefix not in self._live:
+            _answer(envelope, unavailable_response(envelope.request))
+            return
+        in_flight = self._in_flight[prefix]
+        while in_flight and _answered(in_flight[0]):
+            in_flight.popleft()
+        in_flight.append(envelope)
+        try:
+            await actor.send_channel.send(envelope)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the actor failed meanwhile: its supervisor answers what it held
+
+    def subscribe_unknown(self, prefix: str, session: Any) -> None:
+        """Keep a routing subscription for a prefix with no actor yet (lives with the session)."""
+        actor = self.actors.get(prefix)
+        if actor is not None:
+            actor.subscribers.add(session)
+        else:
+            self._waiting_subscribers.setdefault(prefix, set()).add(session)
+
+    # --- supervision -----------------------------------------------------------------
+
+    async def _supervise(self, prefix: str) -> None:
+        backoff = RESTART_BACKOFF_START_S
+        while True:
+            actor = self.actors[prefix]
+            started = trio.current_time()
+            try:
+                await actor.run()
+                return
+            except StoreFenced:
+                raise  # another coordinator owns Redis: this whole process must stop
+            except Exception as exc:  # noqa: BLE001 - one prefix's failure is contained here
+                failure = exc
+            self._live.discard(prefix)
+            self.restarts += 1
+            if self.metrics is not None and hasattr(self.metrics, "prefix_actor_restarted"):
+                self.metrics.prefix_actor_restarted(prefix)
+            log_event(log, "prefix.actor_failed", level=logging.ERROR, prefix=prefix,
+                      error=f"{type(failure).__name__}: {failure}",
+                      traceback="".join(traceback.format_exception(failure)))
+            self._fail_in_flight(prefix, actor)
+            if trio.current_time() - started >= STABLE_AFTER_S:
+                backoff = RESTART_BACKOFF_START_S
+            replacement = await self._reload_until_loaded(prefix, backoff)
+            backoff = min(backoff * 2, RESTART_BACKOFF_MAX_S)
+            _carry_sessions(actor, replacement)
+            self._install(replacement)
+            log_event(log, "prefix.reloaded", level=logging.WARNING, prefix=prefix,
+                      groups=len(replacement.groups))
+
+    async def _reload_until_loaded(self, prefix: str, backoff: float) -> PrefixActor:
+        """A fresh actor for `prefix` from Redis, retrying (with backoff) while Redis fails."""
+        while True:
+            await trio.sleep(backoff)
+            if self.reload is None:
+                return self.make_actor(prefix)
+            try:
+                return await self.reload(prefix)
+            except StoreFenced:
+                raise
+            except Exception as exc:  # noqa: BLE001 - Redis down or out of fds: try again
+                log_event(log, "prefix.reload_failed", level=logging.WARNING, prefix=prefix,
+                          error=f"{type(exc).__name__}: {exc}")
+                backoff = min(backoff * 2, RESTART_BACKOFF_MAX_S)
+
+    def _fail_in_flight(self, prefix: str, actor: PrefixActor) -> None:
+        """Answer every request the failed actor held or had queued: COORDINATOR_NOT_AVAILABLE."""
+        actor.send_channel.close()
+        in_flight = self._in_flight.get(prefix, collections.deque())
+        while in_flight:
+            envelope = in_flight.popleft()
+            if not _answered(envelope):
+                _answer(envelope, unavailable_response(envelope.request))
+
+    # --- ticks and sessions ----------------------------------------------------------
+
+    def tick(self) -> None:
+        """Send every live actor a tick it has room for; never waits (a full mailbox skips one)."""
+        now = now_ms()
+        for prefix, actor in list(self.actors.items()):
+            if prefix not in self._live:
+                continue
+            try:
+                actor.send_channel.send_nowait(Envelope(Tick(now), None, None))
+            except trio.WouldBlock:
+                self.ticks_skipped += 1
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # failing right now; its supervisor takes over
+
+    def forget(self, session: Any) -> None:
+        """Drop every reference to a closed session (called once, after its last reply)."""
+        for actor in self.actors.values():
+            actor.forget_session(session)
+        for prefix in [p for p, waiting in self._waiting_subscribers.items() if session in waiting]:
+            waiting = self._waiting_subscribers[prefix]
+            waiting.discard(session)
+            if not waiting:
+                del self._waiting_subscribers[prefix]
+
+
+def _answered(envelope: Envelope) -> bool:
+    reply = envelope.reply
+    if reply is None:
+        return True
+    if hasattr(reply, "done"):  # a Collect (listGroups)
+        return bool(reply.done.is_set())
+    return reply.message is not None
+
+
+def _answer(envelope: Envelope, response: Any) -> None:
+    reply = envelope.reply
+    if reply is None:
+        return
+    if hasattr(reply, "done"):  # a Collect: an empty answer from this prefix
+        reply.resolve(cast(Any, ()))
+    else:
+        reply.resolve(response)
+
+
+def _carry_sessions(old: PrefixActor, new: PrefixActor) -> None:
+    """Push targets survive a reload: members keep getting hints, subscribers their routing."""
+    new.subscribers.update(old.subscribers)
+    for key, session in old.sessions.items():
+        new.sessions.setdefault(key, session)
+        new.session_members.setdefault(session, set()).add(key)

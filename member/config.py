@@ -1,0 +1,32 @@
+"""Settings of one member (the listener API and `rsc consume` build these)."""
+
+from __future__ import annotations
+
+import attrs
+
+from rsc.member.policies import AckPolicy, RetryPolicy
+
+
+@attrs.frozen(kw_only=True)
+class MemberConfig:
+    """Settings of one member (the listener API and `rsc consume` build these)."""
+
+    coordinator_url: str
+    redis_url: str
+    stream_prefix: str
+    consumer_group: str
+    member_id: str
+    capacity: int = 4
+    token: str | None = None
+    read_count: int = 100
+    block_ms: int = 200
+    max_buffered: int = 1000
+    ack_batch: int = 500
+    ack_linger_ms: float = 5.0
+    ack_policy: AckPolicy = AckPolicy.AFTER
+    retry: RetryPolicy | None = None
+    default_heartbeat_interval_ms: int = 1000
+    request_timeout_s: float = 10.0
+    drain_timeout_s: float = 30.0
+    leave_timeout_s: float = 5.0
+    lag_interval_s: float = 2.0

@@ -1,0 +1,106 @@
+"""What one member's shells share: the ledger, the work queue, the ack book, the signals.
+
+`MemberCore.apply` is the one place where the ledger's actions reach the
+shells: drop the queued entries of shards no longer read, set the worker
+count, ask for a heartbeat, pass events on, wake whoever may now have work.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import trio
+
+from rsc.member.acker import AckBook
+from rsc.member.config import MemberConfig
+from rsc.member.ledger import AckFlushRule, Ledger
+from rsc.member.message import Queued, order_key
+from rsc.member.reconcile import NO_ACTIONS, Actions, Event
+from rsc.member.stats import MemberStats
+from rsc.member.trace import HandlerTrace
+from rsc.member.workqueue import Signal, WorkQueue
+
+EventCallback = Callable[[str, Event], None]
+ReadObserver = Callable[[str, frozenset[str], float, float], None]
+AckObserver = Callable[[str, int], None]
+
+log = logging.getLogger(__name__)
+
+
+def monotonic_ms() -> float:
+    """The member's clock: monotonic milliseconds (heartbeat send times, D1 checks)."""
+    return time.monotonic() * 1000.0
+
+
+class MemberCore:
+    """The shared books of one member's heartbeat, reader, worker and acker shells."""
+
+    def __init__(self, config: MemberConfig, *, on_event: EventCallback | None = None,
+                 read_observer: ReadObserver | None = None,
+                 ack_observer: AckObserver | None = None,
+                 trace: HandlerTrace | None = None) -> None:
+        self.config = config
+        self.member_id = config.member_id
+        self.on_event = on_event
+        self.read_observer = read_observer
+        self.ack_observer = ack_observer
+        self.trace = trace
+        self.clock = monotonic_ms
+        self.ledger = Ledger(config.member_id, capacity=config.capacity)
+        self.stats = MemberStats(member_id=config.member_id, workers=config.capacity,
+                                 in_flight=self.ledger.in_flight)
+        self.ack_rule = AckFlushRule(batch=config.ack_batch, linger_ms=config.ack_linger_ms)
+        self.queue: WorkQueue[Queued] = WorkQueue(
+            order_key, workers=config.capacity, max_buffered=config.max_buffered,
+            on_room=self.wake_reader)
+        self.acks = AckBook()
+        self.busy = 0  # workers holding a work item
+        self.changed = Signal()  # state transitions (and pushes) only, never per message
+        self.reader_wake = Signal()
+        self.reader_waiting = False
+        self.heartbeat_due = True
+        self.stop_requested = trio.Event()
+        self.joined = trio.Event()
+        self.left = trio.Event()
+
+    def apply(self, actions: Actions) -> None:
+        """Do what the ledger decided; refresh the gauges."""
+        ledger, queue, stats = self.ledger, self.queue, self.stats
+        for shard in actions.abandon:
+            queue.drop_shard(shard)
+        for shard in actions.revoke:
+            queue.drop_shard(shard)
+        workers = ledger.workers()
+        if queue.workers != workers:
+            queue.set_workers(workers)
+        stats.workers = workers
+        stats.member_epoch = ledger.state.member_epoch
+        stats.owned_shards = tuple(sorted(ledger.state.owned()))
+        if actions.heartbeat_now:
+            self.heartbeat_due = True
+        for event in actions.events:
+            if event.name == "joined":
+                self.joined.set()
+            elif event.name == "fenced":
+                stats.fences += 1
+                log.warning("member %s fenced, stops %s: %s", self.member_id,
+                            ", ".join(event.shards) or "no shards", event.reason)
+            if self.on_event is not None:
+                self.on_event(self.member_id, event)
+        self.changed.fire()
+        self.wake_reader()
+
+    def finish(self, shard: str, count: int = 1) -> None:
+        """`count` entries of `shard` are no longer in flight (acked, refused or dropped)."""
+        actions = self.ledger.finished(shard, count)
+        if actions is not NO_ACTIONS:
+            self.apply(actions)
+        elif self.reader_waiting and self.ledger.is_idle(shard):
+            self.wake_reader()  # a fresh claim may wait for in-flight work to finish
+
+    def wake_reader(self) -> None:
+        self.reader_waiting = False  # one wakeup is enough: it re-checks what it can do
+        self.queue.room_wanted = False
+        self.reader_wake.fire()

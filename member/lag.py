@@ -1,0 +1,33 @@
+"""The lag shell: polls XINFO GROUPS of the owned shards into the member's stats."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import redis
+import trio
+
+from rsc.member.streams import StreamOps, connect
+
+if TYPE_CHECKING:
+    from rsc.member.core import MemberCore
+
+log = logging.getLogger(__name__)
+
+
+async def poll_lag(core: MemberCore, use_xackdel: bool) -> None:
+    """Refresh `stats.lag` every `lag_interval_s`, until cancelled."""
+    config = core.config
+    ops = StreamOps(connect(config.redis_url), config.consumer_group, core.member_id,
+                    use_xackdel=use_xackdel)
+    try:
+        while True:
+            owned = sorted(core.ledger.state.owned())
+            try:
+                core.stats.lag = await trio.to_thread.run_sync(ops.lag, owned)
+            except redis.RedisError as exc:
+                log.debug("lag poll failed: %r", exc)
+            await trio.sleep(config.lag_interval_s)
+    finally:
+        ops.client.close()

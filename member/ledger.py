@@ -1,0 +1,280 @@
+"""The member ledger: every data-plane decision of one member, pure (no trio, no Redis).
+
+The shells (heartbeat, reader, workers, acker) tell the ledger what happened
+and do what it answers. It keeps:
+
+- the membership (`MemberState` of reconcile.py, fed with heartbeat answers);
+- in-flight work per shard (handed to a worker, not yet acked or dropped) and
+  the shards a read in progress may still deliver entries for, from which it
+  decides that a revoking shard is drained and must be reported `REVOKED`;
+- the recovery cursors (XAUTOCLAIM) and the claim gate: a fresh claim of a
+  shard waits until its earlier work is done, so nothing runs twice at once;
+- the lease clock and D1 (PROTOCOL.md, Data plane rules): `admit` checks
+  ownership and the lease in one call before every handler call and every ack;
+- the worker count (`maxConcurrency`) and the ack flush rule.
+
+Time is passed in: `now` is milliseconds on a monotonic clock, the clock the
+heartbeat send times were taken on.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+
+import attrs
+
+from rsc.member.reconcile import (
+    JOIN_EPOCH,
+    NO_ACTIONS,
+    Actions,
+    MemberState,
+    Phase,
+    SentHeartbeat,
+)
+from rsc.protocol import Heartbeat, HeartbeatResponse
+
+DEFAULT_LEASE_TTL_MS = 10_000  # PROTOCOL.md's default, until the coordinator names its own
+CLAIM_START = "0-0"  # an XAUTOCLAIM cursor: scan the shard's pending entries from the start
+
+
+class Verdict(enum.Enum):
+    """The answer of `admit`: may this handler call (or ack) happen now?"""
+
+    ALLOWED = "allowed"
+    NOT_HELD = "not held"  # not held at this generation, or no member epoch
+    LEASE_EXPIRED = "lease expired"  # no accepted heartbeat sent within the lease TTL
+
+
+_ALLOWED: tuple[Verdict, Actions] = (Verdict.ALLOWED, NO_ACTIONS)
+_NOT_HELD: tuple[Verdict, Actions] = (Verdict.NOT_HELD, NO_ACTIONS)
+
+
+def merge(first: Actions, second: Actions) -> Actions:
+    """Both sets of actions, in order."""
+    if second is NO_ACTIONS:
+        return first
+    if first is NO_ACTIONS:
+        return second
+    return Actions(start=first.start | second.start, revoke=first.revoke | second.revoke,
+                   abandon=first.abandon | second.abandon, resume=first.resume | second.resume,
+                   heartbeat_now=first.heartbeat_now or second.heartbeat_now,
+                   events=first.events + second.events)
+
+
+def worker_count(max_concurrency: int | None, capacity: int) -> int:
+    """Workers to run: the heartbeat's `maxConcurrency`, else the member's own capacity."""
+    return max(1, max_concurrency or capacity)
+
+
+@attrs.frozen
+class AckFlushRule:
+    """When handled entries are worth an ack round trip.
+
+    The acker sends at once a full batch, or what a worker waits for (ack
+    before handling), or everything once no work is left that could add to
+    the batch; otherwise it lingers up to `linger_ms` for more.
+    """
+
+    batch: int
+    linger_ms: float
+
+    def due(self, pending: int, *, awaited: int, busy: int, queued: int) -> bool:
+        """Send now (no lingering)."""
+        return pending >= self.batch or awaited > 0 or (not busy and not queued)
+
+    def wake_acker(self, pending: int, *, busy: int, queued: int) -> bool:
+        """A worker just added an entry: wake a parked acker (the first one starts the linger)."""
+        return pending == 1 or pending >= self.batch or (not busy and not queued)
+
+
+class Ledger:
+    """The books and decisions of one member; the shells hold one each."""
+
+    def __init__(self, member_id: str, *, capacity: int,
+                 default_lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS) -> None:
+        self.state = MemberState(member_id=member_id)
+        self.capacity = capacity
+        self.default_lease_ttl_ms = default_lease_ttl_ms
+        self._in_flight: Counter[str] = Counter()
+        self.in_flight: Mapping[str, int] = MappingProxyType(self._in_flight)
+        self._reads_in_progress: frozenset[str] = frozenset()
+        self._recovering: dict[str, str] = {}
+
+    # --- D1 and the lease clock -----------------------------------------------------------
+
+    def lease_deadline(self) -> float | None:
+        """When (ms) the lease of the last accepted heartbeat runs out (None: nothing held)."""
+        state = self.state
+        if state.last_accepted_sent_at is None or not state.holds:
+            return None
+        return state.last_accepted_sent_at + (state.lease_ttl_ms or self.default_lease_ttl_ms)
+
+    def admit(self, shard: str, generation: int, now: float) -> tuple[Verdict, Actions]:
+        """D1, in one step: may a handler call (or an ack) of `shard`, read under
+        `generation`, happen at `now`?
+
+        Allowed only while the shard is held at that generation with a member
+        epoch, and the last accepted heartbeat was sent less than a lease TTL
+        before `now`. A lease that ran out fences the member here and now
+        (whatever task asks first), and the actions say what to abandon.
+        """
+        state = self.state
+        hold = state.holds.get(shard)
+        if hold is None or hold.generation != generation or state.member_epoch <= JOIN_EPOCH:
+            return _NOT_HELD
+        sent_at = state.last_accepted_sent_at
+        if sent_at is None or now - sent_at >= (state.lease_ttl_ms or self.default_lease_ttl_ms):
+            return Verdict.LEASE_EXPIRED, self._lease_lost()
+        return _ALLOWED
+
+    def start_handler(self, shard: str, generation: int, now: float) -> tuple[Verdict, Actions]:
+        """`admit` for a handler call, counted in flight when allowed (one call on the hot
+        path; the worker or the acker finishes it)."""
+        decision = self.admit(shard, generation, now)
+        if decision is _ALLOWED:
+            self._in_flight[shard] += 1
+        return decision
+
+    def check_lease(self, now: float) -> Actions:
+        """Fence the member if its lease ran out by `now` (before reads and heartbeats)."""
+        deadline = self.lease_deadline()
+        if deadline is None or now < deadline:
+            return NO_ACTIONS
+        return self._lease_lost()
+
+    def _lease_lost(self) -> Actions:
+        return self._transition(*self.state.on_abandon("no heartbeat accepted for a lease TTL"))
+
+    # --- membership ---------------------------------------------------------------------
+
+    def heartbeat(self, now: float, *, capacity: int | None, stream_prefix: str,
+                  consumer_group: str) -> tuple[Heartbeat, SentHeartbeat, Actions]:
+        """The heartbeat to send at `now`: first fence if the lease ran out (then it rejoins)."""
+        actions = self.check_lease(now)
+        request, sent = self.state.heartbeat(now, capacity=capacity, stream_prefix=stream_prefix,
+                                             consumer_group=consumer_group)
+        return request, sent, actions
+
+    def on_response(self, sent: SentHeartbeat, response: HeartbeatResponse) -> Actions:
+        """A heartbeat answer arrived (its lease counts from `sent.sent_at`)."""
+        return self._transition(*self.state.on_response(sent, response))
+
+    def on_session_lost(self) -> None:
+        """A new session reports the full holding."""
+        self.state = self.state.on_session_lost()
+
+    def on_leave_requested(self) -> Actions:
+        """Shutdown: revoke everything; leave once drained."""
+        return self._transition(*self.state.on_leave_requested())
+
+    def on_abandon(self, reason: str) -> Actions:
+        """Give up every shard at once (a drain on leave took too long)."""
+        return self._transition(*self.state.on_abandon(reason))
+
+    def on_ack_refused(self, shard: str) -> Actions:
+        """Redis refused an ack: the owner token names another member."""
+        return self._transition(*self.state.on_ack_refused(shard))
+
+    def workers(self) -> int:
+        """Workers to run now."""
+        return worker_count(self.state.max_concurrency, self.capacity)
+
+    # --- in-flight work and reads in progress ---------------------------------------------
+
+    def started(self, shard: str, count: int = 1) -> None:
+        """`count` entries of `shard` were handed to a worker (or await their ack)."""
+        self._in_flight[shard] += count
+
+    def finished(self, shard: str, count: int = 1) -> Actions:
+        """`count` entries of `shard` are done (acked, refused or dropped)."""
+        in_flight = self._in_flight
+        in_flight[shard] -= count
+        if in_flight[shard] > 0:
+            return NO_ACTIONS
+        del in_flight[shard]
+        return self._drained_shards()
+
+    def reads_in_progress(self, shards: Iterable[str]) -> Actions:
+        """The shards that reads sent and not yet answered may still deliver entries for."""
+        self._reads_in_progress = frozenset(shards)
+        return self._drained_shards()
+
+    def is_idle(self, shard: str) -> bool:
+        """Nothing of `shard` is in flight."""
+        return shard not in self._in_flight
+
+    # --- reading and recovery -------------------------------------------------------------
+
+    def still_reading(self, shard: str, generation: int) -> bool:
+        """Entries read under `generation` may be queued: the shard is read under it."""
+        hold = self.state.holds.get(shard)
+        return (hold is not None and hold.phase is Phase.READING
+                and hold.generation == generation and self.state.member_epoch > JOIN_EPOCH)
+
+    def generation(self, shard: str) -> int:
+        """The generation `shard` is held under (0 when not held)."""
+        hold = self.state.holds.get(shard)
+        return 0 if hold is None else hold.generation
+
+    def recoverable(self) -> list[str]:
+        """Shards whose pending entries are to be claimed now (the claim gate): a fresh
+        claim waits until the shard's earlier work is done, so nothing runs twice at once."""
+        reading = self.state.reading()
+        return [shard for shard in sorted(self._recovering) if shard in reading
+                and (self._recovering[shard] != CLAIM_START or shard not in self._in_flight)]
+
+    def readable(self) -> list[str]:
+        """Shards to read new entries of (recovered ones only)."""
+        return sorted(s for s in self.state.reading() if s not in self._recovering)
+
+    def recovering(self) -> bool:
+        """Some shard still has pending entries to claim."""
+        return bool(self._recovering)
+
+    def claim_cursor(self, shard: str) -> str | None:
+        """Where the next claim of `shard` starts (None: nothing left to claim)."""
+        return self._recovering.get(shard)
+
+    def claimed(self, shard: str, generation: int, cursor: str) -> bool:
+        """A claim of `shard` answered with `cursor` for the next one; True when what it
+        claimed may be queued (the shard is still read under `generation`)."""
+        if not self.still_reading(shard, generation) or shard not in self._recovering:
+            return False  # revoked meanwhile: what was claimed stays pending for the next owner
+        if cursor == CLAIM_START:
+            del self._recovering[shard]
+        else:
+            self._recovering[shard] = cursor
+        return True
+
+    def read_failed(self) -> Actions:
+        """The read connection broke with reads in flight: what Redis delivered to them is
+        pending under this member, so every reading shard is claimed again."""
+        for shard in self.state.reading():
+            self._recovering[shard] = CLAIM_START
+        return self.reads_in_progress(())
+
+    # --- transitions ------------------------------------------------------------------
+
+    def _transition(self, state: MemberState, actions: Actions) -> Actions:
+        self.state = state
+        for shard in actions.abandon:
+            self._recovering.pop(shard, None)
+        for shard in actions.start:
+            self._recovering[shard] = CLAIM_START
+        return merge(actions, self._drained_shards())
+
+    def _drained_shards(self) -> Actions:
+        """Report REVOKED every revoking shard with nothing in flight and no read in progress."""
+        actions = NO_ACTIONS
+        while True:
+            drained = next((shard for shard in sorted(self.state.revoking())
+                            if shard not in self._in_flight
+                            and shard not in self._reads_in_progress), None)
+            if drained is None:
+                return actions
+            self._recovering.pop(drained, None)
+            self.state, more = self.state.on_drained(drained)
+            actions = merge(actions, more)

@@ -1,0 +1,172 @@
+"""The reader shell: XREADGROUP with a bounded BLOCK, and XAUTOCLAIM recovery first.
+
+It asks the ledger what to do: fence first if the lease ran out (no read
+after the lease, as no handler), claim the pending entries of a shard when
+the claim gate opens (recoverable), else read new entries of the readable
+shards. What it gets is queued only while the ledger says the shard is still
+read under the generation the read was sent for; the ledger also learns which
+shards a read in progress may still deliver entries for, so a revoked shard
+is reported REVOKED only once every such read has answered.
+
+While the reader keeps up a steady stream of reads over an unchanged set of
+shards, one read stays in flight: Redis serves it while this process parses
+the last batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import redis
+import trio
+
+from rsc.member.message import Queued, queued_entries
+from rsc.member.reconcile import NO_ACTIONS
+from rsc.member.streams import StreamOps, connect
+
+if TYPE_CHECKING:
+    from rsc.member.core import MemberCore
+
+log = logging.getLogger(__name__)
+
+RETRY_PAUSE_S = 0.2
+
+# a read sent ahead, not yet answered: (shards, their generations, when it was sent)
+ReadAhead = tuple[tuple[str, ...], dict[str, int], float]
+
+
+class Reader:
+    """The reader of one member."""
+
+    def __init__(self, core: MemberCore, use_xackdel: bool) -> None:
+        self.core = core
+        self.use_xackdel = use_xackdel
+        self.read_ahead: ReadAhead | None = None
+
+    def _lease_checked(self) -> None:
+        actions = self.core.ledger.check_lease(self.core.clock())
+        if actions is not NO_ACTIONS:
+            self.core.apply(actions)
+
+    def _can_work(self) -> bool:
+        core = self.core
+        self._lease_checked()
+        return core.queue.has_room and bool(core.ledger.recoverable() or core.ledger.readable())
+
+    async def run(self) -> None:
+        """Read until cancelled."""
+        core = self.core
+        config = core.config
+        ops = StreamOps(connect(config.redis_url), config.consumer_group, core.member_id,
+                        use_xackdel=self.use_xackdel)
+        try:
+            while True:
+                if self.read_ahead is None:  # never park with a read in flight
+                    while not self._can_work():
+                        core.reader_waiting = True
+                        core.queue.room_wanted = True
+                        try:
+                            await core.reader_wake.wait()
+                        finally:
+                            core.reader_waiting = False
+                    recoverable = core.ledger.recoverable()
+                    if recoverable:
+                        try:
+                            await self._recover_some(ops, recoverable[0])
+                        except redis.RedisError as exc:
+                            log.warning("member %s: claim failed: %r", core.member_id, exc)
+                            await trio.sleep(RETRY_PAUSE_S)
+                        continue
+                try:
+                    await self._read_new(ops)
+                except redis.RedisError as exc:
+                    log.warning("member %s: read failed: %r", core.member_id, exc)
+                    ops.reset_reads()
+                    self.read_ahead = None
+                    core.apply(core.ledger.read_failed())
+                    await trio.sleep(RETRY_PAUSE_S)
+        finally:
+            ops.client.close()
+
+    def _observe(self, shards: frozenset[str], started: float) -> None:
+        if self.core.read_observer is not None:
+            self.core.read_observer(self.core.member_id, shards, started, trio.current_time())
+
+    def _reads_in_progress(self, shards: frozenset[str]) -> None:
+        actions = self.core.ledger.reads_in_progress(shards)
+        if actions is not NO_ACTIONS:
+            self.core.apply(actions)
+
+    async def _recover_some(self, ops: StreamOps, shard: str) -> None:
+        core = self.core
+        ledger = core.ledger
+        generation = ledger.generation(shard)
+        start = ledger.claim_cursor(shard)
+        if start is None:
+            return
+        count = core.config.read_count
+
+        def claim() -> tuple[str, list[Queued]]:
+            cursor, entries = ops.claim_pending_raw(shard, start, count=count)
+            return cursor, queued_entries(shard, entries, generation)
+
+        self._reads_in_progress(frozenset({shard}))
+        started = trio.current_time()
+        try:
+            cursor, messages = await trio.to_thread.run_sync(claim)
+        finally:
+            self._observe(frozenset({shard}), started)
+            self._reads_in_progress(frozenset())
+        if ledger.claimed(shard, generation, cursor):
+            core.queue.push_many(messages)
+
+    async def _read_new(self, ops: StreamOps) -> None:
+        """Receive one XREADGROUP reply, sending the next read first when it will be wanted.
+
+        The shards of a read in flight count as being read until its reply is in.
+        """
+        core = self.core
+        ledger = core.ledger
+        count, block_ms = core.config.read_count, core.config.block_ms
+        if self.read_ahead is not None:
+            self._lease_checked()  # the read ahead is answered either way; no new one then
+        readable = tuple(ledger.readable())
+        ahead_of_this = self.read_ahead
+        if ahead_of_this is None:
+            shards, generations, sent_at = (
+                readable, {s: ledger.generation(s) for s in readable}, trio.current_time())
+            send_first: tuple[str, ...] | None = shards
+        else:
+            (shards, generations, sent_at), send_first = ahead_of_this, None
+        # ahead only when the reader would read again at once anyway (as `_can_work`)
+        ahead = (bool(readable) and readable == shards and not ledger.recovering()
+                 and core.queue.has_room)
+        ahead_generations = {s: ledger.generation(s) for s in readable} if ahead else None
+
+        def read() -> list[tuple[str, list[Queued]]]:
+            if send_first:
+                ops.send_read(send_first, count=count, block_ms=block_ms)
+            if ahead:
+                ops.send_read(readable, count=count, block_ms=block_ms)
+            if not ops.reads_sent:
+                return []
+            return [(shard, queued_entries(shard, entries, generations[shard]))
+                    for shard, entries in ops.receive_read()]
+
+        self._reads_in_progress(frozenset(shards) | frozenset(readable if ahead else ()))
+        ahead_sent_at = trio.current_time()
+        try:
+            batches = await trio.to_thread.run_sync(read)
+        finally:
+            if ahead_generations is not None and ops.reads_sent:
+                self.read_ahead = (readable, ahead_generations, ahead_sent_at)
+                in_progress = frozenset(readable)
+            else:
+                self.read_ahead = None
+                in_progress = frozenset()
+            self._observe(frozenset(shards), sent_at)
+            self._reads_in_progress(in_progress)
+        for shard, messages in batches:
+            if ledger.still_reading(shard, generations[shard]):
+                core.queue.push_many(messages)
