@@ -431,6 +431,8 @@ def soak(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
         longest = [0.0, 0.0, 0.0]  # each report starts a new max-pause window: keep the soak's
         left = joined = 0
         for period in range(periods):
+            if time.perf_counter() - started >= sizes.soak_s:
+                break  # churn slower than its period: the soak still ends on time
             period_end = started + (period + 1) * sizes.soak_period_s
             gone = loadgen.call("leave", count=sizes.soak_churn, oldest=True, timeout=120)
             came = loadgen.call("add", count=sizes.soak_churn, timeout=120)
@@ -446,7 +448,7 @@ def soak(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
                 sampler.sample()
                 time.sleep(min(0.5, wait))
             elapsed = time.perf_counter() - started
-            if elapsed - samples[-1]["seconds"] >= sizes.soak_sample_s or period == periods - 1:
+            if elapsed - samples[-1]["seconds"] >= sizes.soak_sample_s or elapsed >= sizes.soak_s:
                 report = coordinator.gc_report()
                 longest = [max(pair) for pair in zip(longest, report["maxSeconds"], strict=True)]
                 samples.append({"seconds": elapsed, "rssMb": coordinator.rss_mb(),
