@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from rsc.actors import shard_ops
+from rsc.actors import gc_control, shard_ops
 from rsc.actors.actor import PrefixActor, StoreIdentity, now_ms
 from rsc.actors.admission import (
     Admission,
@@ -168,6 +168,7 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
             metrics_port = await outer.start(lambda task_status: serve_metrics(
                 metrics, config.host, metrics_port_wanted, health=readiness, task_status=task_status))
             log_event(log, "metrics.listening", url=f"http://{config.host}:{metrics_port}/metrics")
+        gc_control.install(getattr(metrics, "registry", None))
         try:
             await _run(config, store, admission, readiness, metrics, lease_ms, max_sessions, fd_limit,
                        task_status)
@@ -236,6 +237,7 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
         nursery.start_soon(_lease_loop, config, store, readiness)
         nursery.start_soon(_tick_loop, config, router)
         nursery.start_soon(_store_id_loop, config, store, identity)
+        gc_control.freeze_after_startup()
         task_status.started(f"ws://{config.host}:{port}")
 
 
@@ -295,6 +297,7 @@ async def _tick_loop(config: CoordinatorConfig, router: Router) -> None:
     while True:
         await trio.sleep(interval)
         router.tick()
+        gc_control.on_tick()
 
 
 async def _store_id_loop(config: CoordinatorConfig, store: MetadataStore,

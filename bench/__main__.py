@@ -14,8 +14,11 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from bench import assignor_bench, cluster, dataplane, membership, procs, resharding
+import attrs
+
+from bench import assignor_bench, cluster, dataplane, hotpath, membership, procs, resharding
 from bench.report import (
     Progressor,
     ScenarioResult,
@@ -25,12 +28,18 @@ from bench.report import (
     summary_table,
     write_results,
 )
+from rsc.actors import gc_control
 
 Scenario = Callable[[Progressor, bool, Path], ScenarioResult]
 
 
+# set from the command line (--members, --gc, --soak-minutes): overrides of the membership sizes
+OVERRIDES: dict[str, Any] = {}
+
+
 def _membership(run: Callable[..., ScenarioResult]) -> Scenario:
-    return lambda progress, quick, out: run(progress, membership.QUICK if quick else membership.FULL, out)
+    return lambda progress, quick, out: run(
+        progress, attrs.evolve(membership.QUICK if quick else membership.FULL, **OVERRIDES), out)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -39,10 +48,19 @@ SCENARIOS: dict[str, Scenario] = {
     "join-storm": _membership(membership.join_storm),
     "scale": _membership(membership.scale),
     "failure": _membership(membership.failure),
+    "soak": _membership(membership.soak),
+    "hotpath": hotpath.run,
     "dataplane": dataplane.run,
     "resharding": resharding.run,
     "cluster": cluster.run,
 }
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +73,32 @@ def main(argv: list[str] | None = None) -> int:
                         help="where to write JSON results and plots (default: bench/results/)")
     parser.add_argument("--profile-coordinator", action="store_true",
                         help="run each coordinator under cProfile; .prof files go to --out")
+    parser.add_argument("--py-spy", type=Path, metavar="DIR",
+                        help="steady: sample each coordinator's steady window with py-spy (if installed) "
+                             "into DIR as collapsed stacks")
+    parser.add_argument("--members", nargs="+", type=_positive, metavar="N",
+                        help="steady: these member counts instead of the preset's")
+    parser.add_argument("--gc", nargs="+", choices=gc_control.MODES, metavar="MODE",
+                        help="steady: GC modes to compare, the first one is the shipped one "
+                             f"(default: {' '.join(membership.FULL.gc_modes)}); soak: its first one")
+    parser.add_argument("--soak-minutes", type=float, metavar="MIN",
+                        help=f"soak: minutes of churn (default {membership.FULL.soak_s / 60:.0f})")
+    parser.add_argument("--soak-members", type=_positive, metavar="N",
+                        help=f"soak: members (default {membership.FULL.soak_members:,})")
     args = parser.parse_args(argv)
+    if args.py_spy is not None:
+        args.py_spy.mkdir(parents=True, exist_ok=True)
+        procs.PY_SPY_DIR = str(args.py_spy)
+    if args.members:
+        OVERRIDES["steady_members"] = tuple(args.members)
+    if args.gc:
+        OVERRIDES["gc_modes"] = tuple(dict.fromkeys(args.gc))
+    if args.soak_minutes is not None:
+        if args.soak_minutes <= 0:
+            parser.error("--soak-minutes must be positive")
+        OVERRIDES["soak_s"] = args.soak_minutes * 60
+    if args.soak_members:
+        OVERRIDES["soak_members"] = args.soak_members
     args.out.mkdir(parents=True, exist_ok=True)
     if args.profile_coordinator:
         procs.PROFILE_DIR = str(args.out)

@@ -5,6 +5,9 @@ coordinator does. Each text frame is parsed as JSON and answered with a
 heartbeatResponse-shaped object of the same size the coordinator would send
 (two assigned shard ids), so the bench can compare like with like: what
 trio-websocket + json cost on their own, against the coordinator's whole path.
+For a fair comparison it runs the coordinator's GC policy (`RSC_GC`, the same
+freeze after startup and collection on a 1 s tick) and reports its GC figures
+on SIGUSR1 like the coordinator does.
 """
 
 from __future__ import annotations
@@ -16,7 +19,11 @@ import signal
 import trio
 from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
 
+from bench.gcstats import install_signal_reporter, report
 from bench.loadgen import raise_fd_limit
+from rsc.actors import gc_control
+
+TICK_S = 1.0  # the coordinator's default tick
 
 
 def response_for(request: dict, prefix: str = "bench") -> dict:
@@ -49,11 +56,19 @@ async def main_async(host: str, port: int) -> None:
     async with trio.open_nursery() as nursery:
         listener = await nursery.start(lambda task_status: serve_websocket(
             handle, host, port, None, message_queue_size=4, task_status=task_status))
+        nursery.start_soon(_tick)
+        gc_control.freeze_after_startup()
         print(f"listening on ws://{host}:{listener.port}", flush=True)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for _ in signals:
                 nursery.cancel_scope.cancel()
                 break
+
+
+async def _tick() -> None:
+    while True:
+        await trio.sleep(TICK_S)
+        gc_control.on_tick()
 
 
 def main() -> None:
@@ -62,6 +77,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
     raise_fd_limit()
+    policy = gc_control.install()
+    install_signal_reporter(lambda: report(gc_control.recorder.snapshot(reset_max=True), policy))
     trio.run(main_async, args.host, args.port)
 
 

@@ -33,8 +33,11 @@ import trio
 from trio_websocket import connect_websocket_url
 
 from bench import wire
+from bench.gcstats import report
+from rsc.member import gc_control
 
 HANDSHAKES_AT_ONCE = 64
+TICK_S = 1.0  # GC tick, as a member runtime's
 REVEALING = ("OK", "REVOKE_PENDING", "SYNC_METADATA")
 EXPIRED = ("UNKNOWN_MEMBER_ID", "FENCED_MEMBER_EPOCH")
 
@@ -377,13 +380,16 @@ class LoadGenerator:
             self.join(self.members[-command["count"]:])
             return {**added, **await self.wait_converged(started, command.get("timeout", 120))}
         if name == "leave":
-            return await self.leave(command["count"], command.get("timeout", 120))
+            return await self.leave(command["count"], command.get("timeout", 120),
+                                    oldest=command.get("oldest", False))
         if name == "kill":
             return await self.kill(command["fraction"], command.get("timeout", 120))
         if name == "saturate":
             return await self.run_saturated(command["seconds"], command.get("members", 1 << 30))
         if name == "stats":
             return self.stats()
+        if name == "gc":
+            return report(gc_control.recorder.snapshot(reset_max=True), gc_control.install())
         if name == "reset":
             self.reset()
             return {}
@@ -392,9 +398,10 @@ class LoadGenerator:
     def _live_members(self) -> list[Member]:
         return [m for m in self.members if m.live]
 
-    async def leave(self, count: int, timeout: float) -> dict[str, Any]:
-        """Clean leave (memberEpoch -1) of the newest `count` live members."""
-        leaving = self._live_members()[-count:]
+    async def leave(self, count: int, timeout: float, oldest: bool = False) -> dict[str, Any]:
+        """Clean leave (memberEpoch -1) of the newest (or oldest) `count` live members."""
+        live = self._live_members()
+        leaving = live[:count] if oldest else live[-count:]
         started = time.perf_counter()
         for member in leaving:
             self._retire(member)
@@ -443,12 +450,20 @@ async def _leave_on(websocket: wire.LeanWebSocket, prefix: str, group: str, memb
         pass
 
 
+async def _gc_tick() -> None:
+    while True:
+        await trio.sleep(TICK_S)
+        gc_control.on_tick()
+
+
 async def main_async(args: argparse.Namespace) -> None:
     generator = LoadGenerator(args.url, args.prefix, args.group, args.capacity)
     stdin = trio.lowlevel.FdStream(sys.stdin.fileno())
     buffer = b""
     async with trio.open_nursery() as nursery:
         generator.nursery = nursery
+        nursery.start_soon(_gc_tick)
+        gc_control.freeze_after_startup()
         print(json.dumps({"ready": True, "fdLimit": raise_fd_limit()}), flush=True)
         while True:
             while b"\n" not in buffer:
@@ -479,6 +494,7 @@ def main() -> None:
     parser.add_argument("group")
     parser.add_argument("--capacity", type=int, default=4)
     args = parser.parse_args()
+    gc_control.install()
     trio.run(main_async, args)
 
 

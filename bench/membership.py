@@ -20,8 +20,11 @@ from typing import Any
 
 import attrs
 
-from bench.procs import LoadGen, Redis, Sampler, Server, start_bare, start_coordinator
+from bench import gcstats
+from bench.gcstats import pauses_cell
+from bench.procs import LoadGen, Redis, Sampler, Server, py_spy, start_bare, start_coordinator
 from bench.report import Progressor, ScenarioResult, check, pyplot
+from rsc.actors import gc_control
 
 MAX_SHARDS = 4096  # PROTOCOL.md: setShardCount shardCount 1..4096
 
@@ -39,6 +42,12 @@ class Sizes:
     failure_members: int
     failure_lease_ms: int
     heartbeat_ms: int = 3000
+    gc_modes: tuple[str, ...] = ("tuned", "default")  # the first is the shipped one, the targets' mode
+    soak_members: int = 5000
+    soak_s: float = 600
+    soak_churn: int = 50  # members that leave, and new ones that join, every soak_period_s
+    soak_period_s: float = 10
+    soak_sample_s: float = 30
 
 
 FULL = Sizes(steady_members=(1000, 5000, 10000), steady_window_s=15, saturate_members=500, saturate_s=5,
@@ -46,7 +55,8 @@ FULL = Sizes(steady_members=(1000, 5000, 10000), steady_window_s=15, saturate_me
              failure_members=1000, failure_lease_ms=10000)
 QUICK = Sizes(steady_members=(200,), steady_window_s=6, saturate_members=100, saturate_s=3,
               storm_members=300, scale_members=100, scale_shards=400, scale_repeats=1,
-              failure_members=100, failure_lease_ms=3000, heartbeat_ms=1000)
+              failure_members=100, failure_lease_ms=3000, heartbeat_ms=1000,
+              soak_members=300, soak_s=60, soak_churn=10, soak_period_s=5, soak_sample_s=10)
 
 
 def shards_for(wanted: int) -> int:
@@ -54,13 +64,14 @@ def shards_for(wanted: int) -> int:
 
 
 @contextmanager
-def coordinated(progress: Progressor, **flags: Any) -> Iterator[tuple[Redis, Server, LoadGen]]:
+def coordinated(progress: Progressor, gc_mode: str | None = None,
+                **flags: Any) -> Iterator[tuple[Redis, Server, LoadGen]]:
     """A fresh Redis, a coordinator on it and a load generator pointed at it; all stopped after."""
     redis = Redis()
     coordinator = loadgen = None
     try:
-        coordinator = start_coordinator(redis.url, **flags)
-        loadgen = LoadGen(coordinator.url)
+        coordinator = start_coordinator(redis.url, gc_mode=gc_mode, **flags)
+        loadgen = LoadGen(coordinator.url, gc_mode=gc_mode)
         yield redis, coordinator, loadgen
     finally:
         progress.note("stopping processes")
@@ -99,55 +110,29 @@ def _populate(progress: Progressor, loadgen: LoadGen, members: int, shards: int 
 
 # --- 1. steady heartbeats ---------------------------------------------------------------
 
+ISSUE_14_RPS_PER_CORE = 1919  # issue #14: the coordinator's saturated responses per CPU-second, GC on
+
 
 def steady(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
-    result = ScenarioResult("steady", "steady heartbeats, coordinator vs bare trio-websocket server",
-                            columns=["run", "members", "shards", "p50 ms", "p99 ms", "max ms", "hb/s",
-                                     "server cores", "server RSS MB", "loadgen cores", "expired",
-                                     "saturated rps", "rps/core", "ratio rps/core", "ratio rps"])
-    with progress.scenario("1 steady", steps=4 * len(sizes.steady_members)):
+    result = ScenarioResult("steady", "steady heartbeats, coordinator vs bare trio-websocket server, "
+                            f"GC {' vs '.join(sizes.gc_modes)}",
+                            columns=["run", "GC", "members", "p50 ms", "p99 ms", "hb/s", "cores", "RSS MB",
+                                     "GC/min", "GC s", "GC %", "max pause ms g0/g1/g2", "loadgen cores",
+                                     "loadgen GC %", "expired", "sat. rps", "rps/core", "ratio rps/core"])
+    with progress.scenario("1 steady", steps=4 * len(sizes.steady_members) * len(sizes.gc_modes)):
         for members in sizes.steady_members:
-            try:
-                coordinator_run = _steady_run(progress, sizes, members, bare=False)
-                bare_run = _steady_run(progress, sizes, members, bare=True)
-            except Exception as exc:  # noqa: BLE001 - keep the sizes that did run
-                result.notes.append(f"@{members:,}: {type(exc).__name__}: {exc}")
-                result.error = f"@{members:,}: {type(exc).__name__}: {str(exc)[:200]}"
-                continue
-            for run in (coordinator_run, bare_run):
-                cores = run["saturatedCpu"]["server"]["cpuCores"]
-                run["perCore"] = run["saturated"]["perSecond"] / cores if cores else None
-            ratio = coordinator_run["saturated"]["perSecond"] / bare_run["saturated"]["perSecond"]
-            per_core_ratio = (coordinator_run["perCore"] / bare_run["perCore"]
-                              if coordinator_run["perCore"] and bare_run["perCore"] else None)
-            coordinator_run["ratio"] = ratio
-            coordinator_run["perCoreRatio"] = per_core_ratio
-            for label, run in (("coordinator", coordinator_run), ("bare websocket", bare_run)):
-                window, cpu = run["window"], run["cpu"]
-                result.rows.append([label, members, run["shards"], window["p50Ms"], window["p99Ms"],
-                                    window["maxMs"], window["count"] / sizes.steady_window_s,
-                                    cpu["server"]["cpuCores"], cpu["server"]["peakRssMb"],
-                                    cpu["load"]["cpuCores"], run["expiredTotal"],
-                                    run["saturated"]["perSecond"], run["perCore"],
-                                    per_core_ratio if label == "coordinator" else 1.0,
-                                    ratio if label == "coordinator" else 1.0])
-            result.data[str(members)] = {"coordinator": coordinator_run, "bare": bare_run}
+            for mode in sizes.gc_modes:
+                try:
+                    coordinator_run = _steady_run(progress, sizes, members, bare=False, gc_mode=mode)
+                    bare_run = _steady_run(progress, sizes, members, bare=True, gc_mode=mode)
+                except Exception as exc:  # noqa: BLE001 - keep the sizes that did run
+                    result.notes.append(f"@{members:,} GC {mode}: {type(exc).__name__}: {exc}")
+                    result.error = f"@{members:,} GC {mode}: {type(exc).__name__}: {str(exc)[:200]}"
+                    continue
+                _steady_rows(result, sizes, members, mode, coordinator_run, bare_run)
         if not result.data:
             return result
-        biggest = max(int(size) for size in result.data)
-        run = result.data[str(biggest)]["coordinator"]
-        p99, rss = run["window"]["p99Ms"], run["cpu"]["server"]["peakRssMb"]
-        result.target(f"p99 heartbeat latency @{biggest:,}", "< 100 ms", f"{p99:.1f} ms",
-                      check(p99, lambda v: v < 100))
-        result.target(f"expired members @{biggest:,}", "0", str(run["expiredTotal"]),
-                      run["expiredTotal"] == 0)
-        result.target(f"coordinator RSS @{biggest:,}", "< 300 MB", f"{rss:.0f} MB", rss < 300)
-        per_core = run["perCoreRatio"]
-        result.target(f"throughput vs bare websocket @{biggest:,}", ">= 0.6x (per CPU-second)",
-                      f"{per_core:.2f}x per CPU-s ({run['ratio']:.2f}x raw rps)",
-                      check(per_core, lambda v: v >= 0.6))
-        if biggest < 10000:
-            result.notes.append(f"quick sizes: targets are for 10,000 members, measured at {biggest:,}")
+        _steady_targets(result, sizes)
     result.notes.append(
         f"heartbeat interval {sizes.heartbeat_ms} ms, lease 30 s; after convergence each member's next "
         "beat is spread uniformly over one interval (a population that joined over time); latency is "
@@ -155,40 +140,121 @@ def steady(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
         f"{sizes.saturate_members} members beat again as soon as answered (the rest keep beating) "
         f"for {sizes.saturate_s:.0f} s; rps/core = saturated responses per CPU-second of the server "
         "process, the capacity measure that survives a shared, oversubscribed machine (raw rps "
-        "swings with whatever else runs); ratios = coordinator / bare at the same size")
+        "swings with whatever else runs); ratio = coordinator / bare at the same size and GC; "
+        "cores, RSS = the server process's (peak RSS)")
+    result.notes.append(
+        "GC: tuned = gc.freeze() after startup and on every 1 s tick, young collections only after "
+        f"{gc_control.TUNED_THRESHOLDS[0]:,} net allocations, a full collection from the tick after "
+        f"{100 * gc_control.GROWTH:.0f} % heap growth (adaptive up to {100 * gc_control.MAX_GROWTH:.0f} %) "
+        f"or {gc_control.MAX_FULL_INTERVAL_S:.0f} s, at most {100 * gc_control.FULL_BUDGET:.1f} % of wall "
+        "time; default = Python's (700, 10, 10). Coordinator, bare server and load generator all run "
+        "the same mode (RSC_GC). GC figures are the server's over the steady window: collections per "
+        "minute, seconds spent collecting, that as a share of the window, and the longest pause per "
+        "generation (gc.callbacks)")
     _plot_steady(result, out)
     return result
 
 
-def _steady_run(progress: Progressor, sizes: Sizes, members: int, *, bare: bool) -> dict[str, Any]:
-    label = "bare" if bare else "coordinator"
+def _steady_rows(result: ScenarioResult, sizes: Sizes, members: int, mode: str,
+                 coordinator_run: dict[str, Any], bare_run: dict[str, Any]) -> None:
+    for run in (coordinator_run, bare_run):
+        cores = run["saturatedCpu"]["server"]["cpuCores"]
+        run["perCore"] = run["saturated"]["perSecond"] / cores if cores else None
+    ratio = coordinator_run["saturated"]["perSecond"] / bare_run["saturated"]["perSecond"]
+    per_core_ratio = (coordinator_run["perCore"] / bare_run["perCore"]
+                      if coordinator_run["perCore"] and bare_run["perCore"] else None)
+    coordinator_run["ratio"] = ratio
+    coordinator_run["perCoreRatio"] = per_core_ratio
+    for label, run in (("coordinator", coordinator_run), ("bare websocket", bare_run)):
+        window, cpu, server_gc = run["window"], run["cpu"], run["gc"]["server"]
+        result.rows.append([label, mode, members, window["p50Ms"], window["p99Ms"],
+                            window["count"] / sizes.steady_window_s,
+                            cpu["server"]["cpuCores"], cpu["server"]["peakRssMb"],
+                            server_gc["collectionsPerMinute"], server_gc["gcSeconds"],
+                            100 * server_gc["gcShare"], pauses_cell(server_gc),
+                            cpu["load"]["cpuCores"], 100 * run["gc"]["load"]["gcShare"],
+                            run["expiredTotal"], run["saturated"]["perSecond"], run["perCore"],
+                            per_core_ratio if label == "coordinator" else 1.0])
+    result.data.setdefault(str(members), {})[mode] = {"coordinator": coordinator_run, "bare": bare_run}
+
+
+def _steady_targets(result: ScenarioResult, sizes: Sizes) -> None:
+    biggest = max(int(size) for size in result.data)
+    runs = result.data[str(biggest)]
+    shipped = sizes.gc_modes[0]
+    if shipped not in runs:
+        return
+    run = runs[shipped]["coordinator"]
+    p99, rss = run["window"]["p99Ms"], run["cpu"]["server"]["peakRssMb"]
+    result.target(f"p99 heartbeat latency @{biggest:,} (GC {shipped})", "< 100 ms", f"{p99:.1f} ms",
+                  check(p99, lambda v: v < 100))
+    result.target(f"expired members @{biggest:,} (GC {shipped})", "0", str(run["expiredTotal"]),
+                  run["expiredTotal"] == 0)
+    result.target(f"coordinator RSS @{biggest:,} (GC {shipped})", "< 300 MB", f"{rss:.0f} MB", rss < 300)
+    per_core = run["perCoreRatio"]
+    result.target(f"throughput vs bare websocket @{biggest:,} (GC {shipped})", ">= 0.6x (per CPU-second)",
+                  f"{per_core:.2f}x per CPU-s ({run['ratio']:.2f}x raw rps)",
+                  check(per_core, lambda v: v >= 0.6))
+    result.target(f"coordinator rps/core @{biggest:,} (GC {shipped})",
+                  f">= 2x issue #14's {ISSUE_14_RPS_PER_CORE:,}",
+                  f"{run['perCore']:,.0f} ({run['perCore'] / ISSUE_14_RPS_PER_CORE:.1f}x)",
+                  check(run["perCore"], lambda v: v >= 2 * ISSUE_14_RPS_PER_CORE))
+    gc_share = run["gc"]["server"]["gcShare"]
+    result.target(f"coordinator time in GC @{biggest:,} (GC {shipped})", "(no target)",
+                  f"{100 * gc_share:.1f} % of the window, longest pause "
+                  f"{max(run['gc']['server']['maxPauseMs']):.1f} ms", None)
+    for other in sizes.gc_modes[1:]:
+        if other in runs and runs[other]["coordinator"]["perCore"]:
+            gain = run["perCore"] / runs[other]["coordinator"]["perCore"]
+            result.target(f"rps/core GC {shipped} vs {other} @{biggest:,}", "(no target)",
+                          f"{gain:.2f}x", None)
+    if biggest < 10000:
+        result.notes.append(f"small sizes: targets are for 10,000 members, measured at {biggest:,}")
+
+
+def _steady_run(progress: Progressor, sizes: Sizes, members: int, *, bare: bool,
+                gc_mode: str) -> dict[str, Any]:
+    label = f"{'bare' if bare else 'coordinator'} GC {gc_mode}"
     progress.step(f"{label} @{members:,}: starting")
     shards = None if bare else shards_for(2 * members)
     redis = None if bare else Redis()
     server = loadgen = None
     try:
-        server = start_bare() if bare else start_coordinator(
-            redis.url, heartbeat_interval_ms=sizes.heartbeat_ms, lease_ttl_ms=30000)  # type: ignore[union-attr]
-        loadgen = LoadGen(server.url)
+        server = start_bare(gc_mode) if bare else start_coordinator(
+            redis.url, heartbeat_interval_ms=sizes.heartbeat_ms, lease_ttl_ms=30000,  # type: ignore[union-attr]
+            gc_mode=gc_mode)
+        loadgen = LoadGen(server.url, gc_mode=gc_mode)
         setup = Sampler(server=server)
         populated = _populate(progress, loadgen, members, shards, setup)
         progress.note(f"{label} @{members:,}: spreading heartbeats")
         loadgen.call("desync", timeout=60)
+        gc_before = {"server": server.gc_report(), "load": loadgen.call("gc")}
         loadgen.call("reset")
         sampler = Sampler(server=server, load=loadgen)
+        spy = None if bare else py_spy(server.pid, sizes.steady_window_s,
+                                       f"coordinator-{members}-gc-{gc_mode}")
         _wait(progress, sizes.steady_window_s, sampler, f"{label} @{members:,}: steady window")
+        if spy is not None:
+            spy.wait(timeout=60)
         window = loadgen.call("stats")
         cpu = sampler.result()
+        elapsed = time.perf_counter() - sampler.started
+        gc = {"server": gcstats.window(gc_before["server"], server.gc_report(), elapsed),
+              "load": gcstats.window(gc_before["load"], loadgen.call("gc"), elapsed)}
         progress.note(f"{label} @{members:,}: saturating")
         saturation_sampler = Sampler(server=server, load=loadgen)
         saturated = loadgen.call("saturate", members=min(members, sizes.saturate_members),
                                  seconds=sizes.saturate_s, timeout=120)
         saturated_cpu = saturation_sampler.result()
+        saturated_gc = gcstats.window(gc_before["server"], server.gc_report(),
+                                      time.perf_counter() - sampler.started)
         final = loadgen.call("stats")
         progress.step(f"{label} @{members:,}: done")
-        return {"shards": shards, "setup": populated, "setupServer": setup.result()["server"],
-                "window": window, "cpu": cpu, "saturated": saturated, "saturatedCpu": saturated_cpu,
-                "expiredTotal": final["expiredTotal"], "latencies": None}
+        return {"shards": shards, "gcMode": gc_mode, "setup": populated,
+                "setupServer": setup.result()["server"], "window": window, "cpu": cpu, "gc": gc,
+                "saturated": saturated, "saturatedCpu": saturated_cpu,
+                "gcThroughSaturation": saturated_gc, "expiredTotal": final["expiredTotal"],
+                "latencies": None}
     finally:
         for process in (loadgen, server, redis):
             if process is not None:
@@ -200,17 +266,20 @@ def _plot_steady(result: ScenarioResult, out: Path) -> None:
     if plt is None or not result.data:
         return
     sizes = sorted(int(k) for k in result.data)
+    modes = sorted({mode for runs in result.data.values() for mode in runs})
     figure, (latency, throughput) = plt.subplots(1, 2, figsize=(11, 4))
-    for run, style in (("coordinator", "o-"), ("bare", "s--")):
-        latency.plot(sizes, [result.data[str(n)][run]["window"]["p50Ms"] for n in sizes], style,
-                     label=f"{run} p50")
-        latency.plot(sizes, [result.data[str(n)][run]["window"]["p99Ms"] for n in sizes], style,
-                     label=f"{run} p99", alpha=0.6)
-        throughput.plot(sizes, [result.data[str(n)][run]["saturated"]["perSecond"] for n in sizes], style,
-                        label=run)
+    for mode in modes:
+        for run, style in (("coordinator", "o-"), ("bare", "s--")):
+            shown = [n for n in sizes if mode in result.data[str(n)]]
+            runs = [result.data[str(n)][mode][run] for n in shown]
+            label = f"{run} GC {mode}"
+            latency.plot(shown, [r["window"]["p99Ms"] for r in runs], style, label=f"{label} p99")
+            throughput.plot(shown, [r["perCore"] for r in runs], style, label=label)
     latency.axhline(100, color="red", linewidth=0.8, label="target p99")
     latency.set(xlabel="members", ylabel="heartbeat latency (ms)", title="steady heartbeats")
-    throughput.set(xlabel="members", ylabel="responses/s (saturated)", title="throughput")
+    latency.set_yscale("log")
+    throughput.set(xlabel="members", ylabel="saturated responses per server CPU-second",
+                   title="capacity")
     latency.legend()
     throughput.legend()
     figure.tight_layout()
@@ -329,3 +398,101 @@ def failure(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
     result.notes.append(f"tick {tick_ms} ms; detection is bounded by the lease TTL by design (H6); "
                         "'beyond lease' is the coordinator's own reaction time")
     return result
+
+
+# --- 5. soak ----------------------------------------------------------------------------
+
+
+def soak(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
+    members, mode = sizes.soak_members, sizes.gc_modes[0]
+    shards = shards_for(2 * members)
+    minutes = sizes.soak_s / 60
+    result = ScenarioResult("soak", f"{members:,} members for {minutes:.0f} min, {sizes.soak_churn} leave "
+                            f"and {sizes.soak_churn} join every {sizes.soak_period_s:.0f} s, GC {mode}",
+                            columns=["GC", "members", "minutes", "left", "joined", "RSS start MB",
+                                     "RSS end MB", "RSS peak MB", "GC/min", "full GCs", "GC s", "GC %",
+                                     "max pause ms g0/g1/g2", "p50 ms", "p99 ms", "max ms", "expired",
+                                     "churn converge s (median)"])
+    periods = int(sizes.soak_s // sizes.soak_period_s)
+    with progress.scenario("5 soak", steps=2 + periods), coordinated(
+            progress, gc_mode=mode, heartbeat_interval_ms=sizes.heartbeat_ms,
+            lease_ttl_ms=30000) as (_, coordinator, loadgen):
+        progress.step(f"{members:,} members joining")
+        _populate(progress, loadgen, members, shards)
+        loadgen.call("desync", timeout=60)
+        gc_start = coordinator.gc_report()
+        loadgen.call("reset")
+        started = time.perf_counter()
+        rss_start = coordinator.rss_mb()
+        samples = [{"seconds": 0.0, "rssMb": rss_start, "heapBlocks": gc_start["heapBlocks"],
+                    "collections": sum(gc_start["collections"])}]
+        sampler = Sampler(server=coordinator)
+        converge: list[float] = []
+        longest = [0.0, 0.0, 0.0]  # each report starts a new max-pause window: keep the soak's
+        left = joined = 0
+        for period in range(periods):
+            if time.perf_counter() - started >= sizes.soak_s:
+                break  # churn slower than its period: the soak still ends on time
+            period_end = started + (period + 1) * sizes.soak_period_s
+            gone = loadgen.call("leave", count=sizes.soak_churn, oldest=True, timeout=120)
+            came = loadgen.call("add", count=sizes.soak_churn, timeout=120)
+            left += sizes.soak_churn
+            joined += came.get("connected", 0)
+            converge.append(gone["seconds"] + came["seconds"])
+            if not (gone.get("converged") and came.get("converged")):
+                result.notes.append(f"period {period}: did not converge ({gone.get('state')}, "
+                                    f"{came.get('state')})")
+            progress.step(f"churn {period + 1}/{periods}: {left:,} left, {joined:,} joined, "
+                          f"RSS {coordinator.rss_mb():.0f} MB")
+            while (wait := period_end - time.perf_counter()) > 0:
+                sampler.sample()
+                time.sleep(min(0.5, wait))
+            elapsed = time.perf_counter() - started
+            if elapsed - samples[-1]["seconds"] >= sizes.soak_sample_s or elapsed >= sizes.soak_s:
+                report = coordinator.gc_report()
+                longest = [max(pair) for pair in zip(longest, report["maxSeconds"], strict=True)]
+                samples.append({"seconds": elapsed, "rssMb": coordinator.rss_mb(),
+                                "heapBlocks": report["heapBlocks"],
+                                "collections": sum(report["collections"])})
+        elapsed = time.perf_counter() - started
+        window = loadgen.call("stats")
+        report = coordinator.gc_report()
+        report["maxSeconds"] = [max(pair) for pair in zip(longest, report["maxSeconds"], strict=True)]
+        gc = gcstats.window(gc_start, report, elapsed)
+        cpu = sampler.result()["server"]
+        rss_end = coordinator.rss_mb()
+        result.rows.append([mode, members, elapsed / 60, left, joined, rss_start, rss_end, cpu["peakRssMb"],
+                            gc["collectionsPerMinute"], gc["fullCollections"], gc["gcSeconds"],
+                            100 * gc["gcShare"], pauses_cell(gc), window["p50Ms"], window["p99Ms"],
+                            window["maxMs"], window["expiredTotal"],
+                            statistics.median(converge) if converge else None])
+        result.data = {"gc": gc, "window": window, "samples": samples, "cpu": cpu,
+                       "rssStartMb": rss_start, "rssEndMb": rss_end, "convergeSeconds": converge}
+        growth = (rss_end - rss_start) / rss_start
+        result.target(f"coordinator RSS over {minutes:.0f} min of churn @{members:,}", "flat (< 10 % growth)",
+                      f"{rss_start:.0f} -> {rss_end:.0f} MB ({100 * growth:+.1f} %)", growth < 0.10)
+        result.target(f"collections per minute @{members:,}", "(no target)",
+                      f"{gc['collectionsPerMinute']:.0f}/min, {gc['fullCollections']} full, "
+                      f"{100 * gc['gcShare']:.1f} % of the time", None)
+    result.notes.append("members leave cleanly (memberEpoch -1), the oldest first, and as many new "
+                        "sessions connect and join; RSS is the coordinator process's; GC figures over "
+                        "the churn (gc.callbacks); 'full GCs' = the policy's full collections "
+                        "(unfreeze, collect, freeze) from the tick")
+    _plot_soak(result, out)
+    return result
+
+
+def _plot_soak(result: ScenarioResult, out: Path) -> None:
+    plt = pyplot()
+    if plt is None or not result.data.get("samples"):
+        return
+    samples = result.data["samples"]
+    figure, rss = plt.subplots(figsize=(7, 4))
+    rss.plot([s["seconds"] / 60 for s in samples], [s["rssMb"] for s in samples], "o-")
+    rss.set(xlabel="minutes", ylabel="coordinator RSS (MB)", title=result.title)
+    rss.set_ylim(bottom=0)
+    figure.tight_layout()
+    path = out / "soak.png"
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    result.plots.append(str(path))

@@ -19,6 +19,8 @@ from typing import Any
 
 import psutil
 
+from bench.gcstats import GC_LINE
+from rsc.actors import gc_control
 from rsc.embedded_redis import EmbeddedRedis
 
 
@@ -26,21 +28,24 @@ class BenchError(RuntimeError):
     """A process under test misbehaved (did not start, answered an error, timed out)."""
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(gc_mode: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if gc_mode is not None:
+        env[gc_control.MODE_ENV] = gc_mode
     return env
 
 
 class Child:
     """A child process whose stdout we read line by line."""
 
-    def __init__(self, argv: list[str], *, stdin: bool = False) -> None:
+    def __init__(self, argv: list[str], *, stdin: bool = False, gc_mode: str | None = None) -> None:
         self.argv = argv
+        self.gc_mode = gc_mode
         self.process = subprocess.Popen(
             argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env=_child_env(), bufsize=0)
+            stderr=subprocess.PIPE, env=_child_env(gc_mode), bufsize=0)
         self.stats = psutil.Process(self.process.pid)
         self._selector = selectors.DefaultSelector()
         assert self.process.stdout is not None
@@ -119,8 +124,8 @@ def _drain_stderr_forever(child: Child) -> None:
 class Server(Child):
     """A server child that prints `listening on ws://H:P` once it accepts sessions."""
 
-    def __init__(self, argv: list[str], timeout: float = 30) -> None:
-        super().__init__(argv)
+    def __init__(self, argv: list[str], timeout: float = 30, gc_mode: str | None = None) -> None:
+        super().__init__(argv, gc_mode=gc_mode)
         _drain_stderr_forever(self)
         self.url = ""
         deadline = time.monotonic() + timeout
@@ -132,13 +137,39 @@ class Server(Child):
     def stderr_tail(self) -> str:
         return self._stderr_tail.decode(errors="replace")
 
+    def gc_report(self, timeout: float = 30) -> dict[str, Any]:
+        """The server's GC counters so far (bench/gcstats.py); starts a new max-pause window."""
+        os.kill(self.process.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self.readline(max(0.1, deadline - time.monotonic()))
+            if line.startswith(GC_LINE):
+                report: dict[str, Any] = json.loads(line[len(GC_LINE):])
+                return report
+
 
 # set by `python -m bench --profile-coordinator`: each coordinator runs under cProfile into this folder
 PROFILE_DIR: str | None = None
+# set by `python -m bench --py-spy DIR`: steady windows of the coordinator are sampled by py-spy
+PY_SPY_DIR: str | None = None
+
+
+def py_spy(pid: int, seconds: float, name: str) -> subprocess.Popen[bytes] | None:
+    """Sample `pid` for `seconds` with py-spy (collapsed stacks, 25 Hz) into PY_SPY_DIR/name.txt."""
+    import shutil
+
+    executable = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if PY_SPY_DIR is None or not os.path.exists(executable):
+        return None
+    return subprocess.Popen(
+        [executable, "record", "--pid", str(pid), "--duration", str(max(1, int(seconds))), "--rate", "25",
+         "--format", "raw", "--nonblocking", "--output", os.path.join(PY_SPY_DIR, f"{name}.txt")],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def start_coordinator(redis_url: str, *, heartbeat_interval_ms: int = 3000, lease_ttl_ms: int = 30000,
-                      tick_interval_ms: int = 1000, push: bool = True) -> Server:
+                      tick_interval_ms: int = 1000, push: bool = True,
+                      gc_mode: str | None = None) -> Server:
     profile: list[str] = []
     if PROFILE_DIR is not None:
         profile = ["-m", "cProfile", "-o",
@@ -148,18 +179,21 @@ def start_coordinator(redis_url: str, *, heartbeat_interval_ms: int = 3000, leas
             "--tick-interval-ms", str(tick_interval_ms), "--log-level", "warning"]
     if not push:
         argv.append("--no-push")
-    return Server(argv)
+    return Server(argv, gc_mode=gc_mode)
 
 
-def start_bare() -> Server:
-    return Server([sys.executable, "-m", "bench.bare", "--port", "0"])
+def start_bare(gc_mode: str | None = None) -> Server:
+    """The bare baseline, with the same GC mode as the coordinator it is compared with."""
+    return Server([sys.executable, "-m", "bench.bare", "--port", "0"], gc_mode=gc_mode)
 
 
 class LoadGen(Child):
     """The load-generator process (bench/loadgen.py), driven one JSON command at a time."""
 
-    def __init__(self, url: str, prefix: str = "bench", group: str = "g") -> None:
-        super().__init__([sys.executable, "-m", "bench.loadgen", url, prefix, group], stdin=True)
+    def __init__(self, url: str, prefix: str = "bench", group: str = "g",
+                 gc_mode: str | None = None) -> None:
+        super().__init__([sys.executable, "-m", "bench.loadgen", url, prefix, group], stdin=True,
+                         gc_mode=gc_mode)
         _drain_stderr_forever(self)
         ready = json.loads(self.readline(30))
         self.fd_limit = ready.get("fdLimit")

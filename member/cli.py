@@ -29,6 +29,7 @@ import attrs
 import redis
 import trio
 
+from rsc.member import gc_control
 from rsc.member.listener import Listener
 from rsc.member.notices import REPEAT_S, Notices, redis_problem, then
 from rsc.member.producer import no_routing_line, open_producer
@@ -308,6 +309,7 @@ def run_consume(args: argparse.Namespace) -> int:
         _line_writer("consume")(str(exc))
         return 1
     _quiet_repeats(logging.getLogger("rsc.member"), "consume")
+    gc_control.install()  # the coordinator's GC policy for this member process (RSC_GC)
     return _run("consume", _consume, args, urls)
 
 

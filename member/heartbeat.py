@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from rsc.member import gc_control
 from rsc.member.reconcile import LEAVE_EPOCH
 from rsc.member.session import Backoff, ResponseUndecodable, Session, SessionClosed, open_session
 from rsc.protocol import AssignmentChanged, HeartbeatResponse, Status
@@ -98,6 +99,8 @@ async def _heartbeat_loop(core: MemberCore, session: Session) -> None:
                 log.info("member %s: heartbeat answered %s %s", core.member_id,
                          response.status, response.error or "")
             core.apply(ledger.on_response(sent, response))
+            gc_control.freeze_after_startup()  # no-ops unless the process installed the policy
+            gc_control.on_tick()
             if sent.member_epoch == LEAVE_EPOCH and ledger.state.member_epoch == LEAVE_EPOCH:
                 core.left.set()
                 return

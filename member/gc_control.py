@@ -1,0 +1,192 @@
+"""The member's garbage-collector policy: the coordinator's, for a member process.
+
+Same rules as `rsc.actors.gc_control` (the two sides never import each
+other): with `RSC_GC=tuned` (the default) the heap is frozen once the member
+runs and again on every `on_tick()`, so automatic collections never walk
+what lived through a tick, and young collections run only after 200,000 net
+allocations (bursts); a full collection (unfreeze, collect, freeze)
+runs from the tick when the heap grew by `GROWTH` (doubled up to `MAX_GROWTH`
+while fulls find live growth rather than garbage) or `MAX_FULL_INTERVAL_S`
+passed, within `FULL_BUDGET` of the wall time (growth while the budget
+forbids a full is not saved up for later). `RSC_GC=default` leaves
+Python's settings alone.
+
+The process owner (`rsc consume`, the bench's load generator) calls
+`install()`; the runtime calls `freeze_after_startup()` once the member has
+joined and `on_tick()` from a loop it already has (once per heartbeat is
+enough); both do nothing in a process that did not install the policy.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+MODE_ENV = "RSC_GC"
+TUNED, DEFAULT = "tuned", "default"
+MODES = (TUNED, DEFAULT)
+TUNED_THRESHOLDS = (200_000, 10, 1000)
+GROWTH = 0.10
+MAX_GROWTH = 1.0
+MAX_FULL_INTERVAL_S = 300.0
+FULL_BUDGET = 0.005
+MIN_TICK_INTERVAL_S = 0.5
+
+
+def mode_from_env(environ: Mapping[str, str] = os.environ) -> str:
+    """The GC mode named by `RSC_GC` (unset: tuned); a clear error for anything else."""
+    mode = environ.get(MODE_ENV, TUNED).strip().lower() or TUNED
+    if mode not in MODES:
+        raise ValueError(f"{MODE_ENV} must be one of {', '.join(MODES)}, not {environ[MODE_ENV]!r}")
+    return mode
+
+
+class PauseRecorder:
+    """A `gc.callbacks` callback: collections, total and longest pause per generation.
+
+    Pauses are wall time (what a waiting peer sees); `cpu_seconds` is the
+    collector's own CPU time, which a busy machine does not inflate.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter,
+                 cpu_clock: Callable[[], float] = time.thread_time) -> None:
+        self.clock = clock
+        self.cpu_clock = cpu_clock
+        self.collections = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self.cpu_seconds = [0.0, 0.0, 0.0]
+        self.max_seconds = [0.0, 0.0, 0.0]
+        self.observers: list[Callable[[int, float], None]] = []
+        self._started: float | None = None
+        self._cpu_started = 0.0
+
+    def __call__(self, phase: str, info: Mapping[str, Any]) -> None:
+        if phase == "start":
+            self._started = self.clock()
+            self._cpu_started = self.cpu_clock()
+            return
+        if self._started is None:
+            return
+        pause = self.clock() - self._started
+        self._started = None
+        generation = min(int(info.get("generation", 2)), 2)
+        self.collections[generation] += 1
+        self.seconds[generation] += pause
+        self.cpu_seconds[generation] += self.cpu_clock() - self._cpu_started
+        self.max_seconds[generation] = max(self.max_seconds[generation], pause)
+        for observe in self.observers:
+            observe(generation, pause)
+
+    def snapshot(self, *, reset_max: bool = False) -> dict[str, Any]:
+        """Counters so far (JSON-ready); `reset_max` starts a new window for the longest pauses."""
+        taken = {"collections": list(self.collections), "seconds": list(self.seconds),
+                 "cpuSeconds": list(self.cpu_seconds), "maxSeconds": list(self.max_seconds)}
+        if reset_max:
+            self.max_seconds = [0.0, 0.0, 0.0]
+        return taken
+
+
+class Policy:
+    """What to collect when, for one process (the collector is process-wide)."""
+
+    def __init__(self, mode: str, *, gc_module: Any = gc, clock: Callable[[], float] = time.monotonic,
+                 heap_blocks: Callable[[], int] = sys.getallocatedblocks) -> None:
+        if mode not in MODES:
+            raise ValueError(f"GC mode must be one of {', '.join(MODES)}, not {mode!r}")
+        self.mode = mode
+        self.gc = gc_module
+        self.clock = clock
+        self.heap_blocks = heap_blocks
+        self.applied = False
+        self.frozen = False
+        self.full_collections = 0
+        self._last_full_at = 0.0
+        self._last_full_seconds = 0.0
+        self._blocks_after_full = 0
+        self.growth = GROWTH
+        self._last_tick_at = -MIN_TICK_INTERVAL_S
+
+    def apply(self) -> None:
+        """Set the tuned thresholds (once; nothing in default mode)."""
+        if self.mode == TUNED and not self.applied:
+            self.gc.set_threshold(*TUNED_THRESHOLDS)
+        self.applied = True
+
+    def freeze_after_startup(self) -> bool:
+        """Collect, then freeze what startup and restore built; only the first call does it."""
+        if self.mode != TUNED or self.frozen:
+            return False
+        self.apply()
+        self._full()
+        self.frozen = True
+        return True
+
+    def on_tick(self) -> str | None:
+        """One tick's collection: 'full', 'young' or None (default mode, or before startup froze)."""
+        if self.mode != TUNED or not self.frozen:
+            return None
+        now = self.clock()
+        if now - self._last_tick_at < MIN_TICK_INTERVAL_S:
+            return None
+        self._last_tick_at = now
+        since_full = now - self._last_full_at
+        grown = self.heap_blocks() > self._blocks_after_full * (1 + self.growth)
+        due = grown or since_full >= MAX_FULL_INTERVAL_S
+        if since_full * FULL_BUDGET >= self._last_full_seconds:
+            if due:
+                self._full()
+                return "full"
+        elif grown:
+            # growth while the budget forbids a full is not saved up for later: a full that
+            # fires long after the heap settled (mid steady state) would find little
+            self._blocks_after_full = self.heap_blocks()
+        self.gc.freeze()  # O(1): what survived the young collections since the last tick
+        return "young"
+
+    def _full(self) -> None:
+        started, before = self.clock(), self.heap_blocks()
+        self.gc.unfreeze()
+        self.gc.collect()
+        self.gc.freeze()
+        self._last_full_at = self.clock()
+        self._last_full_seconds = self._last_full_at - started
+        after = self.heap_blocks()
+        # the heap grew with live objects (sessions joining), not garbage: wait for more growth
+        if self.full_collections:
+            garbage = before - after >= (before - self._blocks_after_full) / 2
+            self.growth = GROWTH if garbage else min(2 * self.growth, MAX_GROWTH)
+        self._blocks_after_full = after
+        self.full_collections += 1
+
+
+recorder = PauseRecorder()
+policy: Policy | None = None
+
+
+def install(environ: Mapping[str, str] = os.environ) -> Policy:
+    """Apply the mode of `RSC_GC` to this process and record GC pauses (idempotent)."""
+    global policy
+    if policy is None:
+        policy = Policy(mode_from_env(environ))
+        policy.apply()
+    if recorder not in gc.callbacks:
+        gc.callbacks.append(recorder)
+    return policy
+
+
+def freeze_after_startup() -> bool:
+    """Once the member has joined: freeze the heap built so far (tuned mode, once per process).
+
+    Does nothing unless the process owner called `install()`: a library does not
+    change its host application's collector on its own.
+    """
+    return policy.freeze_after_startup() if policy is not None else False
+
+
+def on_tick() -> str | None:
+    """From a loop the runtime already has: freeze what survived, the full collection when due."""
+    return policy.on_tick() if policy is not None else None
