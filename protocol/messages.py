@@ -198,6 +198,7 @@ class Heartbeat(GroupRequest):
 class RoutingSummary:
     version: int
     shard_count: int
+    store_id: str | None = None  # the coordinator's `rsc:store-id` (Producer routing)
 
 
 @attrs.frozen(kw_only=True)
@@ -263,6 +264,7 @@ class Routing(Response):
     shard_count: int | None = None
     hash: str | None = None
     streams: tuple[str, ...] | None = None
+    store_id: str | None = None  # the coordinator's `rsc:store-id` (Producer routing)
     error: str | None = None
 
 
@@ -284,6 +286,7 @@ class DescribeGroup(GroupRequest):
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
     consumer_group: str = attrs.field(validator=_name)
+    watch: bool = False  # then every later change is pushed until the session closes (Admin)
 
     def error(self, status: Status, error: str) -> GroupDescription:
         return GroupDescription(request_id=self.request_id, status=status,

@@ -45,7 +45,7 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "groupEpoch": 5, "assignmentEpoch": 5,
  "heartbeatIntervalMs": 3000, "leaseTtlMs": 10000,
  "maxConcurrency": 4,
- "routing": {"version": 1, "shardCount": 4},
+ "routing": {"version": 1, "shardCount": 4, "storeId": "5c1f0e9a2b7d4c3e8a6f1d0b9e2c7a41"},
  "assignment": {"assignedShards": ["orders:v1:0", "orders:v1:2"],
                 "pendingShards": ["orders:v1:3"]}}
 """, m.HeartbeatResponse, {"error": None}),
@@ -56,15 +56,17 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
 {"type": "routing", "requestId": 1, "status": "OK", "streamPrefix": "orders",
  "version": 2, "shardCount": 8, "hash": "crc32",
  "streams": ["orders:v2:0", "orders:v2:1", "orders:v2:2", "orders:v2:3",
-             "orders:v2:4", "orders:v2:5", "orders:v2:6", "orders:v2:7"]}
+             "orders:v2:4", "orders:v2:5", "orders:v2:6", "orders:v2:7"],
+ "storeId": "5c1f0e9a2b7d4c3e8a6f1d0b9e2c7a41"}
 """, m.Routing, {"error": None}),
     ("routing push (no requestId)", """
 {"type": "routing", "status": "OK", "streamPrefix": "orders",
  "version": 3, "shardCount": 2, "hash": "crc32", "streams": ["orders:v3:0", "orders:v3:1"]}
-""", m.Routing, {"requestId": None, "error": None}),
+""", m.Routing, {"requestId": None, "storeId": None, "error": None}),
     ("routing UNKNOWN_STREAM", """
 {"type": "routing", "requestId": 1, "status": "UNKNOWN_STREAM", "streamPrefix": "orders"}
-""", m.Routing, {"version": None, "shardCount": None, "hash": None, "streams": None, "error": None}),
+""", m.Routing, {"version": None, "shardCount": None, "hash": None, "streams": None,
+                 "storeId": None, "error": None}),
     ("error", """
 {"type": "error", "requestId": 7, "status": "INVALID_REQUEST",
  "error": "field 'memberEpoch' must be >= -1, got -2"}
@@ -101,7 +103,7 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "streamPrefix": "orders", "consumerGroup": "billing",
  "state": "RECONCILING", "groupEpoch": 9, "assignmentEpoch": 9,
  "maxConcurrency": null,
- "routing": {"version": 2, "shardCount": 8},
+ "routing": {"version": 2, "shardCount": 8, "storeId": "5c1f0e9a2b7d4c3e8a6f1d0b9e2c7a41"},
  "migration": {"state": "DRAINING", "fromVersion": 1, "toVersion": 2,
                "cutover": "parallel",
                "drainedShards": ["orders:v1:0"], "remainingShards": ["orders:v1:1"],
@@ -122,6 +124,10 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
 """, m.Groups, {"error": None}),
     ("describeGroup", """
 {"type": "describeGroup", "requestId": 3, "streamPrefix": "orders", "consumerGroup": "billing"}
+""", m.DescribeGroup, {"watch": False}),
+    ("describeGroup watch", """
+{"type": "describeGroup", "requestId": 3, "streamPrefix": "orders", "consumerGroup": "billing",
+ "watch": true}
 """, m.DescribeGroup, {}),
     ("setShardCount", """
 {"type": "setShardCount", "requestId": 4, "streamPrefix": "orders", "consumerGroup": "billing",
@@ -246,7 +252,8 @@ def test_example_heartbeat_response_fields() -> None:
     message = decode(EXAMPLES[1][1])
     assert isinstance(message, m.HeartbeatResponse)
     assert message.status is Status.OK
-    assert message.routing == m.RoutingSummary(version=1, shard_count=4)
+    assert message.routing == m.RoutingSummary(version=1, shard_count=4,
+                                               store_id="5c1f0e9a2b7d4c3e8a6f1d0b9e2c7a41")
     assert message.assignment == m.Assignment(assigned_shards=("orders:v1:0", "orders:v1:2"),
                                               pending_shards=("orders:v1:3",))
 
@@ -296,7 +303,8 @@ def opt(strategy: st.SearchStrategy) -> st.SearchStrategy:
     return st.none() | strategy
 
 
-routing_summaries = st.builds(m.RoutingSummary, version=ints, shard_count=ints)
+routing_summaries = st.builds(m.RoutingSummary, version=ints, shard_count=ints,
+                              store_id=opt(texts))
 assignments = st.builds(m.Assignment, assigned_shards=shard_lists, pending_shards=shard_lists)
 revoking = st.builds(m.RevokingShard, shard=st.text(max_size=30),
                      state=st.sampled_from(["REVOKING", "REVOKED"]))
@@ -335,10 +343,10 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
                             subscribe=st.booleans()),
     m.Routing: st.builds(m.Routing, request_id=maybe_request_ids, status=statuses, stream_prefix=texts,
                          version=opt(ints), shard_count=opt(ints), hash=opt(texts),
-                         streams=opt(shard_lists), error=opt(texts)),
+                         streams=opt(shard_lists), store_id=opt(texts), error=opt(texts)),
     m.ListGroups: st.builds(m.ListGroups, request_id=request_ids),
     m.DescribeGroup: st.builds(m.DescribeGroup, request_id=request_ids, stream_prefix=names,
-                               consumer_group=names),
+                               consumer_group=names, watch=st.booleans()),
     m.SetShardCount: st.builds(m.SetShardCount, request_id=request_ids, stream_prefix=names,
                                consumer_group=opt(names), shard_count=st.integers(1, 4096),
                                cutover=st.sampled_from(["parallel", "ordered"])),
@@ -415,7 +423,7 @@ GET_ROUTING: dict[str, Any] = {"type": "getRouting", "requestId": 1, "streamPref
                                "subscribe": True}
 LIST_GROUPS: dict[str, Any] = {"type": "listGroups", "requestId": 2}
 DESCRIBE_GROUP: dict[str, Any] = {"type": "describeGroup", "requestId": 3, "streamPrefix": "orders",
-                                  "consumerGroup": "billing"}
+                                  "consumerGroup": "billing", "watch": True}
 SET_SHARD_COUNT: dict[str, Any] = {"type": "setShardCount", "requestId": 4, "streamPrefix": "orders",
                                    "consumerGroup": "billing", "shardCount": 8, "cutover": "ordered"}
 SET_MAX_CONCURRENCY: dict[str, Any] = {"type": "setMaxConcurrency", "requestId": 5,
@@ -431,7 +439,7 @@ RESET_OFFSETS: dict[str, Any] = {"type": "resetOffsets", "requestId": 8, "stream
 
 REQUESTS = [HEARTBEAT, GET_ROUTING, LIST_GROUPS, DESCRIBE_GROUP, SET_SHARD_COUNT, SET_MAX_CONCURRENCY,
             REMOVE_MEMBER, DELETE_GROUP, RESET_OFFSETS]
-OPTIONAL = {"capacity", "ownedShards", "revokingShards", "subscribe", "cutover"}
+OPTIONAL = {"capacity", "ownedShards", "revokingShards", "subscribe", "cutover", "watch"}
 
 
 def endpoint_of(obj: dict[str, Any]) -> frozenset[str]:
@@ -608,6 +616,9 @@ ILL_TYPED: list[tuple[dict[str, Any], str, Any, str]] = [
     (GET_ROUTING, "subscribe", "yes", "subscribe"),
     (GET_ROUTING, "subscribe", 1, "subscribe"),
     (GET_ROUTING, "subscribe", None, "subscribe"),
+    (DESCRIBE_GROUP, "watch", "true", "watch"),
+    (DESCRIBE_GROUP, "watch", 1, "watch"),
+    (DESCRIBE_GROUP, "watch", None, "watch"),
     # arrays and their items, with the index in the path
     (HEARTBEAT, "ownedShards", "orders:v1:0", "ownedShards"),
     (HEARTBEAT, "ownedShards", {"0": "orders:v1:0"}, "ownedShards"),
