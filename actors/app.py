@@ -191,8 +191,9 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
         log_event(log, "coordinator.lease_takeover_skipped", error=str(exc))
     epoch = await trio.to_thread.run_sync(store.acquire, int(lease_ms * 1.5))
     readiness.lease_held(True)
+    store_id = await trio.to_thread.run_sync(store.ensure_store_id)
     log_event(log, "coordinator.started", coordinator_epoch=epoch, redis=store.redis_url,
-              max_sessions=max_sessions, fd_limit=fd_limit)
+              max_sessions=max_sessions, fd_limit=fd_limit, store_id=store_id)
     settings = GroupSettings(heartbeat_interval_ms=config.heartbeat_interval_ms,
                              lease_ttl_ms=config.lease_ttl_ms,
                              revoke_timeout_ms=config.revoke_timeout_ms)
@@ -250,7 +251,8 @@ async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig,
 
 
 async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness: Readiness) -> None:
-    """Renew the coordinator lease every tick, on a thread of its own that nothing else can hold.
+    """Renew the coordinator lease every tick, on a thread of its own that nothing else can hold,
+    and write `rsc:store-id` again if it went missing.
 
     Each renewal is a metadata write reported to `readiness` (which logs an
     outage once). A fenced store (another coordinator owns this Redis) ends
@@ -274,6 +276,10 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
             continue
         readiness.lease_held(True)
         readiness.write_succeeded()  # the renewal is a metadata write too (PROTOCOL, Command line)
+        try:  # Producer routing: written again, the same id, whenever the key is missing
+            await trio.to_thread.run_sync(store.ensure_store_id, limiter=own_thread)
+        except (StoreError, OSError) as exc:
+            log_event(log, "store.id_not_written", level=logging.WARNING, error=str(exc))
 
 
 async def _tick_loop(config: CoordinatorConfig, router: Router) -> None:

@@ -167,8 +167,9 @@ class Committed:
     deleted: tuple[str, ...] = ()  # groups gone (G1): forget their series
 
 
-def routing_summary(routing: RoutingRecord) -> m.RoutingSummary:
-    return m.RoutingSummary(version=routing.version, shard_count=routing.shard_count)
+def routing_summary(routing: RoutingRecord, store_id: str | None = None) -> m.RoutingSummary:
+    return m.RoutingSummary(version=routing.version, shard_count=routing.shard_count,
+                            store_id=store_id)
 
 
 def routing_description(routing: RoutingRecord) -> m.RoutingDescription:
@@ -212,6 +213,11 @@ class PrefixMachine:
         self.blocking: tuple[m.BlockingGroup, ...] = ()
         self._drain_check_due = False
         self._retire_check_due = False
+        # Producer routing: the coordinator's `rsc:store-id`, set by the shell
+        self.store_id: str | None = None
+        # watches (Admin): groups whose description may have changed since `take_described`
+        self._described: set[str] = set()
+        self._described_all = False
 
     # --- restore -------------------------------------------------------------------
 
@@ -297,9 +303,12 @@ class PrefixMachine:
                                   else total_undelivered + undelivered, total_pending + pending)
             if clear:
                 drained.add(stream)
-        self.blocking = tuple(m.BlockingGroup(consumer_group=name, undelivered=undelivered,
-                                              pending=pending)
-                              for name, (undelivered, pending) in sorted(blocking.items()))
+        blocking_groups = tuple(m.BlockingGroup(consumer_group=name, undelivered=undelivered,
+                                                pending=pending)
+                                for name, (undelivered, pending) in sorted(blocking.items()))
+        if blocking_groups != self.blocking:
+            self._described_all = True  # every group's migration description shows them
+        self.blocking = blocking_groups
         self.drained(drained)
 
     def drained(self, shards: Iterable[str]) -> None:
@@ -354,6 +363,7 @@ class PrefixMachine:
         if changes.routing_changed and self.routing is not None:
             self._events.append(PrefixEvent("routing.changed", {
                 "version": self.routing.version, "shard_count": self.routing.shard_count}))
+        self._note_described(changes, effects)
         current = set(self.routing.streams) if self.routing else set()
         unseal = tuple(sorted(s for s in self._unseal if s in current and s not in self._seal))
         checkpoint = Checkpoint(create=tuple(self._create), unseal=unseal,
@@ -365,6 +375,21 @@ class PrefixMachine:
         self._unseal = set()
         self._deleted, self._destroy = {}, set()
         return checkpoint
+
+    def _note_described(self, changes: Changes, effects: Mapping[str, Effects]) -> None:
+        """Which descriptions this batch may have changed (watches look at those only)."""
+        if changes.routing_changed or changes.migration_changed:
+            self._described_all = True  # every group's routing and migration
+        elif not self._described_all:
+            self._described.update(changes.groups)  # settings changed, registered or deleted
+            self._described.update(name for name, effect in effects.items()
+                                   if effect.dirty or effect.events)
+
+    def take_described(self) -> tuple[bool, frozenset[str]]:
+        """(every group, or these groups) whose description may differ since the last call."""
+        described = (self._described_all, frozenset(self._described))
+        self._described_all, self._described = False, set()
+        return described
 
     def committed(self, checkpoint: Checkpoint) -> Committed:
         """The checkpoint is durable: fold it into the rollback point; what to push."""
@@ -410,6 +435,7 @@ class PrefixMachine:
             group.restore(record, shards, now_ms, restart=False)
         if self.migration is not None:
             self._retire_check_due = True
+        self._described_all = True  # back to what Redis holds
 
     def cleanup_failed(self, checkpoint: Checkpoint) -> None:
         """The hash landed but the cleanup did not: do it again with the next checkpoint."""
@@ -420,6 +446,7 @@ class PrefixMachine:
     def offsets_moved(self, move: MoveOffsets, last_delivered: Mapping[str, str]) -> None:
         """G3: the move landed; `last_delivered` is the group's new id per stream."""
         self._moved[move] = last_delivered
+        self._described.add(move.group)
 
     def resolve(self, answer: Answer, *, durable: bool) -> m.Response:
         """H12: the response to send, now that the checkpoint landed (`durable`) or not."""
@@ -456,7 +483,7 @@ class PrefixMachine:
     # --- requests --------------------------------------------------------------------
 
     def _heartbeat(self, request: m.Heartbeat, now_ms: int) -> m.HeartbeatResponse:
-        routing = routing_summary(self.routing) if self.routing else None
+        routing = routing_summary(self.routing, self.store_id) if self.routing else None
         group = self.groups.get(request.consumer_group)
         if group is None:
             if request.member_epoch != JOIN_EPOCH:
@@ -594,7 +621,7 @@ class PrefixMachine:
         if group is None:
             return request.unknown_group()
         description = group.describe(
-            now_ms, routing_summary(self.routing) if self.routing else None,
+            now_ms, routing_summary(self.routing, self.store_id) if self.routing else None,
             migration_description(self.migration, self.blocking) if self.migration else None)
         return attrs.evolve(description, request_id=request.request_id)
 
@@ -607,7 +634,7 @@ class PrefixMachine:
         assert self.routing is not None
         return m.Routing(request_id=request_id, status=Status.OK, stream_prefix=self.prefix,
                          version=self.routing.version, shard_count=self.routing.shard_count,
-                         hash=HASH_NAME, streams=self.routing.streams)
+                         hash=HASH_NAME, streams=self.routing.streams, store_id=self.store_id)
 
     # --- migration ---------------------------------------------------------------------
 

@@ -14,11 +14,14 @@ Blocking (redis-py's sync client); the actors call it through
   coordinator is fenced rather than overwriting a live one.
 - owner tokens `{shard}:owner:<group>` (value: memberId) that members' ack
   scripts check.
+- `rsc:store-id`: this Redis's random id (`ensure_store_id`), sent in routing so
+  producers and members can tell they use the coordinator's Redis.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import time
 import uuid
@@ -33,6 +36,7 @@ from rsc.protocol.routing import owner_key, seal_key
 EPOCH_KEY = "rsc:coordinator:epoch"
 LEASE_KEY = "rsc:coordinator:lease"
 PREFIXES_KEY = "rsc:prefixes"
+STORE_ID_KEY = "rsc:store-id"
 
 # KEYS[1] meta hash; ARGV[1] our coordinator epoch; ARGV[2] the epoch field;
 # ARGV[3..] field, value pairs ("" deletes)
@@ -125,6 +129,7 @@ class MetadataStore:
         self.lease_ms = lease_ms
         self.instance_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.coordinator_epoch = 0
+        self.store_id: str | None = None  # `rsc:store-id` once ensure_store_id ran
         self._cas = self.client.register_script(_CAS_WRITE)
         self._renew = self.client.register_script(_RENEW_LEASE)
         self._release = self.client.register_script(_RELEASE_LEASE)
@@ -169,6 +174,11 @@ class MetadataStore:
 
     def release(self) -> None:
         self._release(keys=[LEASE_KEY], args=[self.instance_id])
+
+    def ensure_store_id(self) -> str:
+        """Write this Redis's id if it is missing (the same one again) and keep what it holds."""
+        self.store_id = ensure_store_id(self.client, self.store_id)
+        return self.store_id
 
     # --- metadata ------------------------------------------------------------------
 
@@ -236,6 +246,21 @@ class MetadataStore:
 
     def close(self) -> None:
         self.client.close()
+
+
+def ensure_store_id(client: redis.Redis, known: str | None = None) -> str:
+    """The id Redis holds at `rsc:store-id`, after writing `known` (or a new random id)
+    there if the key is missing: SET NX, then GET, in one round trip (Producer routing)."""
+    try:
+        pipe = client.pipeline(transaction=False)
+        pipe.set(STORE_ID_KEY, known or secrets.token_hex(16), nx=True)
+        pipe.get(STORE_ID_KEY)
+        _written, held = pipe.execute()
+    except redis.RedisError as exc:
+        raise StoreError(f"cannot write {STORE_ID_KEY}: {exc}") from exc
+    if held is None:  # deleted between the two commands: the next check writes it again
+        raise StoreError(f"{STORE_ID_KEY} vanished while it was written")
+    return held.decode() if isinstance(held, bytes) else str(held)
 
 
 class StreamAdmin:

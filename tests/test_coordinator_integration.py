@@ -170,7 +170,8 @@ async def test_h13_member_joins_before_routing_then_gets_shards_when_they_exist(
         response = await session.request(heartbeat("a", joined.member_epoch, owned=[]))
         assert response.status == Status.OK
         assert response.assignment.assigned_shards == routing.routing.streams
-        assert response.routing == m.RoutingSummary(version=1, shard_count=3)
+        assert response.routing is not None  # storeId: tests/test_watch_integration.py
+        assert (response.routing.version, response.routing.shard_count) == (1, 3)
 
 
 async def test_h10_push_tells_a_member_its_answer_changed_but_not_the_cause(coordinator):
@@ -340,7 +341,7 @@ async def test_admin_describe_group_shows_epochs_target_and_current(coordinator)
                                                     consumer_group=GROUP))
     assert d.status == Status.OK and d.state == GroupState.RECONCILING
     assert d.group_epoch == d.assignment_epoch == 3
-    assert d.routing == m.RoutingSummary(version=1, shard_count=4)
+    assert d.routing is not None and (d.routing.version, d.routing.shard_count) == (1, 4)
     members = {mb.member_id: mb for mb in d.members}
     assert members["a"].state == "UNREVOKED_SHARDS" and members["a"].capacity == 8
     assert members["a"].member_epoch == a_join.member_epoch
