@@ -22,7 +22,9 @@ from rsc.actors.logs import log_event
 from rsc.actors.prefix import Answer, Checkpoint, PrefixMachine
 from rsc.actors.records import PrefixSnapshot
 from rsc.actors.store import MetadataStore, StoreError, StoreFenced, StreamAdmin
+from rsc.actors.watches import Watches
 from rsc.protocol import messages as m
+from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import LEAVE_EPOCH
 
 log = logging.getLogger("rsc.coordinator")
@@ -104,6 +106,7 @@ class PrefixActor:
         self.sessions: dict[tuple[str, str], Outbox] = {}
         self.session_members: dict[Outbox, set[tuple[str, str]]] = {}
         self.subscribers: set[Outbox] = set()
+        self.watches: Watches[Outbox] = Watches()  # describeGroup with watch (actors/watches.py)
         self.send_channel, self.receive_channel = trio.open_memory_channel[Envelope](4096)
         self.healthy = True
 
@@ -119,7 +122,14 @@ class PrefixActor:
 
     async def run(self) -> None:
         async with self.receive_channel:
-            async for first in self.receive_channel:
+            while True:
+                try:
+                    first = await self._receive()
+                except trio.EndOfChannel:
+                    return
+                if first is None:  # a changed watch's interval is over
+                    self._push_watches(now_ms())
+                    continue
                 batch = [first]
                 while len(batch) < MAX_BATCH:
                     try:
@@ -128,10 +138,21 @@ class PrefixActor:
                         break
                 await self._handle_batch(batch)
 
+    async def _receive(self) -> Envelope | None:
+        """The next envelope, or None when a changed watch may look before one comes."""
+        due = self.watches.next_due_ms()
+        if due is None:
+            return await self.receive_channel.receive()
+        with trio.move_on_at((due + 0.5) / 1000):
+            return await self.receive_channel.receive()
+        return None
+
     async def _handle_batch(self, batch: list[Envelope]) -> None:
         now = now_ms()
         machine = self.machine
+        machine.store_id = self.store.store_id
         answers: list[tuple[Reply | Collect | None, Answer]] = []
+        watching: dict[int, Outbox] = {}  # id(answer) -> its session, for describes that watch
         summaries: list[Collect] = []
         for envelope in batch:
             request = envelope.request
@@ -143,7 +164,8 @@ class PrefixActor:
                     summaries.append(envelope.reply)
                 continue
             started = trio.current_time()
-            answers.append((envelope.reply, machine.handle(request, now)))
+            answer = machine.handle(request, now)
+            answers.append((envelope.reply, answer))
             if isinstance(request, m.Heartbeat):
                 self._track_session((request.consumer_group, request.member_id),
                                     None if request.member_epoch == LEAVE_EPOCH else envelope.session)
@@ -151,6 +173,8 @@ class PrefixActor:
                     self.metrics.observe_heartbeat_seconds(trio.current_time() - started)
             elif isinstance(request, m.GetRouting) and request.subscribe and envelope.session:
                 self.subscribers.add(envelope.session)
+            elif isinstance(request, m.DescribeGroup) and request.watch and envelope.session:
+                watching[id(answer)] = envelope.session
 
         await self._measure_drain()
         checkpoint = machine.checkpoint()
@@ -158,12 +182,24 @@ class PrefixActor:
         if not durable:
             machine.write_failed(checkpoint, now_ms())
         for reply, answer in answers:
+            response = machine.resolve(answer, durable=durable)
             if reply is not None:
-                reply.resolve(machine.resolve(answer, durable=durable))
+                reply.resolve(response)
+            session = watching.get(id(answer))
+            if (session is not None and isinstance(answer.request, m.DescribeGroup)
+                    and isinstance(response, m.GroupDescription) and response.status == Status.OK):
+                self.watches.add(session, answer.request, response, now_ms())
         for collect in summaries:
             collect.resolve(machine.summaries())
         if durable:
             self._after_commit(checkpoint)
+        every, groups = machine.take_described()
+        if self.watches:
+            if every:
+                self.watches.changed_all()
+            else:
+                self.watches.changed(groups)
+            self._push_watches(now_ms())
         if self.metrics is not None and machine.migration is not None:
             self.metrics.set_migration_progress(self.prefix, len(machine.migration.drained),
                                                 len(machine.migration.from_streams))
@@ -275,8 +311,20 @@ class PrefixActor:
             self.sessions[key] = session
             self.session_members.setdefault(session, set()).add(key)
 
+    def _push_watches(self, now: int) -> None:
+        """Describe each changed watched group whose interval is over; push what differs."""
+        for session, watch in self.watches.due(now):
+            answer = self.machine.handle(watch.request, now)  # a describe only reads
+            description = self.machine.resolve(answer, durable=True)
+            if not isinstance(description, m.GroupDescription):
+                continue
+            push = self.watches.offer(session, watch, description, now)
+            if push is not None:
+                session.push(push)
+
     def forget_session(self, session: Outbox) -> None:
         self.subscribers.discard(session)
+        self.watches.forget(session)
         for key in self.session_members.pop(session, ()):
             del self.sessions[key]
 
