@@ -76,7 +76,8 @@ def plain_consume(redis_url: str, streams: list[str], group: str, consumer: str,
     done = 0
     started = time.perf_counter()
     while done < total:
-        reply = client.xreadgroup(group, consumer, {s: ">" for s in streams}, count=READ_COUNT, block=200)
+        reply: Any = client.xreadgroup(group, consumer, {s: ">" for s in streams}, count=READ_COUNT,
+                                       block=200)
         for stream, entries in reply or []:
             ids = [entry_id for entry_id, _ in entries]
             if ids:

@@ -158,7 +158,7 @@ class LoadGenerator:
 
     def apply(self, member: Member, response: dict[str, Any]) -> bool:
         """Follow the member obligations for `response`; True when it must heartbeat again at once."""
-        status = response.get("status")
+        status = str(response.get("status"))
         self.statuses[status] += 1
         self._forget(member)
         again = False

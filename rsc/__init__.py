@@ -5,8 +5,16 @@ One distribution namespace:
 - `rsc.protocol`: the wire contract (messages, codec, errors, routing hash, vocabulary); pure.
 - `rsc.actors`: the coordinator (pure group and prefix machines, trio shells, Redis store).
 - `rsc.member`: the data plane (listener API, member runtime, producer).
-- `rsc` itself: the composition layer (the `rsc` command, admin client and views, demo,
-  embedded redis-server), the only code that imports both sides.
+- `rsc` itself: the composition layer, the only code that imports both sides:
+  `rsc.cli` (the `rsc` command), `rsc.admin_client` (admin session and requests),
+  `rsc.admin_args` (admin command line -> requests), `rsc.admin_views` (pure rich views),
+  `rsc.admin_cli` (admin runner), `rsc.admin_watch` (live watch), `rsc.demo`,
+  `rsc.embedded_redis`, `rsc.coordinator_cli`.
+
+Applications import the data plane from `rsc.member`:
+
+    from rsc.member.listener import listener
+    from rsc.member.producer import open_producer
 
 In the repository `protocol/`, `actors/` and `member/` sit at the top level (the design card's
 layout); `rsc/protocol`, `rsc/actors` and `rsc/member` point at them.

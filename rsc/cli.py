@@ -1,19 +1,21 @@
-"""`rsc`: the command-line dispatcher.
+"""`rsc`: the command-line dispatcher, the one `main()` of the package.
 
-The only place (with the demo) that composes the coordinator (`actors`) and
-the data plane (`member`); each subcommand lives with the code it drives.
+    rsc coordinator | produce | consume | admin | demo   (rsc --version)
+
+The composition layer: each subcommand's arguments and runner live with the
+code it drives (`rsc.coordinator_cli`, `rsc.member.cli`, `rsc.admin_args` and
+`rsc.admin_cli`, `rsc.demo`); runners are imported only when chosen.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from rsc import __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from rsc import admin_cli, coordinator_cli
+    from rsc import admin_args, coordinator_cli
     from rsc.member import cli as member_cli
 
     parser = argparse.ArgumentParser(prog="rsc", description="Redis Stream Coordinator")
@@ -22,12 +24,18 @@ def build_parser() -> argparse.ArgumentParser:
     coordinator_cli.add_parser(commands)
     member_cli.add_produce_parser(commands)
     member_cli.add_consume_parser(commands)
-    admin_cli.add_parser(commands)
+    admin_args.add_parser(commands, run=_run_admin)
     demo = commands.add_parser("demo", help="run a coordinator, producer and members on an embedded Redis")
     demo.add_argument("--duration", type=float, default=None,
                       help="seconds to run before exiting (default: until Ctrl-C)")
     demo.set_defaults(run=_run_demo)
     return parser
+
+
+def _run_admin(args: argparse.Namespace) -> int:
+    from rsc import admin_cli
+
+    return admin_cli.run(args)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
@@ -37,9 +45,6 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse `argv` (default: sys.argv) and run the chosen subcommand; its exit code."""
     args = build_parser().parse_args(argv)
     return int(args.run(args) or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

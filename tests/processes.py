@@ -54,6 +54,7 @@ async def spawn_coordinator_timed(redis_url: str, *extra: str, fd_limit: int | N
         preexec_fn=_limit_fds(fd_limit) if fd_limit is not None else None)
     assert process.stdout is not None
     buffer = b""
+    assert process.stdout is not None
     with trio.fail_after(20):
         while b"listening on " not in buffer or not buffer.endswith(b"\n"):
             chunk = await process.stdout.receive_some(4096)

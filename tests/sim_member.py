@@ -10,6 +10,7 @@ import attrs
 
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
+from rsc.protocol.vocabulary import RevokeState
 
 
 @attrs.define
@@ -28,7 +29,7 @@ class SimMember:
             request_id=0, stream_prefix=self.stream_prefix, consumer_group=self.consumer_group,
             member_id=self.member_id, member_epoch=self.epoch,
             owned_shards=tuple(sorted(self.held)) if self.send_full or self.epoch == 0 else None,
-            revoking_shards=tuple(m.RevokingShard(shard=s, state="REVOKED")
+            revoking_shards=tuple(m.RevokingShard(shard=s, state=RevokeState.REVOKED)
                                   for s in sorted(self.revoked_to_report)))
 
     def apply(self, sent: m.Heartbeat, response: m.HeartbeatResponse) -> None:
@@ -43,11 +44,13 @@ class SimMember:
             return
         if status not in (Status.OK, Status.REVOKE_PENDING, Status.SYNC_METADATA):
             return
+        assert response.assignment is not None
         assigned = set(response.assignment.assigned_shards)
         before = set(self.held)
         dropped = self.held - assigned
         self.held -= dropped
         if status == Status.OK:
+            assert response.member_epoch is not None
             self.epoch = response.member_epoch
             self.held |= assigned
             # REVOKED entries are repeated until an OK answers them

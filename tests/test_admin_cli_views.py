@@ -7,24 +7,27 @@ import json
 
 import attrs
 import pytest
+import trio
 
-from rsc.admin_cli import (
+from rsc.admin_args import add_parser
+from rsc.admin_cli import error_line, run
+from rsc.admin_client import AdminConnectError, AdminError, check_response
+from rsc.admin_views import (
     ShardRun,
-    WatchState,
-    add_parser,
+    change_lines,
     describe_view,
-    error_line,
     format_age,
     groups_view,
     max_concurrency_changed_view,
     member_removed_view,
+    plain_width,
     render_plain,
+    response_view,
     shard_count_changed_view,
     shard_runs,
     watch_signature,
 )
-from rsc.admin_client import AdminError, check_response
-from rsc.member.session import SessionClosed
+from rsc.admin_watch import WatchState
 from rsc.protocol import (
     ErrorResponse,
     GroupDescription,
@@ -34,6 +37,7 @@ from rsc.protocol import (
     ShardCountChanged,
     Status,
     decode,
+    encode,
 )
 
 RECONCILING = {
@@ -172,8 +176,8 @@ def test_groups_view_lists_groups_sorted():
     assert isinstance(groups, Groups)
     text = render_plain(groups_view(groups))
     [billing] = lines_with(text, "billing")
-    assert billing.split() == ["│", "orders", "│", "billing", "│", "RECONCILING", "│", "7", "│",
-                               "3", "│", "4", "│"]
+    assert billing.split()[:13] == ["│", "orders", "│", "billing", "│", "RECONCILING", "│", "7",
+                                    "│", "3", "│", "4", "│"]
     assert text.index("billing") < text.index("shipping")
     empty = Groups(request_id=1, status=Status.OK, groups=())
     assert render_plain(groups_view(empty)).strip() == "no groups"
@@ -186,14 +190,42 @@ def test_change_views_are_one_line():
         "routing": {"version": 2, "shardCount": 8, "hash": "crc32", "streams": []},
         "migration": None}))
     assert isinstance(changed, ShardCountChanged)
-    assert shard_count_changed_view(changed) == "routing of prefix orders: version 2, 8 shards"
+    assert shard_count_changed_view(changed).plain == "routing of prefix orders: version 2, 8 shards"
     assert max_concurrency_changed_view(MaxConcurrencyChanged(
         request_id=1, status=Status.OK, stream_prefix="orders", consumer_group="billing",
-        max_concurrency=None, group_epoch=5)) == (
+        max_concurrency=None, group_epoch=5)).plain == (
         "maxConcurrency of orders / billing cleared (group epoch 5)")
     assert member_removed_view(MemberRemoved(
         request_id=1, status=Status.OK, stream_prefix="orders", consumer_group="billing",
-        member_id="m1", group_epoch=6)) == "removed member m1 from orders / billing (group epoch 6)"
+        member_id="m1", group_epoch=6)).plain == (
+        "removed member m1 from orders / billing (group epoch 6)")
+
+
+def test_views_of_responses_the_protocol_classes_do_not_know_yet():
+    deleted = {"type": "groupDeleted", "requestId": 1, "status": "OK", "streamPrefix": "orders",
+               "consumerGroup": "x:y"}
+    assert render_plain(response_view(deleted)).strip() == "deleted group orders / x:y"
+    retention = {"type": "retentionChanged", "requestId": 1, "status": "OK",
+                 "streamPrefix": "orders",
+                 "retention": {"mode": "none", "maxLength": 1000, "maxAgeMs": 7 * 86_400_000}}
+    assert render_plain(response_view(retention)).strip() == (
+        "retention of prefix orders: none (nothing removed because of acks), max length 1000, "
+        "max age 7d")
+    reset = {"type": "offsetsReset", "requestId": 1, "status": "OK", "streamPrefix": "orders",
+             "consumerGroup": "billing",
+             "shards": [{"shard": "{orders:v1:0}", "lastDeliveredId": "0-0"},
+                        {"shard": "{orders:v1:1}", "lastDeliveredId": "1733040000000-3"}]}
+    text = render_plain(response_view(reset))
+    assert "offsets of orders / billing reset on 2 shard(s)" in text
+    [row] = lines_with(text, "1733040000000-3")
+    assert "v1:1" in row
+    undecodable = {"type": "groupDescription", "status": "OK", "streamPrefix": "o",
+                   "consumerGroup": "g", "state": "SOMETHING_NEW"}
+    assert lines_with(render_plain(response_view(undecodable)), "state")[0].split() == [
+        "state", "SOMETHING_NEW"]
+    unknown = {"type": "somethingNew", "requestId": 1, "status": "OK", "answer": 42}
+    assert lines_with(render_plain(response_view(unknown)), "answer")[0].split() == [
+        "answer", "42"]
 
 
 def test_watch_ignores_request_ids_and_heartbeat_ages():
@@ -209,9 +241,32 @@ def test_watch_ignores_request_ids_and_heartbeat_ages():
     assert state.record(None, "t1") is False
     assert state.record(first, "t2") is True
     assert state.record(later, "t3") is False
+    assert not state.differs(later) and state.differs(moved)
     assert state.record(moved, "t4") is True
+    assert state.lines == ["group epoch 9 -> 10"]
     assert (state.changes, state.last_change) == (2, "t4")
     assert state.enough(2) and not state.enough(3) and not state.enough(None)
+    assert [event.plain for event in state.events][-1] == "t4  group epoch 9 -> 10"
+
+
+def test_change_lines_name_what_changed():
+    before = description()
+    member = before.members[0]
+    after = attrs.evolve(before, state="STABLE", group_epoch=10, migration=None,
+                         members=(attrs.evolve(member, state="STABLE",
+                                               assigned_shards=(*member.assigned_shards,
+                                                                "{orders:v1:1}")),))
+    assert change_lines(before, after) == [
+        "group epoch 9 -> 10", "state RECONCILING -> STABLE",
+        "member 10.0.0.7-4242-0-aaaa left or expired",
+        "member 10.0.0.8-77-0-bbbb UNRELEASED_SHARDS -> STABLE",
+        "member 10.0.0.8-77-0-bbbb got v1:1", "migration: none"]
+    assert change_lines(None, before) == ["group RECONCILING at epoch 9, 2 member(s)"]
+    busy = with_lag()
+    calmer = Extended(busy, shards=[shard_entry(0, lag=3, pending=1, oldest=50)])
+    assert change_lines(busy, calmer) == ["backlog lag 3, pending 1 (oldest pending 50ms)"]
+    longer = Extended(busy, shards=[*busy.shards[:-1], {**busy.shards[-1], "length": 9}])
+    assert change_lines(busy, longer) == ["shard lengths or offsets changed"]
 
 
 def test_check_response_raises_admin_error_for_every_non_ok_status():
@@ -226,20 +281,26 @@ def test_check_response_raises_admin_error_for_every_non_ok_status():
     invalid = ErrorResponse(request_id=1, status=Status.INVALID_REQUEST, error="field 'x'")
     with pytest.raises(AdminError, match="INVALID_REQUEST: field 'x'"):
         check_response(invalid, GroupDescription)
+    newer = {"type": "groupDeleted", "status": "SOME_NEW_STATUS", "error": "why"}
+    with pytest.raises(AdminError, match="SOME_NEW_STATUS: why"):
+        check_response(newer, GroupDescription)
 
 
 def test_error_lines():
     url = "ws://127.0.0.1:1"
-    assert error_line(AdminError(Status.UNKNOWN_GROUP, "no such group"), url) == (
+    assert error_line(AdminError(Status.UNKNOWN_GROUP, "no such group"), url, 5) == (
         "error: UNKNOWN_GROUP: no such group")
-    refused = SessionClosed("ws://h:1/v1/admin refused the session: HTTP 401")
-    assert error_line(refused, url).endswith("HTTP 401 (missing or wrong --token)")
-    assert "\n" not in error_line(SessionClosed("cannot connect"), url)
+    assert error_line(AdminConnectError("cannot connect to ws://h:1: connection refused"),
+                      url, 5) == "error: cannot connect to ws://h:1: connection refused"
+    assert error_line(trio.TooSlowError(), url, 5) == (
+        "error: no answer from the coordinator at ws://127.0.0.1:1 within 5s (is it overloaded, "
+        "or its Redis stalled? --timeout waits longer)")
+    assert "\n" not in error_line(AdminConnectError("two\nlines"), url, 5)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="rsc")
-    add_parser(parser.add_subparsers(dest="command", required=True))
+    add_parser(parser.add_subparsers(dest="command", required=True), run=run)
     return parser.parse_args(argv)
 
 
@@ -247,9 +308,9 @@ def test_command_line_matches_the_protocol():
     args = parse(["admin", "--url", "ws://h:1", "--token", "t", "set-shards", "orders", "billing",
                   "8", "--cutover", "ordered", "--json"])
     assert (args.url, args.token, args.admin_command) == ("ws://h:1", "t", "set-shards")
-    assert (args.prefix, args.group, args.shard_count, args.cutover, args.json) == (
-        "orders", "billing", 8, "ordered", True)
-    assert parse(["admin", "list"]).url == "ws://127.0.0.1:8765"
+    assert (args.prefix, args.group_and_count, args.cutover, args.json) == (
+        "orders", ["billing", "8"], "ordered", True)
+    assert parse(["admin", "list"]).url is None, "the URL comes from the environment when absent"
     assert parse(["admin", "set-max-concurrency", "o", "g", "none"]).max_concurrency is None
     assert parse(["admin", "set-max-concurrency", "o", "g", "4"]).max_concurrency == 4
     watch = parse(["admin", "watch", "o", "g", "--interval", "0.1", "--changes", "2"])
@@ -257,5 +318,142 @@ def test_command_line_matches_the_protocol():
     assert parse(["admin", "remove-member", "o", "g", "m-1"]).member_id == "m-1"
     for command in (["list"], ["describe", "o", "g"], ["remove-member", "o", "g", "m"],
                     ["watch", "o", "g"], ["set-max-concurrency", "o", "g", "1"],
-                    ["set-shards", "o", "g", "1"]):
+                    ["set-shards", "o", "g", "1"], ["delete-group", "o", "g"],
+                    ["set-retention", "o", "--acked"], ["reset-offsets", "o", "g", "--to-latest"]):
         assert parse(["admin", *command, "--json"]).json is True
+
+
+# --- lag, shards, overdue, blocking groups, retention (PROTOCOL.md "Lag and shards") ----------
+
+
+class Extended:
+    """A protocol object with fields this version's message classes may not carry yet."""
+
+    def __init__(self, base, **extra):
+        self._base, self._extra = base, extra
+
+    def __getattr__(self, name):
+        if name in self._extra:
+            return self._extra[name]
+        return getattr(self._base, name)
+
+
+def shard_entry(index: int, version: int = 2, owner: str | None = "10.0.0.8-77-0-bbbb",
+                lag: int | None = 0, pending: int = 0, oldest: int | None = None) -> dict:
+    return {"shard": f"{{orders:v{version}:{index}}}", "version": version, "owner": owner,
+            "length": 1204, "lastDeliveredId": f"1733040000000-{index}", "lag": lag,
+            "pending": pending, "oldestPendingMs": oldest}
+
+
+def with_lag(shards: list[dict] | None = None, **extra) -> Extended:
+    base = description()
+    members = tuple(Extended(member, overdue=member.member_id == "10.0.0.8-77-0-bbbb")
+                    for member in base.members)
+    migration = Extended(base.migration, blocking_groups=[
+        {"consumerGroup": "x:y", "undelivered": 120, "pending": 3}])
+    extra = {"retention": {"mode": "acked", "maxLength": None, "maxAgeMs": 86_400_000},
+             **extra}
+    return Extended(base, members=members, migration=migration,
+                    shards=shards if shards is not None else [
+                        shard_entry(1, version=1, owner="10.0.0.7-4242-0-aaaa", lag=17,
+                                    pending=4, oldest=820),
+                        shard_entry(0), shard_entry(1), shard_entry(2), shard_entry(3, owner=None)],
+                    **extra)
+
+
+def test_describe_shows_a_row_per_shard_with_owner_length_lag_and_pending():
+    text = render_plain(describe_view(with_lag()))
+    [header] = [line for line in text.splitlines() if line.startswith("┃ shard")]
+    assert header.split("┃")[1:-1] == [
+        " shard ", " version ", " owner                ", " length ", " last delivered  ",
+        " lag ", " pending ", " oldest pending "]
+    [old] = lines_with(text, "1733040000000-1 ")[:1]
+    assert old.split("│")[1:-1] == [" v1:1  ", "       1 ", " 10.0.0.7-4242-0-aaaa ", "   1204 ",
+                                    " 1733040000000-1 ", "  17 ", "       4 ", "          820ms "]
+    [unowned] = lines_with(text, "1733040000000-3")
+    assert " none " in unowned
+    assert "backlog         lag 17, pending 4 (oldest pending 820ms)" in text
+
+
+def test_describe_marks_overdue_members():
+    text = render_plain(describe_view(with_lag()))
+    [late] = lines_with(text, "UNRELEASED_SHARDS")
+    assert "1.4s overdue" in late
+    [fine] = lines_with(text, "UNREVOKED_SHARDS")
+    assert "overdue" not in fine
+
+
+def test_describe_names_the_groups_a_migration_waits_on():
+    text = render_plain(describe_view(with_lag()))
+    [line] = lines_with(text, "blocked by")
+    assert "waiting on x:y (120 undelivered, 3 pending)" in line
+    assert text.index("blocked by") < text.index("members (2)"), "shown before the tables"
+
+
+def test_describe_shows_retention():
+    text = render_plain(describe_view(with_lag()))
+    assert "retention       acked (entries go once every group acked them), max age 1d" in text
+    capped = with_lag(retention={"mode": "none", "maxLength": 5000, "maxAgeMs": 1_800_000})
+    assert "none (nothing removed because of acks), max length 5000, max age 30m" in \
+        render_plain(describe_view(capped))
+
+
+def test_many_shards_are_summed_unless_asked_for():
+    many = with_lag(shards=[shard_entry(index, lag=1) for index in range(40)])
+    text = render_plain(describe_view(many))
+    assert "40 shards (describe --shards for one row per shard)" in text
+    assert "last delivered" not in text
+    assert "backlog         lag 40, pending 0" in text
+    assert len(lines_with(render_plain(describe_view(many, shards=True)), "1733040000000-")) == 40
+
+
+def test_unknown_lag_on_any_shard_makes_the_sum_unknown():
+    text = render_plain(describe_view(with_lag(shards=[shard_entry(0, lag=None), shard_entry(1)])))
+    assert "backlog         lag -, pending 0" in text
+
+
+def test_describe_without_the_new_fields_still_renders():
+    text = render_plain(describe_view(description()))
+    assert "backlog" not in text and "retention" not in text and "shards (" not in text
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_describe_fits_80_columns_without_truncated_headers(width):
+    long_member = {**RECONCILING["members"][0], "memberId": "10.123.234.56-123456-0-" + "f" * 24}
+    base = description(members=[long_member, RECONCILING["members"][1]])
+    view = Extended(with_lag(), members=base.members)
+    text = render_plain(describe_view(view), width=width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert "…" not in text, "no column header or cell cut to an ellipsis"
+    headers = " ".join(line for line in text.splitlines() if line.startswith("┃"))
+    for column in ("member", "epoch", "state", "capacity", "heartbeat", "assigned", "pending",
+                   "revoking", "target", "shard", "owner", "length", "last id", "lag", "oldest"):
+        assert f" {column} " in headers, column
+    assert len(lines_with(text, "UNRELEASED_SHARDS")) == 1
+
+
+def test_a_group_without_members_fits_80_columns():
+    empty = description(state="EMPTY", members=[], migration=None)
+    text = render_plain(describe_view(empty), width=80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "no members" in text and "…" not in text
+
+
+def test_list_shows_lag_and_pending_when_the_coordinator_gives_them():
+    groups = decode(json.dumps({"type": "groups", "requestId": 1, "status": "OK", "groups": [
+        {"streamPrefix": "orders", "consumerGroup": "billing", "groupEpoch": 7, "members": 3,
+         "shards": 4, "state": "STABLE"}]}))
+    entry = Extended(groups.groups[0], lag=1746, pending=12)
+    text = render_plain(groups_view(Extended(groups, groups=(entry,))))
+    [row] = lines_with(text, "billing")
+    assert row.split("│")[7:9] == [" 1746 ", "      12 "]
+    assert "lag" in lines_with(text, "prefix")[0]
+    older = {"groups": [{key: value for key, value in entry.items() if key not in ("lag", "pending")}
+                        for entry in json.loads(encode(groups))["groups"]]}
+    assert "lag" not in render_plain(groups_view(older)), "no empty columns without them"
+
+
+def test_plain_output_follows_columns_when_set():
+    assert plain_width({}) == 200
+    assert plain_width({"COLUMNS": "80"}) == 80
+    assert plain_width({"COLUMNS": "junk"}) == 200 and plain_width({"COLUMNS": "5"}) == 200

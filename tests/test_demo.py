@@ -12,20 +12,33 @@ from pathlib import Path
 import attrs
 import trio
 
-from rsc.admin_cli import render_plain
-from rsc.demo import DemoState, demo_view, members_wanted
-from rsc.protocol import GroupDescription, Status
+from rsc.admin_views import render_plain
+from rsc.demo import DemoState, demo_view, kill_due, members_wanted, reconcile
+from rsc.protocol import GroupDescription, GroupState, Status
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_schedule_scales_up_and_down_and_repeats():
-    assert [members_wanted(t) for t in (0, 3.9, 4, 9, 13, 16, 19.9)] == [2, 2, 4, 3, 1, 3, 3]
+def test_schedule_scales_up_and_down_kills_one_and_repeats():
+    assert [members_wanted(t) for t in (0, 3.9, 4, 9, 12, 16, 18, 19.9)] == [
+        2, 2, 4, 3, 2, 1, 3, 3]
     assert members_wanted(20.0) == members_wanted(0.0)
     assert members_wanted(24.5) == members_wanted(4.5)
+    assert [kill_due(t, 0) for t in (11.9, 12.0)] == [False, True]
+    assert not kill_due(31.9, 1) and kill_due(32.0, 1), "once per cycle"
 
 
-def description(group_epoch: int, state: str) -> GroupDescription:
+def test_the_final_count_reconciles_produced_with_consumed_and_what_is_left():
+    seen = {("s", f"{i}-0") for i in range(90)}
+    pending = [("s", "89-0"), ("s", "95-0")]  # one handled before its member died, one not
+    counted = reconcile(100, seen, redelivered=3, undelivered=9, pending=pending)
+    assert (counted.consumed, counted.in_streams, counted.unaccounted) == (90, 10, 0)
+    assert counted.line() == ("produced 100 = consumed 90 + still in streams at stop 10 "
+                              "(9 undelivered, 1 pending); 3 redelivered (at-least-once)")
+    assert reconcile(101, seen, 0, 9, pending).line().endswith("; 1 unaccounted")
+
+
+def description(group_epoch: int, state: GroupState) -> GroupDescription:
     return GroupDescription(request_id=None, status=Status.OK, stream_prefix="demo",
                             consumer_group="workers", state=state, group_epoch=group_epoch,
                             assignment_epoch=group_epoch)
@@ -33,9 +46,9 @@ def description(group_epoch: int, state: str) -> GroupDescription:
 
 def test_state_reports_group_changes_and_redeliveries():
     state = DemoState(started=0.0, duration_s=20)
-    assert state.observe(description(1, "EMPTY")) == "group epoch 1: EMPTY, 0 member(s)"
-    assert state.observe(attrs.evolve(description(1, "EMPTY"), request_id=7)) is None
-    assert state.observe(description(2, "RECONCILING")) is not None
+    assert state.observe(description(1, GroupState.EMPTY)) == "group epoch 1: EMPTY, 0 member(s)"
+    assert state.observe(attrs.evolve(description(1, GroupState.EMPTY), request_id=7)) is None
+    assert state.observe(description(2, GroupState.RECONCILING)) is not None
     state.consumed_one("s", "1-0")
     state.consumed_one("s", "1-0")
     state.consumed_one("s", "2-0")
@@ -43,18 +56,20 @@ def test_state_reports_group_changes_and_redeliveries():
 
 
 def test_view_shows_counters_group_and_steps():
-    state = DemoState(started=0.0, duration_s=20, produced=10, consumed=9)
+    state = DemoState(started=0.0, duration_s=20, produced=10, consumed=9,
+                      url="ws://127.0.0.1:4321")
     state.step("scaled up to 2 member(s)")
     assert "waiting for the group" in render_plain(demo_view(state))
-    state.observe(description(3, "STABLE"))
+    state.observe(description(3, GroupState.STABLE))
     text = render_plain(demo_view(state))
     for expected in ("produced 10", "consumed 9", "demo / workers", "STABLE",
-                     "scaled up to 2 member(s)", "ends at 20s"):
+                     "scaled up to 2 member(s)", "ends at 20s", "coordinator ws://127.0.0.1:4321",
+                     "rsc admin --url ws://127.0.0.1:4321 watch demo workers"):
         assert expected in text
 
 
 def start_demo(*argv: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "rsc.demo", *argv], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "rsc", "demo", *argv], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "COLUMNS": "200"})
 
@@ -85,8 +100,19 @@ async def test_rsc_demo_duration_20_runs_to_completion_with_no_redis_configured(
     assert demo.returncode == 0, stderr
     assert "scaled up to 2 member(s)" in stdout
     assert re.search(r"group epoch \d+: STABLE, 2 member\(s\)", stdout), stdout
-    consumed = int(re.search(r"stopped cleanly: produced \d+, consumed (\d+)", stdout).group(1))
-    assert consumed > 0
+    assert re.search(r"coordinator at (ws://\S+); follow the group from another terminal: "
+                     r"rsc admin --url \1 watch demo workers", stdout), stdout
+    killed = re.search(r"killed member (\S+) \(no leave", stdout)
+    assert killed, stdout
+    assert re.search(rf"member {re.escape(killed.group(1))} expired [\d.]+s after it was killed",
+                     stdout), stdout
+    assert re.search(rf"shards \S.* of {re.escape(killed.group(1))} reassigned to ", stdout), stdout
+    counted = re.search(r"stopped cleanly: produced (\d+) = consumed (\d+) \+ still in streams "
+                        r"at stop (\d+) \((\d+) undelivered, (\d+) pending\)", stdout)
+    assert counted, stdout
+    produced, consumed, left, undelivered, pending = map(int, counted.groups())
+    assert consumed > 0 and produced == consumed + left and left == undelivered + pending
+    assert "unaccounted" not in stdout
     assert "the group just before stopping:" in stdout
     assert_gone(redis_pid(stdout))
 

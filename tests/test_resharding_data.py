@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 from collections import defaultdict
+from typing import Any
 
 import attrs
 import redis
@@ -19,6 +20,7 @@ from rsc.member.producer import open_producer
 from rsc.member.runtime import Message
 from rsc.member.session import open_session
 from rsc.protocol import messages as m
+from rsc.protocol.vocabulary import Cutover
 from tests.processes import spawn_coordinator
 
 PREFIX, GROUP = "orders", "billing"
@@ -42,7 +44,7 @@ def parse_id(text: str) -> tuple[int, int]:
     return int(milliseconds), int(sequence)
 
 
-async def admin(url: str, request: m.Message) -> m.Message:
+async def admin(url: str, request: m.Message) -> Any:
     async with open_session(url, "admin") as session:
         return await session.request(request)
 
@@ -50,13 +52,14 @@ async def admin(url: str, request: m.Message) -> m.Message:
 async def current_streams(url: str) -> tuple[str, ...]:
     async with open_session(url, "member") as session:
         routing = await session.request(m.GetRouting(request_id=0, stream_prefix=PREFIX))
+    assert isinstance(routing, m.Routing) and routing.streams is not None, routing
     return routing.streams
 
 
 async def reshard(url: str, count: int, cutover: str, record: Record, client: redis.Redis) -> None:
     """setShardCount, then note where each sealed stream ended (nothing may come after)."""
     response = await admin(url, m.SetShardCount(request_id=0, stream_prefix=PREFIX, consumer_group=GROUP,
-                                                shard_count=count, cutover=cutover))
+                                                shard_count=count, cutover=Cutover(cutover)))
     assert response.status == "OK", response
     if response.migration is None:
         return

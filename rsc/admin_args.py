@@ -1,0 +1,265 @@
+"""The command line of `rsc admin` (PROTOCOL.md "Command line"): arguments to requests.
+
+    rsc admin [--url ws://H:P] [--token T] [--timeout S] COMMAND ... [--json]
+
+    list | describe PREFIX GROUP [--shards] | set-shards PREFIX [GROUP] N [--cutover ordered]
+    | set-max-concurrency PREFIX GROUP N|none | remove-member PREFIX GROUP MEMBER
+    | watch PREFIX GROUP | delete-group PREFIX GROUP
+    | set-retention PREFIX (--acked|--none) [--max-length N] [--max-age DURATION]
+    | reset-offsets PREFIX GROUP (--to-earliest|--to-latest|--to-datetime ISO8601)
+
+The URL and token come from `RSC_COORDINATOR_URL` and `RSC_TOKEN` when the flags
+are absent, so a token stays out of `ps`. Pure: parsing, validation and the
+request object each command sends (`build_request`); no I/O.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import math
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
+
+from rsc.admin_client import (
+    DEFAULT_URL,
+    delete_group_request,
+    describe_group_request,
+    reset_offsets_request,
+    set_retention_request,
+    set_shard_count_request,
+)
+from rsc.protocol import ListGroups, RemoveMember, SetMaxConcurrency, to_wire
+from rsc.protocol.messages import MAX_SHARD_COUNT, FieldValueError
+
+URL_ENV = "RSC_COORDINATOR_URL"
+TOKEN_ENV = "RSC_TOKEN"
+DEFAULT_TIMEOUT_S = 5.0
+DEFAULT_WATCH_INTERVAL_S = 0.5
+
+_DURATION = re.compile(r"^(?P<amount>\d+)(?P<unit>ms|s|m|h|d)$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """`30s`, `15m`, `24h`, `7d` (or `500ms`) as milliseconds, at least 1; ValueError otherwise."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a duration: write a whole number and a unit, "
+                         "for example 30s, 15m, 24h or 7d")
+    milliseconds = int(match["amount"]) * _UNIT_MS[match["unit"]]
+    if milliseconds < 1:
+        raise ValueError(f"{text!r}: the duration must be more than 0")
+    return milliseconds
+
+
+def parse_datetime_ms(text: str) -> int:
+    """An ISO 8601 date or date-time as epoch milliseconds; UTC unless it names a zone.
+
+    `2026-12-01`, `2026-12-01T08:30`, `2026-12-01 08:30:00.250`, `...Z`, `...+01:00`.
+    """
+    try:
+        moment = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not an ISO 8601 date-time, for example "
+                         "2026-12-01T08:30:00Z or 2026-12-01T09:30:00+01:00") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    milliseconds = math.floor(moment.timestamp() * 1000)
+    if milliseconds < 0:
+        raise ValueError(f"{text!r} is before 1970-01-01T00:00:00Z")
+    return milliseconds
+
+
+def split_set_shards(values: list[str]) -> tuple[str | None, int]:
+    """`[GROUP] N` of set-shards: the optional group and the shard count."""
+    if len(values) not in (1, 2):
+        raise ValueError(f"expected PREFIX [GROUP] N, got {len(values) + 1} arguments")
+    *group, count = values
+    try:
+        shard_count = int(count)
+    except ValueError:
+        raise ValueError(f"the shard count N must be an integer in 1..{MAX_SHARD_COUNT}, "
+                         f"got {count!r}") from None
+    return (group[0] if group else None), shard_count
+
+
+def coordinator_url(args: argparse.Namespace, environ: Mapping[str, str] = os.environ
+                    ) -> tuple[str, str]:
+    """The coordinator URL and where it came from: --url, RSC_COORDINATOR_URL, or the default."""
+    if args.url is not None:
+        return args.url, "--url"
+    if environ.get(URL_ENV):
+        return environ[URL_ENV], URL_ENV
+    return DEFAULT_URL, "the default"
+
+
+def admin_token(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> str | None:
+    """--token, else RSC_TOKEN, else none."""
+    return args.token if args.token is not None else (environ.get(TOKEN_ENV) or None)
+
+
+def build_request(args: argparse.Namespace) -> dict[str, Any]:
+    """The JSON object a (non-watch) admin command sends; FieldValueError for a bad value."""
+    name = args.admin_command
+    if name == "list":
+        return to_wire(ListGroups(request_id=0))
+    if name in ("describe", "watch"):
+        return describe_group_request(args.prefix, args.group, watch=name == "watch")
+    if name == "set-shards":
+        group, shard_count = split_set_shards(args.group_and_count)
+        return set_shard_count_request(args.prefix, group, shard_count, args.cutover)
+    if name == "set-max-concurrency":
+        return to_wire(SetMaxConcurrency(request_id=0, stream_prefix=args.prefix,
+                                         consumer_group=args.group,
+                                         max_concurrency=args.max_concurrency))
+    if name == "remove-member":
+        return to_wire(RemoveMember(request_id=0, stream_prefix=args.prefix,
+                                    consumer_group=args.group, member_id=args.member_id))
+    if name == "delete-group":
+        return delete_group_request(args.prefix, args.group)
+    if name == "set-retention":
+        return set_retention_request(args.prefix, args.mode, args.max_length, args.max_age_ms)
+    if name == "reset-offsets":
+        if args.to_datetime_ms is not None:
+            return reset_offsets_request(args.prefix, args.group, "timestamp", args.to_datetime_ms)
+        return reset_offsets_request(args.prefix, args.group, args.to)
+    raise FieldValueError(f"unknown admin command {name!r}")
+
+
+class AdminArgumentParser(argparse.ArgumentParser):
+    """Usage errors of an admin command: one line on stderr, exit code 1."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr,
+              flush=True)
+        sys.exit(1)
+
+
+def _argument_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or math.isinf(value):
+        raise ValueError(f"must be a positive number, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise ValueError(f"must be an integer >= 1, got {value}")
+    return value
+
+
+def _max_concurrency(text: str) -> int | None:
+    if text.lower() in ("none", "null", "unset"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"must be an integer >= 1 or 'none', got {text!r}") from None
+
+
+def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+    """Add `rsc admin` and its commands to the `rsc` subparsers; `run` executes them."""
+    admin = subparsers.add_parser(
+        "admin", help="inspect and change groups on a coordinator",
+        description="Operator commands of the coordinator's admin API. "
+                    f"The URL and token default to ${URL_ENV} and ${TOKEN_ENV}.")
+    admin.add_argument("--url", default=None,
+                       help=f"coordinator address ws://HOST:PORT (default: ${URL_ENV}, "
+                            f"else {DEFAULT_URL})")
+    admin.add_argument("--token", default=None,
+                       help=f"admin token, sent as 'Authorization: Bearer' (default: ${TOKEN_ENV})")
+    admin.add_argument("--timeout", type=_argument_type(_positive_float), default=DEFAULT_TIMEOUT_S,
+                       help=f"seconds to wait to connect and for each answer "
+                            f"(default: {DEFAULT_TIMEOUT_S:g})")
+    commands = admin.add_subparsers(dest="admin_command", required=True, metavar="COMMAND",
+                                    parser_class=AdminArgumentParser)
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        parser = commands.add_parser(name, help=help_text, description=help_text)
+        parser.add_argument("--json", action="store_true",
+                            help="print the raw response as one JSON line")
+        return parser
+
+    def group_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("prefix", metavar="PREFIX", help="stream prefix")
+        parser.add_argument("group", metavar="GROUP", help="consumer group")
+
+    command("list", "list every group with state, epoch, members, shards, lag and pending")
+    describe = command("describe", "show a group: epochs, routing, migration, members, shards")
+    group_arguments(describe)
+    describe.add_argument("--shards", action="store_true", default=None,
+                          help="always show the per-shard table (default: when there are at "
+                               "most 16 shards)")
+    set_shards = command("set-shards", "create or change the shard count of a stream prefix")
+    set_shards.usage = ("%(prog)s [-h] [--json] [--cutover {parallel,ordered}] PREFIX [GROUP] N")
+    set_shards.add_argument("prefix", metavar="PREFIX", help="stream prefix")
+    set_shards.add_argument("group_and_count", metavar="[GROUP] N", nargs="+",
+                            help=f"an existing group of the prefix (optional; on a new prefix it "
+                                 f"is registered) and the shard count 1..{MAX_SHARD_COUNT}")
+    set_shards.add_argument("--cutover", choices=("parallel", "ordered"), default="parallel",
+                            help="ordered: new shards start after the old ones are drained "
+                                 "(default: parallel)")
+    set_max = command("set-max-concurrency", "set or clear (none) the group's maxConcurrency")
+    group_arguments(set_max)
+    set_max.add_argument("max_concurrency", metavar="N", type=_argument_type(_max_concurrency),
+                         help="workers per member (>= 1), or 'none' to clear")
+    remove = command("remove-member", "remove a member; its shards are freed at once")
+    group_arguments(remove)
+    remove.add_argument("member_id", metavar="MEMBER", help="memberId as shown by describe")
+    watch = command("watch", "follow a group live: a line per change (server pushes)")
+    group_arguments(watch)
+    watch.add_argument("--interval", type=_argument_type(_positive_float),
+                       default=DEFAULT_WATCH_INTERVAL_S,
+                       help="seconds between polls, used only with a coordinator that does not "
+                            f"push (default: {DEFAULT_WATCH_INTERVAL_S:g})")
+    watch.add_argument("--duration", type=_argument_type(_positive_float), default=None,
+                       help="stop after this many seconds (default: until Ctrl-C)")
+    watch.add_argument("--changes", type=_argument_type(_positive_int), default=None,
+                       help="stop after this many changes were shown (default: no limit)")
+    delete = command("delete-group", "delete a group without live members (G1)")
+    group_arguments(delete)
+    retention = command("set-retention", "replace a prefix's retention (T1..T3)")
+    retention.add_argument("prefix", metavar="PREFIX", help="stream prefix")
+    mode = retention.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--acked", dest="mode", action="store_const", const="acked",
+                      help="remove entries once every group acked them (the default retention)")
+    mode.add_argument("--none", dest="mode", action="store_const", const="none",
+                      help="remove nothing because of acks (only the caps remove entries)")
+    retention.add_argument("--max-length", type=_argument_type(_positive_int), default=None,
+                           help="cap each shard at N entries, even unconsumed ones (lossy)")
+    retention.add_argument("--max-age", dest="max_age_ms", type=_argument_type(parse_duration_ms),
+                           default=None, metavar="DURATION",
+                           help="remove entries older than this (30s, 15m, 24h, 7d), even "
+                                "unconsumed ones (lossy)")
+    reset = command("reset-offsets", "move a memberless group's offsets on every shard (G3)")
+    group_arguments(reset)
+    target = reset.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-earliest", dest="to", action="store_const", const="earliest",
+                        help="redeliver everything the shards still hold")
+    target.add_argument("--to-latest", dest="to", action="store_const", const="latest",
+                        help="skip everything written so far")
+    target.add_argument("--to-datetime", dest="to_datetime_ms", metavar="ISO8601",
+                        type=_argument_type(parse_datetime_ms), default=None,
+                        help="deliver from the first entry at or after this time (UTC unless "
+                             "it names a zone)")
+    admin.set_defaults(run=run)
+    return admin

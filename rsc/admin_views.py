@@ -1,0 +1,710 @@
+"""The pictures of `rsc admin`: pure functions of protocol responses -> rich renderables.
+
+No I/O here. Every name that came from the wire (prefix, group, member id, shard)
+enters rich only as `Text` built by `name_text`, never as a markup string, so
+`p[/]`, `[red]x[/red]` and `:smile:` print literally. Characters that would
+move the cursor or reorder the line (format and other non-printing characters)
+are shown as `\\uXXXX` escapes.
+
+Responses are read through `field`, which takes a protocol object or the raw
+JSON object of a response this version's protocol classes do not know yet
+(`groupDeleted`, `retentionChanged`, `offsetsReset`), and newer fields
+(`shards`, `overdue`, `blockingGroups`, `retention`, `lag`) are read with a
+default, so the views work whether or not the protocol carries them.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import attrs
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.table import Table
+from rich.text import Text
+
+from rsc.protocol import GroupDescription, MemberDescription, MigrationDescription
+from rsc.protocol.messages import camel
+
+PLAIN_OUTPUT_WIDTH = 200
+NARROW_BELOW = 120
+"""Columns below which `describe` switches to its narrow layout (80-column terminals)."""
+SHARDS_SHOWN_BY_DEFAULT = 16
+"""describe shows the per-shard table by itself up to this many shards (else `--shards`)."""
+
+GROUP_STATE_STYLES = {"STABLE": "green", "RECONCILING": "yellow", "EMPTY": "dim"}
+MEMBER_STATE_STYLES = {"STABLE": "green", "UNRELEASED_SHARDS": "yellow",
+                       "UNREVOKED_SHARDS": "red"}
+PENDING_STYLE = "bold yellow"
+REVOKING_STYLE = "bold red"
+BEHIND_STYLE = "yellow"
+BLOCKING_STYLE = "bold red"
+OVERDUE_STYLE = "bold red"
+NOT_HELD_MARKER = "*"
+NOT_TARGET_MARKER = "!"
+
+
+# --- reading responses ------------------------------------------------------------------
+
+
+def field(obj: Any, name: str, default: Any = None) -> Any:
+    """Field `name` (snake_case) of a protocol object or of a raw JSON object; `default` if absent."""
+    if obj is None:
+        return default
+    if isinstance(obj, Mapping):
+        value = obj.get(camel(name), default)
+    else:
+        value = getattr(obj, name, default)
+    return default if value is None else value
+
+
+def text_value(value: Any) -> str:
+    """A wire value as text: enums by their value, None as `-`."""
+    if value is None:
+        return "-"
+    return str(getattr(value, "value", value))
+
+
+# --- names, literally -------------------------------------------------------------------
+
+
+def display_name(name: str) -> str:
+    """`name` as it is printed: itself, with non-printing characters as `\\uXXXX`."""
+    if name.isprintable():
+        return name
+    return "".join(char if char.isprintable() else f"\\u{ord(char):04x}" for char in name)
+
+
+def name_text(name: Any, style: str = "") -> Text:
+    """A wire name as rich Text: never parsed as markup or emoji codes."""
+    return Text(display_name(text_value(name)), style=style)
+
+
+def group_text(prefix: str, group: str | None, style: str = "") -> Text:
+    """`prefix / group` (or the prefix alone) as literal Text."""
+    text = name_text(prefix, style)
+    if group is not None:
+        text.append(" / ", style=style)
+        text.append(display_name(group), style=style)
+    return text
+
+
+def plain(*parts: str | Text) -> Text:
+    """Concatenate literal strings and Text pieces (strings are never markup)."""
+    text = Text()
+    for part in parts:
+        text.append(part)
+    return text
+
+
+# --- shards -----------------------------------------------------------------------------
+
+_SHARD_PATTERN = re.compile(r"^\{(?P<prefix>.*):v(?P<version>\d+):(?P<index>\d+)\}$")
+
+
+@attrs.frozen
+class ShardRun:
+    """Consecutive shards shown as one label (`v1:0-3`), highlighted or not."""
+
+    label: str
+    highlighted: bool
+
+
+def short_shard(shard: str, prefix: str) -> str:
+    """`{orders:v1:3}` of prefix `orders` is `v1:3`; ids of another layout stay as they are."""
+    match = _SHARD_PATTERN.match(shard)
+    if match and match["prefix"] == prefix:
+        return f"v{match['version']}:{match['index']}"
+    return shard
+
+
+def shard_runs(shards: Iterable[str], prefix: str,
+               highlighted: frozenset[str] = frozenset()) -> list[ShardRun]:
+    """Short labels for shard ids, consecutive indices of one version folded into ranges.
+
+    Shards in `highlighted` never share a run with the others.
+    """
+    parsed: list[tuple[int, int, bool]] = []
+    others: list[ShardRun] = []
+    for shard in shards:
+        match = _SHARD_PATTERN.match(shard)
+        if match and match["prefix"] == prefix:
+            parsed.append((int(match["version"]), int(match["index"]), shard in highlighted))
+        else:
+            others.append(ShardRun(shard, shard in highlighted))
+    runs: list[ShardRun] = []
+    for version, (start, end), flag in _fold(sorted(set(parsed))):
+        label = f"v{version}:{start}" if start == end else f"v{version}:{start}-{end}"
+        runs.append(ShardRun(label, flag))
+    return runs + sorted(others, key=lambda run: run.label)
+
+
+def _fold(items: list[tuple[int, int, bool]]) -> list[tuple[int, tuple[int, int], bool]]:
+    folded: list[tuple[int, tuple[int, int], bool]] = []
+    for version, index, flag in items:
+        if folded:
+            last_version, (start, end), last_flag = folded[-1]
+            if last_version == version and last_flag == flag and end + 1 == index:
+                folded[-1] = (version, (start, index), flag)
+                continue
+        folded.append((version, (index, index), flag))
+    return folded
+
+
+def shards_text(shards: Iterable[str], prefix: str, highlighted: frozenset[str] = frozenset(),
+                style: str = PENDING_STYLE, marker: str = "") -> Text:
+    """Shard labels separated by spaces; highlighted ones in `style` and suffixed by `marker`.
+
+    `-` when there are none. The marker keeps the highlight visible in plain text.
+    """
+    runs = shard_runs(shards, prefix, highlighted)
+    if not runs:
+        return Text("-", style="dim")
+    text = Text()
+    for position, run in enumerate(runs):
+        if position:
+            text.append(" ")
+        label = display_name(run.label)
+        if run.highlighted:
+            text.append(label + marker, style=style)
+        else:
+            text.append(label)
+    return text
+
+
+# --- small formats ----------------------------------------------------------------------
+
+
+def format_age(milliseconds: int | None) -> str:
+    """An age for people: `420ms`, `4.2s`, `3m05s`, `2h05m`; `-` when unknown."""
+    if milliseconds is None:
+        return "-"
+    if milliseconds < 1000:
+        return f"{milliseconds}ms"
+    if milliseconds < 60_000:
+        return f"{milliseconds / 1000:.1f}s"
+    if milliseconds < 3_600_000:
+        minutes, seconds = divmod(milliseconds // 1000, 60)
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(milliseconds // 60_000, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def format_duration_ms(milliseconds: int) -> str:
+    """A retention age as the operator typed it: `7d`, `24h`, `15m`, `30s`, else ms."""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if milliseconds % size == 0:
+            return f"{milliseconds // size}{unit}"
+    return f"{milliseconds}ms"
+
+
+def format_count(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+# --- describe ---------------------------------------------------------------------------
+
+
+def migration_summary(migration: MigrationDescription | Mapping[str, Any] | None) -> str:
+    """One line for a migration: state, versions, cutover and drain progress."""
+    if migration is None:
+        return "none"
+    drained = len(field(migration, "drained_shards", ()))
+    total = drained + len(field(migration, "remaining_shards", ()))
+    return (f"{text_value(field(migration, 'state'))} v{field(migration, 'from_version')} -> "
+            f"v{field(migration, 'to_version')} ({text_value(field(migration, 'cutover'))} "
+            f"cutover): {drained} of {total} old shards drained")
+
+
+def blocking_text(migration: Any) -> Text | None:
+    """G2: the groups a migration waits on, with their counts; None when nothing blocks."""
+    blocking = field(migration, "blocking_groups", ())
+    if not blocking:
+        return None
+    text = Text("waiting on ", style=BLOCKING_STYLE)
+    for position, entry in enumerate(blocking):
+        if position:
+            text.append(", ", style=BLOCKING_STYLE)
+        text.append(display_name(text_value(field(entry, "consumer_group"))), style=BLOCKING_STYLE)
+        text.append(f" ({format_count(field(entry, 'undelivered'))} undelivered, "
+                    f"{format_count(field(entry, 'pending'))} pending)", style=BLOCKING_STYLE)
+    text.append(" (consume them, or delete-group an abandoned group)", style="dim")
+    return text
+
+
+def routing_summary(description: GroupDescription) -> str:
+    routing = description.routing
+    if routing is None:
+        return "none yet (set-shards creates it)"
+    return f"version {routing.version}, {routing.shard_count} shards"
+
+
+def retention_of(description: Any) -> Any:
+    """The prefix's retention: top-level in groupDescription, or inside its routing."""
+    return field(description, "retention") or field(field(description, "routing"), "retention")
+
+
+def retention_summary(retention: Any) -> str:
+    """`acked`, `none`, with the caps: `acked, max length 100000, max age 7d`."""
+    if retention is None:
+        return "-"
+    mode = text_value(field(retention, "mode"))
+    explained = {"acked": "acked (entries go once every group acked them)",
+                 "none": "none (nothing removed because of acks)"}.get(mode, mode)
+    parts = [explained]
+    max_length = field(retention, "max_length")
+    max_age_ms = field(retention, "max_age_ms")
+    if max_length is not None:
+        parts.append(f"max length {max_length}")
+    if max_age_ms is not None:
+        parts.append(f"max age {format_duration_ms(max_age_ms)}")
+    return ", ".join(parts)
+
+
+def max_concurrency_summary(max_concurrency: int | None) -> str:
+    if max_concurrency is None:
+        return "unset (each member uses its capacity)"
+    return f"{max_concurrency} (min with each member's capacity)"
+
+
+def lag_summary(shards: Sequence[Any]) -> Text:
+    """Sums over the shards: undelivered (lag), pending and the oldest pending age."""
+    lags = [field(shard, "lag") for shard in shards]
+    lag = None if any(value is None for value in lags) else sum(lags)
+    pending = sum(field(shard, "pending", 0) for shard in shards)
+    ages = [field(shard, "oldest_pending_ms") for shard in shards]
+    oldest = max((age for age in ages if age is not None), default=None)
+    text = Text(f"lag {format_count(lag)}, pending {pending}",
+                style="yellow" if (lag or pending) else "")
+    if oldest is not None:
+        text.append(f" (oldest pending {format_age(oldest)})")
+    return text
+
+
+def held_shards(member: MemberDescription) -> frozenset[str]:
+    """What the member holds now: assigned plus revoking."""
+    return frozenset(member.assigned_shards) | frozenset(member.revoking_shards)
+
+
+def is_behind(description: GroupDescription, member: MemberDescription) -> bool:
+    return (description.assignment_epoch is not None
+            and member.member_epoch != description.assignment_epoch)
+
+
+def reconciliation_summary(description: GroupDescription) -> Text:
+    """Where target and current assignment differ, in one line.
+
+    Pending: in a member's target, not held yet. To release: held (assigned or
+    revoking) but no longer in its target, whether or not the member was told yet.
+    """
+    if not description.members:
+        return Text("no members", style="dim")
+    pending = sum(len(frozenset(member.target_shards) - held_shards(member))
+                  for member in description.members)
+    to_release = sum(len(held_shards(member) - frozenset(member.target_shards))
+                     for member in description.members)
+    behind = sum(1 for member in description.members if is_behind(description, member))
+    if not (pending or to_release or behind):
+        return Text("current assignment = target: every member holds exactly its target",
+                    style="green")
+    text = Text("target differs from current: ", style="bold")
+    parts = [(pending, f"{pending} shard(s) pending", PENDING_STYLE),
+             (to_release, f"{to_release} shard(s) to release", REVOKING_STYLE),
+             (behind, f"{behind} member(s) behind assignment epoch "
+                      f"{description.assignment_epoch}", BEHIND_STYLE)]
+    shown = [(label, style) for count, label, style in parts if count]
+    for position, (label, style) in enumerate(shown):
+        if position:
+            text.append(", ")
+        text.append(label, style=style)
+    legend = [f"{NOT_HELD_MARKER} in target, not held yet"] if pending else []
+    legend += [f"{NOT_TARGET_MARKER} held, not in target"] if to_release else []
+    if legend:
+        text.append(f" ({'; '.join(legend)})", style="dim")
+    return text
+
+
+def describe_header(description: GroupDescription) -> Table:
+    """Group name, state, epochs, routing, retention, lag, maxConcurrency and migration."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    state = text_value(description.state)
+    grid.add_row(Text("group"), group_text(description.stream_prefix,
+                                           description.consumer_group, "bold cyan"))
+    grid.add_row(Text("state"), Text(state, style=GROUP_STATE_STYLES.get(state, "")))
+    grid.add_row(Text("epochs"), Text(f"group {description.group_epoch}  "
+                                      f"assignment {description.assignment_epoch}"))
+    grid.add_row(Text("routing"), Text(routing_summary(description)))
+    retention = retention_of(description)
+    if retention is not None:
+        grid.add_row(Text("retention"), Text(retention_summary(retention)))
+    shards = field(description, "shards", ())
+    if shards:
+        grid.add_row(Text("backlog"), lag_summary(shards))
+    grid.add_row(Text("maxConcurrency"), Text(max_concurrency_summary(description.max_concurrency)))
+    migration = description.migration
+    grid.add_row(Text("migration"), Text(migration_summary(migration),
+                                         style="" if migration is None else "magenta"))
+    blocking = blocking_text(migration)
+    if blocking is not None:
+        grid.add_row(Text("blocked by", style=BLOCKING_STYLE), blocking)
+    return grid
+
+
+def _columns(table: Table, columns: Iterable[tuple[str, str]], *, fold: Iterable[str] = ()) -> None:
+    """Add columns that never truncate their header (min_width is the header's length)."""
+    folded = set(fold)
+    for name, justify in columns:
+        table.add_column(name, justify=justify, min_width=len(name),  # type: ignore[arg-type]
+                         overflow="fold" if name in folded else "ellipsis",
+                         no_wrap=name not in folded and name in ("member", "owner"))
+
+
+def heartbeat_text(member: MemberDescription) -> Text:
+    text = Text(format_age(member.last_heartbeat_ms_ago))
+    if field(member, "overdue", False):
+        text.append(" overdue", style=OVERDUE_STYLE)
+    return text
+
+
+def _member_cells(description: GroupDescription, member: MemberDescription) -> dict[str, Text]:
+    prefix = description.stream_prefix
+    not_held_yet = frozenset(member.target_shards) - held_shards(member)
+    not_in_target = held_shards(member) - frozenset(member.target_shards)
+    state = text_value(member.state)
+    return {
+        "member": name_text(member.member_id),
+        "epoch": Text(str(member.member_epoch),
+                      style=BEHIND_STYLE if is_behind(description, member) else ""),
+        "state": Text(state, style=MEMBER_STATE_STYLES.get(state, "")),
+        "capacity": Text(format_count(member.capacity)),
+        "heartbeat": heartbeat_text(member),
+        "assigned": shards_text(member.assigned_shards, prefix, not_in_target,
+                                style=REVOKING_STYLE, marker=NOT_TARGET_MARKER),
+        "pending": shards_text(member.pending_shards, prefix, frozenset(member.pending_shards)),
+        "revoking": shards_text(member.revoking_shards, prefix, frozenset(member.revoking_shards),
+                                style=REVOKING_STYLE),
+        "target": shards_text(member.target_shards, prefix, not_held_yet, marker=NOT_HELD_MARKER),
+    }
+
+
+MEMBER_COLUMNS = (("member", "left"), ("epoch", "right"), ("state", "left"),
+                  ("capacity", "right"), ("heartbeat", "right"), ("assigned", "left"),
+                  ("pending", "left"), ("revoking", "left"), ("target", "left"))
+NARROW_MEMBER_COLUMNS = (("member", "left"), ("epoch", "right"), ("state", "left"),
+                         ("capacity", "right"), ("heartbeat", "right"))
+NARROW_SHARD_COLUMNS = (("member", "left"), ("assigned", "left"), ("pending", "left"),
+                        ("revoking", "left"), ("target", "left"))
+
+
+def members_table(description: GroupDescription, columns: Sequence[tuple[str, str]] = MEMBER_COLUMNS,
+                  title: str | None = None) -> Table:
+    """One row per member: epoch, state, capacity, heartbeat age and its shards.
+
+    Differences between target and current are highlighted: target shards the
+    member does not hold yet (`*`, yellow), held shards no longer in its target
+    (`!`, red), epochs behind the assignment epoch, and overdue heartbeats.
+    """
+    table = Table(title=title or f"members ({len(description.members)})", title_justify="left",
+                  header_style="bold", expand=False)
+    narrow = columns is not MEMBER_COLUMNS
+    _columns(table, columns, fold=("member",) if narrow else ())
+    for member in sorted(description.members, key=lambda m: m.member_id):
+        cells = _member_cells(description, member)
+        table.add_row(*(cells[name] for name, _ in columns))
+    return table
+
+
+SHARD_COLUMNS = (("shard", "left"), ("version", "right"), ("owner", "left"), ("length", "right"),
+                 ("last delivered", "left"), ("lag", "right"), ("pending", "right"),
+                 ("oldest pending", "right"))
+NARROW_SHARD_TABLE_COLUMNS = (("shard", "left"), ("owner", "left"), ("length", "right"),
+                              ("last id", "left"), ("lag", "right"), ("pending", "right"),
+                              ("oldest", "right"))
+
+
+def shards_table(description: GroupDescription, narrow: bool = False) -> Table:
+    """One row per shard of the live versions: owner, length, last-delivered id, lag, pending."""
+    shards = field(description, "shards", ())
+    columns = NARROW_SHARD_TABLE_COLUMNS if narrow else SHARD_COLUMNS
+    table = Table(title=f"shards ({len(shards)})", title_justify="left", header_style="bold",
+                  expand=False)
+    _columns(table, columns, fold=("owner", "last id") if narrow else ())
+    prefix = description.stream_prefix
+    for shard in shards:
+        lag = field(shard, "lag")
+        pending = field(shard, "pending")
+        owner = field(shard, "owner")
+        cells = {
+            "shard": name_text(short_shard(text_value(field(shard, "shard")), prefix)),
+            "version": Text(format_count(field(shard, "version"))),
+            "owner": name_text(owner) if owner is not None else Text("none", style="dim"),
+            "length": Text(format_count(field(shard, "length"))),
+            "last delivered": name_text(format_count(field(shard, "last_delivered_id"))),
+            "lag": Text(format_count(lag), style="yellow" if lag else ""),
+            "pending": Text(format_count(pending), style="yellow" if pending else ""),
+            "oldest pending": Text(format_age(field(shard, "oldest_pending_ms"))),
+        }
+        cells["last id"] = cells["last delivered"]
+        cells["oldest"] = cells["oldest pending"]
+        table.add_row(*(cells[name] for name, _ in columns))
+    return table
+
+
+@attrs.frozen
+class DescribeView:
+    """The whole `describe` view; picks the narrow layout below NARROW_BELOW columns.
+
+    `shards`: True always shows the per-shard table, False never, None when it fits
+    (at most SHARDS_SHOWN_BY_DEFAULT shards).
+    """
+
+    description: GroupDescription
+    shards: bool | None = None
+
+    def parts(self, width: int) -> list[RenderableType]:
+        description = self.description
+        narrow = width < NARROW_BELOW
+        parts: list[RenderableType] = [describe_header(description), Text("")]
+        if narrow:
+            parts.append(members_table(description, NARROW_MEMBER_COLUMNS))
+            if description.members:
+                parts.append(members_table(description, NARROW_SHARD_COLUMNS,
+                                           title="assignment (shards per member)"))
+        else:
+            parts.append(members_table(description))
+        parts.append(reconciliation_summary(description))
+        shards = field(description, "shards", ())
+        show = self.shards if self.shards is not None else len(shards) <= SHARDS_SHOWN_BY_DEFAULT
+        if shards and show:
+            parts.extend([Text(""), shards_table(description, narrow)])
+        elif shards:
+            parts.append(Text(f"{len(shards)} shards (describe --shards for one row per shard)",
+                              style="dim"))
+        return parts
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield Group(*self.parts(options.max_width))
+
+
+def describe_view(description: GroupDescription, shards: bool | None = None) -> RenderableType:
+    """The `describe` view of a group: header, members, reconciliation line, shards."""
+    return DescribeView(description, shards)
+
+
+# --- list and change responses ----------------------------------------------------------
+
+
+def groups_view(groups: Any) -> RenderableType:
+    """The `list` view: one row per group, with lag and pending where the coordinator gives them."""
+    entries = field(groups, "groups", ())
+    if not entries:
+        return Text("no groups", style="dim")
+    with_lag = any(field(entry, "lag") is not None or field(entry, "pending") is not None
+                   for entry in entries)
+    table = Table(header_style="bold")
+    columns = [("prefix", "left"), ("group", "left"), ("state", "left"),
+               ("group epoch", "right"), ("members", "right"), ("shards", "right")]
+    if with_lag:
+        columns += [("lag", "right"), ("pending", "right")]
+    _columns(table, columns, fold=("prefix", "group"))
+    for entry in sorted(entries, key=lambda g: (field(g, "stream_prefix"), field(g, "consumer_group"))):
+        state = text_value(field(entry, "state"))
+        row = [name_text(field(entry, "stream_prefix")), name_text(field(entry, "consumer_group")),
+               Text(state, style=GROUP_STATE_STYLES.get(state, "")),
+               Text(format_count(field(entry, "group_epoch"))),
+               Text(format_count(field(entry, "members"))),
+               Text(format_count(field(entry, "shards")))]
+        if with_lag:
+            row += [Text(format_count(field(entry, "lag"))), Text(format_count(field(entry, "pending")))]
+        table.add_row(*row)
+    return table
+
+
+def shard_count_changed_view(response: Any) -> Text:
+    routing = field(response, "routing")
+    where = plain("routing of prefix ", name_text(field(response, "stream_prefix")))
+    if routing is None:
+        return plain(where, ": unchanged")
+    line = plain(where, f": version {field(routing, 'version')}, "
+                        f"{field(routing, 'shard_count')} shards")
+    migration = field(response, "migration")
+    if migration is not None:
+        line.append(f"; migration {migration_summary(migration)}")
+    return line
+
+
+def max_concurrency_changed_view(response: Any) -> Text:
+    value = field(response, "max_concurrency")
+    setting = "cleared" if value is None else f"set to {value}"
+    return plain("maxConcurrency of ", group_text(field(response, "stream_prefix"),
+                                                  field(response, "consumer_group")),
+                 f" {setting} (group epoch {field(response, 'group_epoch')})")
+
+
+def member_removed_view(response: Any) -> Text:
+    return plain("removed member ", name_text(field(response, "member_id")), " from ",
+                 group_text(field(response, "stream_prefix"), field(response, "consumer_group")),
+                 f" (group epoch {field(response, 'group_epoch')})")
+
+
+def group_deleted_view(response: Any) -> Text:
+    return plain("deleted group ", group_text(field(response, "stream_prefix"),
+                                              field(response, "consumer_group")))
+
+
+def retention_changed_view(response: Any) -> Text:
+    return plain("retention of prefix ", name_text(field(response, "stream_prefix")), ": ",
+                 retention_summary(field(response, "retention")))
+
+
+def offsets_reset_view(response: Any) -> RenderableType:
+    prefix = field(response, "stream_prefix")
+    shards = field(response, "shards", ())
+    title = plain("offsets of ", group_text(prefix, field(response, "consumer_group")),
+                  f" reset on {len(shards)} shard(s)")
+    if not shards:
+        return title
+    table = Table(header_style="bold")
+    _columns(table, (("shard", "left"), ("last delivered", "left")))
+    for entry in shards:
+        table.add_row(name_text(short_shard(text_value(field(entry, "shard")), prefix)),
+                      name_text(format_count(field(entry, "last_delivered_id"))))
+    return Group(title, table)
+
+
+def generic_view(response: Any) -> RenderableType:
+    """Any response as a key/value grid (for response types this version has no view for)."""
+    body = response if isinstance(response, Mapping) else attrs.asdict(response)
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for key, value in body.items():
+        if key in ("requestId", "request_id"):
+            continue
+        grid.add_row(name_text(key), name_text(value if isinstance(value, str) else repr(value)))
+    return grid
+
+
+RESPONSE_VIEWS = {
+    "groups": groups_view,
+    "groupDescription": describe_view,
+    "shardCountChanged": shard_count_changed_view,
+    "maxConcurrencyChanged": max_concurrency_changed_view,
+    "memberRemoved": member_removed_view,
+    "groupDeleted": group_deleted_view,
+    "retentionChanged": retention_changed_view,
+    "offsetsReset": offsets_reset_view,
+}
+
+
+def response_type(response: Any) -> str:
+    return str(response.get("type")) if isinstance(response, Mapping) else response.TYPE
+
+
+def response_view(response: Any) -> RenderableType:
+    """The view of any admin response, by its wire type."""
+    kind = response_type(response)
+    if isinstance(response, Mapping) and kind == "groupDescription":
+        return generic_view(response)  # a shape this version could not decode: show it raw
+    view = RESPONSE_VIEWS.get(kind, generic_view)
+    return view(response)  # type: ignore[operator]
+
+
+# --- watch ------------------------------------------------------------------------------
+
+
+def waiting_view(prefix: str, group: str) -> Text:
+    return plain("waiting for group ", group_text(prefix, group),
+                 " to appear (no member has joined and set-shards was not called)")
+
+
+def watch_header(url: str, prefix: str, group: str, mode: str) -> Text:
+    """The line that keeps the coordinator's URL on screen while watching."""
+    return plain(Text("watching ", style="bold"), group_text(prefix, group, "bold cyan"),
+                 Text(" on ", style="bold"), name_text(url, "bold"),
+                 Text(f" ({mode}); Ctrl-C to stop", style="dim"))
+
+
+def watch_signature(description: GroupDescription) -> GroupDescription:
+    """What counts as a change for `watch`: everything but the request id and the ages."""
+    members = tuple(attrs.evolve(member, last_heartbeat_ms_ago=None)
+                    for member in description.members)
+    changes: dict[str, Any] = {"request_id": None, "members": members}
+    shards = field(description, "shards", ())
+    if shards and attrs.has(type(shards[0])) and "oldest_pending_ms" in attrs.fields_dict(type(shards[0])):
+        changes["shards"] = tuple(attrs.evolve(shard, oldest_pending_ms=None) for shard in shards)
+    return attrs.evolve(description, **changes)
+
+
+def change_lines(before: GroupDescription | None, after: GroupDescription) -> list[str]:
+    """What changed between two descriptions of a group, one short phrase per change."""
+    if before is None:
+        return [f"group {text_value(after.state)} at epoch {after.group_epoch}, "
+                f"{len(after.members)} member(s)"]
+    lines: list[str] = []
+    if before.group_epoch != after.group_epoch:
+        lines.append(f"group epoch {before.group_epoch} -> {after.group_epoch}")
+    if before.assignment_epoch != after.assignment_epoch:
+        lines.append(f"assignment epoch {before.assignment_epoch} -> {after.assignment_epoch}")
+    if before.state != after.state:
+        lines.append(f"state {text_value(before.state)} -> {text_value(after.state)}")
+    old = {member.member_id: member for member in before.members}
+    new = {member.member_id: member for member in after.members}
+    lines += [f"member {display_name(member_id)} joined" for member_id in sorted(new.keys() - old.keys())]
+    lines += [f"member {display_name(member_id)} left or expired"
+              for member_id in sorted(old.keys() - new.keys())]
+    for member_id in sorted(new.keys() & old.keys()):
+        lines += _member_changes(member_id, old[member_id], new[member_id], after.stream_prefix)
+    if before.routing != after.routing and after.routing is not None:
+        lines.append(f"routing: {routing_summary(after)}")
+    if before.migration != after.migration:
+        lines.append(f"migration: {migration_summary(after.migration)}")
+    if retention_of(before) != retention_of(after):
+        lines.append(f"retention: {retention_summary(retention_of(after))}")
+    if before.max_concurrency != after.max_concurrency:
+        lines.append(f"maxConcurrency: {max_concurrency_summary(after.max_concurrency)}")
+    before_shards, after_shards = field(before, "shards", ()), field(after, "shards", ())
+    if lag_summary(before_shards).plain != lag_summary(after_shards).plain:
+        lines.append(f"backlog {lag_summary(after_shards).plain}")
+    if not lines:
+        lines.append("shard lengths or offsets changed")
+    return lines
+
+
+def _member_changes(member_id: str, old: MemberDescription, new: MemberDescription,
+                    prefix: str) -> Iterator[str]:
+    name = display_name(member_id)
+    if old.state != new.state:
+        yield f"member {name} {text_value(old.state)} -> {text_value(new.state)}"
+    gained = frozenset(new.assigned_shards) - frozenset(old.assigned_shards)
+    if gained:
+        yield f"member {name} got {shards_text(gained, prefix).plain}"
+    released = held_shards(old) - held_shards(new)
+    if released:
+        yield f"member {name} released {shards_text(released, prefix).plain}"
+    if field(new, "overdue", False) and not field(old, "overdue", False):
+        yield f"member {name} is overdue (no heartbeat for {format_age(new.last_heartbeat_ms_ago)})"
+
+
+def change_event_text(clock: str, lines: Sequence[str]) -> Text:
+    """One line per change event: its wall-clock time and what changed."""
+    return Text(f"{clock}  " + "; ".join(lines))
+
+
+def plain_width(environ: Mapping[str, str] | None = None) -> int:
+    """Width of plain output into a pipe or file: $COLUMNS when set, else wide."""
+    columns = (os.environ if environ is None else environ).get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) >= 40 else PLAIN_OUTPUT_WIDTH
+
+
+def render_plain(renderable: RenderableType, width: int = PLAIN_OUTPUT_WIDTH) -> str:
+    """A view as plain text (no colours, no trailing blanks), as printed into a pipe or file."""
+    buffer = io.StringIO()
+    Console(file=buffer, width=width, color_system=None, highlight=False, markup=False,
+            emoji=False).print(renderable)
+    return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
