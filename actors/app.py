@@ -224,6 +224,7 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
         port = await nursery.start(_serve_websocket, server, config, admission)
         nursery.start_soon(_lease_loop, config, store, readiness)
         nursery.start_soon(_tick_loop, config, router)
+        nursery.start_soon(_store_id_loop, config, store)
         task_status.started(f"ws://{config.host}:{port}")
 
 
@@ -251,8 +252,7 @@ async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig,
 
 
 async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness: Readiness) -> None:
-    """Renew the coordinator lease every tick, on a thread of its own that nothing else can hold,
-    and write `rsc:store-id` again if it went missing.
+    """Renew the coordinator lease every tick, on a thread of its own that nothing else can hold.
 
     Each renewal is a metadata write reported to `readiness` (which logs an
     outage once). A fenced store (another coordinator owns this Redis) ends
@@ -276,10 +276,23 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
             continue
         readiness.lease_held(True)
         readiness.write_succeeded()  # the renewal is a metadata write too (PROTOCOL, Command line)
-        try:  # Producer routing: written again, the same id, whenever the key is missing
-            await trio.to_thread.run_sync(store.ensure_store_id, limiter=own_thread)
+
+
+async def _store_id_loop(config: CoordinatorConfig, store: MetadataStore) -> None:
+    """Producer routing: every tick, write `rsc:store-id` again (the same id) if it went
+    missing. Its own task, so a slow Redis never delays a lease renewal or a tick."""
+    interval = config.tick_interval_ms / 1000
+    failing = False
+    while True:
+        await trio.sleep(interval)
+        try:
+            await trio.to_thread.run_sync(store.ensure_store_id)
         except (StoreError, OSError) as exc:
-            log_event(log, "store.id_not_written", level=logging.WARNING, error=str(exc))
+            if not failing:  # an outage is logged by the lease and the writes; once here
+                log_event(log, "store.id_not_written", level=logging.WARNING, error=str(exc))
+            failing = True
+            continue
+        failing = False
 
 
 async def _tick_loop(config: CoordinatorConfig, router: Router) -> None:

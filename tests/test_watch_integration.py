@@ -7,6 +7,7 @@ A1: they live only as long as their session) and Producer routing (storeId).
 from __future__ import annotations
 
 import gc
+import json
 
 import redis
 import trio
@@ -57,7 +58,9 @@ async def push_where(session: Session, condition, timeout: float = 5) -> m.Group
 
 
 def live_watch_count() -> int:
-    """Watches held by every prefix actor of this process (the coordinator runs in-process)."""
+    """Watches held by every prefix actor of this process (the coordinator runs in-process;
+    actors of coordinators that earlier tests stopped are collected first)."""
+    gc.collect()
     return sum(len(obj.watches) for obj in gc.get_objects() if isinstance(obj, PrefixActor))
 
 
@@ -80,7 +83,8 @@ async def test_watch_answers_then_pushes_a_join_and_a_removal(coordinator):
         assert gone.group_epoch > push.group_epoch
 
 
-async def test_a_burst_of_changes_is_pushed_at_most_ten_times_a_second(coordinator):
+async def test_a_burst_of_changes_is_pushed_at_most_ten_times_a_second(coordinator_factory):
+    coordinator = await coordinator_factory(lease_ttl_ms=60_000)  # members join once and stay
     async with open_session(coordinator.url, "admin") as admin, \
             open_session(coordinator.url, "member") as member:
         await set_shards(admin, 4)
@@ -203,3 +207,37 @@ def test_ensure_store_id_writes_once_keeps_what_redis_holds_and_rewrites_the_kno
     finally:
         store.client.delete(STORE_ID_KEY)
         store.close()
+
+
+async def test_rsc_admin_watch_follows_the_real_coordinators_pushes(coordinator_factory, nursery):
+    """`rsc admin watch` with a 5 s poll interval sees three changes at once: pushes, no polls."""
+    from tests.test_admin_cli import Output, rsc_admin, wait_for_lines
+
+    coordinator = await coordinator_factory(lease_ttl_ms=60_000)
+    output = Output()
+    finished = trio.Event()
+    result: dict[str, tuple[int, str, str]] = {}
+
+    async def run_watch() -> None:
+        result["watch"] = await rsc_admin(coordinator.url, "watch", PREFIX, GROUP, "--json",
+                                          "--interval", "5", "--changes", "3", "--duration", "25",
+                                          stdout=output)
+        finished.set()
+
+    async with open_session(coordinator.url, "admin") as admin, \
+            open_session(coordinator.url, "member") as member:
+        await set_shards(admin, 2)
+        with trio.fail_after(8):  # polling every 5 s could not see three changes in time
+            nursery.start_soon(run_watch)
+            await wait_for_lines(output, 1)
+            assert (await member.request(join("a"))).status == Status.OK
+            await wait_for_lines(output, 2)
+            changed = await admin.request(m.SetMaxConcurrency(
+                request_id=0, stream_prefix=PREFIX, consumer_group=GROUP, max_concurrency=3))
+            assert changed.status == Status.OK
+            await finished.wait()
+    code, _, err = result["watch"]
+    assert (code, err) == (0, "")
+    lines = [json.loads(line) for line in output.lines()]
+    assert [len(line["members"]) for line in lines] == [0, 1, 1]
+    assert lines[-1]["maxConcurrency"] == 3
