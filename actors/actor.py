@@ -4,28 +4,33 @@ One actor task per stream prefix (the unit of metadata: one Redis hash, one
 check-and-set). It drains its mailbox in batches: hand every request to the
 machine, measure drain when the machine asks, write the machine's checkpoint
 once (H12: durable first), tell the machine how the write went, then answer
-and push. Sessions and subscribers (where to push) live here; every decision
-lives in actors/prefix.py.
+and push. Sessions, subscribers and watches (where to push) live here; every
+decision lives in actors/prefix.py (and actors/watch.py). Reads and trims of
+the shard streams (lag, drain, retention) go through actors/shard_ops.py, one
+pipelined round trip per call.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+import time
 from typing import Any, Protocol
 
 import attrs
 import trio
 
+from rsc.actors import shard_ops
 from rsc.actors.group import GroupMachine, GroupSettings
 from rsc.actors.logs import log_event
 from rsc.actors.prefix import Answer, Checkpoint, PrefixMachine
 from rsc.actors.records import PrefixSnapshot
 from rsc.actors.store import MetadataStore, StoreError, StoreFenced, StreamAdmin
-from rsc.actors.watches import Watches
+from rsc.actors.watch import Watch
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
-from rsc.protocol.vocabulary import LEAVE_EPOCH
+from rsc.protocol.vocabulary import LEAVE_EPOCH, RetentionMode
 
 log = logging.getLogger("rsc.coordinator")
 
@@ -90,14 +95,23 @@ def now_ms() -> int:
     return math.floor(trio.current_time() * 1000)
 
 
+@attrs.define
+class StoreIdentity:
+    """The coordinator's `rsc:store-id` (shard_ops.ensure_store_id), shared by every actor."""
+
+    value: str | None = None
+
+
 class PrefixActor:
     """Runs one stream prefix's machine: batches, the store, sessions and subscribers."""
 
     def __init__(self, prefix: str, store: MetadataStore, settings: GroupSettings,
                  *, push_enabled: bool = True, metrics: Any = None,
-                 keep_drained_streams: bool = False) -> None:
+                 keep_drained_streams: bool = False,
+                 identity: StoreIdentity | None = None) -> None:
         self.prefix = prefix
         self.store = store
+        self.identity = identity or StoreIdentity()
         self.streams = StreamAdmin(store.client)
         self.machine = PrefixMachine(prefix, settings, keep_drained_streams=keep_drained_streams)
         self.push_enabled = push_enabled
@@ -106,7 +120,8 @@ class PrefixActor:
         self.sessions: dict[tuple[str, str], Outbox] = {}
         self.session_members: dict[Outbox, set[tuple[str, str]]] = {}
         self.subscribers: set[Outbox] = set()
-        self.watches: Watches[Outbox] = Watches()  # describeGroup with watch (actors/watches.py)
+        self.watches: dict[Outbox, list[Watch]] = {}  # describeGroup with watch: true
+        self.shards_readable = True  # the last shard_ops call worked (to log outages once)
         self.send_channel, self.receive_channel = trio.open_memory_channel[Envelope](4096)
         self.healthy = True
 
@@ -122,14 +137,7 @@ class PrefixActor:
 
     async def run(self) -> None:
         async with self.receive_channel:
-            while True:
-                try:
-                    first = await self._receive()
-                except trio.EndOfChannel:
-                    return
-                if first is None:  # a changed watch's interval is over
-                    self._push_watches(now_ms())
-                    continue
+            async for first in self.receive_channel:
                 batch = [first]
                 while len(batch) < MAX_BATCH:
                     try:
@@ -138,21 +146,11 @@ class PrefixActor:
                         break
                 await self._handle_batch(batch)
 
-    async def _receive(self) -> Envelope | None:
-        """The next envelope, or None when a changed watch may look before one comes."""
-        due = self.watches.next_due_ms()
-        if due is None:
-            return await self.receive_channel.receive()
-        with trio.move_on_at((due + 0.5) / 1000):
-            return await self.receive_channel.receive()
-        return None
-
     async def _handle_batch(self, batch: list[Envelope]) -> None:
         now = now_ms()
         machine = self.machine
-        machine.store_id = self.store.store_id
-        answers: list[tuple[Reply | Collect | None, Answer]] = []
-        watching: dict[int, Outbox] = {}  # id(answer) -> its session, for describes that watch
+        machine.store_id = self.identity.value
+        answers: list[tuple[Reply | Collect | None, Answer, Outbox | None]] = []
         summaries: list[Collect] = []
         for envelope in batch:
             request = envelope.request
@@ -164,8 +162,7 @@ class PrefixActor:
                     summaries.append(envelope.reply)
                 continue
             started = trio.current_time()
-            answer = machine.handle(request, now)
-            answers.append((envelope.reply, answer))
+            answers.append((envelope.reply, machine.handle(request, now), envelope.session))
             if isinstance(request, m.Heartbeat):
                 self._track_session((request.consumer_group, request.member_id),
                                     None if request.member_epoch == LEAVE_EPOCH else envelope.session)
@@ -173,33 +170,34 @@ class PrefixActor:
                     self.metrics.observe_heartbeat_seconds(trio.current_time() - started)
             elif isinstance(request, m.GetRouting) and request.subscribe and envelope.session:
                 self.subscribers.add(envelope.session)
-            elif isinstance(request, m.DescribeGroup) and request.watch and envelope.session:
-                watching[id(answer)] = envelope.session
 
         await self._measure_drain()
         checkpoint = machine.checkpoint()
         durable = await self._write(checkpoint)
         if not durable:
             machine.write_failed(checkpoint, now_ms())
-        for reply, answer in answers:
+        for read in machine.lag_reads():
+            machine.lag_measured(read, await self._read(shard_ops.shard_lag, read.streams,
+                                                        read.group))
+        for reply, answer, session in answers:
             response = machine.resolve(answer, durable=durable)
             if reply is not None:
                 reply.resolve(response)
-            session = watching.get(id(answer))
-            if (session is not None and isinstance(answer.request, m.DescribeGroup)
+            request = answer.request
+            if (isinstance(request, m.DescribeGroup) and request.watch and session is not None
                     and isinstance(response, m.GroupDescription) and response.status == Status.OK):
-                self.watches.add(session, answer.request, response, now_ms())
-        for collect in summaries:
-            collect.resolve(machine.summaries())
+                self.watches.setdefault(session, []).append(Watch(request, response, now_ms()))
+        if summaries:
+            totals_read, totals = machine.totals_read(), None
+            if totals_read is not None:
+                totals = await self._read(shard_ops.group_totals, totals_read.streams,
+                                          totals_read.groups)
+            for collect in summaries:
+                collect.resolve(machine.summaries(totals))
         if durable:
             self._after_commit(checkpoint)
-        every, groups = machine.take_described()
-        if self.watches:
-            if every:
-                self.watches.changed_all()
-            else:
-                self.watches.changed(groups)
-            self._push_watches(now_ms())
+        await self._retention()
+        await self._refresh_watches()
         if self.metrics is not None and machine.migration is not None:
             self.metrics.set_migration_progress(self.prefix, len(machine.migration.drained),
                                                 len(machine.migration.from_streams))
@@ -207,17 +205,71 @@ class PrefixActor:
     # --- I/O -----------------------------------------------------------------------
 
     async def _measure_drain(self) -> None:
-        """R2: the machine asked how far the old shards are drained."""
+        """R2, G2: the machine asked how far the old shards are drained, and by whom not.
+
+        An entry removed by retention counts as delivered (shard_ops.drain_counts).
+        """
         query = self.machine.drain_query()
         if query is None:
             return
         try:
-            report = await trio.to_thread.run_sync(self.streams.drain_report, query.streams,
-                                                   query.groups)
+            counts = await trio.to_thread.run_sync(shard_ops.drain_counts, self.store.client,
+                                                   query.streams, query.groups)
         except StoreError as exc:
             log.warning("migration of prefix %s waits: %s", self.prefix, exc)
             return
-        self.machine.drain_measured(report)
+        self.machine.drain_measured(shard_ops.drain_report(counts))
+
+    async def _read(self, operation: Any, *args: Any) -> Any:
+        """A shard_ops call in a worker thread; None when Redis failed (logged once per outage)."""
+        try:
+            result = await trio.to_thread.run_sync(operation, self.store.client, *args)
+        except StoreError as exc:
+            if self.shards_readable:
+                log_event(log, "shards.unreadable", level=logging.WARNING, prefix=self.prefix,
+                          error=str(exc))
+            self.shards_readable = False
+            return None
+        if not self.shards_readable:
+            log_event(log, "shards.readable", prefix=self.prefix)
+        self.shards_readable = True
+        return result
+
+    async def _retention(self) -> None:
+        """T1..T3, when the machine says it is due: trim, then count what went."""
+        retention_pass = self.machine.retention_pass()
+        if retention_pass is None:
+            return
+        retention = retention_pass.retention
+        trim = functools.partial(shard_ops.apply_retention,
+                                 acked=retention.mode == RetentionMode.ACKED,
+                                 max_length=retention.max_length, max_age_ms=retention.max_age_ms,
+                                 now_ms=int(time.time() * 1000))  # stream ids are wall-clock ms
+        results = await self._read(trim, retention_pass.streams, retention_pass.groups)
+        if results is not None and self.metrics is not None:
+            self.metrics.observe_retention(self.prefix, results)
+
+    async def _refresh_watches(self) -> None:
+        """Push to every due watch whose description changed (the rules: actors/watch.py)."""
+        if not self.watches:
+            return
+        streams = self.machine.live_streams()
+        for session, watches in list(self.watches.items()):
+            for watch in list(watches):
+                now = now_ms()
+                if not watch.due(now):
+                    continue
+                group = watch.request.consumer_group
+                lags = None
+                if group in self.groups:
+                    lags = await self._read(shard_ops.shard_lag, streams, group)
+                push = watch.offer(self.machine.describe(watch.request, now, lags), now)
+                if push is not None:
+                    session.push(push)
+                if watch.over:
+                    watches.remove(watch)
+            if not watches:
+                self.watches.pop(session, None)
 
     async def _write(self, checkpoint: Checkpoint) -> bool:
         """Write the checkpoint; False (the machine rolls back) when the store failed."""
@@ -311,20 +363,9 @@ class PrefixActor:
             self.sessions[key] = session
             self.session_members.setdefault(session, set()).add(key)
 
-    def _push_watches(self, now: int) -> None:
-        """Describe each changed watched group whose interval is over; push what differs."""
-        for session, watch in self.watches.due(now):
-            answer = self.machine.handle(watch.request, now)  # a describe only reads
-            description = self.machine.resolve(answer, durable=True)
-            if not isinstance(description, m.GroupDescription):
-                continue
-            push = self.watches.offer(session, watch, description, now)
-            if push is not None:
-                session.push(push)
-
     def forget_session(self, session: Outbox) -> None:
         self.subscribers.discard(session)
-        self.watches.forget(session)
+        self.watches.pop(session, None)
         for key in self.session_members.pop(session, ()):
             del self.sessions[key]
 

@@ -18,7 +18,8 @@ from typing import Any
 
 import trio
 
-from rsc.actors.actor import PrefixActor, now_ms
+from rsc.actors import shard_ops
+from rsc.actors.actor import PrefixActor, StoreIdentity, now_ms
 from rsc.actors.admission import (
     Admission,
     AdmissionListener,
@@ -191,16 +192,19 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
         log_event(log, "coordinator.lease_takeover_skipped", error=str(exc))
     epoch = await trio.to_thread.run_sync(store.acquire, int(lease_ms * 1.5))
     readiness.lease_held(True)
-    store_id = await trio.to_thread.run_sync(store.ensure_store_id)
     log_event(log, "coordinator.started", coordinator_epoch=epoch, redis=store.redis_url,
-              max_sessions=max_sessions, fd_limit=fd_limit, store_id=store_id)
+              max_sessions=max_sessions, fd_limit=fd_limit)
+    identity = StoreIdentity(await trio.to_thread.run_sync(shard_ops.ensure_store_id, store.client))
+    await trio.to_thread.run_sync(shard_ops.load_scripts, store.client)
+    xackdel = await trio.to_thread.run_sync(shard_ops.supports_xackdel, store.client)
+    log_event(log, "store.identified", store_id=identity.value, xackdel=xackdel)
     settings = GroupSettings(heartbeat_interval_ms=config.heartbeat_interval_ms,
                              lease_ttl_ms=config.lease_ttl_ms,
                              revoke_timeout_ms=config.revoke_timeout_ms)
 
     def make_actor(prefix: str) -> PrefixActor:
         return PrefixActor(prefix, store, settings, push_enabled=config.push, metrics=metrics,
-                           keep_drained_streams=config.keep_drained_streams)
+                           keep_drained_streams=config.keep_drained_streams, identity=identity)
 
     async def reload(prefix: str) -> PrefixActor:
         data = await trio.to_thread.run_sync(load_prefix, store, prefix)
@@ -224,7 +228,7 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
         port = await nursery.start(_serve_websocket, server, config, admission)
         nursery.start_soon(_lease_loop, config, store, readiness)
         nursery.start_soon(_tick_loop, config, router)
-        nursery.start_soon(_store_id_loop, config, store)
+        nursery.start_soon(_store_id_loop, config, store, identity)
         task_status.started(f"ws://{config.host}:{port}")
 
 
@@ -278,29 +282,25 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
         readiness.write_succeeded()  # the renewal is a metadata write too (PROTOCOL, Command line)
 
 
-async def _store_id_loop(config: CoordinatorConfig, store: MetadataStore) -> None:
-    """Producer routing: every tick, write `rsc:store-id` again (the same id) if it went
-    missing. Its own task, so a slow Redis never delays a lease renewal or a tick."""
-    interval = config.tick_interval_ms / 1000
-    failing = False
-    while True:
-        await trio.sleep(interval)
-        try:
-            await trio.to_thread.run_sync(store.ensure_store_id)
-        except (StoreError, OSError) as exc:
-            if not failing:  # an outage is logged by the lease and the writes; once here
-                log_event(log, "store.id_not_written", level=logging.WARNING, error=str(exc))
-            failing = True
-            continue
-        failing = False
-
-
 async def _tick_loop(config: CoordinatorConfig, router: Router) -> None:
     """Send every actor its tick (H6, H14); never waits on any of them."""
     interval = config.tick_interval_ms / 1000
     while True:
         await trio.sleep(interval)
         router.tick()
+
+
+async def _store_id_loop(config: CoordinatorConfig, store: MetadataStore,
+                         identity: StoreIdentity) -> None:
+    """Every 10 ticks, write the same `rsc:store-id` again if the key went missing (a flush)."""
+    interval = 10 * config.tick_interval_ms / 1000
+    while True:
+        await trio.sleep(interval)
+        try:
+            identity.value = await trio.to_thread.run_sync(shard_ops.ensure_store_id, store.client,
+                                                           identity.value)
+        except StoreError as exc:  # the lease loop reports the outage; try again later
+            log.debug("store id not checked: %s", exc)
 
 
 def load_prefix(store: MetadataStore, prefix: str) -> PrefixSnapshot | None:

@@ -27,6 +27,10 @@ process, as in tests, never share counters). The coordinator calls:
 - `set_migration_progress(prefix, drained, total)`: shards of the old version
   drained so far (`rsc_migration_drained_shards`, `rsc_migration_shards`);
   `migration_finished(prefix)` drops them.
+- `observe_retention(prefix, results)`: one retention pass (actors/shard_ops.py
+  `RetentionResult`s): `rsc_shard_length` per shard, entries trimmed by reason
+  (`rsc_retention_removed_total`, `acked` or `cap`) and those no group had
+  acked yet (`rsc_retention_unconsumed_removed_total`).
 - Admission and supervision: `session_refused(reason)`
   (`rsc_sessions_refused_total{reason}`: max_sessions, max_connections,
   fd_exhausted), `handshake_timed_out()` (`rsc_handshakes_timed_out_total`),
@@ -114,6 +118,15 @@ class CoordinatorMetrics:
         self.migration_total = Gauge("rsc_migration_shards",
                                      "Old-version shards the active migration must drain",
                                      ("prefix",), registry=registry)
+        self.shard_length = Gauge("rsc_shard_length", "Entries in a shard stream (after retention)",
+                                  ("prefix", "shard"), registry=registry)
+        self.retention_removed = Counter("rsc_retention_removed",
+                                         "Entries removed by retention, by reason (acked, cap)",
+                                         ("prefix", "reason"), registry=registry)
+        self.retention_unconsumed = Counter(
+            "rsc_retention_unconsumed_removed",
+            "Entries removed by maxLength / maxAgeMs before every group acked them",
+            ("prefix",), registry=registry)
         self.sessions_refused = Counter("rsc_sessions_refused",
                                         "Connections or handshakes refused by admission (A1), by reason: "
                                         "max_sessions (HTTP 503), max_connections (closed at accept), "
@@ -239,6 +252,14 @@ class CoordinatorMetrics:
         """Progress of the active migration of `prefix`: `drained` of `total` old shards."""
         self.migration_drained.labels(prefix).set(drained)
         self.migration_total.labels(prefix).set(total)
+
+    def observe_retention(self, prefix: str, results: Any) -> None:
+        """One retention pass over a prefix's shards (RetentionResult-like objects)."""
+        for result in results:
+            self.shard_length.labels(prefix, result.shard).set(result.length)
+            self.retention_removed.labels(prefix, "acked").inc(result.removed_acked)
+            self.retention_removed.labels(prefix, "cap").inc(result.removed_by_caps)
+            self.retention_unconsumed.labels(prefix).inc(result.removed_unconsumed)
 
     def migration_finished(self, prefix: str) -> None:
         """Drop the migration series of `prefix` (no migration active any more)."""

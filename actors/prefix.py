@@ -21,9 +21,15 @@ Reading of R4: a migration blocks the next `setShardCount` only while it is
 DRAINING; once it is COMPLETE the next one starts at once, and the drained
 streams of the complete one are retired when nobody holds them any more.
 
-Room for what comes next: a prefix-level setting (retention, T1..T3) is one
-more record in actors/records.py plus a request here; periodic stream work
-(trims) is one more checkpoint field like `moves`; group caps (A1) belong
+Operations (PROTOCOL.md "Lag and shards", "Retention"): describe shows each
+live shard's lag as Redis reports it (`lag_reads` asks the shell for one
+pipelined read per described group, `lag_measured` hands it back), members
+overdue on their heartbeat, and the prefix's retention, which `setRetention`
+replaces and `retention_pass` turns into a trim every RETENTION_EVERY_TICKS
+ticks (T1..T3; the shell runs it with actors/shard_ops.py).
+
+Room for what comes next: a prefix-level setting is one more record in
+actors/records.py plus a request here; group caps (A1) belong
 in `_register` and the join path; store deadlines (D4) are the shell's
 (a timed-out write is a `write_failed`).
 """
@@ -42,12 +48,14 @@ from rsc.actors.records import (
     MigrationRecord,
     OwnerToken,
     PrefixSnapshot,
+    RetentionRecord,
     RoutingRecord,
 )
+from rsc.actors.shard_ops import GroupTotals, ShardLag
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.routing import HASH_NAME, stream_key
-from rsc.protocol.vocabulary import JOIN_EPOCH, Cutover, MigrationState
+from rsc.protocol.vocabulary import JOIN_EPOCH, Cutover, MigrationState, RetentionMode
 
 REVEALING = frozenset({Status.OK, Status.REVOKE_PENDING, Status.SYNC_METADATA})
 """Statuses whose response reveals state: sent only once that state is durable (H12)."""
@@ -59,6 +67,37 @@ Backlog = Mapping[str, tuple[int | None, int]]
 
 DrainReport = Mapping[str, Backlog | None]
 """The answer to a DrainQuery: per stream its backlog, or None when the stream is gone."""
+
+RETENTION_EVERY_TICKS = 10
+"""T1/T2: retention runs at least every tick interval x 10."""
+
+OVERDUE_FACTOR = 1.5
+"""A member is overdue when its last accepted heartbeat is older than interval x 1.5."""
+
+
+@attrs.frozen
+class LagRead:
+    """describeGroup's shards: one group's lag on the live streams (one round trip)."""
+
+    group: str
+    streams: tuple[str, ...]
+
+
+@attrs.frozen
+class TotalsRead:
+    """listGroups' lag and pending sums of every group of the prefix (one round trip)."""
+
+    groups: tuple[str, ...]
+    streams: tuple[str, ...]
+
+
+@attrs.frozen
+class RetentionPass:
+    """T1..T3: what to trim on the prefix's live shards, for which groups."""
+
+    streams: tuple[str, ...]
+    groups: tuple[str, ...]
+    retention: RetentionRecord
 
 
 @attrs.frozen
@@ -167,9 +206,27 @@ class Committed:
     deleted: tuple[str, ...] = ()  # groups gone (G1): forget their series
 
 
-def routing_summary(routing: RoutingRecord, store_id: str | None = None) -> m.RoutingSummary:
+def routing_summary(routing: RoutingRecord, store_id: str | None = None,
+                    retention: RetentionRecord | None = None) -> m.RoutingSummary:
     return m.RoutingSummary(version=routing.version, shard_count=routing.shard_count,
-                            store_id=store_id)
+                            store_id=store_id,
+                            retention=retention_message(retention) if retention else None)
+
+
+def retention_message(retention: RetentionRecord) -> m.Retention:
+    return m.Retention(mode=retention.mode, max_length=retention.max_length,
+                       max_age_ms=retention.max_age_ms)
+
+
+def retention_record(retention: m.Retention) -> RetentionRecord:
+    return RetentionRecord(mode=retention.mode, max_length=retention.max_length,
+                           max_age_ms=retention.max_age_ms)
+
+
+def is_overdue(last_heartbeat_ms_ago: int | None, heartbeat_interval_ms: int) -> bool:
+    """Overdue: the last accepted heartbeat is older than the interval plus half of it."""
+    return (last_heartbeat_ms_ago is not None
+            and last_heartbeat_ms_ago > heartbeat_interval_ms * OVERDUE_FACTOR)
 
 
 def routing_description(routing: RoutingRecord) -> m.RoutingDescription:
@@ -198,6 +255,8 @@ class PrefixMachine:
         self.routing: RoutingRecord | None = None
         self.migration: MigrationRecord | None = None
         self.groups: dict[str, GroupMachine] = {}
+        self.retention = RetentionRecord()
+        self.store_id: str | None = None  # this Redis's rsc:store-id, set by the shell
         self.persisted = PrefixSnapshot()  # what Redis holds: the rollback point
         self._create: list[CreateConsumerGroups] = []
         self._seal: list[str] = []
@@ -213,11 +272,11 @@ class PrefixMachine:
         self.blocking: tuple[m.BlockingGroup, ...] = ()
         self._drain_check_due = False
         self._retire_check_due = False
-        # Producer routing: the coordinator's `rsc:store-id`, set by the shell
-        self.store_id: str | None = None
-        # watches (Admin): groups whose description may have changed since `take_described`
-        self._described: set[str] = set()
-        self._described_all = False
+        # lag of the groups described this batch (read after the checkpoint), and the ticks
+        # since the last retention pass
+        self._lag_wanted: set[str] = set()
+        self._lags: dict[str, list[ShardLag] | None] = {}
+        self._ticks = 0
 
     # --- restore -------------------------------------------------------------------
 
@@ -225,13 +284,14 @@ class PrefixMachine:
         """Load the replayed records after a coordinator restart (members get fresh leases)."""
         self.routing = snapshot.routing
         self.migration = snapshot.migration
+        self.retention = snapshot.retention
         self.groups = {}
         shards = self.assignable_shards()
         for name, group in snapshot.groups.items():
             self.groups[name] = GroupMachine.from_record(self.prefix, name, self.settings, group,
                                                          shards, now_ms)
         self.persisted = PrefixSnapshot(
-            routing=snapshot.routing, migration=snapshot.migration,
+            routing=snapshot.routing, migration=snapshot.migration, retention=snapshot.retention,
             groups={name: GroupSnapshot(g.group, dict(g.members))
                     for name, g in snapshot.groups.items()})
         self._drain_check_due = self._retire_check_due = self.migration is not None
@@ -254,8 +314,12 @@ class PrefixMachine:
             return Answer(request, self._delete_group(request))
         if isinstance(request, m.ResetOffsets):
             return self._reset_offsets(request)
+        if isinstance(request, m.SetRetention):
+            return Answer(request, self._set_retention(request))
         if isinstance(request, m.DescribeGroup):
-            return Answer(request, later=lambda: self._describe(request, now_ms))
+            self._lag_wanted.add(request.consumer_group)
+            return Answer(request, later=lambda: self.describe(
+                request, now_ms, self._lags.get(request.consumer_group)))
         return Answer(request, request.error(
             Status.INVALID_REQUEST, f"{request.TYPE} is not a request of a stream prefix"))
 
@@ -265,7 +329,28 @@ class PrefixMachine:
             group.tick(now_ms)
         if self.migration is not None:
             self._drain_check_due = self._retire_check_due = True
+        self._ticks += 1
 
+    def retention_pass(self) -> RetentionPass | None:
+        """T1..T3: the trim the shell should run now, every RETENTION_EVERY_TICKS ticks."""
+        if self._ticks < RETENTION_EVERY_TICKS or self.routing is None:
+            return None
+        self._ticks = 0
+        retention = self.retention
+        capped = retention.max_length is not None or retention.max_age_ms is not None
+        if not capped and (retention.mode == RetentionMode.NONE or not self.groups):
+            return None  # nothing can be removed: T3, or T1 with no group
+        return RetentionPass(self.live_streams(), tuple(self.groups), retention)
+
+    def lag_reads(self) -> tuple[LagRead, ...]:
+        """The lag reads this batch's describes need, on the streams as they are durably now."""
+        wanted, self._lag_wanted, self._lags = self._lag_wanted, set(), {}
+        streams = self.live_streams()
+        return tuple(LagRead(name, streams) for name in sorted(wanted) if name in self.groups)
+
+    def lag_measured(self, read: LagRead, lags: list[ShardLag] | None) -> None:
+        """What Redis said of a group's shards (None: the read failed; describe shows none)."""
+        self._lags[read.group] = lags
     def drain_query(self) -> DrainQuery | None:
         """The drain measurement (R2) the shell should make before this checkpoint, if due."""
         migration = self.migration
@@ -303,12 +388,9 @@ class PrefixMachine:
                                   else total_undelivered + undelivered, total_pending + pending)
             if clear:
                 drained.add(stream)
-        blocking_groups = tuple(m.BlockingGroup(consumer_group=name, undelivered=undelivered,
-                                                pending=pending)
-                                for name, (undelivered, pending) in sorted(blocking.items()))
-        if blocking_groups != self.blocking:
-            self._described_all = True  # every group's migration description shows them
-        self.blocking = blocking_groups
+        self.blocking = tuple(m.BlockingGroup(consumer_group=name, undelivered=undelivered,
+                                              pending=pending)
+                              for name, (undelivered, pending) in sorted(blocking.items()))
         self.drained(drained)
 
     def drained(self, shards: Iterable[str]) -> None:
@@ -360,10 +442,11 @@ class PrefixMachine:
         cleanup = None
         if self._destroy:
             cleanup = DestroyConsumerGroups(self._existing_streams(), tuple(sorted(self._destroy)))
+        if self.retention != self.persisted.retention:
+            changes.retention = self.retention
         if changes.routing_changed and self.routing is not None:
             self._events.append(PrefixEvent("routing.changed", {
                 "version": self.routing.version, "shard_count": self.routing.shard_count}))
-        self._note_described(changes, effects)
         current = set(self.routing.streams) if self.routing else set()
         unseal = tuple(sorted(s for s in self._unseal if s in current and s not in self._seal))
         checkpoint = Checkpoint(create=tuple(self._create), unseal=unseal,
@@ -375,21 +458,6 @@ class PrefixMachine:
         self._unseal = set()
         self._deleted, self._destroy = {}, set()
         return checkpoint
-
-    def _note_described(self, changes: Changes, effects: Mapping[str, Effects]) -> None:
-        """Which descriptions this batch may have changed (watches look at those only)."""
-        if changes.routing_changed or changes.migration_changed:
-            self._described_all = True  # every group's routing and migration
-        elif not self._described_all:
-            self._described.update(changes.groups)  # settings changed, registered or deleted
-            self._described.update(name for name, effect in effects.items()
-                                   if effect.dirty or effect.events)
-
-    def take_described(self) -> tuple[bool, frozenset[str]]:
-        """(every group, or these groups) whose description may differ since the last call."""
-        described = (self._described_all, frozenset(self._described))
-        self._described_all, self._described = False, set()
-        return described
 
     def committed(self, checkpoint: Checkpoint) -> Committed:
         """The checkpoint is durable: fold it into the rollback point; what to push."""
@@ -404,8 +472,9 @@ class PrefixMachine:
             pushes.extend(m.AssignmentChanged(stream_prefix=self.prefix, consumer_group=name,
                                               member_id=member_id, group_epoch=group.group_epoch)
                           for member_id in effect.pushes)
-        routing = None
-        if checkpoint.changes.routing_changed and self.routing is not None:
+        routing = None  # routing answers carry the retention too: a change of it is pushed
+        if (checkpoint.changes.routing_changed or checkpoint.changes.retention is not None) \
+                and self.routing is not None:
             routing = self._routing_message(None)
         deleted = tuple(name for name, group in checkpoint.changes.groups.items()
                         if group is None and name not in self.groups)
@@ -424,6 +493,7 @@ class PrefixMachine:
         self._unseal.update(checkpoint.unseal)
         self.routing = self.persisted.routing
         self.migration = self.persisted.migration
+        self.retention = self.persisted.retention
         shards = self.assignable_shards()
         for name in list(self.groups):
             if name not in self.persisted.groups:
@@ -435,7 +505,6 @@ class PrefixMachine:
             group.restore(record, shards, now_ms, restart=False)
         if self.migration is not None:
             self._retire_check_due = True
-        self._described_all = True  # back to what Redis holds
 
     def cleanup_failed(self, checkpoint: Checkpoint) -> None:
         """The hash landed but the cleanup did not: do it again with the next checkpoint."""
@@ -446,7 +515,6 @@ class PrefixMachine:
     def offsets_moved(self, move: MoveOffsets, last_delivered: Mapping[str, str]) -> None:
         """G3: the move landed; `last_delivered` is the group's new id per stream."""
         self._moved[move] = last_delivered
-        self._described.add(move.group)
 
     def resolve(self, answer: Answer, *, durable: bool) -> m.Response:
         """H12: the response to send, now that the checkpoint landed (`durable`) or not."""
@@ -476,14 +544,44 @@ class PrefixMachine:
             return remaining
         return remaining + self.routing.streams
 
-    def summaries(self) -> tuple[m.GroupSummary, ...]:
-        """listGroups' entries for this prefix, by group name."""
-        return tuple(self.groups[name].summary() for name in sorted(self.groups))
+    def totals_read(self) -> TotalsRead | None:
+        """listGroups' lag and pending sums need this read (None: no shards or no groups)."""
+        streams = self.live_streams()
+        if not streams or not self.groups:
+            return None
+        return TotalsRead(tuple(self.groups), streams)
+
+    def summaries(self, totals: Mapping[str, GroupTotals] | None = None
+                  ) -> tuple[m.GroupSummary, ...]:
+        """listGroups' entries for this prefix, by group name, with lag and pending sums.
+
+        Without shards a group has lag 0; when the read failed (`totals` None while there
+        are shards) its lag is null.
+        """
+        result = []
+        for name in sorted(self.groups):
+            summary = self.groups[name].summary()
+            if totals is not None and name in totals:
+                summary = attrs.evolve(summary, lag=totals[name].lag, pending=totals[name].pending)
+            elif not self.live_streams():
+                summary = attrs.evolve(summary, lag=0)
+            result.append(summary)
+        return tuple(result)
+
+    def shard_versions(self) -> dict[str, int]:
+        """The routing version of every live shard."""
+        versions: dict[str, int] = {}
+        if self.migration is not None:
+            versions.update(dict.fromkeys(self.migration.remaining, self.migration.from_version))
+        if self.routing is not None:
+            versions.update(dict.fromkeys(self.routing.streams, self.routing.version))
+        return versions
 
     # --- requests --------------------------------------------------------------------
 
     def _heartbeat(self, request: m.Heartbeat, now_ms: int) -> m.HeartbeatResponse:
-        routing = routing_summary(self.routing, self.store_id) if self.routing else None
+        routing = (routing_summary(self.routing, self.store_id, self.retention)
+                   if self.routing else None)
         group = self.groups.get(request.consumer_group)
         if group is None:
             if request.member_epoch != JOIN_EPOCH:
@@ -616,14 +714,43 @@ class PrefixMachine:
             return current
         return self.migration.retiring + self.migration.from_streams + current
 
-    def _describe(self, request: m.DescribeGroup, now_ms: int) -> m.Response:
+    def describe(self, request: m.DescribeGroup, now_ms: int,
+                 lags: list[ShardLag] | None) -> m.GroupDescription:
+        """describeGroup: the group, its overdue members, retention, blockers and shards.
+
+        `lags` is what Redis said of the live shards (None: not read, no shards shown).
+        """
         group = self.groups.get(request.consumer_group)
         if group is None:
-            return request.unknown_group()
+            unknown = request.unknown_group()
+            assert isinstance(unknown, m.GroupDescription)
+            return unknown
         description = group.describe(
-            now_ms, routing_summary(self.routing, self.store_id) if self.routing else None,
+            now_ms, routing_summary(self.routing, self.store_id, self.retention)
+            if self.routing else None,
             migration_description(self.migration, self.blocking) if self.migration else None)
-        return attrs.evolve(description, request_id=request.request_id)
+        interval = self.settings.heartbeat_interval_ms
+        members = tuple(attrs.evolve(member, overdue=is_overdue(member.last_heartbeat_ms_ago,
+                                                               interval))
+                        for member in description.members)
+        versions = self.shard_versions()
+        shards = tuple(
+            m.ShardDescription(shard=lag.shard, version=versions.get(lag.shard, 0),
+                               owner=group.owners.get(lag.shard), length=lag.length,
+                               last_delivered_id=lag.last_delivered_id, lag=lag.lag,
+                               pending=lag.pending, oldest_pending_ms=lag.oldest_pending_ms)
+            for lag in lags or ())
+        return attrs.evolve(description, request_id=request.request_id, members=members,
+                            shards=shards, retention=retention_message(self.retention))
+
+    def _set_retention(self, request: m.SetRetention) -> m.Response:
+        """T3: the whole retention object is replaced; only a prefix with routing has one."""
+        if self.routing is None:
+            return request.unknown_stream()
+        self.retention = retention_record(request.retention)
+        return m.RetentionChanged(request_id=request.request_id, status=Status.OK,
+                                  stream_prefix=self.prefix,
+                                  retention=retention_message(self.retention))
 
     def _routing_response(self, request: m.GetRouting) -> m.Routing:
         if self.routing is None:
@@ -634,7 +761,8 @@ class PrefixMachine:
         assert self.routing is not None
         return m.Routing(request_id=request_id, status=Status.OK, stream_prefix=self.prefix,
                          version=self.routing.version, shard_count=self.routing.shard_count,
-                         hash=HASH_NAME, streams=self.routing.streams, store_id=self.store_id)
+                         hash=HASH_NAME, streams=self.routing.streams, store_id=self.store_id,
+                         retention=retention_message(self.retention))
 
     # --- migration ---------------------------------------------------------------------
 

@@ -4,6 +4,7 @@
 
 - `coordinatorEpoch`: the check-and-set guard (written by the store's script).
 - `routing`: `{"version", "shardCount", "streams"}`.
+- `retention`: `{"mode", "maxLength", "maxAgeMs"}` (absent: the default, `acked` without caps).
 - `migration`: `{"state", "fromVersion", "toVersion", "cutover", "fromStreams",
   "drained", "retiring"}`.
 - `group:<name>`: `{"groupEpoch", "assignmentEpoch", "maxConcurrency"}`.
@@ -25,11 +26,12 @@ from typing import Any
 
 import attrs
 
-from rsc.protocol.vocabulary import Cutover, MigrationState
+from rsc.protocol.vocabulary import Cutover, MigrationState, RetentionMode
 
 COORDINATOR_EPOCH_FIELD = "coordinatorEpoch"
 ROUTING_FIELD = "routing"
 MIGRATION_FIELD = "migration"
+RETENTION_FIELD = "retention"
 GROUP_FIELD = "group:"
 MEMBER_FIELD = "member:"
 
@@ -44,6 +46,18 @@ class RoutingRecord:
     version: int
     shard_count: int
     streams: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
+class RetentionRecord:
+    """A prefix's retention (T1..T3); new prefixes start with `acked` and no caps."""
+
+    mode: RetentionMode = RetentionMode.ACKED
+    max_length: int | None = None
+    max_age_ms: int | None = None
+
+
+DEFAULT_RETENTION = RetentionRecord()
 
 
 @attrs.frozen(kw_only=True)
@@ -112,6 +126,7 @@ class PrefixSnapshot:
     routing: RoutingRecord | None = None
     migration: MigrationRecord | None = None
     groups: dict[str, GroupSnapshot] = attrs.field(factory=dict)
+    retention: RetentionRecord = DEFAULT_RETENTION
 
     def apply(self, changes: Changes) -> None:
         """Fold committed changes in (what `replay` of the written hash would give)."""
@@ -119,6 +134,8 @@ class PrefixSnapshot:
             self.routing = changes.routing
         if changes.migration_changed:
             self.migration = changes.migration
+        if changes.retention is not None:
+            self.retention = changes.retention
         for name, group in changes.groups.items():
             if group is None:
                 self.groups.pop(name, None)
@@ -144,6 +161,7 @@ class Changes:
     migration_changed: bool = False
     groups: dict[str, GroupRecord | None] = attrs.field(factory=dict)
     members: dict[tuple[str, str], MemberRecord | None] = attrs.field(factory=dict)
+    retention: RetentionRecord | None = None  # None: unchanged
 
     def set_routing(self, routing: RoutingRecord | None) -> None:
         self.routing, self.routing_changed = routing, True
@@ -153,7 +171,7 @@ class Changes:
 
     def __bool__(self) -> bool:
         return (self.routing_changed or self.migration_changed or bool(self.groups)
-                or bool(self.members))
+                or bool(self.members) or self.retention is not None)
 
 
 def changes_of(snapshot: PrefixSnapshot) -> Changes:
@@ -161,6 +179,8 @@ def changes_of(snapshot: PrefixSnapshot) -> Changes:
     changes = Changes()
     changes.set_routing(snapshot.routing)
     changes.set_migration(snapshot.migration)
+    if snapshot.retention != DEFAULT_RETENTION:
+        changes.retention = snapshot.retention
     for name, group in snapshot.groups.items():
         changes.groups[name] = group.group
         for member_id, member in group.members.items():
@@ -201,6 +221,11 @@ def migration_value(record: MigrationRecord) -> dict[str, Any]:
             "retiring": list(record.retiring)}
 
 
+def retention_value(record: RetentionRecord) -> dict[str, Any]:
+    return {"mode": record.mode.value, "maxLength": record.max_length,
+            "maxAgeMs": record.max_age_ms}
+
+
 def group_value(record: GroupRecord) -> dict[str, Any]:
     return {"groupEpoch": record.group_epoch, "assignmentEpoch": record.assignment_epoch,
             "maxConcurrency": record.max_concurrency}
@@ -223,6 +248,11 @@ def _migration(value: Mapping[str, Any]) -> MigrationRecord:
         cutover=Cutover(value["cutover"]), from_streams=tuple(value["fromStreams"]),
         drained=frozenset(value["drained"]), state=MigrationState(value["state"]),
         retiring=tuple(value.get("retiring", ())))
+
+
+def _retention(value: Mapping[str, Any]) -> RetentionRecord:
+    return RetentionRecord(mode=RetentionMode(value["mode"]), max_length=value["maxLength"],
+                           max_age_ms=value["maxAgeMs"])
 
 
 def _group(value: Mapping[str, Any]) -> GroupRecord:
@@ -251,6 +281,8 @@ def encode(changes: Changes) -> dict[str, str | None]:
     if changes.migration_changed:
         fields[MIGRATION_FIELD] = (_json(migration_value(changes.migration))
                                    if changes.migration else None)
+    if changes.retention is not None:
+        fields[RETENTION_FIELD] = _json(retention_value(changes.retention))
     for name, group in changes.groups.items():
         fields[group_field(name)] = None if group is None else _json(group_value(group))
     for (name, member_id), member in changes.members.items():
@@ -265,6 +297,8 @@ def replay(fields: Mapping[str, str]) -> PrefixSnapshot:
         snapshot.routing = _routing(json.loads(fields[ROUTING_FIELD]))
     if fields.get(MIGRATION_FIELD):
         snapshot.migration = _migration(json.loads(fields[MIGRATION_FIELD]))
+    if fields.get(RETENTION_FIELD):
+        snapshot.retention = _retention(json.loads(fields[RETENTION_FIELD]))
     for field, value in fields.items():
         if field.startswith(GROUP_FIELD):
             snapshot.groups[field[len(GROUP_FIELD):]] = GroupSnapshot(_group(json.loads(value)))

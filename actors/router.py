@@ -224,9 +224,10 @@ def _answer(envelope: Envelope, response: Any) -> None:
 
 def _carry_sessions(old: PrefixActor, new: PrefixActor) -> None:
     """Push targets survive a reload: members keep getting hints, subscribers their routing,
-    watches their descriptions."""
+    watchers their descriptions."""
     new.subscribers.update(old.subscribers)
-    new.watches.carry(old.watches)
+    for session, watches in old.watches.items():
+        new.watches.setdefault(session, []).extend(watches)
     for key, session in old.sessions.items():
         new.sessions.setdefault(key, session)
         new.session_members.setdefault(session, set()).add(key)

@@ -201,8 +201,9 @@ class CoordinatorServer:
         creates = isinstance(message, m.SetShardCount) or (
             isinstance(message, m.Heartbeat) and message.member_epoch == JOIN_EPOCH)
         actor = self.router.actor(prefix, create=creates)
-        if actor is None:
-            reply.resolve(message.unknown_group())
+        if actor is None:  # a prefix never seen: UNKNOWN_STREAM for setRetention, else UNKNOWN_GROUP
+            reply.resolve(message.unknown_stream() if isinstance(message, m.SetRetention)
+                          else message.unknown_group())
             return
         await self.router.send(prefix, Envelope(message, reply, session))
 

@@ -14,14 +14,11 @@ Blocking (redis-py's sync client); the actors call it through
   coordinator is fenced rather than overwriting a live one.
 - owner tokens `{shard}:owner:<group>` (value: memberId) that members' ack
   scripts check.
-- `rsc:store-id`: this Redis's random id (`ensure_store_id`), sent in routing so
-  producers and members can tell they use the coordinator's Redis.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
 import socket
 import time
 import uuid
@@ -36,7 +33,6 @@ from rsc.protocol.routing import owner_key, seal_key
 EPOCH_KEY = "rsc:coordinator:epoch"
 LEASE_KEY = "rsc:coordinator:lease"
 PREFIXES_KEY = "rsc:prefixes"
-STORE_ID_KEY = "rsc:store-id"
 
 # KEYS[1] meta hash; ARGV[1] our coordinator epoch; ARGV[2] the epoch field;
 # ARGV[3..] field, value pairs ("" deletes)
@@ -129,7 +125,6 @@ class MetadataStore:
         self.lease_ms = lease_ms
         self.instance_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.coordinator_epoch = 0
-        self.store_id: str | None = None  # `rsc:store-id` once ensure_store_id ran
         self._cas = self.client.register_script(_CAS_WRITE)
         self._renew = self.client.register_script(_RENEW_LEASE)
         self._release = self.client.register_script(_RELEASE_LEASE)
@@ -174,11 +169,6 @@ class MetadataStore:
 
     def release(self) -> None:
         self._release(keys=[LEASE_KEY], args=[self.instance_id])
-
-    def ensure_store_id(self) -> str:
-        """Write this Redis's id if it is missing (the same one again) and keep what it holds."""
-        self.store_id = ensure_store_id(self.client, self.store_id)
-        return self.store_id
 
     # --- metadata ------------------------------------------------------------------
 
@@ -248,23 +238,11 @@ class MetadataStore:
         self.client.close()
 
 
-def ensure_store_id(client: redis.Redis, known: str | None = None) -> str:
-    """The id Redis holds at `rsc:store-id`, after writing `known` (or a new random id)
-    there if the key is missing: SET NX, then GET, in one round trip (Producer routing)."""
-    try:
-        pipe = client.pipeline(transaction=False)
-        pipe.set(STORE_ID_KEY, known or secrets.token_hex(16), nx=True)
-        pipe.get(STORE_ID_KEY)
-        _written, held = pipe.execute()
-    except redis.RedisError as exc:
-        raise StoreError(f"cannot write {STORE_ID_KEY}: {exc}") from exc
-    if held is None:  # deleted between the two commands: the next check writes it again
-        raise StoreError(f"{STORE_ID_KEY} vanished while it was written")
-    return held.decode() if isinstance(held, bytes) else str(held)
-
-
 class StreamAdmin:
-    """Stream-side work of resharding: seal, measure drain, retire. Blocking, like the store."""
+    """Stream-side work of resharding and lifecycle: seal, destroy, move, retire. Blocking.
+
+    Drain is measured by actors/shard_ops.py (`drain_counts`), which knows retention.
+    """
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
@@ -286,43 +264,6 @@ class StreamAdmin:
             self.client.delete(*(seal_key(stream) for stream in streams))
         except redis.RedisError as exc:
             raise StoreError(f"cannot unseal streams: {exc}") from exc
-
-    def drain_report(self, streams: Iterable[str],
-                     groups: Iterable[str]) -> dict[str, dict[str, tuple[int | None, int]] | None]:
-        """Per sealed stream, each group's (undelivered, pending) entries; None once it is gone.
-
-        One pipelined round trip (R2, G2). Undelivered is 0 once the group's
-        last-delivered id reached the stream's last id, else Redis's `lag`
-        (None where Redis cannot tell). A group without a consumer group on the
-        stream is not in its entry.
-        """
-        streams, wanted = list(streams), set(groups)
-        try:
-            pipe = self.client.pipeline(transaction=False)
-            for stream in streams:
-                pipe.xinfo_stream(stream)
-                pipe.xinfo_groups(stream)
-            results = pipe.execute(raise_on_error=False)
-        except redis.RedisError as exc:
-            raise StoreError(f"cannot read drain progress: {exc}") from exc
-        report: dict[str, dict[str, tuple[int | None, int]] | None] = {}
-        for index, stream in enumerate(streams):
-            info, group_infos = results[2 * index], results[2 * index + 1]
-            if isinstance(info, Exception) or isinstance(group_infos, Exception):
-                if "no such key" in str(info).lower():
-                    report[stream] = None  # already retired
-                continue
-            last = _stream_id(info["last-generated-id"])
-            backlog: dict[str, tuple[int | None, int]] = {}
-            for entry in group_infos:
-                if entry["name"] not in wanted:
-                    continue
-                lag = entry.get("lag")
-                undelivered = (0 if _stream_id(entry["last-delivered-id"]) >= last
-                               else lag if isinstance(lag, int) and lag > 0 else None)
-                backlog[entry["name"]] = (undelivered, int(entry["pending"]))
-            report[stream] = backlog
-        return report
 
     def destroy_consumer_groups(self, streams: Iterable[str], groups: Iterable[str]) -> None:
         """G1: drop these consumer groups from these streams (a missing stream or group is fine)."""
@@ -366,7 +307,3 @@ class StreamAdmin:
         except redis.RedisError as exc:
             raise StoreError(f"cannot delete drained streams: {exc}") from exc
 
-
-def _stream_id(text: str) -> tuple[int, int]:
-    milliseconds, _, sequence = text.partition("-")
-    return int(milliseconds), int(sequence or 0)

@@ -5,7 +5,9 @@ per round trip, lingering up to `ack_linger_ms` while the ledger's flush rule
 says more may come. Right before sending, the ledger admits every buffer (D1:
 held at its generation, lease alive); what it refuses stays pending in Redis
 for the next owner. Redis itself refuses the rest if the owner token names
-someone else (NOT_OWNER), and the ledger is told.
+someone else (NOT_OWNER), and the ledger is told. Acks delete the entry
+(XACKDEL ... ACKED: gone once every group acked it) only while the prefix's
+retention is `acked` and the server has XACKDEL; otherwise they are plain XACKs.
 """
 
 from __future__ import annotations
@@ -95,11 +97,11 @@ def _due(core: MemberCore) -> bool:
                              queued=len(core.queue))
 
 
-async def run_acker(core: MemberCore, use_xackdel: bool) -> None:
+async def run_acker(core: MemberCore) -> None:
     """Send acks in batches, until cancelled."""
     config, acks = core.config, core.acks
     ops = StreamOps(connect(config.redis_url), config.consumer_group, core.member_id,
-                    use_xackdel=use_xackdel)
+                    use_xackdel=core.server_xackdel)
     linger = core.ack_rule.linger_ms / 1000
     try:
         while True:
@@ -130,6 +132,7 @@ async def _send(core: MemberCore, ops: StreamOps, batch: Taken) -> None:
                 ids_by_shard.setdefault(buffer.shard, []).extend(ids)
             else:
                 buffer.refused = True  # no longer ours: stays pending for the next owner
+        ops.use_xackdel = core.use_xackdel()  # the prefix's retention, as last heard
         try:
             results = await trio.to_thread.run_sync(ops.ack, ids_by_shard)
             break

@@ -522,7 +522,9 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
             handle, stream_prefix=args.prefix, consumer_group=args.group,
             coordinator_url=urls.coordinator_url, redis_url=urls.redis_url, token=urls.token,
             concurrency=args.concurrency, runtime_max_concurrency=args.workers,
-            member_ids=member_ids, on_event=on_event if args.events else None)
+            member_ids=member_ids, on_event=on_event if args.events else None,
+            check_store_id=False,  # ConsumeWatch checked it
+            notices=notices)  # one line per problem, whoever of the watch and members sees it
 
     consumers = make_listener()
     member_ids = [member.member_id for member in consumers.members]

@@ -30,3 +30,7 @@ class MemberConfig:
     drain_timeout_s: float = 30.0
     leave_timeout_s: float = 5.0
     lag_interval_s: float = 2.0
+    check_store_id: bool = True  # before the first read (off when the caller checked already)
+    join_retry_initial_s: float = 0.5  # a join refused by a cap (A1) is retried with backoff
+    join_retry_max_s: float = 15.0
+    redis_retry_max_s: float = 2.0  # start-up Redis calls retried with backoff up to this

@@ -17,6 +17,7 @@ from rsc.member.acker import AckBook
 from rsc.member.config import MemberConfig
 from rsc.member.ledger import AckFlushRule, Ledger
 from rsc.member.message import Queued, order_key
+from rsc.member.notices import Notices
 from rsc.member.reconcile import NO_ACTIONS, Actions, Event
 from rsc.member.stats import MemberStats
 from rsc.member.trace import HandlerTrace
@@ -40,7 +41,7 @@ class MemberCore:
     def __init__(self, config: MemberConfig, *, on_event: EventCallback | None = None,
                  read_observer: ReadObserver | None = None,
                  ack_observer: AckObserver | None = None,
-                 trace: HandlerTrace | None = None) -> None:
+                 trace: HandlerTrace | None = None, notices: Notices | None = None) -> None:
         self.config = config
         self.member_id = config.member_id
         self.on_event = on_event
@@ -64,6 +65,18 @@ class MemberCore:
         self.stop_requested = trio.Event()
         self.joined = trio.Event()
         self.left = trio.Event()
+        self.store_ok = trio.Event()  # the storeId was checked (or there is none): reads may start
+        self.server_xackdel = False  # the member's Redis has XACKDEL (>= 8.2)
+        self.fatal: BaseException | None = None  # why the member stops on its own (after leaving)
+        # problem lines: said once, repeated slowly, cleared (a console tool passes its own)
+        self.notices = notices if notices is not None else Notices(self._warn)
+
+    def _warn(self, line: str) -> None:
+        log.warning(line)  # no arguments: the line is never %-formatted
+
+    def use_xackdel(self) -> bool:
+        """Acks delete now (retention `acked` and a server with XACKDEL)."""
+        return self.ledger.acks_delete(self.server_xackdel)
 
     def apply(self, actions: Actions) -> None:
         """Do what the ledger decided; refresh the gauges."""

@@ -5,7 +5,10 @@ member's monotonic clock: the lease of an accepted answer runs from it),
 hands every answer to the ledger and applies the result. It heartbeats every
 `heartbeatIntervalMs`, at once when the ledger or a push asks, and wakes at
 the lease deadline so a member with nothing to do still fences itself in
-time. A lost session is reopened with backoff.
+time. A lost session is reopened with backoff. A join refused by a cap of the
+coordinator (A1: `GROUP_MAX_SIZE_REACHED`, `GROUP_LIMIT_REACHED`) holds nothing
+and is retried with backoff; a rate-limited warning line says so, and another
+once a join is taken.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from rsc.member.reconcile import LEAVE_EPOCH
-from rsc.member.session import ResponseUndecodable, Session, SessionClosed, open_session
+from rsc.member.session import Backoff, ResponseUndecodable, Session, SessionClosed, open_session
 from rsc.protocol import AssignmentChanged, HeartbeatResponse, Status
 
 if TYPE_CHECKING:
@@ -26,6 +29,22 @@ log = logging.getLogger(__name__)
 
 FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 1.0
+
+_CAP_HINTS = {
+    Status.GROUP_MAX_SIZE_REACHED: "the group has as many members as the coordinator's "
+    "--max-group-size allows: stop some members or raise --max-group-size",
+    Status.GROUP_LIMIT_REACHED: "the coordinator holds as many groups as its --max-groups "
+    "allows: delete unused groups (rsc admin delete-group) or raise --max-groups",
+}
+
+
+def join_refused_line(coordinator_url: str, member_id: str, stream_prefix: str,
+                      consumer_group: str, status: Status) -> str:
+    """The warning line of a join refused by a cap (A1), the same for every retry."""
+    hint = _CAP_HINTS.get(status, "")
+    return (f"the coordinator at {coordinator_url} refused member {member_id} of group "
+            f"{consumer_group!r} on prefix {stream_prefix!r}: {status.value} ({hint}); "
+            "retrying the join with backoff")
 
 
 async def run_session(core: MemberCore) -> None:
@@ -61,6 +80,9 @@ async def _watch_pushes(core: MemberCore, session: Session) -> None:
 
 async def _heartbeat_loop(core: MemberCore, session: Session) -> None:
     config, ledger = core.config, core.ledger
+    join_backoff = Backoff(config.join_retry_initial_s,
+                           max(config.join_retry_initial_s, config.join_retry_max_s))
+    join_topic = f"join {core.member_id}"  # per member: others of the group may be in
     while True:
         core.heartbeat_due = False
         request, sent, actions = ledger.heartbeat(
@@ -81,6 +103,16 @@ async def _heartbeat_loop(core: MemberCore, session: Session) -> None:
                 return
         interval_ms = float(ledger.state.heartbeat_interval_ms
                             or config.default_heartbeat_interval_ms)
+        refused = ledger.state.join_refused
+        if refused is not None:  # A1: hold nothing, rejoin after a backoff, say so
+            core.notices.say(join_topic, join_refused_line(
+                config.coordinator_url, core.member_id, config.stream_prefix,
+                config.consumer_group, refused))
+            interval_ms = join_backoff.next() * 1000
+        elif ledger.state.joined:
+            join_backoff.reset()
+            core.notices.clear(join_topic, f"member {core.member_id} joined group "
+                               f"{config.consumer_group!r} on prefix {config.stream_prefix!r}")
         deadline = ledger.lease_deadline()
         if deadline is not None:  # wake at the lease deadline: fence, then rejoin
             interval_ms = max(0.0, min(interval_ms, deadline - core.clock()))

@@ -16,11 +16,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-async def poll_lag(core: MemberCore, use_xackdel: bool) -> None:
+async def poll_lag(core: MemberCore) -> None:
     """Refresh `stats.lag` every `lag_interval_s`, until cancelled."""
     config = core.config
     ops = StreamOps(connect(config.redis_url), config.consumer_group, core.member_id,
-                    use_xackdel=use_xackdel)
+                    use_xackdel=core.server_xackdel)
     try:
         while True:
             owned = sorted(core.ledger.state.owned())

@@ -38,6 +38,7 @@ from rsc.protocol import Heartbeat, HeartbeatResponse
 
 DEFAULT_LEASE_TTL_MS = 10_000  # PROTOCOL.md's default, until the coordinator names its own
 CLAIM_START = "0-0"  # an XAUTOCLAIM cursor: scan the shard's pending entries from the start
+ACKED = "acked"  # the retention mode (T1) whose acks delete what every group has acked
 
 
 class Verdict(enum.Enum):
@@ -62,6 +63,30 @@ def merge(first: Actions, second: Actions) -> Actions:
                    abandon=first.abandon | second.abandon, resume=first.resume | second.resume,
                    heartbeat_now=first.heartbeat_now or second.heartbeat_now,
                    events=first.events + second.events)
+
+
+def retention_mode(routing: object) -> str | None:
+    """The `retention.mode` a heartbeat's routing carries ("acked", "none"), None when absent.
+
+    Read defensively: coordinators before retention send none, and the message
+    classes gain the field separately.
+    """
+    mode = getattr(getattr(routing, "retention", None), "mode", None)
+    mode = getattr(mode, "value", mode)  # an enum member or its string
+    return mode if isinstance(mode, str) else None
+
+
+def routing_store_id(routing: object) -> str | None:
+    """The `storeId` a heartbeat's routing carries, None when absent (read as `retention_mode`)."""
+    value = getattr(routing, "store_id", None)
+    return value if isinstance(value, str) else None
+
+
+def acks_delete(mode: str | None, server_has_xackdel: bool) -> bool:
+    """Ack with XACKDEL ... ACKED (the entry goes once every group acked it): only when the
+    prefix's retention is `acked` and the server has XACKDEL; plain XACK otherwise (`none`,
+    or a coordinator that names no retention)."""
+    return server_has_xackdel and mode == ACKED
 
 
 def worker_count(max_concurrency: int | None, capacity: int) -> int:
@@ -102,6 +127,9 @@ class Ledger:
         self.in_flight: Mapping[str, int] = MappingProxyType(self._in_flight)
         self._reads_in_progress: frozenset[str] = frozenset()
         self._recovering: dict[str, str] = {}
+        self.retention_mode: str | None = None  # as the last heartbeat routing named it
+        self.store_id: str | None = None  # the first storeId a heartbeat routing carried
+        self.routed = False  # some heartbeat answer carried routing
 
     # --- D1 and the lease clock -----------------------------------------------------------
 
@@ -160,7 +188,17 @@ class Ledger:
 
     def on_response(self, sent: SentHeartbeat, response: HeartbeatResponse) -> Actions:
         """A heartbeat answer arrived (its lease counts from `sent.sent_at`)."""
+        routing = response.routing
+        if routing is not None:
+            self.routed = True
+            self.retention_mode = retention_mode(routing) or self.retention_mode
+            if self.store_id is None:
+                self.store_id = routing_store_id(routing)
         return self._transition(*self.state.on_response(sent, response))
+
+    def acks_delete(self, server_has_xackdel: bool) -> bool:
+        """Acks now delete (XACKDEL ... ACKED): see `acks_delete`."""
+        return acks_delete(self.retention_mode, server_has_xackdel)
 
     def on_session_lost(self) -> None:
         """A new session reports the full holding."""

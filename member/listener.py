@@ -13,6 +13,12 @@
 assignment); `runtime_max_concurrency` is each member's worker capacity,
 reported to the coordinator; the workers actually used follow the
 coordinator's `maxConcurrency`. Sync handlers run in worker threads.
+
+Before its first read each member checks that its Redis is the coordinator's
+(the heartbeat routing's `storeId`); another Redis makes `run` raise
+`StoreMismatch` naming both URLs (`check_store_id=False` skips this, for a
+caller that checked already). A join refused by a coordinator cap is retried
+with backoff and said once as a warning (and a `join refused` event).
 """
 
 from __future__ import annotations
@@ -22,8 +28,17 @@ from collections.abc import Callable
 import trio
 
 from rsc.member.ids import make_member_id
+from rsc.member.notices import Notices
 from rsc.member.policies import AckPolicy, RetryPolicy
-from rsc.member.runtime import AckObserver, EventCallback, Handler, Member, MemberConfig, ReadObserver
+from rsc.member.runtime import (
+    AckObserver,
+    EventCallback,
+    Handler,
+    Member,
+    MemberConfig,
+    ReadObserver,
+    StoreMismatch,
+)
 
 
 class Listener:
@@ -37,7 +52,8 @@ class Listener:
                  member_ids: list[str] | None = None,
                  on_event: EventCallback | None = None,
                  read_observer: ReadObserver | None = None,
-                 ack_observer: AckObserver | None = None) -> None:
+                 ack_observer: AckObserver | None = None,
+                 check_store_id: bool = True, notices: Notices | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if runtime_max_concurrency < 1:
@@ -49,9 +65,10 @@ class Listener:
                                 stream_prefix=stream_prefix, consumer_group=consumer_group,
                                 member_id=member_id, capacity=runtime_max_concurrency,
                                 token=token, ack_policy=ack_policy, retry=retry,
-                                read_count=read_count, block_ms=block_ms),
+                                read_count=read_count, block_ms=block_ms,
+                                check_store_id=check_store_id),
                    handler, on_event=on_event, read_observer=read_observer,
-                   ack_observer=ack_observer)
+                   ack_observer=ack_observer, notices=notices)
             for member_id in ids[:concurrency]
         ]
 
@@ -66,11 +83,26 @@ class Listener:
 
     async def run(self, *, task_status: trio.TaskStatus[Listener] = trio.TASK_STATUS_IGNORED
                   ) -> None:
-        """Run every member; `started` once all have joined; return once all have left."""
-        async with trio.open_nursery() as nursery:
-            for member in self.members:
-                await nursery.start(member.run)
-            task_status.started(self)
+        """Run every member; `started` once all have joined; return once all have left.
+
+        Raises StoreMismatch (not a group of them) when the members' Redis is not the
+        coordinator's.
+        """
+        try:
+            async with trio.open_nursery() as nursery:
+                for member in self.members:
+                    await nursery.start(member.run)
+                task_status.started(self)
+        except BaseExceptionGroup as group:
+            mismatch, rest = group.split(StoreMismatch)
+            if mismatch is None or rest is not None:
+                raise
+            raise _first_leaf(mismatch) from None
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def listener(stream_prefix: str, consumer_group: str, **options: object

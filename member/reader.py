@@ -6,7 +6,8 @@ the claim gate opens (recoverable), else read new entries of the readable
 shards. What it gets is queued only while the ledger says the shard is still
 read under the generation the read was sent for; the ledger also learns which
 shards a read in progress may still deliver entries for, so a revoked shard
-is reported REVOKED only once every such read has answered.
+is reported REVOKED only once every such read has answered. Nothing is read
+before the member's storeId check has passed (runtime.py).
 
 While the reader keeps up a steady stream of reads over an unchanged set of
 shards, one read stays in flight: Redis serves it while this process parses
@@ -39,9 +40,8 @@ ReadAhead = tuple[tuple[str, ...], dict[str, int], float]
 class Reader:
     """The reader of one member."""
 
-    def __init__(self, core: MemberCore, use_xackdel: bool) -> None:
+    def __init__(self, core: MemberCore) -> None:
         self.core = core
-        self.use_xackdel = use_xackdel
         self.read_ahead: ReadAhead | None = None
 
     def _lease_checked(self) -> None:
@@ -58,8 +58,9 @@ class Reader:
         """Read until cancelled."""
         core = self.core
         config = core.config
+        await core.store_ok.wait()  # no read before the storeId check (runtime.py)
         ops = StreamOps(connect(config.redis_url), config.consumer_group, core.member_id,
-                        use_xackdel=self.use_xackdel)
+                        use_xackdel=core.server_xackdel)
         try:
             while True:
                 if self.read_ahead is None:  # never park with a read in flight

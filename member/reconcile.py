@@ -104,6 +104,7 @@ class MemberState:
     leaving: bool = False
     joined: bool = False
     incarnation: int = 0
+    join_refused: Status | None = None  # the cap (A1) that refused the last join, until one is taken
 
     # --- queries ---------------------------------------------------------------------
 
@@ -251,6 +252,23 @@ class MemberState:
             return self._on_ok(sent, response)
         return self._fenced(f"{Status(response.status).value}: {response.error or ''}".rstrip(": "))
 
+    def _on_join_refused(self, sent: SentHeartbeat,
+                         response: HeartbeatResponse) -> tuple[MemberState, Actions]:
+        """A1: the join was refused by a cap of the coordinator. Hold nothing, rejoin later
+        (the shell backs off); the event says so once per cap while it lasts."""
+        if sent.member_epoch == LEAVE_EPOCH:
+            return self._on_ok(sent, response)
+        status = Status(response.status)
+        reason = f"{status.value}: {response.error}" if response.error else status.value
+        if self.holds or self.revoked:  # never for a join; an answer to a held epoch: let go
+            state, actions = self._fenced(reason)
+        else:
+            state, actions = attrs.evolve(self, member_epoch=JOIN_EPOCH, joined=False), NO_ACTIONS
+        refused = Event("join refused", member_epoch=JOIN_EPOCH, reason=reason)
+        events = actions.events if self.join_refused is status else (*actions.events, refused)
+        state = attrs.evolve(state, join_refused=status)
+        return state, attrs.evolve(actions, heartbeat_now=False, events=events)
+
     def _on_nothing_changed(self, sent: SentHeartbeat,
                             response: HeartbeatResponse) -> tuple[MemberState, Actions]:
         return self, NO_ACTIONS
@@ -268,6 +286,7 @@ class MemberState:
             heartbeat_interval_ms=response.heartbeat_interval_ms or self.heartbeat_interval_ms,
             lease_ttl_ms=response.lease_ttl_ms or self.lease_ttl_ms,
             max_concurrency=response.max_concurrency,
+            join_refused=None,
         )
 
     def _follow(self, assigned: frozenset[str], *, may_start: bool) -> tuple[MemberState, Actions]:
@@ -319,4 +338,6 @@ _RESPONSE_TRANSITIONS = {
     Status.FENCED_MEMBER_EPOCH: MemberState._on_membership_lost,
     Status.COORDINATOR_NOT_AVAILABLE: MemberState._on_nothing_changed,
     Status.INVALID_REQUEST: MemberState._on_nothing_changed,
+    Status.GROUP_MAX_SIZE_REACHED: MemberState._on_join_refused,
+    Status.GROUP_LIMIT_REACHED: MemberState._on_join_refused,
 }

@@ -10,11 +10,19 @@ and Redis:
 - acker.py: batched acks through the owner-checking script, D1-admitted;
 - lag.py: the lag gauge.
 
+Before anything else the member asks its Redis whether it has XACKDEL (a
+Redis that does not answer is retried with backoff, and a warning says so).
+The first heartbeat answer whose routing carries `storeId` has it checked
+against the member's own Redis before the first read: another Redis stops the
+member (it leaves, then `run` raises `StoreMismatch` naming both URLs).
+
 Redis calls go through the sync client in worker threads: one connection for
 the blocking reader, one for the acker, one for the lag poll, one for the rest.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import redis
 import trio
@@ -26,32 +34,42 @@ from rsc.member.heartbeat import leave, run_session
 from rsc.member.lag import poll_lag
 from rsc.member.ledger import Ledger
 from rsc.member.message import Handler, Message, Queued, new_message, queued_entries
+from rsc.member.notices import Notices, redis_problem, then
 from rsc.member.reader import Reader
 from rsc.member.reconcile import MemberState
+from rsc.member.session import Backoff
 from rsc.member.stats import MemberStats
-from rsc.member.streams import connect, supports_xackdel
+from rsc.member.streams import StoreMismatch, check_store_id, connect, supports_xackdel
 from rsc.member.trace import HandlerTrace
 from rsc.member.workers import Workers
 
 __all__ = ["AckObserver", "EventCallback", "Handler", "Member", "MemberConfig", "Message",
-           "Queued", "ReadObserver", "new_message", "queued_entries"]
+           "Queued", "ReadObserver", "StoreMismatch", "new_message", "queued_entries"]
+
+REDIS_TOPIC = "redis"
+PROBE_TIMEOUT_S = 2.0  # start-up calls (XACKDEL probe, storeId) give up on a silent Redis
 
 
 class Member:
     """One member of a group: `await member.run()` until `member.stop()` (clean leave).
 
     Cancelling `run` stops everything at once without leaving (the coordinator
-    then expires the member after its lease).
+    then expires the member after its lease). Problem lines (Redis not answering
+    at start, a join refused by a cap) go to `notices` (default: rate-limited
+    warnings of the `rsc.member.core` logger); a console tool passes its own, so
+    a problem it says itself is said once.
     """
 
     def __init__(self, config: MemberConfig, handler: Handler, *,
                  on_event: EventCallback | None = None,
                  read_observer: ReadObserver | None = None,
-                 ack_observer: AckObserver | None = None) -> None:
+                 ack_observer: AckObserver | None = None,
+                 notices: Notices | None = None) -> None:
         self.config = config
         self.handler = handler
         self.core = MemberCore(config, on_event=on_event, read_observer=read_observer,
-                               ack_observer=ack_observer, trace=HandlerTrace.from_environment())
+                               ack_observer=ack_observer, trace=HandlerTrace.from_environment(),
+                               notices=notices)
 
     @property
     def member_id(self) -> str:
@@ -76,26 +94,93 @@ class Member:
         self.core.stop_requested.set()
 
     async def run(self, *, task_status: trio.TaskStatus[Member] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run until `stop()` has drained and left; `started` once the first join is accepted."""
+        """Run until `stop()` has drained and left; `started` once the first join is accepted
+        (and the storeId its routing names is checked).
+
+        Raises StoreMismatch (after leaving) when the member's Redis is not the
+        coordinator's.
+        """
         core = self.core
-        misc_client: redis.Redis = connect(self.config.redis_url)
+        config = self.config
+        misc_client: redis.Redis = connect(config.redis_url)
+        probe: redis.Redis = connect(config.redis_url, timeout_s=PROBE_TIMEOUT_S, retries=False)
         try:
-            use_xackdel = await trio.to_thread.run_sync(supports_xackdel, misc_client)
+            server_xackdel = await self._until_redis_answers(probe, supports_xackdel)
+            if server_xackdel is None:  # stopped before Redis answered: nothing was joined
+                task_status.started(self)
+                return
+            core.server_xackdel = server_xackdel
+            if not config.check_store_id:
+                core.store_ok.set()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(run_session, core)
-                nursery.start_soon(Reader(core, use_xackdel).run)
+                nursery.start_soon(self._check_store, probe)
+                nursery.start_soon(Reader(core).run)
                 nursery.start_soon(Workers(core, self.handler, misc_client).run)
-                nursery.start_soon(run_acker, core, use_xackdel)
-                nursery.start_soon(poll_lag, core, use_xackdel)
+                nursery.start_soon(run_acker, core)
+                nursery.start_soon(poll_lag, core)
                 with trio.CancelScope() as join_wait:
                     nursery.start_soon(_cancel_on, core.stop_requested, join_wait)
-                    await core.joined.wait()
-                task_status.started(self)
+                    await core.changed.wait_until(self._started)
+                if core.fatal is None:
+                    task_status.started(self)
                 await core.stop_requested.wait()
                 await leave(core)
                 nursery.cancel_scope.cancel()
+            if core.fatal is not None:
+                raise core.fatal
         finally:
             misc_client.close()
+            probe.close()
+
+    def _started(self) -> bool:
+        """Joined, and the storeId checked if the join's routing named one."""
+        core = self.core
+        return core.joined.is_set() and (core.store_ok.is_set() or not core.ledger.routed)
+
+    async def _until_redis_answers(self, client: redis.Redis,
+                                   call: Callable[[redis.Redis], bool]) -> bool | None:
+        """`call(client)` in a thread, retried with backoff while Redis fails (said as a
+        rate-limited warning); None when `stop()` came first."""
+        core, url = self.core, self.config.redis_url
+        backoff = Backoff(0.05, self.config.redis_retry_max_s)
+        while not core.stop_requested.is_set():
+            try:
+                result = await trio.to_thread.run_sync(call, client)
+            except redis.RedisError as exc:
+                core.notices.say(REDIS_TOPIC, then(redis_problem(exc, url), "retrying"))
+                with trio.move_on_after(backoff.next()):
+                    await core.stop_requested.wait()
+                continue
+            core.notices.clear(REDIS_TOPIC, f"Redis at {url} answers again")
+            return result
+        return None
+
+    async def _check_store(self, client: redis.Redis) -> None:
+        """Before the first read: the first storeId a heartbeat routing carries must be the
+        one in this member's Redis; on a mismatch the member stops (leaves, then raises)."""
+        core, config = self.core, self.config
+        if core.store_ok.is_set():
+            return
+        ledger = core.ledger
+        await core.changed.wait_until(lambda: ledger.routed)
+        expected = ledger.store_id
+        if expected is not None:
+            def check(client: redis.Redis) -> bool:
+                check_store_id(client, expected, redis_url=config.redis_url,
+                               coordinator_url=config.coordinator_url)
+                return True
+
+            try:
+                if await self._until_redis_answers(client, check) is None:
+                    return
+            except StoreMismatch as exc:
+                core.fatal = exc
+                core.stop_requested.set()
+                return
+        core.store_ok.set()
+        core.changed.fire()
+        core.wake_reader()
 
 
 async def _cancel_on(event: trio.Event, scope: trio.CancelScope) -> None:

@@ -15,6 +15,7 @@ from rsc.protocol.vocabulary import (
     GroupState,
     MemberState,
     MigrationState,
+    RetentionMode,
     RevokeState,
 )
 
@@ -26,6 +27,7 @@ __all__ = [
     "GroupState",
     "MemberState",
     "MigrationState",
+    "RetentionMode",
     "RevokeState",
     "ProtocolError",
     "Status",

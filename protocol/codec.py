@@ -44,6 +44,8 @@ MESSAGE_TYPES: dict[str, type[m.Message]] = {
         m.GroupDeleted,
         m.ResetOffsets,
         m.OffsetsReset,
+        m.SetRetention,
+        m.RetentionChanged,
         m.ErrorResponse,
     )
 }
@@ -52,7 +54,7 @@ MEMBER_REQUESTS: frozenset[str] = frozenset({m.Heartbeat.TYPE, m.GetRouting.TYPE
 ADMIN_REQUESTS: frozenset[str] = frozenset(
     cls.TYPE
     for cls in (m.ListGroups, m.DescribeGroup, m.SetShardCount, m.SetMaxConcurrency, m.RemoveMember,
-                m.DeleteGroup, m.ResetOffsets)
+                m.DeleteGroup, m.ResetOffsets, m.SetRetention)
 )
 
 

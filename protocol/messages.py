@@ -13,7 +13,15 @@ from typing import Any, ClassVar, Literal
 import attrs
 
 from rsc.protocol.errors import Status
-from rsc.protocol.vocabulary import LEAVE_EPOCH, Cutover, GroupState, MemberState, MigrationState, RevokeState
+from rsc.protocol.vocabulary import (
+    LEAVE_EPOCH,
+    Cutover,
+    GroupState,
+    MemberState,
+    MigrationState,
+    RetentionMode,
+    RevokeState,
+)
 
 __all__ = [
     "MAX_NAME_LENGTH",
@@ -45,6 +53,8 @@ __all__ = [
     "RemoveMember",
     "ResetOffsets",
     "ResetTo",
+    "Retention",
+    "RetentionChanged",
     "Request",
     "Response",
     "RevokingShard",
@@ -52,8 +62,10 @@ __all__ = [
     "RoutingDescription",
     "RoutingSummary",
     "SetMaxConcurrency",
+    "SetRetention",
     "SetShardCount",
     "ShardCountChanged",
+    "ShardDescription",
     "ShardOffset",
     "camel",
     "check_name",
@@ -195,10 +207,20 @@ class Heartbeat(GroupRequest):
 
 
 @attrs.frozen(kw_only=True)
+class Retention:
+    """A prefix's retention (T1..T3): what may remove entries from its shards."""
+
+    mode: RetentionMode = RetentionMode.ACKED
+    max_length: int | None = attrs.field(default=None, validator=_at_least(1))
+    max_age_ms: int | None = attrs.field(default=None, validator=_at_least(1))
+
+
+@attrs.frozen(kw_only=True)
 class RoutingSummary:
     version: int
     shard_count: int
-    store_id: str | None = None  # the coordinator's `rsc:store-id` (Producer routing)
+    store_id: str | None = None  # this Redis's rsc:store-id
+    retention: Retention | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -264,7 +286,8 @@ class Routing(Response):
     shard_count: int | None = None
     hash: str | None = None
     streams: tuple[str, ...] | None = None
-    store_id: str | None = None  # the coordinator's `rsc:store-id` (Producer routing)
+    store_id: str | None = None
+    retention: Retention | None = None
     error: str | None = None
 
 
@@ -286,7 +309,7 @@ class DescribeGroup(GroupRequest):
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
     consumer_group: str = attrs.field(validator=_name)
-    watch: bool = False  # then every later change is pushed until the session closes (Admin)
+    watch: bool = False  # keep pushing every change of the description
 
     def error(self, status: Status, error: str) -> GroupDescription:
         return GroupDescription(request_id=self.request_id, status=status,
@@ -397,6 +420,8 @@ class GroupSummary:
     members: int
     shards: int
     state: GroupState
+    lag: int | None = None  # summed over the group's shards; null if any shard's is
+    pending: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -429,6 +454,20 @@ class MigrationDescription:
 
 
 @attrs.frozen(kw_only=True)
+class ShardDescription:
+    """One shard of a live version as one group sees it (from XINFO GROUPS and XPENDING)."""
+
+    shard: str
+    version: int
+    owner: str | None
+    length: int
+    last_delivered_id: str | None
+    lag: int | None
+    pending: int
+    oldest_pending_ms: int | None
+
+
+@attrs.frozen(kw_only=True)
 class MemberDescription:
     member_id: str
     member_epoch: int
@@ -439,6 +478,7 @@ class MemberDescription:
     pending_shards: tuple[str, ...] = ()
     revoking_shards: tuple[str, ...] = ()
     target_shards: tuple[str, ...] = ()
+    overdue: bool = False  # last accepted heartbeat older than interval x 1.5
 
 
 @attrs.frozen(kw_only=True)
@@ -457,6 +497,8 @@ class GroupDescription(Response):
     members: tuple[MemberDescription, ...] = ()
     target_assignment: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
     current_assignment: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
+    shards: tuple[ShardDescription, ...] = ()
+    retention: Retention | None = None
     error: str | None = None
 
 
@@ -532,6 +574,35 @@ class OffsetsReset(Response):
 
 
 @attrs.frozen(kw_only=True)
+class SetRetention(Request):
+    """T1..T3: replace the prefix's whole retention."""
+
+    TYPE: ClassVar[str] = "setRetention"
+    request_id: int
+    stream_prefix: str = attrs.field(validator=_name)
+    retention: Retention
+
+    def error(self, status: Status, error: str) -> RetentionChanged:
+        return RetentionChanged(request_id=self.request_id, status=status,
+                                stream_prefix=self.stream_prefix, error=error)
+
+    def unknown_stream(self) -> RetentionChanged:
+        """UNKNOWN_STREAM: the prefix has no routing yet."""
+        return self.error(Status.UNKNOWN_STREAM,
+                          f"stream prefix {self.stream_prefix!r} has no routing yet")
+
+
+@attrs.frozen(kw_only=True)
+class RetentionChanged(Response):
+    TYPE: ClassVar[str] = "retentionChanged"
+    request_id: int | None
+    status: Status
+    stream_prefix: str
+    retention: Retention | None = None
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class ErrorResponse(Response):
     """The reply to anything malformed (INVALID_REQUEST)."""
 
@@ -543,6 +614,6 @@ class ErrorResponse(Response):
 
 MemberRequest = Heartbeat | GetRouting
 AdminRequest = (ListGroups | DescribeGroup | SetShardCount | SetMaxConcurrency | RemoveMember
-                | DeleteGroup | ResetOffsets)
+                | DeleteGroup | ResetOffsets | SetRetention)
 AdminResponse = (Groups | GroupDescription | ShardCountChanged | MaxConcurrencyChanged
-                 | MemberRemoved | GroupDeleted | OffsetsReset)
+                 | MemberRemoved | GroupDeleted | OffsetsReset | RetentionChanged)

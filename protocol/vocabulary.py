@@ -52,5 +52,12 @@ class Cutover(enum.StrEnum):
     ORDERED = "ordered"
 
 
-STATE_ENUMS = (GroupState, MemberState, RevokeState, MigrationState, Cutover)
+class RetentionMode(enum.StrEnum):
+    """T1/T3: `acked` removes what every group has acked; `none` removes only by the caps."""
+
+    ACKED = "acked"
+    NONE = "none"
+
+
+STATE_ENUMS = (GroupState, MemberState, RevokeState, MigrationState, Cutover, RetentionMode)
 """Every string enum a message field can hold (the codec registers a strict hook for each)."""

@@ -21,7 +21,7 @@ from rsc.protocol.codec import (
     to_wire,
 )
 from rsc.protocol.errors import ProtocolError, Status
-from rsc.protocol.vocabulary import Cutover, GroupState, MemberState, MigrationState
+from rsc.protocol.vocabulary import Cutover, GroupState, MemberState, MigrationState, RetentionMode
 
 # --- 1. every JSON example of PROTOCOL.md ------------------------------------------------------
 #
@@ -45,9 +45,21 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "groupEpoch": 5, "assignmentEpoch": 5,
  "heartbeatIntervalMs": 3000, "leaseTtlMs": 10000,
  "maxConcurrency": 4,
- "routing": {"version": 1, "shardCount": 4, "storeId": "5c1f0e9a2b7d4c3e8a6f1d0b9e2c7a41"},
+ "routing": {"version": 1, "shardCount": 4},
  "assignment": {"assignedShards": ["orders:v1:0", "orders:v1:2"],
                 "pendingShards": ["orders:v1:3"]}}
+""", m.HeartbeatResponse, {"error": None,
+                           "routing": {"version": 1, "shardCount": 4, "storeId": None,
+                                       "retention": None}}),
+    ("heartbeatResponse with storeId and retention", """
+{"type": "heartbeatResponse", "requestId": 7, "status": "OK",
+ "memberId": "10.0.0.7-4242-0-k3f9", "memberEpoch": 5,
+ "groupEpoch": 5, "assignmentEpoch": 5,
+ "heartbeatIntervalMs": 3000, "leaseTtlMs": 10000,
+ "maxConcurrency": 4,
+ "routing": {"version": 1, "shardCount": 4, "storeId": "5f0c",
+             "retention": {"mode": "acked", "maxLength": null, "maxAgeMs": null}},
+ "assignment": {"assignedShards": ["orders:v1:0"], "pendingShards": []}}
 """, m.HeartbeatResponse, {"error": None}),
     ("getRouting", """
 {"type": "getRouting", "requestId": 1, "streamPrefix": "orders", "subscribe": true}
@@ -56,17 +68,21 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
 {"type": "routing", "requestId": 1, "status": "OK", "streamPrefix": "orders",
  "version": 2, "shardCount": 8, "hash": "crc32",
  "streams": ["orders:v2:0", "orders:v2:1", "orders:v2:2", "orders:v2:3",
-             "orders:v2:4", "orders:v2:5", "orders:v2:6", "orders:v2:7"],
- "storeId": "5c1f0e9a2b7d4c3e8a6f1d0b9e2c7a41"}
+             "orders:v2:4", "orders:v2:5", "orders:v2:6", "orders:v2:7"]}
+""", m.Routing, {"error": None, "storeId": None, "retention": None}),
+    ("routing with storeId and retention", """
+{"type": "routing", "requestId": 1, "status": "OK", "streamPrefix": "orders",
+ "version": 2, "shardCount": 1, "hash": "crc32", "streams": ["orders:v2:0"],
+ "storeId": "5f0c", "retention": {"mode": "none", "maxLength": 100000, "maxAgeMs": 86400000}}
 """, m.Routing, {"error": None}),
     ("routing push (no requestId)", """
 {"type": "routing", "status": "OK", "streamPrefix": "orders",
  "version": 3, "shardCount": 2, "hash": "crc32", "streams": ["orders:v3:0", "orders:v3:1"]}
-""", m.Routing, {"requestId": None, "storeId": None, "error": None}),
+""", m.Routing, {"requestId": None, "error": None, "storeId": None, "retention": None}),
     ("routing UNKNOWN_STREAM", """
 {"type": "routing", "requestId": 1, "status": "UNKNOWN_STREAM", "streamPrefix": "orders"}
-""", m.Routing, {"version": None, "shardCount": None, "hash": None, "streams": None,
-                 "storeId": None, "error": None}),
+""", m.Routing, {"version": None, "shardCount": None, "hash": None, "streams": None, "error": None,
+                 "storeId": None, "retention": None}),
     ("error", """
 {"type": "error", "requestId": 7, "status": "INVALID_REQUEST",
  "error": "field 'memberEpoch' must be >= -1, got -2"}
@@ -103,7 +119,7 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "streamPrefix": "orders", "consumerGroup": "billing",
  "state": "RECONCILING", "groupEpoch": 9, "assignmentEpoch": 9,
  "maxConcurrency": null,
- "routing": {"version": 2, "shardCount": 8, "storeId": "5c1f0e9a2b7d4c3e8a6f1d0b9e2c7a41"},
+ "routing": {"version": 2, "shardCount": 8},
  "migration": {"state": "DRAINING", "fromVersion": 1, "toVersion": 2,
                "cutover": "parallel",
                "drainedShards": ["orders:v1:0"], "remainingShards": ["orders:v1:1"],
@@ -114,13 +130,39 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
               "revokingShards": ["orders:v1:1"], "targetShards": ["orders:v2:0"]}],
  "targetAssignment": {"10.0.0.7-4242-0-k3f9": ["orders:v2:0"]},
  "currentAssignment": {"10.0.0.7-4242-0-k3f9": ["orders:v2:0", "orders:v1:1"]}}
+""", m.GroupDescription, {
+        "error": None, "shards": [], "retention": None,
+        "routing": {"version": 2, "shardCount": 8, "storeId": None, "retention": None},
+        "members": [{"memberId": "10.0.0.7-4242-0-k3f9", "memberEpoch": 8,
+                     "state": "UNREVOKED_SHARDS", "capacity": 8, "lastHeartbeatMsAgo": 420,
+                     "assignedShards": ["orders:v2:0"], "pendingShards": [],
+                     "revokingShards": ["orders:v1:1"], "targetShards": ["orders:v2:0"],
+                     "overdue": False}]}),
+    ("groupDescription with shards, an overdue member and retention", """
+{"type": "groupDescription", "requestId": 3, "status": "OK",
+ "streamPrefix": "orders", "consumerGroup": "billing",
+ "state": "STABLE", "groupEpoch": 9, "assignmentEpoch": 9, "maxConcurrency": null,
+ "routing": {"version": 2, "shardCount": 1, "storeId": "5f0c",
+             "retention": {"mode": "acked", "maxLength": null, "maxAgeMs": null}},
+ "migration": null,
+ "members": [{"memberId": "m1", "memberEpoch": 9, "state": "STABLE", "capacity": 1,
+              "lastHeartbeatMsAgo": 4800, "assignedShards": ["orders:v2:0"],
+              "pendingShards": [], "revokingShards": [], "targetShards": ["orders:v2:0"],
+              "overdue": true}],
+ "targetAssignment": {"m1": ["orders:v2:0"]}, "currentAssignment": {"m1": ["orders:v2:0"]},
+ "shards": [{"shard": "orders:v2:0", "version": 2, "owner": "m1",
+             "length": 1204, "lastDeliveredId": "1733040000000-3",
+             "lag": 17, "pending": 4, "oldestPendingMs": 820},
+            {"shard": "orders:v1:0", "version": 1, "owner": null, "length": 0,
+             "lastDeliveredId": null, "lag": null, "pending": 0, "oldestPendingMs": null}],
+ "retention": {"mode": "acked", "maxLength": null, "maxAgeMs": null}}
 """, m.GroupDescription, {"error": None}),
     # The admin table's requests and responses, with concrete values.
     ("listGroups", '{"type": "listGroups", "requestId": 2}', m.ListGroups, {}),
     ("groups", """
 {"type": "groups", "requestId": 2, "status": "OK",
  "groups": [{"streamPrefix": "orders", "consumerGroup": "billing", "groupEpoch": 9,
-             "members": 2, "shards": 8, "state": "RECONCILING"}]}
+             "members": 2, "shards": 8, "state": "RECONCILING", "lag": 17, "pending": 4}]}
 """, m.Groups, {"error": None}),
     ("describeGroup", """
 {"type": "describeGroup", "requestId": 3, "streamPrefix": "orders", "consumerGroup": "billing"}
@@ -129,6 +171,18 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
 {"type": "describeGroup", "requestId": 3, "streamPrefix": "orders", "consumerGroup": "billing",
  "watch": true}
 """, m.DescribeGroup, {}),
+    ("setRetention", """
+{"type": "setRetention", "requestId": 13, "streamPrefix": "orders",
+ "retention": {"mode": "acked", "maxLength": 1000000, "maxAgeMs": null}}
+""", m.SetRetention, {}),
+    ("retentionChanged", """
+{"type": "retentionChanged", "requestId": 13, "status": "OK", "streamPrefix": "orders",
+ "retention": {"mode": "none", "maxLength": null, "maxAgeMs": 604800000}}
+""", m.RetentionChanged, {"error": None}),
+    ("retentionChanged UNKNOWN_STREAM", """
+{"type": "retentionChanged", "requestId": 13, "status": "UNKNOWN_STREAM", "streamPrefix": "orders",
+ "error": "stream prefix 'orders' has no routing yet"}
+""", m.RetentionChanged, {"retention": None}),
     ("setShardCount", """
 {"type": "setShardCount", "requestId": 4, "streamPrefix": "orders", "consumerGroup": "billing",
  "shardCount": 8, "cutover": "ordered"}
@@ -252,8 +306,7 @@ def test_example_heartbeat_response_fields() -> None:
     message = decode(EXAMPLES[1][1])
     assert isinstance(message, m.HeartbeatResponse)
     assert message.status is Status.OK
-    assert message.routing == m.RoutingSummary(version=1, shard_count=4,
-                                               store_id="5c1f0e9a2b7d4c3e8a6f1d0b9e2c7a41")
+    assert message.routing == m.RoutingSummary(version=1, shard_count=4)
     assert message.assignment == m.Assignment(assigned_shards=("orders:v1:0", "orders:v1:2"),
                                               pending_shards=("orders:v1:3",))
 
@@ -303,8 +356,13 @@ def opt(strategy: st.SearchStrategy) -> st.SearchStrategy:
     return st.none() | strategy
 
 
+retentions = st.builds(m.Retention, mode=st.sampled_from(RetentionMode),
+                       max_length=opt(st.integers(1, 2**63)), max_age_ms=opt(st.integers(1, 2**63)))
 routing_summaries = st.builds(m.RoutingSummary, version=ints, shard_count=ints,
-                              store_id=opt(texts))
+                              store_id=opt(texts), retention=opt(retentions))
+shard_descriptions = st.builds(
+    m.ShardDescription, shard=texts, version=ints, owner=opt(texts), length=ints,
+    last_delivered_id=opt(texts), lag=opt(ints), pending=ints, oldest_pending_ms=opt(ints))
 assignments = st.builds(m.Assignment, assigned_shards=shard_lists, pending_shards=shard_lists)
 revoking = st.builds(m.RevokingShard, shard=st.text(max_size=30),
                      state=st.sampled_from(["REVOKING", "REVOKED"]))
@@ -318,12 +376,12 @@ member_descriptions = st.builds(
     m.MemberDescription, member_id=texts, member_epoch=ints, state=st.sampled_from(MemberState),
     capacity=opt(ints),
     last_heartbeat_ms_ago=opt(ints), assigned_shards=shard_lists, pending_shards=shard_lists,
-    revoking_shards=shard_lists, target_shards=shard_lists)
+    revoking_shards=shard_lists, target_shards=shard_lists, overdue=st.booleans())
 routing_descriptions = st.builds(m.RoutingDescription, version=ints, shard_count=ints, hash=texts,
                                  streams=shard_lists)
 group_summaries = st.builds(m.GroupSummary, stream_prefix=texts, consumer_group=texts,
                             group_epoch=ints, members=ints, shards=ints,
-                            state=st.sampled_from(GroupState))
+                            state=st.sampled_from(GroupState), lag=opt(ints), pending=ints)
 assignment_maps = st.dictionaries(texts, shard_lists, max_size=3)
 
 STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
@@ -343,7 +401,8 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
                             subscribe=st.booleans()),
     m.Routing: st.builds(m.Routing, request_id=maybe_request_ids, status=statuses, stream_prefix=texts,
                          version=opt(ints), shard_count=opt(ints), hash=opt(texts),
-                         streams=opt(shard_lists), store_id=opt(texts), error=opt(texts)),
+                         streams=opt(shard_lists), store_id=opt(texts), retention=opt(retentions),
+                         error=opt(texts)),
     m.ListGroups: st.builds(m.ListGroups, request_id=request_ids),
     m.DescribeGroup: st.builds(m.DescribeGroup, request_id=request_ids, stream_prefix=names,
                                consumer_group=names, watch=st.booleans()),
@@ -363,7 +422,9 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
         assignment_epoch=opt(ints), max_concurrency=opt(ints), routing=opt(routing_summaries),
         migration=opt(migrations),
         members=st.lists(member_descriptions, max_size=2).map(tuple),
-        target_assignment=assignment_maps, current_assignment=assignment_maps, error=opt(texts)),
+        target_assignment=assignment_maps, current_assignment=assignment_maps,
+        shards=st.lists(shard_descriptions, max_size=2).map(tuple), retention=opt(retentions),
+        error=opt(texts)),
     m.ShardCountChanged: st.builds(
         m.ShardCountChanged, request_id=maybe_request_ids, status=statuses, stream_prefix=texts,
         consumer_group=opt(texts), routing=opt(routing_descriptions), migration=opt(migrations),
@@ -390,6 +451,10 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
                         max_size=3).map(tuple)),
     m.ErrorResponse: st.builds(m.ErrorResponse, request_id=maybe_request_ids, status=statuses,
                                error=texts),
+    m.SetRetention: st.builds(m.SetRetention, request_id=request_ids, stream_prefix=names,
+                              retention=retentions),
+    m.RetentionChanged: st.builds(m.RetentionChanged, request_id=maybe_request_ids, status=statuses,
+                                  stream_prefix=texts, retention=opt(retentions), error=opt(texts)),
 }
 
 
@@ -423,7 +488,7 @@ GET_ROUTING: dict[str, Any] = {"type": "getRouting", "requestId": 1, "streamPref
                                "subscribe": True}
 LIST_GROUPS: dict[str, Any] = {"type": "listGroups", "requestId": 2}
 DESCRIBE_GROUP: dict[str, Any] = {"type": "describeGroup", "requestId": 3, "streamPrefix": "orders",
-                                  "consumerGroup": "billing", "watch": True}
+                                  "consumerGroup": "billing"}
 SET_SHARD_COUNT: dict[str, Any] = {"type": "setShardCount", "requestId": 4, "streamPrefix": "orders",
                                    "consumerGroup": "billing", "shardCount": 8, "cutover": "ordered"}
 SET_MAX_CONCURRENCY: dict[str, Any] = {"type": "setMaxConcurrency", "requestId": 5,
@@ -437,9 +502,12 @@ RESET_OFFSETS: dict[str, Any] = {"type": "resetOffsets", "requestId": 8, "stream
                                  "consumerGroup": "billing", "to": "timestamp",
                                  "timestampMs": 1733040000000}
 
+SET_RETENTION: dict[str, Any] = {"type": "setRetention", "requestId": 9, "streamPrefix": "orders",
+                                 "retention": {"mode": "none", "maxLength": 5, "maxAgeMs": None}}
+
 REQUESTS = [HEARTBEAT, GET_ROUTING, LIST_GROUPS, DESCRIBE_GROUP, SET_SHARD_COUNT, SET_MAX_CONCURRENCY,
-            REMOVE_MEMBER, DELETE_GROUP, RESET_OFFSETS]
-OPTIONAL = {"capacity", "ownedShards", "revokingShards", "subscribe", "cutover", "watch"}
+            REMOVE_MEMBER, DELETE_GROUP, RESET_OFFSETS, SET_RETENTION]
+OPTIONAL = {"capacity", "ownedShards", "revokingShards", "subscribe", "cutover"}
 
 
 def endpoint_of(obj: dict[str, Any]) -> frozenset[str]:
@@ -544,10 +612,22 @@ def test_reset_offsets_timestamp_goes_with_to_timestamp(to: str, timestamp: int 
     assert problem in error.message
 
 
+@pytest.mark.parametrize(("retention", "field", "problem"), [
+    ({"mode": "forever", "maxLength": None, "maxAgeMs": None}, "retention.mode", "unknown value"),
+    ({"mode": "none", "maxLength": 0, "maxAgeMs": None}, "maxLength", ">= 1"),
+    ({"mode": "acked", "maxLength": None, "maxAgeMs": -5}, "maxAgeMs", ">= 1"),
+    ({"mode": "acked", "maxLength": "10", "maxAgeMs": None}, "retention.maxLength", "integer")])
+def test_set_retention_rejects_bad_retention_naming_the_field(retention: dict[str, Any], field: str,
+                                                              problem: str) -> None:
+    error = reject(with_(SET_RETENTION, retention=retention), ADMIN_REQUESTS)
+    assert_names(error, field, 9)
+    assert problem in error.message
+
+
 def test_endpoint_sets() -> None:
     assert MEMBER_REQUESTS == {"heartbeat", "getRouting"}
     assert ADMIN_REQUESTS == {"listGroups", "describeGroup", "setShardCount", "setMaxConcurrency",
-                              "removeMember", "deleteGroup", "resetOffsets"}
+                              "removeMember", "deleteGroup", "resetOffsets", "setRetention"}
 
 
 OPTIONAL_IN = {"setShardCount": {"consumerGroup"}}  # G1: optional there, required elsewhere
@@ -616,9 +696,6 @@ ILL_TYPED: list[tuple[dict[str, Any], str, Any, str]] = [
     (GET_ROUTING, "subscribe", "yes", "subscribe"),
     (GET_ROUTING, "subscribe", 1, "subscribe"),
     (GET_ROUTING, "subscribe", None, "subscribe"),
-    (DESCRIBE_GROUP, "watch", "true", "watch"),
-    (DESCRIBE_GROUP, "watch", 1, "watch"),
-    (DESCRIBE_GROUP, "watch", None, "watch"),
     # arrays and their items, with the index in the path
     (HEARTBEAT, "ownedShards", "orders:v1:0", "ownedShards"),
     (HEARTBEAT, "ownedShards", {"0": "orders:v1:0"}, "ownedShards"),

@@ -170,8 +170,8 @@ async def test_h13_member_joins_before_routing_then_gets_shards_when_they_exist(
         response = await session.request(heartbeat("a", joined.member_epoch, owned=[]))
         assert response.status == Status.OK
         assert response.assignment.assigned_shards == routing.routing.streams
-        assert response.routing is not None  # storeId: tests/test_watch_integration.py
         assert (response.routing.version, response.routing.shard_count) == (1, 3)
+        assert response.routing.store_id and response.routing.retention == m.Retention()
 
 
 async def test_h10_push_tells_a_member_its_answer_changed_but_not_the_cause(coordinator):
@@ -396,7 +396,8 @@ async def test_admin_list_groups_and_unknown_group_describe(coordinator):
     async with open_session(coordinator.url, "admin") as admin:
         listed = await admin.request(m.ListGroups(request_id=0))
         assert listed.groups == (m.GroupSummary(stream_prefix=PREFIX, consumer_group=GROUP,
-                                                group_epoch=1, members=0, shards=2, state=GroupState.EMPTY),)
+                                                group_epoch=1, members=0, shards=2, state=GroupState.EMPTY,
+                                                lag=0, pending=0),)
         missing = await admin.request(m.DescribeGroup(request_id=0, stream_prefix=PREFIX,
                                                       consumer_group="ghost"))
         assert missing.status == Status.UNKNOWN_GROUP and "ghost" in missing.error

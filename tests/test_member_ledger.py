@@ -7,9 +7,21 @@ less than a lease TTL ago, both checked in one step.
 
 from __future__ import annotations
 
-from rsc.member.ledger import AckFlushRule, Ledger, Verdict, worker_count
+from types import SimpleNamespace
+from typing import Any
+
+import attrs
+
+from rsc.member.ledger import (
+    AckFlushRule,
+    Ledger,
+    Verdict,
+    acks_delete,
+    retention_mode,
+    worker_count,
+)
 from rsc.member.reconcile import JOIN_EPOCH, NO_ACTIONS
-from rsc.protocol import Assignment, HeartbeatResponse, Status
+from rsc.protocol import Assignment, HeartbeatResponse, RoutingSummary, Status
 
 PREFIX, GROUP, MEMBER = "orders", "billing", "10.0.0.7-42-0-abcd"
 LEASE_MS = 1000
@@ -257,3 +269,60 @@ def test_a_handler_start_is_counted_in_flight_only_when_admitted():
     assert ledger.start_handler("a", generation + 100, 10)[0] is Verdict.NOT_HELD
     assert ledger.start_handler("a", generation, LEASE_MS)[0] is Verdict.LEASE_EXPIRED
     assert ledger.in_flight == {"a": 1}, "refused starts are not in flight"
+
+
+# --- what a heartbeat's routing tells: storeId and retention ---------------------------------
+
+
+def routing(store_id: str | None = None, mode: str | None = None) -> Any:
+    """A heartbeat's routing carrying `storeId` / `retention.mode`: the protocol's own classes
+    where they have those fields, else a stand-in with the same attribute names."""
+    fields = attrs.fields_dict(RoutingSummary)
+    if "store_id" in fields and "retention" in fields:
+        from rsc.protocol.messages import Retention  # type: ignore[attr-defined]
+        retention = None if mode is None else Retention(mode=mode)
+        return RoutingSummary(version=1, shard_count=2, store_id=store_id,  # type: ignore[call-arg]
+                              retention=retention)
+    retention = None if mode is None else SimpleNamespace(mode=mode)
+    return SimpleNamespace(version=1, shard_count=2, store_id=store_id, retention=retention)
+
+
+def routed(ledger: Ledger, route: Any, at: float = 0.0) -> None:
+    exchange(ledger, attrs.evolve(respond(assigned=("a",)), routing=route), at)
+
+
+def test_retention_mode_is_read_from_the_routing_defensively():
+    assert retention_mode(routing(mode="acked")) == "acked"
+    assert retention_mode(routing(mode="none")) == "none"
+    assert retention_mode(routing()) is None
+    assert retention_mode(RoutingSummary(version=1, shard_count=2)) is None
+    assert retention_mode(None) is None
+
+
+def test_acks_delete_only_with_retention_acked_on_a_server_with_xackdel():
+    assert acks_delete("acked", True)
+    assert not acks_delete("acked", False)
+    assert not acks_delete("none", True)
+    assert not acks_delete(None, True)  # a coordinator that names no retention: plain XACK
+
+
+def test_ledger_follows_the_retention_of_the_latest_routing_and_keeps_it_when_absent():
+    ledger = Ledger(MEMBER, capacity=4)
+    assert not ledger.acks_delete(True)
+    routed(ledger, routing(mode="acked"))
+    assert ledger.acks_delete(True) and not ledger.acks_delete(False)
+    routed(ledger, routing())  # no retention named: the last one stands
+    assert ledger.acks_delete(True)
+    routed(ledger, routing(mode="none"))
+    assert not ledger.acks_delete(True)
+
+
+def test_ledger_keeps_the_first_store_id_a_routing_carries():
+    ledger = Ledger(MEMBER, capacity=4)
+    exchange(ledger, respond(assigned=("a",)), 0.0)  # no routing yet
+    assert not ledger.routed and ledger.store_id is None
+    routed(ledger, routing())
+    assert ledger.routed and ledger.store_id is None  # a coordinator that sends no storeId
+    routed(ledger, routing(store_id="s-1"))
+    routed(ledger, routing(store_id="s-2"))
+    assert ledger.store_id == "s-1"

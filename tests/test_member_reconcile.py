@@ -314,3 +314,57 @@ def test_holds_are_tagged_with_distinct_generations():
     generations = [hold.generation for hold in state.holds.values()]
     assert len(set(generations)) == 3
     assert all(isinstance(h, Hold) and h.phase is Phase.READING for h in state.holds.values())
+
+
+# --- A1: a join refused by a cap of the coordinator -------------------------------------------
+
+CAPS = [Status.GROUP_MAX_SIZE_REACHED, Status.GROUP_LIMIT_REACHED]
+
+
+@pytest.mark.parametrize("status", CAPS)
+def test_join_refused_by_a_cap_holds_nothing_and_says_so(status):
+    state, actions = exchange(MemberState(member_id=MEMBER), respond(status))
+    assert state.holds == {}
+    assert state.member_epoch == JOIN_EPOCH
+    assert not state.joined
+    assert state.join_refused is status
+    assert actions.start == frozenset() and actions.abandon == frozenset()
+    assert not actions.heartbeat_now  # the shell waits its backoff first
+    assert [(e.name, e.reason) for e in actions.events] == [("join refused", f"{status.value}: nope")]
+
+
+@pytest.mark.parametrize("status", CAPS)
+def test_join_refused_again_rejoins_at_epoch_zero_and_is_said_once(status):
+    state, _ = exchange(MemberState(member_id=MEMBER), respond(status))
+    request, _ = beat(state)
+    assert request.member_epoch == JOIN_EPOCH and request.owned_shards == ()
+    state, actions = exchange(state, respond(status))
+    assert actions.events == ()
+    assert state.join_refused is status
+
+
+def test_join_refused_by_the_other_cap_is_said_again():
+    state, _ = exchange(MemberState(member_id=MEMBER), respond(Status.GROUP_MAX_SIZE_REACHED))
+    state, actions = exchange(state, respond(Status.GROUP_LIMIT_REACHED))
+    assert [e.name for e in actions.events] == ["join refused"]
+    assert state.join_refused is Status.GROUP_LIMIT_REACHED
+
+
+@pytest.mark.parametrize("status", CAPS)
+def test_join_taken_after_refusals_clears_the_refusal_and_joins(status):
+    state, _ = exchange(MemberState(member_id=MEMBER), respond(status))
+    state, actions = exchange(state, respond(Status.OK, 3, ["a"]))
+    assert state.join_refused is None
+    assert state.joined and state.member_epoch == 3
+    assert actions.start == frozenset({"a"})
+    assert [e.name for e in actions.events] == ["joined", "assigned"]
+
+
+@pytest.mark.parametrize("status", CAPS)
+def test_cap_answer_to_a_held_epoch_lets_everything_go(status):
+    state = joined_with("a", "b")
+    state, actions = exchange(state, respond(status))
+    assert state.holds == {} and state.member_epoch == JOIN_EPOCH
+    assert actions.abandon == frozenset({"a", "b"})
+    assert [e.name for e in actions.events] == ["fenced", "join refused"]
+    assert not actions.heartbeat_now

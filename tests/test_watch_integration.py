@@ -13,7 +13,7 @@ import redis
 import trio
 
 from rsc.actors.actor import PrefixActor
-from rsc.actors.store import STORE_ID_KEY, MetadataStore, ensure_store_id
+from rsc.actors.shard_ops import STORE_ID_KEY, ensure_store_id
 from rsc.member.session import Session, open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
@@ -61,7 +61,8 @@ def live_watch_count() -> int:
     """Watches held by every prefix actor of this process (the coordinator runs in-process;
     actors of coordinators that earlier tests stopped are collected first)."""
     gc.collect()
-    return sum(len(obj.watches) for obj in gc.get_objects() if isinstance(obj, PrefixActor))
+    return sum(len(watches) for obj in gc.get_objects() if isinstance(obj, PrefixActor)
+               for watches in obj.watches.values())
 
 
 async def test_watch_answers_then_pushes_a_join_and_a_removal(coordinator):
@@ -168,7 +169,7 @@ async def test_routing_and_heartbeat_routing_carry_the_store_id_of_the_redis(coo
             assert isinstance(joined, m.HeartbeatResponse) and joined.routing is not None
             assert joined.routing.store_id == stored
             client.delete(STORE_ID_KEY)
-            with trio.fail_after(5):  # written again, the same id, on a later lease renewal
+            with trio.fail_after(5):  # written again, the same id, a few ticks later
                 while client.get(STORE_ID_KEY) is None:
                     await trio.sleep(0.02)
             assert client.get(STORE_ID_KEY) == stored
@@ -194,19 +195,19 @@ async def test_a_restarted_coordinator_keeps_the_store_id(coordinator, coordinat
 
 
 def test_ensure_store_id_writes_once_keeps_what_redis_holds_and_rewrites_the_known_one(redis_url):
-    store = MetadataStore(redis_url, lease_ms=1000)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        store.client.delete(STORE_ID_KEY)
-        first = store.ensure_store_id()
-        assert store.client.get(STORE_ID_KEY) == first and store.store_id == first
-        assert ensure_store_id(store.client) == first  # never overwritten
-        store.client.delete(STORE_ID_KEY)
-        assert store.ensure_store_id() == first  # missing: the same id again
-        store.client.set(STORE_ID_KEY, "someone-else")
-        assert ensure_store_id(store.client, first) == "someone-else"  # what Redis holds wins
+        client.delete(STORE_ID_KEY)
+        first = ensure_store_id(client)
+        assert client.get(STORE_ID_KEY) == first
+        assert ensure_store_id(client) == first  # never overwritten
+        client.delete(STORE_ID_KEY)
+        assert ensure_store_id(client, first) == first  # missing: the same id again
+        client.set(STORE_ID_KEY, "someone-else")
+        assert ensure_store_id(client, first) == "someone-else"  # what Redis holds wins
     finally:
-        store.client.delete(STORE_ID_KEY)
-        store.close()
+        client.delete(STORE_ID_KEY)
+        client.close()
 
 
 async def test_rsc_admin_watch_follows_the_real_coordinators_pushes(coordinator_factory, nursery):

@@ -1,0 +1,55 @@
+"""When a `describeGroup` watch pushes: pure rules, no I/O.
+
+A watch pushes the latest description whenever it differs from the last one
+pushed in any field except `lastHeartbeatMsAgo` and `oldestPendingMs` (those
+tick on their own), and at most `MAX_PUSHES_PER_SECOND` times a second: a
+description is looked at again only `MIN_INTERVAL_MS` after the last look, so
+whatever changed in between is pushed once, as it is then (the latest wins).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from rsc.protocol import messages as m
+from rsc.protocol.errors import Status
+
+MAX_PUSHES_PER_SECOND = 10
+MIN_INTERVAL_MS = 1000 // MAX_PUSHES_PER_SECOND
+
+
+def significant(description: m.GroupDescription) -> m.GroupDescription:
+    """The description without what changes by itself (clocks) or per answer (requestId)."""
+    return attrs.evolve(
+        description, request_id=None,
+        members=tuple(attrs.evolve(member, last_heartbeat_ms_ago=None)
+                      for member in description.members),
+        shards=tuple(attrs.evolve(shard, oldest_pending_ms=None) for shard in description.shards))
+
+
+@attrs.define
+class Watch:
+    """One session's watch of one group: what it was last sent, and when it last looked."""
+
+    request: m.DescribeGroup
+    sent: m.GroupDescription
+    looked_at_ms: int
+
+    def due(self, now_ms: int) -> bool:
+        """Time to look again (at most MAX_PUSHES_PER_SECOND looks, so pushes, a second)."""
+        return now_ms - self.looked_at_ms >= MIN_INTERVAL_MS
+
+    def offer(self, description: m.GroupDescription, now_ms: int) -> m.GroupDescription | None:
+        """Look at the latest description: the push to send (no requestId), or None.
+
+        After a push with status UNKNOWN_GROUP (the group was deleted) the watch is over.
+        """
+        self.looked_at_ms = now_ms
+        if significant(description) == significant(self.sent):
+            return None
+        self.sent = description
+        return attrs.evolve(description, request_id=None)
+
+    @property
+    def over(self) -> bool:
+        return self.sent.status == Status.UNKNOWN_GROUP
