@@ -8,6 +8,26 @@ and push. Sessions, subscribers and watches (where to push) live here; every
 decision lives in actors/prefix.py (and actors/watch.py). Reads and trims of
 the shard streams (lag, drain, retention) go through actors/shard_ops.py, one
 pipelined round trip per call.
+
+D4 (Redis stalls are not member failures): the store I/O of one batch (the
+drain check, the checkpoint, offset moves, cleanup, and each shard read) has a deadline of a
+third of the lease TTL. Past it the worker thread is abandoned (it finishes in
+the background), the batch is answered as a failed write
+(COORDINATOR_NOT_AVAILABLE for what would reveal new state) and the machine
+rolls back. Until the abandoned call returns, later batches do not touch the
+store: one that must write is answered the same way at once, one that writes
+nothing new is answered as usual (no member expires meanwhile: the expiry is a
+write that fails and rolls back, H12). When it returns, the next batch starts
+by adopting it if it landed after all (Redis holds it; nothing of it was
+revealed), else the machine writes every field of it again (its repair). The
+next write goes out after that, on a pooled connection; the store's sequence
+number in the check-and-set refuses an abandoned write that Redis runs after
+a later one (a timed-out command still queued in Redis).
+Why a trio deadline around an abandonable thread rather than a per-call
+redis-py `socket_timeout`: one checkpoint is several round trips (create,
+seal, retire, hash), so a per-call timeout does not bound the batch; a
+timeout shorter than a slow but healthy big write would fail it for good;
+and the pool's fixed timeout is shared with the lease renewal and loads.
 """
 
 from __future__ import annotations
@@ -15,7 +35,9 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import attrs
@@ -24,17 +46,32 @@ import trio
 from rsc.actors import shard_ops
 from rsc.actors.group import GroupMachine, GroupSettings
 from rsc.actors.logs import log_event
-from rsc.actors.prefix import Answer, Checkpoint, PrefixMachine
+from rsc.actors.prefix import Answer, Checkpoint, GroupBudget, PrefixMachine
 from rsc.actors.records import PrefixSnapshot
-from rsc.actors.store import MetadataStore, StoreError, StoreFenced, StreamAdmin
+from rsc.actors.store import STORE_IO_ERRORS, MetadataStore, StoreError, StoreFenced, StreamAdmin
 from rsc.actors.watch import Watch
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
-from rsc.protocol.vocabulary import LEAVE_EPOCH, RetentionMode
+from rsc.protocol.vocabulary import LEAVE_EPOCH
 
 log = logging.getLogger("rsc.coordinator")
 
 MAX_BATCH = 1024
+REFUSALS = {Status.GROUP_LIMIT_REACHED: "max_groups", Status.GROUP_MAX_SIZE_REACHED: "max_group_size"}
+
+
+class StoreStalled(StoreError):
+    """A store call passed its D4 deadline and was abandoned (or one abandoned earlier still runs)."""
+
+
+class _Call:
+    """One store call on a worker thread; `done` is set by the thread when it returns."""
+
+    def __init__(self, what: str, checkpoint: Checkpoint | None = None) -> None:
+        self.what = what
+        self.checkpoint = checkpoint  # a metadata write: adopted if it finishes after all
+        self.ok = False
+        self.done = threading.Event()
 
 
 class Outbox(Protocol):
@@ -108,12 +145,19 @@ class PrefixActor:
     def __init__(self, prefix: str, store: MetadataStore, settings: GroupSettings,
                  *, push_enabled: bool = True, metrics: Any = None,
                  keep_drained_streams: bool = False,
-                 identity: StoreIdentity | None = None) -> None:
+                 identity: StoreIdentity | None = None, budget: GroupBudget | None = None,
+                 max_group_size: int | None = None, store_deadline_ms: float | None = None) -> None:
         self.prefix = prefix
         self.store = store
         self.identity = identity or StoreIdentity()
         self.streams = StreamAdmin(store.client)
-        self.machine = PrefixMachine(prefix, settings, keep_drained_streams=keep_drained_streams)
+        self.machine = PrefixMachine(prefix, settings, keep_drained_streams=keep_drained_streams,
+                                     budget=budget, max_group_size=max_group_size)
+        # D4: the store I/O of one batch gets a third of the lease
+        self.store_deadline_s = (settings.lease_ttl_ms / 3 if store_deadline_ms is None
+                                 else store_deadline_ms) / 1000
+        self._abandoned: _Call | None = None  # a store call past its deadline, still running
+        self.abandoned_calls = 0
         self.push_enabled = push_enabled
         self.metrics = metrics
         # where to push each member (H10), and the reverse, to forget a closed session fast
@@ -149,6 +193,12 @@ class PrefixActor:
     async def _handle_batch(self, batch: list[Envelope]) -> None:
         now = now_ms()
         machine = self.machine
+        abandoned = self._abandoned
+        if abandoned is not None and abandoned.done.is_set():  # the stalled call returned
+            self._abandoned = None
+            if abandoned.ok and abandoned.checkpoint is not None:
+                machine.adopt(abandoned.checkpoint, now)  # it landed: Redis holds it
+                log_event(log, "store.write_landed_late", level=logging.WARNING, prefix=self.prefix)
         machine.store_id = self.identity.value
         answers: list[tuple[Reply | Collect | None, Answer, Outbox | None]] = []
         summaries: list[Collect] = []
@@ -171,18 +221,22 @@ class PrefixActor:
             elif isinstance(request, m.GetRouting) and request.subscribe and envelope.session:
                 self.subscribers.add(envelope.session)
 
-        await self._measure_drain()
+        deadline = trio.current_time() + self.store_deadline_s
+        stalled = not await self._measure_drain(deadline)
         checkpoint = machine.checkpoint()
-        durable = await self._write(checkpoint)
+        durable = await self._write(checkpoint, deadline, stalled=stalled)
         if not durable:
             machine.write_failed(checkpoint, now_ms())
         for read in machine.lag_reads():
             machine.lag_measured(read, await self._read(shard_ops.shard_lag, read.streams,
-                                                        read.group))
+                                                        read.group, deadline=deadline))
         for reply, answer, session in answers:
             response = machine.resolve(answer, durable=durable)
             if reply is not None:
                 reply.resolve(response)
+            refused = REFUSALS.get(response.status)
+            if refused is not None and self.metrics is not None:
+                self.metrics.join_refused(refused)
             request = answer.request
             if (isinstance(request, m.DescribeGroup) and request.watch and session is not None
                     and isinstance(response, m.GroupDescription) and response.status == Status.OK):
@@ -191,7 +245,7 @@ class PrefixActor:
             totals_read, totals = machine.totals_read(), None
             if totals_read is not None:
                 totals = await self._read(shard_ops.group_totals, totals_read.streams,
-                                          totals_read.groups)
+                                          totals_read.groups, deadline=deadline)
             for collect in summaries:
                 collect.resolve(machine.summaries(totals))
         if durable:
@@ -204,26 +258,77 @@ class PrefixActor:
 
     # --- I/O -----------------------------------------------------------------------
 
-    async def _measure_drain(self) -> None:
-        """R2, G2: the machine asked how far the old shards are drained, and by whom not.
+    async def _store_call(self, deadline: float, what: str, fn: Callable[..., Any],
+                          *args: Any, checkpoint: Checkpoint | None = None) -> Any:
+        """`fn(*args)` on a worker thread, abandoned at `deadline` (D4): StoreStalled then.
+
+        Every I/O failure comes back as a StoreError. While an abandoned call
+        still runs, nothing else is sent (StoreStalled at once): the store is
+        stalled, and this keeps one prefix's calls in order.
+        """
+        abandoned = self._abandoned
+        if abandoned is not None:  # cleared (and a landed write adopted) at the next batch start
+            raise StoreStalled(f"the store has not answered the {abandoned.what} abandoned "
+                               "earlier; retry with backoff")
+        call = _Call(what, checkpoint)
+
+        def run() -> Any:
+            try:
+                result = fn(*args)
+                call.ok = True
+                return result
+            except StoreError:
+                raise
+            except STORE_IO_ERRORS as exc:  # any I/O failure the store did not convert
+                raise StoreError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+            finally:
+                call.done.set()
+
+        with trio.move_on_at(deadline):
+            return await trio.to_thread.run_sync(run, abandon_on_cancel=True)
+        self._abandoned = call
+        self.abandoned_calls += 1
+        self.store.stalled(f"the {what} of {self.prefix!r} was abandoned after "
+                           f"{round(self.store_deadline_s * 1000)} ms")
+        if self.metrics is not None and hasattr(self.metrics, "store_call_abandoned"):
+            self.metrics.store_call_abandoned(what)
+        log_event(log, "store.call_abandoned", level=logging.WARNING, prefix=self.prefix, call=what,
+                  deadline_ms=round(self.store_deadline_s * 1000))
+        raise StoreStalled(f"the {what} took longer than {round(self.store_deadline_s * 1000)} ms "
+                           "(a third of the lease) and was abandoned; retry with backoff")
+
+    async def _measure_drain(self, deadline: float) -> bool:
+        """R2, G2: the machine asked how far the old shards are drained, and by whom not;
+        False when the store stalled (D4).
 
         An entry removed by retention counts as delivered (shard_ops.drain_counts).
         """
         query = self.machine.drain_query()
         if query is None:
-            return
+            return True
         try:
-            counts = await trio.to_thread.run_sync(shard_ops.drain_counts, self.store.client,
-                                                   query.streams, query.groups)
+            counts = await self._store_call(deadline, "drain check", shard_ops.drain_counts,
+                                            self.store.client, query.streams, query.groups)
+        except StoreStalled as exc:
+            log.warning("migration of prefix %s waits: %s", self.prefix, exc)
+            return False
         except StoreError as exc:
             log.warning("migration of prefix %s waits: %s", self.prefix, exc)
-            return
+            return True
         self.machine.drain_measured(shard_ops.drain_report(counts))
+        return True
 
-    async def _read(self, operation: Any, *args: Any) -> Any:
-        """A shard_ops call in a worker thread; None when Redis failed (logged once per outage)."""
+    async def _read(self, operation: Any, *args: Any, deadline: float | None = None) -> Any:
+        """A shard_ops call in a worker thread; None when Redis failed (logged once per outage).
+
+        Bounded like every store call (D4): by the batch's deadline, or a third of
+        the lease from now.
+        """
+        if deadline is None:
+            deadline = trio.current_time() + self.store_deadline_s
         try:
-            result = await trio.to_thread.run_sync(operation, self.store.client, *args)
+            result = await self._store_call(deadline, getattr(operation, "__name__", "shard read"),
+                                            operation, self.store.client, *args)
         except StoreError as exc:
             if self.shards_readable:
                 log_event(log, "shards.unreadable", level=logging.WARNING, prefix=self.prefix,
@@ -240,10 +345,9 @@ class PrefixActor:
         retention_pass = self.machine.retention_pass()
         if retention_pass is None:
             return
-        retention = retention_pass.retention
-        trim = functools.partial(shard_ops.apply_retention,
-                                 acked=retention.mode == RetentionMode.ACKED,
-                                 max_length=retention.max_length, max_age_ms=retention.max_age_ms,
+        trim = functools.partial(shard_ops.apply_retention, acked=retention_pass.acked,
+                                 max_length=retention_pass.max_length,
+                                 max_age_ms=retention_pass.max_age_ms,
                                  now_ms=int(time.time() * 1000))  # stream ids are wall-clock ms
         results = await self._read(trim, retention_pass.streams, retention_pass.groups)
         if results is not None and self.metrics is not None:
@@ -271,30 +375,35 @@ class PrefixActor:
             if not watches:
                 self.watches.pop(session, None)
 
-    async def _write(self, checkpoint: Checkpoint) -> bool:
-        """Write the checkpoint; False (the machine rolls back) when the store failed."""
+    async def _write(self, checkpoint: Checkpoint, deadline: float, *, stalled: bool = False) -> bool:
+        """Write the checkpoint; False (the machine rolls back) when the store failed or stalled."""
         if checkpoint.empty:
             return True
         started = trio.current_time()
         try:
-            await trio.to_thread.run_sync(self._write_blocking, checkpoint)
+            if stalled:
+                raise StoreStalled("the drain check of this batch was abandoned; retry with backoff")
+            await self._store_call(deadline, "metadata write", self._write_blocking, checkpoint,
+                                   checkpoint=checkpoint)
         except StoreFenced:
             raise
         except StoreError as exc:
+            # the outage itself is logged once for the whole coordinator (app.Readiness)
             if self.healthy:
-                log_event(log, "store.unavailable", level=logging.WARNING, prefix=self.prefix,
+                log_event(log, "prefix.write_failed", level=logging.DEBUG, prefix=self.prefix,
                           error=str(exc))
             self.healthy = False
             return False
         if not self.healthy:
-            log_event(log, "store.available", level=logging.WARNING, prefix=self.prefix)
+            log_event(log, "prefix.write_recovered", level=logging.DEBUG, prefix=self.prefix)
         self.healthy = True
         if self.metrics is not None:
             self.metrics.observe_checkpoint_seconds(trio.current_time() - started)
         for move in checkpoint.moves:
             try:
-                moved = await trio.to_thread.run_sync(self.streams.move_offsets, move.streams,
-                                                      move.group, move.to, move.timestamp_ms)
+                moved = await self._store_call(deadline, "offset move", self.streams.move_offsets,
+                                               move.streams, move.group, move.to,
+                                               move.timestamp_ms)
             except StoreError as exc:
                 log.warning("offsets of %s in %s not moved: %s", move.group, self.prefix, exc)
                 continue
@@ -304,8 +413,9 @@ class PrefixActor:
         cleanup = checkpoint.cleanup
         if cleanup is not None:
             try:
-                await trio.to_thread.run_sync(self.streams.destroy_consumer_groups,
-                                              cleanup.streams, cleanup.groups)
+                await self._store_call(deadline, "consumer group cleanup",
+                                       self.streams.destroy_consumer_groups,
+                                       cleanup.streams, cleanup.groups)
             except StoreError as exc:
                 log.warning("consumer groups of deleted groups of %s stay for now: %s",
                             self.prefix, exc)

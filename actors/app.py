@@ -30,6 +30,7 @@ from rsc.actors.admission import (
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.group import GroupSettings
 from rsc.actors.logs import log_event
+from rsc.actors.prefix import GroupBudget
 from rsc.actors.records import PrefixSnapshot
 from rsc.actors.router import Router
 from rsc.actors.server import CoordinatorServer
@@ -129,6 +130,9 @@ class ReportingStore(MetadataStore):
             raise
         self.readiness.write_succeeded()
 
+    def stalled(self, error: str) -> None:
+        self.readiness.write_failed(error)  # D4: an abandoned call is a failed write for /readyz
+
 
 async def serve(config: CoordinatorConfig, *, metrics: Any = None,
                 task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
@@ -202,9 +206,12 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
                              lease_ttl_ms=config.lease_ttl_ms,
                              revoke_timeout_ms=config.revoke_timeout_ms)
 
+    budget = GroupBudget(config.max_groups)  # A1: one count over every prefix
+
     def make_actor(prefix: str) -> PrefixActor:
         return PrefixActor(prefix, store, settings, push_enabled=config.push, metrics=metrics,
-                           keep_drained_streams=config.keep_drained_streams, identity=identity)
+                           keep_drained_streams=config.keep_drained_streams, identity=identity,
+                           budget=budget, max_group_size=config.max_group_size)
 
     async def reload(prefix: str) -> PrefixActor:
         data = await trio.to_thread.run_sync(load_prefix, store, prefix)

@@ -142,6 +142,14 @@ class CoordinatorMetrics:
         self.open_connections = Gauge("rsc_connections",
                                       "Open connections (handshakes in progress and sessions)",
                                       registry=registry)
+        self.joins_refused = Counter("rsc_joins_refused",
+                                     "Joins (and setShardCount registrations) refused by "
+                                     "--max-groups or --max-group-size (A1)", ("limit",),
+                                     registry=registry)
+        self.store_calls_abandoned = Counter(
+            "rsc_store_calls_abandoned",
+            "Store calls (metadata writes, drain checks) abandoned past a third of the lease (D4)",
+            ("call",), registry=registry)
         self._known_groups: set[tuple[str, str]] = set()
 
     def session_refused(self, reason: str) -> None:
@@ -160,6 +168,14 @@ class CoordinatorMetrics:
         """Open sessions, and open connections (handshakes in progress included)."""
         self.open_sessions.set(sessions)
         self.open_connections.set(connections)
+
+    def join_refused(self, limit: str) -> None:
+        """A1: a join hit `max_groups` or `max_group_size`; nothing changed."""
+        self.joins_refused.labels(limit).inc()
+
+    def store_call_abandoned(self, call: str) -> None:
+        """D4: a store call passed its deadline and was answered COORDINATOR_NOT_AVAILABLE."""
+        self.store_calls_abandoned.labels(call).inc()
 
     def member_joined(self, group: Any) -> None:
         """A member joined or rejoined (memberEpoch 0)."""

@@ -17,6 +17,18 @@ Group lifecycle: a group exists from its first join or its registration by
 migration's description names the groups that hold it up (G2); an empty
 group's offsets can be moved (G3).
 
+Admission (A1): a `GroupBudget` shared by every prefix machine of a
+coordinator counts groups for `--max-groups` (a join or a `setShardCount` that
+would register one more gets GROUP_LIMIT_REACHED); `max_group_size` refuses a
+join of a new member into a full group (GROUP_MAX_SIZE_REACHED). Both change
+nothing.
+
+Repair (issue 11, D4): a write that failed may have landed in part (the hash
+without the owner tokens on a cluster) or late (an abandoned write Redis ran
+when it came back). Every field and owner token of a failed checkpoint is
+written again, from memory, by the next checkpoint, so Redis matches memory
+once that one lands.
+
 Reading of R4: a migration blocks the next `setShardCount` only while it is
 DRAINING; once it is COMPLETE the next one starts at once, and the drained
 streams of the complete one are retired when nobody holds them any more.
@@ -93,11 +105,18 @@ class TotalsRead:
 
 @attrs.frozen
 class RetentionPass:
-    """T1..T3: what to trim on the prefix's live shards, for which groups."""
+    """T1..T3: what to trim on the prefix's live shards, for which groups.
+
+    `acked` asks for the T1 trim (mode `acked` and at least one group); the caps
+    apply in either mode (T2). A pass that trims nothing still measures the shards'
+    lengths (`rsc_shard_length`).
+    """
 
     streams: tuple[str, ...]
     groups: tuple[str, ...]
-    retention: RetentionRecord
+    acked: bool
+    max_length: int | None
+    max_age_ms: int | None
 
 
 @attrs.frozen
@@ -186,12 +205,36 @@ class Checkpoint:
     events: tuple[PrefixEvent, ...] = ()
     cleanup: DestroyConsumerGroups | None = None
     moves: tuple[MoveOffsets, ...] = ()  # after the hash too; each reports its outcome
+    # only fields and tokens of an earlier failed write, rewritten (`_repair`): the batch itself
+    # changed nothing, so its answers reveal nothing new even if this write fails too
+    repair_only: bool = False
 
     @property
     def empty(self) -> bool:
         """Nothing to write: the batch is durable as it is."""
         return not (self.create or self.unseal or self.seal or self.retire or self.changes
                     or self.owners or self.cleanup or self.moves)
+
+
+@attrs.define
+class GroupBudget:
+    """A1: the groups of every prefix of one coordinator, against `--max-groups`."""
+
+    max_groups: int
+    total: int = 0
+    counts: dict[str, int] = attrs.field(factory=dict)
+
+    def count(self, prefix: str, groups: int) -> None:
+        """`prefix` has `groups` groups now (registered or restored, deleted or rolled back)."""
+        self.total += groups - self.counts.get(prefix, 0)
+        if groups:
+            self.counts[prefix] = groups
+        else:
+            self.counts.pop(prefix, None)
+
+    @property
+    def full(self) -> bool:
+        return self.total >= self.max_groups
 
 
 @attrs.frozen
@@ -248,8 +291,17 @@ class PrefixMachine:
     """One stream prefix: routing, migration and groups; see the module docstring."""
 
     def __init__(self, prefix: str, settings: GroupSettings, *,
-                 keep_drained_streams: bool = False) -> None:
+                 keep_drained_streams: bool = False, budget: GroupBudget | None = None,
+                 max_group_size: int | None = None) -> None:
         self.prefix = prefix
+        self.budget = budget
+        self.max_group_size = max_group_size
+        # fields and owner tokens of failed writes, rewritten from memory until one lands
+        self._unsure_routing = self._unsure_migration = False
+        self._unsure_groups: set[str] = set()
+        self._unsure_members: set[tuple[str, str]] = set()
+        self._unsure_owners: set[tuple[str, str]] = set()
+        self._last_checkpoint: Checkpoint | None = None
         self.settings = settings
         self.keep_drained_streams = keep_drained_streams
         self.routing: RoutingRecord | None = None
@@ -295,11 +347,17 @@ class PrefixMachine:
             groups={name: GroupSnapshot(g.group, dict(g.members))
                     for name, g in snapshot.groups.items()})
         self._drain_check_due = self._retire_check_due = self.migration is not None
+        self._count_groups()
 
     # --- events --------------------------------------------------------------------
 
     def handle(self, request: m.Request, now_ms: int) -> Answer:
         """Apply one request; the answer is final only after the checkpoint (`resolve`)."""
+        answer = self._handle(request, now_ms)
+        self._count_groups()
+        return answer
+
+    def _handle(self, request: m.Request, now_ms: int) -> Answer:
         if isinstance(request, m.Heartbeat):
             return Answer(request, self._heartbeat(request, now_ms))
         if isinstance(request, m.GetRouting):
@@ -337,10 +395,10 @@ class PrefixMachine:
             return None
         self._ticks = 0
         retention = self.retention
-        capped = retention.max_length is not None or retention.max_age_ms is not None
-        if not capped and (retention.mode == RetentionMode.NONE or not self.groups):
-            return None  # nothing can be removed: T3, or T1 with no group
-        return RetentionPass(self.live_streams(), tuple(self.groups), retention)
+        # T3: `none` removes nothing because of acks; T1: a prefix with no group neither
+        acked = retention.mode == RetentionMode.ACKED and bool(self.groups)
+        return RetentionPass(self.live_streams(), tuple(self.groups), acked=acked,
+                             max_length=retention.max_length, max_age_ms=retention.max_age_ms)
 
     def lag_reads(self) -> tuple[LagRead, ...]:
         """The lag reads this batch's describes need, on the streams as they are durably now."""
@@ -449,19 +507,56 @@ class PrefixMachine:
                 "version": self.routing.version, "shard_count": self.routing.shard_count}))
         current = set(self.routing.streams) if self.routing else set()
         unseal = tuple(sorted(s for s in self._unseal if s in current and s not in self._seal))
+        fresh = bool(changes or owners or self._create or self._seal or unseal or retire or cleanup
+                     or self._moves)
+        self._repair(changes, owners)
         checkpoint = Checkpoint(create=tuple(self._create), unseal=unseal,
                                 seal=tuple(self._seal), retire=retire,
                                 changes=changes, owners=tuple(owners), effects=effects,
                                 events=tuple(self._events), cleanup=cleanup,
-                                moves=tuple(self._moves))
+                                moves=tuple(self._moves),
+                                repair_only=not fresh and bool(changes or owners))
         self._create, self._seal, self._events, self._moves = [], [], [], []
         self._unseal = set()
         self._deleted, self._destroy = {}, set()
+        self._last_checkpoint = checkpoint
         return checkpoint
+
+    def _repair(self, changes: Changes, owners: list[OwnerToken]) -> None:
+        """Add every field and owner token of a failed write that this checkpoint misses,
+        with memory's value (issue 11: a half-written or late write is overwritten)."""
+        if self._unsure_routing and not changes.routing_changed:
+            changes.set_routing(self.routing)
+        if self._unsure_migration and not changes.migration_changed:
+            changes.set_migration(self.migration)
+        for name in sorted(self._unsure_groups - changes.groups.keys()):
+            group = self.groups.get(name)
+            changes.groups[name] = group.persistent_group() if group is not None else None
+        for key in sorted(self._unsure_members - changes.members.keys()):
+            group = self.groups.get(key[0])
+            changes.members[key] = (group.persistent_member(key[1])
+                                    if group is not None and key[1] in group.members else None)
+        written = {(token.shard, token.group) for token in owners}
+        for shard, name in sorted(self._unsure_owners - written):
+            group = self.groups.get(name)
+            owners.append(OwnerToken(shard, name, group.owners.get(shard) if group else None))
+
+    @property
+    def repair_pending(self) -> bool:
+        """A failed write left fields or owner tokens that the next checkpoint writes again."""
+        return bool(self._unsure_routing or self._unsure_migration or self._unsure_groups
+                    or self._unsure_members or self._unsure_owners)
+
+    def _count_groups(self) -> None:
+        if self.budget is not None:
+            self.budget.count(self.prefix, len(self.groups))
 
     def committed(self, checkpoint: Checkpoint) -> Committed:
         """The checkpoint is durable: fold it into the rollback point; what to push."""
         self.persisted.apply(checkpoint.changes)
+        if checkpoint is self._last_checkpoint:  # it rewrote every unsure field and token
+            self._unsure_routing = self._unsure_migration = False
+            self._unsure_groups, self._unsure_members, self._unsure_owners = set(), set(), set()
         pushes: list[m.AssignmentChanged] = []
         events: list[tuple[str, Event]] = []
         for name, effect in checkpoint.effects.items():
@@ -487,10 +582,30 @@ class PrefixMachine:
 
         Its seal may have landed before the hash failed: a version that stays
         current is unsealed with the next checkpoint, so producers are not
-        refused by a routing that never changed.
+        refused by a routing that never changed. The hash may have landed in
+        part, or may still land late: its fields and owner tokens are written
+        again by the next checkpoint (`_repair`).
         """
         self._unseal.update(checkpoint.seal)
         self._unseal.update(checkpoint.unseal)
+        changes = checkpoint.changes
+        self._unsure_routing |= changes.routing_changed
+        self._unsure_migration |= changes.migration_changed
+        self._unsure_groups.update(changes.groups)
+        self._unsure_members.update(changes.members)
+        self._unsure_owners.update((token.shard, token.group) for token in checkpoint.owners)
+        self._restore_persisted(now_ms)
+
+    def adopt(self, checkpoint: Checkpoint, now_ms: int) -> None:
+        """A checkpoint answered as failed landed after all (D4: an abandoned write finished in
+        the background, and nothing was written after it): Redis holds it, so memory takes it
+        as its rollback point, rather than the repair writing it back out. Nothing of it was
+        revealed; members learn it from their next heartbeats."""
+        self.persisted.apply(checkpoint.changes)
+        self._restore_persisted(now_ms)
+        self.cleanup_failed(checkpoint)  # its consumer groups are dropped with the next one
+
+    def _restore_persisted(self, now_ms: int) -> None:
         self.routing = self.persisted.routing
         self.migration = self.persisted.migration
         self.retention = self.persisted.retention
@@ -505,6 +620,7 @@ class PrefixMachine:
             group.restore(record, shards, now_ms, restart=False)
         if self.migration is not None:
             self._retire_check_due = True
+        self._count_groups()
 
     def cleanup_failed(self, checkpoint: Checkpoint) -> None:
         """The hash landed but the cleanup did not: do it again with the next checkpoint."""
@@ -521,7 +637,9 @@ class PrefixMachine:
         if answer.later is not None:
             return answer.later()
         assert answer.response is not None
-        if not durable and answer.response.status in REVEALING:
+        # a batch whose checkpoint only repaired an earlier failed write revealed nothing new
+        repair_only = self._last_checkpoint is not None and self._last_checkpoint.repair_only
+        if not durable and not repair_only and answer.response.status in REVEALING:
             return answer.request.error(Status.COORDINATOR_NOT_AVAILABLE, UNAVAILABLE)
         return answer.response
 
@@ -587,8 +705,28 @@ class PrefixMachine:
             if request.member_epoch != JOIN_EPOCH:
                 # H13: only a join registers a group; a leave (H9) or a stale epoch leaves nothing
                 return request.unknown_group()
+            if self._groups_full():
+                return request.error(Status.GROUP_LIMIT_REACHED,
+                                     self._group_limit_text(request.consumer_group))
             group = self._register(request.consumer_group)
+        elif (request.member_epoch == JOIN_EPOCH and self.max_group_size is not None
+              and request.member_id not in group.members
+              and len(group.members) >= self.max_group_size):
+            return request.error(
+                Status.GROUP_MAX_SIZE_REACHED,
+                f"group {request.consumer_group!r} of {self.prefix!r} already has "
+                f"{len(group.members)} members, the most --max-group-size "
+                f"({self.max_group_size}) allows; nothing changed, retry the join with backoff")
         return group.heartbeat(request, now_ms, routing)
+
+    def _groups_full(self) -> bool:
+        return self.budget is not None and self.budget.full
+
+    def _group_limit_text(self, name: str) -> str:
+        assert self.budget is not None
+        return (f"the coordinator already has {self.budget.total} groups, the most --max-groups "
+                f"({self.budget.max_groups}) allows; group {name!r} of {self.prefix!r} was not "
+                "created, nothing changed; retry with backoff")
 
     def _register(self, name: str) -> GroupMachine:
         """H13: a group appears with the prefix's shards and a consumer group on every live stream."""
@@ -606,6 +744,8 @@ class PrefixMachine:
         if name is not None and name not in self.groups:
             if self.routing is not None:  # G1: a typo never creates a group that blocks drains
                 return request.unknown_group()
+            if self._groups_full():  # A1: groups registered here count against --max-groups
+                return request.error(Status.GROUP_LIMIT_REACHED, self._group_limit_text(name))
             self._register(name)
         routing, migration = self.routing, self.migration
         if routing is not None and routing.shard_count == request.shard_count:

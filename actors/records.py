@@ -3,6 +3,8 @@
 `rsc:meta:{<prefix>}` holds, all values JSON:
 
 - `coordinatorEpoch`: the check-and-set guard (written by the store's script).
+- `writeSequence`: the number of the coordinator's last write that landed; the
+  script refuses an older one arriving late (D4). Not part of any record.
 - `routing`: `{"version", "shardCount", "streams"}`.
 - `retention`: `{"mode", "maxLength", "maxAgeMs"}` (absent: the default, `acked` without caps).
 - `migration`: `{"state", "fromVersion", "toVersion", "cutover", "fromStreams",
@@ -29,6 +31,7 @@ import attrs
 from rsc.protocol.vocabulary import Cutover, MigrationState, RetentionMode
 
 COORDINATOR_EPOCH_FIELD = "coordinatorEpoch"
+WRITE_SEQUENCE_FIELD = "writeSequence"
 ROUTING_FIELD = "routing"
 MIGRATION_FIELD = "migration"
 RETENTION_FIELD = "retention"

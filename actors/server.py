@@ -21,7 +21,7 @@ from typing import Any
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest
 
-from rsc.actors.actor import Collect, Envelope, Reply, SummariesRequest
+from rsc.actors.actor import REFUSALS, Collect, Envelope, Reply, SummariesRequest, now_ms
 from rsc.actors.admission import Admission
 from rsc.actors.logs import log_event
 from rsc.actors.router import Router, unavailable_response
@@ -200,12 +200,37 @@ class CoordinatorServer:
         # A1, H13: only a join and setShardCount may create what outlives the request
         creates = isinstance(message, m.SetShardCount) or (
             isinstance(message, m.Heartbeat) and message.member_epoch == JOIN_EPOCH)
+        if creates and prefix not in self.router.actors:
+            answered = self._answer_without_actor(message)
+            if answered is not None:
+                reply.resolve(answered)
+                return
         actor = self.router.actor(prefix, create=creates)
         if actor is None:  # a prefix never seen: UNKNOWN_STREAM for setRetention, else UNKNOWN_GROUP
             reply.resolve(message.unknown_stream() if isinstance(message, m.SetRetention)
                           else message.unknown_group())
             return
         await self.router.send(prefix, Envelope(message, reply, session))
+
+
+    def _answer_without_actor(self, message: m.Heartbeat | m.SetShardCount) -> m.Response | None:
+        """A1: a heartbeat or setShardCount on a prefix without an actor is first put to a
+        throwaway machine; only one that leaves something to keep (a group or routing) starts
+        an actor (None: send it there). A leave, a stale epoch, or a join or registration
+        refused by --max-groups is answered here and allocates nothing that outlives it."""
+        probe = self.router.make_actor(message.stream_prefix)
+        machine = probe.machine
+        answer = machine.handle(message, now_ms())
+        keep = bool(machine.groups) or machine.routing is not None
+        if machine.budget is not None:
+            machine.budget.count(machine.prefix, 0)  # the real actor counts its own groups
+        if keep:
+            return None
+        response = machine.resolve(answer, durable=True)
+        refused = REFUSALS.get(response.status)
+        if refused is not None and probe.metrics is not None:
+            probe.metrics.join_refused(refused)
+        return response
 
 
 def frame_bytes(text: str) -> int:

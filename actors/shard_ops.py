@@ -25,7 +25,8 @@ from typing import Any
 import attrs
 import redis
 
-from rsc.actors.store import StoreError
+from rsc.actors.redis_connect import is_cluster
+from rsc.actors.store import STORE_IO_ERRORS, StoreError
 
 STORE_ID_KEY = "rsc:store-id"
 
@@ -312,7 +313,8 @@ class _Script:
         for attempt in (1, 2):
             pipe = client.pipeline(transaction=False)
             for key, args in calls:
-                pipe.evalsha(self.sha, 1, key, *args)
+                # EVALSHA by name: a cluster pipeline routes it by its key (evalsha() is refused there)
+                pipe.execute_command("EVALSHA", self.sha, 1, key, *args)
             results = pipe.execute(raise_on_error=False)
             if attempt == 1 and any(isinstance(r, redis.exceptions.NoScriptError) for r in results):
                 client.script_load(self.body)
@@ -330,7 +332,7 @@ def load_scripts(client: redis.Redis) -> None:
     try:
         for script in (_retention_script, _drain_script):
             client.script_load(script.body)
-    except redis.RedisError as exc:
+    except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot load the shard scripts: {exc}") from exc
 
 
@@ -363,7 +365,7 @@ def shard_lag(client: redis.Redis, streams: Sequence[str], group: str) -> list[S
             pipe.xinfo_groups(stream)
             pipe.xpending_range(stream, group, "-", "+", 1)
         results = pipe.execute(raise_on_error=False)
-    except redis.RedisError as exc:
+    except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot read shard lag: {exc}") from exc
     lags = []
     for index, stream in enumerate(streams):
@@ -401,7 +403,7 @@ def group_totals(client: redis.Redis, streams: Sequence[str],
         for stream in streams:
             pipe.xinfo_groups(stream)
         results = pipe.execute(raise_on_error=False)
-    except redis.RedisError as exc:
+    except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot read group lag: {exc}") from exc
     lags: dict[str, list[int | None]] = {name: [] for name in groups}
     pending = dict.fromkeys(groups, 0)
@@ -435,7 +437,7 @@ def apply_retention(client: redis.Redis, streams: Sequence[str], groups: Sequenc
     args = ["1" if acked else "0", "" if max_length is None else str(max_length), cut or "", *groups]
     try:
         results = _retention_script.run_all(client, [(stream, args) for stream in streams])
-    except redis.RedisError as exc:
+    except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot apply retention: {exc}") from exc
     _raise_errors("apply retention", streams, results)
     return [RetentionResult(shard=stream, removed_acked=int(r[0]), removed_by_caps=int(r[1]),
@@ -459,12 +461,16 @@ def enforce_caps(client: redis.Redis, streams: Sequence[str], groups: Sequence[s
 
 
 def supports_xackdel(client: redis.Redis) -> bool:
-    """Whether the server has XACKDEL (Redis >= 8.2): `COMMAND INFO XACKDEL` names it."""
+    """Whether the server has XACKDEL (Redis >= 8.2): `COMMAND INFO XACKDEL` names it.
+
+    On a cluster: every master has it (the command names no key, so each is asked)."""
+    servers = ([node.redis_connection for node in client.get_primaries()]  # type: ignore[attr-defined]
+               if is_cluster(client) else [client])
     try:
-        reply = client.execute_command("COMMAND INFO", "XACKDEL")
-    except redis.RedisError as exc:
+        replies = [server.execute_command("COMMAND INFO", "XACKDEL") for server in servers]
+    except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot ask Redis for its commands: {exc}") from exc
-    return bool(reply) and reply[0] is not None
+    return all(bool(reply) and reply[0] is not None for reply in replies)
 
 
 # --- drain -----------------------------------------------------------------------------
@@ -481,7 +487,7 @@ def drain_counts(client: redis.Redis, streams: Sequence[str],
         return []
     try:
         results = _drain_script.run_all(client, [(stream, list(groups)) for stream in streams])
-    except redis.RedisError as exc:
+    except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot read drain progress: {exc}") from exc
     _raise_errors("read drain progress", streams, results)
     counts = []
@@ -515,6 +521,6 @@ def ensure_store_id(client: redis.Redis, known: str | None = None) -> str:
         pipe.set(STORE_ID_KEY, candidate, nx=True)
         pipe.get(STORE_ID_KEY)
         _, stored = pipe.execute()
-    except redis.RedisError as exc:
+    except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot read or write {STORE_ID_KEY}: {exc}") from exc
     return _text(stored)

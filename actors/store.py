@@ -14,10 +14,15 @@ Blocking (redis-py's sync client); the actors call it through
   coordinator is fenced rather than overwriting a live one.
 - owner tokens `{shard}:owner:<group>` (value: memberId) that members' ack
   scripts check.
+
+On a Redis Cluster (the URL names any node) every script call and pipelined
+command names keys of one slot: the metadata hash alone, or one shard's
+hash tag; the cluster client sends each to its node and follows MOVED/ASK.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import time
@@ -27,26 +32,54 @@ from typing import Any
 
 import redis
 
-from rsc.actors.records import COORDINATOR_EPOCH_FIELD, Changes, OwnerToken, PrefixSnapshot, encode, replay
+from rsc.actors.records import (
+    COORDINATOR_EPOCH_FIELD,
+    WRITE_SEQUENCE_FIELD,
+    Changes,
+    OwnerToken,
+    PrefixSnapshot,
+    encode,
+    replay,
+)
+from rsc.actors.redis_connect import connect, is_cluster
 from rsc.protocol.routing import owner_key, seal_key
 
 EPOCH_KEY = "rsc:coordinator:epoch"
 LEASE_KEY = "rsc:coordinator:lease"
 PREFIXES_KEY = "rsc:prefixes"
 
-# KEYS[1] meta hash; ARGV[1] our coordinator epoch; ARGV[2] the epoch field;
-# ARGV[3..] field, value pairs ("" deletes)
+# KEYS[1] meta hash, KEYS[2..] owner tokens; ARGV[1] our coordinator epoch; ARGV[2] the epoch
+# field; ARGV[3] the write-sequence field; ARGV[4] this write's sequence number; ARGV[5] how many
+# hash fields follow; then field, value pairs ("" deletes); then one value per owner token
+# ("" deletes). The epoch fences an older coordinator; the sequence (D4) refuses a write of this
+# coordinator that arrives after a later one (an abandoned write Redis ran late). Standalone Redis
+# runs it with every owner token (one atomic step); a cluster passes the hash alone (one slot).
 _CAS_WRITE = """
 local current = redis.call('HGET', KEYS[1], ARGV[2])
 if current and tonumber(current) > tonumber(ARGV[1]) then
   return redis.error_reply('FENCED coordinator epoch ' .. current .. ' owns ' .. KEYS[1])
 end
-redis.call('HSET', KEYS[1], ARGV[2], ARGV[1])
-for i = 3, #ARGV, 2 do
+if current and tonumber(current) == tonumber(ARGV[1]) then
+  local seq = redis.call('HGET', KEYS[1], ARGV[3])
+  if seq and tonumber(seq) >= tonumber(ARGV[4]) then
+    return redis.error_reply('STALE write ' .. ARGV[4] .. ' of ' .. KEYS[1] .. ' arrived after write ' .. seq)
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[1], ARGV[3], ARGV[4])
+local fields = tonumber(ARGV[5])
+for i = 6, 5 + 2 * fields, 2 do
   if ARGV[i + 1] == '' then
     redis.call('HDEL', KEYS[1], ARGV[i])
   else
     redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+end
+for k = 2, #KEYS do
+  local value = ARGV[5 + 2 * fields + k - 1]
+  if value == '' then
+    redis.call('DEL', KEYS[k])
+  else
+    redis.call('SET', KEYS[k], value)
   end
 end
 return 1
@@ -99,8 +132,17 @@ return redis.error_reply('consumer group ' .. ARGV[1] .. ' missing after its res
 """
 
 
+STORE_IO_ERRORS = (redis.RedisError, OSError)
+"""Every way a store call can fail on I/O (a Redis error, a timeout, EMFILE, a reset socket):
+the store raises each as a StoreError, which the prefix core handles (issue 11)."""
+
+
 class StoreError(Exception):
-    """The metadata store could not be written (Redis down, timeout)."""
+    """The metadata store could not be written (Redis down, timeout, out of file descriptors)."""
+
+
+class StoreStale(StoreError):
+    """A write arrived after a later write of this coordinator (D4): it changed nothing."""
 
 
 class StoreFenced(StoreError):
@@ -120,11 +162,18 @@ class MetadataStore:
 
     def __init__(self, redis_url: str, *, lease_ms: int) -> None:
         self.redis_url = redis_url
-        self.client = redis.Redis.from_url(redis_url, decode_responses=True,
-                                           socket_timeout=5, socket_connect_timeout=5)
+        try:  # one server, or a cluster through any one of its nodes
+            self.client: Any = connect(redis_url, decode_responses=True,
+                                       socket_timeout=5, socket_connect_timeout=5)
+        except (redis.RedisError, ValueError) as exc:  # ValueError: a URL it cannot use
+            raise StoreError(f"cannot use Redis at {redis_url}: {exc}") from exc
         self.lease_ms = lease_ms
         self.instance_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.coordinator_epoch = 0
+        # one server: the owner tokens join the hash's script; a cluster keeps them in the
+        # shards' slots, so there they are a second step that the next checkpoint repairs
+        self.atomic_owner_tokens = not is_cluster(self.client)
+        self._sequence = itertools.count(1)  # D4: orders this coordinator's writes
         self._cas = self.client.register_script(_CAS_WRITE)
         self._renew = self.client.register_script(_RENEW_LEASE)
         self._release = self.client.register_script(_RELEASE_LEASE)
@@ -138,7 +187,7 @@ class MetadataStore:
         """
         try:
             return self._acquire(wait_ms)
-        except redis.RedisError as exc:
+        except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot use Redis at {self.redis_url}: {exc}") from exc
 
     def _acquire(self, wait_ms: int) -> int:
@@ -159,62 +208,109 @@ class MetadataStore:
         """Keep the lease; StoreFenced when another coordinator has it now."""
         try:
             renewed = self._renew(keys=[LEASE_KEY], args=[self.instance_id, self.lease_ms])
-        except redis.RedisError as exc:
+        except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot renew the coordinator lease: {exc}") from exc
         if not renewed:
-            if self.client.set(LEASE_KEY, self.instance_id, nx=True, px=self.lease_ms):
-                return  # it lapsed while Redis was unreachable and nobody took it
-            holder = self.client.get(LEASE_KEY)
+            try:
+                if self.client.set(LEASE_KEY, self.instance_id, nx=True, px=self.lease_ms):
+                    return  # it lapsed while Redis was unreachable and nobody took it
+                holder = self.client.get(LEASE_KEY)
+            except STORE_IO_ERRORS as exc:
+                raise StoreError(f"cannot renew the coordinator lease: {exc}") from exc
             raise StoreFenced(f"coordinator lease taken by {holder!s}; this coordinator stops")
 
     def release(self) -> None:
-        self._release(keys=[LEASE_KEY], args=[self.instance_id])
+        try:
+            self._release(keys=[LEASE_KEY], args=[self.instance_id])
+        except STORE_IO_ERRORS as exc:
+            raise StoreError(f"cannot release the coordinator lease: {exc}") from exc
+
+    def stalled(self, error: str) -> None:
+        """A call on this store passed its D4 deadline and was abandoned (a hook: readiness)."""
 
     # --- metadata ------------------------------------------------------------------
 
     def load_all(self) -> dict[str, PrefixSnapshot]:
         """Every prefix's metadata, replayed from its hash."""
-        prefixes: set[str] = self.client.smembers(PREFIXES_KEY)  # type: ignore[assignment]
-        result: dict[str, PrefixSnapshot] = {}
-        for prefix in sorted(prefixes):
-            fields: dict[str, str] = self.client.hgetall(meta_key(prefix))  # type: ignore[assignment]
-            result[prefix] = replay(fields)
+        try:
+            prefixes: set[str] = self.client.smembers(PREFIXES_KEY)  # type: ignore[assignment]
+            result: dict[str, PrefixSnapshot] = {}
+            for prefix in sorted(prefixes):
+                fields: dict[str, str] = self.client.hgetall(meta_key(prefix))  # type: ignore[assignment]
+                result[prefix] = replay(fields)
+        except STORE_IO_ERRORS as exc:
+            raise StoreError(f"cannot load the metadata: {exc}") from exc
         return result
 
     def load_prefix(self, prefix: str) -> PrefixSnapshot | None:
         """One prefix's metadata (None if it has none), to reload a failed actor."""
-        fields: dict[str, str] = self.client.hgetall(meta_key(prefix))  # type: ignore[assignment]
+        try:
+            fields: dict[str, str] = self.client.hgetall(meta_key(prefix))  # type: ignore[assignment]
+        except STORE_IO_ERRORS as exc:
+            raise StoreError(f"cannot load the metadata of {prefix!r}: {exc}") from exc
         return replay(fields) if fields else None
 
     def write(self, prefix: str, changes: Changes, owners: Iterable[OwnerToken] = ()) -> None:
-        """Check-and-set the hash fields of `changes`, then (only if that held) the owner tokens."""
-        args: list[Any] = [self.coordinator_epoch, COORDINATOR_EPOCH_FIELD]
-        for field, value in encode(changes).items():
-            args += [field, "" if value is None else value]
-        try:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.sadd(PREFIXES_KEY, prefix)
-            self._cas(keys=[meta_key(prefix)], args=args, client=pipe)
-            pipe.execute()
-        except redis.ResponseError as exc:
-            if str(exc).startswith("FENCED"):
-                raise StoreFenced(str(exc)) from exc
-            raise StoreError(str(exc)) from exc
-        except redis.RedisError as exc:
-            raise StoreError(f"metadata write failed: {exc}") from exc
+        """Check-and-set the hash fields of `changes` and (only if that held) the owner tokens.
+
+        On one Redis server both are one script call: one atomic step. With
+        `atomic_owner_tokens` off (a cluster: the tokens live in the shards'
+        slots) the tokens are a second step; when it fails Redis holds the new
+        hash without them, and the prefix machine repairs it with its next
+        checkpoint (it writes every field and token of a failed write again).
+        Each write carries a sequence number the script checks (D4): a write
+        that Redis runs after a later one of this coordinator is refused
+        (StoreStale) and changes nothing.
+        """
         tokens = list(owners)
-        if not tokens:
-            return
-        try:
-            pipe = self.client.pipeline(transaction=False)
+        sequence = next(self._sequence)
+        fields = encode(changes)
+        atomic = self.atomic_owner_tokens
+        keys = [meta_key(prefix)]
+        args: list[Any] = [self.coordinator_epoch, COORDINATOR_EPOCH_FIELD, WRITE_SEQUENCE_FIELD,
+                           sequence, len(fields)]
+        for field, value in fields.items():
+            args += [field, "" if value is None else value]
+        if atomic:
             for token in tokens:
-                if token.member_id is None:
-                    pipe.delete(owner_key(token.shard, token.group))
-                else:
-                    pipe.set(owner_key(token.shard, token.group), token.member_id)
-            pipe.execute()
-        except redis.RedisError as exc:
-            raise StoreError(f"owner token write failed: {exc}") from exc
+                keys.append(owner_key(token.shard, token.group))
+                args.append(token.member_id or "")
+        try:
+            self._write_hash(prefix, keys, args)
+        except redis.ResponseError as exc:
+            text = str(exc)  # in a pipeline redis-py puts "Command # 2 (...) caused error:" first
+            if "FENCED coordinator epoch" in text:
+                raise StoreFenced(text) from exc
+            if "STALE write" in text:
+                raise StoreStale(text) from exc
+            raise StoreError(text) from exc
+        except STORE_IO_ERRORS as exc:
+            raise StoreError(f"metadata write failed: {exc}") from exc
+        if tokens and not atomic:
+            try:
+                self._write_owner_tokens(tokens)
+            except STORE_IO_ERRORS as exc:
+                raise StoreError(f"owner token write failed: {exc}") from exc
+
+    def _write_hash(self, prefix: str, keys: list[str], args: list[Any]) -> None:
+        if is_cluster(self.client):  # two slots, and no scripts in a cluster pipeline
+            self.client.sadd(PREFIXES_KEY, prefix)
+            self._cas(keys=keys, args=args)
+            return
+        pipe = self.client.pipeline(transaction=False)
+        pipe.sadd(PREFIXES_KEY, prefix)
+        self._cas(keys=keys, args=args, client=pipe)
+        pipe.execute()
+
+    def _write_owner_tokens(self, tokens: list[OwnerToken]) -> None:
+        """The second step where the tokens cannot join the hash's script (a cluster)."""
+        pipe = self.client.pipeline(transaction=False)
+        for token in tokens:
+            if token.member_id is None:
+                pipe.delete(owner_key(token.shard, token.group))
+            else:
+                pipe.set(owner_key(token.shard, token.group), token.member_id)
+        pipe.execute()
 
     # --- streams -------------------------------------------------------------------
 
@@ -231,7 +327,7 @@ class MetadataStore:
             for result in pipe.execute(raise_on_error=False):
                 if isinstance(result, Exception) and "BUSYGROUP" not in str(result):
                     raise StoreError(f"cannot create consumer group: {result}")
-        except redis.RedisError as exc:
+        except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot create streams: {exc}") from exc
 
     def close(self) -> None:
@@ -255,14 +351,14 @@ class StreamAdmin:
             for stream in streams:
                 pipe.set(seal_key(stream), "1")
             pipe.execute()
-        except redis.RedisError as exc:
+        except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot seal streams: {exc}") from exc
 
     def unseal(self, streams: Iterable[str]) -> None:
         """Writes land again (a reshard whose metadata write failed sealed them)."""
         try:
             self.client.delete(*(seal_key(stream) for stream in streams))
-        except redis.RedisError as exc:
+        except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot unseal streams: {exc}") from exc
 
     def destroy_consumer_groups(self, streams: Iterable[str], groups: Iterable[str]) -> None:
@@ -276,7 +372,7 @@ class StreamAdmin:
             for result in pipe.execute(raise_on_error=False):
                 if isinstance(result, Exception) and "requires the key to exist" not in str(result):
                     raise StoreError(f"cannot delete consumer group: {result}")
-        except redis.RedisError as exc:
+        except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot delete consumer groups: {exc}") from exc
 
     def move_offsets(self, streams: Iterable[str], group: str, to: str,
@@ -288,11 +384,15 @@ class StreamAdmin:
         """
         streams = list(streams)
         try:
-            pipe = self.client.pipeline(transaction=False)
-            for stream in streams:
-                self._move(keys=[stream], args=[group, to, timestamp_ms or 0], client=pipe)
-            results = pipe.execute()
-        except redis.RedisError as exc:
+            if is_cluster(self.client):  # no scripts in a cluster pipeline: one call per shard
+                results = [self._move(keys=[stream], args=[group, to, timestamp_ms or 0])
+                           for stream in streams]
+            else:
+                pipe = self.client.pipeline(transaction=False)
+                for stream in streams:
+                    self._move(keys=[stream], args=[group, to, timestamp_ms or 0], client=pipe)
+                results = pipe.execute()
+        except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot move the offsets of {group!r}: {exc}") from exc
         return {stream: str(result) for stream, result in zip(streams, results, strict=True)}
 
@@ -302,8 +402,10 @@ class StreamAdmin:
         try:
             pipe = self.client.pipeline(transaction=False)
             for stream in streams:
-                pipe.delete(stream, seal_key(stream), *(owner_key(stream, g) for g in groups))
+                # one slot (the shard's hash tag): one DEL, in a cluster pipeline too
+                pipe.execute_command("DEL", stream, seal_key(stream),
+                                     *(owner_key(stream, g) for g in groups))
             pipe.execute()
-        except redis.RedisError as exc:
+        except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot delete drained streams: {exc}") from exc
 

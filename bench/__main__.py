@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import assignor_bench, dataplane, membership, procs, resharding
+from bench import assignor_bench, cluster, dataplane, membership, procs, resharding
 from bench.report import (
     Progressor,
     ScenarioResult,
@@ -41,6 +41,7 @@ SCENARIOS: dict[str, Scenario] = {
     "failure": _membership(membership.failure),
     "dataplane": dataplane.run,
     "resharding": resharding.run,
+    "cluster": cluster.run,
 }
 
 

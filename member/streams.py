@@ -23,6 +23,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
+from rsc.member.redis_connect import connect as connect_any
+from rsc.member.redis_connect import is_cluster
 from rsc.protocol.routing import owner_key, seal_key
 
 NOT_OWNER = -1
@@ -128,14 +130,17 @@ def connect(redis_url: str, *, timeout_s: float | None = None,
     `timeout_s` bounds connecting and every reply; `retries=False` makes the
     first connection error or timeout raise, for callers that retry themselves
     (and say so). A URL that is not a Redis URL raises ValueError.
+
+    A `RedisCluster` when the URL names a cluster node (`INFO cluster`): StreamOps
+    and ProduceOps over it are their cluster variants (rsc.member.cluster_streams).
     """
     options: dict[str, Any] = {}
     if timeout_s is not None:
         options.update(socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
     if not retries:
         options.update(retry=Retry(NoBackoff(), 0))
-    return redis.Redis.from_url(redis_url, decode_responses=True, socket_keepalive=True,
-                                **options)
+    return connect_any(redis_url, decode_responses=True, socket_keepalive=True,  # type: ignore[return-value]
+                       **options)
 
 
 def read_store_id(client: redis.Redis) -> str | None:
@@ -190,12 +195,21 @@ def redis_version(client: redis.Redis) -> tuple[int, ...]:
 
 
 def supports_xackdel(client: redis.Redis) -> bool:
-    """XACKDEL exists from Redis 8.2."""
+    """XACKDEL exists from Redis 8.2 (on a cluster: on every master)."""
+    if is_cluster(client):
+        return all(redis_version(node.redis_connection) >= (8, 2)
+                   for node in client.get_primaries())  # type: ignore[attr-defined]
     return redis_version(client) >= (8, 2)
 
 
 class StreamOps:
     """The data-plane commands for one consumer (memberId) of one consumer group."""
+
+    def __new__(cls, client: redis.Redis, *args: Any, **kwargs: Any) -> StreamOps:
+        if cls is StreamOps and is_cluster(client):  # one node per shard: its own module
+            from rsc.member.cluster_streams import ClusterStreamOps
+            return super().__new__(ClusterStreamOps)
+        return super().__new__(cls)
 
     def __init__(self, client: redis.Redis, consumer_group: str, consumer: str, *,
                  use_xackdel: bool | None = None) -> None:
@@ -377,6 +391,12 @@ def write_result(reply: object) -> WriteResult:
 
 class ProduceOps:
     """Writes of a producer: XADD through the seal-checking script, pipelined."""
+
+    def __new__(cls, client: redis.Redis) -> ProduceOps:
+        if cls is ProduceOps and is_cluster(client):
+            from rsc.member.cluster_streams import ClusterProduceOps
+            return super().__new__(ClusterProduceOps)
+        return super().__new__(cls)
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client

@@ -8,12 +8,16 @@ import pytest
 import redis
 
 from rsc.embedded_redis import EmbeddedRedis
+from tests.conftest_cluster import *  # noqa: F403  (server choice, cluster fixtures)
+from tests.conftest_cluster import server_binary
 
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[EmbeddedRedis]:
     """A real redis-server on a free port, stopped (by pid) after the session."""
-    with EmbeddedRedis() as server:
+    server = EmbeddedRedis()
+    server.binary = server_binary()  # RSC_TEST_SERVER: redis (default), valkey, redis8 or a path
+    with server:
         yield server
 
 

@@ -7,7 +7,6 @@ less than a lease TTL ago, both checked in one step.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import attrs
@@ -22,6 +21,8 @@ from rsc.member.ledger import (
 )
 from rsc.member.reconcile import JOIN_EPOCH, NO_ACTIONS
 from rsc.protocol import Assignment, HeartbeatResponse, RoutingSummary, Status
+from rsc.protocol.messages import Retention
+from rsc.protocol.vocabulary import RetentionMode
 
 PREFIX, GROUP, MEMBER = "orders", "billing", "10.0.0.7-42-0-abcd"
 LEASE_MS = 1000
@@ -274,17 +275,10 @@ def test_a_handler_start_is_counted_in_flight_only_when_admitted():
 # --- what a heartbeat's routing tells: storeId and retention ---------------------------------
 
 
-def routing(store_id: str | None = None, mode: str | None = None) -> Any:
-    """A heartbeat's routing carrying `storeId` / `retention.mode`: the protocol's own classes
-    where they have those fields, else a stand-in with the same attribute names."""
-    fields = attrs.fields_dict(RoutingSummary)
-    if "store_id" in fields and "retention" in fields:
-        from rsc.protocol.messages import Retention  # type: ignore[attr-defined]
-        retention = None if mode is None else Retention(mode=mode)
-        return RoutingSummary(version=1, shard_count=2, store_id=store_id,  # type: ignore[call-arg]
-                              retention=retention)
-    retention = None if mode is None else SimpleNamespace(mode=mode)
-    return SimpleNamespace(version=1, shard_count=2, store_id=store_id, retention=retention)
+def routing(store_id: str | None = None, mode: str | None = None) -> RoutingSummary:
+    """A heartbeat's routing carrying `storeId` / `retention.mode`."""
+    retention = None if mode is None else Retention(mode=RetentionMode(mode))
+    return RoutingSummary(version=1, shard_count=2, store_id=store_id, retention=retention)
 
 
 def routed(ledger: Ledger, route: Any, at: float = 0.0) -> None:

@@ -20,6 +20,7 @@ from rsc.actors.prefix import (
     Checkpoint,
     LagRead,
     PrefixMachine,
+    RetentionPass,
     TotalsRead,
     is_overdue,
 )
@@ -142,23 +143,30 @@ def test_t1_t2_retention_runs_every_ten_ticks_on_the_live_shards() -> None:
         machine.tick(tick)
         assert machine.retention_pass() is None
     machine.tick(RETENTION_EVERY_TICKS)
-    retention_pass = machine.retention_pass()
-    assert retention_pass is not None and retention_pass.streams == streams(2)
-    assert retention_pass.groups == (GROUP,) and retention_pass.retention == RetentionRecord()
+    assert machine.retention_pass() == RetentionPass(streams(2), (GROUP,), acked=True,
+                                                     max_length=None, max_age_ms=None)
     assert machine.retention_pass() is None  # the next one is ten ticks away
 
 
-def test_t1_t3_nothing_to_trim_means_no_retention_pass() -> None:
-    machine = with_routing(2)
-    batch(machine, set_retention(RetentionMode.NONE))
+def ten_ticks(machine: PrefixMachine) -> RetentionPass | None:
     for tick in range(RETENTION_EVERY_TICKS):
         machine.tick(tick)
-    assert machine.retention_pass() is None  # T3: none without caps removes nothing
-    empty = PrefixMachine(PREFIX, SETTINGS)
-    batch(empty, set_shards(1, None))
-    for tick in range(RETENTION_EVERY_TICKS):
-        empty.tick(tick)
-    assert empty.retention_pass() is None  # T1: a prefix with no group removes nothing
+    return machine.retention_pass()
+
+
+def test_t3_none_asks_for_no_acked_trim_only_the_caps() -> None:
+    machine = with_routing(2)
+    batch(machine, set_retention(RetentionMode.NONE, max_length=100))
+    assert ten_ticks(machine) == RetentionPass(streams(2), (GROUP,), acked=False,
+                                               max_length=100, max_age_ms=None)
+
+
+def test_t1_a_prefix_with_no_group_asks_for_no_acked_trim() -> None:
+    machine = PrefixMachine(PREFIX, SETTINGS)
+    batch(machine, set_shards(1, None))
+    retention_pass = ten_ticks(machine)
+    assert retention_pass is not None and not retention_pass.acked  # lengths are still measured
+    assert ten_ticks(PrefixMachine(PREFIX, SETTINGS)) is None  # no routing, no shards
 
 
 def test_retention_record_survives_write_and_replay() -> None:

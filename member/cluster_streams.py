@@ -1,0 +1,362 @@
+"""The data plane on a Redis Cluster: every command goes to the node that owns its key's slot.
+
+`NodeRouter` groups commands by the master owning each one's first key and
+sends one pipeline per node (no cross-slot command is ever built: each
+command and script call names keys of one shard, which all share the shard's
+hash tag). It follows redirections: `ASK` (one command re-sent to the
+importing node after ASKING), `MOVED`, `TRYAGAIN`, `CLUSTERDOWN` and a lost
+node (the slot map is read again, then the rest retried, a few times with a
+short pause: a failover takes a few seconds, after which the caller's own
+retry takes over).
+
+`ClusterStreamOps` and `ClusterProduceOps` are `StreamOps` and `ProduceOps`
+over a router; `rsc.member.streams` hands them out for a `RedisCluster`
+client. Reads differ in one way: XREADGROUP names one stream per call in a
+cluster (one slot), so a read is one non-blocking XREADGROUP per shard,
+pipelined per node, repeated with a short growing pause (POLL_MIN_S ..
+POLL_MAX_S) until entries arrive or `block_ms` has passed; a read never waits
+longer than `block_ms`. `send_read` only queues the read; `receive_read` runs
+the oldest one, so the reader's one-read-ahead protocol holds unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import redis
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    NoScriptError,
+    TryAgainError,
+)
+
+from rsc.member.streams import (
+    _ACK_SCRIPT,
+    _PRODUCE_SCRIPT,
+    ACK_CHUNK,
+    NOT_OWNER,
+    FlatEntry,
+    ProduceOps,
+    StreamOps,
+    WriteResult,
+    _by_stream,
+    _unparsed_reply,
+    redis_version,
+    write_result,
+)
+from rsc.protocol.routing import owner_key, seal_key
+
+ATTEMPTS = 6
+RETRY_PAUSE_S = 0.05
+POLL_MIN_S = 0.002
+POLL_MAX_S = 0.05
+
+# (key the command routes by, the command's words)
+Command = tuple[str, Sequence[Any]]
+
+
+class NodeRouter:
+    """Pipelines of commands, one per master node, redirections followed."""
+
+    def __init__(self, cluster: redis.RedisCluster) -> None:
+        self.cluster = cluster
+        self._unparsed: dict[str, redis.Redis] = {}
+
+    def _client(self, node: Any) -> redis.Redis:
+        """The node's connections, stream replies left as the server sent them."""
+        pool = node.redis_connection.connection_pool
+        client = self._unparsed.get(node.name)
+        if client is None or client.connection_pool is not pool:
+            client = redis.Redis(connection_pool=pool)
+            for command in ("XREADGROUP", "XAUTOCLAIM"):
+                client.set_response_callback(command, _unparsed_reply)
+            self._unparsed[node.name] = client
+        return client
+
+    def _refresh(self) -> None:
+        try:
+            self.cluster.nodes_manager.initialize()
+        except redis.RedisError:
+            pass  # no node answered yet: the next attempt tries again
+
+    def execute(self, commands: Sequence[Command]) -> list[Any]:
+        """Each command's reply (errors returned, not raised), in order.
+
+        A command still redirected (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) after
+        ATTEMPTS rounds gets that last reply. Raises the last connection error
+        (or slot-map error) when a command could not be delivered at all.
+        """
+        results: list[Any] = [None] * len(commands)
+        pending = list(range(len(commands)))
+        asking: dict[int, Any] = {}
+        redirected: dict[int, Exception] = {}  # the last redirection each command got
+        last_error: Exception | None = None
+        for attempt in range(ATTEMPTS):
+            by_node: dict[str, tuple[Any, list[int]]] = {}
+            retry: list[int] = []
+            for index in pending:
+                node = asking.get(index)
+                if node is None:
+                    try:
+                        node = self.cluster.nodes_manager.get_node_from_slot(
+                            self.cluster.keyslot(commands[index][0]))
+                    except redis.RedisError as exc:  # slot not covered (yet)
+                        last_error = exc
+                        redirected.pop(index, None)
+                        retry.append(index)
+                        continue
+                by_node.setdefault(node.name, (node, []))[1].append(index)
+            refresh = bool(retry)
+            sent = []  # every node's pipeline is written before any reply is read: the
+            for node, indexes in by_node.values():  # masters work on them at the same time
+                try:
+                    sent.append((self._send(node, [(commands[i][1], i in asking) for i in indexes]),
+                                 indexes))
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    last_error, refresh = exc, True
+                    retry += indexes
+                    for index in indexes:
+                        redirected.pop(index, None)
+            for (client, connection, shape), indexes in sent:
+                try:
+                    replies = self._receive(client, connection, shape)
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    last_error, refresh = exc, True
+                    retry += indexes
+                    for index in indexes:
+                        redirected.pop(index, None)
+                    continue
+                for index, reply in zip(indexes, replies, strict=True):
+                    asking.pop(index, None)
+                    if isinstance(reply, AskError | TryAgainError | ClusterDownError):
+                        redirected[index] = reply  # (MovedError is an AskError)
+                    if isinstance(reply, MovedError):
+                        refresh = True
+                        retry.append(index)
+                    elif isinstance(reply, AskError):
+                        target = self.cluster.get_node(host=reply.host, port=reply.port)
+                        if target is None:
+                            refresh = True
+                        else:
+                            asking[index] = target
+                        retry.append(index)
+                    elif isinstance(reply, TryAgainError | ClusterDownError):
+                        retry.append(index)
+                    else:
+                        results[index] = reply
+            if not retry:
+                return results
+            pending = sorted(retry)
+            if attempt + 1 < ATTEMPTS:
+                if refresh:
+                    self._refresh()
+                if any(index not in asking for index in pending):
+                    time.sleep(RETRY_PAUSE_S * (attempt + 1))
+        if all(index in redirected for index in pending):
+            for index in pending:
+                results[index] = redirected[index]
+            return results
+        assert last_error is not None
+        raise last_error
+
+    def _send(self, node: Any, commands: Sequence[tuple[Sequence[Any], bool]]
+              ) -> tuple[redis.Redis, Any, list[tuple[str, bool]]]:
+        """Write one node's commands (each after ASKING where asked) in one packet."""
+        client = self._client(node)
+        connection = client.connection_pool.get_connection()
+        words: list[Sequence[Any]] = []
+        shape = []
+        for command, ask in commands:
+            if ask:
+                words.append(("ASKING",))
+            words.append(command)
+            shape.append((str(command[0]), ask))
+        try:
+            connection.send_packed_command(connection.pack_commands(words))
+        except BaseException:
+            connection.disconnect()
+            client.connection_pool.release(connection)
+            raise
+        return client, connection, shape
+
+    def _receive(self, client: redis.Redis, connection: Any, shape: Sequence[tuple[str, bool]]
+                 ) -> list[Any]:
+        """Read the replies `_send` asked for; error replies are returned in place."""
+        replies: list[Any] = []
+        try:
+            for name, ask in shape:
+                if ask:
+                    try:
+                        client.parse_response(connection, "ASKING")
+                    except redis.ResponseError:
+                        pass  # the command's own reply says what went wrong
+                try:
+                    replies.append(client.parse_response(connection, name))
+                except redis.ResponseError as exc:
+                    replies.append(exc)
+        except BaseException:
+            connection.disconnect()  # replies may be left on it
+            raise
+        finally:
+            client.connection_pool.release(connection)
+        return replies
+
+    def call(self, key: str, *words: Any) -> Any:
+        """One command; its error raised."""
+        reply = self.execute([(key, words)])[0]
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+
+class ClusterScript:
+    """A Lua script run by EVALSHA through the router, loaded again where a node lacks it."""
+
+    def __init__(self, router: NodeRouter, text: str) -> None:
+        self.router = router
+        self.text = text
+        self.sha = hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+    def run(self, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
+        """Once per (keys, args), pipelined per node; errors are returned, not raised."""
+        commands = [(keys[0], ("EVALSHA", self.sha, len(keys), *keys, *args)) for keys, args in calls]
+        results = self.router.execute(commands)
+        missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+        if missing:  # a node restarted or promoted since: its script cache is empty
+            self.router.cluster.script_load(self.text)  # every master
+            for i, result in zip(missing, self.router.execute([commands[i] for i in missing]),
+                                 strict=True):
+                results[i] = result
+        return results
+
+
+def cluster_version(cluster: redis.RedisCluster) -> tuple[int, ...]:
+    """The lowest server version among the masters (XACKDEL only when every one has it)."""
+    versions = [redis_version(node.redis_connection) for node in cluster.get_primaries()]
+    return min(versions) if versions else (0,)
+
+
+class ClusterStreamOps(StreamOps):
+    """`StreamOps` on a Redis Cluster: per-shard commands sent to the owning node."""
+
+    def __init__(self, client: redis.RedisCluster, consumer_group: str, consumer: str, *,
+                 use_xackdel: bool | None = None) -> None:
+        # no super().__init__: a cluster client has no single connection pool to share
+        self.client = client  # type: ignore[assignment]
+        self.consumer_group = consumer_group
+        self.consumer = consumer
+        self.use_xackdel = cluster_version(client) >= (8, 2) if use_xackdel is None else use_xackdel
+        self.router = NodeRouter(client)
+        self._cluster_ack = ClusterScript(self.router, _ACK_SCRIPT)
+        self._queued_reads: deque[tuple[tuple[str, ...], int, int]] = deque()
+        self.reads_sent = 0
+
+    # --- reads: queued by send_read, run by receive_read ---------------------------
+
+    def send_read(self, shards: Sequence[str], *, count: int, block_ms: int) -> None:
+        self._queued_reads.append((tuple(shards), count, block_ms))
+        self.reads_sent += 1
+
+    def receive_read(self) -> list[tuple[str, list[FlatEntry]]]:
+        if not self._queued_reads:
+            raise RuntimeError("no read in flight")
+        shards, count, block_ms = self._queued_reads[0]
+        try:
+            reply = self.read_new_raw(shards, count=count, block_ms=block_ms)
+        except BaseException:
+            self.reset_reads()
+            raise
+        self._queued_reads.popleft()
+        self.reads_sent -= 1
+        return reply
+
+    def reset_reads(self) -> None:
+        self._queued_reads.clear()
+        self.reads_sent = 0
+
+    def read_new_raw(self, shards: Sequence[str], *, count: int, block_ms: int
+                     ) -> list[tuple[str, list[FlatEntry]]]:
+        """Never-delivered entries of `shards`, waiting up to block_ms (0: not at all) for some."""
+        if not shards:
+            return []
+        commands = [(shard, ("XREADGROUP", "GROUP", self.consumer_group, self.consumer,
+                             "COUNT", count, "STREAMS", shard, ">")) for shard in shards]
+        deadline = time.monotonic() + max(block_ms, 0) / 1000
+        pause = POLL_MIN_S
+        while True:
+            found: list[tuple[str, list[FlatEntry]]] = []
+            for reply in self.router.execute(commands):
+                if isinstance(reply, Exception):
+                    raise reply
+                found += [(stream, entries) for stream, entries in _by_stream(reply) if entries]
+            remaining = deadline - time.monotonic()
+            if found or remaining <= 0:
+                return found
+            time.sleep(min(pause, remaining))
+            pause = min(pause * 2, POLL_MAX_S)
+
+    def claim_pending_raw(self, shard: str, start: str, *, count: int
+                          ) -> tuple[str, list[FlatEntry]]:
+        reply = self.router.call(shard, "XAUTOCLAIM", shard, self.consumer_group, self.consumer,
+                                 0, start, "COUNT", count)
+        return reply[0], [entry for entry in reply[1] if entry is not None]
+
+    # --- acks and lag ------------------------------------------------------------------
+
+    def ack(self, ids_by_shard: Mapping[str, Sequence[str]]) -> dict[str, int]:
+        shards = [shard for shard, ids in ids_by_shard.items() if ids]
+        if not shards:
+            return {}
+        xackdel = "1" if self.use_xackdel else "0"
+        calls = []
+        for shard in shards:
+            ids = ids_by_shard[shard]
+            for start in range(0, len(ids), ACK_CHUNK):
+                calls.append(([shard, owner_key(shard, self.consumer_group)],
+                              [self.consumer, self.consumer_group, xackdel,
+                               *ids[start:start + ACK_CHUNK]]))
+        acked: dict[str, int] = {}
+        for (keys, _), result in zip(calls, self._cluster_ack.run(calls), strict=True):
+            if isinstance(result, Exception):
+                raise result
+            shard = keys[0]
+            if int(result) == NOT_OWNER or acked.get(shard) == NOT_OWNER:
+                acked[shard] = NOT_OWNER
+            else:
+                acked[shard] = acked.get(shard, 0) + int(result)
+        return acked
+
+    def lag(self, shards: Iterable[str]) -> dict[str, int | None]:
+        shards = list(shards)
+        lags: dict[str, int | None] = {}
+        replies = self.router.execute([(shard, ("XINFO GROUPS", shard)) for shard in shards])
+        for shard, groups in zip(shards, replies, strict=True):
+            lags[shard] = None
+            if isinstance(groups, list):
+                for group in groups:
+                    if group.get("name") == self.consumer_group:
+                        lag = group.get("lag")
+                        lags[shard] = int(lag) if lag is not None else None
+        return lags
+
+
+class ClusterProduceOps(ProduceOps):
+    """`ProduceOps` on a Redis Cluster: each XADD script call sent to its shard's node."""
+
+    def __init__(self, client: redis.RedisCluster) -> None:
+        self.client = client  # type: ignore[assignment]
+        self.router = NodeRouter(client)
+        self._cluster_script = ClusterScript(self.router, _PRODUCE_SCRIPT)
+
+    def write(self, records: Sequence[tuple[str, str, str]]) -> list[WriteResult]:
+        """As `ProduceOps.write`; a redirection is followed, a lost node retried (NodeRouter)."""
+        if not records:
+            return []
+        calls = [([shard, seal_key(shard)], [key, value]) for shard, key, value in records]
+        return [write_result(result) for result in self._cluster_script.run(calls)]
