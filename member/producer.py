@@ -47,6 +47,7 @@ from rsc.member.session import (
     open_session,
     unwrap_single,
 )
+from rsc.member.workqueue import Signal
 
 __all__ = ["Producer", "RoutingTable", "RoutingUnavailable", "StoreMismatch", "open_producer"]
 from rsc.member.streams import (
@@ -99,20 +100,6 @@ def no_routing_line(stream_prefix: str) -> str:
             f"`rsc admin set-shards {stream_prefix} N`; waiting")
 
 
-class _Changed:
-    """A re-armable broadcast: `fire()` wakes every current waiter."""
-
-    def __init__(self) -> None:
-        self._event = trio.Event()
-
-    def fire(self) -> None:
-        self._event.set()
-        self._event = trio.Event()
-
-    async def wait(self) -> None:
-        await self._event.wait()
-
-
 def _log_notice(line: str) -> None:
     log.warning("%s", line)
 
@@ -136,7 +123,7 @@ class Producer:
         self._ops = ProduceOps(client)
         self._routing_wait_s = routing_wait_s
         self._session: Session | None = None
-        self._changed = _Changed()
+        self._changed = Signal()
         self._store_id: str | None = None
         self._store_checked = False
         self._no_routing = False

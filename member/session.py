@@ -348,7 +348,7 @@ def unwrap_single(group: BaseExceptionGroup) -> NoReturn:
     For context managers that run a helper task beside their body: the caller
     sees the body's own exception, not a group.
     """
-    leaf = _single(group)
+    leaf = single_exception(group)
     if leaf is group:
         raise group
     context = leaf.__context__
@@ -358,7 +358,7 @@ def unwrap_single(group: BaseExceptionGroup) -> NoReturn:
         leaf.__context__ = context
 
 
-def _single(group: BaseExceptionGroup) -> BaseException:
+def single_exception(group: BaseExceptionGroup) -> BaseException:
     """The exception a tiny session nursery wraps: the body's own, not the group."""
     leaves: list[BaseException] = []
 

@@ -38,6 +38,7 @@ from trio_websocket import (
     connect_websocket_url,
 )
 
+from rsc.member.session import single_exception
 from rsc.protocol import (
     Cutover,
     DescribeGroup,
@@ -493,7 +494,7 @@ async def open_admin_client(url: str, *, token: str | None = None, connect_timeo
                         await websocket.aclose()
                     nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
-        leaf = _single(group)
+        leaf = single_exception(group)
         if leaf is group:
             raise
         if not connected and isinstance(leaf, HandshakeError | OSError):
@@ -503,21 +504,3 @@ async def open_admin_client(url: str, *, token: str | None = None, connect_timeo
             raise leaf from None
     if failure is not None:
         raise AdminConnectError(failure)
-
-
-def _single(group: BaseExceptionGroup) -> BaseException:
-    """The one real exception of a tiny session nursery (the body's own), else the group."""
-    leaves: list[BaseException] = []
-
-    def collect(exc: BaseException) -> None:
-        if isinstance(exc, BaseExceptionGroup):
-            for inner in exc.exceptions:
-                collect(inner)
-        else:
-            leaves.append(exc)
-
-    collect(group)
-    real = [exc for exc in leaves if not isinstance(exc, trio.Cancelled)]
-    if len(real) == 1:
-        return real[0]
-    return leaves[0] if not real else group

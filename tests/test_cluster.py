@@ -20,7 +20,7 @@ import redis
 from redis.exceptions import RedisClusterException, TryAgainError
 
 from rsc.actors import redis_connect as store_connect
-from rsc.actors.records import COORDINATOR_EPOCH_FIELD
+from rsc.actors.records import COORDINATOR_EPOCH_FIELD, WRITE_SEQUENCE_FIELD
 from rsc.actors.store import _CAS_WRITE, meta_key
 from rsc.embedded_redis import EmbeddedRedis
 from rsc.member import redis_connect as member_connect
@@ -184,11 +184,13 @@ def test_producer_and_acker_scripts_run_on_the_cluster(cluster_url: str) -> None
 def test_store_check_and_set_script_runs_on_the_cluster(cluster_url: str) -> None:
     client = store_connect.connect(cluster_url, decode_responses=True)
     try:
-        key, epoch = meta_key(PREFIX), COORDINATOR_EPOCH_FIELD
-        assert client.eval(_CAS_WRITE, 1, key, 5, epoch, "routing", '{"v":1}') == 1
-        assert client.hgetall(key) == {epoch: "5", "routing": '{"v":1}'}
+        key, epoch, sequence = meta_key(PREFIX), COORDINATOR_EPOCH_FIELD, WRITE_SEQUENCE_FIELD
+        assert client.eval(_CAS_WRITE, 1, key, 5, epoch, sequence, 1, 1, "routing", '{"v":1}') == 1
+        assert client.hgetall(key) == {epoch: "5", sequence: "1", "routing": '{"v":1}'}
         with pytest.raises(redis.ResponseError, match="FENCED"):
-            client.eval(_CAS_WRITE, 1, key, 4, epoch, "routing", '{"v":2}')
+            client.eval(_CAS_WRITE, 1, key, 4, epoch, sequence, 2, 1, "routing", '{"v":2}')
+        with pytest.raises(redis.ResponseError, match="STALE"):
+            client.eval(_CAS_WRITE, 1, key, 5, epoch, sequence, 1, 1, "routing", '{"v":3}')
         assert client.hget(key, "routing") == '{"v":1}'
     finally:
         client.close()

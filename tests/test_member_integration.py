@@ -24,6 +24,7 @@ from rsc.member.streams import connect
 from tests.test_member_support import (
     pending_count,
     set_shards,
+    wait_for_stable_members,
     write_messages,
 )
 
@@ -83,6 +84,8 @@ async def test_three_consumer_processes_one_killed_everything_processed_in_key_o
         consumers.append(ConsumerProcess(name, process))
         nursery.start_soon(consumers[-1].collect)
     victim, survivors = consumers[0], consumers[1:]
+    # all three hold their shards before anything is produced, so the victim gets its share
+    await wait_for_stable_members(coordinator.url, PREFIX, GROUP, 3)
     producer = await trio.lowlevel.open_process(
         [*RSC, "produce", PREFIX, "--coordinator", coordinator.url,
          "--redis-url", coordinator.redis_url],

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import trio
+
 from rsc.member.session import open_session
 from rsc.member.streams import ProduceOps, connect
-from rsc.protocol import SetShardCount, ShardCountChanged, shard_for_key
+from rsc.protocol import (
+    DescribeGroup,
+    GroupDescription,
+    GroupState,
+    SetShardCount,
+    ShardCountChanged,
+    shard_for_key,
+)
 
 
 async def set_shards(url: str, prefix: str, group: str, count: int) -> tuple[str, ...]:
@@ -14,6 +23,20 @@ async def set_shards(url: str, prefix: str, group: str, count: int) -> tuple[str
             request_id=0, stream_prefix=prefix, consumer_group=group, shard_count=count))
     assert isinstance(response, ShardCountChanged) and response.routing is not None, response
     return response.routing.streams
+
+
+async def wait_for_stable_members(url: str, prefix: str, group: str, members: int,
+                                  timeout: float = 30) -> None:
+    """Wait (bounded) until `members` members hold their target and the group is STABLE."""
+    with trio.fail_after(timeout):
+        async with open_session(url, "admin") as session:
+            while True:
+                described = await session.request(DescribeGroup(
+                    request_id=0, stream_prefix=prefix, consumer_group=group))
+                assert isinstance(described, GroupDescription), described
+                if described.state == GroupState.STABLE and len(described.members) == members:
+                    return
+                await trio.sleep(0.05)
 
 
 def write_messages(redis_url: str, streams: tuple[str, ...],
