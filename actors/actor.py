@@ -251,6 +251,7 @@ class PrefixActor:
         if durable:
             self._after_commit(checkpoint)
         await self._retention()
+        self._mark_watches()
         await self._refresh_watches()
         if self.metrics is not None and machine.migration is not None:
             self.metrics.set_migration_progress(self.prefix, len(machine.migration.drained),
@@ -352,6 +353,16 @@ class PrefixActor:
         results = await self._read(trim, retention_pass.streams, retention_pass.groups)
         if results is not None and self.metrics is not None:
             self.metrics.observe_retention(self.prefix, results)
+
+    def _mark_watches(self) -> None:
+        """Tell the watches of the groups this batch changed (the others wait for REFRESH_MS)."""
+        every, groups = self.machine.take_described()
+        if not self.watches:
+            return
+        for watches in self.watches.values():
+            for watch in watches:
+                if every or watch.request.consumer_group in groups:
+                    watch.changed = True
 
     async def _refresh_watches(self) -> None:
         """Push to every due watch whose description changed (the rules: actors/watch.py)."""

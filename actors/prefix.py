@@ -324,6 +324,9 @@ class PrefixMachine:
         self.blocking: tuple[m.BlockingGroup, ...] = ()
         self._drain_check_due = False
         self._retire_check_due = False
+        # watches (Admin): groups whose description may have changed since `take_described`
+        self._described: set[str] = set()
+        self._described_all = False
         # lag of the groups described this batch (read after the checkpoint), and the ticks
         # since the last retention pass
         self._lag_wanted: set[str] = set()
@@ -446,9 +449,12 @@ class PrefixMachine:
                                   else total_undelivered + undelivered, total_pending + pending)
             if clear:
                 drained.add(stream)
-        self.blocking = tuple(m.BlockingGroup(consumer_group=name, undelivered=undelivered,
-                                              pending=pending)
-                              for name, (undelivered, pending) in sorted(blocking.items()))
+        blocking_groups = tuple(m.BlockingGroup(consumer_group=name, undelivered=undelivered,
+                                                pending=pending)
+                                for name, (undelivered, pending) in sorted(blocking.items()))
+        if blocking_groups != self.blocking:
+            self._described_all = True  # every group's migration description names them
+        self.blocking = blocking_groups
         self.drained(drained)
 
     def drained(self, shards: Iterable[str]) -> None:
@@ -505,6 +511,7 @@ class PrefixMachine:
         if changes.routing_changed and self.routing is not None:
             self._events.append(PrefixEvent("routing.changed", {
                 "version": self.routing.version, "shard_count": self.routing.shard_count}))
+        self._note_described(changes, effects)
         current = set(self.routing.streams) if self.routing else set()
         unseal = tuple(sorted(s for s in self._unseal if s in current and s not in self._seal))
         fresh = bool(changes or owners or self._create or self._seal or unseal or retire or cleanup
@@ -605,7 +612,23 @@ class PrefixMachine:
         self._restore_persisted(now_ms)
         self.cleanup_failed(checkpoint)  # its consumer groups are dropped with the next one
 
+    def _note_described(self, changes: Changes, effects: Mapping[str, Effects]) -> None:
+        """Which descriptions this batch may have changed (a watch looks at those only)."""
+        if changes.routing_changed or changes.migration_changed or changes.retention is not None:
+            self._described_all = True  # every group's routing, migration and retention
+        elif not self._described_all:
+            self._described.update(changes.groups)  # settings changed, registered or deleted
+            self._described.update(name for name, effect in effects.items()
+                                   if effect.dirty or effect.events)
+
+    def take_described(self) -> tuple[bool, frozenset[str]]:
+        """(every group, or these groups) whose description may differ since the last call."""
+        described = (self._described_all, frozenset(self._described))
+        self._described_all, self._described = False, set()
+        return described
+
     def _restore_persisted(self, now_ms: int) -> None:
+        self._described_all = True  # back to what Redis holds
         self.routing = self.persisted.routing
         self.migration = self.persisted.migration
         self.retention = self.persisted.retention
@@ -631,6 +654,7 @@ class PrefixMachine:
     def offsets_moved(self, move: MoveOffsets, last_delivered: Mapping[str, str]) -> None:
         """G3: the move landed; `last_delivered` is the group's new id per stream."""
         self._moved[move] = last_delivered
+        self._described.add(move.group)
 
     def resolve(self, answer: Answer, *, durable: bool) -> m.Response:
         """H12: the response to send, now that the checkpoint landed (`durable`) or not."""

@@ -5,6 +5,12 @@ pushed in any field except `lastHeartbeatMsAgo` and `oldestPendingMs` (those
 tick on their own), and at most `MAX_PUSHES_PER_SECOND` times a second: a
 description is looked at again only `MIN_INTERVAL_MS` after the last look, so
 whatever changed in between is pushed once, as it is then (the latest wins).
+
+Cost: a watch looks only when the prefix machine said its group changed
+(`changed`, from `PrefixMachine.take_described`), at most MAX_PUSHES_PER_SECOND
+times a second, and otherwise once every `REFRESH_MS` for what moves without
+the machine seeing it (lag, lengths, overdue), so a quiet group is not
+described (nor its lag read) ten times a second.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from rsc.protocol.errors import Status
 
 MAX_PUSHES_PER_SECOND = 10
 MIN_INTERVAL_MS = 1000 // MAX_PUSHES_PER_SECOND
+REFRESH_MS = 1000  # lag, lengths and overdue change in Redis or with time, not in the machine
 
 
 def significant(description: m.GroupDescription) -> m.GroupDescription:
@@ -34,10 +41,13 @@ class Watch:
     request: m.DescribeGroup
     sent: m.GroupDescription
     looked_at_ms: int
+    changed: bool = False  # the machine changed the group since the last look
 
     def due(self, now_ms: int) -> bool:
-        """Time to look again (at most MAX_PUSHES_PER_SECOND looks, so pushes, a second)."""
-        return now_ms - self.looked_at_ms >= MIN_INTERVAL_MS
+        """Time to look again: after a change, at most MAX_PUSHES_PER_SECOND looks (so pushes)
+        a second; without one, every REFRESH_MS."""
+        since = now_ms - self.looked_at_ms
+        return since >= REFRESH_MS or (self.changed and since >= MIN_INTERVAL_MS)
 
     def offer(self, description: m.GroupDescription, now_ms: int) -> m.GroupDescription | None:
         """Look at the latest description: the push to send (no requestId), or None.
@@ -45,6 +55,7 @@ class Watch:
         After a push with status UNKNOWN_GROUP (the group was deleted) the watch is over.
         """
         self.looked_at_ms = now_ms
+        self.changed = False
         if significant(description) == significant(self.sent):
             return None
         self.sent = description

@@ -285,6 +285,7 @@ def test_watch_pushes_any_other_change_without_request_id() -> None:
 
 def test_watch_looks_at_most_ten_times_a_second() -> None:
     watch = Watch(describe(), description(), looked_at_ms=1000)
+    watch.changed = True  # the machine changed the group (quiet ones: tests/test_watch_rules.py)
     assert not watch.due(1000 + MIN_INTERVAL_MS - 1)
     assert watch.due(1000 + MIN_INTERVAL_MS)
     assert MIN_INTERVAL_MS == 100
