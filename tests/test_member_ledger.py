@@ -194,12 +194,12 @@ def test_worker_count_follows_max_concurrency_else_the_capacity():
 # --- D1: ownership and lease in one step ----------------------------------------------------
 
 
-def test_admit_allows_a_held_shard_at_its_generation_within_the_lease():
+def test_d1_admit_allows_a_held_shard_at_its_generation_within_the_lease():
     ledger = joined("a", at=1000)
     assert ledger.admit("a", ledger.generation("a"), 1999) == (Verdict.ALLOWED, NO_ACTIONS)
 
 
-def test_lease_counts_from_when_the_heartbeat_was_sent_not_when_it_was_answered():
+def test_d1_lease_counts_from_when_the_heartbeat_was_sent_not_when_it_was_answered():
     ledger = joined("a", at=0)
     _, sent, _ = ledger.heartbeat(1000, capacity=4, stream_prefix=PREFIX, consumer_group=GROUP)
     # the answer arrives 800 ms later: the lease still runs from 1000, not from 1800
@@ -209,7 +209,7 @@ def test_lease_counts_from_when_the_heartbeat_was_sent_not_when_it_was_answered(
     assert ledger.admit("a", ledger.generation("a"), 2000)[0] is Verdict.LEASE_EXPIRED
 
 
-def test_frozen_past_the_lease_no_handler_and_no_ack_although_the_shard_is_still_held():
+def test_d1_frozen_past_the_lease_no_handler_and_no_ack_although_the_shard_is_still_held():
     ledger = joined("a", "b", at=0)
     generation = ledger.generation("a")
     assert "a" in ledger.state.holds, "nothing told the ledger about the freeze"
@@ -222,14 +222,14 @@ def test_frozen_past_the_lease_no_handler_and_no_ack_although_the_shard_is_still
     assert ledger.state.member_epoch == JOIN_EPOCH and not ledger.state.holds
 
 
-def test_an_answer_received_after_a_freeze_does_not_renew_the_lease():
+def test_d1_an_answer_received_after_a_freeze_does_not_renew_the_lease():
     ledger = joined("a", at=0)
     _, sent, _ = ledger.heartbeat(500, capacity=4, stream_prefix=PREFIX, consumer_group=GROUP)
     ledger.on_response(sent, respond(assigned=["a"]))  # read only after waking at 3000
     assert ledger.admit("a", ledger.generation("a"), 3000)[0] is Verdict.LEASE_EXPIRED
 
 
-def test_a_heartbeat_after_the_lease_ran_out_fences_first_and_rejoins():
+def test_d1_a_heartbeat_after_the_lease_ran_out_fences_first_and_rejoins():
     ledger = joined("a", at=0)
     request, sent, actions = ledger.heartbeat(LEASE_MS, capacity=4, stream_prefix=PREFIX,
                                               consumer_group=GROUP)
@@ -237,7 +237,7 @@ def test_a_heartbeat_after_the_lease_ran_out_fences_first_and_rejoins():
     assert request.member_epoch == JOIN_EPOCH and sent.member_epoch == JOIN_EPOCH
 
 
-def test_reads_stop_once_the_lease_ran_out():
+def test_d1_reads_stop_once_the_lease_ran_out():
     ledger = joined("a", at=0)
     ledger.claimed("a", ledger.generation("a"), "0-0")
     assert ledger.check_lease(LEASE_MS - 1) is NO_ACTIONS and ledger.readable() == ["a"]
@@ -245,7 +245,7 @@ def test_reads_stop_once_the_lease_ran_out():
     assert ledger.readable() == [] and ledger.recoverable() == []
 
 
-def test_epoch_change_refuses_entries_of_the_old_generation():
+def test_d1_epoch_change_refuses_entries_of_the_old_generation():
     ledger = joined("a", at=0)
     old = ledger.generation("a")
     exchange(ledger, respond(Status.FENCED_MEMBER_EPOCH), 100)

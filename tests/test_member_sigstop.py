@@ -91,7 +91,7 @@ async def wait_for(condition, timeout: float, what: str) -> None:
     assert not scope.cancelled_caught, f"timed out after {timeout} s waiting for {what}"
 
 
-async def test_a_consumer_frozen_past_its_lease_starts_no_handler_on_the_lost_lease(
+async def test_d1_a_consumer_frozen_past_its_lease_starts_no_handler_on_the_lost_lease(
         redis_url, tmp_path, nursery):
     coordinator, url = await spawn_coordinator(redis_url, "--lease-ttl-ms", str(LEASE_TTL_MS))
     consumers: list[Consumer] = []
