@@ -1,1 +1,1 @@
-"""The coordinator: pure group state machine and assignor, with thin trio shells around them."""
+"""The coordinator: pure group and prefix machines and the assignor, with thin trio shells around them."""

@@ -1,1 +1,1 @@
-"""Member runtime, listener API, producer and admin client: the data plane."""
+"""The data plane: member runtime (a pure ledger driven by small shells), listener API, producer."""
