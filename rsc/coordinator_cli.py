@@ -23,8 +23,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--lease-ttl-ms", type=int, default=defaults.lease_ttl_ms)
     parser.add_argument("--heartbeat-interval-ms", type=int, default=defaults.heartbeat_interval_ms)
     parser.add_argument("--revoke-timeout-ms", type=int, default=defaults.revoke_timeout_ms)
-    parser.add_argument("--admin-token", default=None, help="require this bearer token on /v1/admin")
-    parser.add_argument("--member-token", default=None, help="require this bearer token on /v1/member")
+    # tokens may come from the environment so they stay out of `ps` (PROTOCOL.md, Transport)
+    parser.add_argument("--admin-token", default=os.environ.get("RSC_ADMIN_TOKEN") or None,
+                        help="require this bearer token on /v1/admin (default: $RSC_ADMIN_TOKEN)")
+    parser.add_argument("--member-token", default=os.environ.get("RSC_MEMBER_TOKEN") or None,
+                        help="require this bearer token on /v1/member (default: $RSC_MEMBER_TOKEN)")
     parser.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes)
     parser.add_argument("--max-sessions", type=_positive_int, default=None,
                         help="open sessions allowed; past it a handshake gets HTTP 503 "
