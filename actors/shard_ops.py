@@ -364,12 +364,13 @@ def shard_lag(client: redis.Redis, streams: Sequence[str], group: str) -> list[S
             pipe.xlen(stream)
             pipe.xinfo_groups(stream)
             pipe.xpending_range(stream, group, "-", "+", 1)
+            _queue_ends(pipe, stream)
         results = pipe.execute(raise_on_error=False)
     except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot read shard lag: {exc}") from exc
     lags = []
     for index, stream in enumerate(streams):
-        length, infos, first_pending = results[3 * index: 3 * index + 3]
+        length, infos, first_pending, first, last = results[5 * index: 5 * index + 5]
         if isinstance(length, Exception):
             raise StoreError(f"cannot read the length of {stream}: {length}")
         info = None
@@ -382,12 +383,50 @@ def shard_lag(client: redis.Redis, streams: Sequence[str], group: str) -> list[S
         oldest = None
         if not isinstance(first_pending, Exception) and first_pending:
             oldest = int(first_pending[0]["time_since_delivered"])
-        lag = info.get("lag")
+        last_delivered = _text(info["last-delivered-id"])
+        lag = known_lag(info.get("lag"), length, last_delivered, _end_id(first), _end_id(last))
         lags.append(ShardLag(
-            shard=stream, length=length, last_delivered_id=_text(info["last-delivered-id"]),
-            lag=None if lag is None else int(lag), pending=int(info["pending"]),
-            oldest_pending_ms=oldest))
+            shard=stream, length=length, last_delivered_id=last_delivered,
+            lag=lag, pending=int(info["pending"]), oldest_pending_ms=oldest))
     return lags
+
+
+def _id(entry_id: str) -> tuple[int, int]:
+    """A stream id as (milliseconds, sequence), for comparisons."""
+    milliseconds, _, sequence = entry_id.partition("-")
+    return int(milliseconds), int(sequence or 0)
+
+
+def _queue_ends(pipe: Any, stream: str) -> None:
+    """Queue the ids of the stream's first and last entries (for `known_lag`)."""
+    pipe.xrange(stream, "-", "+", count=1)
+    pipe.xrevrange(stream, "+", "-", count=1)
+
+
+def _end_id(reply: Any) -> str | None:
+    if isinstance(reply, Exception) or not reply:
+        return None
+    return _text(reply[0][0])
+
+
+def known_lag(redis_lag: Any, length: Any, last_delivered: str | None,
+              first_id: str | None, last_id: str | None) -> int | None:
+    """Redis's own lag, or what can be told without it.
+
+    Redis 7.x reports nil lag once entries were trimmed or deleted inside what the group has
+    not read (our `acked` retention does exactly that), or after a SETID into the stream. Two
+    cases still have an exact answer: the group has delivered the last entry (lag 0), or every
+    entry that is left comes after its last-delivered id (lag = length). Else None.
+    """
+    if redis_lag is not None:
+        return int(redis_lag)
+    if isinstance(length, Exception) or last_delivered is None:
+        return None
+    if int(length) == 0 or (last_id is not None and _id(last_delivered) >= _id(last_id)):
+        return 0
+    if first_id is not None and _id(first_id) > _id(last_delivered):
+        return int(length)
+    return None
 
 
 def group_totals(client: redis.Redis, streams: Sequence[str],
@@ -402,16 +441,21 @@ def group_totals(client: redis.Redis, streams: Sequence[str],
         pipe = client.pipeline(transaction=False)
         for stream in streams:
             pipe.xinfo_groups(stream)
+            pipe.xlen(stream)
+            _queue_ends(pipe, stream)
         results = pipe.execute(raise_on_error=False)
     except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot read group lag: {exc}") from exc
     lags: dict[str, list[int | None]] = {name: [] for name in groups}
     pending = dict.fromkeys(groups, 0)
-    for infos in results:
+    for index in range(len(streams)):
+        infos, length, first, last = results[4 * index: 4 * index + 4]
         by_name = {} if isinstance(infos, Exception) else {_text(g["name"]): g for g in infos}
         for name in groups:
             info = by_name.get(name)
-            lags[name].append(None if info is None or info.get("lag") is None else int(info["lag"]))
+            lags[name].append(None if info is None else known_lag(
+                info.get("lag"), length, _text(info["last-delivered-id"]), _end_id(first),
+                _end_id(last)))
             pending[name] += 0 if info is None else int(info["pending"])
     return {name: GroupTotals(lag=_sum_known(lags[name]), pending=pending[name]) for name in groups}
 

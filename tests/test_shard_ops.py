@@ -374,3 +374,35 @@ def test_a_client_without_decoded_responses_reads_the_same(redis_url: str) -> No
         assert isinstance(so.ensure_store_id(raw), str)
     finally:
         raw.close()
+
+
+# --- lag where Redis reports none -------------------------------------------------------
+
+
+def test_known_lag_keeps_redis_lag_and_tells_the_two_exact_cases_without_it():
+    assert so.known_lag(7, 10, "5-0", "1-0", "9-0") == 7
+    assert so.known_lag(None, 0, "5-0", None, None) == 0
+    assert so.known_lag(None, 4, "9-0", "6-0", "9-0") == 0, "the last entry was delivered"
+    assert so.known_lag(None, 4, "5-0", "6-0", "9-0") == 4, "everything left is undelivered"
+    assert so.known_lag(None, 4, "7-0", "6-0", "9-0") is None, "a gap inside: Redis cannot tell"
+    assert so.known_lag(None, 4, None, "6-0", "9-0") is None
+
+
+def test_lag_after_an_acked_trim_is_known_where_redis_says_nil(client):
+    """Redis 7.x reports nil lag once entries inside what a group has not read were trimmed:
+    exactly what `acked` retention does while a slower group is behind."""
+    stream = SHARDS[0]
+    produce(client, stream, 10)
+    client.xgroup_create(stream, "fast", id="0")
+    client.xgroup_create(stream, "slow", id="0")
+    entries = client.xreadgroup("fast", "c", {stream: ">"}, count=10)[0][1]
+    client.xack(stream, "fast", *[entry_id for entry_id, _ in entries])
+    client.xtrim(stream, minid=entries[4][0], approximate=False)  # entries the slow group never read
+    infos = {info["name"]: info for info in client.xinfo_groups(stream)}
+    fast, slow = so.shard_lag(client, [stream], "fast")[0], so.shard_lag(client, [stream], "slow")[0]
+    assert fast.lag == 0
+    assert slow.lag == 6 == client.xlen(stream)
+    if infos["slow"]["lag"] is not None:  # a server that can tell agrees with us
+        assert infos["slow"]["lag"] == slow.lag
+    totals = so.group_totals(client, [stream], ["fast", "slow"])
+    assert (totals["fast"].lag, totals["slow"].lag) == (0, 6)
