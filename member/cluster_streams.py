@@ -39,18 +39,18 @@ from redis.exceptions import (
 from rsc.member.streams import (
     _ACK_SCRIPT,
     _PRODUCE_SCRIPT,
-    ACK_CHUNK,
-    NOT_OWNER,
     FlatEntry,
     ProduceOps,
     StreamOps,
     WriteResult,
     _by_stream,
     _unparsed_reply,
+    ack_calls,
+    acked_counts,
     redis_version,
     write_result,
 )
-from rsc.protocol.routing import owner_key, seal_key
+from rsc.protocol.routing import seal_key
 
 ATTEMPTS = 6
 RETRY_PAUSE_S = 0.05
@@ -310,27 +310,10 @@ class ClusterStreamOps(StreamOps):
     # --- acks and lag ------------------------------------------------------------------
 
     def ack(self, ids_by_shard: Mapping[str, Sequence[str]]) -> dict[str, int]:
-        shards = [shard for shard, ids in ids_by_shard.items() if ids]
-        if not shards:
+        calls = ack_calls(ids_by_shard, self.consumer, self.consumer_group, self.use_xackdel)
+        if not calls:
             return {}
-        xackdel = "1" if self.use_xackdel else "0"
-        calls = []
-        for shard in shards:
-            ids = ids_by_shard[shard]
-            for start in range(0, len(ids), ACK_CHUNK):
-                calls.append(([shard, owner_key(shard, self.consumer_group)],
-                              [self.consumer, self.consumer_group, xackdel,
-                               *ids[start:start + ACK_CHUNK]]))
-        acked: dict[str, int] = {}
-        for (keys, _), result in zip(calls, self._cluster_ack.run(calls), strict=True):
-            if isinstance(result, Exception):
-                raise result
-            shard = keys[0]
-            if int(result) == NOT_OWNER or acked.get(shard) == NOT_OWNER:
-                acked[shard] = NOT_OWNER
-            else:
-                acked[shard] = acked.get(shard, 0) + int(result)
-        return acked
+        return acked_counts(calls, self._cluster_ack.run(calls))
 
     def lag(self, shards: Iterable[str]) -> dict[str, int | None]:
         shards = list(shards)

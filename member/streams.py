@@ -202,6 +202,33 @@ def supports_xackdel(client: redis.Redis) -> bool:
     return redis_version(client) >= (8, 2)
 
 
+def ack_calls(ids_by_shard: Mapping[str, Sequence[str]], consumer: str, group: str,
+              use_xackdel: bool) -> list[tuple[list[str], list[str]]]:
+    """The owner-checked ack script's calls: (keys, args) per shard and chunk of ids."""
+    xackdel = "1" if use_xackdel else "0"
+    calls = []
+    for shard, ids in ids_by_shard.items():
+        # Lua's unpack has a stack limit: at most ACK_CHUNK ids per script call
+        for start in range(0, len(ids), ACK_CHUNK):
+            calls.append(([shard, owner_key(shard, group)],
+                          [consumer, group, xackdel, *ids[start:start + ACK_CHUNK]]))
+    return calls
+
+
+def acked_counts(calls: Sequence[tuple[list[str], list[str]]], results: Sequence[Any]) -> dict[str, int]:
+    """Entries acked per shard from the script's replies; NOT_OWNER sticks for its shard."""
+    acked: dict[str, int] = {}
+    for (keys, _), result in zip(calls, results, strict=True):
+        if isinstance(result, Exception):
+            raise result
+        shard = keys[0]
+        if int(result) == NOT_OWNER or acked.get(shard) == NOT_OWNER:
+            acked[shard] = NOT_OWNER
+        else:
+            acked[shard] = acked.get(shard, 0) + int(result)
+    return acked
+
+
 class StreamOps:
     """The data-plane commands for one consumer (memberId) of one consumer group."""
 
@@ -299,28 +326,10 @@ class StreamOps:
 
     def ack(self, ids_by_shard: Mapping[str, Sequence[str]]) -> dict[str, int]:
         """Ack entries per shard in one pipeline; a shard answers NOT_OWNER if not ours."""
-        shards = [shard for shard, ids in ids_by_shard.items() if ids]
-        if not shards:
+        calls = ack_calls(ids_by_shard, self.consumer, self.consumer_group, self.use_xackdel)
+        if not calls:
             return {}
-        xackdel = "1" if self.use_xackdel else "0"
-        calls = []
-        for shard in shards:
-            ids = ids_by_shard[shard]
-            # Lua's unpack has a stack limit: at most ACK_CHUNK ids per script call
-            for start in range(0, len(ids), ACK_CHUNK):
-                calls.append(([shard, owner_key(shard, self.consumer_group)],
-                              [self.consumer, self.consumer_group, xackdel,
-                               *ids[start:start + ACK_CHUNK]]))
-        acked: dict[str, int] = {}
-        for (keys, _), result in zip(calls, self._ack_script.run(self.client, calls), strict=True):
-            if isinstance(result, Exception):
-                raise result
-            shard = keys[0]
-            if int(result) == NOT_OWNER or acked.get(shard) == NOT_OWNER:
-                acked[shard] = NOT_OWNER
-            else:
-                acked[shard] = acked.get(shard, 0) + int(result)
-        return acked
+        return acked_counts(calls, self._ack_script.run(self.client, calls))
 
     def lag(self, shards: Iterable[str]) -> dict[str, int | None]:
         """Entries not yet delivered to the group, per shard (XINFO GROUPS `lag`, Redis >= 7)."""
