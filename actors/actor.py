@@ -146,7 +146,8 @@ class PrefixActor:
                  *, push_enabled: bool = True, metrics: Any = None,
                  keep_drained_streams: bool = False,
                  identity: StoreIdentity | None = None, budget: GroupBudget | None = None,
-                 max_group_size: int | None = None, store_deadline_ms: float | None = None) -> None:
+                 max_group_size: int | None = None, store_deadline_ms: float | None = None,
+                 background: trio.Nursery | None = None) -> None:
         self.prefix = prefix
         self.store = store
         self.identity = identity or StoreIdentity()
@@ -168,6 +169,9 @@ class PrefixActor:
         self.shards_readable = True  # the last shard_ops call worked (to log outages once)
         self.send_channel, self.receive_channel = trio.open_memory_channel[Envelope](4096)
         self.healthy = True
+        # retention passes run here, beside the batches (None: inline, as the last step of one)
+        self.background = background
+        self._trimming: trio.Event | None = None  # set when the running pass ends
 
     @property
     def groups(self) -> dict[str, GroupMachine]:
@@ -342,10 +346,37 @@ class PrefixActor:
         return result
 
     async def _retention(self) -> None:
-        """T1..T3, when the machine says it is due: trim, then count what went."""
+        """T1..T3, when the machine says it is due: trim, then count what went.
+
+        A pass over thousands of shards takes tens of milliseconds of Redis time, so with
+        a `background` nursery it runs there and the batches go on meanwhile (a pass due
+        while the last one still runs is skipped: the next one comes ten ticks later).
+        The one interleaving that could break T1, a consumer group created at id 0 or an
+        offset moved back while a pass computed without it is under way, is closed by
+        `_write`: such a checkpoint waits for the running pass first.
+        """
         retention_pass = self.machine.retention_pass()
         if retention_pass is None:
             return
+        if self.background is None:
+            await self._trim(retention_pass)
+            return
+        if self._trimming is not None:
+            return
+        self._trimming = trio.Event()
+        self.background.start_soon(self._trim_beside, retention_pass, self._trimming)
+
+    async def _trim_beside(self, retention_pass: Any, done: trio.Event) -> None:
+        try:
+            await self._trim(retention_pass)
+        except Exception as exc:  # noqa: BLE001 - a failed pass is logged; the next one retries
+            log_event(log, "retention.failed", level=logging.ERROR, prefix=self.prefix,
+                      error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self._trimming = None
+            done.set()
+
+    async def _trim(self, retention_pass: Any) -> None:
         trim = functools.partial(shard_ops.apply_retention, acked=retention_pass.acked,
                                  max_length=retention_pass.max_length,
                                  max_age_ms=retention_pass.max_age_ms,
@@ -394,6 +425,14 @@ class PrefixActor:
         try:
             if stalled:
                 raise StoreStalled("the drain check of this batch was abandoned; retry with backoff")
+            trimming = self._trimming
+            if trimming is not None and (checkpoint.create or checkpoint.moves):
+                # T1: the running pass was computed without this group or offset
+                with trio.move_on_at(deadline):
+                    await trimming.wait()
+                if not trimming.is_set():
+                    raise StoreStalled("a retention pass still runs past the store deadline; "
+                                       "retry with backoff")
             await self._store_call(deadline, "metadata write", self._write_blocking, checkpoint,
                                    checkpoint=checkpoint)
         except StoreFenced:

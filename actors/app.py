@@ -208,11 +208,13 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
                              revoke_timeout_ms=config.revoke_timeout_ms)
 
     budget = GroupBudget(config.max_groups)  # A1: one count over every prefix
+    background: trio.Nursery | None = None  # where retention passes run (the server's nursery)
 
     def make_actor(prefix: str) -> PrefixActor:
         return PrefixActor(prefix, store, settings, push_enabled=config.push, metrics=metrics,
                            keep_drained_streams=config.keep_drained_streams, identity=identity,
-                           budget=budget, max_group_size=config.max_group_size)
+                           budget=budget, max_group_size=config.max_group_size,
+                           background=background)
 
     async def reload(prefix: str) -> PrefixActor:
         data = await trio.to_thread.run_sync(load_prefix, store, prefix)
@@ -223,6 +225,7 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
 
     persisted = await trio.to_thread.run_sync(store.load_all)
     async with trio.open_nursery() as nursery:
+        background = nursery
         router = Router(nursery, make_actor, reload=reload, metrics=metrics)
         now = now_ms()
         for prefix, data in persisted.items():

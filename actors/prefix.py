@@ -478,9 +478,11 @@ class PrefixMachine:
         """Take the batch's records: everything the shell must write before answering."""
         retire = self._retirement()
         changes = Changes()
-        if self.routing != self.persisted.routing:
+        # identity first: the routing holds every stream name, and a steady batch changes neither
+        if self.routing is not self.persisted.routing and self.routing != self.persisted.routing:
             changes.set_routing(self.routing)
-        if self.migration != self.persisted.migration:
+        if (self.migration is not self.persisted.migration
+                and self.migration != self.persisted.migration):
             changes.set_migration(self.migration)
         owners: list[OwnerToken] = []
         effects: dict[str, Effects] = {}
@@ -512,8 +514,10 @@ class PrefixMachine:
             self._events.append(PrefixEvent("routing.changed", {
                 "version": self.routing.version, "shard_count": self.routing.shard_count}))
         self._note_described(changes, effects)
-        current = set(self.routing.streams) if self.routing else set()
-        unseal = tuple(sorted(s for s in self._unseal if s in current and s not in self._seal))
+        unseal: tuple[str, ...] = ()
+        if self._unseal:  # rare (a failed seal); the set of every stream is not built per batch
+            current = set(self.routing.streams) if self.routing else set()
+            unseal = tuple(sorted(s for s in self._unseal if s in current and s not in self._seal))
         fresh = bool(changes or owners or self._create or self._seal or unseal or retire or cleanup
                      or self._moves)
         self._repair(changes, owners)
