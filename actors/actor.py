@@ -93,6 +93,7 @@ class Reply:
     owner: ReplyOwner
     message: m.Message | None = None
     is_push: bool = False
+    received: float = 0.0  # perf_counter when its request arrived (0: a push)
 
     def resolve(self, message: m.Message) -> None:
         self.message = message

@@ -53,7 +53,10 @@ from typing import Any, Protocol
 
 import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+
+from rsc.actors import latency
 
 GROUP_LABELS = ("prefix", "group")
 
@@ -73,12 +76,35 @@ def group_labels(group: Any) -> tuple[str, str]:
     return str(group.stream_prefix), str(group.consumer_group)
 
 
+class _RequestLatency:
+    """`rsc_request_seconds`: the server's latency histogram (actors/latency.py), every
+    eighth of its bounds (powers of two from 10 us), read at scrape time."""
+
+    def describe(self) -> list[HistogramMetricFamily]:
+        return [HistogramMetricFamily("rsc_request_seconds", _REQUEST_DOC)]
+
+    def collect(self) -> list[HistogramMetricFamily]:
+        fine = latency.cumulative(latency.requests.snapshot())
+        buckets = [(_le(bound), count) for index, (bound, count) in enumerate(fine)
+                   if index % latency.STEPS_PER_DOUBLING == 0 or index == len(fine) - 1]
+        return [HistogramMetricFamily("rsc_request_seconds", _REQUEST_DOC, buckets=buckets,
+                                      sum_value=latency.requests.sum_seconds)]
+
+
+_REQUEST_DOC = "Time from a request frame's arrival to its answer written to the session"
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else f"{bound:.6g}"
+
+
 class CoordinatorMetrics:
     """Every metric the coordinator exports, in one private registry."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
+        registry.register(_RequestLatency())
         self.groups = Gauge("rsc_groups", "Groups known to the coordinator", registry=registry)
         self.members = Gauge("rsc_group_members", "Live members of a group", GROUP_LABELS,
                              registry=registry)

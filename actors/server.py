@@ -15,12 +15,14 @@ import collections
 import functools
 import hmac
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest
 
+from rsc.actors import latency
 from rsc.actors.actor import REFUSALS, Collect, Envelope, Reply, SummariesRequest, now_ms
 from rsc.actors.admission import Admission
 from rsc.actors.logs import log_event
@@ -100,6 +102,8 @@ class Session:
                 if not reply.is_push:
                     self.room.release()
                 await self.connection.send_message(encode(reply.message))
+                if reply.received:
+                    latency.requests.observe(time.perf_counter() - reply.received)
         except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
             self.closed = True
         except Exception as exc:  # noqa: BLE001 - one session's failure never ends the process
@@ -159,11 +163,13 @@ class CoordinatorServer:
                 text = await session.connection.get_message()
             except ConnectionClosed:
                 return
+            received = time.perf_counter()
             if isinstance(text, str) and frame_bytes(text) > self.max_frame_bytes:
                 await session.connection.aclose(
                     code=1009, reason=f"frame over {self.max_frame_bytes} bytes (UTF-8)")
                 return
             reply = await session.expect()
+            reply.received = received
             try:
                 message = decode(text, allowed)
                 _check_before_lookup(message)

@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import time
 
 import trio
 from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
 
 from bench.gcstats import install_signal_reporter, report
 from bench.loadgen import raise_fd_limit
-from rsc.actors import gc_control
+from rsc.actors import gc_control, latency
 
 TICK_S = 1.0  # the coordinator's default tick
 
@@ -45,11 +46,13 @@ async def handle(request: WebSocketRequest) -> None:
             text = await connection.get_message()
         except ConnectionClosed:
             return
+        received = time.perf_counter()
         message = json.loads(text)
         try:
             await connection.send_message(json.dumps(response_for(message), separators=(",", ":")))
         except ConnectionClosed:
             return
+        latency.requests.observe(time.perf_counter() - received)  # as the coordinator records it
 
 
 async def main_async(host: str, port: int) -> None:
@@ -78,7 +81,8 @@ def main() -> None:
     args = parser.parse_args()
     raise_fd_limit()
     policy = gc_control.install()
-    install_signal_reporter(lambda: report(gc_control.recorder.snapshot(reset_max=True), policy))
+    install_signal_reporter(lambda: {**report(gc_control.recorder.snapshot(reset_max=True), policy),
+                                     "requests": latency.requests.snapshot()})
     trio.run(main_async, args.host, args.port)
 
 

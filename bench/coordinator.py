@@ -2,7 +2,8 @@
 
 Equivalent to `python -m rsc coordinator ...`, except that it first lifts the
 soft open-files limit to the hard one so that 10,000 member websockets fit,
-and reports its GC figures on SIGUSR1 (bench/gcstats.py). The GC policy is
+and reports its GC figures and its request latency histogram (actors/latency.py)
+on SIGUSR1 (bench/gcstats.py). The GC policy is
 the coordinator's own (`RSC_GC`, applied by the app).
 """
 
@@ -14,13 +15,14 @@ import sys
 from bench.gcstats import install_signal_reporter, report
 from bench.loadgen import raise_fd_limit
 from rsc import coordinator_cli as cli
-from rsc.actors import gc_control
+from rsc.actors import gc_control, latency
 
 
 def main(argv: list[str] | None = None) -> int:
     raise_fd_limit()
     policy = gc_control.install()
-    install_signal_reporter(lambda: report(gc_control.recorder.snapshot(reset_max=True), policy))
+    install_signal_reporter(lambda: {**report(gc_control.recorder.snapshot(reset_max=True), policy),
+                                     "requests": latency.requests.snapshot()})
     parser = argparse.ArgumentParser(prog="bench.coordinator")
     cli.add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["coordinator", *(sys.argv[1:] if argv is None else argv)])

@@ -34,6 +34,7 @@ from trio_websocket import connect_websocket_url
 
 from bench import wire
 from bench.gcstats import report
+from rsc.actors import latency
 from rsc.member import gc_control
 
 HANDSHAKES_AT_ONCE = 64
@@ -97,6 +98,7 @@ class LoadGenerator:
         self.expired_total = 0
         self.saturate_below = 0
         self.connect_failures = 0
+        self.loop_lag = latency.LatencyHistogram()  # since the last reset
         # convergence counters over live members
         self.live = 0
         self.held_total = 0
@@ -329,12 +331,16 @@ class LoadGenerator:
                 return None
             return samples[min(len(samples) - 1, int(p / 100 * len(samples)))] * 1000
 
-        return {"count": len(samples), "p50Ms": pct(50), "p90Ms": pct(90), "p99Ms": pct(99),
+        lag = self.loop_lag.snapshot()
+        lag_p99 = latency.quantile(lag, 0.99)
+        return {"loopLagP99Ms": None if lag_p99 is None else lag_p99 * 1000,
+                "count": len(samples), "p50Ms": pct(50), "p90Ms": pct(90), "p99Ms": pct(99),
                 "maxMs": samples[-1] * 1000 if samples else None, "responses": self.responses,
                 "requests": self.requests, "pushes": self.pushes, "statuses": dict(self.statuses),
                 "expired": self.expired, "expiredTotal": self.expired_total, **self.state()}
 
     def reset(self) -> None:
+        self.loop_lag = latency.LatencyHistogram()
         self.latencies = []
         self.statuses = collections.Counter()
         self.expired = 0
@@ -456,6 +462,17 @@ async def _gc_tick() -> None:
         gc_control.on_tick()
 
 
+LAG_PROBE_S = 0.005
+
+
+async def _watch_loop_lag(generator: LoadGenerator) -> None:
+    """How late this process's own event loop wakes a task: what it adds to every latency."""
+    while True:
+        started = time.perf_counter()
+        await trio.sleep(LAG_PROBE_S)
+        generator.loop_lag.observe(max(0.0, time.perf_counter() - started - LAG_PROBE_S))
+
+
 async def main_async(args: argparse.Namespace) -> None:
     generator = LoadGenerator(args.url, args.prefix, args.group, args.capacity)
     stdin = trio.lowlevel.FdStream(sys.stdin.fileno())
@@ -463,6 +480,7 @@ async def main_async(args: argparse.Namespace) -> None:
     async with trio.open_nursery() as nursery:
         generator.nursery = nursery
         nursery.start_soon(_gc_tick)
+        nursery.start_soon(_watch_loop_lag, generator)
         gc_control.freeze_after_startup()
         print(json.dumps({"ready": True, "fdLimit": raise_fd_limit()}), flush=True)
         while True:

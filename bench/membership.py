@@ -24,7 +24,7 @@ from bench import gcstats
 from bench.gcstats import pauses_cell
 from bench.procs import LoadGen, Redis, Sampler, Server, py_spy, start_bare, start_coordinator
 from bench.report import Progressor, ScenarioResult, check, pyplot
-from rsc.actors import gc_control
+from rsc.actors import gc_control, latency
 
 MAX_SHARDS = 4096  # PROTOCOL.md: setShardCount shardCount 1..4096
 
@@ -116,7 +116,8 @@ ISSUE_14_RPS_PER_CORE = 1919  # issue #14: the coordinator's saturated responses
 def steady(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
     result = ScenarioResult("steady", "steady heartbeats, coordinator vs bare trio-websocket server, "
                             f"GC {' vs '.join(sizes.gc_modes)}",
-                            columns=["run", "GC", "members", "p50 ms", "p99 ms", "hb/s", "cores", "RSS MB",
+                            columns=["run", "GC", "members", "p50 ms", "p99 ms", "server p99 ms",
+                                     "loadgen lag p99 ms", "hb/s", "cores", "RSS MB",
                                      "GC/min", "GC s", "GC %", "max pause ms g0/g1/g2", "loadgen cores",
                                      "loadgen GC %", "expired", "sat. rps", "rps/core", "ratio rps/core"])
     with progress.scenario("1 steady", steps=4 * len(sizes.steady_members) * len(sizes.gc_modes)):
@@ -136,7 +137,10 @@ def steady(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
     result.notes.append(
         f"heartbeat interval {sizes.heartbeat_ms} ms, lease 30 s; after convergence each member's next "
         "beat is spread uniformly over one interval (a population that joined over time); latency is "
-        f"client-side, over a {sizes.steady_window_s:.0f} s window; 'saturated rps' is closed-loop: "
+        f"client-side, over a {sizes.steady_window_s:.0f} s window ('server p99': from a frame's "
+        "arrival to its answer written, inside the server; 'loadgen lag p99': how late the load "
+        "generator's own event loop wakes a 5 ms sleep, which every client-side latency includes); "
+        "'saturated rps' is closed-loop: "
         f"{sizes.saturate_members} members beat again as soon as answered (the rest keep beating) "
         f"for {sizes.saturate_s:.0f} s; rps/core = saturated responses per CPU-second of the server "
         "process, the capacity measure that survives a shared, oversubscribed machine (raw rps "
@@ -168,6 +172,7 @@ def _steady_rows(result: ScenarioResult, sizes: Sizes, members: int, mode: str,
     for label, run in (("coordinator", coordinator_run), ("bare websocket", bare_run)):
         window, cpu, server_gc = run["window"], run["cpu"], run["gc"]["server"]
         result.rows.append([label, mode, members, window["p50Ms"], window["p99Ms"],
+                            window["serverP99Ms"], window["loopLagP99Ms"],
                             window["count"] / sizes.steady_window_s,
                             cpu["server"]["cpuCores"], cpu["server"]["peakRssMb"],
                             server_gc["collectionsPerMinute"], server_gc["gcSeconds"],
@@ -188,6 +193,11 @@ def _steady_targets(result: ScenarioResult, sizes: Sizes) -> None:
     p99, rss = run["window"]["p99Ms"], run["cpu"]["server"]["peakRssMb"]
     result.target(f"p99 heartbeat latency @{biggest:,} (GC {shipped})", "< 100 ms", f"{p99:.1f} ms",
                   check(p99, lambda v: v < 100))
+    inside, lag = run["window"].get("serverP99Ms"), run["window"].get("loopLagP99Ms")
+    if inside is not None and lag is not None:
+        result.target(f"where the p99 goes @{biggest:,} (GC {shipped})", "(no target)",
+                      f"inside the coordinator {inside:.1f} ms, load generator's loop lag "
+                      f"{lag:.1f} ms, client-side {p99:.1f} ms", None)
     result.target(f"expired members @{biggest:,} (GC {shipped})", "0", str(run["expiredTotal"]),
                   run["expiredTotal"] == 0)
     result.target(f"coordinator RSS @{biggest:,} (GC {shipped})", "< 300 MB", f"{rss:.0f} MB", rss < 300)
@@ -239,7 +249,11 @@ def _steady_run(progress: Progressor, sizes: Sizes, members: int, *, bare: bool,
         window = loadgen.call("stats")
         cpu = sampler.result()
         elapsed = time.perf_counter() - sampler.started
-        gc = {"server": gcstats.window(gc_before["server"], server.gc_report(), elapsed),
+        server_after = server.gc_report()
+        inside = latency.window(gc_before["server"]["requests"], server_after["requests"])
+        window["serverP50Ms"], window["serverP99Ms"] = (_ms(latency.quantile(inside, q))
+                                                        for q in (0.5, 0.99))
+        gc = {"server": gcstats.window(gc_before["server"], server_after, elapsed),
               "load": gcstats.window(gc_before["load"], loadgen.call("gc"), elapsed)}
         progress.note(f"{label} @{members:,}: saturating")
         saturation_sampler = Sampler(server=server, load=loadgen)
@@ -259,6 +273,10 @@ def _steady_run(progress: Progressor, sizes: Sizes, members: int, *, bare: bool,
         for process in (loadgen, server, redis):
             if process is not None:
                 process.stop()
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
 
 
 def _plot_steady(result: ScenarioResult, out: Path) -> None:

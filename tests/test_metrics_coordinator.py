@@ -73,6 +73,10 @@ async def test_counters_move_when_members_join_and_leave(redis_url, nursery):
         assert value(samples, "rsc_rebalances_total", **LABELS) >= 2
         assert value(samples, "rsc_heartbeat_handling_seconds_count") >= 2
         assert value(samples, "rsc_checkpoint_write_seconds_count") >= 1
+        # the server's own latency: every answered request, from frame arrival to answer sent
+        answered = value(samples, "rsc_request_seconds_count")
+        assert answered >= value(before, "rsc_request_seconds_count") + 2
+        assert value(samples, "rsc_request_seconds_bucket", le="+Inf") == answered
 
         stale = await heartbeat(url, "member-a", first.member_epoch + 7)
         assert stale.status == Status.FENCED_MEMBER_EPOCH
