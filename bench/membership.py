@@ -42,6 +42,7 @@ class Sizes:
     failure_members: int
     failure_lease_ms: int
     heartbeat_ms: int = 3000
+    settle_intervals: float = 4  # steady: heartbeat intervals between the spread and the window
     gc_modes: tuple[str, ...] = ("tuned", "default")  # the first is the shipped one, the targets' mode
     soak_members: int = 5000
     soak_s: float = 600
@@ -137,7 +138,8 @@ def steady(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
     result.notes.append(
         f"heartbeat interval {sizes.heartbeat_ms} ms, lease 30 s; after convergence each member's next "
         "beat is spread uniformly over one interval (a population that joined over time); latency is "
-        f"client-side, over a {sizes.steady_window_s:.0f} s window ('server p99': from a frame's "
+        f"client-side, over a {sizes.steady_window_s:.0f} s window that starts "
+        f"{sizes.settle_intervals:g} intervals after the spread ('server p99': from a frame's "
         "arrival to its answer written, inside the server; 'loadgen lag p99': how late the load "
         "generator's own event loop wakes a 5 ms sleep, which every client-side latency includes); "
         "'saturated rps' is closed-loop: "
@@ -238,6 +240,10 @@ def _steady_run(progress: Progressor, sizes: Sizes, members: int, *, bare: bool,
         populated = _populate(progress, loadgen, members, shards, setup)
         progress.note(f"{label} @{members:,}: spreading heartbeats")
         loadgen.call("desync", timeout=60)
+        # the join storm's backlog drains for a few intervals after the spread; the window
+        # measures the steady state after it (the same wait for the bare server)
+        _wait(progress, sizes.settle_intervals * sizes.heartbeat_ms / 1000, setup,
+              f"{label} @{members:,}: settling")
         gc_before = {"server": server.gc_report(), "load": loadgen.call("gc")}
         loadgen.call("reset")
         sampler = Sampler(server=server, load=loadgen)
