@@ -20,7 +20,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from rsc.protocol import messages as m
 from rsc.protocol.errors import ProtocolError, Status
 from rsc.protocol.messages import FieldValueError, camel
-from rsc.protocol.vocabulary import STATE_ENUMS
+from rsc.protocol.vocabulary import STATE_ENUMS, RevokeState
 
 MESSAGE_TYPES: dict[str, type[m.Message]] = {
     cls.TYPE: cls
@@ -196,8 +196,74 @@ def to_wire(message: m.Message) -> dict[str, Any]:
 
 
 def encode(message: m.Message) -> str:
-    """The text frame of a message."""
+    """The text frame of a message.
+
+    A heartbeatResponse (and an assignmentChanged push) is written field by field: it is the
+    one frame of every heartbeat. Its text is byte-identical to the converter's (see
+    `_encode_with_converter`, which every other message takes).
+    """
+    if type(message) is m.HeartbeatResponse:
+        return _encode_heartbeat_response(message)
+    if type(message) is m.AssignmentChanged:
+        return _encode_assignment_changed(message)
+    return _encode_with_converter(message)
+
+
+def _encode_with_converter(message: m.Message) -> str:
+    """The text frame of any message through the converter."""
     return json.dumps(to_wire(message), separators=(",", ":"), ensure_ascii=False)
+
+
+def _encode_heartbeat_response(response: m.HeartbeatResponse) -> str:
+    # The converter's keys in its order, `type` first. Like the converter, a status or a
+    # retention mode goes to json.dumps as the (str) enum member, which writes its value;
+    # tuples become lists.
+    routing = response.routing
+    assignment = response.assignment
+    routing_object: dict[str, Any] | None = None
+    if routing is not None:
+        retention = routing.retention
+        routing_object = {
+            "version": routing.version,
+            "shardCount": routing.shard_count,
+            "storeId": routing.store_id,
+            "retention": None if retention is None else {
+                "mode": retention.mode,
+                "maxLength": retention.max_length,
+                "maxAgeMs": retention.max_age_ms,
+            },
+        }
+    return _dumps({
+        "type": "heartbeatResponse",
+        "requestId": response.request_id,
+        "status": response.status,
+        "memberId": response.member_id,
+        "memberEpoch": response.member_epoch,
+        "groupEpoch": response.group_epoch,
+        "assignmentEpoch": response.assignment_epoch,
+        "heartbeatIntervalMs": response.heartbeat_interval_ms,
+        "leaseTtlMs": response.lease_ttl_ms,
+        "maxConcurrency": response.max_concurrency,
+        "routing": routing_object,
+        "assignment": None if assignment is None else {
+            "assignedShards": list(assignment.assigned_shards),
+            "pendingShards": list(assignment.pending_shards),
+        },
+        "error": response.error,
+    })
+
+
+def _encode_assignment_changed(push: m.AssignmentChanged) -> str:
+    return _dumps({
+        "type": "assignmentChanged",
+        "streamPrefix": push.stream_prefix,
+        "consumerGroup": push.consumer_group,
+        "memberId": push.member_id,
+        "groupEpoch": push.group_epoch,
+    })
+
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def decode(text: str | bytes, allowed: frozenset[str] | None = None) -> m.Message:
@@ -215,7 +281,89 @@ def decode(text: str | bytes, allowed: frozenset[str] | None = None) -> m.Messag
 
 
 def decode_object(obj: Any, allowed: frozenset[str] | None = None) -> m.Message:
-    """Structure an already parsed JSON value into a message (see `decode`)."""
+    """Structure an already parsed JSON value into a message (see `decode`).
+
+    A well-formed heartbeat is built directly (`_fast_heartbeat`); anything else, and any
+    heartbeat the direct path does not accept as is, takes the converter, so every error
+    reads the same.
+    """
+    if (type(obj) is dict and obj.get("type") == "heartbeat"
+            and (allowed is None or "heartbeat" in allowed)):
+        heartbeat = _fast_heartbeat(obj)
+        if heartbeat is not None:
+            return heartbeat
+    return _decode_with_converter(obj, allowed)
+
+
+def _clean_text(value: Any) -> bool:
+    """True for a str the converter accepts: no lone surrogate (checked only off ASCII)."""
+    if type(value) is not str:
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+_REVOKE_STATES: dict[str, RevokeState] = {state.value: state for state in RevokeState}
+
+
+def _fast_heartbeat(obj: dict[str, Any]) -> m.Heartbeat | None:
+    """The heartbeat of `obj` if every field has exactly its JSON type and the message is
+    valid, else None (the caller then takes the converter, which names the problem)."""
+    request_id: Any = obj.get("requestId")
+    member_epoch: Any = obj.get("memberEpoch")
+    stream_prefix: Any = obj.get("streamPrefix")
+    consumer_group: Any = obj.get("consumerGroup")
+    member_id: Any = obj.get("memberId")
+    if (type(request_id) is not int or type(member_epoch) is not int
+            or not _clean_text(stream_prefix) or not _clean_text(consumer_group)
+            or not _clean_text(member_id)):
+        return None
+    capacity = obj.get("capacity")
+    if capacity is not None and type(capacity) is not int:
+        return None
+    owned = obj.get("ownedShards")
+    owned_shards: tuple[str, ...] | None = None
+    if owned is not None:
+        if type(owned) is not list:
+            return None
+        for owned_shard in owned:
+            if not _clean_text(owned_shard):
+                return None
+        owned_shards = tuple(owned)
+    revoking_shards: tuple[m.RevokingShard, ...] = ()
+    if "revokingShards" in obj:
+        revoking = obj["revokingShards"]
+        if type(revoking) is not list:
+            return None
+        items = []
+        for item in revoking:
+            if type(item) is not dict:
+                return None
+            shard: Any = item.get("shard")
+            state: Any = item.get("state")
+            if not _clean_text(shard) or type(state) is not str:
+                return None
+            revoke_state = _REVOKE_STATES.get(state)
+            if revoke_state is None:
+                return None
+            items.append(m.RevokingShard(shard=shard, state=revoke_state))
+        revoking_shards = tuple(items)
+    try:
+        return m.Heartbeat(request_id=request_id, stream_prefix=stream_prefix,
+                           consumer_group=consumer_group, member_id=member_id,
+                           member_epoch=member_epoch, capacity=capacity,
+                           owned_shards=owned_shards, revoking_shards=revoking_shards)
+    except Exception:  # noqa: BLE001 - a validator's failure: the converter words it
+        return None
+
+
+def _decode_with_converter(obj: Any, allowed: frozenset[str] | None = None) -> m.Message:
+    """Structure a parsed JSON value through the converter alone (every message, every error)."""
     if not isinstance(obj, dict):
         raise ProtocolError(f"frame must be a JSON object, got {_json_type(obj)}")
     request_id = obj.get("requestId")
