@@ -29,6 +29,7 @@ import sys
 import time
 from typing import Any
 
+import attrs
 import trio
 from trio_websocket import connect_websocket_url
 
@@ -36,6 +37,8 @@ from bench import wire
 from bench.gcstats import report
 from rsc.actors import latency
 from rsc.member import gc_control
+from rsc.member.config import MemberConfig
+from rsc.member.heartbeat import jittered
 
 HANDSHAKES_AT_ONCE = 64
 TICK_S = 1.0  # GC tick, as a member runtime's
@@ -271,8 +274,8 @@ class LoadGenerator:
             elif self.desync_next or member.spread:
                 member.spread = False
                 due = now + random.random() * self.interval
-            else:
-                due = now + self.interval
+            else:  # as a member runtime beats (member/heartbeat.py)
+                due = now + jittered(self.interval, HEARTBEAT_JITTER)
 
     # --- commands ------------------------------------------------------------------
 
@@ -470,6 +473,7 @@ async def _gc_tick() -> None:
 
 
 LAG_PROBE_S = 0.005
+HEARTBEAT_JITTER = float(attrs.fields(MemberConfig).heartbeat_jitter.default or 0.0)  # as shipped
 
 
 async def _watch_loop_lag(generator: LoadGenerator) -> None:

@@ -26,6 +26,11 @@ class MemberConfig:
     ack_policy: AckPolicy = AckPolicy.AFTER
     retry: RetryPolicy | None = None
     default_heartbeat_interval_ms: int = 1000
+    # each regular heartbeat comes after interval x (1 - jitter x U[0, 1)): never later than
+    # the interval (the lease arithmetic is unchanged), and members that a coordinator stall or
+    # restart answered all at once drift apart again instead of beating in one pack forever
+    heartbeat_jitter: float = attrs.field(default=0.2, validator=[attrs.validators.ge(0.0),
+                                                                   attrs.validators.lt(1.0)])
     request_timeout_s: float = 10.0
     drain_timeout_s: float = 30.0
     leave_timeout_s: float = 5.0

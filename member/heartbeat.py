@@ -14,6 +14,8 @@ once a join is taken.
 from __future__ import annotations
 
 import logging
+import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -106,6 +108,7 @@ async def _heartbeat_loop(core: MemberCore, session: Session) -> None:
                 return
         interval_ms = float(ledger.state.heartbeat_interval_ms
                             or config.default_heartbeat_interval_ms)
+        interval_ms = jittered(interval_ms, config.heartbeat_jitter)
         refused = ledger.state.join_refused
         if refused is not None:  # A1: hold nothing, rejoin after a backoff, say so
             core.notices.say(join_topic, join_refused_line(
@@ -121,6 +124,11 @@ async def _heartbeat_loop(core: MemberCore, session: Session) -> None:
             interval_ms = max(0.0, min(interval_ms, deadline - core.clock()))
         with trio.move_on_after(interval_ms / 1000):
             await core.changed.wait_until(lambda: core.heartbeat_due)
+
+
+def jittered(interval_ms: float, jitter: float, draw: Callable[[], float] = random.random) -> float:
+    """The wait before a regular heartbeat: the interval shortened by up to `jitter` of it."""
+    return interval_ms * (1 - jitter * draw())
 
 
 async def leave(core: MemberCore) -> None:

@@ -386,3 +386,23 @@ async def test_the_owner_token_check_holds_on_both_ack_paths(redis_url, use_xack
     assert ops.ack({SHARD: [entry_id]}) == {SHARD: -1}
     assert client.xinfo_groups(SHARD)[0]["pending"] == 1 and client.xlen(SHARD) == 1
     client.close()
+
+
+def test_heartbeat_jitter_is_a_fraction_of_the_interval():
+    from rsc.member.config import MemberConfig
+
+    base = dict(coordinator_url="ws://127.0.0.1:1", redis_url="redis://127.0.0.1:1",
+                stream_prefix="p", consumer_group="g", member_id="m-1")
+    assert MemberConfig(**base).heartbeat_jitter == 0.2
+    assert MemberConfig(**base, heartbeat_jitter=0.0).heartbeat_jitter == 0.0
+    for bad in (-0.1, 1.0, 1.5):
+        with pytest.raises(ValueError, match="heartbeat_jitter"):
+            MemberConfig(**base, heartbeat_jitter=bad)
+
+
+def test_a_jittered_heartbeat_is_never_later_than_the_interval():
+    from rsc.member.heartbeat import jittered
+
+    assert jittered(3000, 0.2, lambda: 0.0) == 3000
+    assert 2400 < jittered(3000, 0.2, lambda: 0.999999) < 2401
+    assert jittered(3000, 0.0, lambda: 0.7) == 3000
