@@ -153,3 +153,29 @@ async def test_t1_a_new_group_waits_for_the_running_pass_and_keeps_its_entries(
         assert [entry_id for entry_id, _ in client.xrange(shard)] == [later]
         nursery.cancel_scope.cancel()
     client.close()
+
+
+async def test_t1_a_pass_in_slices_trims_every_shard(store, redis_url, monkeypatch):
+    from rsc.actors import actor as actor_module
+
+    monkeypatch.setattr(actor_module, "RETENTION_SLICE", 2)  # five shards: three slices
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    async with trio.open_nursery() as nursery:
+        actor = PrefixActor(PREFIX, store, SETTINGS, background=nursery)
+        nursery.start_soon(actor.run)
+        routed = await ask(actor, m.SetShardCount(request_id=5, stream_prefix=PREFIX,
+                                                  consumer_group="billing", shard_count=5))
+        assert routed.status == Status.OK
+        assert (await ask(actor, join("billing", "a"))).status == Status.OK
+        shards = actor.machine.routing.streams  # type: ignore[union-attr]
+        for shard in shards:
+            ids = [client.xadd(shard, {"n": str(n)}) for n in range(3)]
+            client.xreadgroup("billing", "a", {shard: ">"}, count=10)
+            assert client.xack(shard, "billing", *ids) == 3
+        await make_a_pass_due(actor)
+        with trio.fail_after(10):
+            while any(client.xlen(shard) for shard in shards) or actor._trimming is not None:
+                await trio.sleep(0.01)
+        assert [client.xlen(shard) for shard in shards] == [0] * 5
+        nursery.cancel_scope.cancel()
+    client.close()
