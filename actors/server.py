@@ -150,6 +150,7 @@ class CoordinatorServer:
         except BaseException:
             self.admission.close_session()
             raise
+        del request  # the handshake (headers, events) is not kept for the session's life
         session = Session(connection, self.nursery)
         try:
             await self._read(session, allowed)
@@ -158,7 +159,12 @@ class CoordinatorServer:
             session.close(functools.partial(self.router.forget, session))
 
     async def _read(self, session: Session, allowed: frozenset[str]) -> None:
+        text: str | bytes | None = None
+        message: Any = None
+        reply: Reply | None = None
         while True:
+            # nothing of the last request stays referenced by this frame while it waits
+            text = message = reply = None
             try:
                 text = await session.connection.get_message()
             except ConnectionClosed:
