@@ -27,10 +27,11 @@ def _pauses(gc: dict[str, Any]) -> str:
 
 
 def steady_markdown(scenario: dict[str, Any]) -> str:
-    lines = ["| run | GC | members | p50 ms | p99 ms | served hb/s | server cores | RSS MB | GC/min "
+    lines = ["| run | GC | members | p50 ms | p99 ms | server p99 ms | served hb/s | server cores "
+             "| RSS MB | GC/min "
              "| GC s (CPU s) in window | GC % | max pause ms g0 / g1 / g2 | full GCs | saturated rps/core "
              "| coordinator / bare per core |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for size in sorted(scenario["data"], key=int):
         for mode, runs in scenario["data"][size].items():
             for label, key in (("coordinator", "coordinator"), ("bare websocket", "bare")):
@@ -39,7 +40,8 @@ def steady_markdown(scenario: dict[str, Any]) -> str:
                 ratio = run.get("perCoreRatio") if key == "coordinator" else 1.0
                 lines.append(
                     f"| {label} | {mode} | {int(size):,} | {_number(window['p50Ms'], 1)} "
-                    f"| {_number(window['p99Ms'], 1)} | {_number(window['count'] / gc['seconds'])} "
+                    f"| {_number(window['p99Ms'], 1)} | {_number(window.get('serverP99Ms'), 1)} "
+                    f"| {_number(window['count'] / gc['seconds'])} "
                     f"| {_number(run['cpu']['server']['cpuCores'], 2)} "
                     f"| {_number(run['cpu']['server']['peakRssMb'])} | {_number(gc['collectionsPerMinute'])} "
                     f"| {gc['gcSeconds']:.2f} ({gc['gcCpuSeconds']:.2f}) | {100 * gc['gcShare']:.1f} "
