@@ -184,7 +184,10 @@ class PrefixActor:
         self.batch_limit = MAX_BATCH  # requests per batch, from the cost of the last ones
         # retention passes run here, beside the batches (None: inline, as the last step of one)
         self.background = background
-        self._trimming: trio.Event | None = None  # set when the running pass ends
+        # set unless a pass runs beside the batches; a reloaded actor takes its predecessor's
+        # (router._carry_sessions), so a pass outlives neither the T1 wait nor the skip
+        self.trim_done = trio.Event()
+        self.trim_done.set()
 
     @property
     def groups(self) -> dict[str, GroupMachine]:
@@ -377,10 +380,10 @@ class PrefixActor:
         if self.background is None:
             await self._trim(retention_pass)
             return
-        if self._trimming is not None:
+        if not self.trim_done.is_set():
             return
-        self._trimming = trio.Event()
-        self.background.start_soon(self._trim_beside, retention_pass, self._trimming)
+        self.trim_done = trio.Event()
+        self.background.start_soon(self._trim_beside, retention_pass, self.trim_done)
 
     async def _trim_beside(self, retention_pass: Any, done: trio.Event) -> None:
         try:
@@ -389,7 +392,6 @@ class PrefixActor:
             log_event(log, "retention.failed", level=logging.ERROR, prefix=self.prefix,
                       error=f"{type(exc).__name__}: {exc}")
         finally:
-            self._trimming = None
             done.set()
 
     async def _trim(self, retention_pass: Any) -> None:
@@ -451,8 +453,8 @@ class PrefixActor:
         try:
             if stalled:
                 raise StoreStalled("the drain check of this batch was abandoned; retry with backoff")
-            trimming = self._trimming
-            if trimming is not None and (checkpoint.create or checkpoint.moves):
+            trimming = self.trim_done
+            if not trimming.is_set() and (checkpoint.create or checkpoint.moves):
                 # T1: the running pass was computed without this group or offset
                 with trio.move_on_at(deadline):
                     await trimming.wait()

@@ -224,8 +224,9 @@ def _answer(envelope: Envelope, response: Any) -> None:
 
 def _carry_sessions(old: PrefixActor, new: PrefixActor) -> None:
     """Push targets survive a reload: members keep getting hints, subscribers their routing,
-    watchers their descriptions."""
+    watchers their descriptions; and a retention pass still running is still waited for."""
     new.subscribers.update(old.subscribers)
+    new.trim_done = old.trim_done  # a retention pass of the old one may still run (T1)
     for session, watches in old.watches.items():
         new.watches.setdefault(session, []).extend(watches)
     for key, session in old.sessions.items():

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 import redis
 import trio
-import trio.testing
 
 from rsc.actors import shard_ops
 from rsc.actors.actor import Collect, Envelope, PrefixActor, Tick, now_ms
@@ -79,6 +78,29 @@ async def wait_entered(held: HeldRetention) -> None:
             await trio.sleep(0.01)
 
 
+async def start_with_a_member(nursery: trio.Nursery, store: MetadataStore,
+                              shards: int) -> tuple[PrefixActor, m.HeartbeatResponse]:
+    """An actor whose passes run in `nursery`, routing of `shards`, member "a" of billing."""
+    actor = PrefixActor(PREFIX, store, SETTINGS, background=nursery)
+    nursery.start_soon(actor.run)
+    routed = await ask(actor, m.SetShardCount(request_id=5, stream_prefix=PREFIX,
+                                              consumer_group="billing", shard_count=shards))
+    assert routed.status == Status.OK
+    joined = await ask(actor, join("billing", "a"))
+    assert joined.status == Status.OK
+    return actor, joined
+
+
+async def audit_appears(client: redis.Redis, shard: str, within_s: float = 1.0) -> bool:
+    """Whether group audit's consumer group shows up on `shard` within `within_s` (a join
+    that did not wait for the held pass creates it in milliseconds)."""
+    with trio.move_on_after(within_s):
+        while not any(g["name"] == "audit" for g in client.xinfo_groups(shard)):
+            await trio.sleep(0.01)
+        return True
+    return False
+
+
 @pytest.fixture
 def store(redis_url: str):
     store = MetadataStore(redis_url, lease_ms=30000)
@@ -91,13 +113,7 @@ async def test_t1_heartbeats_are_answered_while_a_retention_pass_runs(store, mon
     held = HeldRetention()
     monkeypatch.setattr(shard_ops, "apply_retention", held)
     async with trio.open_nursery() as nursery:
-        actor = PrefixActor(PREFIX, store, SETTINGS, background=nursery)
-        nursery.start_soon(actor.run)
-        routed = await ask(actor, m.SetShardCount(request_id=5, stream_prefix=PREFIX,
-                                                  consumer_group="billing", shard_count=4))
-        assert routed.status == Status.OK
-        a = await ask(actor, join("billing", "a"))
-        assert a.status == Status.OK
+        actor, a = await start_with_a_member(nursery, store, shards=4)
         await make_a_pass_due(actor)
         await wait_entered(held)
         with trio.fail_after(5):  # the pass is held: the batches go on
@@ -108,7 +124,7 @@ async def test_t1_heartbeats_are_answered_while_a_retention_pass_runs(store, mon
         assert held.calls == 1
         held.go.set()
         with trio.fail_after(10):
-            while actor._trimming is not None:
+            while not actor.trim_done.is_set():
                 await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
 
@@ -119,13 +135,7 @@ async def test_t1_a_new_group_waits_for_the_running_pass_and_keeps_its_entries(
     monkeypatch.setattr(shard_ops, "apply_retention", held)
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     async with trio.open_nursery() as nursery:
-        actor = PrefixActor(PREFIX, store, SETTINGS, background=nursery)
-        nursery.start_soon(actor.run)
-        routed = await ask(actor, m.SetShardCount(request_id=5, stream_prefix=PREFIX,
-                                                  consumer_group="billing", shard_count=1))
-        assert routed.status == Status.OK
-        a = await ask(actor, join("billing", "a"))
-        assert a.status == Status.OK
+        actor, a = await start_with_a_member(nursery, store, shards=1)
         (shard,) = actor.machine.routing.streams  # type: ignore[union-attr]
         ids = [client.xadd(shard, {"n": str(n)}) for n in range(5)]
         # billing reads and acks everything: a pass computed now may trim all five
@@ -136,9 +146,8 @@ async def test_t1_a_new_group_waits_for_the_running_pass_and_keeps_its_entries(
         await wait_entered(held)  # the pass is computed for billing alone, and held
         joined = Collect()
         await actor.send_channel.send(Envelope(join("audit", "x"), joined, None))
-        await trio.testing.wait_all_tasks_blocked()
-        assert not joined.done.is_set()  # its consumer groups wait for the pass
-        assert not any(g["name"] == "audit" for g in client.xinfo_groups(shard))
+        assert not await audit_appears(client, shard)  # its consumer groups wait for the pass
+        assert not joined.done.is_set()
         held.go.set()
         with trio.fail_after(10):
             await joined.done.wait()
@@ -148,7 +157,7 @@ async def test_t1_a_new_group_waits_for_the_running_pass_and_keeps_its_entries(
         later = client.xadd(shard, {"n": "late"})
         await make_a_pass_due(actor)
         with trio.fail_after(10):
-            while held.calls < 2 or actor._trimming is not None:
+            while held.calls < 2 or not actor.trim_done.is_set():
                 await trio.sleep(0.01)
         assert [entry_id for entry_id, _ in client.xrange(shard)] == [later]
         nursery.cancel_scope.cancel()
@@ -161,12 +170,7 @@ async def test_t1_a_pass_in_slices_trims_every_shard(store, redis_url, monkeypat
     monkeypatch.setattr(actor_module, "RETENTION_SLICE", 2)  # five shards: three slices
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     async with trio.open_nursery() as nursery:
-        actor = PrefixActor(PREFIX, store, SETTINGS, background=nursery)
-        nursery.start_soon(actor.run)
-        routed = await ask(actor, m.SetShardCount(request_id=5, stream_prefix=PREFIX,
-                                                  consumer_group="billing", shard_count=5))
-        assert routed.status == Status.OK
-        assert (await ask(actor, join("billing", "a"))).status == Status.OK
+        actor, _ = await start_with_a_member(nursery, store, shards=5)
         shards = actor.machine.routing.streams  # type: ignore[union-attr]
         for shard in shards:
             ids = [client.xadd(shard, {"n": str(n)}) for n in range(3)]
@@ -174,8 +178,40 @@ async def test_t1_a_pass_in_slices_trims_every_shard(store, redis_url, monkeypat
             assert client.xack(shard, "billing", *ids) == 3
         await make_a_pass_due(actor)
         with trio.fail_after(10):
-            while any(client.xlen(shard) for shard in shards) or actor._trimming is not None:
+            while any(client.xlen(shard) for shard in shards) or not actor.trim_done.is_set():
                 await trio.sleep(0.01)
         assert [client.xlen(shard) for shard in shards] == [0] * 5
+        nursery.cancel_scope.cancel()
+    client.close()
+
+
+async def test_t1_an_actor_reloaded_during_a_pass_still_waits_for_it(store, redis_url, monkeypatch):
+    """A prefix actor that fails is replaced by one reloaded from Redis (router.py); a pass its
+    predecessor started may still run, and the new actor's consumer groups wait for it too."""
+    from rsc.actors.router import _carry_sessions
+
+    held = HeldRetention()
+    monkeypatch.setattr(shard_ops, "apply_retention", held)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    async with trio.open_nursery() as nursery:
+        old, _ = await start_with_a_member(nursery, store, shards=1)
+        await make_a_pass_due(old)
+        await wait_entered(held)
+        old.send_channel.close()  # the old actor is gone; its pass still runs
+        new = PrefixActor(PREFIX, store, SETTINGS, background=nursery)
+        snapshot = store.load_prefix(PREFIX)
+        assert snapshot is not None
+        new.restore(snapshot, now_ms())
+        _carry_sessions(old, new)
+        nursery.start_soon(new.run)
+        (shard,) = new.machine.routing.streams  # type: ignore[union-attr]
+        joined = Collect()
+        await new.send_channel.send(Envelope(join("audit", "x"), joined, None))
+        assert not await audit_appears(client, shard)  # the predecessor's pass still runs
+        assert not joined.done.is_set()
+        held.go.set()
+        with trio.fail_after(10):
+            await joined.done.wait()
+        assert joined.message.status == Status.OK
         nursery.cancel_scope.cancel()
     client.close()
