@@ -26,12 +26,10 @@ class LatencyHistogram:
 
     def __init__(self) -> None:
         self.counts = [0] * (len(BOUNDS) + 1)
-        self.total = 0
         self.sum_seconds = 0.0
 
     def observe(self, seconds: float) -> None:
         self.counts[bisect.bisect_left(BOUNDS, seconds)] += 1
-        self.total += 1
         self.sum_seconds += seconds
 
     def snapshot(self) -> list[int]:
