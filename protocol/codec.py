@@ -309,6 +309,12 @@ def _clean_text(value: Any) -> bool:
 
 
 _REVOKE_STATES: dict[str, RevokeState] = {state.value: state for state in RevokeState}
+# The wire keys `_fast_heartbeat` reads: a field added to Heartbeat or RevokingShard must be
+# read there too, or the direct path would drop it (tests/test_codec_fast.py holds these to
+# the attrs fields).
+FAST_HEARTBEAT_KEYS = frozenset({"requestId", "streamPrefix", "consumerGroup", "memberId",
+                                 "memberEpoch", "capacity", "ownedShards", "revokingShards"})
+FAST_REVOKING_SHARD_KEYS = frozenset({"shard", "state"})
 
 
 def _fast_heartbeat(obj: dict[str, Any]) -> m.Heartbeat | None:

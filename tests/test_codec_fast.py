@@ -358,3 +358,14 @@ def test_missing_required_field_keeps_todays_message() -> None:
     assert raised.value.message == "field 'memberEpoch' is missing"
     assert raised.value.request_id == 9
     assert _product_outcome(text, MEMBER_REQUESTS) == _converter_outcome(json.loads(text), MEMBER_REQUESTS)
+
+
+def test_the_direct_heartbeat_path_reads_every_field_of_the_messages():
+    """A field added to Heartbeat or RevokingShard but not to `_fast_heartbeat` would be
+    dropped on the direct path; this names the sets the two must agree on."""
+    import attrs
+
+    from rsc.protocol.messages import camel
+
+    assert {camel(f.name) for f in attrs.fields(m.Heartbeat)} == codec.FAST_HEARTBEAT_KEYS
+    assert {camel(f.name) for f in attrs.fields(m.RevokingShard)} == codec.FAST_REVOKING_SHARD_KEYS
