@@ -81,8 +81,7 @@ def main() -> None:
     args = parser.parse_args()
     raise_fd_limit()
     policy = gc_control.install()
-    install_signal_reporter(lambda: {**report(gc_control.recorder.snapshot(reset_max=True), policy),
-                                     "requests": latency.requests.snapshot()})
+    install_signal_reporter(lambda: report(gc_control.recorder.snapshot(reset_max=True), policy))
     trio.run(main_async, args.host, args.port)
 
 

@@ -15,14 +15,13 @@ import sys
 from bench.gcstats import install_signal_reporter, report
 from bench.loadgen import raise_fd_limit
 from rsc import coordinator_cli as cli
-from rsc.actors import gc_control, latency
+from rsc.actors import gc_control
 
 
 def main(argv: list[str] | None = None) -> int:
     raise_fd_limit()
     policy = gc_control.install()
-    install_signal_reporter(lambda: {**report(gc_control.recorder.snapshot(reset_max=True), policy),
-                                     "requests": latency.requests.snapshot()})
+    install_signal_reporter(lambda: report(gc_control.recorder.snapshot(reset_max=True), policy))
     parser = argparse.ArgumentParser(prog="bench.coordinator")
     cli.add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["coordinator", *(sys.argv[1:] if argv is None else argv)])
