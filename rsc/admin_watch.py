@@ -253,7 +253,7 @@ async def _follow_pushes(admin: AdminClient, args: argparse.Namespace,
             if body is None:
                 display.show(probed, raw)  # a change no push carried: polling from here on
                 return False
-        if body.get("type") != "groupDescription":
+        if body.get("type") != GroupDescription.TYPE:
             continue
         pushed = True
         if body.get("status") == Status.UNKNOWN_GROUP:
