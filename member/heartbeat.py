@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from rsc.member import gc_control
+from rsc.common import gc_policy as gc_control
 from rsc.member.reconcile import LEAVE_EPOCH
 from rsc.member.session import Backoff, ResponseUndecodable, Session, SessionClosed, open_session
 from rsc.protocol import AssignmentChanged, HeartbeatResponse, Status
