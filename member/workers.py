@@ -76,6 +76,7 @@ class Workers:
         """Take entries until none is left, then wait until the reader queues more."""
         core = self.core
         queue, ledger, acks, stats = core.queue, core.ledger, core.acks, core.stats
+        parking = core.acker_parking
         ack_rule = core.ack_rule
         handler = self.handler
         member_id = core.member_id
@@ -133,9 +134,9 @@ class Workers:
                 done(entry)
                 if not handled:
                     core.finish(shard)
-            if handled and acks.acker_parked and ack_rule.wake_acker(
+            if handled and parking.parked and ack_rule.wake_acker(
                     acks.pending, busy=core.busy, queued=len(queue)):
-                acks.wake()
+                parking.wake()
             since_checkpoint += 1
             if since_checkpoint >= CHECKPOINT_EVERY:
                 since_checkpoint = 0
@@ -155,11 +156,11 @@ class Workers:
         core = self.core
         core.ledger.started(message.shard)  # the acker finishes this extra count
         buffer = core.acks.add(message.shard, generation, message.id)
-        if buffer.sent is None:
-            buffer.sent = trio.Event()
         sent = buffer.sent
+        if not isinstance(sent, trio.Event):  # the first worker waiting on this buffer
+            sent = buffer.sent = trio.Event()
         core.acks.awaited += 1
-        core.acks.wake()
+        core.acker_parking.wake()
         try:
             await sent.wait()
         finally:
