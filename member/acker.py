@@ -20,6 +20,7 @@ import trio
 
 from rsc.member.ackbook import Taken
 from rsc.member.ledger import Verdict
+from rsc.member.ops import stream_ops
 from rsc.member.reconcile import NO_ACTIONS
 from rsc.member.streams import NOT_OWNER, StreamOps, connect
 
@@ -38,7 +39,7 @@ def _due(core: MemberCore) -> bool:
 async def run_acker(core: MemberCore) -> None:
     """Send acks in batches, until cancelled."""
     config, acks, parking = core.config, core.acks, core.acker_parking
-    ops = StreamOps(connect(config.redis_url), config.consumer_group, core.member_id,
+    ops = stream_ops(connect(config.redis_url), config.consumer_group, core.member_id,
                     use_xackdel=core.server_xackdel)
     linger = core.ack_rule.linger_ms / 1000
     try:

@@ -38,6 +38,7 @@ import redis
 import trio
 
 from rsc.member.notices import Notices, redis_problem, then
+from rsc.member.ops import produce_ops
 from rsc.member.session import (
     Backoff,
     ResponseUndecodable,
@@ -51,7 +52,6 @@ from rsc.member.workqueue import Signal
 
 __all__ = ["Producer", "RoutingTable", "RoutingUnavailable", "StoreMismatch", "open_producer"]
 from rsc.member.streams import (
-    ProduceOps,
     Refused,
     StoreMismatch,
     check_store_id,
@@ -120,7 +120,7 @@ class Producer:
         self.rerouted = 0  # record writes refused by a sealed or retired shard
         self.notices = notices or Notices(_log_notice)
         self._token = token
-        self._ops = ProduceOps(client)
+        self._ops = produce_ops(client)
         self._routing_wait_s = routing_wait_s
         self._session: Session | None = None
         self._changed = Signal()

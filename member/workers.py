@@ -20,9 +20,9 @@ import trio
 
 from rsc.member.ledger import Verdict
 from rsc.member.message import MESSAGE_SETTERS, Handler, Message, new_message
+from rsc.member.ops import produce_ops
 from rsc.member.policies import NO_RETRY, AckPolicy, DeadLetter, RetryLater, dead_letter_fields
 from rsc.member.reconcile import NO_ACTIONS, Actions
-from rsc.member.streams import ProduceOps
 
 if TYPE_CHECKING:
     import redis
@@ -42,7 +42,7 @@ class Workers:
         self.handler = handler
         self.is_async = inspect.iscoroutinefunction(handler)
         self.threads = trio.CapacityLimiter(max(64, core.config.capacity))
-        self.dead_letters = ProduceOps(misc_client)  # XADD of dead letters (its add_raw)
+        self.dead_letters = produce_ops(misc_client)  # XADD of dead letters (its add_raw)
 
     async def run(self) -> None:
         """Keep as many long-lived workers as the ledger's worker count (never one per message)."""
