@@ -11,7 +11,6 @@ is not a blocking read is batched into one pipeline per call. Scripts:
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,14 +22,15 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
+from rsc.member.producer_core import Refused
 from rsc.member.redis_connect import connect as connect_any
 from rsc.member.redis_connect import is_cluster
 from rsc.protocol.routing import owner_key, seal_key
 
 NOT_OWNER = -1
 ACK_CHUNK = 2000
-SEALED_ERROR = "SEALED"
-MISSING_ERROR = "MISSING"
+SEALED_ERROR = Refused.SEALED.value  # the produce script's error replies
+MISSING_ERROR = Refused.MISSING.value
 STORE_ID_KEY = "rsc:store-id"  # written by the coordinator in its Redis (Producer routing)
 KEY_FIELD = "key"
 VALUE_FIELD = "value"
@@ -369,14 +369,7 @@ def pairs(flat: Sequence[str] | Mapping[str, str] | None) -> dict[str, str]:
     return dict(zip(it, it, strict=True))
 
 
-class Refused(enum.Enum):
-    """Why the produce script refused a write: the producer re-routes after either."""
-
-    SEALED = SEALED_ERROR  # the shard's version is sealed (resharding)
-    MISSING = MISSING_ERROR  # no such stream: a retired version, or another Redis
-
-
-# per record: the entry id, a refusal, or the Redis error the server answered for it
+# per record: the entry id, a refusal (R5), or the Redis error the server answered for it
 WriteResult = str | Refused | redis.RedisError
 
 
