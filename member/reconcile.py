@@ -1,4 +1,4 @@
-"""The member's reconciliation: pure decisions from heartbeat responses (PROTOCOL.md table).
+"""The member's reconciliation: pure decisions from heartbeat responses (the status table of docs/protocol.md).
 
 `MemberState` is what the member holds: shards it reads, shards it drains
 (revoking), shards it has drained and reports `REVOKED` until an `OK`. Every
@@ -162,7 +162,7 @@ class MemberState:
 
     def on_response(self, sent: SentHeartbeat,
                     response: HeartbeatResponse) -> tuple[MemberState, Actions]:
-        """Apply a heartbeat response (the table of PROTOCOL.md, one row per status)."""
+        """Apply a heartbeat response (the status table of docs/protocol.md, one row per status)."""
         if sent.incarnation != self.incarnation:
             return self, NO_ACTIONS  # sent before this member fenced itself: stale
         status = Status(response.status)

@@ -1,4 +1,5 @@
-"""Pure tests of the member reconciliation: one named test per member obligation of PROTOCOL.md."""
+"""Pure tests of the member reconciliation: one named test per member obligation of
+docs/protocol.md."""
 
 from __future__ import annotations
 
