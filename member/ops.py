@@ -10,21 +10,21 @@ from __future__ import annotations
 import redis
 
 from rsc.member.cluster_streams import ClusterProduceOps, ClusterStreamOps
-from rsc.member.redis_connect import is_cluster
 from rsc.member.streams import ProduceOps, StreamOps
 
+Client = redis.Redis | redis.RedisCluster  # what `streams.connect` returns, as the URL says
 
-def stream_ops(client: redis.Redis, consumer_group: str, consumer: str, *,
+
+def stream_ops(client: Client, consumer_group: str, consumer: str, *,
                use_xackdel: bool | None = None) -> StreamOps:
     """Reads, claims, acks and lag of one consumer (memberId) of one consumer group."""
-    if is_cluster(client):
-        return ClusterStreamOps(client, consumer_group, consumer,  # type: ignore[arg-type]
-                                use_xackdel=use_xackdel)
+    if isinstance(client, redis.RedisCluster):
+        return ClusterStreamOps(client, consumer_group, consumer, use_xackdel=use_xackdel)
     return StreamOps(client, consumer_group, consumer, use_xackdel=use_xackdel)
 
 
-def produce_ops(client: redis.Redis) -> ProduceOps:
+def produce_ops(client: Client) -> ProduceOps:
     """Writes of a producer (and dead letters): XADD through the seal-checking script."""
-    if is_cluster(client):
-        return ClusterProduceOps(client)  # type: ignore[arg-type]
+    if isinstance(client, redis.RedisCluster):
+        return ClusterProduceOps(client)
     return ProduceOps(client)

@@ -1,4 +1,4 @@
-"""The member's reconciliation: pure decisions from heartbeat responses (the status table of docs/protocol.md).
+"""The member's reconciliation: pure decisions from heartbeat responses (docs/protocol.md table).
 
 `MemberState` is what the member holds: shards it reads, shards it drains
 (revoking), shards it has drained and reports `REVOKED` until an `OK`. Every
