@@ -2,8 +2,15 @@
 
 Start-up order is what lets a restart fit inside a member's lease: the
 metrics/health port answers first (`/healthz` 200, `/readyz` 503), then the
-lease is taken (at once when its holder is a dead process on this host), the
-metadata loaded, and only then `listening on`. Nothing else is awaited.
+lease is taken (at once when its holder is a dead process on this host; while
+a live coordinator holds it, this one waits, D5), the metadata loaded, and
+only then `listening on`. Nothing else is awaited.
+
+D5: a coordinator that finds its lease lapsed (it was frozen, or a renewal
+found the key gone or taken) expires nobody: it closes its sessions, takes
+the lease again under a new coordinator epoch (waiting if another holds it)
+and restores every prefix as after a restart (H12: fresh leases), on the same
+port.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from rsc.actors.admission import (
 )
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.group import GroupSettings
+from rsc.actors.lease import LeaseContinuity, Renewal, waiting_line
 from rsc.actors.logs import log_event
 from rsc.actors.prefix import GroupBudget
 from rsc.actors.records import PrefixSnapshot
@@ -192,14 +200,71 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
 async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admission,
                readiness: Readiness, metrics: Any, lease_ms: int, max_sessions: int, fd_limit: int,
                task_status: trio.TaskStatus[str]) -> None:
-    try:
-        await trio.to_thread.run_sync(take_over_dead_local_holder, store)
-    except Exception as exc:  # noqa: BLE001 - best effort: acquire says what is wrong with Redis
-        log_event(log, "coordinator.lease_takeover_skipped", error=str(exc))
-    epoch = await trio.to_thread.run_sync(store.acquire, int(lease_ms * 1.5))
-    readiness.lease_held(True)
-    log_event(log, "coordinator.started", coordinator_epoch=epoch, redis=store.redis_url,
-              max_sessions=max_sessions, fd_limit=fd_limit)
+    """Serve under one coordinator epoch after another: each time the lease is found lapsed
+    (D5), everything is restored again from Redis as after a restart, under a new epoch."""
+    port = config.port
+    started = False
+    while True:
+        epoch = await _wait_for_lease(config, store, readiness, lease_ms)
+        continuity = LeaseContinuity(lease_ms=lease_ms, confirmed_at=_monotonic_ms())
+        log_event(log, "coordinator.started", coordinator_epoch=epoch, redis=store.redis_url,
+                  max_sessions=max_sessions, fd_limit=fd_limit)
+        lapsed = trio.Event()
+        reason: str | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                port = await nursery.start(_serve_epoch, config, store, admission, readiness,
+                                           metrics, continuity, lapsed, port)
+                if not started:
+                    started = True
+                    gc_control.freeze_after_startup()
+                    task_status.started(f"ws://{config.host}:{port}")
+                await lapsed.wait()
+                nursery.cancel_scope.cancel()
+        except* StoreFenced as fenced:  # a newer coordinator wrote: ours lapsed long ago
+            reason = str(fenced.exceptions[0])
+        reason = reason or continuity.lapse(_monotonic_ms()) or "the lease lapsed"
+        readiness.lease_held(False, f"the coordinator lease lapsed ({reason})")
+        log_event(log, "coordinator.lease_lapsed", level=logging.WARNING,
+                  coordinator_epoch=epoch, reason=reason,
+                  then="sessions closed; restoring every prefix under a new coordinator epoch")
+
+
+async def _wait_for_lease(config: CoordinatorConfig, store: ReportingStore, readiness: Readiness,
+                          lease_ms: int) -> int:
+    """D5: take the coordinator lease, waiting while another live coordinator holds it (not
+    listening, `/readyz` 503, one line every 10 s naming the holder). A holder that stops
+    releases it (taken within a poll, well inside a tick); a dead one's lapses; one that died
+    on this host is dropped at once."""
+    poll_s = min(0.25, max(0.02, config.tick_interval_ms / 4000))
+    last_said: float | None = None
+    while True:
+        try:
+            await trio.to_thread.run_sync(take_over_dead_local_holder, store)
+        except Exception as exc:  # noqa: BLE001 - best effort: try_acquire says what is wrong
+            log_event(log, "coordinator.lease_takeover_skipped", error=str(exc))
+        epoch, holder = await trio.to_thread.run_sync(store.try_acquire)
+        if epoch is not None:
+            readiness.lease_held(True)
+            return epoch
+        readiness.lease_held(False, f"waiting: coordinator {holder} holds the lease")
+        now = trio.current_time()
+        if last_said is None or now - last_said >= OUTAGE_REMINDER_S:
+            last_said = now
+            log_event(log, "coordinator.waiting", level=logging.WARNING, holder=holder,
+                      line=waiting_line(holder, store.redis_url, lease_ms))
+        await trio.sleep(poll_s)
+
+
+def _monotonic_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
+async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admission: Admission,
+                       readiness: Readiness, metrics: Any, continuity: LeaseContinuity,
+                       lapsed: trio.Event, port: int, task_status: trio.TaskStatus[int]) -> None:
+    """Everything of one coordinator epoch: restored actors, the websocket server (on `port`),
+    the lease, the tick, the store id. `lapsed` is set when the lease is found lapsed."""
     identity = StoreIdentity(await trio.to_thread.run_sync(shard_ops.ensure_store_id, store.client))
     await trio.to_thread.run_sync(shard_ops.load_scripts, store.client)
     xackdel = await trio.to_thread.run_sync(shard_ops.supports_xackdel, store.client)
@@ -228,7 +293,7 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
     async with trio.open_nursery() as nursery:
         background = nursery
         router = Router(nursery, make_actor, reload=reload, metrics=metrics)
-        now = now_ms()
+        now = now_ms()  # H12: every restored member gets a fresh lease from now
         for prefix, data in persisted.items():
             actor = make_actor(prefix)
             actor.restore(data, now)
@@ -237,20 +302,19 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
         server = CoordinatorServer(router, nursery, admin_token=config.admin_token,
                                    member_token=config.member_token, admission=admission,
                                    max_frame_bytes=config.max_frame_bytes)
-        port = await nursery.start(_serve_websocket, server, config, admission)
-        nursery.start_soon(_lease_loop, config, store, readiness)
-        nursery.start_soon(_tick_loop, config, router)
+        bound = await nursery.start(_serve_websocket, server, config, admission, port)
+        nursery.start_soon(_lease_loop, config, store, readiness, continuity, lapsed)
+        nursery.start_soon(_tick_loop, config, router, continuity, lapsed)
         nursery.start_soon(_store_id_loop, config, store, identity)
-        gc_control.freeze_after_startup()
-        task_status.started(f"ws://{config.host}:{port}")
+        task_status.started(bound)
 
 
 async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig, admission: Admission,
-                           task_status: trio.TaskStatus[int]) -> None:
+                           port: int, task_status: trio.TaskStatus[int]) -> None:
     from trio_websocket import WebSocketServer
 
     listeners = [AdmissionListener(listener, admission)
-                 for listener in await trio.open_tcp_listeners(config.port, host=config.host)]
+                 for listener in await trio.open_tcp_listeners(port, host=config.host)]
 
     async def handle(request: Any) -> None:
         try:
@@ -268,12 +332,14 @@ async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig,
         task_status.started(listeners[0].port)
 
 
-async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness: Readiness) -> None:
+async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness: Readiness,
+                      continuity: LeaseContinuity, lapsed: trio.Event) -> None:
     """Renew the coordinator lease every tick, on a thread of its own that nothing else can hold.
 
     Each renewal is a metadata write reported to `readiness` (which logs an
-    outage once). A fenced store (another coordinator owns this Redis) ends
-    the process.
+    outage once). A renewal that finds the lease lapsed or taken, or that comes
+    after a gap longer than the lease (this process was frozen), breaks its
+    continuity (D5): `lapsed` is set and the coordinator restarts.
     """
     interval = config.tick_interval_ms / 1000
     own_thread = trio.CapacityLimiter(1)
@@ -282,24 +348,34 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
         deadline += interval
         await trio.sleep_until(deadline)
         deadline = max(deadline, trio.current_time() - interval)  # never a burst after a stall
+        sent_at = _monotonic_ms()
         try:
-            await trio.to_thread.run_sync(store.renew, limiter=own_thread)
-        except StoreFenced:
-            readiness.lease_held(False, "fenced: another coordinator owns this Redis")
-            raise
+            outcome = await trio.to_thread.run_sync(store.renew, limiter=own_thread)
         except (StoreError, OSError) as exc:
+            continuity.renewal(sent_at, Renewal.FAILED)
             readiness.lease_held(False, str(exc))
             readiness.write_failed(str(exc))
             continue
+        continuity.renewal(sent_at, outcome)
+        if continuity.broken is not None:
+            lapsed.set()
+            return
         readiness.lease_held(True)
         readiness.write_succeeded()  # the renewal is a metadata write too (PROTOCOL, Command line)
 
 
-async def _tick_loop(config: CoordinatorConfig, router: Router) -> None:
-    """Send every actor its tick (H6, H14); never waits on any of them."""
+async def _tick_loop(config: CoordinatorConfig, router: Router, continuity: LeaseContinuity,
+                     lapsed: trio.Event) -> None:
+    """Send every actor its tick (H6, H14); never waits on any of them. Only while the lease
+    is continuous (D5): after a gap, expiring members on heartbeats older than it would fence
+    members that went on under D5, so the tick stops and the coordinator restarts instead."""
     interval = config.tick_interval_ms / 1000
     while True:
         await trio.sleep(interval)
+        if not continuity.holds(_monotonic_ms()):
+            if continuity.broken is not None:
+                lapsed.set()
+            continue  # no renewal for a lease (Redis down, or this process frozen): no expiry
         router.tick()
         gc_control.on_tick()
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import redis
 
+from rsc.actors.lease import Renewal
 from rsc.actors.records import (
     COORDINATOR_EPOCH_FIELD,
     WRITE_SEQUENCE_FIELD,
@@ -181,7 +182,8 @@ class MetadataStore:
     # --- coordinator lease ---------------------------------------------------------
 
     def acquire(self, wait_ms: int) -> int:
-        """Take the coordinator lease, waiting up to `wait_ms` for a dead holder's to lapse.
+        """Take the coordinator lease, waiting up to `wait_ms` for a dead holder's to lapse
+        (blocking; the coordinator itself waits in trio with `try_acquire`, D5).
 
         Raises CoordinatorAlreadyRunning when a live coordinator keeps renewing it.
         """
@@ -193,31 +195,40 @@ class MetadataStore:
     def _acquire(self, wait_ms: int) -> int:
         deadline = time.monotonic() + wait_ms / 1000
         while True:
-            if self.client.set(LEASE_KEY, self.instance_id, nx=True, px=self.lease_ms):
-                self.coordinator_epoch = int(self.client.incr(EPOCH_KEY))
-                return self.coordinator_epoch
-            holder = self.client.get(LEASE_KEY)
-            holder = holder.decode() if isinstance(holder, bytes) else holder
+            epoch, holder = self._try_acquire()
+            if epoch is not None:
+                return epoch
             if time.monotonic() >= deadline:
                 raise CoordinatorAlreadyRunning(
-                    f"another coordinator ({holder}) is live on {self.redis_url}; refusing to start. "
-                    "Stop it first, or point this one at another Redis.")
+                    f"another coordinator ({holder}) is live on {self.redis_url}")
             time.sleep(0.05)
 
-    def renew(self) -> None:
-        """Keep the lease; StoreFenced when another coordinator has it now."""
+    def try_acquire(self) -> tuple[int | None, str | None]:
+        """One attempt at the lease: (our new coordinator epoch, None), or (None, the holder)."""
+        try:
+            return self._try_acquire()
+        except STORE_IO_ERRORS as exc:
+            raise StoreError(f"cannot use Redis at {self.redis_url}: {exc}") from exc
+
+    def _try_acquire(self) -> tuple[int | None, str | None]:
+        if self.client.set(LEASE_KEY, self.instance_id, nx=True, px=self.lease_ms):
+            self.coordinator_epoch = int(self.client.incr(EPOCH_KEY))
+            return self.coordinator_epoch, None
+        holder = self.client.get(LEASE_KEY)
+        holder = holder.decode() if isinstance(holder, bytes) else holder
+        return None, None if holder is None else str(holder)
+
+    def renew(self) -> Renewal:
+        """Set the lease's TTL again if it is still ours; what the renewal found (D5: a lease
+        found lapsed or taken is never silently taken back: the caller restarts)."""
         try:
             renewed = self._renew(keys=[LEASE_KEY], args=[self.instance_id, self.lease_ms])
+            if renewed:
+                return Renewal.RENEWED
+            holder = self.client.get(LEASE_KEY)
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot renew the coordinator lease: {exc}") from exc
-        if not renewed:
-            try:
-                if self.client.set(LEASE_KEY, self.instance_id, nx=True, px=self.lease_ms):
-                    return  # it lapsed while Redis was unreachable and nobody took it
-                holder = self.client.get(LEASE_KEY)
-            except STORE_IO_ERRORS as exc:
-                raise StoreError(f"cannot renew the coordinator lease: {exc}") from exc
-            raise StoreFenced(f"coordinator lease taken by {holder!s}; this coordinator stops")
+        return Renewal.LAPSED if holder is None else Renewal.TAKEN
 
     def release(self) -> None:
         try:

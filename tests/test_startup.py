@@ -57,17 +57,49 @@ async def test_restart_after_sigkill_is_quick_because_the_dead_holder_lease_is_t
     assert b"coordinator.lease_taken_over" in logs, logs
 
 
-async def test_a_live_coordinator_lease_is_not_taken_over(redis_url):
-    process, _url = await spawn_coordinator(redis_url)
+async def read_until(stream, needle: bytes, seen: bytearray) -> None:
+    """Read `stream` into `seen` until it holds `needle` (the caller bounds the time)."""
+    while needle not in seen:
+        chunk = await stream.receive_some(65536)
+        assert chunk, f"stream closed before {needle!r}: {bytes(seen)!r}"
+        seen += chunk
+
+
+async def test_d5_a_second_coordinator_waits_then_takes_over_when_the_holder_stops(redis_url):
+    first, first_url = await spawn_coordinator(redis_url, "--tick-interval-ms", "200")
+    metrics_port = free_port()
+    second = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "rsc", "coordinator", "--redis-url", redis_url, "--port", "0",
+         "--tick-interval-ms", "200", "--metrics-port", str(metrics_port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    assert second.stdout is not None and second.stderr is not None
     try:
-        second = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "rsc", "coordinator", "--redis-url", redis_url, "--port", "0",
-             "--tick-interval-ms", "50"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+        logs = bytearray()
         with trio.fail_after(20):
-            assert await second.wait() == 1
-        assert process.returncode is None
+            await read_until(second.stderr, b"coordinator.waiting", logs)
+        client = redis.Redis.from_url(redis_url, decode_responses=True)
+        try:
+            holder = client.get("rsc:coordinator:lease")
+        finally:
+            client.close()
+        assert holder is not None and holder.encode() in logs, "the line names the holder"
+        status, body = await http_get(metrics_port, "/readyz")
+        assert status == 503 and b"waiting" in body
+        assert second.returncode is None and first.returncode is None, "it waits, it does not exit"
+        with trio.move_on_after(0) as nothing:
+            assert await second.stdout.receive_some(4096) == b"", "not listening while it waits"
+        assert nothing.cancelled_caught
+        await stop(first)  # SIGTERM releases the lease at once: the second takes over
+        assert first.returncode == 0
+        out = bytearray()
+        with trio.fail_after(20):
+            await read_until(second.stdout, b"listening on ", out)
+            while (await http_get(metrics_port, "/readyz"))[0] != 200:
+                await trio.sleep(0.02)
     finally:
-        await stop(process)
+        await stop(first)
+        await stop(second)
+    assert first_url  # the first one served before
 
 
 async def test_health_port_answers_before_listening_and_readyz_follows_the_store():
