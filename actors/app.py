@@ -7,10 +7,11 @@ a live coordinator holds it, this one waits, D5), the metadata loaded, and
 only then `listening on`. Nothing else is awaited.
 
 D5: a coordinator that finds its lease lapsed (it was frozen, or a renewal
-found the key gone or taken) expires nobody: it closes its sessions, takes
-the lease again under a new coordinator epoch (waiting if another holds it)
-and restores every prefix as after a restart (H12: fresh leases), on the same
-port.
+found the key gone or taken) expires nobody on the heartbeats it saw before.
+If nobody else ran meanwhile it takes the key again and holds every expiry
+for one member lease (a fresh lease each, H12), its sessions open; otherwise
+it closes its sessions, waits for the lease, and restores every prefix as
+after a restart under a new coordinator epoch, on the same port.
 """
 
 from __future__ import annotations
@@ -200,8 +201,9 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
 async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admission,
                readiness: Readiness, metrics: Any, lease_ms: int, max_sessions: int, fd_limit: int,
                task_status: trio.TaskStatus[str]) -> None:
-    """Serve under one coordinator epoch after another: each time the lease is found lapsed
-    (D5), everything is restored again from Redis as after a restart, under a new epoch."""
+    """Serve under one coordinator epoch after another: each time the lease is found taken by
+    another coordinator (D5), everything is restored again from Redis as after a restart, under
+    a new epoch, once this one holds the lease again."""
     port = config.port
     started = False
     while True:
@@ -357,11 +359,24 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
             readiness.write_failed(str(exc))
             continue
         continuity.renewal(sent_at, outcome)
-        if continuity.broken is not None:
-            lapsed.set()
-            return
+        reason = continuity.broken
+        if reason is not None:
+            if outcome is Renewal.TAKEN or not await _retake(store, own_thread):
+                lapsed.set()  # another coordinator holds it, or ran meanwhile: restart
+                return
+            continuity.resume(_monotonic_ms(), config.lease_ttl_ms)
+            log_event(log, "coordinator.lease_lapsed", level=logging.WARNING, reason=reason,
+                      then=f"taken again; no member expires for {config.lease_ttl_ms} ms "
+                           "(fresh leases, H12)")
         readiness.lease_held(True)
         readiness.write_succeeded()  # the renewal is a metadata write too (PROTOCOL, Command line)
+
+
+async def _retake(store: MetadataStore, limiter: trio.CapacityLimiter) -> bool:
+    try:
+        return await trio.to_thread.run_sync(store.retake, limiter=limiter)
+    except StoreError:
+        return False
 
 
 async def _tick_loop(config: CoordinatorConfig, router: Router, continuity: LeaseContinuity,
@@ -372,10 +387,9 @@ async def _tick_loop(config: CoordinatorConfig, router: Router, continuity: Leas
     interval = config.tick_interval_ms / 1000
     while True:
         await trio.sleep(interval)
-        if not continuity.holds(_monotonic_ms()):
-            if continuity.broken is not None:
-                lapsed.set()
-            continue  # no renewal for a lease (Redis down, or this process frozen): no expiry
+        if not continuity.expiry_allowed(_monotonic_ms()):
+            continue  # no renewal for a lease (Redis down, or this process frozen), or fresh
+            # leases after a lapse: no expiry on heartbeats older than the lapse
         router.tick()
         gc_control.on_tick()
 

@@ -7,9 +7,15 @@ could not renew for longer than that may have been taken for dead: members
 went on under D5 without heartbeats, so heartbeats older than the gap prove
 nothing. The lease is continuous at `now` while the last renewal that found
 the lease ours was sent less than `lease_ms` before (a monotonic-clock jump
-over the lease is a lapse), and no renewal found it lapsed or taken. After a
-lapse the coordinator expires nobody: it takes the lease again under a new
-coordinator epoch and restores as after a restart (H12: fresh leases).
+over the lease is a lapse), and no renewal found it lapsed or taken.
+
+After a lapse the coordinator expires nobody on the heartbeats it saw before
+it. When nobody else ran meanwhile (the epoch counter still names it) it
+takes the key again at once and `resume`s: expiry (H6, H14) waits one member
+lease TTL from then, which is exactly a fresh lease for every member (H12),
+while its sessions stay open. When another coordinator took the lease or ran
+meanwhile, it closes everything and waits for the lease, then restores as
+after a restart under a new coordinator epoch.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ class LeaseContinuity:
     lease_ms: float
     confirmed_at: float  # when the last renewal that found the lease ours was sent (ms)
     broken: str | None = None  # why the lease is known lapsed, None while unknown
+    expiry_from: float = 0.0  # no expiry before this (ms): fresh leases after a lapse
 
     def renewal(self, sent_at: float, outcome: Renewal) -> None:
         """A renewal sent at `sent_at` came back with `outcome`."""
@@ -52,8 +59,20 @@ class LeaseContinuity:
             self.broken = "the renewal found the lease taken by another coordinator"
 
     def holds(self, now: float) -> bool:
-        """Continuous at `now`: expiries (H6, H14) may run on the heartbeats seen so far."""
+        """Continuous at `now`: the heartbeats seen so far are all there is to know."""
         return self.broken is None and now - self.confirmed_at < self.lease_ms
+
+    def expiry_allowed(self, now: float) -> bool:
+        """Expiries (H6, H14) may run at `now`: the lease is continuous, and a lapse it was
+        taken again after is at least one member lease TTL back."""
+        return self.holds(now) and now >= self.expiry_from
+
+    def resume(self, now: float, member_lease_ttl_ms: float) -> None:
+        """The lapsed lease was taken again at `now` by this coordinator (nobody else ran):
+        every member gets a fresh lease from now (H12): no expiry before one TTL passed."""
+        self.broken = None
+        self.confirmed_at = now
+        self.expiry_from = now + member_lease_ttl_ms
 
     def lapse(self, now: float) -> str | None:
         """Why the lease is not continuous at `now` (None while it is)."""

@@ -230,6 +230,18 @@ class MetadataStore:
             raise StoreError(f"cannot renew the coordinator lease: {exc}") from exc
         return Renewal.LAPSED if holder is None else Renewal.TAKEN
 
+    def retake(self) -> bool:
+        """D5: take the lease again after a lapse, only if no other coordinator ran meanwhile
+        (the key is gone or still ours, and the epoch counter still names this epoch)."""
+        try:
+            if int(self.client.get(EPOCH_KEY) or 0) != self.coordinator_epoch:
+                return False
+            if self.client.set(LEASE_KEY, self.instance_id, nx=True, px=self.lease_ms):
+                return True
+            return bool(self._renew(keys=[LEASE_KEY], args=[self.instance_id, self.lease_ms]))
+        except STORE_IO_ERRORS as exc:
+            raise StoreError(f"cannot take the coordinator lease again: {exc}") from exc
+
     def release(self) -> None:
         try:
             self._release(keys=[LEASE_KEY], args=[self.instance_id])

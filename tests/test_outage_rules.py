@@ -218,3 +218,14 @@ def test_d5_lease_continuity_failed_renewals_stop_expiry_past_the_lease_without_
 def test_d5_waiting_line_names_the_holder():
     line = waiting_line("host-42-abcd", "redis://r:6379/0", 3000)
     assert "host-42-abcd" in line and "redis://r:6379/0" in line and "3 s" in line
+
+
+def test_d5_lease_continuity_taken_again_gives_every_member_a_fresh_lease():
+    lease = LeaseContinuity(lease_ms=300, confirmed_at=0)
+    lease.renewal(5000, Renewal.LAPSED)  # woken from a freeze: the key had lapsed
+    assert not lease.expiry_allowed(5000)
+    lease.resume(5010, member_lease_ttl_ms=2000)  # nobody else ran: taken again at once
+    assert lease.holds(5010) and lease.broken is None
+    for sent_at in range(5100, 7001, 100):  # renewed every tick from then on
+        lease.renewal(sent_at, Renewal.RENEWED)
+        assert lease.expiry_allowed(sent_at + 10) is (sent_at + 10 >= 7010), sent_at

@@ -65,7 +65,8 @@ async def read_until(stream, needle: bytes, seen: bytearray) -> None:
         seen += chunk
 
 
-async def test_d5_a_second_coordinator_waits_then_takes_over_when_the_holder_stops(redis_url):
+@pytest.mark.parametrize("ending", ["sigterm", "sigkill"])
+async def test_d5_a_second_coordinator_waits_then_takes_over_when_the_holder_stops(redis_url, ending):
     first, first_url = await spawn_coordinator(redis_url, "--tick-interval-ms", "200")
     metrics_port = free_port()
     second = await trio.lowlevel.open_process(
@@ -89,8 +90,12 @@ async def test_d5_a_second_coordinator_waits_then_takes_over_when_the_holder_sto
         with trio.move_on_after(0) as nothing:
             assert await second.stdout.receive_some(4096) == b"", "not listening while it waits"
         assert nothing.cancelled_caught
-        await stop(first)  # SIGTERM releases the lease at once: the second takes over
-        assert first.returncode == 0
+        if ending == "sigterm":
+            await stop(first)  # SIGTERM releases the lease at once: the second takes over
+            assert first.returncode == 0
+        else:  # a death: its lease lapses (on this host its pid is seen gone at once)
+            first.kill()
+            await first.wait()
         out = bytearray()
         with trio.fail_after(20):
             await read_until(second.stdout, b"listening on ", out)
