@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import attrs
+import pytest
 import trio
 
 from rsc.admin_views import render_plain
@@ -117,7 +118,8 @@ async def test_rsc_demo_duration_20_runs_to_completion_with_no_redis_configured(
     assert_gone(redis_pid(stdout))
 
 
-async def test_sigterm_stops_the_demo_cleanly():
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+async def test_sigterm_or_ctrl_c_stops_the_demo_cleanly_with_the_reconciled_count(signum):
     demo = start_demo()
     assert demo.stdout is not None
     seen: list[str] = []
@@ -127,11 +129,12 @@ async def test_sigterm_stops_the_demo_cleanly():
                 line = await trio.to_thread.run_sync(demo.stdout.readline)
                 assert line, "the demo ended before its group was stable"
                 seen.append(line)
-            demo.send_signal(signal.SIGTERM)
+            demo.send_signal(signum)
             rest, stderr = await trio.to_thread.run_sync(demo.communicate)
     finally:
         if demo.poll() is None:
             demo.kill()
     assert demo.returncode == 0, stderr
-    assert "stopped cleanly" in rest
+    assert re.search(r"stopped cleanly: produced \d+ = consumed \d+", rest), rest
+    assert "Error" not in stderr, stderr
     assert_gone(redis_pid("".join(seen)))

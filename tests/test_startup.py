@@ -260,3 +260,39 @@ def test_tokens_come_from_the_environment_unless_a_flag_names_them(monkeypatch):
     add_parser(parser.add_subparsers(dest="command"))
     unset = config_from_args(parser.parse_args(["coordinator"]))
     assert (unset.admin_token, unset.member_token) == (None, None)
+
+
+async def test_ctrl_c_on_rsc_coordinator_releases_the_lease_first(redis_url):
+    process, _url = await spawn_coordinator(redis_url, stderr=subprocess.PIPE)
+    process.send_signal(signal.SIGINT)
+    assert process.stderr is not None
+    logs = bytearray()
+    with trio.fail_after(20):
+        while chunk := await process.stderr.receive_some(65536):
+            logs += chunk
+        assert await process.wait() == 0, bytes(logs)
+    assert b"lease_not_released" not in logs and b"Traceback" not in logs, bytes(logs)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert not client.exists("rsc:coordinator:lease"), "released, not left to lapse"
+    finally:
+        client.close()
+
+
+async def test_sigterm_stops_a_coordinator_that_waits_for_the_lease(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    client.set("rsc:coordinator:lease", "elsewhere-1-abcdef01", px=60_000)
+    try:
+        waiting = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "rsc", "coordinator", "--redis-url", redis_url, "--port", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+        assert waiting.stderr is not None
+        logs = bytearray()
+        with trio.fail_after(20):
+            await read_until(waiting.stderr, b"coordinator.waiting", logs)
+            assert b"elsewhere-1-abcdef01" in logs
+            waiting.terminate()
+            assert await waiting.wait() == 0
+        assert client.get("rsc:coordinator:lease") == b"elsewhere-1-abcdef01", "not touched"
+    finally:
+        client.close()
