@@ -41,11 +41,20 @@ from rsc.member.session import (
     ResponseUndecodable,
     Session,
     SessionClosed,
+    SessionRefused,
     check_coordinator_url,
     open_session,
     unwrap_single,
 )
 from rsc.member.streams import StoreMismatch, check_store_id, connect, store_id_of
+from rsc.member.unrecoverable import (
+    EXIT_UNRECOVERABLE,
+    Unrecoverable,
+    redis_error_is_permanent,
+    redis_unrecoverable_line,
+    redis_url_problem,
+    refusal_is_permanent,
+)
 from rsc.protocol import GetRouting, Routing, Status
 
 READ_CHUNK = 1 << 16
@@ -124,6 +133,9 @@ def endpoints(args: argparse.Namespace, environ: Mapping[str, str]) -> Endpoints
         connect(redis_url).close()
     except ValueError as exc:
         raise BadConfig(f"bad Redis URL {redis_url!r}: {exc}") from None
+    problem = redis_url_problem(redis_url)
+    if problem is not None:  # D3: redis-py would silently use db 0
+        raise Unrecoverable(problem)
     return Endpoints(coordinator_url=coordinator, redis_url=redis_url,
                      token=args.token or environ.get("RSC_TOKEN") or None)
 
@@ -202,6 +214,27 @@ def _run(tool: str, main: Callable[..., Awaitable[int]], *args: object) -> int:
     except (StoreMismatch, BadConfig, BadCoordinatorUrl) as exc:
         say(str(exc))
         return 1
+    except Unrecoverable as exc:  # D3: what waiting cannot heal
+        say(str(exc))
+        return EXIT_UNRECOVERABLE
+    except BaseExceptionGroup as group:
+        found = _unrecoverable_in(group)
+        if found is None:
+            raise
+        say(str(found))
+        return EXIT_UNRECOVERABLE
+
+
+def _unrecoverable_in(exc: BaseException) -> Unrecoverable | None:
+    """The Unrecoverable somewhere in a (nested) exception group, None when there is none."""
+    if isinstance(exc, Unrecoverable):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _unrecoverable_in(inner)
+            if found is not None:
+                return found
+    return None
 
 
 # --- produce ---------------------------------------------------------------------------
@@ -213,6 +246,9 @@ def run_produce(args: argparse.Namespace) -> int:
     except BadConfig as exc:
         _line_writer("produce")(str(exc))
         return 1
+    except Unrecoverable as exc:
+        _line_writer("produce")(str(exc))
+        return EXIT_UNRECOVERABLE
     _quiet_repeats(logging.getLogger("rsc.member"), "produce")
     return _run("produce", _produce, args.prefix, urls, sys.stdin.fileno())
 
@@ -308,6 +344,9 @@ def run_consume(args: argparse.Namespace) -> int:
     except BadConfig as exc:
         _line_writer("consume")(str(exc))
         return 1
+    except Unrecoverable as exc:
+        _line_writer("consume")(str(exc))
+        return EXIT_UNRECOVERABLE
     _quiet_repeats(logging.getLogger("rsc.member"), "consume")
     gc_control.install()  # the coordinator's GC policy for this member process (RSC_GC)
     return _run("consume", _consume, args, urls)
@@ -420,6 +459,8 @@ class ConsumeWatch:
             try:
                 await trio.to_thread.run_sync(self._client.ping)
             except redis.RedisError as exc:
+                if redis_error_is_permanent(exc):  # D3: a bad db index never heals
+                    raise Unrecoverable(redis_unrecoverable_line(exc, url)) from exc
                 self._redis_ok = False
                 self.notices.say("redis", then(redis_problem(exc, url), "retrying"))
             else:
@@ -441,6 +482,10 @@ class ConsumeWatch:
                     await self._follow(session)
                     line = (f"lost the coordinator session at {url} "
                             f"({session.close_reason or 'connection closed'})")
+            except SessionRefused as exc:
+                if refusal_is_permanent(exc.status_code):  # D3: a wrong token never heals
+                    raise Unrecoverable(exc.line) from exc
+                line = exc.line
             except SessionClosed as exc:
                 line = exc.line
             except (ResponseUndecodable, trio.TooSlowError):

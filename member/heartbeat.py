@@ -26,8 +26,15 @@ import trio
 from rsc.common import gc_policy as gc_control
 from rsc.member.outage import COORDINATOR_LEASE_KEY, Observation
 from rsc.member.pacing import HeartbeatPacing
-from rsc.member.session import ResponseUndecodable, Session, SessionClosed, open_session
+from rsc.member.session import (
+    ResponseUndecodable,
+    Session,
+    SessionClosed,
+    SessionRefused,
+    open_session,
+)
 from rsc.member.streams import connect
+from rsc.member.unrecoverable import Unrecoverable, refusal_is_permanent
 from rsc.protocol import AssignmentChanged, HeartbeatResponse, Status
 from rsc.protocol.routing import owner_key
 
@@ -83,6 +90,8 @@ async def _run_session(core: MemberCore) -> None:
                     await _heartbeat_loop(core, session, pacing)
                     nursery.cancel_scope.cancel()
         except (SessionClosed, ResponseUndecodable, trio.TooSlowError) as exc:
+            if isinstance(exc, SessionRefused) and refusal_is_permanent(exc.status_code):
+                raise Unrecoverable(exc.line) from exc  # D3: a wrong token never heals
             log.info("member %s: session lost (%s); reconnecting", core.member_id, exc)
             core.ledger.on_session_failed()
             core.changed.fire()  # wakes the D5 watcher

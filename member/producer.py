@@ -44,11 +44,18 @@ from rsc.member.session import (
     ResponseUndecodable,
     Session,
     SessionClosed,
+    SessionRefused,
     check_coordinator_url,
     open_session,
     unwrap_single,
 )
 from rsc.member.streams import StoreMismatch, check_store_id, connect
+from rsc.member.unrecoverable import (
+    Unrecoverable,
+    redis_error_is_permanent,
+    redis_unrecoverable_line,
+    refusal_is_permanent,
+)
 from rsc.member.workqueue import Signal
 from rsc.protocol import GetRouting, Routing
 
@@ -263,6 +270,8 @@ class Producer:
             return result
 
     def _redis_failed(self, exc: BaseException) -> None:
+        if redis_error_is_permanent(exc):  # D3: a bad db index never heals
+            raise Unrecoverable(redis_unrecoverable_line(exc, self.redis_url)) from exc
         self.notices.say("redis", then(redis_problem(exc, self.redis_url), "retrying"))
 
     def _redis_ok(self) -> None:
@@ -291,6 +300,10 @@ class Producer:
                             self._adopt(push)
                     reason = session.close_reason or "connection closed"
                     self._session_trouble(f"lost the coordinator session at {url} ({reason})")
+            except SessionRefused as exc:
+                if refusal_is_permanent(exc.status_code):  # D3: a wrong token never heals
+                    raise Unrecoverable(exc.line) from exc
+                self._session_trouble(exc.line)
             except SessionClosed as exc:
                 self._session_trouble(exc.line)
             except (ResponseUndecodable, trio.TooSlowError) as exc:

@@ -18,7 +18,7 @@ INTERVAL_MS = 200  # the heartbeat interval `respond` names
 def look(ledger: Ledger, at: float, *, absent: bool = True, **owners: str | None):
     """One look at Redis sent at `at`: the lease key absent or held, and the owner records
     (default: every held shard names this member)."""
-    names = {shard: MEMBER for shard in ledger.observed_shards()}
+    names: dict[str, str | None] = {shard: MEMBER for shard in ledger.observed_shards()}
     names.update(owners)
     return ledger.on_observation(Observation(sent_at=at, key_absent=absent, owners=names))
 
