@@ -62,6 +62,7 @@ BUFFER_LINES = 10_000  # produce: accepted lines not yet in Redis, at most (plus
 WRITE_BATCH = 500
 DEFAULT_COORDINATOR_URL = "ws://127.0.0.1:8765"
 EXIT_INTERRUPTED = 130
+FLUSH_TIMEOUT_S = 30.0  # produce: how long a SIGTERM or Ctrl-C keeps delivering (D2)
 
 
 class MalformedLine(ValueError):
@@ -155,6 +156,10 @@ def add_produce_parser(subparsers: argparse._SubParsersAction) -> None:
         "produce", help="write stdin lines (key<TAB>value or JSON {key, value}) to a prefix")
     parser.add_argument("prefix", help="stream prefix")
     _add_endpoint_flags(parser)
+    parser.add_argument("--flush-timeout", type=_non_negative_seconds, default=FLUSH_TIMEOUT_S,
+                        metavar="SECONDS",
+                        help="after SIGTERM or Ctrl-C, keep delivering accepted lines this long "
+                             f"(default {FLUSH_TIMEOUT_S:g}), then exit 1 naming what is left")
     parser.set_defaults(run=run_produce)
 
 
@@ -177,6 +182,16 @@ def add_consume_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--events", action="store_true",
                         help="write one JSON line per member event to stderr")
     parser.set_defaults(run=run_consume)
+
+
+def _non_negative_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds from 0, got {text!r}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -250,15 +265,17 @@ def run_produce(args: argparse.Namespace) -> int:
         _line_writer("produce")(str(exc))
         return EXIT_UNRECOVERABLE
     _quiet_repeats(logging.getLogger("rsc.member"), "produce")
-    return _run("produce", _produce, args.prefix, urls, sys.stdin.fileno())
+    return _run("produce", _produce, args.prefix, urls, sys.stdin.fileno(), args.flush_timeout)
 
 
-async def _produce(prefix: str, urls: Endpoints, input_fd: int) -> int:
+async def _produce(prefix: str, urls: Endpoints, input_fd: int,
+                   flush_timeout_s: float = FLUSH_TIMEOUT_S) -> int:
     say = _line_writer("produce")
     notices = Notices(say)
     counts = {"accepted": 0, "malformed": 0, "line": 0}
     interrupted: list[int] = []
     reading = trio.CancelScope()
+    flushing = trio.CancelScope()  # D2: after a signal, delivering lasts --flush-timeout
     lines_in, lines_out = trio.open_memory_channel[tuple[str, str]](BUFFER_LINES)
     try:
         async with open_producer(urls.coordinator_url, urls.redis_url, prefix,
@@ -286,16 +303,24 @@ async def _produce(prefix: str, urls: Endpoints, input_fd: int) -> int:
                               "accepted lines not written")
                 interrupted.append(signum)
                 say(f"draining: reading no more input, {counts['accepted'] - producer.sent} "
-                    "accepted lines left to write (Ctrl-C again to exit at once)")
+                    f"accepted lines left to write for up to {flush_timeout_s:g} s "
+                    "(Ctrl-C again to exit at once)")
                 reading.cancel()
+                flushing.deadline = trio.current_time() + flush_timeout_s
 
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_dispatch_signals, signals, on_signal)
-                    async with trio.open_nursery() as work:
-                        work.start_soon(read_input)
-                        work.start_soon(write_output)
+                    with flushing:
+                        async with trio.open_nursery() as work:
+                            work.start_soon(read_input)
+                            work.start_soon(write_output)
                     nursery.cancel_scope.cancel()
+            if flushing.cancelled_caught:
+                left = counts["accepted"] - producer.sent
+                say(f"flush timeout: {left} accepted lines not delivered after "
+                    f"{flush_timeout_s:g} s (sent {producer.sent})")
+                return 1
             summary = (f"sent {producer.sent}, retried {producer.retried}, "
                        f"rerouted {producer.rerouted}")
             if counts["malformed"]:

@@ -106,6 +106,8 @@ class Producer:
         self._session: Session | None = None
         self._changed = Signal()
         self._store_checked = False
+        # the refusal last said ((why, routing version), line): repeated as the same line
+        self._refusal_said: tuple[tuple[Refused, int], str] | None = None
 
     @property
     def routing(self) -> RoutingTable | None:
@@ -171,6 +173,12 @@ class Producer:
         """The coordinator still routes to shards this Redis refuses: say so (then retry)."""
         assert delivery.refusal is not None and delivery.routing is not None
         (stream, why), version = delivery.refusal, delivery.routing.version
+        said = self._refusal_said
+        if said is not None and said[0] == (why, version) and self.notices.active("store"):
+            # the same problem on another shard of the same version: the same line, so it
+            # is said once and then every 15 s, not once per shard and retry (D3)
+            self.notices.say("store", said[1])
+            return
         if why is Refused.MISSING:
             line = (f"shard {stream} of routing version {version} does not exist in "
                     f"{self.redis_url}: is --redis-url (RSC_REDIS_URL) the coordinator's Redis? "
@@ -178,6 +186,7 @@ class Producer:
         else:
             line = (f"shard {stream} is sealed but the coordinator still routes version "
                     f"{version} to it; retrying")
+        self._refusal_said = ((why, version), line)
         self.notices.say("store", line)
 
     # --- routing -----------------------------------------------------------------------

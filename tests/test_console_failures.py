@@ -237,7 +237,7 @@ async def test_d3_produce_redis_down_then_ctrl_c_twice_exits_at_once(tools, coor
     # the routing carries a storeId: nothing is accepted before this Redis is checked against it
     assert (await produce.line("rsc produce: draining")) == (
         "rsc produce: draining: reading no more input, 0 accepted lines left to write "
-        "(Ctrl-C again to exit at once)")
+        "for up to 30 s (Ctrl-C again to exit at once)")
     assert await produce.finish(timeout=5) == 130  # nothing to drain: no second Ctrl-C needed
     assert produce.lines[-1] == "rsc produce: sent 0, retried 0, rerouted 0"
     assert_no_traceback(produce)
@@ -757,3 +757,58 @@ def test_d3_unrecoverable_rules():
     assert redis_error_is_permanent(redis.ResponseError("DB index is out of range"))
     assert not redis_error_is_permanent(redis.ConnectionError("Connection refused"))
     assert not redis_error_is_permanent(redis.ResponseError("LOADING"))
+
+
+def _evalsha_calls(redis_url: str) -> int:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        stats = client.info("commandstats")
+        return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+    finally:
+        client.close()
+
+
+async def test_d2_sigterm_keeps_delivering_for_the_flush_timeout_then_exits_1_naming_what_is_left(
+        tools, coordinator, redis_url):
+    streams = await set_shards(coordinator.url, "orders", "billing", 4)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.delete(streams[0], streams[1])  # two shards Redis cannot take: MISSING, retried
+    finally:
+        client.close()
+    produce = await tools("produce", "orders", "--coordinator", coordinator.url,
+                          "--redis-url", redis_url, "--flush-timeout", "1")
+    keys = [key for key in (f"k{n}" for n in range(200))
+            if shard_for_key(key, 4) in (0, 1)][:10]
+    await produce.process.stdin.send_all(b"".join(f"{k}\tv\n".encode() for k in keys))
+    await produce.line("rsc produce: shard")
+    calls = _evalsha_calls(redis_url)
+    with trio.fail_after(30):  # many retries on both shards
+        while _evalsha_calls(redis_url) < calls + 20:
+            await trio.sleep(0.05)
+    refusals = [line for line in produce.lines if "does not exist" in line]
+    assert len(refusals) == 1, f"one line for a repeated problem, not one per retry: {refusals}"
+    produce.process.send_signal(signal.SIGTERM)
+    assert await produce.finish(timeout=20) == 1
+    assert produce.lines[-1] == (f"rsc produce: flush timeout: {len(keys)} accepted lines not "
+                                 "delivered after 1 s (sent 0)")
+    assert_no_traceback(produce)
+
+
+async def test_d2_a_second_sigterm_while_flushing_exits_at_once(tools, coordinator, redis_url):
+    streams = await set_shards(coordinator.url, "orders", "billing", 1)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.delete(streams[0])
+    finally:
+        client.close()
+    produce = await tools("produce", "orders", "--coordinator", coordinator.url,
+                          "--redis-url", redis_url)  # the default flush timeout: 30 s
+    await produce.process.stdin.send_all(b"k\tv\n")
+    await produce.line("rsc produce: shard")
+    produce.process.send_signal(signal.SIGTERM)
+    await produce.line("rsc produce: draining")
+    produce.process.send_signal(signal.SIGTERM)
+    assert await produce.finish(timeout=10) == 130
+    assert "exiting at once" in produce.lines[-1]
+    assert_no_traceback(produce)
