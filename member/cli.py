@@ -32,6 +32,7 @@ import trio
 from rsc.common import gc_policy as gc_control
 from rsc.member.listener import Listener
 from rsc.member.notices import REPEAT_S, Notices, redis_problem, then
+from rsc.member.peek import MessageQuota, QuotaReached, peek, routing_request
 from rsc.member.producer import no_routing_line, open_producer
 from rsc.member.reconcile import Event
 from rsc.member.runtime import Message
@@ -167,8 +168,15 @@ def add_consume_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "consume", help="run members of a group, printing one JSON line per processed message")
     parser.add_argument("prefix", help="stream prefix")
-    parser.add_argument("group", help="consumer group")
+    parser.add_argument("group", nargs="?", default=None,
+                        help="consumer group (not with --peek)")
     _add_endpoint_flags(parser)
+    parser.add_argument("--max-messages", type=_positive, default=None, metavar="N",
+                        help="stop after N messages handled and acked (then leave, exit 0); "
+                             "with --peek: print at most N")
+    parser.add_argument("--peek", action="store_true",
+                        help="print what the shards hold (XRANGE over the current routing) "
+                             "without joining a group or acking anything")
     parser.add_argument("--concurrency", type=_positive, default=1,
                         help="members to run (default 1)")
     parser.add_argument("--workers", type=_positive, default=4,
@@ -372,9 +380,51 @@ def run_consume(args: argparse.Namespace) -> int:
     except Unrecoverable as exc:
         _line_writer("consume")(str(exc))
         return EXIT_UNRECOVERABLE
+    if args.peek:
+        if args.group is not None:
+            _line_writer("consume")("--peek joins no group: give PREFIX alone")
+            return EXIT_UNRECOVERABLE
+        return _run("consume", _peek, args, urls)
+    if args.group is None:
+        _line_writer("consume")("a consumer GROUP is needed (or --peek to look without one)")
+        return EXIT_UNRECOVERABLE
     _quiet_repeats(logging.getLogger("rsc.member"), "consume")
     gc_control.install()  # the coordinator's GC policy for this member process (RSC_GC)
     return _run("consume", _consume, args, urls)
+
+
+async def _peek(args: argparse.Namespace, urls: Endpoints) -> int:
+    """`rsc consume PREFIX --peek`: the current routing's shards, read with XRANGE."""
+    say = _line_writer("consume")
+    out = StdoutLines(on_closed=lambda: None)
+    try:
+        async with open_session(urls.coordinator_url, "member", token=urls.token,
+                                connect_timeout=5.0) as session:
+            with trio.fail_after(10):
+                routing = await session.request(routing_request(args.prefix))
+    except SessionRefused as exc:
+        if refusal_is_permanent(exc.status_code):
+            raise Unrecoverable(exc.line) from exc
+        say(exc.line)
+        return 1
+    except (SessionClosed, ResponseUndecodable, trio.TooSlowError) as exc:
+        say(getattr(exc, "line", None) or f"the coordinator at {urls.coordinator_url} did not "
+            "answer in time")
+        return 1
+    if not isinstance(routing, Routing) or routing.status != Status.OK:
+        say(no_routing_line(args.prefix))
+        return 1
+    try:
+        await peek(args.prefix, routing=routing, redis_url=urls.redis_url,
+                   limit=args.max_messages, write=out.write)
+    except PipeClosed:
+        return 0
+    except redis.RedisError as exc:
+        if redis_error_is_permanent(exc):
+            raise Unrecoverable(redis_unrecoverable_line(exc, urls.redis_url)) from exc
+        say(redis_problem(exc, urls.redis_url))
+        return 1
+    return 0
 
 
 def message_line(message: Message) -> str:
@@ -576,6 +626,7 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
     stopping = trio.Event()
     out = StdoutLines(on_closed=stopping.set)
     member_ids: list[str] | None = None
+    quota = MessageQuota(args.max_messages)
 
     def on_event(member_id: str, event: Event) -> None:
         try:
@@ -587,7 +638,11 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
     async def handle(message: Message) -> None:
         if args.work_ms > 0:
             await trio.sleep(args.work_ms / 1000)
+        if not quota.take():  # --max-messages: not printed, so not acked: it stays pending
+            raise QuotaReached
         out.write(message_line(message))
+        if quota.reached:  # the last one: leave once it (and every other printed one) is acked
+            stopping.set()
 
     def make_listener() -> Listener:
         return Listener(
@@ -688,7 +743,7 @@ class _RepeatFilter(logging.Filter):
         self._last: dict[tuple[str, object], float] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple) and any(isinstance(arg, PipeClosed)
+        if isinstance(record.args, tuple) and any(isinstance(arg, PipeClosed | QuotaReached)
                                                   for arg in record.args):
             return False  # the consumer is stopping because stdout closed: not a failure
         key = (record.name, record.msg)
