@@ -416,6 +416,11 @@ class PrefixMachine:
             owners.append(OwnerToken(shard, name, group.owners.get(shard) if group else None))
 
     @property
+    def last_checkpoint(self) -> Checkpoint | None:
+        """The checkpoint the last `checkpoint()` (or `flush`) took."""
+        return self._last_checkpoint
+
+    @property
     def repair_pending(self) -> bool:
         """A failed write left fields or owner tokens that the next checkpoint writes again."""
         return bool(self._unsure_routing or self._unsure_migration or self._unsure_groups
