@@ -104,8 +104,8 @@ __all__ = [
     "AwaitRetention", "Backlog", "Checkpoint", "Committed", "CreateConsumerGroups", "Deliver",
     "DestroyConsumerGroups", "DrainQuery", "DrainReport", "GroupBudget", "IORequest", "LagRead",
     "MoveOffsets", "Outcome", "PrefixEvent", "PrefixMachine", "RetentionPass", "RetireStreams",
-    "TotalsRead", "is_overdue", "migration_description", "retention_message", "retention_record",
-    "routing_description", "routing_summary",
+    "TotalsRead", "is_overdue", "migration_description", "pushes_to_session", "retention_message",
+    "retention_record", "routing_description", "routing_summary", "starts_watch",
 ]
 
 REVEALING = frozenset({Status.OK, Status.REVOKE_PENDING, Status.SYNC_METADATA})
@@ -117,6 +117,12 @@ OVERDUE_FACTOR = 1.5
 """A member is overdue when its last accepted heartbeat is older than interval x 1.5."""
 
 AWAIT_RETENTION = AwaitRetention()
+
+
+def pushes_to_session(request: m.Heartbeat) -> bool:
+    """H10: a heartbeat makes its session where the member's pushes go; a leave (H9)
+    forgets it."""
+    return request.member_epoch != LEAVE_EPOCH
 
 
 def is_overdue(last_heartbeat_ms_ago: int | None, heartbeat_interval_ms: int) -> bool:
@@ -240,16 +246,10 @@ class PrefixMachine:
         self.resharding.tick()
         self.trimming.tick()
 
-    @staticmethod
-    def pushes_to_session(request: m.Heartbeat) -> bool:
-        """H10: a heartbeat makes its session where the member's pushes go; a leave (H9)
-        forgets it."""
-        return request.member_epoch != LEAVE_EPOCH
-
-    @staticmethod
-    def starts_watch(request: m.Request, response: m.Response) -> bool:
-        """A `describeGroup` with `watch: true` answered OK starts a watch."""
-        return starts_watch(request, response)
+    # the rules the shell carries out per request, one call each (no wrapper on the hot path):
+    # H10 where a member's pushes go, and which describe starts a watch
+    pushes_to_session = staticmethod(pushes_to_session)
+    starts_watch = staticmethod(starts_watch)
 
     # --- the batch's I/O, in order -----------------------------------------------------
 
