@@ -211,7 +211,9 @@ class PrefixMachine:
     def handle(self, request: m.Request, now_ms: int) -> Answer:
         """Apply one request; the answer is final only after the checkpoint (`resolve`)."""
         answer = self._handle(request, now_ms)
-        self.caps.count(len(self.groups))
+        budget = self.caps.budget
+        if budget is not None:  # A1: the coordinator's count of groups
+            budget.count(self.prefix, len(self.groups))
         return answer
 
     def _handle(self, request: m.Request, now_ms: int) -> Answer:
