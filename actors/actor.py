@@ -565,6 +565,10 @@ class PrefixActor:
             self.sessions[key] = session
             self.session_members.setdefault(session, set()).add(key)
 
+    def subscribe(self, *sessions: Outbox) -> None:
+        """These sessions get every routing change of the prefix (getRouting with subscribe)."""
+        self.subscribers.update(sessions)
+
     def take_over(self, old: PrefixActor) -> None:
         """Replace `old` (a reload): push targets survive, so members keep getting hints,
         subscribers their routing and watchers their descriptions; and a retention pass

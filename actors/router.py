@@ -91,7 +91,7 @@ class Router:
         self._live.add(actor.prefix)
         waiting = self._waiting_subscribers.pop(actor.prefix, None)
         if waiting:
-            actor.subscribers.update(waiting)
+            actor.subscribe(*waiting)
 
     async def send(self, prefix: str, envelope: Envelope) -> None:
         """Hand a request to the prefix's actor (waits while its mailbox is full)."""
@@ -112,7 +112,7 @@ class Router:
         """Keep a routing subscription for a prefix with no actor yet (lives with the session)."""
         actor = self.actors.get(prefix)
         if actor is not None:
-            actor.subscribers.add(session)
+            actor.subscribe(session)
         else:
             self._waiting_subscribers.setdefault(prefix, set()).add(session)
 
