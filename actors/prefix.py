@@ -24,28 +24,20 @@ one order this module owns:
 The decisions live in one module per reason to change, each with its own
 rule tests: routing and resharding (R1..R5, actors/prefix_routing.py), group
 lifecycle (G1, G3, actors/prefix_lifecycle.py), retention (T1..T3,
-actors/prefix_retention.py), admission (A1, H13, actors/prefix_admission.py)
-and watches (actors/prefix_watches.py). This facade keeps the groups, the
-checkpoint, its repair and the H12 rule.
-
-Repair (D4): a write that failed may have landed in part (the hash without
-the owner tokens on a cluster) or late (an abandoned write Redis ran when it
-came back). Every field and owner token of a failed checkpoint is written
-again, from memory, by the next checkpoint, so Redis matches memory once that
-one lands; a late write the shell sees land is adopted instead (`adopt`).
-
-Operations: describe shows each live shard's lag as Redis reports it,
-members overdue on their heartbeat, and the prefix's retention.
+actors/prefix_retention.py), admission (A1, H13, actors/prefix_admission.py),
+watches (actors/prefix_watches.py), what a response may reveal and the repair
+of failed writes (H12, D4, actors/prefix_durability.py) and what operators
+read (describe, listGroups: actors/prefix_views.py). This facade keeps the
+groups, registers them (H13), assembles the checkpoint and owns the order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Mapping
-
-import attrs
+from collections.abc import Callable, Generator, Iterable, Mapping
 
 from rsc.actors.group import Effects, Event, GroupMachine, GroupSettings
 from rsc.actors.prefix_admission import Caps, GroupBudget
+from rsc.actors.prefix_durability import REVEALING, UNAVAILABLE, Durability
 from rsc.actors.prefix_io import (
     MIGRATION_RETIRED,
     ROUTING_CHANGED,
@@ -82,6 +74,7 @@ from rsc.actors.prefix_routing import (
     routing_description,
     routing_summary,
 )
+from rsc.actors.prefix_views import OVERDUE_FACTOR, describe, is_overdue, summaries
 from rsc.actors.prefix_watches import Described, starts_watch
 from rsc.actors.records import (
     Changes,
@@ -108,14 +101,6 @@ __all__ = [
     "retention_record", "routing_description", "routing_summary", "starts_watch",
 ]
 
-REVEALING = frozenset({Status.OK, Status.REVOKE_PENDING, Status.SYNC_METADATA})
-"""Statuses whose response reveals state: sent only once that state is durable (H12)."""
-
-UNAVAILABLE = "the metadata store cannot be written right now; retry with backoff"
-
-OVERDUE_FACTOR = 1.5
-"""A member is overdue when its last accepted heartbeat is older than interval x 1.5."""
-
 AWAIT_RETENTION = AwaitRetention()
 
 
@@ -123,12 +108,6 @@ def pushes_to_session(request: m.Heartbeat) -> bool:
     """H10: a heartbeat makes its session where the member's pushes go; a leave (H9)
     forgets it."""
     return request.member_epoch != LEAVE_EPOCH
-
-
-def is_overdue(last_heartbeat_ms_ago: int | None, heartbeat_interval_ms: int) -> bool:
-    """Overdue: the last accepted heartbeat is older than the interval plus half of it."""
-    return (last_heartbeat_ms_ago is not None
-            and last_heartbeat_ms_ago > heartbeat_interval_ms * OVERDUE_FACTOR)
 
 
 class PrefixMachine:
@@ -146,13 +125,10 @@ class PrefixMachine:
         self.described = Described()
         self.groups: dict[str, GroupMachine] = {}
         self.store_id: str | None = None  # this Redis's rsc:store-id, set by the shell
-        self.persisted = PrefixSnapshot()  # what Redis holds: the rollback point
-        # fields and owner tokens of failed writes, rewritten from memory until one lands
-        self._unsure_routing = self._unsure_migration = False
-        self._unsure_groups: set[str] = set()
-        self._unsure_members: set[tuple[str, str]] = set()
-        self._unsure_owners: set[tuple[str, str]] = set()
-        self._last_checkpoint: Checkpoint | None = None
+        self.durability = Durability()
+        # H12: the response to send once the checkpoint landed or not (bound here: one call
+        # per answer on the hot path)
+        self.resolve: Callable[..., m.Response] = self.durability.resolve
         # lag of the groups described this batch (read after the checkpoint)
         self._lag_wanted: set[str] = set()
         self._lags: dict[str, list[ShardLag] | None] = {}
@@ -188,6 +164,11 @@ class PrefixMachine:
     def retention(self) -> RetentionRecord:
         return self.trimming.record
 
+    @property
+    def persisted(self) -> PrefixSnapshot:
+        """What Redis holds: the rollback point."""
+        return self.durability.persisted
+
     # --- restore -------------------------------------------------------------------
 
     def restore(self, snapshot: PrefixSnapshot, now_ms: int) -> None:
@@ -200,7 +181,7 @@ class PrefixMachine:
         for name, group in snapshot.groups.items():
             self.groups[name] = GroupMachine.from_record(self.prefix, name, self.settings, group,
                                                          shards, now_ms)
-        self.persisted = PrefixSnapshot(
+        self.durability.persisted = PrefixSnapshot(
             routing=snapshot.routing, migration=snapshot.migration, retention=snapshot.retention,
             groups={name: GroupSnapshot(g.group, dict(g.members))
                     for name, g in snapshot.groups.items()})
@@ -388,54 +369,31 @@ class PrefixMachine:
         unseal = resharding.take_unseal()
         create, seal = resharding.create, resharding.seal
         fresh = bool(changes or owners or create or seal or unseal or retire or cleanup or moves)
-        self._repair(changes, owners)
+        self.durability.repair(changes, owners, self.groups, routing, resharding.migration)
         checkpoint = Checkpoint(create=tuple(create), unseal=unseal, seal=tuple(seal),
                                 retire=retire, changes=changes, owners=tuple(owners),
                                 effects=effects, events=resharding.take_events(), cleanup=cleanup,
                                 moves=moves, repair_only=not fresh and bool(changes or owners))
         resharding.create, resharding.seal = [], []
         self.lifecycle.taken_cleanup()
-        self._last_checkpoint = checkpoint
+        self.durability.last_checkpoint = checkpoint
         return checkpoint
-
-    def _repair(self, changes: Changes, owners: list[OwnerToken]) -> None:
-        """Add every field and owner token of a failed write that this checkpoint misses,
-        with memory's value (D4: a half-written or late write is overwritten)."""
-        if self._unsure_routing and not changes.routing_changed:
-            changes.set_routing(self.routing)
-        if self._unsure_migration and not changes.migration_changed:
-            changes.set_migration(self.migration)
-        for name in sorted(self._unsure_groups - changes.groups.keys()):
-            group = self.groups.get(name)
-            changes.groups[name] = group.persistent_group() if group is not None else None
-        for key in sorted(self._unsure_members - changes.members.keys()):
-            group = self.groups.get(key[0])
-            changes.members[key] = (group.persistent_member(key[1])
-                                    if group is not None and key[1] in group.members else None)
-        written = {(token.shard, token.group) for token in owners}
-        for shard, name in sorted(self._unsure_owners - written):
-            group = self.groups.get(name)
-            owners.append(OwnerToken(shard, name, group.owners.get(shard) if group else None))
 
     @property
     def last_checkpoint(self) -> Checkpoint | None:
         """The checkpoint the last `checkpoint()` (or `flush`) took."""
-        return self._last_checkpoint
+        return self.durability.last_checkpoint
 
     @property
     def repair_pending(self) -> bool:
         """A failed write left fields or owner tokens that the next checkpoint writes again."""
-        return bool(self._unsure_routing or self._unsure_migration or self._unsure_groups
-                    or self._unsure_members or self._unsure_owners)
+        return self.durability.repair_pending
 
     # --- outcomes of the checkpoint ------------------------------------------------------
 
     def committed(self, checkpoint: Checkpoint) -> Committed:
         """The checkpoint is durable: fold it into the rollback point; what to push."""
-        self.persisted.apply(checkpoint.changes)
-        if checkpoint is self._last_checkpoint:  # it rewrote every unsure field and token
-            self._unsure_routing = self._unsure_migration = False
-            self._unsure_groups, self._unsure_members, self._unsure_owners = set(), set(), set()
+        self.durability.landed(checkpoint)
         pushes: list[m.AssignmentChanged] = []
         events: list[tuple[str, Event]] = []
         for name, effect in checkpoint.effects.items():
@@ -465,15 +423,10 @@ class PrefixMachine:
         current is unsealed with the next checkpoint, so producers are not
         refused by a routing that never changed. The hash may have landed in
         part, or may still land late: its fields and owner tokens are written
-        again by the next checkpoint (`_repair`).
+        again by the next checkpoint (actors/prefix_durability.py).
         """
         self.resharding.seal_failed(checkpoint.seal, checkpoint.unseal)
-        changes = checkpoint.changes
-        self._unsure_routing |= changes.routing_changed
-        self._unsure_migration |= changes.migration_changed
-        self._unsure_groups.update(changes.groups)
-        self._unsure_members.update(changes.members)
-        self._unsure_owners.update((token.shard, token.group) for token in checkpoint.owners)
+        self.durability.failed(checkpoint)
         self._restore_persisted(now_ms)
 
     def adopt(self, checkpoint: Checkpoint, now_ms: int) -> None:
@@ -481,7 +434,7 @@ class PrefixMachine:
         the background, and nothing was written after it): Redis holds it, so memory takes it
         as its rollback point, rather than the repair writing it back out. Nothing of it was
         revealed; members learn it from their next heartbeats."""
-        self.persisted.apply(checkpoint.changes)
+        self.durability.adopted(checkpoint)
         self._restore_persisted(now_ms)
         self.cleanup_failed(checkpoint)  # its consumer groups are dropped with the next one
 
@@ -509,17 +462,6 @@ class PrefixMachine:
         """G3: the move landed; `last_delivered` is the group's new id per stream."""
         self.lifecycle.offsets_moved(move, last_delivered)
         self.described.groups.add(move.group)
-
-    def resolve(self, answer: Answer, *, durable: bool) -> m.Response:
-        """H12: the response to send, now that the checkpoint landed (`durable`) or not."""
-        if answer.later is not None:
-            return answer.later()
-        assert answer.response is not None
-        # a batch whose checkpoint only repaired an earlier failed write revealed nothing new
-        repair_only = self._last_checkpoint is not None and self._last_checkpoint.repair_only
-        if not durable and not repair_only and answer.response.status in REVEALING:
-            return answer.request.error(Status.COORDINATOR_NOT_AVAILABLE, UNAVAILABLE)
-        return answer.response
 
     def take_described(self) -> tuple[bool, frozenset[str]]:
         """(every group, or these groups) whose description may differ since the last call."""
@@ -557,15 +499,7 @@ class PrefixMachine:
         Without shards a group has lag 0; when the read failed (`totals` None while there
         are shards) its lag is null.
         """
-        result = []
-        for name in sorted(self.groups):
-            summary = self.groups[name].summary()
-            if totals is not None and name in totals:
-                summary = attrs.evolve(summary, lag=totals[name].lag, pending=totals[name].pending)
-            elif not self.live_streams():
-                summary = attrs.evolve(summary, lag=0)
-            result.append(summary)
-        return tuple(result)
+        return summaries(self.groups, totals, has_shards=bool(self.live_streams()))
 
     def describe(self, request: m.DescribeGroup, now_ms: int,
                  lags: list[ShardLag] | None) -> m.GroupDescription:
@@ -578,23 +512,13 @@ class PrefixMachine:
             unknown = request.unknown_group()
             assert isinstance(unknown, m.GroupDescription)
             return unknown
-        description = group.describe(
-            now_ms, routing_summary(self.routing, self.store_id, self.retention)
-            if self.routing else None,
-            migration_description(self.migration, self.blocking) if self.migration else None)
-        interval = self.settings.heartbeat_interval_ms
-        members = tuple(attrs.evolve(member, overdue=is_overdue(member.last_heartbeat_ms_ago,
-                                                               interval))
-                        for member in description.members)
-        versions = self.shard_versions()
-        shards = tuple(
-            m.ShardDescription(shard=lag.shard, version=versions.get(lag.shard, 0),
-                               owner=group.owners.get(lag.shard), length=lag.length,
-                               last_delivered_id=lag.last_delivered_id, lag=lag.lag,
-                               pending=lag.pending, oldest_pending_ms=lag.oldest_pending_ms)
-            for lag in lags or ())
-        return attrs.evolve(description, request_id=request.request_id, members=members,
-                            shards=shards, retention=retention_message(self.retention))
+        routing, migration = self.routing, self.migration
+        return describe(
+            request, group, now_ms, lags,
+            routing=routing_summary(routing, self.store_id, self.retention) if routing else None,
+            migration=migration_description(migration, self.blocking) if migration else None,
+            versions=self.shard_versions(), heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
+            retention=retention_message(self.retention))
 
     # --- requests --------------------------------------------------------------------
 
