@@ -33,7 +33,7 @@ groups, registers them (H13), assembles the checkpoint and owns the order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 
 from rsc.actors.group import Effects, Event, GroupMachine, GroupSettings
 from rsc.actors.prefix_admission import Caps, GroupBudget
@@ -128,7 +128,7 @@ class PrefixMachine:
         self.durability = Durability()
         # H12: the response to send once the checkpoint landed or not (bound here: one call
         # per answer on the hot path)
-        self.resolve: Callable[..., m.Response] = self.durability.resolve
+        self.resolve = self.durability.resolve
         # lag of the groups described this batch (read after the checkpoint)
         self._lag_wanted: set[str] = set()
         self._lags: dict[str, list[ShardLag] | None] = {}
