@@ -41,7 +41,6 @@ STABLE_AFTER_S = 10.0  # an actor that ran this long without failing resets the 
 UNAVAILABLE = "the stream prefix is being reloaded from the metadata store; retry with backoff"
 
 
-
 def unavailable_response(request: Any, error: str = UNAVAILABLE) -> Any:
     """COORDINATOR_NOT_AVAILABLE in `request`'s own response type (its `error()`); nothing
     is revealed. Only what is no protocol request gets an untyped `error` frame."""
