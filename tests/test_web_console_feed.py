@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -24,6 +28,7 @@ from rsc.actors.metrics import CoordinatorMetrics
 from rsc.admin_client import open_admin_client
 from rsc.console import serve_console
 from tests.conftest import FAST
+from tests.processes import ROOT
 
 WAIT_S = 10
 
@@ -165,3 +170,26 @@ async def test_a_bad_hello_gets_an_error_naming_the_field_and_the_console_keeps_
         answer = await frame(websocket)
         assert answer["type"] == "error" and "streamPrefix" in answer["error"]
     assert (await http_get(console.port, "/"))[0] == 200
+
+
+async def test_rsc_demo_prints_the_console_url_and_serves_the_console_there():
+    demo = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "rsc", "demo"], cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "200"})
+    assert demo.stdout is not None
+    try:
+        output = b""
+        with trio.fail_after(40):
+            while b"scaled up to" not in output:  # past the console line, signals handled
+                chunk = await demo.stdout.receive_some(4096)
+                assert chunk, output
+                output += chunk
+        url = re.search(r"web console at http://127\.0\.0\.1:(\d+)/", output.decode())
+        assert url, output
+        status, body = await http_get(int(url.group(1)), "/")
+        assert status == 200 and b"rsc console" in body
+    finally:
+        demo.terminate()
+        with trio.fail_after(30):
+            await demo.wait()
+    assert demo.returncode == 0
