@@ -7,7 +7,6 @@ The browser tests are in tests/test_web_console_browser.py.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -38,6 +37,7 @@ class Console:
     url: str  # the coordinator's ws://
     port: int  # the console's HTTP port
     metrics: CoordinatorMetrics
+    coordinator_scope: trio.CancelScope
 
     def gauge(self, name: str) -> float:
         return self.metrics.registry.get_sample_value(name) or 0.0
@@ -46,9 +46,15 @@ class Console:
 async def start(nursery: trio.Nursery, redis_url: str, **overrides: Any) -> Console:
     metrics = CoordinatorMetrics()
     config = CoordinatorConfig(redis_url=redis_url, port=0, **{**FAST, **overrides})
-    url = await nursery.start(functools.partial(serve, config, metrics=metrics))
+    scope = trio.CancelScope()
+
+    async def coordinator(task_status: trio.TaskStatus[str]) -> None:
+        with scope:
+            await serve(config, metrics=metrics, task_status=task_status)
+
+    url = await nursery.start(coordinator)
     port = await nursery.start(serve_console, url, "127.0.0.1", 0)
-    return Console(url=url, port=port, metrics=metrics)
+    return Console(url=url, port=port, metrics=metrics, coordinator_scope=scope)
 
 
 @pytest.fixture
@@ -152,6 +158,19 @@ async def test_the_token_is_checked_by_the_coordinator_itself(redis_url: str, nu
                 assert (await frame(websocket))["type"] == "overview"
 
 
+async def test_a_page_is_told_when_the_coordinator_session_is_lost(console: Console):
+    async with open_admin_client(console.url) as admin:
+        await admin.set_shard_count("orders", "billing", 2)
+    async with feed(console.port, {"view": "group", "token": None, "streamPrefix": "orders",
+                                   "consumerGroup": "billing"}) as websocket:
+        assert (await frame(websocket))["status"] == "ok"
+        assert (await frame(websocket))["type"] == "group"
+        console.coordinator_scope.cancel()  # the coordinator stops; the console still serves
+        lost = await frame_where(websocket, lambda body: body["type"] == "error")
+        assert "closed the session" in lost["error"]
+    assert (await http_get(console.port, "/"))[0] == 200
+
+
 async def test_a_page_of_another_origin_cannot_open_the_feed(console: Console):
     with pytest.raises(ConnectionRejected) as refused:
         async with open_websocket_url(f"ws://127.0.0.1:{console.port}/ws",
@@ -193,3 +212,22 @@ async def test_rsc_demo_prints_the_console_url_and_serves_the_console_there():
         with trio.fail_after(30):
             await demo.wait()
     assert demo.returncode == 0
+
+
+async def test_a_taken_console_port_stops_the_coordinator_with_one_line(redis_url: str):
+    taken = trio.socket.socket()
+    await taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        with trio.fail_after(30):
+            result = await trio.run_process(
+                [sys.executable, "-m", "rsc", "coordinator", "--redis-url", redis_url, "--port", "0",
+                 "--console-port", str(port)], cwd=ROOT, capture_stdout=True, capture_stderr=True,
+                check=False)
+    finally:
+        taken.close()
+    assert result.returncode == 1
+    last = result.stderr.decode().strip().splitlines()[-1]
+    assert last.startswith(f"rsc coordinator: cannot serve the console on http://127.0.0.1:{port}/: "), last
+    assert "Traceback" not in result.stderr.decode()

@@ -45,6 +45,7 @@ from rsc.console.http import (
     parse_request_head,
     route,
 )
+from rsc.member.session import single_exception
 
 log = logging.getLogger("rsc.console")
 
@@ -133,10 +134,9 @@ class _Console:
                 return
             try:
                 await self._serve(stream)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionClosed):
-                pass  # the browser went away
             except Exception as exc:  # noqa: BLE001 - one page never ends the coordinator (A1)
-                log.warning("console connection failed: %s: %s", type(exc).__name__, exc)
+                if not went_away(exc):
+                    log.warning("console connection failed: %s: %s", type(exc).__name__, exc)
             finally:
                 self.limiter.release()
 
@@ -171,6 +171,16 @@ class _Console:
                 with trio.move_on_after(2.0):
                     await websocket.aclose()
                 nursery.cancel_scope.cancel()
+
+
+_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionClosed)
+
+
+def went_away(exc: BaseException) -> bool:
+    """True when `exc` (or every exception of its group) says the browser went away."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(went_away(inner) for inner in exc.exceptions)
+    return isinstance(exc, _GONE)
 
 
 async def _send(stream: trio.abc.Stream, response: Response) -> None:
@@ -208,23 +218,18 @@ class Feed:
         self.offered.set()
 
     async def run(self) -> None:
-        with trio.fail_after(HELLO_TIMEOUT_S):
+        text: str | bytes | None = None
+        with trio.move_on_after(HELLO_TIMEOUT_S):
             text = await self.websocket.get_message()
+        if text is None:
+            return  # a page that never says what it wants gets nothing
         try:
             hello = views.parse_hello(text)
         except views.HelloError as exc:
             await self.send({"type": "error", "error": str(exc)})
             return
         try:
-            async with _admin(self.coordinator_url, hello.token) as admin:
-                await self.send({"type": "auth", "status": "ok"})
-                follow: Callable[[AdminClient], Awaitable[None]] = \
-                    self.follow_overview if hello.view == "overview" else \
-                    (lambda client: self.follow_group(client, hello))
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._until_page_closes, nursery.cancel_scope)
-                    nursery.start_soon(self._sender)
-                    await follow(admin)
+            await self._follow(hello)
         except AdminConnectError as exc:
             if views.refused_status(str(exc)) == 401:
                 await self.send({"type": "auth", "status": "unauthorized",
@@ -233,6 +238,24 @@ class Feed:
                 await self.send({"type": "error", "error": str(exc)})
         except SessionLost as exc:
             await self.send({"type": "error", "error": str(exc)})
+
+    async def _follow(self, hello: views.Hello) -> None:
+        """An admin session with the page's token, then the view until the page or it closes."""
+        async with _admin(self.coordinator_url, hello.token) as admin:
+            await self.send({"type": "auth", "status": "ok"})
+            follow: Callable[[AdminClient], Awaitable[None]] = \
+                self.follow_overview if hello.view == "overview" else \
+                (lambda client: self.follow_group(client, hello))
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._until_page_closes, nursery.cancel_scope)
+                    nursery.start_soon(self._sender)
+                    await follow(admin)
+            except BaseExceptionGroup as group:
+                leaf = single_exception(group)
+                if leaf is group:
+                    raise
+                raise leaf from None
 
     async def _until_page_closes(self, scope: trio.CancelScope) -> None:
         """The page sends nothing after its hello; reading notices when it goes away."""
