@@ -487,8 +487,8 @@ def screenshots(out: Path) -> None:  # pragma: no cover - run by hand for docs/i
             for member in scenario.members:  # slower members: the burst below shows as lag
                 stop_process(member)
             extra += [consumer(coordinator, "orders", "billing", "--work-ms", "8") for _ in range(2)]
-            burst = threading.Thread(target=lambda: [produce(coordinator, "orders", 400)
-                                                     for _ in range(8)])
+            burst = threading.Thread(target=lambda: [produce(coordinator, "orders", 1200)
+                                                     for _ in range(4)])
             assert sync_api is not None and CHROMIUM is not None
             with sync_api.sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM)
@@ -496,10 +496,12 @@ def screenshots(out: Path) -> None:  # pragma: no cover - run by hand for docs/i
                 page.goto(group_url(coordinator, "orders", "billing"))
                 sync_api.expect(page.locator("#migration")).to_be_visible(timeout=WAIT_MS)
                 sync_api.expect(page.locator("#members tbody tr")).to_have_count(2, timeout=WAIT_MS)
+                page.wait_for_timeout(10_000)  # a quiet stretch on the chart, then the burst
                 burst.start()
                 burst.join()
-                page.wait_for_timeout(8000)  # the members catch up: the chart shows it
+                page.wait_for_timeout(1000)
                 page.screenshot(path=str(out / "console-group.png"), full_page=True)
+                page.set_viewport_size({"width": 1400, "height": 300})
                 page.goto(coordinator.console)
                 sync_api.expect(page.locator("#groups tbody tr")).to_have_count(3, timeout=WAIT_MS)
                 page.wait_for_timeout(1500)

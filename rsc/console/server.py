@@ -52,6 +52,7 @@ log = logging.getLogger("rsc.console")
 MAX_CONNECTIONS: Final = 64  # pages and files served at once; past it HTTP 503
 HEAD_TIMEOUT_S: Final = 10.0  # as the coordinator's handshake timeout (A1)
 HELLO_TIMEOUT_S: Final = 10.0
+SEND_TIMEOUT_S: Final = 10.0
 CONNECT_TIMEOUT_S: Final = 5.0
 OVERVIEW_REFRESH_S: Final = 1.0
 UNKNOWN_GROUP_RETRY_S: Final = 1.0
@@ -184,10 +185,12 @@ def went_away(exc: BaseException) -> bool:
 
 
 async def _send(stream: trio.abc.Stream, response: Response) -> None:
-    try:
-        await stream.send_all(response.encode())
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        pass
+    """Send a whole response; a peer that does not read it within SEND_TIMEOUT_S is dropped."""
+    with trio.move_on_after(SEND_TIMEOUT_S):
+        try:
+            await stream.send_all(response.encode())
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
 
 
 async def _read_head(stream: trio.abc.Stream) -> bytes:

@@ -479,6 +479,14 @@
   if (page === "overview") {
     setUpOverview();
   }
+  const query = new URLSearchParams(location.search);
+  if (page === "group" && (!query.get("prefix") || !query.get("group"))) {
+    $("content").hidden = false;
+    $("group-body").hidden = true;
+    $("unknown").hidden = false;
+    $("unknown").textContent = "No group named: open a group from the overview (all groups).";
+    return;
+  }
   setInterval(tick, 1000);
   connect();
 })();
