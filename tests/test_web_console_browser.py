@@ -487,8 +487,11 @@ def screenshots(out: Path) -> None:  # pragma: no cover - run by hand for docs/i
             for member in scenario.members:  # slower members: the burst below shows as lag
                 stop_process(member)
             extra += [consumer(coordinator, "orders", "billing", "--work-ms", "8") for _ in range(2)]
-            burst = threading.Thread(target=lambda: [produce(coordinator, "orders", 1200)
-                                                     for _ in range(4)])
+            def produce_a_burst() -> None:
+                for _ in range(4):
+                    produce(coordinator, "orders", 1200)
+
+            burst = threading.Thread(target=produce_a_burst)
             assert sync_api is not None and CHROMIUM is not None
             with sync_api.sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM)

@@ -76,7 +76,7 @@ async def http_get(port: int, path: str, method: str = "GET") -> tuple[int, byte
 @asynccontextmanager
 async def feed(port: int, hello: dict[str, Any], *, origin: str | None = None
                ) -> AsyncIterator[WebSocketConnection]:
-    headers = [("Origin", origin)] if origin else None
+    headers = [(b"Origin", origin.encode())] if origin else None
     async with open_websocket_url(f"ws://127.0.0.1:{port}/ws", extra_headers=headers) as websocket:
         await websocket.send_message(json.dumps(hello))
         yield websocket
@@ -174,7 +174,7 @@ async def test_a_page_is_told_when_the_coordinator_session_is_lost(console: Cons
 async def test_a_page_of_another_origin_cannot_open_the_feed(console: Console):
     with pytest.raises(ConnectionRejected) as refused:
         async with open_websocket_url(f"ws://127.0.0.1:{console.port}/ws",
-                                      extra_headers=[("Origin", "https://evil.example")]):
+                                      extra_headers=[(b"Origin", b"https://evil.example")]):
             pass
     assert refused.value.status_code == 403
     async with feed(console.port, {"view": "overview", "token": None},

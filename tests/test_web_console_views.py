@@ -82,6 +82,15 @@ def test_the_console_is_read_only_and_unknown_paths_are_404():
     assert isinstance(missing, http.Response) and missing.status == 404
 
 
+def test_the_wheel_carries_the_console_and_its_static_files():
+    import tomllib
+    from pathlib import Path
+
+    setup = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["tool"]
+    assert "rsc.console" in setup["setuptools"]["packages"]
+    assert setup["setuptools"]["package-data"]["rsc.console"] == ["static/*"]
+
+
 def test_the_live_feed_is_a_same_origin_websocket():
     files = http.StaticFiles()
     upgrade = "GET /ws HTTP/1.1\nHost: 127.0.0.1:8780\nUpgrade: websocket\nConnection: Upgrade\n"
