@@ -212,6 +212,7 @@ class Feed:
         self.coordinator_url = coordinator_url
         self.throttle = views.Throttle()
         self.offered = trio.Event()
+        self.last_offered: dict[str, dict[str, Any]] = {}
 
     async def send(self, body: dict[str, Any]) -> None:
         await self.websocket.send_message(json.dumps(body, ensure_ascii=False, separators=(",", ":")))
@@ -219,6 +220,12 @@ class Feed:
     def offer(self, kind: str, body: dict[str, Any]) -> None:
         self.throttle.offer(kind, body)
         self.offered.set()
+
+    def offer_changed(self, kind: str, body: dict[str, Any]) -> None:
+        """Offer `body` unless it is what was offered last (a quiet overview sends nothing)."""
+        if self.last_offered.get(kind) != body:
+            self.last_offered[kind] = body
+            self.offer(kind, body)
 
     async def run(self) -> None:
         text: str | bytes | None = None
@@ -296,7 +303,8 @@ class Feed:
                         continue
                     migrations[prefix] = described.get("migration")
             watched = wanted
-            self.offer("overview", {"type": "overview", **views.overview(groups, migrations, watched)})
+            self.offer_changed("overview", {"type": "overview",
+                                            **views.overview(groups, migrations, watched)})
             with trio.move_on_after(OVERVIEW_REFRESH_S):
                 while True:
                     push = await _next_push(admin)
@@ -308,8 +316,8 @@ class Feed:
                         watched.pop(pushed, None)  # deleted: the next listing picks another group
                         continue
                     migrations[pushed] = push.get("migration")
-                    self.offer("overview", {"type": "overview",
-                                            **views.overview(groups, migrations, watched)})
+                    self.offer_changed("overview", {"type": "overview",
+                                                    **views.overview(groups, migrations, watched)})
 
     async def follow_group(self, admin: AdminClient, hello: views.Hello) -> None:
         """describeGroup with watch; each push is the page's next state. An unknown (or deleted)
