@@ -27,6 +27,7 @@ import pytest
 import trio
 
 from rsc.admin_client import open_admin_client
+from rsc.protocol.messages import DescribeGroup, Request, SetShardCount
 
 ROOT = Path(__file__).resolve().parent.parent
 LEASE_MS = 2000
@@ -129,25 +130,25 @@ def produce(coordinator: Coordinator, prefix: str, count: int) -> None:
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
 
 
-def admin(coordinator: Coordinator, body: dict[str, Any], token: str | None = None) -> dict[str, Any]:
+def admin(coordinator: Coordinator, request: Request, token: str | None = None) -> dict[str, Any]:
     """One admin request over a real session; its raw JSON answer."""
     async def call() -> dict[str, Any]:
         async with open_admin_client(coordinator.url, token=token) as client:
             with trio.fail_after(10):
-                return await client.session.request(body)
+                return await client.session.request(request)
 
     return trio.run(call)
 
 
 def describe(coordinator: Coordinator, prefix: str, group: str, token: str | None = None) -> dict[str, Any]:
-    return admin(coordinator, {"type": "describeGroup", "streamPrefix": prefix, "consumerGroup": group},
+    return admin(coordinator, DescribeGroup(request_id=0, stream_prefix=prefix, consumer_group=group),
                  token)
 
 
 def set_shards(coordinator: Coordinator, prefix: str, group: str, count: int,
                token: str | None = None) -> None:
-    answer = admin(coordinator, {"type": "setShardCount", "streamPrefix": prefix, "consumerGroup": group,
-                                 "shardCount": count}, token)
+    answer = admin(coordinator, SetShardCount(request_id=0, stream_prefix=prefix, consumer_group=group,
+                                              shard_count=count), token)
     assert answer["status"] == "OK", answer
 
 

@@ -31,7 +31,6 @@ from rsc.admin_client import (
     AdminClient,
     AdminConnectError,
     SessionLost,
-    describe_group_request,
     open_admin_client,
 )
 from rsc.console import views
@@ -46,6 +45,7 @@ from rsc.console.http import (
     route,
 )
 from rsc.member.session import single_exception
+from rsc.protocol.messages import DescribeGroup, ListGroups
 
 log = logging.getLogger("rsc.console")
 
@@ -291,13 +291,13 @@ class Feed:
         migrations: dict[str, Any] = {}
         watched: dict[str, str] = {}
         while True:
-            answer = await _checked(admin, {"type": "listGroups"})
+            answer = await _checked(admin, ListGroups(request_id=0))
             groups = list(answer.get("groups") or [])
             wanted = views.prefixes_to_watch(groups, watched)
             for prefix, group in list(wanted.items()):
                 if watched.get(prefix) != group:
                     described = await admin.session.request(
-                        describe_group_request(prefix, group, watch=True))
+                        _watch_request(prefix, group))
                     if described.get("status") != "OK":
                         del wanted[prefix]  # gone since the listing: the next one picks again
                         continue
@@ -325,7 +325,7 @@ class Feed:
         assert hello.stream_prefix is not None and hello.consumer_group is not None
         prefix, group = hello.stream_prefix, hello.consumer_group
         while True:
-            described = await admin.session.request(describe_group_request(prefix, group, watch=True))
+            described = await admin.session.request(_watch_request(prefix, group))
             if described.get("status") == "UNKNOWN_GROUP":
                 self.offer("group", _unknown(prefix, group))
                 await trio.sleep(UNKNOWN_GROUP_RETRY_S)
@@ -361,8 +361,12 @@ def _raise_unless_ok(answer: dict[str, Any]) -> None:
         raise _AdminRefused(f"{answer.get('status')}: {answer.get('error') or ''}".rstrip(": "))
 
 
-async def _checked(admin: AdminClient, body: dict[str, Any]) -> dict[str, Any]:
-    answer = await admin.session.request(body)
+def _watch_request(prefix: str, group: str) -> DescribeGroup:
+    return DescribeGroup(request_id=0, stream_prefix=prefix, consumer_group=group, watch=True)
+
+
+async def _checked(admin: AdminClient, request: ListGroups) -> dict[str, Any]:
+    answer = await admin.session.request(request)
     _raise_unless_ok(answer)
     return answer
 
