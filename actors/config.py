@@ -32,6 +32,7 @@ class CoordinatorConfig:
     member_token: str | None = None
     max_frame_bytes: int = attrs.field(default=1 << 20, validator=_positive)
     metrics_port: int | None = None
+    console_port: int | None = None  # the web console (rsc.console); None: not served
     push: bool = True
     keep_drained_streams: bool = False
     # A1 admission: None means 80 % of the fd limit (raised to the hard limit at start)

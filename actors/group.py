@@ -82,6 +82,14 @@ class Effects:
         return self.group_dirty or bool(self.members_dirty) or bool(self.members_removed)
 
 
+def malformed_join(request: m.Heartbeat) -> str | None:
+    """A join (memberEpoch 0) lists no owned shards (Heartbeat, `ownedShards`): what is
+    wrong, naming the field, or None. The server answers it before any lookup."""
+    if request.member_epoch == JOIN_EPOCH and request.owned_shards:
+        return "field 'ownedShards' must be empty on a join (memberEpoch 0)"
+    return None
+
+
 class GroupMachine:
     """One group `(stream_prefix, consumer_group)`; see the module docstring."""
 
@@ -118,9 +126,9 @@ class GroupMachine:
         if request.member_epoch == LEAVE_EPOCH:
             return self._leave(request, now_ms)
         if request.member_epoch == JOIN_EPOCH:
-            if request.owned_shards:
-                return self._error(request, Status.INVALID_REQUEST,
-                                   "field 'ownedShards' must be empty on a join (memberEpoch 0)")
+            invalid = malformed_join(request)
+            if invalid is not None:
+                return self._error(request, Status.INVALID_REQUEST, invalid)
             member = self._join(request, now_ms)
             return self._respond(request, member, now_ms, routing, cause=member_id)
 

@@ -40,6 +40,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              f"(default {DEFAULT_MAX_GROUP_SIZE})")
     parser.add_argument("--metrics-port", type=int, default=None,
                         help="serve Prometheus metrics, /healthz and /readyz on this port (0 picks one)")
+    parser.add_argument("--console-port", type=int, default=None,
+                        help="serve the read-only web console on this port (0 picks one)")
     parser.add_argument("--no-push", dest="push", action="store_false",
                         help="do not push assignmentChanged hints (members poll)")
     parser.add_argument("--keep-drained-streams", action="store_true",
@@ -65,7 +67,8 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         tick_interval_ms=args.tick_interval_ms, lease_ttl_ms=args.lease_ttl_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms, revoke_timeout_ms=args.revoke_timeout_ms,
         admin_token=args.admin_token, member_token=args.member_token,
-        max_frame_bytes=args.max_frame_bytes, metrics_port=args.metrics_port, push=args.push,
+        max_frame_bytes=args.max_frame_bytes, metrics_port=args.metrics_port,
+        console_port=args.console_port, push=args.push,
         keep_drained_streams=args.keep_drained_streams, max_sessions=args.max_sessions,
         max_groups=args.max_groups, max_group_size=args.max_group_size,
     )
@@ -92,9 +95,10 @@ def run(args: argparse.Namespace) -> int:
 def _operator_error(exc: BaseException) -> BaseException | None:
     """The store or embedded-redis error inside `exc` (nurseries wrap errors in groups)."""
     from rsc.actors.store import StoreError
+    from rsc.console import ConsoleError
     from rsc.embedded_redis import EmbeddedRedisError
 
-    if isinstance(exc, StoreError | EmbeddedRedisError):
+    if isinstance(exc, StoreError | EmbeddedRedisError | ConsoleError):
         return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
@@ -153,6 +157,11 @@ async def _serve_until_signal(config: CoordinatorConfig) -> None:
             url = await nursery.start(lambda task_status: serve(config, metrics=metrics,
                                                                 task_status=task_status))
             print(f"listening on {url}", flush=True)
+            if config.console_port is not None:
+                from rsc.console import console_url, serve_console
+
+                port = await nursery.start(serve_console, url, config.host, config.console_port)
+                print(f"console at {console_url(config.host, port)}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
