@@ -25,8 +25,8 @@ from typing import Any
 import attrs
 import redis
 
-from rsc.actors.redis_connect import is_cluster
 from rsc.actors.store import STORE_IO_ERRORS, StoreError
+from rsc.common.redis_connect import is_cluster
 
 STORE_ID_KEY = "rsc:store-id"
 

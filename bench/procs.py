@@ -21,7 +21,7 @@ import psutil
 
 from bench.gcstats import GC_LINE
 from rsc.actors import gc_control
-from rsc.embedded_redis import EmbeddedRedis
+from rsc.common.redis_server import EmbeddedRedis
 
 
 class BenchError(RuntimeError):

@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 def _operator_error(exc: BaseException) -> BaseException | None:
     """The store or embedded-redis error inside `exc` (nurseries wrap errors in groups)."""
     from rsc.actors.store import StoreError
-    from rsc.embedded_redis import EmbeddedRedisError
+    from rsc.common.redis_server import EmbeddedRedisError
 
     if isinstance(exc, StoreError | EmbeddedRedisError):
         return exc
@@ -117,7 +117,7 @@ async def _main(config: CoordinatorConfig) -> None:
     import attrs
     import trio
 
-    from rsc.embedded_redis import EmbeddedRedis
+    from rsc.common.redis_server import EmbeddedRedis
 
     embedded = await trio.to_thread.run_sync(lambda: EmbeddedRedis().start())
     print(f"no --redis-url given: started a private redis-server at {embedded.url}; "

@@ -21,7 +21,7 @@ import redis
 import trio
 from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
 
-from rsc.embedded_redis import free_port
+from rsc.common.redis_server import free_port
 from rsc.member.cli import BadConfig, ConsumeWatch, Endpoints, endpoints
 from rsc.member.notices import Notices, redis_problem, then
 from rsc.member.producer import StoreMismatch, open_producer

@@ -1,8 +1,9 @@
 """The shape of DESIGN.md, checked from the source: who may import whom.
 
-protocol/ imports nothing of ours and no I/O library; actors/ and member/ never import each
-other, the composition layer (rsc/*.py) or bench/; everything imports through the one `rsc`
-namespace (never a bare `protocol`, `actors` or `member`).
+protocol/ imports nothing of ours and no I/O library; rsc/common/ (what both sides run) imports
+only protocol/; actors/ and member/ never import each other, the composition layer (rsc/*.py)
+or bench/; everything imports through the one `rsc` namespace (never a bare `protocol`,
+`actors` or `member`).
 """
 
 from __future__ import annotations
@@ -41,12 +42,13 @@ def forbidden(name: str, folder: str) -> bool:
     part = rest.split(".")[0]
     if part in COMPOSITION:
         return True
-    allowed = {"protocol": {"protocol"}, "actors": {"protocol", "actors"},
-               "member": {"protocol", "member"}}[folder]
+    allowed = {"protocol": {"protocol"}, "rsc/common": {"protocol", "common"},
+               "actors": {"protocol", "common", "actors"},
+               "member": {"protocol", "common", "member"}}[folder]
     return part not in allowed
 
 
-@pytest.mark.parametrize("folder", ["protocol", "actors", "member"])
+@pytest.mark.parametrize("folder", ["protocol", "rsc/common", "actors", "member"])
 def test_layers_import_only_what_design_md_allows(folder: str) -> None:
     offending = {f"{path.relative_to(ROOT)}: {name}"
                  for path in sources(folder) for name in imported_modules(path)
@@ -68,3 +70,5 @@ def test_the_check_catches_a_forbidden_import() -> None:
     assert forbidden("protocol.messages", "actors")
     assert not forbidden("rsc.protocol.messages", "member")
     assert not forbidden("redis", "member")
+    assert forbidden("rsc.actors.store", "rsc/common") and forbidden("rsc.member.streams", "rsc/common")
+    assert not forbidden("rsc.common.tls", "member") and not forbidden("rsc.common.tls", "actors")
