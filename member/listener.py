@@ -23,6 +23,7 @@ with backoff and said once as a warning (and a `join refused` event).
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 
 import trio
@@ -53,7 +54,8 @@ class Listener:
                  on_event: EventCallback | None = None,
                  read_observer: ReadObserver | None = None,
                  ack_observer: AckObserver | None = None,
-                 check_store_id: bool = True, notices: Notices | None = None) -> None:
+                 check_store_id: bool = True, notices: Notices | None = None,
+                 ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if runtime_max_concurrency < 1:
@@ -66,7 +68,8 @@ class Listener:
                                 member_id=member_id, capacity=runtime_max_concurrency,
                                 token=token, ack_policy=ack_policy, retry=retry,
                                 read_count=read_count, block_ms=block_ms,
-                                check_store_id=check_store_id),
+                                check_store_id=check_store_id, ca_file=ca_file,
+                                ssl_context=ssl_context),
                    handler, on_event=on_event, read_observer=read_observer,
                    ack_observer=ack_observer, notices=notices)
             for member_id in ids[:concurrency]

@@ -20,6 +20,7 @@ import itertools
 import logging
 import random
 import socket
+import ssl
 import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -35,6 +36,7 @@ from trio_websocket import (
     open_websocket_url,
 )
 
+from rsc.common.tls import forget_server, verify_server, websocket_context
 from rsc.protocol import Message, ProtocolError, decode, encode
 
 log = logging.getLogger(__name__)
@@ -279,19 +281,27 @@ async def open_session(
     *,
     token: str | None = None,
     connect_timeout: float = 10.0,
+    ca_file: str | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[Session]:
-    """Connect to the coordinator at `url` (ws://host:port) and yield a `Session`.
+    """Connect to the coordinator at `url` (ws://host:port or wss://) and yield a `Session`.
 
     Sends `Authorization: Bearer <token>` when `token` is given. A URL no retry
     can fix raises BadCoordinatorUrl; a refused handshake raises SessionRefused
-    (with its HTTP status), a connection that never came up CoordinatorUnreachable.
+    (with its HTTP status), a connection that never came up CoordinatorUnreachable,
+    a wss:// server that does not verify against `ssl_context` (else the system
+    trust store and `ca_file`, default $RSC_CA_FILE) TlsFailed, not a SessionClosed (D3).
     """
     check_coordinator_url(url)
     headers = [(b"Authorization", f"Bearer {token}".encode())] if token else None
+    context = websocket_context(url, ca_file=ca_file, ssl_context=ssl_context)
+    if context is not None:
+        await verify_server(coordinator_base(url, endpoint), context, connect_timeout)
     connected = False
     try:
         async with open_websocket_url(
             session_url(url, endpoint),
+            ssl_context=context,
             extra_headers=headers,
             message_queue_size=64,
             connect_timeout=connect_timeout,
@@ -313,6 +323,8 @@ async def open_session(
     except (HandshakeError, OSError) as exc:
         if connected:
             raise
+        if context is not None:
+            forget_server(coordinator_base(url, endpoint), context)
         raise unreachable(url, endpoint, exc, connect_timeout) from exc
     except BaseExceptionGroup as group:
         unwrap_single(group)

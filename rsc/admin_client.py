@@ -22,6 +22,7 @@ import itertools
 import json
 import re
 import socket
+import ssl
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -38,6 +39,7 @@ from trio_websocket import (
     connect_websocket_url,
 )
 
+from rsc.common import tls
 from rsc.member.session import single_exception
 from rsc.protocol import (
     Cutover,
@@ -462,14 +464,22 @@ class AdminClient:
 
 @asynccontextmanager
 async def open_admin_client(url: str, *, token: str | None = None, connect_timeout: float = 5.0,
-                            url_source: str = "--url") -> AsyncIterator[AdminClient]:
-    """Connect to the admin endpoint of the coordinator at `url` (ws://host:port).
+                            url_source: str = "--url", ca_file: str | None = None,
+                            ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[AdminClient]:
+    """Connect to the admin endpoint of the coordinator at `url` (ws://host:port or wss://).
 
-    Raises AdminConnectError (one line, D3) when the URL is bad or no session comes up
-    within `connect_timeout` seconds.
+    Raises AdminConnectError (one line, D3) when the URL is bad, no session comes up
+    within `connect_timeout` seconds, or a wss:// coordinator does not verify against
+    `ssl_context` (else the system trust store and `ca_file`, default $RSC_CA_FILE).
     """
     coordinator = parse_coordinator_url(url, url_source)
     headers = [(b"Authorization", f"Bearer {token}".encode())] if token else None
+    context = tls.websocket_context(coordinator.endpoint, ca_file=ca_file, ssl_context=ssl_context)
+    if context is not None:
+        try:
+            await tls.verify_server(coordinator.base, context, connect_timeout)
+        except tls.TlsFailed as exc:
+            raise AdminConnectError(exc.line) from None
     failure: str | None = None
     connected = False
     try:
@@ -479,7 +489,7 @@ async def open_admin_client(url: str, *, token: str | None = None, connect_timeo
                 # reader waiting on a peer that accepted the TCP connection and never answers
                 with trio.fail_after(connect_timeout):
                     websocket = await connect_websocket_url(nursery, coordinator.endpoint,
-                                                            extra_headers=headers)
+                                                            extra_headers=headers, ssl_context=context)
             except (HandshakeError, OSError, trio.TooSlowError) as exc:
                 failure = connect_failure(coordinator, exc, token=token, timeout=connect_timeout)
                 nursery.cancel_scope.cancel()

@@ -7,11 +7,14 @@
   (default $RSC_CA_FILE); None for a ws:// URL.
 - `tls_failure(exc)` / `tls_failure_line(url, error)`: the TLS error inside a failed
   connect and the one line a tool prints for it (D3: waiting cannot heal it).
+- `verify_server(url, context)`: the one function here that does I/O: a TLS handshake
+  with a wss:// coordinator, once per process, raising `TlsFailed` with that line.
+  (trio-websocket reports a certificate it cannot verify only as a connect timeout.)
 - `redis_tls_options(url)`: the extra redis-py options of a rediss:// URL: the CA from
   $RSC_REDIS_CA_FILE when the URL's query names none (`ssl_ca_certs`, `ssl_certfile`,
   `ssl_keyfile` in the query are read by redis-py itself); every file named must exist.
 
-No sockets here: contexts are built from files and errors are read, nothing is connected.
+Apart from `verify_server`, no sockets: contexts are built from files and errors are read.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
+import trio
+
 TLS_CERT_ENV = "RSC_TLS_CERT"
 TLS_KEY_ENV = "RSC_TLS_KEY"
 CA_FILE_ENV = "RSC_CA_FILE"
@@ -32,6 +37,15 @@ REDIS_TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 
 class TlsConfigError(ValueError):
     """A certificate, key or CA file that cannot be used (missing, unreadable, not PEM, no match)."""
+
+
+class TlsFailed(Exception):
+    """The coordinator's TLS handshake failed: its certificate does not verify against what we
+    trust, or it does not speak TLS. Not a lost session: retrying cannot heal it (D3)."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(line)
+        self.line = line
 
 
 def server_context(cert_file: str, key_file: str) -> ssl.SSLContext:
@@ -90,6 +104,46 @@ def tls_failure_line(url: str, error: ssl.SSLError) -> str:
                 "with the CA that signed the coordinator's certificate")
     return (f"TLS handshake with {url} failed: {_reason(error)}; "
             "does the coordinator serve wss:// (--tls-cert, --tls-key)?")
+
+
+_verified: set[tuple[str, int, int]] = set()
+
+
+def _target(url: str, context: ssl.SSLContext) -> tuple[str, int, int]:
+    parts = urllib.parse.urlsplit(url)
+    return (parts.hostname or "", parts.port or 443, id(context))
+
+
+async def verify_server(url: str, context: ssl.SSLContext, timeout: float) -> None:
+    """A TLS handshake with the wss:// server of `url`, once per process for each server and
+    context: TlsFailed (the one line of `tls_failure_line`) when it fails. A connection that
+    does not come up is left to the websocket connect that follows, which names it."""
+    target = _target(url, context)
+    if target in _verified:
+        return
+    host, port, _ = target
+    with trio.move_on_after(timeout):
+        try:
+            stream = await trio.open_ssl_over_tcp_stream(host, port, ssl_context=context,
+                                                         https_compatible=True)
+        except OSError:
+            return  # refused, unknown host, unreachable: not a TLS problem
+        try:
+            await stream.do_handshake()
+        except trio.BrokenResourceError as exc:
+            error = tls_failure(exc)
+            if error is not None:
+                raise TlsFailed(tls_failure_line(url, error)) from None
+            return
+        finally:
+            await trio.aclose_forcefully(stream)
+        _verified.add(target)
+
+
+def forget_server(url: str, context: ssl.SSLContext) -> None:
+    """After a failed connect: handshake with that server again next time (its certificate
+    may have changed)."""
+    _verified.discard(_target(url, context))
 
 
 def redis_tls_options(url: str, environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
