@@ -259,7 +259,7 @@ async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig,
                 for listener in await trio.open_tcp_listeners(config.port, host=config.host)]
     # with TLS the handshake runs inside the session's handler, under the same connect timeout
     listeners: list[Any] = admitted if server_tls is None else [
-        trio.SSLListener(listener, server_tls, https_compatible=True) for listener in admitted]
+        TlsListener(listener, server_tls) for listener in admitted]
 
     async def handle(request: Any) -> None:
         try:
@@ -275,6 +275,22 @@ async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig,
     async with trio.open_nursery() as nursery:
         await nursery.start(ws_server.run)
         task_status.started(admitted[0].port)
+
+
+class TlsListener(trio.abc.Listener[trio.abc.Stream]):
+    """Admitted connections wrapped in TLS (trio.SSLListener, but over any listener: the
+    websocket server only accepts a SocketListener inside that one)."""
+
+    def __init__(self, inner: trio.abc.Listener[trio.abc.Stream], context: ssl.SSLContext) -> None:
+        self.inner = inner
+        self.context = context
+
+    async def accept(self) -> trio.SSLStream[trio.abc.Stream]:
+        return trio.SSLStream(await self.inner.accept(), self.context, server_side=True,
+                              https_compatible=True)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness: Readiness) -> None:

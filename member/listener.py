@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 import trio
 
+from rsc.common.tls import TlsFailed
 from rsc.member.ids import make_member_id
 from rsc.member.notices import Notices
 from rsc.member.policies import AckPolicy, RetryPolicy
@@ -89,7 +90,7 @@ class Listener:
         """Run every member; `started` once all have joined; return once all have left.
 
         Raises StoreMismatch (not a group of them) when the members' Redis is not the
-        coordinator's.
+        coordinator's, TlsFailed when a wss:// coordinator's certificate does not verify.
         """
         try:
             async with trio.open_nursery() as nursery:
@@ -97,7 +98,7 @@ class Listener:
                     await nursery.start(member.run)
                 task_status.started(self)
         except BaseExceptionGroup as group:
-            mismatch, rest = group.split(StoreMismatch)
+            mismatch, rest = group.split((StoreMismatch, TlsFailed))
             if mismatch is None or rest is not None:
                 raise
             raise _first_leaf(mismatch) from None
