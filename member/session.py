@@ -182,6 +182,7 @@ class Session:
 
 
 ENDPOINT_HINTS = {
+    400: "the coordinator serves TLS on this port: use wss://",
     401: "missing or wrong token (pass --token or set RSC_TOKEN)",
     404: "no such endpoint: give the coordinator as ws://HOST:PORT; the tools add /v1/{endpoint}",
     503: "the coordinator is at its session limit (--max-sessions)",

@@ -161,6 +161,8 @@ def connect_failure(coordinator: CoordinatorURL, exc: BaseException, *, token: s
         if status == 404:
             return (f"{where} (the admin endpoint is {ADMIN_PATH}: give --url as ws://HOST:PORT, "
                     f"for example ws://{_hostport(coordinator)})")
+        if status == 400:
+            return f"{where} (the coordinator serves TLS on this port: use wss://{_hostport(coordinator)})"
         if status == 503:
             return (f"{where} (the coordinator is at its session limit, --max-sessions; "
                     "try again later)")

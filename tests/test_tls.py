@@ -34,6 +34,7 @@ from rsc.common.redis_connect import connect, is_cluster
 from rsc.common.redis_server import EmbeddedRedis, LocalCluster, free_port
 from rsc.member.listener import Listener
 from rsc.member.producer import open_producer
+from rsc.member.session import SessionRefused, open_session
 from rsc.protocol import ShardCountChanged
 from tests.conftest import RunningCoordinator, start_coordinator
 from tests.conftest_tls import Certs
@@ -157,6 +158,21 @@ async def test_a_wss_client_of_a_plain_ws_coordinator_is_told_it_does_not_serve_
     assert code == 2, lines
     assert len(lines) == 1 and lines[0].startswith(f"rsc produce: TLS handshake with {url} failed: ")
     assert lines[0].endswith("does the coordinator serve wss:// (--tls-cert, --tls-key)?")
+
+
+async def test_a_ws_client_of_a_wss_coordinator_is_told_at_once_to_use_wss(
+        certs, coordinator_factory):
+    coordinator = await tls_coordinator(coordinator_factory, certs)
+    plain = coordinator.url.replace("wss://", "ws://")
+    with trio.fail_after(5), pytest.raises(SessionRefused) as refused:  # not the handshake timeout
+        async with open_session(plain, "member"):
+            pass
+    assert refused.value.line == (f"{plain}/v1/member refused the session: HTTP 400: the coordinator "
+                                  "serves TLS on this port: use wss://")
+    code, lines = await run_tool("admin", "--url", plain, "list")
+    assert (code, lines) == (1, [f"error: {plain}/v1/admin refused the session: HTTP 400 "
+                                 f"(the coordinator serves TLS on this port: use "
+                                 f"{coordinator.url})"])
 
 
 async def test_metrics_tls_serves_health_over_https_with_the_coordinators_certificate(certs, redis_url):
