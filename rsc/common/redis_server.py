@@ -166,11 +166,17 @@ def free_cluster_port(taken: set[int]) -> int:
 def _spawn(binary: str, port: int, folder: str, log: Path, tls: ServerTls | None,
            extra: list[str]) -> subprocess.Popen[bytes]:
     listen = ["--port", "0", "--tls-port", str(port), *tls.args()] if tls else ["--port", str(port)]
-    return subprocess.Popen(
-        [binary, *listen, "--bind", "127.0.0.1", *extra, "--save", "", "--appendonly", "no",
-         "--dir", folder, "--logfile", str(log)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True)
+    with open(log.with_suffix(".out"), "wb") as startup:  # a config error is printed, not logged
+        return subprocess.Popen(
+            [binary, *listen, "--bind", "127.0.0.1", *extra, "--save", "", "--appendonly", "no",
+             "--dir", folder, "--logfile", str(log)],
+            stdin=subprocess.DEVNULL, stdout=startup, stderr=subprocess.STDOUT,
+            start_new_session=True)
+
+
+def _startup_text(log: Path) -> str:
+    parts = [path.read_text(errors="replace") for path in (log.with_suffix(".out"), log) if path.exists()]
+    return "".join(parts)[-2000:]
 
 
 def _stop(process: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM) -> None:
@@ -204,8 +210,7 @@ class EmbeddedRedis:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                text = log.read_text() if log.exists() else ""
-                raise EmbeddedRedisError(f"redis-server exited at start:\n{text[-2000:]}")
+                raise EmbeddedRedisError(f"redis-server exited at start:\n{_startup_text(log)}")
             if self._ping():
                 return self
             time.sleep(0.02)
@@ -273,7 +278,7 @@ class ClusterNode:
         self.process = None
 
     def tail(self) -> str:
-        return self.log.read_text()[-1500:] if self.log.exists() else ""
+        return _startup_text(self.log)[-1500:]
 
 
 class LocalCluster:
