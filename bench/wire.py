@@ -69,7 +69,7 @@ class LeanWebSocket:
     """One client websocket on a non-blocking stdlib socket, driven from one task."""
 
     __slots__ = ("sock", "buffer", "fragments", "fragment_opcode", "out", "flushing", "closed",
-                 "close_sent")
+                 "close_sent", "tls")
 
     def __init__(self, sock: socket.socket, leftover: bytes) -> None:
         self.sock = sock
@@ -80,6 +80,7 @@ class LeanWebSocket:
         self.flushing = False
         self.closed = False
         self.close_sent = False
+        self.tls = isinstance(sock, ssl.SSLSocket)  # it may hold decrypted bytes: see receive()
 
     # --- sending -------------------------------------------------------------------
 
@@ -207,8 +208,8 @@ class LeanWebSocket:
                 return message
             if self.closed:
                 raise Closed("closed")
-            if not (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending()):
-                await trio.lowlevel.wait_readable(self.sock)  # (TLS may hold decrypted bytes)
+            if not (self.tls and self.sock.pending()):  # type: ignore[attr-defined]
+                await trio.lowlevel.wait_readable(self.sock)
             try:
                 data = self.sock.recv(RECV_SIZE)
             except _WOULD_BLOCK:

@@ -160,6 +160,25 @@ async def test_a_wss_client_of_a_plain_ws_coordinator_is_told_it_does_not_serve_
     assert lines[0].endswith("does the coordinator serve wss:// (--tls-cert, --tls-key)?")
 
 
+async def test_the_bench_load_generators_lean_client_speaks_wss(certs, coordinator_factory):
+    from bench import wire
+
+    coordinator = await tls_coordinator(coordinator_factory, certs)
+    trusting = ssl.create_default_context(cafile=certs.ca_file)
+    websocket = await wire.connect(coordinator.url + "/v1/member", trusting)
+    try:
+        for request_id in (1, 2):
+            await websocket.send_text(json.dumps({"type": "getRouting", "requestId": request_id,
+                                                  "streamPrefix": PREFIX}).encode())
+            answer = json.loads(await websocket.receive())
+            assert answer["requestId"] == request_id and answer["status"] == "UNKNOWN_STREAM"
+    finally:
+        with trio.move_on_after(5):
+            await websocket.aclose()
+    with pytest.raises(ValueError, match="wss:// with one"):
+        await wire.connect(coordinator.url + "/v1/member")
+
+
 async def test_a_ws_client_of_a_wss_coordinator_is_told_at_once_to_use_wss(
         certs, coordinator_factory):
     coordinator = await tls_coordinator(coordinator_factory, certs)
