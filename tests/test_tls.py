@@ -367,7 +367,7 @@ async def test_the_listener_and_producer_apis_raise_tls_failed_for_an_untrusted_
         raise AssertionError("nothing is delivered without a session")
 
     consumers = Listener(handle, stream_prefix=PREFIX, consumer_group=GROUP,
-                         coordinator_url=coordinator.url, redis_url=redis_url,
+                         coordinator_url=coordinator.url, redis_url=redis_url, concurrency=3,
                          ca_file=certs.wrong_ca_file)
     with trio.fail_after(20), pytest.raises(tls.TlsFailed, match="TLS verification of wss://"):
         await consumers.run()

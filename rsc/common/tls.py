@@ -107,6 +107,7 @@ def tls_failure_line(url: str, error: ssl.SSLError) -> str:
 
 
 _verified: set[tuple[str, int, int]] = set()
+_checking: dict[tuple[tuple[str, int, int], trio.lowlevel.TrioToken], trio.Event] = {}
 
 
 def _target(url: str, context: ssl.SSLContext) -> tuple[str, int, int]:
@@ -119,8 +120,21 @@ async def verify_server(url: str, context: ssl.SSLContext, timeout: float) -> No
     context: TlsFailed (the one line of `tls_failure_line`) when it fails. A connection that
     does not come up is left to the websocket connect that follows, which names it."""
     target = _target(url, context)
+    running = (target, trio.lowlevel.current_trio_token())
+    while running in _checking:  # sessions opened together (a listener's members) check once
+        await _checking[running].wait()
     if target in _verified:
         return
+    _checking[running] = done = trio.Event()
+    try:
+        await _handshake(url, target, context, timeout)
+    finally:
+        del _checking[running]
+        done.set()
+
+
+async def _handshake(url: str, target: tuple[str, int, int], context: ssl.SSLContext,
+                     timeout: float) -> None:
     host, port, _ = target
     with trio.move_on_after(timeout):
         try:
