@@ -259,7 +259,7 @@ async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig,
                 for listener in await trio.open_tcp_listeners(config.port, host=config.host)]
     # with TLS the handshake runs inside the session's handler, under the same connect timeout
     listeners: list[Any] = admitted if server_tls is None else [
-        TlsListener(listener, server_tls) for listener in admitted]
+        tls.TlsListener(listener, server_tls) for listener in admitted]
 
     async def handle(request: Any) -> None:
         try:
@@ -275,58 +275,6 @@ async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig,
     async with trio.open_nursery() as nursery:
         await nursery.start(ws_server.run)
         task_status.started(admitted[0].port)
-
-
-PLAIN_ON_TLS_BODY = b"this port serves TLS: connect with wss://\n"
-PLAIN_ON_TLS = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n"
-                b"Content-Length: %d\r\n\r\n%s" % (len(PLAIN_ON_TLS_BODY), PLAIN_ON_TLS_BODY))
-
-
-class TlsListener(trio.abc.Listener[trio.abc.Stream]):
-    """Admitted connections wrapped in TLS (trio.SSLListener, but over any listener: the
-    websocket server only accepts a SocketListener inside that one)."""
-
-    def __init__(self, inner: trio.abc.Listener[trio.abc.Stream], context: ssl.SSLContext) -> None:
-        self.inner = inner
-        self.context = context
-
-    async def accept(self) -> TlsStream:
-        return TlsStream(await self.inner.accept(), self.context)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
-class TlsStream(trio.abc.Stream):
-    """A server-side TLS stream that answers a plain HTTP request (a ws:// client) with a
-    400 saying to use wss:// (D3), instead of leaving it waiting for its handshake timeout."""
-
-    def __init__(self, transport: trio.abc.Stream, context: ssl.SSLContext) -> None:
-        self.transport = transport
-        self.tls = trio.SSLStream(transport, context, server_side=True, https_compatible=True)
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self.tls.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.tls.wait_send_all_might_not_block()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        try:
-            return await self.tls.receive_some(max_bytes)
-        except trio.BrokenResourceError as exc:
-            error = tls.tls_failure(exc)
-            if error is not None and error.reason == "HTTP_REQUEST":
-                with trio.move_on_after(1):
-                    try:
-                        await self.transport.send_all(PLAIN_ON_TLS)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        pass
-                await trio.aclose_forcefully(self.transport)
-            raise
-
-    async def aclose(self) -> None:
-        await self.tls.aclose()
 
 
 async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness: Readiness) -> None:

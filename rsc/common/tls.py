@@ -7,14 +7,16 @@
   (default $RSC_CA_FILE); None for a ws:// URL.
 - `tls_failure(exc)` / `tls_failure_line(url, error)`: the TLS error inside a failed
   connect and the one line a tool prints for it (D3: waiting cannot heal it).
-- `verify_server(url, context)`: the one function here that does I/O: a TLS handshake
-  with a wss:// coordinator, once per process, raising `TlsFailed` with that line.
-  (trio-websocket reports a certificate it cannot verify only as a connect timeout.)
+- `verify_server(url, context)`: a TLS handshake with a wss:// coordinator, once per
+  process, raising `TlsFailed` with that line (trio-websocket reports a certificate it
+  cannot verify only as a connect timeout).
+- `TlsListener`: the coordinator's side, TLS over its admitted connections; a plain
+  HTTP request (a ws:// client) is answered 400 "use wss://" at once.
 - `redis_tls_options(url)`: the extra redis-py options of a rediss:// URL: the CA from
   $RSC_REDIS_CA_FILE when the URL's query names none (`ssl_ca_certs`, `ssl_certfile`,
   `ssl_keyfile` in the query are read by redis-py itself); every file named must exist.
 
-Apart from `verify_server`, no sockets: contexts are built from files and errors are read.
+Apart from `verify_server` and `TlsListener` (trio streams), nothing here touches a socket.
 """
 
 from __future__ import annotations
@@ -158,6 +160,58 @@ def forget_server(url: str, context: ssl.SSLContext) -> None:
     """After a failed connect: handshake with that server again next time (its certificate
     may have changed)."""
     _verified.discard(_target(url, context))
+
+
+PLAIN_ON_TLS_BODY = b"this port serves TLS: connect with wss://\n"
+PLAIN_ON_TLS = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(PLAIN_ON_TLS_BODY), PLAIN_ON_TLS_BODY))
+
+
+class TlsListener(trio.abc.Listener[trio.abc.Stream]):
+    """Admitted connections wrapped in TLS (trio.SSLListener, but over any listener: the
+    websocket server only accepts a SocketListener inside that one)."""
+
+    def __init__(self, inner: trio.abc.Listener[trio.abc.Stream], context: ssl.SSLContext) -> None:
+        self.inner = inner
+        self.context = context
+
+    async def accept(self) -> TlsStream:
+        return TlsStream(await self.inner.accept(), self.context)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class TlsStream(trio.abc.Stream):
+    """A server-side TLS stream that answers a plain HTTP request (a ws:// client) with a
+    400 saying to use wss:// (D3), instead of leaving it waiting for its handshake timeout."""
+
+    def __init__(self, transport: trio.abc.Stream, context: ssl.SSLContext) -> None:
+        self.transport = transport
+        self.tls = trio.SSLStream(transport, context, server_side=True, https_compatible=True)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.tls.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.tls.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        try:
+            return await self.tls.receive_some(max_bytes)
+        except trio.BrokenResourceError as exc:
+            error = tls_failure(exc)
+            if error is not None and error.reason == "HTTP_REQUEST":
+                with trio.move_on_after(1):
+                    try:
+                        await self.transport.send_all(PLAIN_ON_TLS)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass
+                await trio.aclose_forcefully(self.transport)
+            raise
+
+    async def aclose(self) -> None:
+        await self.tls.aclose()
 
 
 def redis_tls_options(url: str, environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
