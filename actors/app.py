@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +46,7 @@ from rsc.actors.router import Router
 from rsc.actors.server import CoordinatorServer
 from rsc.actors.store import LEASE_KEY, MetadataStore, StoreError, StoreFenced
 from rsc.common import gc_policy as gc_control
+from rsc.common import tls
 
 log = logging.getLogger("rsc.coordinator")
 
@@ -163,6 +165,8 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
     trio.to_thread.current_default_thread_limiter().total_tokens = REDIS_THREADS
     readiness = Readiness()
     lease_ms = coordinator_lease_ms(config)
+    server_tls = tls.server_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key \
+        else None  # a bad certificate or key fails here, before anything listens
     store = ReportingStore(redis_url, lease_ms=lease_ms)
     store.readiness = readiness
     failure: Exception | None = None
@@ -175,13 +179,16 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
                 metrics = admission.metrics = CoordinatorMetrics()
             from rsc.actors.metrics import serve_metrics
 
+            metrics_tls = server_tls if config.metrics_tls else None
             metrics_port = await outer.start(lambda task_status: serve_metrics(
-                metrics, config.host, metrics_port_wanted, health=readiness, task_status=task_status))
-            log_event(log, "metrics.listening", url=f"http://{config.host}:{metrics_port}/metrics")
+                metrics, config.host, metrics_port_wanted, health=readiness, ssl_context=metrics_tls,
+                task_status=task_status))
+            scheme = "https" if metrics_tls else "http"
+            log_event(log, "metrics.listening", url=f"{scheme}://{config.host}:{metrics_port}/metrics")
         gc_control.install(getattr(metrics, "registry", None))
         try:
             await _run(config, store, admission, readiness, metrics, lease_ms, max_sessions, fd_limit,
-                       task_status)
+                       server_tls, task_status)
         except Exception as exc:  # raised bare, as before the health port existed (not in a group)
             failure = exc
         finally:
@@ -200,7 +207,7 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
 
 async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admission,
                readiness: Readiness, metrics: Any, lease_ms: int, max_sessions: int, fd_limit: int,
-               task_status: trio.TaskStatus[str]) -> None:
+               server_tls: ssl.SSLContext | None, task_status: trio.TaskStatus[str]) -> None:
     """Serve under one coordinator epoch after another: each time the lease is found taken by
     another coordinator (D5), everything is restored again from Redis as after a restart, under
     a new epoch, once this one holds the lease again."""
@@ -216,11 +223,11 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
         try:
             async with trio.open_nursery() as nursery:
                 port = await nursery.start(_serve_epoch, config, store, admission, readiness,
-                                           metrics, continuity, lapsed, port)
+                                           metrics, continuity, lapsed, port, server_tls)
                 if not started:
                     started = True
                     gc_control.freeze_after_startup()
-                    task_status.started(f"ws://{config.host}:{port}")
+                    task_status.started(f"{'wss' if server_tls else 'ws'}://{config.host}:{port}")
                 await lapsed.wait()
                 nursery.cancel_scope.cancel()
         except* StoreFenced as fenced:  # a newer coordinator wrote: ours lapsed long ago
@@ -264,7 +271,8 @@ def _monotonic_ms() -> float:
 
 async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admission: Admission,
                        readiness: Readiness, metrics: Any, continuity: LeaseContinuity,
-                       lapsed: trio.Event, port: int, task_status: trio.TaskStatus[int]) -> None:
+                       lapsed: trio.Event, port: int, server_tls: ssl.SSLContext | None,
+                       task_status: trio.TaskStatus[int]) -> None:
     """Everything of one coordinator epoch: restored actors, the websocket server (on `port`),
     the lease, the tick, the store id. `lapsed` is set when the lease is found lapsed."""
     identity = StoreIdentity(await trio.to_thread.run_sync(shard_ops.ensure_store_id, store.client))
@@ -304,7 +312,7 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
         server = CoordinatorServer(router, nursery, admin_token=config.admin_token,
                                    member_token=config.member_token, admission=admission,
                                    max_frame_bytes=config.max_frame_bytes)
-        bound = await nursery.start(_serve_websocket, server, config, admission, port)
+        bound = await nursery.start(_serve_websocket, server, config, admission, port, server_tls)
         nursery.start_soon(_lease_loop, config, store, readiness, continuity, lapsed)
         nursery.start_soon(_tick_loop, config, router, continuity, lapsed)
         nursery.start_soon(_store_id_loop, config, store, identity)
@@ -312,11 +320,15 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
 
 
 async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig, admission: Admission,
-                           port: int, task_status: trio.TaskStatus[int]) -> None:
+                           port: int, server_tls: ssl.SSLContext | None,
+                           task_status: trio.TaskStatus[int]) -> None:
     from trio_websocket import WebSocketServer
 
-    listeners = [AdmissionListener(listener, admission)
-                 for listener in await trio.open_tcp_listeners(port, host=config.host)]
+    admitted = [AdmissionListener(listener, admission)
+                for listener in await trio.open_tcp_listeners(port, host=config.host)]
+    # with TLS the handshake runs inside the session's handler, under the same connect timeout
+    listeners: list[Any] = admitted if server_tls is None else [
+        tls.TlsListener(listener, server_tls) for listener in admitted]
 
     async def handle(request: Any) -> None:
         try:
@@ -331,7 +343,7 @@ async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig,
                                 connect_timeout=config.handshake_timeout_s)
     async with trio.open_nursery() as nursery:
         await nursery.start(ws_server.run)
-        task_status.started(listeners[0].port)
+        task_status.started(admitted[0].port)
 
 
 async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness: Readiness,

@@ -40,3 +40,13 @@ class CoordinatorConfig:
     max_groups: int = attrs.field(default=DEFAULT_MAX_GROUPS, validator=_positive)
     max_group_size: int = attrs.field(default=DEFAULT_MAX_GROUP_SIZE, validator=_positive)
     handshake_timeout_s: float = attrs.field(default=HANDSHAKE_TIMEOUT_S, validator=_positive)
+    # TLS: with both files the websocket port serves wss://; metrics_tls puts them on the metrics port too
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    metrics_tls: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("--tls-cert and --tls-key go together: give both or neither")
+        if self.metrics_tls and self.tls_cert is None:
+            raise ValueError("--metrics-tls needs --tls-cert and --tls-key")

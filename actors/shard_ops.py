@@ -24,7 +24,6 @@ from typing import Any
 
 import redis
 
-from rsc.actors.redis_connect import is_cluster
 from rsc.actors.shard_reports import (  # the values these reads return, re-exported
     BlockingGroup as BlockingGroup,
 )
@@ -41,6 +40,7 @@ from rsc.actors.shard_reports import drain_report as drain_report
 from rsc.actors.shard_reports import drained_shards as drained_shards
 from rsc.actors.shard_reports import totals as totals
 from rsc.actors.store import STORE_IO_ERRORS, StoreError
+from rsc.common.redis_connect import is_cluster
 
 STORE_ID_KEY = "rsc:store-id"
 

@@ -42,7 +42,7 @@ from rsc.actors.records import (
     encode,
     replay,
 )
-from rsc.actors.redis_connect import connect, is_cluster
+from rsc.common.redis_connect import connect, is_cluster
 from rsc.protocol.routing import owner_key, seal_key
 
 EPOCH_KEY = "rsc:coordinator:epoch"

@@ -118,6 +118,7 @@ class Endpoints:
     coordinator_url: str
     redis_url: str
     token: str | None
+    ca_file: str | None = None  # what a wss:// coordinator is verified against, beside the system store
 
 
 def endpoints(args: argparse.Namespace, environ: Mapping[str, str]) -> Endpoints:
@@ -139,7 +140,8 @@ def endpoints(args: argparse.Namespace, environ: Mapping[str, str]) -> Endpoints
     if problem is not None:  # D3: redis-py would silently use db 0
         raise Unrecoverable(problem)
     return Endpoints(coordinator_url=coordinator, redis_url=redis_url,
-                     token=args.token or environ.get("RSC_TOKEN") or None)
+                     token=args.token or environ.get("RSC_TOKEN") or None,
+                     ca_file=args.ca_file or environ.get("RSC_CA_FILE") or None)
 
 
 def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
@@ -150,6 +152,9 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
                         help="Redis URL of the shard streams (default: $RSC_REDIS_URL)")
     parser.add_argument("--token", default=None,
                         help="member endpoint token (default: $RSC_TOKEN)")
+    parser.add_argument("--ca-file", default=None, metavar="FILE",
+                        help="CA certificates (PEM) a wss:// coordinator is verified against, beside "
+                             "the system trust store (default: $RSC_CA_FILE)")
 
 
 def add_produce_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -229,6 +234,8 @@ def _exit_now(say: Callable[[str], None], line: str) -> None:
 
 def _run(tool: str, main: Callable[..., Awaitable[int]], *args: object) -> int:
     """trio.run(main, *args) with one line, not a traceback, for what stops a tool at once."""
+    from rsc.common.tls import TlsFailed
+
     say = _line_writer(tool)
     try:
         return trio.run(main, *args)
@@ -237,6 +244,9 @@ def _run(tool: str, main: Callable[..., Awaitable[int]], *args: object) -> int:
     except (StoreMismatch, BadConfig, BadCoordinatorUrl) as exc:
         say(str(exc))
         return 1
+    except TlsFailed as exc:  # D3: a certificate that does not verify cannot heal by waiting
+        say(exc.line)
+        return EXIT_UNRECOVERABLE
     except Unrecoverable as exc:  # D3: what waiting cannot heal
         say(str(exc))
         return EXIT_UNRECOVERABLE
@@ -287,7 +297,7 @@ async def _produce(prefix: str, urls: Endpoints, input_fd: int,
     lines_in, lines_out = trio.open_memory_channel[tuple[str, str]](BUFFER_LINES)
     try:
         async with open_producer(urls.coordinator_url, urls.redis_url, prefix,
-                                 token=urls.token, notices=notices) as producer:
+                                 token=urls.token, notices=notices, ca_file=urls.ca_file) as producer:
 
             async def read_input() -> None:
                 async with lines_in:
@@ -550,7 +560,7 @@ class ConsumeWatch:
         while True:
             try:
                 async with open_session(url, "member", token=self.urls.token,
-                                        connect_timeout=5.0) as session:
+                                        connect_timeout=5.0, ca_file=self.urls.ca_file) as session:
                     await self._ask(session, subscribe=True)
                     self.notices.clear("coordinator", f"connected to the coordinator at {url}")
                     backoff.reset()
@@ -650,7 +660,7 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
             coordinator_url=urls.coordinator_url, redis_url=urls.redis_url, token=urls.token,
             concurrency=args.concurrency, runtime_max_concurrency=args.workers,
             member_ids=member_ids, on_event=on_event if args.events else None,
-            check_store_id=False,  # ConsumeWatch checked it
+            check_store_id=False, ca_file=urls.ca_file,  # ConsumeWatch checked the store
             notices=notices)  # one line per problem, whoever of the watch and members sees it
 
     consumers = make_listener()

@@ -201,6 +201,9 @@ def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> arg
                             f"else {DEFAULT_URL})")
     admin.add_argument("--token", default=None,
                        help=f"admin token, sent as 'Authorization: Bearer' (default: ${TOKEN_ENV})")
+    admin.add_argument("--ca-file", default=None, metavar="FILE",
+                       help="CA certificates (PEM) a wss:// coordinator is verified against, beside "
+                            "the system trust store (default: $RSC_CA_FILE)")
     admin.add_argument("--timeout", type=_argument_type(_positive_float), default=DEFAULT_TIMEOUT_S,
                        help=f"seconds to wait to connect and for each answer "
                             f"(default: {DEFAULT_TIMEOUT_S:g})")

@@ -42,6 +42,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="serve Prometheus metrics, /healthz and /readyz on this port (0 picks one)")
     parser.add_argument("--console-port", type=int, default=None,
                         help="serve the read-only web console on this port (0 picks one)")
+    parser.add_argument("--tls-cert", default=os.environ.get("RSC_TLS_CERT") or None, metavar="FILE",
+                        help="serve wss:// with this certificate chain, PEM (default: $RSC_TLS_CERT)")
+    parser.add_argument("--tls-key", default=os.environ.get("RSC_TLS_KEY") or None, metavar="FILE",
+                        help="the private key of --tls-cert, PEM (default: $RSC_TLS_KEY)")
+    parser.add_argument("--metrics-tls", action="store_true",
+                        help="serve the metrics and health port over HTTPS with the same certificate")
     parser.add_argument("--no-push", dest="push", action="store_false",
                         help="do not push assignmentChanged hints (members poll)")
     parser.add_argument("--keep-drained-streams", action="store_true",
@@ -71,12 +77,17 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         console_port=args.console_port, push=args.push,
         keep_drained_streams=args.keep_drained_streams, max_sessions=args.max_sessions,
         max_groups=args.max_groups, max_group_size=args.max_group_size,
+        tls_cert=args.tls_cert, tls_key=args.tls_key, metrics_tls=args.metrics_tls,
     )
 
 
 def run(args: argparse.Namespace) -> int:
     _configure_logging(args.log_level, args.log_format)
-    config = config_from_args(args)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:  # flags that do not go together
+        print(f"rsc coordinator: {exc}", file=sys.stderr)
+        return 1
     import trio
 
     try:
@@ -95,10 +106,11 @@ def run(args: argparse.Namespace) -> int:
 def _operator_error(exc: BaseException) -> BaseException | None:
     """The store or embedded-redis error inside `exc` (nurseries wrap errors in groups)."""
     from rsc.actors.store import StoreError
+    from rsc.common.redis_server import EmbeddedRedisError
+    from rsc.common.tls import TlsConfigError
     from rsc.console import ConsoleError
-    from rsc.embedded_redis import EmbeddedRedisError
 
-    if isinstance(exc, StoreError | EmbeddedRedisError | ConsoleError):
+    if isinstance(exc, StoreError | EmbeddedRedisError | TlsConfigError | ConsoleError):
         return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
@@ -121,7 +133,7 @@ async def _main(config: CoordinatorConfig) -> None:
     import attrs
     import trio
 
-    from rsc.embedded_redis import EmbeddedRedis
+    from rsc.common.redis_server import EmbeddedRedis
 
     embedded = await trio.to_thread.run_sync(lambda: EmbeddedRedis().start())
     print(f"no --redis-url given: started a private redis-server at {embedded.url}; "

@@ -40,8 +40,8 @@ from rsc.actors.config import CoordinatorConfig
 from rsc.admin_cli import print_view
 from rsc.admin_client import AdminClient, AdminError, open_admin_client
 from rsc.admin_views import describe_view, format_age, shards_text
+from rsc.common.redis_server import EmbeddedRedis
 from rsc.console import console_url, serve_console
-from rsc.embedded_redis import EmbeddedRedis
 from rsc.member.ids import make_member_id
 from rsc.member.producer import open_producer
 from rsc.member.runtime import Member, MemberConfig, Message

@@ -17,7 +17,7 @@ from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.records import GroupSnapshot
 from rsc.actors.store import MetadataStore
-from rsc.embedded_redis import EmbeddedRedis
+from rsc.common.redis_server import EmbeddedRedis
 from rsc.member.session import SessionClosed, open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status

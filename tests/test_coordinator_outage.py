@@ -34,7 +34,7 @@ import attrs
 import redis
 import trio
 
-from rsc.embedded_redis import free_port
+from rsc.common.redis_server import free_port
 from rsc.member.session import open_session
 from rsc.protocol import DescribeGroup, GroupDescription
 from tests.processes import ROOT

@@ -474,7 +474,7 @@ def screenshots(out: Path) -> None:  # pragma: no cover - run by hand for docs/i
     slow members catching up on a burst (its lag over time), clicks beside them."""
     import threading
 
-    from rsc.embedded_redis import EmbeddedRedis
+    from rsc.common.redis_server import EmbeddedRedis
 
     out.mkdir(parents=True, exist_ok=True)
     with EmbeddedRedis() as server:
