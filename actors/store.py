@@ -48,6 +48,7 @@ from rsc.protocol.routing import owner_key, seal_key
 EPOCH_KEY = "rsc:coordinator:epoch"
 LEASE_KEY = "rsc:coordinator:lease"
 PREFIXES_KEY = "rsc:prefixes"
+_PLACEHOLDER_GROUP = "rsc:create"  # R1: makes an empty stream (XGROUP CREATE ... MKSTREAM), dropped
 
 # KEYS[1] meta hash, KEYS[2..] owner tokens; ARGV[1] our coordinator epoch; ARGV[2] the epoch
 # field; ARGV[3] the write-sequence field; ARGV[4] this write's sequence number; ARGV[5] how many
@@ -339,13 +340,21 @@ class MetadataStore:
     # --- streams -------------------------------------------------------------------
 
     def create_consumer_groups(self, streams: Iterable[str], groups: Iterable[str]) -> None:
-        """Each stream exists and has every group, created at id 0 (BUSYGROUP is fine)."""
+        """Each stream exists and has every group, created at id 0 (BUSYGROUP is fine).
+
+        R1: the streams exist even when there is no group yet (a prefix given shards
+        before any member joined), so producers can write to them at once: an empty
+        stream is made with a placeholder group that is dropped in the same pipeline.
+        """
         streams, groups = list(streams), list(groups)
-        if not streams or not groups:
+        if not streams:
             return
         try:
             pipe = self.client.pipeline(transaction=False)
             for stream in streams:
+                if not groups:
+                    pipe.xgroup_create(stream, _PLACEHOLDER_GROUP, id="0", mkstream=True)
+                    pipe.xgroup_destroy(stream, _PLACEHOLDER_GROUP)
                 for group in groups:
                     pipe.xgroup_create(stream, group, id="0", mkstream=True)
             for result in pipe.execute(raise_on_error=False):
