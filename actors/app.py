@@ -364,7 +364,8 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
         deadline = max(deadline, trio.current_time() - interval)  # never a burst after a stall
         sent_at = _monotonic_ms()
         try:
-            outcome = await trio.to_thread.run_sync(store.renew, limiter=own_thread)
+            outcome = await _renew_watched(store, own_thread, readiness,
+                                           config.lease_ttl_ms / 3000)
         except (StoreError, OSError) as exc:
             continuity.renewal(sent_at, Renewal.FAILED)
             readiness.lease_held(False, str(exc))
@@ -382,6 +383,33 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
                            "(fresh leases, H12)")
         readiness.lease_held(True)
         readiness.write_succeeded()  # the renewal is a metadata write too (PROTOCOL, Command line)
+
+
+async def _renew_watched(store: MetadataStore, limiter: trio.CapacityLimiter,
+                         readiness: Readiness, deadline_s: float) -> Renewal:
+    """One renewal; a renewal still unanswered after D4's deadline (a third of the member
+    lease) already counts as a failed write for `/readyz`, however long Redis then takes."""
+    answered = False
+
+    async def watchdog() -> None:
+        await trio.sleep(deadline_s)
+        if not answered:
+            readiness.write_failed(f"the lease renewal got no answer within "
+                                   f"{round(deadline_s * 1000)} ms (a third of the lease)")
+
+    outcome: Renewal | Exception
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watchdog)
+        try:
+            outcome = await trio.to_thread.run_sync(store.renew, limiter=limiter)
+        except Exception as exc:  # noqa: BLE001 - raised bare below, not in a group
+            outcome = exc
+        finally:
+            answered = True
+            nursery.cancel_scope.cancel()
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
 
 
 async def _retake(store: MetadataStore, limiter: trio.CapacityLimiter) -> bool:
