@@ -1,4 +1,6 @@
-"""Lease continuity: whether this coordinator held its lease without a gap (pure; `now` passed in).
+"""Lease continuity: whether this coordinator held its lease without a gap.
+
+Pure: no trio, no Redis, `now` passed in.
 
 docs/protocol.md, Data plane rules, D5. The coordinator renews the key
 `rsc:coordinator:lease` every tick; the key lapses `lease_ms` after the last

@@ -1,4 +1,6 @@
-"""D5, the member side: the allowance to go on processing while no coordinator is alive (pure).
+"""D5, the member side: the allowance to go on processing while no coordinator is alive.
+
+Pure: no trio, no Redis, `now` passed in.
 
 docs/protocol.md, Data plane rules, D5. While its heartbeats fail (one
 unanswered after a heartbeat interval, or a session that cannot be opened)

@@ -1,4 +1,4 @@
-"""What waiting cannot heal (D3, docs/protocol.md): decided here, pure; the tools exit 2.
+"""What waiting cannot heal (D3, docs/protocol.md): decided here; the tools exit 2.
 
 `rsc consume` and `rsc produce` retry what may heal (a coordinator or Redis that
 is down, a prefix without routing). These never do: a session refused with

@@ -378,3 +378,21 @@ async def test_d5_a_frozen_member_whose_shards_moved_touches_none_after_the_coor
         for consumer in consumers:
             await consumer.stop()
         await coordinator.stop()
+
+
+def test_d5_one_look_reads_the_lease_key_and_the_owner_records_in_one_round_trip(redis_url):
+    from rsc.member.heartbeat import observe
+    from rsc.member.outage import COORDINATOR_LEASE_KEY
+    from rsc.member.streams import connect
+
+    client = connect(redis_url)
+    try:
+        client.set("{s:v1:0}:owner:g", "me")
+        client.delete("{s:v1:1}:owner:g", COORDINATOR_LEASE_KEY)
+        assert observe(client, COORDINATOR_LEASE_KEY, ["{s:v1:0}:owner:g", "{s:v1:1}:owner:g"]) \
+            == (True, ["me", None])
+        client.set(COORDINATOR_LEASE_KEY, "host-1-abc", px=5000)
+        assert observe(client, COORDINATOR_LEASE_KEY, []) == (False, [])
+    finally:
+        client.delete(COORDINATOR_LEASE_KEY, "{s:v1:0}:owner:g")
+        client.close()
