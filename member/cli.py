@@ -626,6 +626,8 @@ class ConsumeWatch:
                     coordinator_url=self.urls.coordinator_url))
                 return
             except redis.RedisError as exc:
+                if redis_error_is_permanent(exc):  # D3: a bad db index never heals
+                    raise Unrecoverable(redis_unrecoverable_line(exc, self.urls.redis_url)) from exc
                 self.notices.say("redis", then(redis_problem(exc, self.urls.redis_url), "retrying"))
                 await trio.sleep(backoff.next())
 
@@ -684,8 +686,10 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
                 await consumers.run()
                 return
             except* redis.RedisError as group:  # Redis went away while the members started
-                notices.say("redis", then(redis_problem(group.exceptions[0], urls.redis_url),
-                                          "retrying"))
+                first = group.exceptions[0]
+                if redis_error_is_permanent(first):  # D3: a bad db index never heals
+                    raise Unrecoverable(redis_unrecoverable_line(first, urls.redis_url)) from first
+                notices.say("redis", then(redis_problem(first, urls.redis_url), "retrying"))
             await trio.sleep(backoff.next())
             if stopping.is_set():
                 return
