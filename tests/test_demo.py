@@ -69,10 +69,12 @@ def test_view_shows_counters_group_and_steps():
         assert expected in text
 
 
-def start_demo(*argv: str) -> subprocess.Popen[str]:
+def start_demo(*argv: str, own_group: bool = False) -> subprocess.Popen[str]:
+    """`rsc demo` as a child; `own_group` gives it a process group of its own, as a shell
+    gives a foreground job (Ctrl-C then reaches the whole group)."""
     return subprocess.Popen([sys.executable, "-m", "rsc", "demo", *argv], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "COLUMNS": "200"})
+                            env={**os.environ, "COLUMNS": "200"}, start_new_session=own_group)
 
 
 def redis_pid(output: str) -> int:
@@ -120,7 +122,7 @@ async def test_rsc_demo_duration_20_runs_to_completion_with_no_redis_configured(
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
 async def test_sigterm_or_ctrl_c_stops_the_demo_cleanly_with_the_reconciled_count(signum):
-    demo = start_demo()
+    demo = start_demo(own_group=True)
     assert demo.stdout is not None
     seen: list[str] = []
     try:
@@ -129,7 +131,10 @@ async def test_sigterm_or_ctrl_c_stops_the_demo_cleanly_with_the_reconciled_coun
                 line = await trio.to_thread.run_sync(demo.stdout.readline)
                 assert line, "the demo ended before its group was stable"
                 seen.append(line)
-            demo.send_signal(signum)
+            if signum == signal.SIGINT:  # Ctrl-C on a terminal: the whole foreground group
+                os.killpg(demo.pid, signal.SIGINT)
+            else:
+                demo.send_signal(signum)
             rest, stderr = await trio.to_thread.run_sync(demo.communicate)
     finally:
         if demo.poll() is None:

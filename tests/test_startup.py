@@ -328,3 +328,27 @@ async def test_d4_readyz_turns_503_within_a_third_of_the_lease_of_a_stalled_rene
     finally:
         await stop(process)
         store.stop()
+
+
+async def test_ctrl_c_on_rsc_coordinator_with_its_embedded_redis_releases_the_lease_first():
+    """Ctrl-C on a terminal reaches the whole foreground group: the embedded redis-server
+    lives in a session of its own, so it is still there when the lease is released."""
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "rsc", "coordinator", "--port", "0", "--tick-interval-ms", "100"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, start_new_session=True,
+        env={k: v for k, v in os.environ.items() if k != "RSC_REDIS_URL"})
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        out = bytearray()
+        with trio.fail_after(30):
+            await read_until(process.stdout, b"listening on ", out)
+        os.killpg(process.pid, signal.SIGINT)
+        logs = bytearray()
+        with trio.fail_after(20):
+            while chunk := await process.stderr.receive_some(65536):
+                logs += chunk
+            assert await process.wait() == 0, bytes(logs)
+        assert b"private redis-server" in logs
+        assert b"lease_not_released" not in logs and b"Traceback" not in logs, bytes(logs)
+    finally:
+        await stop(process)
