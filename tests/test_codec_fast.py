@@ -260,7 +260,8 @@ def invalid_heartbeat_objects(draw: st.DrawFn) -> dict[str, Any]:
     obj = draw(heartbeat_objects())
     kind = draw(st.sampled_from([
         "wrong int", "bool int", "wrong text", "missing", "surrogate", "capacity", "epoch",
-        "bad name", "instance", "instance surrogate", "bad instance", "owned not list", "owned item", "owned surrogate", "revoking not list",
+        "bad name", "instance", "instance surrogate", "bad instance", "owned not list",
+        "owned item", "owned surrogate", "revoking not list",
         "revoking item", "revoking shard", "revoking state", "revoking missing", "revoking surrogate",
     ]))
     surrogate = draw(st.sampled_from(LONE_SURROGATES))
