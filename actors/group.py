@@ -205,17 +205,13 @@ class GroupMachine:
         session = self.settings.static_session_timeout_ms
         for member in list(self.members.values()):
             silent = now_ms - member.last_heartbeat_ms
-            if member.instance_id is not None:
-                if silent > session:
+            if member.away or silent > lease:
+                if member.instance_id is None:
+                    self._remove(member, "expired", now_ms)
+                elif silent > session:  # only once its lease is over too, whatever the flags
                     self._remove(member, "expired", now_ms, {"reason": "session_timeout"})
-                    continue
-                if member.away:
-                    continue
-                if silent > lease:
+                elif not member.away:
                     self._go_away(member, now_ms, "lease_expired")
-                    continue
-            elif silent > lease:
-                self._remove(member, "expired", now_ms)
                 continue
             if member.revoke_started_ms is not None and now_ms - member.revoke_started_ms > timeout:
                 self._remove(member, "revoke_timeout", now_ms)

@@ -340,6 +340,16 @@ def test_s5_an_away_member_is_removed_after_the_static_session_timeout():
                for e in effects.events)
 
 
+def test_s5_a_session_timeout_shorter_than_the_lease_never_cuts_a_lease_short():
+    group = GroupMachine(PREFIX, GROUP, GroupSettings(lease_ttl_ms=10_000,
+                                                      static_session_timeout_ms=2_000), SHARDS)
+    join(group, "a", "pod-0")
+    group.tick(5_000)
+    assert not group.members["a"].away and group.members["a"].held == frozenset(SHARDS)
+    group.tick(10_001)  # the lease is over, and so is the session: removed at once
+    assert "a" not in group.members
+
+
 def test_s5_leave_from_a_static_member_is_a_real_leave():
     group = static_group()
     target, epoch = target_of(group, "a"), group.group_epoch
@@ -484,3 +494,25 @@ def test_h12_a_rolled_back_return_brings_the_away_member_back():
     assert "a" not in group.replaced and group.instances["pod-0"] == "a"
     response = join(group, "a2", "pod-0", 20)
     assert response.status == Status.OK and assigned(response) == target_of(group, "a2")
+
+
+def test_s5_the_static_session_timeout_flag_reaches_the_config(capsys):
+    import argparse
+
+    import pytest
+
+    from rsc.actors.config import CoordinatorConfig
+    from rsc.coordinator_cli import add_parser, config_from_args
+
+    parser = argparse.ArgumentParser(prog="rsc")
+    add_parser(parser.add_subparsers(dest="command"))
+    config = config_from_args(parser.parse_args(["coordinator", "--static-session-timeout-ms",
+                                                 "9000"]))
+    assert config.static_session_timeout_ms == 9000
+    defaults = config_from_args(parser.parse_args(["coordinator"]))
+    assert defaults.static_session_timeout_ms == GroupSettings().static_session_timeout_ms == 45_000
+    with pytest.raises(SystemExit):
+        parser.parse_args(["coordinator", "--static-session-timeout-ms", "0"])
+    assert "--static-session-timeout-ms: must be at least 1, got 0" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="static-session-timeout-ms must be positive"):
+        CoordinatorConfig(static_session_timeout_ms=0)
