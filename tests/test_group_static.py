@@ -138,8 +138,8 @@ def test_s1_a_later_heartbeat_never_changes_or_adds_an_instance_id():
     for member_id, epoch, instance in (("a", a_epoch, "pod-9"), ("d", d_epoch, "pod-9"),
                                        ("a", JOIN_EPOCH, "pod-9"), ("d", JOIN_EPOCH, "pod-9"),
                                        ("a", LEAVE_EPOCH, "pod-9"), ("a", TEMPORARY_LEAVE_EPOCH, "pod-9")):
-        response = unchanged_by(group, lambda: send(group, member_id, epoch, instance=instance,
-                                                    owned=() if epoch <= 0 else None))
+        response = unchanged_by(group, lambda mid=member_id, e=epoch, i=instance: send(
+            group, mid, e, instance=i, owned=() if e <= 0 else None))
         assert response.status == Status.INVALID_REQUEST, (member_id, epoch)
         assert "instanceId" in response.error
     assert group.members["d"].instance_id is None and group.instances["pod-0"] == "a"
@@ -244,7 +244,8 @@ def test_s3_the_replaced_member_id_is_fenced_for_good():
     join(group, "a2", "pod-0")
     group.take_effects()
     for sent in (epoch, TEMPORARY_LEAVE_EPOCH, LEAVE_EPOCH):
-        response = unchanged_by(group, lambda: send(group, "a", sent, owned=() if sent < 0 else None))
+        response = unchanged_by(group, lambda e=sent: send(group, "a", e,
+                                                           owned=() if e < 0 else None))
         assert response.status == Status.FENCED_INSTANCE_ID, sent
         assert "pod-0" in response.error
     duplicate = unchanged_by(group, lambda: join(group, "a", "pod-0"))  # its join is S4's duplicate
