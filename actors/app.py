@@ -30,7 +30,7 @@ from rsc.actors.admission import (
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.group import GroupSettings
 from rsc.actors.logs import log_event
-from rsc.actors.prefix import GroupBudget
+from rsc.actors.prefix_admission import GroupBudget
 from rsc.actors.records import PrefixSnapshot
 from rsc.actors.router import Router
 from rsc.actors.server import CoordinatorServer
@@ -228,7 +228,7 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
     persisted = await trio.to_thread.run_sync(store.load_all)
     async with trio.open_nursery() as nursery:
         background = nursery
-        router = Router(nursery, make_actor, reload=reload, metrics=metrics)
+        router = Router(nursery, make_actor, reload=reload, metrics=metrics, budget=budget)
         now = now_ms()
         for prefix, data in persisted.items():
             actor = make_actor(prefix)

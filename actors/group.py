@@ -97,6 +97,18 @@ class Effects:
         return self.group_dirty or bool(self.members_dirty) or bool(self.members_removed)
 
 
+def malformed_join(request: m.Heartbeat) -> str | None:
+    """A join (memberEpoch 0) and a temporary leave (-2, S2) list no owned shards
+    (Heartbeat, `ownedShards`): what is wrong, naming the field, or None. The server
+    answers it before any lookup."""
+    if request.owned_shards:
+        if request.member_epoch == JOIN_EPOCH:
+            return "field 'ownedShards' must be empty on a join (memberEpoch 0)"
+        if request.member_epoch == TEMPORARY_LEAVE_EPOCH:
+            return m.OWNED_ON_TEMPORARY_LEAVE
+    return None
+
+
 class GroupMachine:
     """One group `(stream_prefix, consumer_group)`; see the module docstring."""
 
@@ -139,9 +151,9 @@ class GroupMachine:
         if request.member_epoch == TEMPORARY_LEAVE_EPOCH:
             return self._temporary_leave(request, now_ms)
         if request.member_epoch == JOIN_EPOCH:
-            if request.owned_shards:
-                return self._error(request, Status.INVALID_REQUEST,
-                                   "field 'ownedShards' must be empty on a join (memberEpoch 0)")
+            invalid = malformed_join(request)
+            if invalid is not None:
+                return self._error(request, Status.INVALID_REQUEST, invalid)
             return self._join(request, now_ms, routing)
 
         known = self.members.get(member_id)

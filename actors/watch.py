@@ -7,7 +7,7 @@ description is looked at again only `MIN_INTERVAL_MS` after the last look, so
 whatever changed in between is pushed once, as it is then (the latest wins).
 
 Cost: a watch looks only when the prefix machine said its group changed
-(`changed`, from `PrefixMachine.take_described`), at most MAX_PUSHES_PER_SECOND
+(`changed`, from `PrefixMachine.mark_watches`), at most MAX_PUSHES_PER_SECOND
 times a second, and otherwise once every `REFRESH_MS` for what moves without
 the machine seeing it (lag, lengths, overdue), so a quiet group is not
 described (nor its lag read) ten times a second.

@@ -38,7 +38,7 @@ from bench.gcstats import report
 from rsc.actors import latency
 from rsc.common import gc_policy as gc_control
 from rsc.member.config import MemberConfig
-from rsc.member.heartbeat import jittered
+from rsc.member.pacing import jittered
 
 HANDSHAKES_AT_ONCE = 64
 TICK_S = 1.0  # GC tick, as a member runtime's

@@ -383,10 +383,10 @@ def _one_member(instance: Any, attribute: attrs.Attribute, value: str | None) ->
     """S5: removeMember names a memberId or an instanceId, exactly one of them."""
     _optional_member_id(instance, attribute, value)
     if (instance.member_id is None) == (value is None):
-        raise FieldValueError("fields 'memberId' and 'instanceId' are both set; name exactly one"
-                              if value is not None else
-                              "field 'memberId' is missing (removeMember names a memberId or "
-                              "an instanceId)")
+        raise FieldValueError("field 'memberId' and field 'instanceId' are both set; name exactly "
+                              "one" if value is not None else
+                              "field 'memberId' or field 'instanceId' is missing (removeMember "
+                              "names exactly one)")
 
 
 @attrs.frozen(kw_only=True)
