@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rsc.actors.group import GroupMachine, GroupSettings
+from rsc.actors.group import GroupMachine, GroupSettings, malformed_join
 from rsc.actors.records import MemberRecord, PrefixSnapshot, changes_of, encode, member_value, replay
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
@@ -197,6 +197,14 @@ def test_s2_temporary_leave_from_a_dynamic_member_or_naming_shards_is_invalid():
     assert not group.members["a"].away
     unknown_group = m.Heartbeat.unknown_group(heartbeat("x", TEMPORARY_LEAVE_EPOCH, owned=held))
     assert unknown_group.status == Status.INVALID_REQUEST
+
+
+def test_s2_a_temporary_leave_naming_shards_is_refused_before_any_lookup():
+    assert malformed_join(heartbeat("a", TEMPORARY_LEAVE_EPOCH, owned=[SHARDS[0]])) == (
+        m.OWNED_ON_TEMPORARY_LEAVE)
+    assert malformed_join(heartbeat("a", TEMPORARY_LEAVE_EPOCH, owned=())) is None
+    assert malformed_join(heartbeat("a", TEMPORARY_LEAVE_EPOCH)) is None
+    assert malformed_join(heartbeat("a", LEAVE_EPOCH, owned=[SHARDS[0]])) is None
 
 
 def test_s2_temporary_leave_releases_a_revoking_shard_to_its_waiting_member():
