@@ -407,6 +407,17 @@ def test_s6_describe_shows_instance_id_away_and_away_ms():
     assert description.current_assignment["a"] == ()
 
 
+def test_s6_a_watch_does_not_push_for_the_away_clock_alone():
+    from rsc.actors.watch import significant
+
+    group = static_group()
+    away(group, "a", now=1000)
+    while_away = significant(group.describe(2000, None, None))
+    assert significant(group.describe(9000, None, None)) == while_away
+    join(group, "a2", "pod-0", now=9000)
+    assert significant(group.describe(9000, None, None)) != while_away  # the return is a change
+
+
 def test_s6_away_members_do_not_make_the_group_reconciling():
     group = static_group()
     away(group, "a")
