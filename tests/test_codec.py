@@ -85,7 +85,7 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
                  "storeId": None, "retention": None}),
     ("error", """
 {"type": "error", "requestId": 7, "status": "INVALID_REQUEST",
- "error": "field 'memberEpoch' must be >= -1, got -2"}
+ "error": "field 'memberEpoch' must be >= -2, got -3"}
 """, m.ErrorResponse, {}),
     ("error without readable requestId", """
 {"type": "error", "requestId": null, "status": "INVALID_REQUEST",
