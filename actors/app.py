@@ -213,7 +213,8 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
     log_event(log, "store.identified", store_id=identity.value, xackdel=xackdel)
     settings = GroupSettings(heartbeat_interval_ms=config.heartbeat_interval_ms,
                              lease_ttl_ms=config.lease_ttl_ms,
-                             revoke_timeout_ms=config.revoke_timeout_ms)
+                             revoke_timeout_ms=config.revoke_timeout_ms,
+                             static_session_timeout_ms=config.static_session_timeout_ms)
 
     budget = GroupBudget(config.max_groups)  # A1: one count over every prefix
     background: trio.Nursery | None = None  # where retention passes run (the server's nursery)

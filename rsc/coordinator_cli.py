@@ -23,6 +23,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--lease-ttl-ms", type=int, default=defaults.lease_ttl_ms)
     parser.add_argument("--heartbeat-interval-ms", type=int, default=defaults.heartbeat_interval_ms)
     parser.add_argument("--revoke-timeout-ms", type=int, default=defaults.revoke_timeout_ms)
+    parser.add_argument("--static-session-timeout-ms", type=_positive_int,
+                        default=defaults.static_session_timeout_ms,
+                        help="how long an AWAY static member's shards wait for it (S5; default "
+                             f"{defaults.static_session_timeout_ms})")
     # tokens may come from the environment so they stay out of `ps` (PROTOCOL.md, Transport)
     parser.add_argument("--admin-token", default=os.environ.get("RSC_ADMIN_TOKEN") or None,
                         help="require this bearer token on /v1/admin (default: $RSC_ADMIN_TOKEN)")
@@ -72,6 +76,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         redis_url=args.redis_url, host=args.host, port=args.port,
         tick_interval_ms=args.tick_interval_ms, lease_ttl_ms=args.lease_ttl_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms, revoke_timeout_ms=args.revoke_timeout_ms,
+        static_session_timeout_ms=args.static_session_timeout_ms,
         admin_token=args.admin_token, member_token=args.member_token,
         max_frame_bytes=args.max_frame_bytes, metrics_port=args.metrics_port,
         console_port=args.console_port, push=args.push,
