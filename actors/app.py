@@ -272,8 +272,8 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
 
     Each renewal is a metadata write reported to `readiness` (which logs an
     outage once); one unanswered after a third of the member lease counts as
-    failed (D4), so `/readyz` turns 503 that soon on a stalled Redis. A fenced store (another coordinator owns this Redis) ends
-    the process.
+    failed (D4), so `/readyz` turns 503 that soon on a stalled Redis. A fenced
+    store (another coordinator owns this Redis) ends the process.
     """
     interval = config.tick_interval_ms / 1000
     stall_s = config.lease_ttl_ms / 3000  # D4's deadline: a slower renewal is a failed write
