@@ -283,24 +283,34 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
     """Renew the coordinator lease every tick, on a thread of its own that nothing else can hold.
 
     Each renewal is a metadata write reported to `readiness` (which logs an
-    outage once). A fenced store (another coordinator owns this Redis) ends
-    the process.
+    outage once); one unanswered after a third of the member lease counts as
+    failed (D4), so `/readyz` turns 503 that soon on a stalled Redis. A fenced
+    store (another coordinator owns this Redis) ends the process.
     """
     interval = config.tick_interval_ms / 1000
+    stall_s = config.lease_ttl_ms / 3000  # D4's deadline: a slower renewal is a failed write
     own_thread = trio.CapacityLimiter(1)
     deadline = trio.current_time()
     while True:
         deadline += interval
         await trio.sleep_until(deadline)
         deadline = max(deadline, trio.current_time() - interval)  # never a burst after a stall
-        try:
-            await trio.to_thread.run_sync(store.renew, limiter=own_thread)
-        except StoreFenced:
-            readiness.lease_held(False, "fenced: another coordinator owns this Redis")
-            raise
-        except (StoreError, OSError) as exc:
-            readiness.lease_held(False, str(exc))
-            readiness.write_failed(str(exc))
+        with trio.move_on_after(stall_s) as renewal:
+            try:
+                # abandoned past the deadline: the thread ends with the socket timeout and holds
+                # `own_thread` until then, so renewals never pile up on a stalled Redis
+                await trio.to_thread.run_sync(store.renew, limiter=own_thread,
+                                              abandon_on_cancel=True)
+            except StoreFenced:
+                readiness.lease_held(False, "fenced: another coordinator owns this Redis")
+                raise
+            except (StoreError, OSError) as exc:
+                readiness.lease_held(False, str(exc))
+                readiness.write_failed(str(exc))
+                continue
+        if renewal.cancelled_caught:
+            readiness.write_failed(f"Redis did not answer the lease renewal within "
+                                   f"{round(stall_s * 1000)} ms")
             continue
         readiness.lease_held(True)
         readiness.write_succeeded()  # the renewal is a metadata write too (PROTOCOL, Command line)
