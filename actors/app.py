@@ -281,7 +281,8 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
     log_event(log, "store.identified", store_id=identity.value, xackdel=xackdel)
     settings = GroupSettings(heartbeat_interval_ms=config.heartbeat_interval_ms,
                              lease_ttl_ms=config.lease_ttl_ms,
-                             revoke_timeout_ms=config.revoke_timeout_ms)
+                             revoke_timeout_ms=config.revoke_timeout_ms,
+                             static_session_timeout_ms=config.static_session_timeout_ms)
 
     budget = GroupBudget(config.max_groups)  # A1: one count over every prefix
     background: trio.Nursery | None = None  # where retention passes run (the server's nursery)
@@ -351,11 +352,14 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
     """Renew the coordinator lease every tick, on a thread of its own that nothing else can hold.
 
     Each renewal is a metadata write reported to `readiness` (which logs an
-    outage once). A renewal that finds the lease lapsed or taken, or that comes
-    after a gap longer than the lease (this process was frozen), breaks its
-    continuity (D5): `lapsed` is set and the coordinator restarts.
+    outage once); one unanswered after a third of the member lease counts as
+    failed (D4), so `/readyz` turns 503 that soon on a stalled Redis. A renewal
+    that finds the lease lapsed or taken, or that comes after a gap longer than
+    the lease (this process was frozen), breaks its continuity (D5): the lease
+    is taken again in place, or `lapsed` is set and the coordinator restarts.
     """
     interval = config.tick_interval_ms / 1000
+    stall_s = config.lease_ttl_ms / 3000  # D4's deadline: a slower renewal is a failed write
     own_thread = trio.CapacityLimiter(1)
     deadline = trio.current_time()
     while True:
@@ -363,13 +367,22 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
         await trio.sleep_until(deadline)
         deadline = max(deadline, trio.current_time() - interval)  # never a burst after a stall
         sent_at = _monotonic_ms()
-        try:
-            outcome = await _renew_watched(store, own_thread, readiness,
-                                           config.lease_ttl_ms / 3000)
-        except (StoreError, OSError) as exc:
+        outcome: Renewal | None = None
+        with trio.move_on_after(stall_s):
+            try:
+                # abandoned past the deadline: the thread ends with the socket timeout and holds
+                # `own_thread` until then, so renewals never pile up on a stalled Redis
+                outcome = await trio.to_thread.run_sync(store.renew, limiter=own_thread,
+                                                        abandon_on_cancel=True)
+            except (StoreError, OSError) as exc:
+                continuity.renewal(sent_at, Renewal.FAILED)
+                readiness.lease_held(False, str(exc))
+                readiness.write_failed(str(exc))
+                continue
+        if outcome is None:  # D4: unanswered within a third of the lease is a failed write
             continuity.renewal(sent_at, Renewal.FAILED)
-            readiness.lease_held(False, str(exc))
-            readiness.write_failed(str(exc))
+            readiness.write_failed(f"Redis did not answer the lease renewal within "
+                                   f"{round(stall_s * 1000)} ms")
             continue
         continuity.renewal(sent_at, outcome)
         reason = continuity.broken
@@ -383,33 +396,6 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
                            "(fresh leases, H12)")
         readiness.lease_held(True)
         readiness.write_succeeded()  # the renewal is a metadata write too (PROTOCOL, Command line)
-
-
-async def _renew_watched(store: MetadataStore, limiter: trio.CapacityLimiter,
-                         readiness: Readiness, deadline_s: float) -> Renewal:
-    """One renewal; a renewal still unanswered after D4's deadline (a third of the member
-    lease) already counts as a failed write for `/readyz`, however long Redis then takes."""
-    answered = False
-
-    async def watchdog() -> None:
-        await trio.sleep(deadline_s)
-        if not answered:
-            readiness.write_failed(f"the lease renewal got no answer within "
-                                   f"{round(deadline_s * 1000)} ms (a third of the lease)")
-
-    outcome: Renewal | Exception
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(watchdog)
-        try:
-            outcome = await trio.to_thread.run_sync(store.renew, limiter=limiter)
-        except Exception as exc:  # noqa: BLE001 - raised bare below, not in a group
-            outcome = exc
-        finally:
-            answered = True
-            nursery.cancel_scope.cancel()
-    if isinstance(outcome, Exception):
-        raise outcome
-    return outcome
 
 
 async def _retake(store: MetadataStore, limiter: trio.CapacityLimiter) -> bool:

@@ -28,6 +28,7 @@ class CoordinatorConfig:
     lease_ttl_ms: int = 10000
     heartbeat_interval_ms: int = 3000
     revoke_timeout_ms: int = 60000
+    static_session_timeout_ms: int = attrs.field(default=45000, validator=_positive)  # S5
     admin_token: str | None = None
     member_token: str | None = None
     max_frame_bytes: int = attrs.field(default=1 << 20, validator=_positive)

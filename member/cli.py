@@ -187,13 +187,14 @@ def add_consume_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=_positive, default=4,
                         help="worker capacity of each member (default 4)")
     parser.add_argument("--work-ms", type=float, default=0.0,
-                        help="simulated handler work per message, in ms")
+                        help="simulated handler work per message, in ms (default 0)")
     parser.add_argument("--metrics-port", type=int, default=None,
                         help="serve the members' Prometheus metrics on this port")
     parser.add_argument("--metrics-host", default="127.0.0.1",
                         help="address of the metrics port (default 127.0.0.1)")
     parser.add_argument("--events", action="store_true",
-                        help="write one JSON line per member event to stderr")
+                        help="write one JSON line per member event to stderr (joined, assigned, revoking, "
+                             "revoked, fenced, left, join refused)")
     parser.set_defaults(run=run_consume)
 
 

@@ -17,18 +17,33 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--redis-url", default=os.environ.get("RSC_REDIS_URL") or None,
                         help="Redis for metadata (default: $RSC_REDIS_URL, else start an embedded "
                              "redis-server)")
-    parser.add_argument("--host", default=defaults.host)
-    parser.add_argument("--port", type=int, default=defaults.port, help="0 picks a free port")
-    parser.add_argument("--tick-interval-ms", type=int, default=defaults.tick_interval_ms)
-    parser.add_argument("--lease-ttl-ms", type=int, default=defaults.lease_ttl_ms)
-    parser.add_argument("--heartbeat-interval-ms", type=int, default=defaults.heartbeat_interval_ms)
-    parser.add_argument("--revoke-timeout-ms", type=int, default=defaults.revoke_timeout_ms)
+    parser.add_argument("--host", default=defaults.host,
+                        help="address to listen on, for sessions and the metrics port (default %(default)s)")
+    parser.add_argument("--port", type=int, default=defaults.port,
+                        help="websocket port; 0 picks a free one (default %(default)s)")
+    parser.add_argument("--tick-interval-ms", type=int, default=defaults.tick_interval_ms,
+                        help="how often leases and revoke timeouts are checked and the coordinator's "
+                             "own lease is renewed (default %(default)s)")
+    parser.add_argument("--lease-ttl-ms", type=int, default=defaults.lease_ttl_ms,
+                        help="a member without an accepted heartbeat for this long is expired; a "
+                             "Redis call slower than a third of it is given up (default %(default)s)")
+    parser.add_argument("--heartbeat-interval-ms", type=int, default=defaults.heartbeat_interval_ms,
+                        help="how often members are told to heartbeat (default %(default)s)")
+    parser.add_argument("--revoke-timeout-ms", type=int, default=defaults.revoke_timeout_ms,
+                        help="a member still holding a shard it was asked to give up after this long "
+                             "is removed from its group (default %(default)s)")
+    parser.add_argument("--static-session-timeout-ms", type=_positive_int,
+                        default=defaults.static_session_timeout_ms,
+                        help="how long the shards of a static member that went away wait for it to "
+                             "come back before they move to others (default %(default)s)")
     # tokens may come from the environment so they stay out of `ps` (PROTOCOL.md, Transport)
     parser.add_argument("--admin-token", default=os.environ.get("RSC_ADMIN_TOKEN") or None,
                         help="require this bearer token on /v1/admin (default: $RSC_ADMIN_TOKEN)")
     parser.add_argument("--member-token", default=os.environ.get("RSC_MEMBER_TOKEN") or None,
                         help="require this bearer token on /v1/member (default: $RSC_MEMBER_TOKEN)")
-    parser.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes)
+    parser.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes,
+                        help="largest message accepted, in UTF-8 bytes; a larger one closes the "
+                             "session with code 1009 (default %(default)s)")
     parser.add_argument("--max-sessions", type=_positive_int, default=None,
                         help="open sessions allowed; past it a handshake gets HTTP 503 "
                              "(default: 80%% of the fd limit, raised to the hard limit at start)")
@@ -52,8 +67,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="do not push assignmentChanged hints (members poll)")
     parser.add_argument("--keep-drained-streams", action="store_true",
                         help="keep a resharded prefix's old streams instead of deleting them")
-    parser.add_argument("--log-level", default="info")
-    parser.add_argument("--log-format", choices=("text", "json"), default="text")
+    parser.add_argument("--log-level", default="info",
+                        help="debug, info, warning or error (default %(default)s)")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text",
+                        help="text: `ts LEVEL event key=value ...`; json: one object per line "
+                             "(default %(default)s)")
     parser.set_defaults(run=run)
 
 
@@ -72,6 +90,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         redis_url=args.redis_url, host=args.host, port=args.port,
         tick_interval_ms=args.tick_interval_ms, lease_ttl_ms=args.lease_ttl_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms, revoke_timeout_ms=args.revoke_timeout_ms,
+        static_session_timeout_ms=args.static_session_timeout_ms,
         admin_token=args.admin_token, member_token=args.member_token,
         max_frame_bytes=args.max_frame_bytes, metrics_port=args.metrics_port,
         console_port=args.console_port, push=args.push,

@@ -90,7 +90,7 @@ async def test_transport_malformed_frames_get_invalid_request_naming_the_field(c
                          "consumerGroup": "billing", "memberId": "a", "memberEpoch": "1"}),
              7, "memberEpoch"),
             (json.dumps({"type": "heartbeat", "requestId": 8, "streamPrefix": "orders",
-                         "consumerGroup": "billing", "memberId": "a", "memberEpoch": -2}),
+                         "consumerGroup": "billing", "memberId": "a", "memberEpoch": -3}),
              8, "memberEpoch"),
         ]
         for text, request_id, named in cases:
