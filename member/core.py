@@ -72,7 +72,8 @@ class MemberCore:
         self.ack_observer = ack_observer
         self.trace = trace
         self.clock = monotonic_ms
-        self.ledger = Ledger(config.member_id, capacity=config.capacity)
+        self.ledger = Ledger(config.member_id, capacity=config.capacity,
+                             default_heartbeat_interval_ms=config.default_heartbeat_interval_ms)
         self.stats = MemberStats(member_id=config.member_id, workers=config.capacity,
                                  in_flight=self.ledger.in_flight)
         self.ack_rule = AckFlushRule(batch=config.ack_batch, linger_ms=config.ack_linger_ms)

@@ -41,6 +41,11 @@ from rsc.member.session import Backoff
 from rsc.member.stats import MemberStats
 from rsc.member.streams import StoreMismatch, check_store_id, connect, supports_xackdel
 from rsc.member.trace import HandlerTrace
+from rsc.member.unrecoverable import (
+    Unrecoverable,
+    redis_error_is_permanent,
+    redis_unrecoverable_line,
+)
 from rsc.member.workers import Workers
 
 __all__ = ["AckObserver", "EventCallback", "Handler", "Member", "MemberConfig", "Message",
@@ -148,6 +153,8 @@ class Member:
             try:
                 result = await trio.to_thread.run_sync(call, client)
             except redis.RedisError as exc:
+                if redis_error_is_permanent(exc):  # D3: a bad db index never heals
+                    raise Unrecoverable(redis_unrecoverable_line(exc, url)) from exc
                 core.notices.say(REDIS_TOPIC, then(redis_problem(exc, url), "retrying"))
                 with trio.move_on_after(backoff.next()):
                     await core.stop_requested.wait()

@@ -164,6 +164,9 @@ async def _main(config: CoordinatorConfig) -> None:
 
 
 async def _serve_until_signal(config: CoordinatorConfig) -> None:
+    """Serve until SIGTERM or SIGINT (Ctrl-C), from the first moment: a coordinator still
+    waiting for the lease (D5) stops at once; a serving one releases its lease on the way
+    out (serve's own cleanup), before the caller stops an embedded redis-server."""
     import trio
 
     from rsc.actors.app import serve
@@ -173,19 +176,23 @@ async def _serve_until_signal(config: CoordinatorConfig) -> None:
         from rsc.actors.metrics import CoordinatorMetrics
 
         metrics = CoordinatorMetrics()
-    async with trio.open_nursery() as nursery:
-        url = await nursery.start(lambda task_status: serve(config, metrics=metrics,
-                                                            task_status=task_status))
-        print(f"listening on {url}", flush=True)
-        if config.console_port is not None:
-            from rsc.console import console_url, serve_console
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
 
-            port = await nursery.start(serve_console, url, config.host, config.console_port)
-            print(f"console at {console_url(config.host, port)}", flush=True)
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for _ in signals:
-                nursery.cancel_scope.cancel()
-                break
+            async def stop_on_signal() -> None:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(stop_on_signal)
+            url = await nursery.start(lambda task_status: serve(config, metrics=metrics,
+                                                                task_status=task_status))
+            print(f"listening on {url}", flush=True)
+            if config.console_port is not None:
+                from rsc.console import console_url, serve_console
+
+                port = await nursery.start(serve_console, url, config.host, config.console_port)
+                print(f"console at {console_url(config.host, port)}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
