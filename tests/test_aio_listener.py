@@ -1,0 +1,301 @@
+"""The asyncio host (`rsc.member.aio`) against a real coordinator and redis-server.
+
+Each test runs an asyncio program (`asyncio.run`, in a worker thread of the trio test)
+whose listeners and producers run in trio's guest mode on its loop; the coordinator
+runs in the test's own trio loop. Waits are bounded (`asyncio.timeout`), on conditions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+import sniffio
+import trio
+
+from rsc.member.aio import listener, open_producer
+from rsc.member.policies import RetryPolicy
+from rsc.member.runtime import Message
+from rsc.member.session import open_session
+from rsc.member.streams import StoreMismatch
+from rsc.protocol import DescribeGroup, GroupDescription
+from tests.test_member_support import pending_count, set_shards, write_messages
+
+PREFIX, GROUP = "orders", "billing"
+SHARDS = 4
+
+
+def in_asyncio(main: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:
+    """Run `asyncio.run(main())` in a worker thread; its result (or exception) in trio."""
+    return trio.to_thread.run_sync(lambda: asyncio.run(main()))
+
+
+async def until(condition: Callable[[], bool], timeout: float = 30) -> None:
+    """asyncio: poll `condition` until it holds (bounded)."""
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.02)
+
+
+async def members_of_group(url: str) -> int:
+    async with open_session(url, "admin") as session:
+        described = await session.request(DescribeGroup(
+            request_id=0, stream_prefix=PREFIX, consumer_group=GROUP))
+    assert isinstance(described, GroupDescription), described
+    return len(described.members)
+
+
+def records(count: int, keys: int = 16) -> list[tuple[str, str]]:
+    return [(f"k{n % keys}", str(n)) for n in range(count)]
+
+
+def assert_key_order(seen: list[tuple[str, str]]) -> None:
+    """Per key, values (written in increasing order) were handled in increasing order."""
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for key, value in seen:
+        by_key[key].append(int(value))
+    for key, values in by_key.items():
+        assert values == sorted(values), (key, values[:20])
+
+
+async def test_async_handler_consumes_in_key_order_on_the_loop_and_leaves(coordinator):
+    url, redis_url = coordinator.url, coordinator.redis_url
+    streams = await set_shards(url, PREFIX, GROUP, SHARDS)
+    total = 2000
+    await trio.to_thread.run_sync(write_messages, redis_url, streams, records(total))
+    seen: list[tuple[str, str]] = []
+    libraries: set[str] = set()
+    tasks: set[bool] = set()
+
+    async def main() -> dict[str, Any]:
+        @listener(PREFIX, GROUP, coordinator_url=url, redis_url=redis_url, concurrency=2,
+                  runtime_max_concurrency=4)
+        async def handle(message: Message) -> None:
+            libraries.add(sniffio.current_async_library())
+            tasks.add(asyncio.current_task() is not None)
+            await asyncio.sleep(0)
+            seen.append((message.key, message.value))
+
+        async with handle.running():
+            status = handle.status()
+            await until(lambda: len(seen) >= total)
+        return {"joined": status, "after": handle.status()}
+
+    result = await in_asyncio(main)
+    assert sorted(int(v) for _, v in seen) == list(range(total))  # each once, none lost
+    assert_key_order(seen)
+    assert libraries == {"asyncio"} and tasks == {True}
+    assert all(m["joined"] for m in result["joined"]["members"])
+    assert result["after"]["running"] is False and result["after"]["failure"] is None
+    assert pending_count(redis_url, streams, GROUP) == 0  # every handled entry acked
+    assert await members_of_group(url) == 0  # both left on exit
+
+
+async def test_sync_handler_runs_in_a_worker_thread(coordinator):
+    url, redis_url = coordinator.url, coordinator.redis_url
+    streams = await set_shards(url, PREFIX, GROUP, SHARDS)
+    total = 300
+    await trio.to_thread.run_sync(write_messages, redis_url, streams, records(total))
+    seen: list[tuple[str, str]] = []
+    threads: set[int] = set()
+
+    async def main() -> int:
+        @listener(PREFIX, GROUP, coordinator_url=url, redis_url=redis_url)
+        def handle(message: Message) -> None:
+            threads.add(threading.get_ident())
+            seen.append((message.key, message.value))
+
+        async with handle.running():
+            await until(lambda: len(seen) >= total)
+        return threading.get_ident()
+
+    loop_thread = await in_asyncio(main)
+    assert sorted(int(v) for _, v in seen) == list(range(total))
+    assert_key_order(seen)
+    assert loop_thread not in threads
+    assert pending_count(redis_url, streams, GROUP) == 0
+    assert await members_of_group(url) == 0
+
+
+async def test_handler_uses_asyncio_sleep_and_redis_asyncio(coordinator):
+    url, redis_url = coordinator.url, coordinator.redis_url
+    streams = await set_shards(url, PREFIX, GROUP, SHARDS)
+    total = 500
+    await trio.to_thread.run_sync(write_messages, redis_url, streams, records(total))
+
+    async def main() -> None:
+        client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
+
+        @listener(PREFIX, GROUP, coordinator_url=url, redis_url=redis_url,
+                  runtime_max_concurrency=8)
+        async def handle(message: Message) -> None:
+            await asyncio.sleep(0.002)
+            await client.hset("written", message.value, message.key)
+
+        async with handle.running():
+            async with asyncio.timeout(30):
+                while await client.hlen("written") < total:
+                    await asyncio.sleep(0.05)
+        await client.aclose()
+
+    await in_asyncio(main)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    assert sorted(int(v) for v in client.hkeys("written")) == list(range(total))
+    client.close()
+    assert pending_count(redis_url, streams, GROUP) == 0
+
+
+async def test_stop_from_a_handler_ends_run_after_draining_and_leaving(coordinator):
+    url, redis_url = coordinator.url, coordinator.redis_url
+    streams = await set_shards(url, PREFIX, GROUP, SHARDS)
+    await trio.to_thread.run_sync(write_messages, redis_url, streams, records(400))
+    handled: list[str] = []
+
+    async def main() -> None:
+        @listener(PREFIX, GROUP, coordinator_url=url, redis_url=redis_url)
+        async def handle(message: Message) -> None:
+            handled.append(message.value)
+            if len(handled) == 50:
+                handle.stop()
+
+        async with asyncio.timeout(30):
+            await handle.run()
+
+    await in_asyncio(main)
+    assert len(handled) >= 50
+    client = redis.Redis.from_url(redis_url)
+    acked = sum(int(info["entries-read"] or 0) - int(info["pending"]) for s in streams
+                for info in client.xinfo_groups(s))
+    client.close()
+    assert acked == len(handled)  # drained: what ran was acked, what was not stays pending
+    assert await members_of_group(url) == 0
+
+
+async def test_stop_from_a_signal_handler_leaves(coordinator):
+    """`stop()` from a callback outside any task (as `loop.add_signal_handler` calls it)."""
+    url, redis_url = coordinator.url, coordinator.redis_url
+    await set_shards(url, PREFIX, GROUP, SHARDS)
+
+    async def main() -> dict[str, Any]:
+        @listener(PREFIX, GROUP, coordinator_url=url, redis_url=redis_url)
+        async def handle(message: Message) -> None:
+            pass
+
+        async with handle.running():
+            joined = handle.status()
+            asyncio.get_running_loop().call_soon(handle.stop)
+            await until(lambda: not handle.status()["running"])  # drained and left
+        return joined
+
+    joined = await in_asyncio(main)
+    assert all(m["joined"] and m["shards"] for m in joined["members"])
+    assert await members_of_group(url) == 0
+
+
+async def test_a_failing_handler_never_kills_the_workers_and_dead_letters(coordinator):
+    url, redis_url = coordinator.url, coordinator.redis_url
+    streams = await set_shards(url, PREFIX, GROUP, SHARDS)
+    total = 200
+    await trio.to_thread.run_sync(write_messages, redis_url, streams, records(total, keys=10))
+    good: list[str] = []
+    attempts: dict[str, int] = defaultdict(int)
+
+    async def main() -> dict[str, Any]:
+        @listener(PREFIX, GROUP, coordinator_url=url, redis_url=redis_url,
+                  retry=RetryPolicy(max_deliveries=2, dead_letter_stream="dead", backoff_ms=1))
+        async def handle(message: Message) -> None:
+            if message.key == "k3":
+                attempts[message.value] += 1
+                raise ValueError(f"bad {message.value}")
+            good.append(message.value)
+
+        async with handle.running():
+            await until(lambda: len(good) >= total * 9 // 10
+                        and handle.members[0].stats.dead_lettered >= total // 10)
+            return handle.status()
+
+    status = await in_asyncio(main)
+    bad = {str(n) for n in range(total) if n % 10 == 3}
+    assert set(good) == {str(n) for n in range(total)} - bad
+    assert set(attempts) == bad and set(attempts.values()) == {2}
+    assert status["members"][0]["failed"] == 2 * len(bad)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    dead = client.xrange("dead")
+    client.close()
+    assert {fields["value"] for _, fields in dead} == bad
+    assert all("bad" in fields["error"] for _, fields in dead)
+    assert pending_count(redis_url, streams, GROUP) == 0
+
+
+async def test_a_failing_handler_without_retry_leaves_its_messages_pending(coordinator):
+    url, redis_url = coordinator.url, coordinator.redis_url
+    streams = await set_shards(url, PREFIX, GROUP, SHARDS)
+    await trio.to_thread.run_sync(write_messages, redis_url, streams, records(100, keys=10))
+    good: list[str] = []
+
+    async def main() -> None:
+        @listener(PREFIX, GROUP, coordinator_url=url, redis_url=redis_url)
+        async def handle(message: Message) -> None:
+            if message.key == "k7":
+                raise RuntimeError("boom")
+            good.append(message.value)
+
+        async with handle.running():
+            await until(lambda: len(good) >= 90 and handle.members[0].stats.failed >= 10)
+
+    await in_asyncio(main)
+    assert len(good) == 90
+    assert pending_count(redis_url, streams, GROUP) == 10  # not acked: redelivered later
+
+
+async def test_store_mismatch_is_raised_at_entry(coordinator):
+    url, redis_url = coordinator.url, coordinator.redis_url
+    await set_shards(url, PREFIX, GROUP, SHARDS)
+    other_db = redis_url.rsplit("/", 1)[0] + "/1"  # the same server, a Redis without the storeId
+
+    async def main() -> None:
+        @listener(PREFIX, GROUP, coordinator_url=url, redis_url=other_db)
+        async def handle(message: Message) -> None:
+            raise AssertionError("never read")
+
+        async with asyncio.timeout(20):
+            async with handle.running():
+                raise AssertionError("running() must not yield")
+
+    with pytest.raises(StoreMismatch) as raised:
+        await in_asyncio(main)
+    assert other_db in str(raised.value) and url in str(raised.value)
+    assert await members_of_group(url) == 0
+
+
+async def test_producer_sends_and_a_listener_of_the_same_loop_consumes(coordinator):
+    url, redis_url = coordinator.url, coordinator.redis_url
+    streams = await set_shards(url, PREFIX, GROUP, SHARDS)
+    seen: list[tuple[str, str, str, str]] = []
+
+    async def main() -> tuple[str, list[str], list[tuple[str, str]]]:
+        @listener(PREFIX, GROUP, coordinator_url=url, redis_url=redis_url)
+        async def handle(message: Message) -> None:
+            seen.append((message.shard, message.id, message.key, message.value))
+
+        async with open_producer(url, redis_url, PREFIX) as producer, handle.running():
+            solo = await producer.send("solo", "first")
+            ids = await producer.send_batch(records(300))
+            located = await producer.send_batch_located([(f"x{n % 3}", str(n)) for n in range(50)])
+            await until(lambda: len(seen) >= 351)
+        return solo, ids, located
+
+    solo, ids, located = await in_asyncio(main)
+    assert len(ids) == 300 and len(located) == 50
+    batch = [(shard, entry_id) for shard, entry_id, key, _ in seen if key != "solo"]
+    assert sorted(entry_id for _, entry_id in batch) == sorted(ids + [i for _, i in located])
+    assert set(located) <= set(batch) and len(set(batch)) == 350
+    assert [entry_id for _, entry_id, key, _ in seen if key == "solo"] == [solo]
+    assert_key_order([(k, v) for _, _, k, v in seen if k != "solo"])
+    assert pending_count(redis_url, streams, GROUP) == 0
