@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from bench import assignor_bench, cluster, dataplane, hotpath, membership, procs, resharding
+from bench import assignor_bench, cluster, dataplane, hosts, hotpath, membership, procs, resharding
 from bench.report import (
     Progressor,
     ScenarioResult,
@@ -53,6 +53,7 @@ SCENARIOS: dict[str, Scenario] = {
     "dataplane": dataplane.run,
     "resharding": resharding.run,
     "cluster": cluster.run,
+    "hosts": hosts.run,
 }
 
 

@@ -117,11 +117,13 @@ class AioListener:
         self._host = host
         context = contextvars.copy_context()  # the application's: handlers see asyncio
         for member in self.members:
-            member.make_workers = functools.partial(AioWorkers, host=host, context=context)
+            member.make_workers = functools.partial(  # type: ignore[assignment]  # one .run()
+                AioWorkers, host=host, context=context)
         joined: asyncio.Future[None] = loop.create_future()
         finished = self._finished = host.call(self._serve, joined)
         try:
-            await asyncio.wait([joined, finished], timeout=join_wait_s,
+            first: list[asyncio.Future[None]] = [joined, finished]
+            await asyncio.wait(first, timeout=join_wait_s,
                                return_when=asyncio.FIRST_COMPLETED)
             if finished.done():
                 finished.result()  # what stopped the members before they all joined
@@ -256,7 +258,8 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
 
     served = host.call(serve)
     try:
-        await asyncio.wait([opened, served], return_when=asyncio.FIRST_COMPLETED)
+        first: list[asyncio.Future[Any]] = [opened, served]
+        await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
         if not opened.done():
             served.result()  # why it did not open
             raise HostStopped("the producer ended before it opened")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -31,7 +31,7 @@ PREFIX, GROUP = "orders", "billing"
 SHARDS = 4
 
 
-def in_asyncio(main: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:
+def in_asyncio(main: Callable[[], Coroutine[Any, Any, Any]]) -> Awaitable[Any]:
     """Run `asyncio.run(main())` in a worker thread; its result (or exception) in trio."""
     return trio.to_thread.run_sync(lambda: asyncio.run(main()))
 
