@@ -22,7 +22,6 @@ import json
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
