@@ -8,6 +8,7 @@ runs in the test's own trio loop. Waits are bounded (`asyncio.timeout`), on cond
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Coroutine
@@ -20,7 +21,7 @@ import sniffio
 import trio
 
 from rsc.member.aio import listener, open_producer
-from rsc.member.policies import RetryPolicy
+from rsc.member.policies import AckPolicy, RetryPolicy
 from rsc.member.runtime import Message
 from rsc.member.session import open_session
 from rsc.member.streams import StoreMismatch
@@ -299,3 +300,67 @@ async def test_producer_sends_and_a_listener_of_the_same_loop_consumes(coordinat
     assert [entry_id for _, entry_id, key, _ in seen if key == "solo"] == [solo]
     assert_key_order([(k, v) for _, _, k, v in seen if k != "solo"])
     assert pending_count(redis_url, streams, GROUP) == 0
+
+
+async def test_ack_before_acks_first_even_when_the_handler_fails(coordinator):
+    url, redis_url = coordinator.url, coordinator.redis_url
+    streams = await set_shards(url, PREFIX, GROUP, SHARDS)
+    total = 100
+    await trio.to_thread.run_sync(write_messages, redis_url, streams, records(total))
+    ran: list[str] = []
+
+    async def main() -> None:
+        @listener(PREFIX, GROUP, coordinator_url=url, redis_url=redis_url,
+                  ack_policy=AckPolicy.BEFORE)
+        async def handle(message: Message) -> None:
+            ran.append(message.value)
+            if int(message.value) % 2:
+                raise ValueError("after the ack: at-most-once")
+
+        async with handle.running():
+            await until(lambda: len(ran) >= total)
+
+    await in_asyncio(main)
+    assert sorted(int(v) for v in ran) == list(range(total))
+    assert pending_count(redis_url, streams, GROUP) == 0  # acked before running, failed or not
+
+
+async def test_a_new_max_concurrency_changes_the_asyncio_workers(coordinator):
+    url, redis_url = coordinator.url, coordinator.redis_url
+    streams = await set_shards(url, PREFIX, GROUP, SHARDS)
+    await trio.to_thread.run_sync(write_messages, redis_url, streams, records(64, keys=64))
+
+    async def set_max_concurrency(value: str) -> None:
+        admin = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "rsc", "admin", "--url", url, "set-max-concurrency", PREFIX,
+            GROUP, value, stdout=asyncio.subprocess.DEVNULL)
+        assert await admin.wait() == 0
+
+    at_once: list[int] = []
+
+    async def main() -> None:
+        release = asyncio.Event()
+        running = 0
+
+        @listener(PREFIX, GROUP, coordinator_url=url, redis_url=redis_url,
+                  runtime_max_concurrency=6)
+        async def handle(message: Message) -> None:
+            nonlocal running
+            running += 1
+            at_once.append(running)
+            await release.wait()
+            running -= 1
+
+        await set_max_concurrency("2")
+        async with handle.running():
+            await until(lambda: running == 2)
+            assert handle.members[0].stats.workers == 2
+            await asyncio.sleep(0)
+            assert max(at_once) == 2  # only two workers take work
+            await set_max_concurrency("none")  # back to the member's capacity
+            await until(lambda: running == 6)  # four more asyncio workers
+            release.set()
+            await until(lambda: handle.members[0].stats.processed >= 64)
+
+    await in_asyncio(main)
+    assert max(at_once) == 6
