@@ -8,8 +8,10 @@ runs in the test's own trio loop. Waits are bounded (`asyncio.timeout`), on cond
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -364,3 +366,39 @@ async def test_a_new_max_concurrency_changes_the_asyncio_workers(coordinator):
 
     await in_asyncio(main)
     assert max(at_once) == 6
+
+
+async def test_d1_a_worker_that_runs_first_after_a_freeze_refuses_the_next_entry(
+        coordinator, tmp_path, monkeypatch):
+    """A handler that blocks the loop past the lease freezes the whole member as a SIGSTOP
+    would; the worker runs on before trio can, and D1 refuses the next entry right there."""
+    url, redis_url = coordinator.url, coordinator.redis_url
+    streams = await set_shards(url, PREFIX, GROUP, 1)
+    total = 200
+    await trio.to_thread.run_sync(write_messages, redis_url, streams, records(total, keys=50))
+    trace = tmp_path / "trace.jsonl"
+    monkeypatch.setenv("RSC_MEMBER_TRACE", str(trace))
+    lease_s = coordinator.config.lease_ttl_ms / 1000
+    handled: list[str] = []
+
+    async def main() -> int:
+        @listener(PREFIX, GROUP, coordinator_url=url, redis_url=redis_url,
+                  runtime_max_concurrency=1)
+        async def handle(message: Message) -> None:
+            handled.append(message.value)
+            if len(handled) == 5:
+                time.sleep(lease_s * 1.5)  # noqa: ASYNC251 - the freeze, on purpose
+
+        async with handle.running():
+            await until(lambda: len(set(handled)) >= total)
+            return handle.members[0].stats.fences
+
+    fences = await in_asyncio(main)
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    starts = [line for line in lines if line["what"] == "handler"]
+    after_freeze = starts[5]  # the entry the worker took right after the frozen handler
+    assert after_freeze["verdict"] == "lease expired", after_freeze
+    assert fences >= 1
+    allowed = [line for line in starts if line["verdict"] == "allowed"]
+    assert all(line["t"] - line["leaseSentAt"] < line["leaseTtlMs"] for line in allowed)
+    assert set(handled) == {str(n) for n in range(total)}
