@@ -52,9 +52,9 @@ class GuestHost:
         """The running loop's guest run (started here if it has none); `release` it after."""
         loop = asyncio.get_running_loop()
         host = _hosts.get(loop)
-        if host is not None and host.finishing:
+        while host is not None and host.finishing:
             await asyncio.shield(host.done)  # the last user left: let that run end first
-            host = None
+            host = _hosts.get(loop)
         if host is None:
             host = _hosts[loop] = cls(loop)
             trio.lowlevel.start_guest_run(
@@ -76,8 +76,6 @@ class GuestHost:
             self.finishing = True
             self.soon(self._closing.set)
             await asyncio.shield(self.done)
-            if _hosts.get(self.loop) is self:
-                del _hosts[self.loop]
 
     async def _main(self) -> None:
         self.token = trio.lowlevel.current_trio_token()
@@ -88,6 +86,9 @@ class GuestHost:
             nursery.cancel_scope.cancel()
 
     def _finished(self, result: outcome.Outcome[Any]) -> None:
+        self.finishing = True  # the next user starts a new run
+        if _hosts.get(self.loop) is self:
+            del _hosts[self.loop]
         if not self._ready.done():
             error = result.error if isinstance(result, outcome.Error) else HostStopped(
                 "the trio guest run ended before it started")

@@ -185,7 +185,7 @@ async def test_stop_from_a_signal_handler_leaves(coordinator):
     url, redis_url = coordinator.url, coordinator.redis_url
     await set_shards(url, PREFIX, GROUP, SHARDS)
 
-    async def main() -> dict[str, Any]:
+    async def main() -> list[dict[str, Any]]:
         @listener(PREFIX, GROUP, coordinator_url=url, redis_url=redis_url)
         async def handle(message: Message) -> None:
             pass
@@ -194,10 +194,20 @@ async def test_stop_from_a_signal_handler_leaves(coordinator):
             joined = handle.status()
             asyncio.get_running_loop().call_soon(handle.stop)
             await until(lambda: not handle.status()["running"])  # drained and left
-        return joined
+        with pytest.raises(RuntimeError, match="runs once"):
+            async with handle.running():
+                pass
 
-    joined = await in_asyncio(main)
-    assert all(m["joined"] and m["shards"] for m in joined["members"])
+        @listener(PREFIX, GROUP, coordinator_url=url, redis_url=redis_url)
+        async def again(message: Message) -> None:
+            pass
+
+        async with again.running():  # a new guest run on the same loop
+            rejoined = again.status()
+        return [joined, rejoined]
+
+    for status in await in_asyncio(main):
+        assert all(m["joined"] and m["shards"] for m in status["members"])
     assert await members_of_group(url) == 0
 
 
