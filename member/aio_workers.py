@@ -121,6 +121,7 @@ class AioWorkers:
         self.threads = ThreadPoolExecutor(max(64, core.config.capacity),
                                           thread_name_prefix=f"rsc-{core.member_id}")
         self._acker_woken = False
+        self._died: BaseException | None = None
         core.queue.park_on(lambda: AsyncioLot(host.loop),
                            on_room=lambda: self.to_trio(core.wake_reader))
 
@@ -129,17 +130,29 @@ class AioWorkers:
         core = self.core
         tasks: list[asyncio.Task[None]] = []
         try:
-            while True:
+            while self._died is None:
                 while len(tasks) < core.queue.workers:
-                    tasks.append(self.loop.create_task(self.worker(len(tasks)),
-                                                       context=self.context.copy()))
+                    task = self.loop.create_task(self.worker(len(tasks)),
+                                                 context=self.context.copy())
+                    task.add_done_callback(self._worker_done)
+                    tasks.append(task)
                 await core.changed.wait()
+            raise self._died  # a worker's own failure (never a handler's) ends the member
         finally:
             for task in tasks:
                 task.cancel()
             with trio.CancelScope(shield=True), trio.move_on_after(STOP_WAIT_S):
                 await wait_asyncio(list(tasks), self.host)
             self.threads.shutdown(wait=False)
+
+    def _worker_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.to_trio(self._worker_died, task.exception())
+
+    def _worker_died(self, error: BaseException) -> None:
+        if self._died is None:
+            self._died = error
+            self.core.changed.fire()
 
     # --- trio-side effects, queued -------------------------------------------------------
 
