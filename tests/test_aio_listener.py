@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import sys
 import threading
 import time
@@ -28,6 +29,7 @@ from rsc.member.runtime import Message
 from rsc.member.session import open_session
 from rsc.member.streams import StoreMismatch
 from rsc.protocol import DescribeGroup, GroupDescription
+from tests.processes import FAST_FLAGS, ROOT
 from tests.test_member_support import pending_count, set_shards, write_messages
 
 PREFIX, GROUP = "orders", "billing"
@@ -412,3 +414,36 @@ async def test_d1_a_worker_that_runs_first_after_a_freeze_refuses_the_next_entry
     allowed = [line for line in starts if line["verdict"] == "allowed"]
     assert all(line["t"] - line["leaseSentAt"] < line["leaseTtlMs"] for line in allowed)
     assert set(handled) == {str(n) for n in range(total)}
+
+
+async def test_running_yields_while_the_coordinator_is_down_and_the_members_join_later(
+        redis_url):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"ws://127.0.0.1:{port}"
+
+    async def main() -> tuple[dict[str, Any], dict[str, Any]]:
+        @listener(PREFIX, GROUP, coordinator_url=url, redis_url=redis_url)
+        async def handle(message: Message) -> None:
+            pass
+
+        coordinator = None
+        try:
+            async with handle.running(join_wait_s=0.2):
+                before = handle.status()  # the service is up, its member still joining
+                coordinator = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "rsc", "coordinator", "--redis-url", redis_url,
+                    *FAST_FLAGS, "--port", str(port), cwd=ROOT,
+                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+                await until(lambda: handle.status()["members"][0]["joined"])
+                after = handle.status()
+        finally:
+            if coordinator is not None:
+                coordinator.terminate()
+                await coordinator.wait()
+        return before, after
+
+    before, after = await in_asyncio(main)
+    assert before["running"] and not before["members"][0]["joined"]
+    assert after["members"][0]["memberEpoch"] > 0
