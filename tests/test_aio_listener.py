@@ -447,3 +447,26 @@ async def test_running_yields_while_the_coordinator_is_down_and_the_members_join
     before, after = await in_asyncio(main)
     assert before["running"] and not before["members"][0]["joined"]
     assert after["members"][0]["memberEpoch"] > 0
+
+
+async def test_d3_a_redis_that_does_not_answer_is_said_with_its_url(coordinator, caplog):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead_redis = f"redis://127.0.0.1:{sock.getsockname()[1]}/0"
+    url = coordinator.url
+
+    def said() -> list[str]:
+        return [record.getMessage() for record in caplog.records
+                if record.levelname == "WARNING" and dead_redis in record.getMessage()]
+
+    async def main() -> None:
+        @listener(PREFIX, GROUP, coordinator_url=url, redis_url=dead_redis)
+        async def handle(message: Message) -> None:
+            pass
+
+        async with handle.running(join_wait_s=0.2):
+            await until(lambda: bool(said()))
+
+    caplog.set_level("WARNING", logger="rsc.member")
+    await in_asyncio(main)
+    assert "connection refused" in said()[0] and "retrying" in said()[0], said()
