@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from rsc.actors import gc_control, shard_ops
+from rsc.actors import shard_ops
 from rsc.actors.actor import PrefixActor, StoreIdentity, now_ms
 from rsc.actors.admission import (
     Admission,
@@ -35,6 +35,7 @@ from rsc.actors.records import PrefixSnapshot
 from rsc.actors.router import Router
 from rsc.actors.server import CoordinatorServer
 from rsc.actors.store import LEASE_KEY, MetadataStore, StoreError, StoreFenced
+from rsc.common import gc_policy as gc_control
 
 log = logging.getLogger("rsc.coordinator")
 

@@ -28,7 +28,7 @@ from bench.report import (
     summary_table,
     write_results,
 )
-from rsc.actors import gc_control
+from rsc.common import gc_policy as gc_control
 
 Scenario = Callable[[Progressor, bool, Path], ScenarioResult]
 

@@ -15,7 +15,7 @@ import sys
 from bench.gcstats import install_signal_reporter, report
 from bench.loadgen import raise_fd_limit
 from rsc import coordinator_cli as cli
-from rsc.actors import gc_control
+from rsc.common import gc_policy as gc_control
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,9 +36,9 @@ from trio_websocket import connect_websocket_url
 from bench import wire
 from bench.gcstats import report
 from rsc.actors import latency
-from rsc.member import gc_control
+from rsc.common import gc_policy as gc_control
 from rsc.member.config import MemberConfig
-from rsc.member.heartbeat import jittered
+from rsc.member.pacing import jittered
 
 HANDSHAKES_AT_ONCE = 64
 TICK_S = 1.0  # GC tick, as a member runtime's

@@ -24,7 +24,8 @@ from bench import gcstats
 from bench.gcstats import pauses_cell
 from bench.procs import LoadGen, Redis, Sampler, Server, py_spy, start_bare, start_coordinator
 from bench.report import Progressor, ScenarioResult, check, pyplot
-from rsc.actors import gc_control, latency
+from rsc.actors import latency
+from rsc.common import gc_policy as gc_control
 
 MAX_SHARDS = 4096  # PROTOCOL.md: setShardCount shardCount 1..4096
 

@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 
 from bench.gcstats import GC_LINE
-from rsc.actors import gc_control
+from rsc.common import gc_policy as gc_control
 from rsc.embedded_redis import EmbeddedRedis
 
 

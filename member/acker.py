@@ -1,6 +1,6 @@
 """The acker shell: sends handled entries' acks in batches through the fenced ack script.
 
-Workers add ids to the `AckBook`; the acker takes up to `ack_batch` of them
+Workers add ids to the `AckBook` (ackbook.py); the acker takes up to `ack_batch` of them
 per round trip, lingering up to `ack_linger_ms` while the ledger's flush rule
 says more may come. Right before sending, the ledger admits every buffer (D1:
 held at its generation, lease alive); what it refuses stays pending in Redis
@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING
 import redis
 import trio
 
+from rsc.member.ackbook import Taken
 from rsc.member.ledger import Verdict
+from rsc.member.ops import stream_ops
 from rsc.member.reconcile import NO_ACTIONS
 from rsc.member.streams import NOT_OWNER, StreamOps, connect
 
@@ -26,69 +28,6 @@ if TYPE_CHECKING:
     from rsc.member.core import MemberCore
 
 log = logging.getLogger(__name__)
-
-
-class AckBuffer:
-    """Ids of one shard, read under one generation, handled and waiting for the acker."""
-
-    __slots__ = ("shard", "generation", "ids", "sent", "refused")
-
-    def __init__(self, shard: str, generation: int) -> None:
-        self.shard = shard
-        self.generation = generation
-        self.ids: list[str] = []
-        self.sent: trio.Event | None = None  # made by AckPolicy.BEFORE workers waiting on it
-        self.refused = False
-
-
-Taken = list[tuple[AckBuffer, list[str], bool]]
-
-
-class AckBook:
-    """Handled ids per (shard, generation) until the acker takes them; the acker's parking."""
-
-    def __init__(self) -> None:
-        self.buffers: dict[tuple[str, int], AckBuffer] = {}
-        self.pending = 0  # ids in `buffers`
-        self.awaited = 0  # AckPolicy.BEFORE workers waiting for their ack
-        self.acker_parked = False
-        self._lot = trio.lowlevel.ParkingLot()
-
-    def add(self, shard: str, generation: int, entry_id: str) -> AckBuffer:
-        key = (shard, generation)
-        buffer = self.buffers.get(key)
-        if buffer is None:
-            buffer = self.buffers[key] = AckBuffer(shard, generation)
-        buffer.ids.append(entry_id)
-        self.pending += 1
-        return buffer
-
-    def take(self, budget: int) -> Taken:
-        """Up to `budget` ids: (buffer, ids, whether that empties the buffer)."""
-        taken: Taken = []
-        for key, buffer in list(self.buffers.items()):
-            if budget <= 0:
-                break
-            if len(buffer.ids) <= budget:
-                ids, complete = buffer.ids, True
-                del self.buffers[key]
-            else:
-                ids, complete = buffer.ids[:budget], False
-                del buffer.ids[:budget]
-            budget -= len(ids)
-            self.pending -= len(ids)
-            taken.append((buffer, ids, complete))
-        return taken
-
-    def wake(self) -> None:
-        self._lot.unpark_all()
-
-    async def park(self) -> None:
-        self.acker_parked = True
-        try:
-            await self._lot.park()
-        finally:
-            self.acker_parked = False
 
 
 def _due(core: MemberCore) -> bool:
@@ -99,18 +38,18 @@ def _due(core: MemberCore) -> bool:
 
 async def run_acker(core: MemberCore) -> None:
     """Send acks in batches, until cancelled."""
-    config, acks = core.config, core.acks
-    ops = StreamOps(connect(config.redis_url), config.consumer_group, core.member_id,
+    config, acks, parking = core.config, core.acks, core.acker_parking
+    ops = stream_ops(connect(config.redis_url), config.consumer_group, core.member_id,
                     use_xackdel=core.server_xackdel)
     linger = core.ack_rule.linger_ms / 1000
     try:
         while True:
             while not acks.pending:
-                await acks.park()
+                await parking.park()
             if not _due(core):
                 with trio.move_on_after(linger):
                     while not _due(core):
-                        await acks.park()
+                        await parking.park()
             await _send(core, ops, acks.take(core.ack_rule.batch))
     finally:
         ops.client.close()

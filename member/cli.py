@@ -29,7 +29,7 @@ import attrs
 import redis
 import trio
 
-from rsc.member import gc_control
+from rsc.common import gc_policy as gc_control
 from rsc.member.listener import Listener
 from rsc.member.notices import REPEAT_S, Notices, redis_problem, then
 from rsc.member.producer import no_routing_line, open_producer

@@ -10,9 +10,9 @@ short pause: a failover takes a few seconds, after which the caller's own
 retry takes over).
 
 `ClusterStreamOps` and `ClusterProduceOps` are `StreamOps` and `ProduceOps`
-over a router; `rsc.member.streams` hands them out for a `RedisCluster`
-client. Reads differ in one way: XREADGROUP names one stream per call in a
-cluster (one slot), so a read is one non-blocking XREADGROUP per shard,
+over a router; `rsc.member.ops` hands them out for a `RedisCluster` client.
+Reads differ in one way: XREADGROUP names one stream per call in a cluster
+(one slot), so a read is one non-blocking XREADGROUP per shard,
 pipelined per node, repeated with a short growing pause (POLL_MIN_S ..
 POLL_MAX_S) until entries arrive or `block_ms` has passed; a read never waits
 longer than `block_ms`. `send_read` only queues the read; `receive_read` runs

@@ -1,5 +1,8 @@
 """What one member's shells share: the ledger, the work queue, the ack book, the signals.
 
+The decisions are the pure ledger's (ledger.py) and ack book's (ackbook.py);
+this module holds them with the trio parts the shells wait on.
+
 `MemberCore.apply` is the one place where the ledger's actions reach the
 shells: drop the queued entries of shards no longer read, set the worker
 count, ask for a heartbeat, pass events on, wake whoever may now have work.
@@ -13,12 +16,12 @@ from collections.abc import Callable
 
 import trio
 
-from rsc.member.acker import AckBook
+from rsc.member.ackbook import AckBook
 from rsc.member.config import MemberConfig
 from rsc.member.ledger import AckFlushRule, Ledger
 from rsc.member.message import Queued, order_key
 from rsc.member.notices import Notices
-from rsc.member.reconcile import NO_ACTIONS, Actions, Event
+from rsc.member.reconcile import NO_ACTIONS, Actions, Event, EventName
 from rsc.member.stats import MemberStats
 from rsc.member.trace import HandlerTrace
 from rsc.member.workqueue import Signal, WorkQueue
@@ -33,6 +36,26 @@ log = logging.getLogger(__name__)
 def monotonic_ms() -> float:
     """The member's clock: monotonic milliseconds (heartbeat send times, D1 checks)."""
     return time.monotonic() * 1000.0
+
+
+class AckerParking:
+    """Where the acker waits for handled ids; waking it costs nothing while it is busy."""
+
+    __slots__ = ("parked", "_lot")
+
+    def __init__(self) -> None:
+        self.parked = False
+        self._lot = trio.lowlevel.ParkingLot()
+
+    def wake(self) -> None:
+        self._lot.unpark_all()
+
+    async def park(self) -> None:
+        self.parked = True
+        try:
+            await self._lot.park()
+        finally:
+            self.parked = False
 
 
 class MemberCore:
@@ -57,6 +80,7 @@ class MemberCore:
             order_key, workers=config.capacity, max_buffered=config.max_buffered,
             on_room=self.wake_reader)
         self.acks = AckBook()
+        self.acker_parking = AckerParking()
         self.busy = 0  # workers holding a work item
         self.changed = Signal()  # state transitions (and pushes) only, never per message
         self.reader_wake = Signal()
@@ -94,9 +118,9 @@ class MemberCore:
         if actions.heartbeat_now:
             self.heartbeat_due = True
         for event in actions.events:
-            if event.name == "joined":
+            if event.name is EventName.JOINED:
                 self.joined.set()
-            elif event.name == "fenced":
+            elif event.name is EventName.FENCED:
                 stats.fences += 1
                 log.warning("member %s fenced, stops %s: %s", self.member_id,
                             ", ".join(event.shards) or "no shards", event.reason)

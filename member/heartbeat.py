@@ -2,27 +2,25 @@
 
 It sends what the ledger's heartbeat says (taking the send time on the
 member's monotonic clock: the lease of an accepted answer runs from it),
-hands every answer to the ledger and applies the result. It heartbeats every
-`heartbeatIntervalMs`, at once when the ledger or a push asks, and wakes at
-the lease deadline so a member with nothing to do still fences itself in
-time. A lost session is reopened with backoff. A join refused by a cap of the
-coordinator (A1: `GROUP_MAX_SIZE_REACHED`, `GROUP_LIMIT_REACHED`) holds nothing
-and is retried with backoff; a rate-limited warning line says so, and another
-once a join is taken.
+hands every answer to the ledger and applies the result, then waits what the
+pacing (pacing.py) says: the heartbeat interval, a join backoff after a join
+refused by a cap (A1), never past the lease deadline (D1). A push or the
+ledger asks for a heartbeat at once. A lost session is reopened with backoff.
+The ledger says when the member is done (its leave answered, H9, or nothing
+held and no session to leave on); the pacing says when a refused join is to
+be said (a rate-limited warning line) and when a join was taken after one.
 """
 
 from __future__ import annotations
 
 import logging
-import random
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
 
-from rsc.member import gc_control
-from rsc.member.reconcile import LEAVE_EPOCH
-from rsc.member.session import Backoff, ResponseUndecodable, Session, SessionClosed, open_session
+from rsc.common import gc_policy as gc_control
+from rsc.member.pacing import HeartbeatPacing
+from rsc.member.session import ResponseUndecodable, Session, SessionClosed, open_session
 from rsc.protocol import AssignmentChanged, HeartbeatResponse, Status
 
 if TYPE_CHECKING:
@@ -53,6 +51,10 @@ def join_refused_line(coordinator_url: str, member_id: str, stream_prefix: str,
 async def run_session(core: MemberCore) -> None:
     """Keep a session open and heartbeat on it, until the member has left."""
     config = core.config
+    pacing = HeartbeatPacing(default_interval_ms=config.default_heartbeat_interval_ms,
+                             jitter=config.heartbeat_jitter,
+                             join_retry_initial_s=config.join_retry_initial_s,
+                             join_retry_max_s=config.join_retry_max_s)
     backoff = FIRST_BACKOFF_S
     while not core.left.is_set():
         try:
@@ -62,13 +64,13 @@ async def run_session(core: MemberCore) -> None:
                 core.ledger.on_session_lost()
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_watch_pushes, core, session)
-                    await _heartbeat_loop(core, session)
+                    await _heartbeat_loop(core, session, pacing)
                     nursery.cancel_scope.cancel()
         except (SessionClosed, ResponseUndecodable, trio.TooSlowError) as exc:
             log.info("member %s: session lost (%s); reconnecting", core.member_id, exc)
             core.apply(core.ledger.check_lease(core.clock()))
-            if core.stop_requested.is_set() and not core.ledger.state.holds:
-                core.left.set()  # nobody to tell: the lease runs out
+            if core.ledger.done_without_session(core.stop_requested.is_set()):
+                core.left.set()
                 return
             await trio.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_S)
@@ -81,10 +83,8 @@ async def _watch_pushes(core: MemberCore, session: Session) -> None:
             core.changed.fire()
 
 
-async def _heartbeat_loop(core: MemberCore, session: Session) -> None:
+async def _heartbeat_loop(core: MemberCore, session: Session, pacing: HeartbeatPacing) -> None:
     config, ledger = core.config, core.ledger
-    join_backoff = Backoff(config.join_retry_initial_s,
-                           max(config.join_retry_initial_s, config.join_retry_max_s))
     join_topic = f"join {core.member_id}"  # per member: others of the group may be in
     while True:
         core.heartbeat_due = False
@@ -103,32 +103,19 @@ async def _heartbeat_loop(core: MemberCore, session: Session) -> None:
             core.apply(ledger.on_response(sent, response))
             gc_control.freeze_after_startup()  # no-ops unless the process installed the policy
             gc_control.on_tick()
-            if sent.member_epoch == LEAVE_EPOCH and ledger.state.member_epoch == LEAVE_EPOCH:
+            if ledger.left:
                 core.left.set()
                 return
-        interval_ms = float(ledger.state.heartbeat_interval_ms
-                            or config.default_heartbeat_interval_ms)
-        interval_ms = jittered(interval_ms, config.heartbeat_jitter)
-        refused = ledger.state.join_refused
-        if refused is not None:  # A1: hold nothing, rejoin after a backoff, say so
+        beat = pacing.next_beat(ledger, core.clock())
+        if beat.join_refused is not None:
             core.notices.say(join_topic, join_refused_line(
                 config.coordinator_url, core.member_id, config.stream_prefix,
-                config.consumer_group, refused))
-            interval_ms = join_backoff.next() * 1000
-        elif ledger.state.joined:
-            join_backoff.reset()
+                config.consumer_group, beat.join_refused))
+        elif beat.join_taken:
             core.notices.clear(join_topic, f"member {core.member_id} joined group "
                                f"{config.consumer_group!r} on prefix {config.stream_prefix!r}")
-        deadline = ledger.lease_deadline()
-        if deadline is not None:  # wake at the lease deadline: fence, then rejoin
-            interval_ms = max(0.0, min(interval_ms, deadline - core.clock()))
-        with trio.move_on_after(interval_ms / 1000):
+        with trio.move_on_after(beat.wait_ms / 1000):
             await core.changed.wait_until(lambda: core.heartbeat_due)
-
-
-def jittered(interval_ms: float, jitter: float, draw: Callable[[], float] = random.random) -> float:
-    """The wait before a regular heartbeat: the interval shortened by up to `jitter` of it."""
-    return interval_ms * (1 - jitter * draw())
 
 
 async def leave(core: MemberCore) -> None:

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import redis
 import trio
 
-from rsc.member.streams import StreamOps, connect
+from rsc.member.ops import stream_ops
+from rsc.member.streams import connect
 
 if TYPE_CHECKING:
     from rsc.member.core import MemberCore
@@ -19,7 +20,7 @@ log = logging.getLogger(__name__)
 async def poll_lag(core: MemberCore) -> None:
     """Refresh `stats.lag` every `lag_interval_s`, until cancelled."""
     config = core.config
-    ops = StreamOps(connect(config.redis_url), config.consumer_group, core.member_id,
+    ops = stream_ops(connect(config.redis_url), config.consumer_group, core.member_id,
                     use_xackdel=core.server_xackdel)
     try:
         while True:

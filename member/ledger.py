@@ -9,8 +9,11 @@ and do what it answers. It keeps:
   decides that a revoking shard is drained and must be reported `REVOKED`;
 - the recovery cursors (XAUTOCLAIM) and the claim gate: a fresh claim of a
   shard waits until its earlier work is done, so nothing runs twice at once;
-- the lease clock and D1 (PROTOCOL.md, Data plane rules): `admit` checks
+- the lease clock and D1 (docs/protocol.md, Data plane rules): `admit` checks
   ownership and the lease in one call before every handler call and every ack;
+  D1 lives here and nowhere else;
+- when the member is done: a leave answered (H9), or a stopping member that
+  holds nothing and has no session to leave on;
 - the worker count (`maxConcurrency`) and the ack flush rule.
 
 Time is passed in: `now` is milliseconds on a monotonic clock, the clock the
@@ -34,11 +37,11 @@ from rsc.member.reconcile import (
     Phase,
     SentHeartbeat,
 )
-from rsc.protocol import Heartbeat, HeartbeatResponse
+from rsc.protocol import Heartbeat, HeartbeatResponse, RoutingSummary
+from rsc.protocol.vocabulary import RetentionMode
 
-DEFAULT_LEASE_TTL_MS = 10_000  # PROTOCOL.md's default, until the coordinator names its own
+DEFAULT_LEASE_TTL_MS = 10_000  # the protocol's default (H6), until the coordinator names its own
 CLAIM_START = "0-0"  # an XAUTOCLAIM cursor: scan the shard's pending entries from the start
-ACKED = "acked"  # the retention mode (T1) whose acks delete what every group has acked
 
 
 class Verdict(enum.Enum):
@@ -65,28 +68,18 @@ def merge(first: Actions, second: Actions) -> Actions:
                    events=first.events + second.events)
 
 
-def retention_mode(routing: object) -> str | None:
-    """The `retention.mode` a heartbeat's routing carries ("acked", "none"), None when absent.
-
-    Read defensively: coordinators before retention send none, and the message
-    classes gain the field separately.
-    """
-    mode = getattr(getattr(routing, "retention", None), "mode", None)
-    mode = getattr(mode, "value", mode)  # an enum member or its string
-    return mode if isinstance(mode, str) else None
+def retention_mode(routing: RoutingSummary | None) -> RetentionMode | None:
+    """The `retention.mode` a heartbeat's routing carries, None when it names no retention."""
+    if routing is None or routing.retention is None:
+        return None
+    return routing.retention.mode
 
 
-def routing_store_id(routing: object) -> str | None:
-    """The `storeId` a heartbeat's routing carries, None when absent (read as `retention_mode`)."""
-    value = getattr(routing, "store_id", None)
-    return value if isinstance(value, str) else None
-
-
-def acks_delete(mode: str | None, server_has_xackdel: bool) -> bool:
-    """Ack with XACKDEL ... ACKED (the entry goes once every group acked it): only when the
+def acks_delete(mode: RetentionMode | None, server_has_xackdel: bool) -> bool:
+    """T1: ack with XACKDEL ... ACKED (the entry goes once every group acked it) only when the
     prefix's retention is `acked` and the server has XACKDEL; plain XACK otherwise (`none`,
-    or a coordinator that names no retention)."""
-    return server_has_xackdel and mode == ACKED
+    T3, or a coordinator that names no retention)."""
+    return server_has_xackdel and mode is RetentionMode.ACKED
 
 
 def worker_count(max_concurrency: int | None, capacity: int) -> int:
@@ -127,7 +120,7 @@ class Ledger:
         self.in_flight: Mapping[str, int] = MappingProxyType(self._in_flight)
         self._reads_in_progress: frozenset[str] = frozenset()
         self._recovering: dict[str, str] = {}
-        self.retention_mode: str | None = None  # as the last heartbeat routing named it
+        self.retention_mode: RetentionMode | None = None  # as the last heartbeat routing named it
         self.store_id: str | None = None  # the first storeId a heartbeat routing carried
         self.routed = False  # some heartbeat answer carried routing
 
@@ -193,7 +186,7 @@ class Ledger:
             self.routed = True
             self.retention_mode = retention_mode(routing) or self.retention_mode
             if self.store_id is None:
-                self.store_id = routing_store_id(routing)
+                self.store_id = routing.store_id
         return self._transition(*self.state.on_response(sent, response))
 
     def acks_delete(self, server_has_xackdel: bool) -> bool:
@@ -203,6 +196,16 @@ class Ledger:
     def on_session_lost(self) -> None:
         """A new session reports the full holding."""
         self.state = self.state.on_session_lost()
+
+    @property
+    def left(self) -> bool:
+        """H9: the leave (epoch -1) was answered; the member is gone from its group."""
+        return self.state.left
+
+    def done_without_session(self, stopping: bool) -> bool:
+        """The session is lost while the member is stopping and holds nothing: it is done
+        without a leave (nobody to tell; the coordinator expires it after its lease, H6)."""
+        return stopping and not self.state.holds
 
     def on_leave_requested(self) -> Actions:
         """Shutdown: revoke everything; leave once drained."""

@@ -1,11 +1,17 @@
-"""Per-listener choices: when to ack, optional retry with dead letters, idempotency markers."""
+"""Per-listener choices: when to ack, optional retry with dead letters, idempotency markers.
+
+Pure: the retry policy decides what follows a failed handler call
+(`RetryPolicy.after_failure`), the worker shell does it. Every call it
+decides on but the first, and the dead-letter write, is admitted by the
+ledger first (D1), as a handler call is.
+"""
 
 from __future__ import annotations
 
 import enum
+from typing import Any, Protocol
 
 import attrs
-import redis
 
 
 class AckPolicy(enum.Enum):
@@ -14,6 +20,33 @@ class AckPolicy(enum.Enum):
 
     AFTER = "after"
     BEFORE = "before"
+
+
+@attrs.frozen
+class RetryLater:
+    """Run the handler again, attempt `attempt`, after `delay_s`."""
+
+    attempt: int
+    delay_s: float
+
+
+@attrs.frozen
+class DeadLetter:
+    """Every attempt failed: write the message to `stream` (with the last error), then ack it."""
+
+    stream: str
+    attempts: int
+
+
+@attrs.frozen
+class LeavePending:
+    """Every attempt failed and there is no dead-letter stream: no ack, so the entry stays
+    pending in Redis and is delivered again when its shard changes owner or the member restarts."""
+
+    attempts: int
+
+
+AfterFailure = RetryLater | DeadLetter | LeavePending
 
 
 @attrs.frozen(kw_only=True)
@@ -31,6 +64,33 @@ class RetryPolicy:
     dead_letter_stream: str | None = None
     backoff_ms: int = attrs.field(default=100, validator=attrs.validators.ge(0))
 
+    def after_failure(self, attempt: int) -> AfterFailure:
+        """What follows the failure of handler attempt `attempt` (1 is the first)."""
+        if attempt < self.max_deliveries:
+            return RetryLater(attempt=attempt + 1, delay_s=self.backoff_ms / 1000)
+        if self.dead_letter_stream is not None:
+            return DeadLetter(stream=self.dead_letter_stream, attempts=attempt)
+        return LeavePending(attempts=attempt)
+
+
+NO_RETRY = RetryPolicy(max_deliveries=1)
+"""A listener without a retry policy: one attempt, then the entry stays pending."""
+
+
+def dead_letter_fields(*, shard: str, entry_id: str, key: str, value: str, error: BaseException | None,
+                       attempts: int, consumer_group: str, member_id: str) -> dict[str, str]:
+    """The fields of a dead-letter entry: where the message came from, what it was, why it failed."""
+    return {"shard": shard, "id": entry_id, "key": key, "value": value, "error": repr(error),
+            "attempts": str(attempts), "consumerGroup": consumer_group, "memberId": member_id}
+
+
+class MarkerStore(Protocol):
+    """The two commands the markers use (a sync redis client has them)."""
+
+    def set(self, name: str, value: str, *, nx: bool, ex: int) -> Any: ...
+
+    def delete(self, *names: str) -> Any: ...
+
 
 class IdempotencyMarkers:
     """Per-message markers (SET NX with a TTL) so a handler can skip what already ran.
@@ -40,7 +100,7 @@ class IdempotencyMarkers:
     skips that message on redelivery; call `forget` when the side effect failed.
     """
 
-    def __init__(self, client: redis.Redis, *, ttl_s: int = 86400, namespace: str = "rsc:done") -> None:
+    def __init__(self, client: MarkerStore, *, ttl_s: int = 86400, namespace: str = "rsc:done") -> None:
         self.client = client
         self.ttl_s = ttl_s
         self.namespace = namespace

@@ -8,7 +8,7 @@ refreshed on every routing push. A key goes to shard
 `zlib.crc32(key.encode("utf-8")) % shardCount` (`protocol.shard_for_key`), the
 same in every process and language. One `send_batch` is one pipeline.
 
-A producer never drops what it was given (PROTOCOL.md D2): `send_batch` returns
+A producer never drops what it was given (D2): `send_batch` returns
 only once Redis has every record. A lost coordinator session is reopened in the
 background with backoff (the producer keeps writing with the routing it has;
 it needs routing once, so it may start while the coordinator is down). A Redis
@@ -33,13 +33,14 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
-import attrs
 import redis
 import trio
 
+from rsc.member.backoff import Backoff
 from rsc.member.notices import Notices, redis_problem, then
+from rsc.member.ops import produce_ops
+from rsc.member.producer_core import Adoption, Delivery, Next, ProducerCore, Refused, RoutingTable
 from rsc.member.session import (
-    Backoff,
     ResponseUndecodable,
     Session,
     SessionClosed,
@@ -47,18 +48,11 @@ from rsc.member.session import (
     open_session,
     unwrap_single,
 )
+from rsc.member.streams import StoreMismatch, check_store_id, connect
 from rsc.member.workqueue import Signal
+from rsc.protocol import GetRouting, Routing
 
 __all__ = ["Producer", "RoutingTable", "RoutingUnavailable", "StoreMismatch", "open_producer"]
-from rsc.member.streams import (
-    ProduceOps,
-    Refused,
-    StoreMismatch,
-    check_store_id,
-    connect,
-    store_id_of,
-)
-from rsc.protocol import HASH_NAME, GetRouting, Routing, Status, shard_for_key
 
 log = logging.getLogger(__name__)
 
@@ -73,27 +67,6 @@ class RoutingUnavailable(Exception):
     """The coordinator has no routing for the prefix (no shards yet) within the wait."""
 
 
-@attrs.frozen
-class RoutingTable:
-    """One routing version of a prefix: `streams[i]` is shard i."""
-
-    version: int
-    streams: tuple[str, ...]
-
-    def stream_for(self, key: str) -> str:
-        """The shard stream a partition key goes to."""
-        return self.streams[shard_for_key(key, len(self.streams))]
-
-
-def routing_table(message: Routing) -> RoutingTable | None:
-    """The table of an OK routing message, None for UNKNOWN_STREAM; refuses unknown hashes."""
-    if message.status != Status.OK or not message.streams or message.version is None:
-        return None
-    if message.hash not in (None, HASH_NAME):
-        raise ValueError(f"routing uses hash {message.hash!r}; this producer knows {HASH_NAME!r}")
-    return RoutingTable(version=message.version, streams=tuple(message.streams))
-
-
 def no_routing_line(stream_prefix: str) -> str:
     """The line for a prefix that has no routing (no shards) yet."""
     return (f"prefix {stream_prefix!r} has no routing yet: create its shards with "
@@ -105,7 +78,11 @@ def _log_notice(line: str) -> None:
 
 
 class Producer:
-    """Writes messages of one stream prefix; build it with `open_producer`."""
+    """Writes messages of one stream prefix; build it with `open_producer`.
+
+    The decisions (which routing to write with, what each write's result means)
+    are the pure `ProducerCore`'s (producer_core.py); this shell does the I/O.
+    """
 
     def __init__(self, coordinator_url: str, redis_url: str, stream_prefix: str, *,
                  client: redis.Redis, token: str | None = None, subscribe: bool = True,
@@ -114,19 +91,34 @@ class Producer:
         self.redis_url = redis_url
         self.stream_prefix = stream_prefix
         self.subscribe = subscribe
-        self.routing: RoutingTable | None = None
-        self.sent = 0  # records in Redis
-        self.retried = 0  # record writes sent again after a Redis error (may have landed)
-        self.rerouted = 0  # record writes refused by a sealed or retired shard
         self.notices = notices or Notices(_log_notice)
+        self._core = ProducerCore()
         self._token = token
-        self._ops = ProduceOps(client)
+        self._ops = produce_ops(client)
         self._routing_wait_s = routing_wait_s
         self._session: Session | None = None
         self._changed = Signal()
-        self._store_id: str | None = None
         self._store_checked = False
-        self._no_routing = False
+
+    @property
+    def routing(self) -> RoutingTable | None:
+        """The routing written with (None until the coordinator named one)."""
+        return self._core.routing
+
+    @property
+    def sent(self) -> int:
+        """Records in Redis."""
+        return self._core.sent
+
+    @property
+    def retried(self) -> int:
+        """Record writes sent again after a Redis error (each may have landed: a duplicate)."""
+        return self._core.retried
+
+    @property
+    def rerouted(self) -> int:
+        """Record writes refused by a sealed or retired shard (and written again, R5)."""
+        return self._core.rerouted
 
     # --- writing ---------------------------------------------------------------------
 
@@ -140,75 +132,46 @@ class Producer:
 
     async def send_batch_located(self, records: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
         """Like `send_batch`, returning the (stream, entry id) where each record landed."""
-        for index, record in enumerate(records):
-            if len(record) != 2 or not all(isinstance(part, str) for part in record):
-                raise TypeError(f"record {index}: expected (key, value) strings, got {record!r}")
-        placed: list[tuple[str, str] | None] = [None] * len(records)
-        todo = list(range(len(records)))
+        delivery = self._core.delivery(records)
         redis_backoff = Backoff(0.05, 2.0)
         refused_backoff = Backoff(0.05, 2.0)
-        while todo:
-            routing = await self.ready()
-            writes = [(routing.stream_for(records[i][0]), *records[i]) for i in todo]
+        while not delivery.done:
+            writes = delivery.writes(await self.ready())
             try:
                 results = await trio.to_thread.run_sync(self._ops.write, writes)
             except redis.RedisError as exc:
-                self.retried += len(todo)
                 self._redis_failed(exc)
-                await trio.sleep(redis_backoff.next())
-                continue
-            again: list[int] = []
-            refusals: list[tuple[str, Refused]] = []
-            failure: redis.RedisError | None = None
-            for index, (stream, _, _), result in zip(todo, writes, results, strict=True):
-                if isinstance(result, str):
-                    placed[index] = (stream, result)
-                    continue
-                again.append(index)
-                if result is None:  # the contract of earlier ProduceOps: None was sealed
-                    refusals.append((stream, Refused.SEALED))
-                elif isinstance(result, Refused):
-                    refusals.append((stream, result))
-                else:
-                    failure = result
-            self.sent += len(todo) - len(again)
-            if failure is not None:
-                self.retried += len(again) - len(refusals)
-                self._redis_failed(failure)
+                step = delivery.write_failed()
             else:
-                self._redis_ok()
-            if refusals:
-                self.rerouted += len(refusals)
-                if not await self._moved_past(routing):
-                    self._refused_in_place(routing, refusals)
-                    await trio.sleep(refused_backoff.next())
-            elif failure is not None:
+                step = delivery.on_results(results)
+                if delivery.failure is not None:
+                    self._redis_failed(delivery.failure)
+                else:
+                    self._redis_ok()
+            if step is Next.REFRESH:
+                await self._ask_routing(wait_s=2.0)
+                step = delivery.refreshed()
+            if step is Next.REROUTE:
+                self.notices.clear("store")
+            elif step is Next.REFUSED_BACKOFF:
+                self._refused_in_place(delivery)
+                await trio.sleep(refused_backoff.next())
+            elif step is Next.REDIS_BACKOFF:
                 await trio.sleep(redis_backoff.next())
-            todo = again
-        return [located for located in placed if located is not None]
+        return delivery.located()
 
-    def _refused_in_place(self, routing: RoutingTable, refusals: list[tuple[str, Refused]]
-                          ) -> None:
-        """The coordinator still routes to shards this Redis refuses: say so, then retry."""
-        stream, why = refusals[0]
+    def _refused_in_place(self, delivery: Delivery) -> None:
+        """The coordinator still routes to shards this Redis refuses: say so (then retry)."""
+        assert delivery.refusal is not None and delivery.routing is not None
+        (stream, why), version = delivery.refusal, delivery.routing.version
         if why is Refused.MISSING:
-            line = (f"shard {stream} of routing version {routing.version} does not exist in "
+            line = (f"shard {stream} of routing version {version} does not exist in "
                     f"{self.redis_url}: is --redis-url (RSC_REDIS_URL) the coordinator's Redis? "
                     "retrying")
         else:
             line = (f"shard {stream} is sealed but the coordinator still routes version "
-                    f"{routing.version} to it; retrying")
+                    f"{version} to it; retrying")
         self.notices.say("store", line)
-
-    async def _moved_past(self, routing: RoutingTable) -> bool:
-        """After a refusal at `routing`: ask for the current routing; True if it is newer."""
-        if self.routing is not None and self.routing.version > routing.version:
-            return True
-        await self._ask_routing(wait_s=2.0)
-        moved = self.routing is not None and self.routing.version > routing.version
-        if moved:
-            self.notices.clear("store")
-        return moved
 
     # --- routing -----------------------------------------------------------------------
 
@@ -260,31 +223,20 @@ class Producer:
         if isinstance(response, Routing):
             self._adopt(response)
 
-    def adopt_pushes(self) -> None:
-        """Kept for callers of earlier versions: pushes are now adopted as they arrive."""
-
     def _adopt(self, message: Routing) -> None:
-        store_id = store_id_of(message)
-        if store_id is not None:
-            self._store_id = store_id
-        table = routing_table(message)
-        if table is None:
-            if message.status == Status.UNKNOWN_STREAM and self.routing is None:
-                self._no_routing = True
-                self.notices.say("routing", no_routing_line(self.stream_prefix))
-        elif self.routing is None or table.version >= self.routing.version:
-            self.routing = table
-            if self._no_routing:
-                self._no_routing = False
-                self.notices.clear("routing", f"prefix {self.stream_prefix!r} has routing now: "
-                                   f"version {table.version}, {len(table.streams)} shards")
+        adoption = self._core.adopt(message)
+        if adoption is Adoption.NO_ROUTING:
+            self.notices.say("routing", no_routing_line(self.stream_prefix))
+        elif adoption is Adoption.ARRIVED and (table := self._core.routing) is not None:
+            self.notices.clear("routing", f"prefix {self.stream_prefix!r} has routing now: "
+                               f"version {table.version}, {len(table.streams)} shards")
         self._changed.fire()
 
     async def _check_store(self) -> None:
         """Refuse to write into a Redis whose storeId is not the coordinator's."""
         if self._store_checked:
             return
-        expected = self._store_id
+        expected = self._core.store_id
         if expected is not None:
             await self._redis_call(lambda: check_store_id(
                 self._ops.client, expected, redis_url=self.redis_url,
@@ -310,7 +262,7 @@ class Producer:
             self._redis_ok()
             return result
 
-    def _redis_failed(self, exc: redis.RedisError) -> None:
+    def _redis_failed(self, exc: BaseException) -> None:
         self.notices.say("redis", then(redis_problem(exc, self.redis_url), "retrying"))
 
     def _redis_ok(self) -> None:

@@ -23,6 +23,7 @@ import redis
 import trio
 
 from rsc.member.message import Queued, queued_entries
+from rsc.member.ops import stream_ops
 from rsc.member.reconcile import NO_ACTIONS
 from rsc.member.streams import StreamOps, connect
 
@@ -59,7 +60,7 @@ class Reader:
         core = self.core
         config = core.config
         await core.store_ok.wait()  # no read before the storeId check (runtime.py)
-        ops = StreamOps(connect(config.redis_url), config.consumer_group, core.member_id,
+        ops = stream_ops(connect(config.redis_url), config.consumer_group, core.member_id,
                         use_xackdel=core.server_xackdel)
         try:
             while True:

@@ -1,4 +1,4 @@
-"""The member's reconciliation: pure decisions from heartbeat responses (PROTOCOL.md table).
+"""The member's reconciliation: pure decisions from heartbeat responses (docs/protocol.md table).
 
 `MemberState` is what the member holds: shards it reads, shards it drains
 (revoking), shards it has drained and reports `REVOKED` until an `OK`. Every
@@ -24,8 +24,8 @@ from rsc.protocol import (
     Status,
 )
 
-__all__ = ["JOIN_EPOCH", "LEAVE_EPOCH", "Actions", "Event", "Hold", "MemberState", "Phase",
-           "SentHeartbeat"]
+__all__ = ["JOIN_EPOCH", "LEAVE_EPOCH", "Actions", "Event", "EventName", "Hold", "MemberState",
+           "Phase", "SentHeartbeat"]
 
 
 class Phase(enum.Enum):
@@ -43,11 +43,23 @@ class Hold:
     generation: int
 
 
+class EventName(enum.StrEnum):
+    """What happened to the member; the value is the name `rsc consume --events` prints."""
+
+    JOINED = "joined"
+    ASSIGNED = "assigned"
+    REVOKING = "revoking"
+    REVOKED = "revoked"
+    FENCED = "fenced"
+    JOIN_REFUSED = "join refused"
+    LEFT = "left"
+
+
 @attrs.frozen
 class Event:
     """Something an operator may want to see (`rsc consume --events`)."""
 
-    name: str
+    name: EventName
     shards: tuple[str, ...] = ()
     member_epoch: int | None = None
     reason: str | None = None
@@ -103,6 +115,7 @@ class MemberState:
     max_concurrency: int | None = None
     leaving: bool = False
     joined: bool = False
+    left: bool = False  # H9: a leave (epoch -1) was answered; nothing more to send
     incarnation: int = 0
     join_refused: Status | None = None  # the cap (A1) that refused the last join, until one is taken
 
@@ -119,18 +132,6 @@ class MemberState:
     def owned(self) -> frozenset[str]:
         """`ownedShards`: every shard held, reading or draining."""
         return frozenset(self.holds)
-
-    def may_process(self, shard: str, generation: int) -> bool:
-        """A message read under `generation` may run its handler or be acked now."""
-        hold = self.holds.get(shard)
-        return (hold is not None and hold.generation == generation
-                and self.member_epoch > JOIN_EPOCH)
-
-    def lease_deadline(self) -> float | None:
-        """When (ms) the member must fence itself without a newer accepted heartbeat."""
-        if self.last_accepted_sent_at is None or self.lease_ttl_ms is None or not self.holds:
-            return None
-        return self.last_accepted_sent_at + self.lease_ttl_ms
 
     # --- heartbeat request -----------------------------------------------------------
 
@@ -161,7 +162,7 @@ class MemberState:
 
     def on_response(self, sent: SentHeartbeat,
                     response: HeartbeatResponse) -> tuple[MemberState, Actions]:
-        """Apply a heartbeat response (the table of PROTOCOL.md, one row per status)."""
+        """Apply a heartbeat response (the status table of docs/protocol.md, one row per status)."""
         if sent.incarnation != self.incarnation:
             return self, NO_ACTIONS  # sent before this member fenced itself: stale
         status = Status(response.status)
@@ -177,7 +178,7 @@ class MemberState:
         state = attrs.evolve(self, holds=holds, revoked=self.revoked | {shard},
                              holding_version=self.holding_version + 1)
         return state, Actions(heartbeat_now=True,
-                              events=(Event("revoked", (shard,), self.member_epoch),))
+                              events=(Event(EventName.REVOKED, (shard,), self.member_epoch),))
 
     def on_ack_refused(self, shard: str) -> tuple[MemberState, Actions]:
         """The owner token names someone else: this member lost `shard`; stop it at once."""
@@ -186,18 +187,12 @@ class MemberState:
         holds = {s: h for s, h in self.holds.items() if s != shard}
         state = attrs.evolve(self, holds=holds, holding_version=self.holding_version + 1)
         return state, Actions(abandon=frozenset({shard}), heartbeat_now=True,
-                              events=(Event("fenced", (shard,), self.member_epoch,
+                              events=(Event(EventName.FENCED, (shard,), self.member_epoch,
                                             "ack refused: not the owner"),))
 
-    def on_lease_check(self, now: float) -> tuple[MemberState, Actions]:
-        """Fence itself when no heartbeat has been accepted for a lease TTL (`now` in ms)."""
-        deadline = self.lease_deadline()
-        if deadline is None or now < deadline:
-            return self, NO_ACTIONS
-        return self._fenced("no heartbeat accepted for a lease TTL")
-
     def on_abandon(self, reason: str) -> tuple[MemberState, Actions]:
-        """Give up every shard at once (a leave whose drain took too long); rejoin or leave next."""
+        """Give up every shard at once (a lease that ran out, D1, or a leave whose drain took
+        too long); rejoin or leave next."""
         return self._fenced(reason)
 
     def on_session_lost(self) -> MemberState:
@@ -217,15 +212,15 @@ class MemberState:
     def _on_ok(self, sent: SentHeartbeat, response: HeartbeatResponse) -> tuple[MemberState, Actions]:
         if sent.member_epoch == LEAVE_EPOCH:
             state = attrs.evolve(self, member_epoch=LEAVE_EPOCH, holds={}, revoked=frozenset(),
-                                 joined=False)
-            return state, Actions(events=(Event("left", member_epoch=LEAVE_EPOCH),))
+                                 joined=False, left=True)
+            return state, Actions(events=(Event(EventName.LEFT, member_epoch=LEAVE_EPOCH),))
         assigned = frozenset(response.assignment.assigned_shards if response.assignment else ())
         base = self._accepted(sent, response)
         state, actions = base._follow(assigned, may_start=not self.leaving)
         state = attrs.evolve(state, revoked=state.revoked - sent.reported_revoked)
         events = actions.events
         if not self.joined:
-            events = (Event("joined", member_epoch=state.member_epoch), *events)
+            events = (Event(EventName.JOINED, member_epoch=state.member_epoch), *events)
             state = attrs.evolve(state, joined=True)
         return state, attrs.evolve(actions, events=events)
 
@@ -264,7 +259,7 @@ class MemberState:
             state, actions = self._fenced(reason)
         else:
             state, actions = attrs.evolve(self, member_epoch=JOIN_EPOCH, joined=False), NO_ACTIONS
-        refused = Event("join refused", member_epoch=JOIN_EPOCH, reason=reason)
+        refused = Event(EventName.JOIN_REFUSED, member_epoch=JOIN_EPOCH, reason=reason)
         events = actions.events if self.join_refused is status else (*actions.events, refused)
         state = attrs.evolve(state, join_refused=status)
         return state, attrs.evolve(actions, heartbeat_now=False, events=events)
@@ -313,9 +308,9 @@ class MemberState:
                              holding_version=self.holding_version + (1 if changed else 0))
         events: list[Event] = []
         if start or resume:
-            events.append(Event("assigned", tuple(sorted(start | resume)), state.member_epoch))
+            events.append(Event(EventName.ASSIGNED, tuple(sorted(start | resume)), state.member_epoch))
         if revoke:
-            events.append(Event("revoking", tuple(sorted(revoke)), state.member_epoch))
+            events.append(Event(EventName.REVOKING, tuple(sorted(revoke)), state.member_epoch))
         return state, Actions(start=frozenset(start), revoke=revoke, resume=resume,
                               heartbeat_now=changed, events=tuple(events))
 
@@ -326,7 +321,7 @@ class MemberState:
             last_accepted_sent_at=None, joined=False, incarnation=self.incarnation + 1,
         )
         return state, Actions(abandon=self.owned(), heartbeat_now=True,
-                              events=(Event("fenced", tuple(sorted(self.owned())),
+                              events=(Event(EventName.FENCED, tuple(sorted(self.owned())),
                                             self.member_epoch, reason),))
 
 

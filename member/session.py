@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import itertools
 import logging
-import random
 import socket
 import urllib.parse
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Literal, NoReturn
 
@@ -35,6 +34,7 @@ from trio_websocket import (
     open_websocket_url,
 )
 
+from rsc.member.backoff import Backoff as Backoff  # re-exported: the shells import it from here
 from rsc.protocol import Message, ProtocolError, decode, encode
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class SessionClosed(Exception):
     """The session's connection is gone (or never came up); the request has no answer.
 
     `line` is the one line a console tool prints for it: what happened and the
-    likely fix (PROTOCOL.md D3).
+    likely fix (D3).
     """
 
     def __init__(self, reason: str, *, line: str | None = None) -> None:
@@ -316,30 +316,6 @@ async def open_session(
         raise unreachable(url, endpoint, exc, connect_timeout) from exc
     except BaseExceptionGroup as group:
         unwrap_single(group)
-
-
-class Backoff:
-    """Delays between retries: from `initial`, doubling up to `maximum`, with jitter.
-
-    `next()` gives the next delay; `reset()` after a success starts again from `initial`.
-    """
-
-    def __init__(self, initial: float = 0.05, maximum: float = 2.0, *,
-                 jitter: Callable[[], float] = random.random) -> None:
-        if not 0 < initial <= maximum:
-            raise ValueError(f"need 0 < initial <= maximum, got {initial}, {maximum}")
-        self.initial = initial
-        self.maximum = maximum
-        self._jitter = jitter
-        self._delay = initial
-
-    def next(self) -> float:
-        delay = self._delay
-        self._delay = min(self._delay * 2, self.maximum)
-        return delay * (0.5 + 0.5 * self._jitter())
-
-    def reset(self) -> None:
-        self._delay = self.initial
 
 
 def unwrap_single(group: BaseExceptionGroup) -> NoReturn:

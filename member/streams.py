@@ -11,7 +11,6 @@ is not a blocking read is batched into one pipeline per call. Scripts:
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,15 +22,16 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
+from rsc.member.producer_core import Refused
 from rsc.member.redis_connect import connect as connect_any
 from rsc.member.redis_connect import is_cluster
 from rsc.protocol.routing import owner_key, seal_key
 
 NOT_OWNER = -1
 ACK_CHUNK = 2000
-SEALED_ERROR = "SEALED"
-MISSING_ERROR = "MISSING"
-STORE_ID_KEY = "rsc:store-id"  # written by the coordinator in its Redis (PROTOCOL.md)
+SEALED_ERROR = Refused.SEALED.value  # the produce script's error replies
+MISSING_ERROR = Refused.MISSING.value
+STORE_ID_KEY = "rsc:store-id"  # written by the coordinator in its Redis (Producer routing)
 KEY_FIELD = "key"
 VALUE_FIELD = "value"
 
@@ -131,8 +131,8 @@ def connect(redis_url: str, *, timeout_s: float | None = None,
     first connection error or timeout raise, for callers that retry themselves
     (and say so). A URL that is not a Redis URL raises ValueError.
 
-    A `RedisCluster` when the URL names a cluster node (`INFO cluster`): StreamOps
-    and ProduceOps over it are their cluster variants (rsc.member.cluster_streams).
+    A `RedisCluster` when the URL names a cluster node (`INFO cluster`): build the
+    command objects over it with `rsc.member.ops` (their cluster variants).
     """
     options: dict[str, Any] = {}
     if timeout_s is not None:
@@ -150,7 +150,8 @@ def read_store_id(client: redis.Redis) -> str | None:
 
 
 class StoreMismatch(Exception):
-    """This Redis is not the coordinator's: their storeIds differ (PROTOCOL.md Producer routing)."""
+    """This Redis is not the coordinator's: their storeIds differ (docs/protocol.md, Producer
+    routing)."""
 
 
 def store_id_of(message: object) -> str | None:
@@ -230,13 +231,8 @@ def acked_counts(calls: Sequence[tuple[list[str], list[str]]], results: Sequence
 
 
 class StreamOps:
-    """The data-plane commands for one consumer (memberId) of one consumer group."""
-
-    def __new__(cls, client: redis.Redis, *args: Any, **kwargs: Any) -> StreamOps:
-        if cls is StreamOps and is_cluster(client):  # one node per shard: its own module
-            from rsc.member.cluster_streams import ClusterStreamOps
-            return super().__new__(ClusterStreamOps)
-        return super().__new__(cls)
+    """The data-plane commands for one consumer (memberId) of one consumer group, on one
+    Redis (`rsc.member.ops.stream_ops` picks the cluster variant for a cluster client)."""
 
     def __init__(self, client: redis.Redis, consumer_group: str, consumer: str, *,
                  use_xackdel: bool | None = None) -> None:
@@ -373,14 +369,7 @@ def pairs(flat: Sequence[str] | Mapping[str, str] | None) -> dict[str, str]:
     return dict(zip(it, it, strict=True))
 
 
-class Refused(enum.Enum):
-    """Why the produce script refused a write: the producer re-routes after either."""
-
-    SEALED = SEALED_ERROR  # the shard's version is sealed (resharding)
-    MISSING = MISSING_ERROR  # no such stream: a retired version, or another Redis
-
-
-# per record: the entry id, a refusal, or the Redis error the server answered for it
+# per record: the entry id, a refusal (R5), or the Redis error the server answered for it
 WriteResult = str | Refused | redis.RedisError
 
 
@@ -399,13 +388,8 @@ def write_result(reply: object) -> WriteResult:
 
 
 class ProduceOps:
-    """Writes of a producer: XADD through the seal-checking script, pipelined."""
-
-    def __new__(cls, client: redis.Redis) -> ProduceOps:
-        if cls is ProduceOps and is_cluster(client):
-            from rsc.member.cluster_streams import ClusterProduceOps
-            return super().__new__(ClusterProduceOps)
-        return super().__new__(cls)
+    """Writes of a producer: XADD through the seal-checking script, pipelined, on one Redis
+    (`rsc.member.ops.produce_ops` picks the cluster variant for a cluster client)."""
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client

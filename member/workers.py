@@ -20,9 +20,9 @@ import trio
 
 from rsc.member.ledger import Verdict
 from rsc.member.message import MESSAGE_SETTERS, Handler, Message, new_message
-from rsc.member.policies import AckPolicy
+from rsc.member.ops import produce_ops
+from rsc.member.policies import NO_RETRY, AckPolicy, DeadLetter, RetryLater, dead_letter_fields
 from rsc.member.reconcile import NO_ACTIONS, Actions
-from rsc.member.streams import ProduceOps
 
 if TYPE_CHECKING:
     import redis
@@ -42,7 +42,7 @@ class Workers:
         self.handler = handler
         self.is_async = inspect.iscoroutinefunction(handler)
         self.threads = trio.CapacityLimiter(max(64, core.config.capacity))
-        self.misc_client = misc_client
+        self.dead_letters = produce_ops(misc_client)  # XADD of dead letters (its add_raw)
 
     async def run(self) -> None:
         """Keep as many long-lived workers as the ledger's worker count (never one per message)."""
@@ -76,6 +76,7 @@ class Workers:
         """Take entries until none is left, then wait until the reader queues more."""
         core = self.core
         queue, ledger, acks, stats = core.queue, core.ledger, core.acks, core.stats
+        parking = core.acker_parking
         ack_rule = core.ack_rule
         handler = self.handler
         member_id = core.member_id
@@ -133,9 +134,9 @@ class Workers:
                 done(entry)
                 if not handled:
                     core.finish(shard)
-            if handled and acks.acker_parked and ack_rule.wake_acker(
+            if handled and parking.parked and ack_rule.wake_acker(
                     acks.pending, busy=core.busy, queued=len(queue)):
-                acks.wake()
+                parking.wake()
             since_checkpoint += 1
             if since_checkpoint >= CHECKPOINT_EVERY:
                 since_checkpoint = 0
@@ -155,11 +156,11 @@ class Workers:
         core = self.core
         core.ledger.started(message.shard)  # the acker finishes this extra count
         buffer = core.acks.add(message.shard, generation, message.id)
-        if buffer.sent is None:
-            buffer.sent = trio.Event()
         sent = buffer.sent
+        if not isinstance(sent, trio.Event):  # the first worker waiting on this buffer
+            sent = buffer.sent = trio.Event()
         core.acks.awaited += 1
-        core.acks.wake()
+        core.acker_parking.wake()
         try:
             await sent.wait()
         finally:
@@ -167,20 +168,18 @@ class Workers:
         return not buffer.refused
 
     async def run_handler(self, first: Message, generation: int, *, admitted: bool) -> bool:
-        """Run the handler (with the retry policy); True when the entry may be acked.
+        """Run the handler, then what the retry policy says after each failure; True when the
+        entry may be acked.
 
-        Every call but an `admitted` first one is admitted by the ledger first (D1).
+        Every call but an `admitted` first one, and a dead letter, is admitted by the
+        ledger first (D1).
         """
         core = self.core
-        retry = core.config.retry
-        attempts = retry.max_deliveries if retry else 1
-        error: BaseException | None = None
-        for attempt in range(1, attempts + 1):
-            if (attempt > 1 or not admitted) and not self.admit(first.shard, generation):
+        retry = core.config.retry or NO_RETRY
+        message = first
+        while True:
+            if (message.attempt > 1 or not admitted) and not self.admit(first.shard, generation):
                 return False
-            message = first if attempt == 1 else new_message(
-                first.shard, first.id, first.key, first.value, dict(first.fields),
-                first.member_id, attempt)
             try:
                 if self.is_async:
                     await self.handler(message)  # type: ignore[misc]
@@ -192,22 +191,25 @@ class Workers:
                 error = exc
                 core.stats.failed += 1
                 log.warning("member %s: handler failed on %s %s (attempt %d): %r",
-                            core.member_id, first.shard, first.id, attempt, exc)
-            if attempt < attempts:
-                await trio.sleep(retry.backoff_ms / 1000 if retry else 0)
-        if retry is not None and retry.dead_letter_stream is not None:
-            if not self.admit(first.shard, generation, "dead letter"):
-                return False  # a side effect as a handler call is: D1 applies
-            await self.dead_letter(first, retry.dead_letter_stream, error, attempts)
-            return True
-        return False
+                            core.member_id, first.shard, first.id, message.attempt, exc)
+            step = retry.after_failure(message.attempt)
+            if isinstance(step, RetryLater):
+                await trio.sleep(step.delay_s)
+                message = new_message(first.shard, first.id, first.key, first.value,
+                                      dict(first.fields), first.member_id, step.attempt)
+                continue
+            if isinstance(step, DeadLetter):
+                if not self.admit(first.shard, generation, "dead letter"):
+                    return False  # a side effect as a handler call is: D1 applies
+                await self.dead_letter(first, step, error)
+                return True
+            return False  # LeavePending: no ack, delivered again to the next owner
 
-    async def dead_letter(self, message: Message, stream: str, error: BaseException | None,
-                          attempts: int) -> None:
+    async def dead_letter(self, message: Message, step: DeadLetter, error: BaseException) -> None:
         core = self.core
-        fields = {"shard": message.shard, "id": message.id, "key": message.key,
-                  "value": message.value, "error": repr(error), "attempts": str(attempts),
-                  "consumerGroup": core.config.consumer_group, "memberId": core.member_id}
-        ops = ProduceOps(self.misc_client)
-        await trio.to_thread.run_sync(ops.add_raw, stream, fields)
+        fields = dead_letter_fields(shard=message.shard, entry_id=message.id, key=message.key,
+                                    value=message.value, error=error, attempts=step.attempts,
+                                    consumer_group=core.config.consumer_group,
+                                    member_id=core.member_id)
+        await trio.to_thread.run_sync(self.dead_letters.add_raw, step.stream, fields)
         core.stats.dead_lettered += 1

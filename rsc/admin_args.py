@@ -10,7 +10,7 @@
 
 The URL and token come from `RSC_COORDINATOR_URL` and `RSC_TOKEN` when the flags
 are absent, so a token stays out of `ps`. Pure: parsing, validation and the
-request object each command sends (`build_request`); no I/O.
+protocol request each command sends (`build_request`); no I/O.
 """
 
 from __future__ import annotations
@@ -24,17 +24,23 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
-from rsc.admin_client import (
-    DEFAULT_URL,
-    delete_group_request,
-    describe_group_request,
-    reset_offsets_request,
-    set_retention_request,
-    set_shard_count_request,
+from rsc.protocol.messages import (
+    MAX_SHARD_COUNT,
+    AdminRequest,
+    DeleteGroup,
+    DescribeGroup,
+    FieldValueError,
+    ListGroups,
+    RemoveMember,
+    ResetOffsets,
+    Retention,
+    SetMaxConcurrency,
+    SetRetention,
+    SetShardCount,
 )
-from rsc.protocol import ListGroups, RemoveMember, SetMaxConcurrency, to_wire
-from rsc.protocol.messages import MAX_SHARD_COUNT, FieldValueError
+from rsc.protocol.vocabulary import Cutover, RetentionMode
 
+DEFAULT_URL = "ws://127.0.0.1:8765"
 URL_ENV = "RSC_COORDINATOR_URL"
 TOKEN_ENV = "RSC_TOKEN"
 DEFAULT_TIMEOUT_S = 5.0
@@ -102,31 +108,39 @@ def admin_token(args: argparse.Namespace, environ: Mapping[str, str] = os.enviro
     return args.token if args.token is not None else (environ.get(TOKEN_ENV) or None)
 
 
-def build_request(args: argparse.Namespace) -> dict[str, Any]:
-    """The JSON object a (non-watch) admin command sends; FieldValueError for a bad value."""
+def build_request(args: argparse.Namespace) -> AdminRequest:
+    """The request a (non-watch) admin command sends; FieldValueError for a bad value.
+
+    Its requestId is 0: the session gives each request its own.
+    """
     name = args.admin_command
     if name == "list":
-        return to_wire(ListGroups(request_id=0))
+        return ListGroups(request_id=0)
     if name in ("describe", "watch"):
-        return describe_group_request(args.prefix, args.group, watch=name == "watch")
+        return DescribeGroup(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
+                             watch=name == "watch")
     if name == "set-shards":
         group, shard_count = split_set_shards(args.group_and_count)
-        return set_shard_count_request(args.prefix, group, shard_count, args.cutover)
+        return SetShardCount(request_id=0, stream_prefix=args.prefix, consumer_group=group,
+                             shard_count=shard_count, cutover=Cutover(args.cutover))
     if name == "set-max-concurrency":
-        return to_wire(SetMaxConcurrency(request_id=0, stream_prefix=args.prefix,
-                                         consumer_group=args.group,
-                                         max_concurrency=args.max_concurrency))
+        return SetMaxConcurrency(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
+                                 max_concurrency=args.max_concurrency)
     if name == "remove-member":
-        return to_wire(RemoveMember(request_id=0, stream_prefix=args.prefix,
-                                    consumer_group=args.group, member_id=args.member_id))
+        return RemoveMember(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
+                            member_id=args.member_id)
     if name == "delete-group":
-        return delete_group_request(args.prefix, args.group)
+        return DeleteGroup(request_id=0, stream_prefix=args.prefix, consumer_group=args.group)
     if name == "set-retention":
-        return set_retention_request(args.prefix, args.mode, args.max_length, args.max_age_ms)
+        retention = Retention(mode=RetentionMode(args.mode), max_length=args.max_length,
+                              max_age_ms=args.max_age_ms)
+        return SetRetention(request_id=0, stream_prefix=args.prefix, retention=retention)
     if name == "reset-offsets":
         if args.to_datetime_ms is not None:
-            return reset_offsets_request(args.prefix, args.group, "timestamp", args.to_datetime_ms)
-        return reset_offsets_request(args.prefix, args.group, args.to)
+            return ResetOffsets(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
+                                to="timestamp", timestamp_ms=args.to_datetime_ms)
+        return ResetOffsets(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
+                            to=args.to)
     raise FieldValueError(f"unknown admin command {name!r}")
 
 
@@ -210,14 +224,15 @@ def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> arg
                           help="always show the per-shard table (default: when there are at "
                                "most 16 shards)")
     set_shards = command("set-shards", "create or change the shard count of a stream prefix")
-    set_shards.usage = ("%(prog)s [-h] [--json] [--cutover {parallel,ordered}] PREFIX [GROUP] N")
+    cutovers = tuple(cutover.value for cutover in Cutover)
+    set_shards.usage = f"%(prog)s [-h] [--json] [--cutover {{{','.join(cutovers)}}}] PREFIX [GROUP] N"
     set_shards.add_argument("prefix", metavar="PREFIX", help="stream prefix")
     set_shards.add_argument("group_and_count", metavar="[GROUP] N", nargs="+",
                             help=f"an existing group of the prefix (optional; on a new prefix it "
                                  f"is registered) and the shard count 1..{MAX_SHARD_COUNT}")
-    set_shards.add_argument("--cutover", choices=("parallel", "ordered"), default="parallel",
-                            help="ordered: new shards start after the old ones are drained "
-                                 "(default: parallel)")
+    set_shards.add_argument("--cutover", choices=cutovers, default=Cutover.PARALLEL.value,
+                            help=f"{Cutover.ORDERED}: new shards start after the old ones are "
+                                 f"drained (default: {Cutover.PARALLEL})")
     set_max = command("set-max-concurrency", "set or clear (none) the group's maxConcurrency")
     group_arguments(set_max)
     set_max.add_argument("max_concurrency", metavar="N", type=_argument_type(_max_concurrency),
@@ -240,9 +255,9 @@ def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> arg
     retention = command("set-retention", "replace a prefix's retention (T1..T3)")
     retention.add_argument("prefix", metavar="PREFIX", help="stream prefix")
     mode = retention.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--acked", dest="mode", action="store_const", const="acked",
+    mode.add_argument("--acked", dest="mode", action="store_const", const=RetentionMode.ACKED,
                       help="remove entries once every group acked them (the default retention)")
-    mode.add_argument("--none", dest="mode", action="store_const", const="none",
+    mode.add_argument("--none", dest="mode", action="store_const", const=RetentionMode.NONE,
                       help="remove nothing because of acks (only the caps remove entries)")
     retention.add_argument("--max-length", type=_argument_type(_positive_int), default=None,
                            help="cap each shard at N entries, even unconsumed ones (lossy)")

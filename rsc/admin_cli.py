@@ -27,7 +27,7 @@ from rsc.admin_client import (
 )
 from rsc.admin_views import describe_view, plain_width, render_plain, response_view
 from rsc.protocol import GroupDescription
-from rsc.protocol.messages import FieldValueError
+from rsc.protocol.messages import AdminRequest, FieldValueError
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,7 +96,7 @@ async def _connect_and_run(args: argparse.Namespace, url: str, source: str,
             await run_command(admin, request, args, console)
 
 
-async def run_command(admin: AdminClient, request: dict[str, Any], args: argparse.Namespace,
+async def run_command(admin: AdminClient, request: AdminRequest, args: argparse.Namespace,
                       console: Console) -> None:
     """Send one request; print its answer (raises AdminError unless OK)."""
     with trio.fail_after(args.timeout):

@@ -3,13 +3,12 @@
     async with open_admin_client("ws://127.0.0.1:8765", token=None) as admin:
         description = await admin.describe_group("orders", "billing")
 
-Every method returns the response for an `OK` status and raises `AdminError`
-for any other status (including the `error` response to a malformed request).
-A response whose `type` the protocol classes know is decoded into its class;
-any other (a newer coordinator's) stays the raw JSON object, so requests the
-protocol classes do not have yet (`deleteGroup`, `setRetention`,
-`resetOffsets`, `describeGroup` with `watch`) are built here as JSON objects
-(`*_request` functions) and sent as they are.
+Requests are the protocol's message classes, written and read through its one codec
+(`request_body`, `read_answer`). Every method returns the response for an `OK` status and
+raises `AdminError` for any other. The `error` frame a coordinator sends for a request it
+could not read becomes that request's own error response (`Request.error`), so a caller
+always gets the response class it asked for. An answer the protocol classes cannot decode
+(a newer coordinator's) stays the raw JSON object, which the views read too.
 
 A coordinator that cannot be reached or refuses the session raises
 `AdminConnectError` with one line that names the URL and the likely fix (D3).
@@ -24,7 +23,7 @@ import re
 import socket
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import attrs
@@ -38,47 +37,80 @@ from trio_websocket import (
     connect_websocket_url,
 )
 
+from rsc.admin_args import DEFAULT_URL
 from rsc.member.session import single_exception
 from rsc.protocol import (
     Cutover,
+    DeleteGroup,
     DescribeGroup,
+    ErrorResponse,
+    GroupDeleted,
     GroupDescription,
     Groups,
     ListGroups,
     MaxConcurrencyChanged,
     MemberRemoved,
     Message,
+    OffsetsReset,
     ProtocolError,
     RemoveMember,
+    Request,
+    ResetOffsets,
+    ResetTo,
+    Retention,
+    RetentionChanged,
+    RetentionMode,
     SetMaxConcurrency,
+    SetRetention,
     SetShardCount,
     ShardCountChanged,
     Status,
     to_wire,
 )
-from rsc.protocol.codec import MESSAGE_TYPES, decode_object
-from rsc.protocol.messages import FieldValueError, camel, check_name
+from rsc.protocol.codec import ADMIN_REQUESTS, MESSAGE_TYPES, decode_object
+from rsc.protocol.messages import FieldValueError, camel
 
-__all__ = ["AdminClient", "AdminConnectError", "AdminError", "AdminSession", "CoordinatorURL",
-           "Response", "SessionLost", "open_admin_client", "parse_coordinator_url"]
+__all__ = ["DEFAULT_URL", "AdminClient", "AdminConnectError", "AdminError", "AdminSession",
+           "CoordinatorURL", "Response", "SessionLost", "check_answer", "check_status",
+           "decode_response", "open_admin_client", "parse_coordinator_url", "read_answer",
+           "request_body"]
 
-DEFAULT_URL = "ws://127.0.0.1:8765"
 ADMIN_PATH = "/v1/admin"
 PUSH_BUFFER = 256
 
 Response = Message | dict[str, Any]
 """A decoded response, or the raw JSON object of a type the protocol classes do not know."""
 ResponseT = TypeVar("ResponseT", bound=Message)
+ResponseT_co = TypeVar("ResponseT_co", bound=Message, covariant=True)
+
+
+class Answered(Protocol[ResponseT_co]):
+    """A request, seen through the response class its `error()` builds (the class it is answered with)."""
+
+    def error(self, status: Status, error: str) -> ResponseT_co: ...
 
 
 class AdminError(Exception):
-    """The coordinator refused an admin request: `status` (not OK) and its `error` text."""
+    """The coordinator refused an admin request: `status` (not OK) and its `error` text.
 
-    def __init__(self, status: Status | str, error: str | None) -> None:
+    `response` is the refusal itself (the request's response class, or the raw JSON object
+    of a newer coordinator's), when there was one.
+    """
+
+    def __init__(self, status: Status | str, error: str | None,
+                 response: Response | None = None) -> None:
         text = str(getattr(status, "value", status))
         self.status: Status | str = Status(text) if text in Status.__members__ else text
         self.error = error or ""
+        self.response = response
         super().__init__(f"{text}: {self.error}" if self.error else text)
+
+    @classmethod
+    def of(cls, response: Response) -> AdminError:
+        """The error of a refusal: its status and text."""
+        if isinstance(response, dict):
+            return cls(response.get("status", "OK"), response.get("error"), response)
+        return cls(getattr(response, "status", Status.OK), getattr(response, "error", None), response)
 
 
 class AdminConnectError(Exception):
@@ -204,70 +236,26 @@ def _hostport(coordinator: CoordinatorURL) -> str:
     return f"{host}:{coordinator.port}"
 
 
-# --- requests the protocol classes do not have yet --------------------------------------
+# --- requests ---------------------------------------------------------------------------
 
 
-def _names(**names: str | None) -> dict[str, str]:
-    """Check each given name like the coordinator does; FieldValueError names the field."""
-    checked: dict[str, str] = {}
-    for attribute, value in names.items():
-        if value is not None:
-            check_name(attribute, value)
-            checked[camel(attribute)] = value
-    return checked
+def request_body(request: Request) -> dict[str, Any]:
+    """The JSON object of `request` through the codec, checked as the coordinator decodes it.
 
-
-def set_shard_count_request(prefix: str, group: str | None, shard_count: int,
-                            cutover: str = "parallel") -> dict[str, Any]:
-    """setShardCount; without a group (allowed since G2) it is built as JSON."""
+    FieldValueError names a field the coordinator would refuse (an unknown cutover, say), so
+    nothing is sent. An optional field left at its default (`watch`, the group of
+    setShardCount, `timestampMs`) is left out: absent means the default, and a coordinator
+    that does not know the field never sees it.
+    """
+    body = to_wire(request)
     try:
-        mode = Cutover(cutover)
-    except ValueError:
-        raise FieldValueError(f"field 'cutover' must be 'parallel' or 'ordered', got {cutover!r}") from None
-    if group is not None:
-        return to_wire(SetShardCount(request_id=0, stream_prefix=prefix, consumer_group=group,
-                                     shard_count=shard_count, cutover=mode))
-    # the message class validates the count; the group is left out of the request
-    SetShardCount(request_id=0, stream_prefix=prefix, consumer_group="-",
-                  shard_count=shard_count, cutover=mode)
-    return {"type": "setShardCount", "requestId": 0, **_names(stream_prefix=prefix),
-            "shardCount": shard_count, "cutover": mode.value}
-
-
-def describe_group_request(prefix: str, group: str, *, watch: bool = False) -> dict[str, Any]:
-    body = to_wire(DescribeGroup(request_id=0, stream_prefix=prefix, consumer_group=group))
-    body.pop("watch", None)  # sent only when asked: a coordinator without watch rejects the field
-    if watch:
-        body["watch"] = True
-    return body
-
-
-def delete_group_request(prefix: str, group: str) -> dict[str, Any]:
-    return {"type": "deleteGroup", "requestId": 0,
-            **_names(stream_prefix=prefix, consumer_group=group)}
-
-
-def set_retention_request(prefix: str, mode: str, max_length: int | None,
-                          max_age_ms: int | None) -> dict[str, Any]:
-    if mode not in ("acked", "none"):
-        raise FieldValueError(f"field 'retention.mode' must be 'acked' or 'none', got {mode!r}")
-    for name, value in (("maxLength", max_length), ("maxAgeMs", max_age_ms)):
-        if value is not None and value < 1:
-            raise FieldValueError(f"field 'retention.{name}' must be >= 1, got {value}")
-    return {"type": "setRetention", "requestId": 0, **_names(stream_prefix=prefix),
-            "retention": {"mode": mode, "maxLength": max_length, "maxAgeMs": max_age_ms}}
-
-
-def reset_offsets_request(prefix: str, group: str, to: str,
-                          timestamp_ms: int | None = None) -> dict[str, Any]:
-    if to not in ("earliest", "latest", "timestamp"):
-        raise FieldValueError(f"field 'to' must be earliest, latest or timestamp, got {to!r}")
-    if (to == "timestamp") != (timestamp_ms is not None):
-        raise FieldValueError("field 'timestampMs' goes with to=timestamp, and only with it")
-    body: dict[str, Any] = {"type": "resetOffsets", "requestId": 0,
-                            **_names(stream_prefix=prefix, consumer_group=group), "to": to}
-    if timestamp_ms is not None:
-        body["timestampMs"] = timestamp_ms
+        decode_object(body, ADMIN_REQUESTS)
+    except ProtocolError as exc:
+        raise FieldValueError(exc.message) from None
+    for field in attrs.fields(type(request)):  # type: ignore[arg-type]  # each Request class is attrs
+        if (field.default is None or field.default is False) \
+                and getattr(request, field.name) is field.default:
+            del body[camel(field.name)]
     return body
 
 
@@ -284,23 +272,31 @@ def decode_response(body: Mapping[str, Any]) -> Response:
     return dict(body)
 
 
-def check_status(response: Response) -> Response:
-    """`response` if its status is OK; else raise AdminError with its status and text."""
-    if isinstance(response, dict):
-        status, error = response.get("status", "OK"), response.get("error")
-    else:
-        status, error = getattr(response, "status", Status.OK), getattr(response, "error", None)
-    if status != Status.OK:
-        raise AdminError(status, error)
+def read_answer(request: Request, body: Mapping[str, Any]) -> Response:
+    """The answer to `request` (see `decode_response`); an `error` frame, the coordinator's
+    answer to a request it could not read, becomes the request's own error response."""
+    response = decode_response(body)
+    if isinstance(response, ErrorResponse):
+        return request.error(response.status, response.error)
     return response
 
 
-def check_response(response: Response, expected: type[ResponseT]) -> ResponseT:
-    """`response` if it is an OK `expected`; else raise AdminError."""
+def check_status(response: Response) -> Response:
+    """`response` if its status is OK; else raise AdminError with its status and text."""
+    refusal = AdminError.of(response)
+    if refusal.status != Status.OK:
+        raise refusal
+    return response
+
+
+def check_answer(request: Answered[ResponseT], response: Response) -> ResponseT:
+    """`response` if it is an OK answer of `request`'s response class; else raise AdminError."""
     check_status(response)
+    expected = type(request.error(Status.INVALID_REQUEST, ""))
     if not isinstance(response, expected):
         got = response.get("type") if isinstance(response, dict) else response.TYPE
-        raise AdminError(Status.INVALID_REQUEST, f"expected a {expected.TYPE} response, got {got}")
+        raise AdminError.of(request.error(Status.INVALID_REQUEST,
+                                          f"expected a {expected.TYPE} response, got {got}"))
     return response
 
 
@@ -314,7 +310,7 @@ class _Waiter:
 
 
 class AdminSession:
-    """One admin websocket: JSON requests matched to responses by requestId, and pushes."""
+    """One admin websocket: requests matched to their answers by requestId, and pushes (raw JSON)."""
 
     def __init__(self, websocket: WebSocketConnection, coordinator: CoordinatorURL) -> None:
         self.coordinator = coordinator
@@ -324,17 +320,20 @@ class AdminSession:
         self._lost: str | None = None
         self._push_sender, self.pushes = trio.open_memory_channel[dict[str, Any]](PUSH_BUFFER)
 
-    async def request(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Send `body` with a fresh requestId; the JSON object of its response."""
+    async def request(self, request: Request) -> dict[str, Any]:
+        """Send `request` with a fresh requestId (its own is ignored); the JSON object of its answer.
+
+        FieldValueError (nothing sent) when the coordinator would refuse a field of it.
+        """
         if self._lost is not None:
             raise SessionLost(self._lost)
         request_id = next(self._ids)
+        text = json.dumps({**request_body(request), "requestId": request_id}, ensure_ascii=False)
         waiter = _Waiter()
         self._waiting[request_id] = waiter
         try:
             try:
-                await self._websocket.send_message(
-                    json.dumps({**body, "requestId": request_id}, ensure_ascii=False))
+                await self._websocket.send_message(text)
             except ConnectionClosed as exc:
                 self._lose(exc)
             await waiter.done.wait()
@@ -397,67 +396,72 @@ class AdminClient:
     def url(self) -> str:
         return self.session.coordinator.base
 
-    async def exchange(self, body: Mapping[str, Any]) -> tuple[dict[str, Any], Response]:
-        """Send a request object; its raw JSON answer and the OK response it decodes to."""
-        raw = await self.session.request(body)
-        return raw, check_status(decode_response(raw))
+    async def exchange(self, request: Request) -> tuple[dict[str, Any], Response]:
+        """Send a request; its raw JSON answer and the OK response it reads as (`read_answer`)."""
+        raw = await self.session.request(request)
+        return raw, check_status(read_answer(request, raw))
 
-    async def call(self, body: Mapping[str, Any]) -> Response:
-        """Send a request object; its OK response (decoded when the type is known)."""
-        return (await self.exchange(body))[1]
-
-    async def _typed(self, body: Mapping[str, Any], expected: type[ResponseT]) -> ResponseT:
-        return check_response(decode_response(await self.session.request(body)), expected)
+    async def ask(self, request: Answered[ResponseT]) -> ResponseT:
+        """Send a request; its OK answer, of the request's response class (else AdminError)."""
+        assert isinstance(request, Request), request
+        raw = await self.session.request(request)
+        return check_answer(request, read_answer(request, raw))
 
     async def list_groups(self) -> Groups:
         """Every group the coordinator knows, with epochs and counts."""
-        return await self._typed(to_wire(ListGroups(request_id=0)), Groups)
+        return await self.ask(ListGroups(request_id=0))
 
     async def describe_group(self, prefix: str, group: str) -> GroupDescription:
         """Epochs, state, routing, migration, shards and every member of one group."""
-        return await self._typed(describe_group_request(prefix, group), GroupDescription)
+        return await self.ask(DescribeGroup(request_id=0, stream_prefix=prefix,
+                                            consumer_group=group))
 
     async def watch_group(self, prefix: str, group: str) -> GroupDescription:
         """describeGroup with `watch`: the first description; later ones arrive on `pushes`."""
-        return await self._typed(describe_group_request(prefix, group, watch=True),
-                                 GroupDescription)
+        return await self.ask(DescribeGroup(request_id=0, stream_prefix=prefix,
+                                            consumer_group=group, watch=True))
 
     @property
     def pushes(self) -> trio.MemoryReceiveChannel[dict[str, Any]]:
         return self.session.pushes
 
     async def set_shard_count(self, prefix: str, group: str | None, shard_count: int,
-                              cutover: str = "parallel") -> ShardCountChanged:
-        """Create routing for `prefix` or reshard it to `shard_count` shards."""
-        return await self._typed(set_shard_count_request(prefix, group, shard_count, cutover),
-                                 ShardCountChanged)
+                              cutover: Cutover = Cutover.PARALLEL) -> ShardCountChanged:
+        """Create routing for `prefix` or reshard it to `shard_count` shards (the group is
+        optional, G1)."""
+        return await self.ask(SetShardCount(request_id=0, stream_prefix=prefix,
+                                            consumer_group=group, shard_count=shard_count,
+                                            cutover=cutover))
 
     async def set_max_concurrency(self, prefix: str, group: str,
                                   max_concurrency: int | None) -> MaxConcurrencyChanged:
         """Set the group's maxConcurrency (None clears it: members use their capacity)."""
-        request = SetMaxConcurrency(request_id=0, stream_prefix=prefix, consumer_group=group,
-                                    max_concurrency=max_concurrency)
-        return await self._typed(to_wire(request), MaxConcurrencyChanged)
+        return await self.ask(SetMaxConcurrency(request_id=0, stream_prefix=prefix,
+                                                consumer_group=group,
+                                                max_concurrency=max_concurrency))
 
     async def remove_member(self, prefix: str, group: str, member_id: str) -> MemberRemoved:
         """Remove a member from the group; its shards are freed at once."""
-        request = RemoveMember(request_id=0, stream_prefix=prefix, consumer_group=group,
-                               member_id=member_id)
-        return await self._typed(to_wire(request), MemberRemoved)
+        return await self.ask(RemoveMember(request_id=0, stream_prefix=prefix,
+                                           consumer_group=group, member_id=member_id))
 
-    async def delete_group(self, prefix: str, group: str) -> Response:
+    async def delete_group(self, prefix: str, group: str) -> GroupDeleted:
         """G1: delete a group without live members (GROUP_NOT_EMPTY otherwise)."""
-        return await self.call(delete_group_request(prefix, group))
+        return await self.ask(DeleteGroup(request_id=0, stream_prefix=prefix,
+                                          consumer_group=group))
 
-    async def set_retention(self, prefix: str, mode: str, max_length: int | None = None,
-                            max_age_ms: int | None = None) -> Response:
+    async def set_retention(self, prefix: str, mode: RetentionMode, max_length: int | None = None,
+                            max_age_ms: int | None = None) -> RetentionChanged:
         """T1..T3: replace the prefix's retention."""
-        return await self.call(set_retention_request(prefix, mode, max_length, max_age_ms))
+        retention = Retention(mode=mode, max_length=max_length, max_age_ms=max_age_ms)
+        return await self.ask(SetRetention(request_id=0, stream_prefix=prefix,
+                                           retention=retention))
 
-    async def reset_offsets(self, prefix: str, group: str, to: str,
-                            timestamp_ms: int | None = None) -> Response:
+    async def reset_offsets(self, prefix: str, group: str, to: ResetTo,
+                            timestamp_ms: int | None = None) -> OffsetsReset:
         """G3: move a memberless group's offsets to earliest, latest or a timestamp."""
-        return await self.call(reset_offsets_request(prefix, group, to, timestamp_ms))
+        return await self.ask(ResetOffsets(request_id=0, stream_prefix=prefix,
+                                           consumer_group=group, to=to, timestamp_ms=timestamp_ms))
 
 
 @asynccontextmanager

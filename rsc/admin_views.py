@@ -26,7 +26,21 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderR
 from rich.table import Table
 from rich.text import Text
 
-from rsc.protocol import GroupDescription, MemberDescription, MigrationDescription
+from rsc.protocol import (
+    GroupDeleted,
+    GroupDescription,
+    Groups,
+    GroupState,
+    MaxConcurrencyChanged,
+    MemberDescription,
+    MemberRemoved,
+    MemberState,
+    MigrationDescription,
+    OffsetsReset,
+    RetentionChanged,
+    RetentionMode,
+    ShardCountChanged,
+)
 from rsc.protocol.messages import camel
 
 PLAIN_OUTPUT_WIDTH = 200
@@ -35,9 +49,10 @@ NARROW_BELOW = 120
 SHARDS_SHOWN_BY_DEFAULT = 16
 """describe shows the per-shard table by itself up to this many shards (else `--shards`)."""
 
-GROUP_STATE_STYLES = {"STABLE": "green", "RECONCILING": "yellow", "EMPTY": "dim"}
-MEMBER_STATE_STYLES = {"STABLE": "green", "UNRELEASED_SHARDS": "yellow",
-                       "UNREVOKED_SHARDS": "red"}
+GROUP_STATE_STYLES: dict[str, str] = {GroupState.STABLE: "green", GroupState.RECONCILING: "yellow",
+                                      GroupState.EMPTY: "dim"}
+MEMBER_STATE_STYLES: dict[str, str] = {MemberState.STABLE: "green", MemberState.UNRELEASED_SHARDS: "yellow",
+                                       MemberState.UNREVOKED_SHARDS: "red"}
 PENDING_STYLE = "bold yellow"
 REVOKING_STYLE = "bold red"
 BEHIND_STYLE = "yellow"
@@ -252,8 +267,10 @@ def retention_summary(retention: Any) -> str:
     if retention is None:
         return "-"
     mode = text_value(field(retention, "mode"))
-    explained = {"acked": "acked (entries go once every group acked them)",
-                 "none": "none (nothing removed because of acks)"}.get(mode, mode)
+    explanations: dict[str, str] = {
+        RetentionMode.ACKED: "acked (entries go once every group acked them)",
+        RetentionMode.NONE: "none (nothing removed because of acks)"}
+    explained = explanations.get(mode, mode)
     parts = [explained]
     max_length = field(retention, "max_length")
     max_age_ms = field(retention, "max_age_ms")
@@ -591,14 +608,14 @@ def generic_view(response: Any) -> RenderableType:
 
 
 RESPONSE_VIEWS = {
-    "groups": groups_view,
-    "groupDescription": describe_view,
-    "shardCountChanged": shard_count_changed_view,
-    "maxConcurrencyChanged": max_concurrency_changed_view,
-    "memberRemoved": member_removed_view,
-    "groupDeleted": group_deleted_view,
-    "retentionChanged": retention_changed_view,
-    "offsetsReset": offsets_reset_view,
+    Groups.TYPE: groups_view,
+    GroupDescription.TYPE: describe_view,
+    ShardCountChanged.TYPE: shard_count_changed_view,
+    MaxConcurrencyChanged.TYPE: max_concurrency_changed_view,
+    MemberRemoved.TYPE: member_removed_view,
+    GroupDeleted.TYPE: group_deleted_view,
+    RetentionChanged.TYPE: retention_changed_view,
+    OffsetsReset.TYPE: offsets_reset_view,
 }
 
 
@@ -609,7 +626,7 @@ def response_type(response: Any) -> str:
 def response_view(response: Any) -> RenderableType:
     """The view of any admin response, by its wire type."""
     kind = response_type(response)
-    if isinstance(response, Mapping) and kind == "groupDescription":
+    if isinstance(response, Mapping) and kind == GroupDescription.TYPE:
         return generic_view(response)  # a shape this version could not decode: show it raw
     view = RESPONSE_VIEWS.get(kind, generic_view)
     return view(response)  # type: ignore[operator]

@@ -32,9 +32,10 @@ from rsc.admin_client import (
     AdminClient,
     AdminError,
     SessionLost,
+    check_answer,
     check_status,
     decode_response,
-    describe_group_request,
+    read_answer,
 )
 from rsc.admin_views import (
     change_event_text,
@@ -48,7 +49,7 @@ from rsc.admin_views import (
     watch_header,
     watch_signature,
 )
-from rsc.protocol import GroupDescription, Status
+from rsc.protocol import DescribeGroup, GroupDescription, Status
 
 EVENT_LINES_KEPT = 8
 PUSH_GRACE_S = 1.0
@@ -191,18 +192,16 @@ def _json_line(raw: dict[str, Any]) -> str:
 async def _describe(admin: AdminClient, args: argparse.Namespace, *, watch: bool
                     ) -> tuple[GroupDescription | None, dict[str, Any] | None]:
     """One describeGroup: (description, raw), or (None, raw) for an unknown group."""
+    request = DescribeGroup(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
+                            watch=watch)
     with trio.fail_after(args.timeout):
-        raw = await admin.session.request(describe_group_request(args.prefix, args.group,
-                                                                 watch=watch))
+        raw = await admin.session.request(request)
     try:
-        response = check_status(decode_response(raw))
+        return check_answer(request, read_answer(request, raw)), raw
     except AdminError as exc:
         if exc.status != Status.UNKNOWN_GROUP:
             raise
         return None, raw
-    if not isinstance(response, GroupDescription):
-        raise AdminError(Status.INVALID_REQUEST, f"expected a groupDescription, got {raw.get('type')}")
-    return response, raw
 
 
 async def watch(admin: AdminClient, args: argparse.Namespace, console: Console) -> None:
@@ -254,7 +253,7 @@ async def _follow_pushes(admin: AdminClient, args: argparse.Namespace,
             if body is None:
                 display.show(probed, raw)  # a change no push carried: polling from here on
                 return False
-        if body.get("type") != "groupDescription":
+        if body.get("type") != GroupDescription.TYPE:
             continue
         pushed = True
         if body.get("status") == Status.UNKNOWN_GROUP:

@@ -18,7 +18,16 @@ from rsc.admin_args import (
     split_set_shards,
 )
 from rsc.admin_cli import run
-from rsc.admin_client import AdminConnectError, connect_failure, parse_coordinator_url
+from rsc.admin_client import (
+    AdminConnectError,
+    connect_failure,
+    parse_coordinator_url,
+    read_answer,
+    request_body,
+)
+from rsc.protocol import ErrorResponse, Status
+from rsc.protocol import messages as m
+from rsc.protocol.codec import ADMIN_REQUESTS, decode_object
 from rsc.protocol.messages import FieldValueError
 
 
@@ -71,7 +80,7 @@ def test_set_shards_takes_an_optional_group():
 
 def test_every_command_builds_its_protocol_request():
     def request(*argv: str) -> dict:
-        body = build_request(parse(*argv))
+        body = request_body(build_request(parse(*argv)))
         assert body.pop("requestId") == 0
         return body
 
@@ -104,6 +113,47 @@ def test_every_command_builds_its_protocol_request():
     assert request("reset-offsets", "o", "g", "--to-datetime", "1970-01-01T00:00:01Z") == {
         "type": "resetOffsets", "streamPrefix": "o", "consumerGroup": "g", "to": "timestamp",
         "timestampMs": 1000}
+
+
+EVERY_COMMAND = [["list"], ["describe", "o", "g"], ["watch", "o", "g"],
+                 ["set-shards", "o", "g", "8", "--cutover", "ordered"], ["set-shards", "o", "4"],
+                 ["set-max-concurrency", "o", "g", "none"], ["set-max-concurrency", "o", "g", "3"],
+                 ["remove-member", "o", "g", "m{1}"], ["delete-group", "o", "x:y"],
+                 ["set-retention", "o", "--none", "--max-length", "10", "--max-age", "1h"],
+                 ["reset-offsets", "o", "g", "--to-earliest"],
+                 ["reset-offsets", "o", "g", "--to-datetime", "2026-12-01"]]
+
+
+@pytest.mark.parametrize("argv", EVERY_COMMAND, ids=" ".join)
+def test_every_request_is_a_message_class_the_codec_reads_back(argv):
+    request = build_request(parse(*argv))
+    assert type(request).TYPE in ADMIN_REQUESTS
+    assert decode_object(request_body(request), ADMIN_REQUESTS) == request
+
+
+@pytest.mark.parametrize("argv", EVERY_COMMAND, ids=" ".join)
+def test_an_error_frame_answers_every_request_with_its_own_response_class(argv):
+    request = build_request(parse(*argv))
+    frame = {"type": "error", "requestId": 0, "status": "INVALID_REQUEST", "error": "bad"}
+    answer = read_answer(request, frame)
+    assert not isinstance(answer, ErrorResponse)
+    assert answer == request.error(Status.INVALID_REQUEST, "bad")
+
+
+@pytest.mark.parametrize(("request_", "problem"), [
+    (m.SetShardCount(request_id=0, stream_prefix="o", shard_count=2,
+                     cutover="sideways"),  # type: ignore[arg-type]
+     "field 'cutover': unknown value 'sideways'"),
+    (m.ResetOffsets(request_id=0, stream_prefix="o", consumer_group="g",
+                    to="yesterday"),  # type: ignore[arg-type]
+     "field 'to': unknown value 'yesterday'"),
+    (m.SetRetention(request_id=0, stream_prefix="o",
+                    retention=m.Retention(mode="some")),  # type: ignore[arg-type]
+     "field 'retention.mode': unknown value 'some'"),
+])
+def test_a_request_the_coordinator_would_refuse_is_not_sent(request_, problem):
+    with pytest.raises(FieldValueError, match=problem):
+        request_body(request_)
 
 
 @pytest.mark.parametrize(("argv", "problem"), [

@@ -11,7 +11,7 @@ import trio
 
 from rsc.admin_args import add_parser
 from rsc.admin_cli import error_line, run
-from rsc.admin_client import AdminConnectError, AdminError, check_response
+from rsc.admin_client import AdminConnectError, AdminError, check_answer, read_answer
 from rsc.admin_views import (
     ShardRun,
     change_lines,
@@ -29,6 +29,7 @@ from rsc.admin_views import (
 )
 from rsc.admin_watch import WatchState
 from rsc.protocol import (
+    DescribeGroup,
     ErrorResponse,
     GroupDescription,
     Groups,
@@ -269,21 +270,36 @@ def test_change_lines_name_what_changed():
     assert change_lines(busy, longer) == ["shard lengths or offsets changed"]
 
 
-def test_check_response_raises_admin_error_for_every_non_ok_status():
+def test_check_answer_raises_admin_error_for_every_non_ok_status():
+    request = DescribeGroup(request_id=1, stream_prefix="o", consumer_group="g")
     ok = stable_description()
-    assert check_response(ok, GroupDescription) is ok
+    assert check_answer(request, ok) is ok
     unknown = GroupDescription(request_id=1, status=Status.UNKNOWN_GROUP, stream_prefix="o",
                                consumer_group="g", error="group o/g is unknown")
     with pytest.raises(AdminError) as raised:
-        check_response(unknown, GroupDescription)
-    assert raised.value.status is Status.UNKNOWN_GROUP
+        check_answer(request, unknown)
+    assert raised.value.status is Status.UNKNOWN_GROUP and raised.value.response is unknown
     assert str(raised.value) == "UNKNOWN_GROUP: group o/g is unknown"
     invalid = ErrorResponse(request_id=1, status=Status.INVALID_REQUEST, error="field 'x'")
     with pytest.raises(AdminError, match="INVALID_REQUEST: field 'x'"):
-        check_response(invalid, GroupDescription)
+        check_answer(request, invalid)
     newer = {"type": "groupDeleted", "status": "SOME_NEW_STATUS", "error": "why"}
     with pytest.raises(AdminError, match="SOME_NEW_STATUS: why"):
-        check_response(newer, GroupDescription)
+        check_answer(request, newer)
+    other = Groups(request_id=1, status=Status.OK)
+    with pytest.raises(AdminError) as raised:
+        check_answer(request, other)
+    assert str(raised.value) == "INVALID_REQUEST: expected a groupDescription response, got groups"
+    assert raised.value.response == request.error(Status.INVALID_REQUEST, raised.value.error)
+
+
+def test_an_error_frame_reads_as_the_requests_own_error_response():
+    request = DescribeGroup(request_id=1, stream_prefix="o", consumer_group="g", watch=True)
+    frame = {"type": "error", "requestId": 1, "status": "INVALID_REQUEST",
+             "error": "field 'watch' is not accepted"}
+    answer = read_answer(request, frame)
+    assert answer == request.error(Status.INVALID_REQUEST, "field 'watch' is not accepted")
+    assert isinstance(answer, GroupDescription)
 
 
 def test_error_lines():

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench.gcstats import report, window
-from rsc.actors import gc_control
+from rsc.common import gc_policy as gc_control
 
 
 def test_the_report_never_walks_the_frozen_generation(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,6 +25,7 @@ from rsc.actors.store import _CAS_WRITE, meta_key
 from rsc.embedded_redis import EmbeddedRedis
 from rsc.member import redis_connect as member_connect
 from rsc.member.cluster_streams import ClusterProduceOps, ClusterStreamOps
+from rsc.member.ops import produce_ops, stream_ops
 from rsc.member.streams import (
     _ACK_SCRIPT,
     _PRODUCE_SCRIPT,
@@ -280,12 +281,14 @@ def test_cluster_ops_produce_read_ack_and_lag_across_the_masters(cluster_url: st
     client = _cluster_client(cluster_url)
     try:
         shards = _cluster_shards(client)
-        producer = ClusterProduceOps(client)
+        producer = produce_ops(client)  # the factories pick the cluster variants
+        assert isinstance(producer, ClusterProduceOps)
         ids = producer.write([(shard, f"k{i}", str(i)) for i, shard in enumerate(shards * 3)])
         assert all(isinstance(entry_id, str) for entry_id in ids)
         client.set(seal_key(shards[0]), "1")
         assert producer.write([(shards[0], "k", "v"), (shards[1], "k", "v")])[0] is Refused.SEALED
-        ops = ClusterStreamOps(client, GROUP, "member-a")
+        ops = stream_ops(client, GROUP, "member-a")
+        assert isinstance(ops, ClusterStreamOps)
         assert ops.lag(shards) == {shard: 3 + (shard == shards[1]) for shard in shards}
         ops.send_read(shards, count=2, block_ms=100)
         ops.send_read(shards, count=10, block_ms=100)

@@ -1,19 +1,42 @@
 """The shape of DESIGN.md, checked from the source: who may import whom.
 
 protocol/ imports nothing of ours and no I/O library; actors/ and member/ never import each
-other, the composition layer (rsc/*.py) or bench/; everything imports through the one `rsc`
-namespace (never a bare `protocol`, `actors` or `member`).
+other, the composition layer (rsc/*.py) or bench/; rsc/common/, the leaf package both sides
+run, imports only rsc.protocol and third-party libraries; everything imports through the one
+`rsc` namespace (never a bare `protocol`, `actors` or `member`).
+
+From the real import graph (every import statement of a module, those in functions and under
+TYPE_CHECKING too; rsc/protocol, rsc/actors and rsc/member are the top-level folders they link
+to): no pure core imports an I/O module, directly or through a module of ours, and no import
+cycle exists among our modules (the `rsc` namespace and bench/).
 """
 
 from __future__ import annotations
 
 import ast
+import re
+from collections import deque
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSITION = {path.stem for path in (ROOT / "rsc").glob("*.py")} - {"__init__", "__main__"}
+LINKED = ("protocol", "actors", "member")  # rsc/<name> links to the top-level folder
+FOLDERS = {"protocol": ROOT / "protocol", "actors": ROOT / "actors", "member": ROOT / "member",
+           "common": ROOT / "rsc" / "common"}
+
+IO_LIBRARIES = frozenset({"trio", "trio_websocket", "wsproto", "redis", "socket", "subprocess",
+                          "threading", "asyncio"})
+"""A module importing one of these does I/O; so does every module of ours that imports it."""
+
+PURE_CORES = ("protocol/*.py", "actors/group.py", "actors/assignor.py", "actors/records.py",
+              "actors/prefix*.py", "member/ledger.py", "member/reconcile.py")
+OPTIONAL_PURE_CORES = ("member/producer_core.py",)
+PURE_MARKER = re.compile(r"(?:^|[.:;]\s+)Pure\b|\bno I/O\b|\bpure \(no\b")
+"""A docstring declares its module pure: a sentence opening with "Pure", or "no I/O", or
+"pure (no ...)"."""
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -29,24 +52,24 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def sources(folder: str) -> list[Path]:
-    return sorted((ROOT / folder).glob("*.py"))
+    return sorted(FOLDERS[folder].glob("*.py"))
 
 
 def forbidden(name: str, folder: str) -> bool:
     top, _, rest = name.partition(".")
-    if top in {"protocol", "actors", "member", "bench"}:
+    if top in {"protocol", "actors", "member", "bench", "tests"}:
         return True  # bare top-level names would land in a user's site-packages
     if top != "rsc" or not rest:
-        return folder == "protocol" and top in {"trio", "redis", "trio_websocket"}
+        return folder == "protocol" and top in IO_LIBRARIES
     part = rest.split(".")[0]
     if part in COMPOSITION:
         return True
-    allowed = {"protocol": {"protocol"}, "actors": {"protocol", "actors"},
-               "member": {"protocol", "member"}}[folder]
+    allowed = {"protocol": {"protocol"}, "actors": {"protocol", "common", "actors"},
+               "member": {"protocol", "common", "member"}, "common": {"protocol", "common"}}[folder]
     return part not in allowed
 
 
-@pytest.mark.parametrize("folder", ["protocol", "actors", "member"])
+@pytest.mark.parametrize("folder", ["protocol", "actors", "member", "common"])
 def test_layers_import_only_what_design_md_allows(folder: str) -> None:
     offending = {f"{path.relative_to(ROOT)}: {name}"
                  for path in sources(folder) for name in imported_modules(path)
@@ -55,7 +78,7 @@ def test_layers_import_only_what_design_md_allows(folder: str) -> None:
 
 
 def test_the_namespace_symlinks_point_at_the_top_level_folders() -> None:
-    for folder in ("protocol", "actors", "member"):
+    for folder in LINKED:
         link = ROOT / "rsc" / folder
         assert link.is_symlink() and link.resolve() == (ROOT / folder).resolve()
 
@@ -66,5 +89,208 @@ def test_the_check_catches_a_forbidden_import() -> None:
     assert forbidden("rsc.demo", "member")
     assert forbidden("redis", "protocol")
     assert forbidden("protocol.messages", "actors")
+    assert forbidden("rsc.actors.store", "common")
+    assert forbidden("rsc.member.session", "common")
+    assert forbidden("tests.cluster", "common")
     assert not forbidden("rsc.protocol.messages", "member")
+    assert not forbidden("rsc.common.gc_policy", "member")
+    assert not forbidden("rsc.protocol.codec", "common")
     assert not forbidden("redis", "member")
+    assert not forbidden("redis", "common")
+
+
+# --- the import graph -------------------------------------------------------------------------
+
+
+def module_name(relative: Path) -> str:
+    """`actors/app.py` -> `rsc.actors.app`, `rsc/common/__init__.py` -> `rsc.common`."""
+    parts = list(relative.with_suffix("").parts)
+    if parts[0] in LINKED:
+        parts.insert(0, "rsc")
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def our_sources() -> dict[str, Path]:
+    """Every module of ours and its file; rsc/protocol etc. are read once, at the top level."""
+    found: dict[str, Path] = {}
+    for top in (*LINKED, "rsc", "bench"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            relative = path.relative_to(ROOT)
+            if relative.parts[0] == "rsc" and relative.parts[1] in LINKED:
+                continue  # the link, not a second copy
+            found[module_name(relative)] = path
+    return found
+
+
+class ImportGraph:
+    """Modules of ours -> the modules of ours they import, and the libraries each imports."""
+
+    def __init__(self, texts: Mapping[str, tuple[str, bool]]) -> None:
+        """`texts`: module name -> (source text, whether it is a package's __init__)."""
+        self.modules = set(texts)
+        self.edges: dict[str, set[str]] = {}
+        self.libraries: dict[str, set[str]] = {}
+        for module, (text, is_package) in texts.items():
+            edges, libraries = set(), set()
+            for target in self._targets(module, is_package, ast.parse(text)):
+                ours = self._ours(target)
+                if ours is None:
+                    libraries.add(target.split(".")[0])
+                elif ours != module:
+                    edges.add(ours)
+            self.edges[module], self.libraries[module] = edges, libraries
+
+    def _targets(self, module: str, is_package: bool, tree: ast.Module) -> Iterator[str]:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                yield from (alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    package = module if is_package else module.rpartition(".")[0]
+                    for _ in range(node.level - 1):
+                        package = package.rpartition(".")[0]
+                    base = f"{package}.{base}" if base else package
+                for alias in node.names:
+                    submodule = f"{base}.{alias.name}"
+                    yield submodule if submodule in self.modules else base
+
+    def _ours(self, name: str) -> str | None:
+        """The module of ours that `name` imports (its longest known prefix), or None."""
+        while name and name not in self.modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    def io_chain(self, module: str) -> list[str] | None:
+        """The shortest import chain from `module` to an I/O library, or None if it has none."""
+        previous: dict[str, str | None] = {module: None}
+        queue = deque([module])
+        while queue:
+            current = queue.popleft()
+            io = sorted(self.libraries[current] & IO_LIBRARIES)
+            if io:
+                chain = [io[0]]
+                step: str | None = current
+                while step is not None:
+                    chain.insert(0, step)
+                    step = previous[step]
+                return chain
+            for target in sorted(self.edges[current]):
+                if target not in previous:
+                    previous[target] = current
+                    queue.append(target)
+        return None
+
+    def cycles(self) -> list[list[str]]:
+        """Each group of modules that import each other (strongly connected, more than one)."""
+        index: dict[str, int] = {}
+        low: dict[str, int] = {}
+        stack: list[str] = []
+        groups: list[list[str]] = []
+
+        def visit(module: str) -> None:
+            index[module] = low[module] = len(index)
+            stack.append(module)
+            for target in self.edges[module]:
+                if target not in index:
+                    visit(target)
+                    low[module] = min(low[module], low[target])
+                elif target in stack:
+                    low[module] = min(low[module], index[target])
+            if low[module] == index[module]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    group.append(member)
+                    if member == module:
+                        break
+                if len(group) > 1:
+                    groups.append(sorted(group))
+
+        for module in sorted(self.edges):
+            if module not in index:
+                visit(module)
+        return sorted(groups)
+
+
+def graph_of_the_repository() -> ImportGraph:
+    return ImportGraph({module: (path.read_text(encoding="utf-8"), path.name == "__init__.py")
+                        for module, path in our_sources().items()})
+
+
+def declares_pure(text: str) -> bool:
+    docstring = ast.get_docstring(ast.parse(text)) or ""
+    return PURE_MARKER.search(docstring) is not None
+
+
+def pure_cores() -> dict[str, Path]:
+    """The pure cores DESIGN.md names, and every module whose docstring declares it pure."""
+    listed = {path for pattern in (*PURE_CORES, *OPTIONAL_PURE_CORES) for path in ROOT.glob(pattern)}
+    return {module: path for module, path in our_sources().items()
+            if path in listed or declares_pure(path.read_text(encoding="utf-8"))}
+
+
+def test_pure_cores_import_no_io_module() -> None:
+    graph = graph_of_the_repository()
+    chains = {module: graph.io_chain(module) for module in pure_cores()}
+    offending = [" -> ".join(chain) for chain in chains.values() if chain is not None]
+    assert not offending, offending
+
+
+def test_no_import_cycle_among_our_modules() -> None:
+    cycles = graph_of_the_repository().cycles()
+    assert not cycles, [" <-> ".join(cycle) for cycle in cycles]
+
+
+def test_common_imports_only_protocol_and_third_party_libraries() -> None:
+    graph = graph_of_the_repository()
+    common = [module for module in graph.modules if module.split(".")[:2] == ["rsc", "common"]]
+    assert "rsc.common.gc_policy" in common
+    offending = sorted(f"{module} -> {target}" for module in common
+                       for target in graph.edges[module]
+                       if target.split(".")[:2] not in (["rsc", "protocol"], ["rsc", "common"]))
+    assert not offending, offending
+
+
+def test_every_listed_pure_core_is_a_file() -> None:
+    for pattern in PURE_CORES:
+        assert list(ROOT.glob(pattern)), f"{pattern} names no file: update PURE_CORES"
+    assert set(pure_cores()) >= {"rsc.protocol.codec", "rsc.actors.group", "rsc.member.ledger"}
+
+
+def test_the_marker_reads_a_declaration_not_a_mention() -> None:
+    assert declares_pure('"""The group machine.\n\nPure: events in, state out."""')
+    assert declares_pure('"""Key-ordered work queue: pure, no I/O."""')
+    assert declares_pure('"""The member ledger, pure (no trio, no Redis)."""')
+    assert not declares_pure('"""Prefix actors: the trio shell around the pure prefix machine."""')
+    assert not declares_pure('"""Metrics; `render` is its pure core."""')
+
+
+def test_the_graph_finds_io_through_our_modules_and_cycles() -> None:
+    graph = ImportGraph({
+        "rsc.actors": ("", True),
+        "rsc.actors.core": ("from rsc.actors import helper\n", False),
+        "rsc.actors.helper": ("from . import shell\n", False),
+        "rsc.actors.shell": ("def later():\n    import redis.asyncio\n", False),
+        "rsc.actors.clean": ("import attrs\nfrom rsc.actors.core import x\n", False),
+        "rsc.member.a": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                         "    from rsc.member.b import B\n", False),
+        "rsc.member.b": ("import rsc.member.a\n", False),
+    })
+    assert graph.io_chain("rsc.actors.core") == ["rsc.actors.core", "rsc.actors.helper",
+                                                 "rsc.actors.shell", "redis"]
+    assert graph.io_chain("rsc.actors.clean") == ["rsc.actors.clean", "rsc.actors.core",
+                                                  "rsc.actors.helper", "rsc.actors.shell", "redis"]
+    assert graph.io_chain("rsc.member.b") is None
+    assert graph.libraries["rsc.actors.clean"] == {"attrs"}
+    assert graph.cycles() == [["rsc.member.a", "rsc.member.b"]]
+
+
+def test_the_graph_reads_each_linked_folder_once_under_its_rsc_name() -> None:
+    found = our_sources()
+    assert found["rsc.actors.group"] == ROOT / "actors" / "group.py"
+    assert found["rsc.common"] == ROOT / "rsc" / "common" / "__init__.py"
+    assert found["rsc"] == ROOT / "rsc" / "__init__.py"
+    assert not [module for module in found if module.startswith(("protocol", "actors", "member"))]

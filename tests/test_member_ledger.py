@@ -1,6 +1,6 @@
 """Pure tests of the member ledger: one named test per decision (no Redis, no trio).
 
-D1 (PROTOCOL.md, Data plane rules): no handler call and no ack unless the
+D1 (docs/protocol.md, Data plane rules): no handler call and no ack unless the
 shard is held at the current epoch and the last accepted heartbeat was sent
 less than a lease TTL ago, both checked in one step.
 """
@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import pytest
 
 from rsc.member.ledger import (
+    DEFAULT_LEASE_TTL_MS,
     AckFlushRule,
     Ledger,
     Verdict,
@@ -19,7 +21,7 @@ from rsc.member.ledger import (
     retention_mode,
     worker_count,
 )
-from rsc.member.reconcile import JOIN_EPOCH, NO_ACTIONS
+from rsc.member.reconcile import JOIN_EPOCH, LEAVE_EPOCH, NO_ACTIONS
 from rsc.protocol import Assignment, HeartbeatResponse, RoutingSummary, Status
 from rsc.protocol.messages import Retention
 from rsc.protocol.vocabulary import RetentionMode
@@ -256,6 +258,44 @@ def test_d1_epoch_change_refuses_entries_of_the_old_generation():
     assert ledger.admit("a", ledger.generation("a"), 300)[0] is Verdict.ALLOWED
 
 
+def test_d1_a_draining_shard_may_still_finish_and_ack_until_it_is_drained():
+    ledger = joined("a", "b", at=0)
+    generation = ledger.generation("b")
+    ledger.started("b")
+    revoke(ledger, "a", at=100)
+    assert ledger.state.revoking() == {"b"}
+    assert ledger.admit("b", generation, 200) == (Verdict.ALLOWED, NO_ACTIONS)
+    ledger.finished("b")  # drained: reported REVOKED, no longer held
+    assert ledger.admit("b", generation, 200) == (Verdict.NOT_HELD, NO_ACTIONS)
+
+
+def test_d1_an_unnamed_lease_ttl_counts_as_the_protocols_default():
+    ledger = Ledger(MEMBER, capacity=4)
+    unnamed = attrs.evolve(respond(assigned=["a"]), lease_ttl_ms=None)
+    exchange(ledger, unnamed, 0)
+    exchange(ledger, unnamed, 0)
+    assert ledger.state.lease_ttl_ms is None
+    assert ledger.lease_deadline() == DEFAULT_LEASE_TTL_MS
+    generation = ledger.generation("a")
+    assert ledger.admit("a", generation, DEFAULT_LEASE_TTL_MS - 1)[0] is Verdict.ALLOWED
+    assert ledger.check_lease(DEFAULT_LEASE_TTL_MS - 1) is NO_ACTIONS
+    assert ledger.admit("a", generation, DEFAULT_LEASE_TTL_MS)[0] is Verdict.LEASE_EXPIRED
+
+
+def test_d1_a_member_without_shards_never_fences_itself():
+    ledger = joined(at=0)
+    assert ledger.lease_deadline() is None
+    assert ledger.check_lease(100 * LEASE_MS) is NO_ACTIONS
+    assert ledger.state.joined and ledger.state.member_epoch == 5
+
+
+def test_d1_sync_metadata_does_not_renew_the_lease():
+    ledger = joined("a", at=0)
+    exchange(ledger, respond(Status.SYNC_METADATA, assigned=["a"]), 500)
+    assert ledger.lease_deadline() == LEASE_MS
+    assert ledger.admit("a", ledger.generation("a"), LEASE_MS)[0] is Verdict.LEASE_EXPIRED
+
+
 def test_a_shard_not_held_is_refused_without_fencing():
     ledger = joined("a", at=0)
     assert ledger.admit("z", 1, 10) == (Verdict.NOT_HELD, NO_ACTIONS)
@@ -285,18 +325,18 @@ def routed(ledger: Ledger, route: Any, at: float = 0.0) -> None:
     exchange(ledger, attrs.evolve(respond(assigned=("a",)), routing=route), at)
 
 
-def test_retention_mode_is_read_from_the_routing_defensively():
-    assert retention_mode(routing(mode="acked")) == "acked"
-    assert retention_mode(routing(mode="none")) == "none"
+def test_retention_mode_is_the_routings_enum_member_or_none():
+    assert retention_mode(routing(mode="acked")) is RetentionMode.ACKED
+    assert retention_mode(routing(mode="none")) is RetentionMode.NONE
     assert retention_mode(routing()) is None
     assert retention_mode(RoutingSummary(version=1, shard_count=2)) is None
     assert retention_mode(None) is None
 
 
-def test_acks_delete_only_with_retention_acked_on_a_server_with_xackdel():
-    assert acks_delete("acked", True)
-    assert not acks_delete("acked", False)
-    assert not acks_delete("none", True)
+def test_t1_acks_delete_only_with_retention_acked_on_a_server_with_xackdel():
+    assert acks_delete(RetentionMode.ACKED, True)
+    assert not acks_delete(RetentionMode.ACKED, False)
+    assert not acks_delete(RetentionMode.NONE, True)  # T3
     assert not acks_delete(None, True)  # a coordinator that names no retention: plain XACK
 
 
@@ -320,3 +360,51 @@ def test_ledger_keeps_the_first_store_id_a_routing_carries():
     routed(ledger, routing(store_id="s-1"))
     routed(ledger, routing(store_id="s-2"))
     assert ledger.store_id == "s-1"
+
+
+# --- H9: when the member is done ---------------------------------------------------------------
+
+
+def leave_drained(ledger: Ledger, at: float) -> Any:
+    """Ask for the leave, drain, and send the leave heartbeat (epoch -1)."""
+    ledger.on_leave_requested()
+    request, sent, _ = ledger.heartbeat(at, capacity=4, stream_prefix=PREFIX, consumer_group=GROUP)
+    assert request.member_epoch == LEAVE_EPOCH
+    return sent
+
+
+def test_h9_the_member_has_left_once_its_leave_is_answered():
+    ledger = joined("a", at=0)
+    sent = leave_drained(ledger, 100)
+    assert not ledger.left, "sent, not yet answered"
+    ledger.on_response(sent, respond(Status.COORDINATOR_NOT_AVAILABLE))
+    assert not ledger.left, "an unavailable coordinator has not taken the leave"
+    ledger.on_response(sent, respond(epoch=LEAVE_EPOCH))
+    assert ledger.left
+
+
+@pytest.mark.parametrize("status", [Status.UNKNOWN_MEMBER_ID, Status.FENCED_MEMBER_EPOCH,
+                                    Status.GROUP_MAX_SIZE_REACHED])
+def test_h9_a_retried_leave_the_coordinator_no_longer_knows_still_counts(status):
+    ledger = joined("a", at=0)
+    ledger.on_response(leave_drained(ledger, 100), respond(status))
+    assert ledger.left
+
+
+def test_a_refused_join_is_not_a_leave():
+    ledger = Ledger(MEMBER, capacity=4)
+    exchange(ledger, respond(Status.GROUP_MAX_SIZE_REACHED), 0)
+    assert not ledger.left and ledger.state.member_epoch == JOIN_EPOCH
+
+
+def test_h6_a_stopping_member_holding_nothing_is_done_without_a_session():
+    ledger = joined("a", at=0)
+    ledger.started("a")
+    assert not ledger.done_without_session(stopping=False)
+    assert not ledger.done_without_session(stopping=True), "it holds a shard: leave first"
+    ledger.on_leave_requested()
+    assert not ledger.done_without_session(stopping=True), "still draining"
+    ledger.finished("a")  # drained
+    assert not ledger.state.holds
+    assert ledger.done_without_session(stopping=True)
+    assert not ledger.done_without_session(stopping=False), "a running member reconnects"

@@ -1,6 +1,9 @@
-"""Pure tests of the member reconciliation: one named test per member obligation of PROTOCOL.md."""
+"""Pure tests of the member reconciliation: one named test per member obligation of
+docs/protocol.md."""
 
 from __future__ import annotations
+
+import json
 
 import attrs
 import pytest
@@ -9,6 +12,7 @@ from rsc.member.reconcile import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
     NO_ACTIONS,
+    EventName,
     Hold,
     MemberState,
     Phase,
@@ -173,9 +177,8 @@ def test_sync_metadata_without_changes_still_sends_full_ownership():
 
 def test_sync_metadata_does_not_renew_the_lease():
     state = joined_with("a")
-    deadline = state.lease_deadline()
     later, _ = exchange(state, respond(Status.SYNC_METADATA, 5, ["a"]), now=500)
-    assert later.lease_deadline() == deadline
+    assert later.last_accepted_sent_at == state.last_accepted_sent_at == 0.0
 
 
 # --- UNKNOWN_MEMBER_ID and FENCED_MEMBER_EPOCH --------------------------------------------
@@ -189,7 +192,7 @@ def test_losing_membership_abandons_everything_and_rejoins_at_epoch_zero(status)
     assert actions.abandon == {"a", "b"}
     assert actions.heartbeat_now
     assert state.owned() == frozenset() and state.revoked == frozenset()
-    assert not state.may_process("a", 1)
+    assert state.member_epoch == JOIN_EPOCH and "a" not in state.holds
     request, _ = beat(state)
     assert (request.member_id, request.member_epoch, request.owned_shards,
             request.revoking_shards) == (MEMBER, JOIN_EPOCH, (), ())
@@ -202,13 +205,12 @@ def test_rejoin_after_fencing_starts_shards_with_new_generations():
     state, actions = exchange(state, respond(Status.OK, 9, ["a"]))
     assert actions.start == {"a"}
     assert state.holds["a"].generation != before.holds["a"].generation
-    assert not state.may_process("a", before.holds["a"].generation)
 
 
 def test_response_to_a_heartbeat_sent_before_fencing_is_ignored():
     state = joined_with("a")
     _, sent = beat(state, now=500)
-    fenced, _ = state.on_lease_check(now=10_000)
+    fenced, _ = state.on_abandon("no heartbeat accepted for a lease TTL")
     after, actions = fenced.on_response(sent, respond(Status.OK, 5, ["a"]))
     assert (after, actions) == (fenced, NO_ACTIONS)
 
@@ -223,46 +225,41 @@ def test_unavailable_or_invalid_changes_nothing(status):
     assert (after, actions) == (state, NO_ACTIONS)
 
 
-# --- lease: self-fencing -----------------------------------------------------------------
+# --- what the heartbeat answers record: the lease clock's input (D1 itself is the ledger's) ---
 
 
-def test_lease_runs_from_the_send_time_of_the_last_accepted_heartbeat():
+def test_an_accepted_answer_records_when_its_heartbeat_was_sent():
     state, _ = exchange(MemberState(member_id=MEMBER), respond(Status.OK, 5, ["a"]), now=2000)
-    assert state.lease_deadline() == 3000
+    assert (state.last_accepted_sent_at, state.lease_ttl_ms) == (2000, 1000)
 
 
-def test_self_fence_when_no_heartbeat_accepted_for_a_lease_ttl():
-    state = joined_with("a", "b")
-    unchanged, actions = state.on_lease_check(now=999)
-    assert (unchanged, actions) == (state, NO_ACTIONS)
-    fenced, actions = state.on_lease_check(now=1000)
-    assert actions.abandon == {"a", "b"}
-    assert fenced.member_epoch == JOIN_EPOCH and fenced.owned() == frozenset()
-
-
-def test_member_without_shards_never_self_fences():
-    state, _ = exchange(MemberState(member_id=MEMBER), respond(Status.OK, 5, []))
-    assert state.on_lease_check(now=100_000) == (state, NO_ACTIONS)
-
-
-# --- ownership checks before handler and ack ------------------------------------------------
-
-
-def test_may_process_needs_the_shard_held_under_the_same_generation():
+@pytest.mark.parametrize("status", [Status.COORDINATOR_NOT_AVAILABLE, Status.INVALID_REQUEST,
+                                    Status.GROUP_MAX_SIZE_REACHED])
+def test_h6_a_rejected_heartbeat_records_no_send_time(status):
     state = joined_with("a")
-    generation = state.holds["a"].generation
-    assert state.may_process("a", generation)
-    assert not state.may_process("a", generation + 1)
-    assert not state.may_process("b", generation)
+    later, _ = exchange(state, respond(status), now=700)
+    assert later.last_accepted_sent_at != 700
 
 
-def test_draining_shard_may_still_finish_and_ack():
+def test_abandon_lets_every_shard_go_and_rejoins():
+    state = joined_with("a", "b")
+    fenced, actions = state.on_abandon("drain timed out on leave")
+    assert actions.abandon == {"a", "b"} and actions.heartbeat_now
+    assert fenced.member_epoch == JOIN_EPOCH and fenced.owned() == frozenset()
+    assert [(e.name, e.reason) for e in actions.events] == [(EventName.FENCED,
+                                                             "drain timed out on leave")]
+
+
+# --- ownership kept while draining --------------------------------------------------------------
+
+
+def test_draining_shard_stays_held_at_its_generation_until_drained():
     state = joined_with("a", "b")
     generation = state.holds["b"].generation
     state, _ = exchange(state, respond(Status.REVOKE_PENDING, 5, ["a"]))
-    assert state.may_process("b", generation)
+    assert state.holds["b"] == Hold(Phase.REVOKING, generation)
     state, _ = state.on_drained("b")
-    assert not state.may_process("b", generation)
+    assert "b" not in state.holds and "b" in state.revoked
 
 
 def test_refused_ack_drops_only_that_shard_and_reports_full_ownership():
@@ -297,7 +294,7 @@ def test_leave_revokes_everything_then_sends_epoch_minus_one_once_drained():
     request, sent = beat(state)
     assert request.member_epoch == LEAVE_EPOCH
     state, actions = state.on_response(sent, attrs.evolve(respond(Status.OK, LEAVE_EPOCH)))
-    assert state.member_epoch == LEAVE_EPOCH
+    assert state.member_epoch == LEAVE_EPOCH and state.left
     assert [e.name for e in actions.events] == ["left"]
 
 
@@ -368,3 +365,15 @@ def test_cap_answer_to_a_held_epoch_lets_everything_go(status):
     assert actions.abandon == frozenset({"a", "b"})
     assert [e.name for e in actions.events] == ["fenced", "join refused"]
     assert not actions.heartbeat_now
+
+
+# --- events -----------------------------------------------------------------------------------
+
+
+def test_events_are_named_by_the_enum_and_print_as_its_value():
+    state, joined = exchange(MemberState(member_id=MEMBER), respond(Status.OK, 5, ["a"]))
+    _, fenced = state.on_abandon("gone")
+    events = joined.events + fenced.events
+    assert [e.name for e in events] == [EventName.JOINED, EventName.ASSIGNED, EventName.FENCED]
+    assert all(type(e.name) is EventName for e in events)
+    assert json.dumps([e.name for e in events]) == '["joined", "assigned", "fenced"]'

@@ -7,10 +7,11 @@ import threading
 import trio
 
 from rsc.member.listener import Listener
+from rsc.member.ops import produce_ops, stream_ops
 from rsc.member.policies import AckPolicy, IdempotencyMarkers, RetryPolicy
 from rsc.member.runtime import Message
 from rsc.member.session import open_session
-from rsc.member.streams import NOT_OWNER, StreamOps, connect
+from rsc.member.streams import NOT_OWNER, ProduceOps, StreamOps, connect
 from rsc.protocol import SetMaxConcurrency, owner_key
 from tests.test_member_support import (
     pending_count,
@@ -42,6 +43,16 @@ def test_ack_script_acks_only_for_the_owner_named_by_the_token(redis_url):
     assert ops.ack({SHARD: ids}) == {SHARD: 2}
     assert client.xpending(SHARD, GROUP)["pending"] == 0
     client.close()
+
+
+def test_the_factories_build_the_single_redis_commands_for_a_single_redis(redis_url):
+    client = connect(redis_url)
+    try:
+        ops = stream_ops(client, GROUP, "member-a", use_xackdel=False)
+        assert type(ops) is StreamOps and not ops.use_xackdel
+        assert type(produce_ops(client)) is ProduceOps
+    finally:
+        client.close()
 
 
 def test_claim_pending_takes_over_entries_of_an_earlier_owner_and_its_own(redis_url):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import trio
 
+from rsc.member.ops import produce_ops
 from rsc.member.session import open_session
-from rsc.member.streams import ProduceOps, connect
+from rsc.member.streams import connect
 from rsc.protocol import (
     DescribeGroup,
     GroupDescription,
@@ -44,7 +45,7 @@ def write_messages(redis_url: str, streams: tuple[str, ...],
     """XADD (key, value) records to their shards directly, in pipelines (test data setup)."""
     client = connect(redis_url)
     try:
-        ops = ProduceOps(client)
+        ops = produce_ops(client)  # a cluster client gets the cluster commands
         for start in range(0, len(records), 1000):
             chunk = records[start:start + 1000]
             ops.write([(streams[shard_for_key(k, len(streams))], k, v) for k, v in chunk])

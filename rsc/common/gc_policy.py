@@ -1,20 +1,37 @@
-"""The member's garbage-collector policy: the coordinator's, for a member process.
+"""The garbage-collector policy of an rsc process (coordinator or member): freeze what lives
+through a tick, collect the rest from it.
 
-Same rules as `rsc.actors.gc_control` (the two sides never import each
-other): with `RSC_GC=tuned` (the default) the heap is frozen once the member
-runs and again on every `on_tick()`, so automatic collections never walk
-what lived through a tick, and young collections run only after 200,000 net
-allocations (bursts); a full collection (unfreeze, collect, freeze)
-runs from the tick when the heap grew by `GROWTH` (doubled up to `MAX_GROWTH`
-while fulls find live growth rather than garbage) or `MAX_FULL_INTERVAL_S`
-passed, within `FULL_BUDGET` of the wall time (growth while the budget
-forbids a full is not saved up for later). `RSC_GC=default` leaves
-Python's settings alone.
+CPython's automatic full collection walks every tracked object, so at 10,000
+sessions it costs more than the protocol. `RSC_GC=tuned` (the default):
 
-The process owner (`rsc consume`, the bench's load generator) calls
-`install()`; the runtime calls `freeze_after_startup()` once the member has
-joined and `on_tick()` from a loop it already has (once per heartbeat is
-enough); both do nothing in a process that did not install the policy.
+- `gc.freeze()` once startup and restore are done, then on every tick (an
+  O(1) list splice that also resets the young generation's count), so
+  whatever lived through a tick is never walked by an automatic collection;
+- young collections stay allocation-driven, but only after 200,000 net
+  allocations instead of 700 (`TUNED_THRESHOLDS`), several ticks of what
+  steady heartbeats at 10,000 members leave alive, so they run only in bursts. Each
+  young object walked costs a few microseconds on a busy machine (its
+  referents are cache misses), and a heartbeat's await chain lives for a
+  whole interval, so walking it at 700 only to promote it was the waste;
+- a full collection (unfreeze, collect, freeze) finds the cycles that died
+  after being frozen (closed sessions). It runs from the tick, not at
+  allocation time: when the heap grew by `GROWTH` since the last one (doubled,
+  up to `MAX_GROWTH`, each time a full finds the growth was mostly live
+  objects, back to `GROWTH` when it was mostly garbage), or
+  `MAX_FULL_INTERVAL_S` passed, and never more than `FULL_BUDGET` of the wall
+  time (a full that took 1 s waits 200 s before the next one; growth during
+  that wait is not saved up for later).
+
+`RSC_GC=default` leaves Python's settings alone (for comparison).
+
+The collector is process-wide, so there is one policy per process, whoever runs in it. The
+process owner (`rsc coordinator` with its metrics registry, `rsc consume`, a bench child)
+calls `install(registry)` at start; the runtime calls `freeze_after_startup()` once started
+(the coordinator after restore, a member once joined) and `on_tick()` from a loop it already
+has (the coordinator's tick, a member's heartbeat). Both hooks do nothing in a process that
+did not install the policy: a library does not change its host application's collector on
+its own. Pauses are recorded per generation through `gc.callbacks` (and
+`rsc_gc_pause_seconds` in each registry given).
 """
 
 from __future__ import annotations
@@ -23,18 +40,21 @@ import gc
 import os
 import sys
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
 MODE_ENV = "RSC_GC"
 TUNED, DEFAULT = "tuned", "default"
 MODES = (TUNED, DEFAULT)
-TUNED_THRESHOLDS = (200_000, 10, 1000)
-GROWTH = 0.10
-MAX_GROWTH = 1.0
+TUNED_THRESHOLDS = (200_000, 10, 1000)  # young collections only for bursts; the tick freezes
+GROWTH = 0.10  # a full collection once the heap grew by a tenth since the last one
+MAX_GROWTH = 1.0  # doubling up to this while full collections find mostly live growth
 MAX_FULL_INTERVAL_S = 300.0
-FULL_BUDGET = 0.005
-MIN_TICK_INTERVAL_S = 0.5
+FULL_BUDGET = 0.005  # full collections take at most 0.5 % of the wall time
+MIN_TICK_INTERVAL_S = 0.5  # ticks closer than this (several coordinators in one process) skip
+PAUSE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                 0.5, 1.0, 2.5, 5.0)
 
 
 def mode_from_env(environ: Mapping[str, str] = os.environ) -> str:
@@ -126,7 +146,7 @@ class Policy:
         return True
 
     def on_tick(self) -> str | None:
-        """One tick's collection: 'full', 'young' or None (default mode, or before startup froze)."""
+        """One tick's collection: 'full', 'young' or None (default mode, too soon, not frozen yet)."""
         if self.mode != TUNED or not self.frozen:
             return None
         now = self.clock()
@@ -165,28 +185,49 @@ class Policy:
 
 recorder = PauseRecorder()
 policy: Policy | None = None
+_histograms: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
-def install(environ: Mapping[str, str] = os.environ) -> Policy:
-    """Apply the mode of `RSC_GC` to this process and record GC pauses (idempotent)."""
+def install(registry: Any = None, environ: Mapping[str, str] = os.environ) -> Policy:
+    """Apply the mode of `RSC_GC` to this process and record GC pauses.
+
+    With a prometheus `CollectorRegistry` (the coordinator's metrics), pauses also feed
+    the histogram `rsc_gc_pause_seconds{generation}` in it. Safe to call again (another
+    coordinator or member in the same process, the same registry after a restart): the
+    policy, the callback and each registry's histogram stay one.
+    """
     global policy
     if policy is None:
         policy = Policy(mode_from_env(environ))
         policy.apply()
     if recorder not in gc.callbacks:
         gc.callbacks.append(recorder)
+        recorder.observers.append(_observe)
+    if registry is not None and registry not in _histograms:
+        from prometheus_client import Histogram
+
+        _histograms[registry] = Histogram(
+            "rsc_gc_pause_seconds", "Time the cyclic garbage collector stopped the process, "
+            "per collection", ("generation",), buckets=PAUSE_BUCKETS, registry=registry)
     return policy
 
 
-def freeze_after_startup() -> bool:
-    """Once the member has joined: freeze the heap built so far (tuned mode, once per process).
+def _observe(generation: int, pause: float) -> None:
+    for histogram in list(_histograms.values()):
+        histogram.labels(str(generation)).observe(pause)
 
-    Does nothing unless the process owner called `install()`: a library does not
-    change its host application's collector on its own.
+
+def freeze_after_startup() -> bool:
+    """Once started (restored, joined): freeze the heap built so far (tuned mode, once per process).
+
+    Does nothing unless the process owner called `install()`.
     """
     return policy.freeze_after_startup() if policy is not None else False
 
 
 def on_tick() -> str | None:
-    """From a loop the runtime already has: freeze what survived, the full collection when due."""
+    """From a loop the runtime already has: freeze what survived, the full collection when due.
+
+    Does nothing unless the process owner called `install()`.
+    """
     return policy.on_tick() if policy is not None else None
