@@ -26,16 +26,16 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
 from rsc.member.aio_guest import GuestHost, wait_asyncio
 from rsc.member.ledger import Verdict
 from rsc.member.message import MESSAGE_SETTERS, Handler, Message, new_message
-from rsc.member.policies import AckPolicy
+from rsc.member.ops import produce_ops
+from rsc.member.policies import NO_RETRY, AckPolicy, DeadLetter, RetryLater, dead_letter_fields
 from rsc.member.reconcile import NO_ACTIONS, Actions
-from rsc.member.streams import ProduceOps
 
 if TYPE_CHECKING:
     import redis
@@ -113,7 +113,7 @@ class AioWorkers:
         self.core = core
         self.handler = handler
         self.is_async = inspect.iscoroutinefunction(handler)
-        self.misc_client = misc_client
+        self.dead_letters = produce_ops(misc_client)  # XADD of dead letters (its add_raw)
         self.host = host
         self.loop = host.loop
         self.context = context
@@ -163,7 +163,7 @@ class AioWorkers:
 
     def _acker_wakeup(self) -> None:
         self._acker_woken = False
-        self.core.acks.wake()
+        self.core.acker_parking.wake()
 
     def _decided(self, what: str, shard: str, generation: int, now: float, verdict: Verdict,
                  actions: Actions) -> None:
@@ -187,6 +187,7 @@ class AioWorkers:
         """Take entries until none is left, then park until the reader queues more."""
         core = self.core
         queue, ledger, acks, stats = core.queue, core.ledger, core.acks, core.stats
+        parking = core.acker_parking
         ack_rule = core.ack_rule
         handler = self.handler
         member_id = core.member_id
@@ -249,7 +250,7 @@ class AioWorkers:
                 done(entry)
                 if not handled:
                     to_trio(finish, shard)
-            if handled and acks.acker_parked and ack_rule.wake_acker(
+            if handled and parking.parked and ack_rule.wake_acker(
                     acks.pending, busy=core.busy, queued=len(queue)):
                 self._wake_acker()
             since_checkpoint += 1
@@ -271,11 +272,11 @@ class AioWorkers:
         core = self.core
         core.ledger.started(message.shard)  # the acker finishes this extra count
         buffer = core.acks.add(message.shard, generation, message.id)
-        if buffer.sent is None:
-            buffer.sent = asyncio.Event()  # type: ignore[assignment]  # the acker calls set()
-        sent: Any = buffer.sent
+        sent = buffer.sent
+        if not isinstance(sent, asyncio.Event):  # the first worker waiting on this buffer
+            sent = buffer.sent = asyncio.Event()  # the acker (trio, this thread) sets it
         core.acks.awaited += 1
-        self.to_trio(core.acks.wake)
+        self.to_trio(core.acker_parking.wake)
         try:
             await sent.wait()
         finally:
@@ -283,21 +284,18 @@ class AioWorkers:
         return not buffer.refused
 
     async def run_handler(self, first: Message, generation: int, *, admitted: bool) -> bool:
-        """Run the handler (with the retry policy); True when the entry may be acked.
+        """Run the handler, then what the retry policy says after each failure; True when the
+        entry may be acked.
 
-        Every call but an `admitted` first one is admitted by the ledger first (D1), in
-        the loop step that starts the call.
+        Every call but an `admitted` first one, and a dead letter, is admitted by the
+        ledger first (D1), in the loop step that starts the call.
         """
         core = self.core
-        retry = core.config.retry
-        attempts = retry.max_deliveries if retry else 1
-        error: BaseException | str | None = None
-        for attempt in range(1, attempts + 1):
-            if (attempt > 1 or not admitted) and not self.admit(first.shard, generation):
+        retry = core.config.retry or NO_RETRY
+        message = first
+        while True:
+            if (message.attempt > 1 or not admitted) and not self.admit(first.shard, generation):
                 return False
-            message = first if attempt == 1 else new_message(
-                first.shard, first.id, first.key, first.value, dict(first.fields),
-                first.member_id, attempt)
             try:
                 if self.is_async:
                     await self.handler(message)  # type: ignore[misc]
@@ -305,31 +303,35 @@ class AioWorkers:
                     await self.loop.run_in_executor(self.threads, self.handler, message)
                 core.stats.processed += 1
                 return True
-            except asyncio.CancelledError:
+            except asyncio.CancelledError as exc:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():
-                    raise
-                error = "cancelled"
+                    raise  # the worker is stopped
+                error: BaseException = exc
             except Exception as exc:  # noqa: BLE001 - a handler's failure is data, not a crash
                 error = exc
-            _failed(core, first, attempt, error)
-            if attempt < attempts:
-                await asyncio.sleep(retry.backoff_ms / 1000 if retry else 0)
-        if retry is not None and retry.dead_letter_stream is not None:
-            if not self.admit(first.shard, generation, "dead letter"):
-                return False  # a side effect as a handler call is: D1 applies
-            await self.dead_letter(first, retry.dead_letter_stream, error, attempts)
-            return True
-        return False
+            _failed(core, first, message.attempt, error)
+            step = retry.after_failure(message.attempt)
+            if isinstance(step, RetryLater):
+                await asyncio.sleep(step.delay_s)
+                message = new_message(first.shard, first.id, first.key, first.value,
+                                      dict(first.fields), first.member_id, step.attempt)
+                continue
+            if isinstance(step, DeadLetter):
+                if not self.admit(first.shard, generation, "dead letter"):
+                    return False  # a side effect as a handler call is: D1 applies
+                await self.dead_letter(first, step, error)
+                return True
+            return False  # LeavePending: no ack, delivered again to the next owner
 
-    async def dead_letter(self, message: Message, stream: str,
-                          error: BaseException | str | None, attempts: int) -> None:
+    async def dead_letter(self, message: Message, step: DeadLetter, error: BaseException) -> None:
         core = self.core
-        fields = {"shard": message.shard, "id": message.id, "key": message.key,
-                  "value": message.value, "error": repr(error), "attempts": str(attempts),
-                  "consumerGroup": core.config.consumer_group, "memberId": core.member_id}
-        ops = ProduceOps(self.misc_client)
-        await self.loop.run_in_executor(self.threads, ops.add_raw, stream, fields)
+        fields = dead_letter_fields(shard=message.shard, entry_id=message.id, key=message.key,
+                                    value=message.value, error=error, attempts=step.attempts,
+                                    consumer_group=core.config.consumer_group,
+                                    member_id=core.member_id)
+        await self.loop.run_in_executor(self.threads, self.dead_letters.add_raw, step.stream,
+                                        fields)
         core.stats.dead_lettered += 1
 
 
