@@ -1,18 +1,22 @@
 """Prefix actors: the trio shell around the pure prefix machine of one stream prefix.
 
 One actor task per stream prefix (the unit of metadata: one Redis hash, one
-check-and-set). It drains its mailbox in batches: hand every request to the
-machine, measure drain when the machine asks, write the machine's checkpoint
-once (H12: durable first), tell the machine how the write went, then answer
-and push. Sessions, subscribers and watches (where to push) live here; every
-decision lives in actors/prefix.py (and actors/watch.py). Reads and trims of
-the shard streams (lag, drain, retention) go through actors/shard_ops.py, one
-pipelined round trip per call.
+check-and-set). It drains its mailbox in batches and runs each as one loop:
+hand every request to the machine, then run each I/O request the machine's
+`flush` yields (actors/prefix_io.py: drain count, wait for the running
+retention pass, checkpoint write, offset moves, cleanup, lag and totals reads,
+the retention pass) and send its outcome back; when the machine says
+`Deliver`, answer and push. The order, and every decision (which requests
+create state, the T1 wait, what a stalled call means, which heartbeat moves a
+member's push target, which describe starts a watch), are the machine's
+(actors/prefix.py and its parts). Sessions, subscribers and watches (where to
+push) live here. Reads and trims of the shard streams (lag, drain, retention)
+go through actors/shard_ops.py, one pipelined round trip per call.
 
 D4 (Redis stalls are not member failures): the store I/O of one batch (the
 drain check, the checkpoint, offset moves, cleanup, and each shard read) has a deadline of a
 third of the lease TTL. Past it the worker thread is abandoned (it finishes in
-the background), the batch is answered as a failed write
+the background) and its outcome is `stalled`; the machine answers the batch as a failed write
 (COORDINATOR_NOT_AVAILABLE for what would reveal new state) and the machine
 rolls back. Until the abandoned call returns, later batches do not touch the
 store: one that must write is answered the same way at once, one that writes
@@ -46,13 +50,28 @@ import trio
 from rsc.actors import shard_ops
 from rsc.actors.group import GroupMachine, GroupSettings
 from rsc.actors.logs import log_event
-from rsc.actors.prefix import Answer, Checkpoint, GroupBudget, PrefixMachine
+from rsc.actors.prefix import PrefixMachine
+from rsc.actors.prefix_admission import REFUSALS, GroupBudget
+from rsc.actors.prefix_io import (
+    DONE,
+    Answer,
+    AwaitRetention,
+    Checkpoint,
+    Committed,
+    Deliver,
+    DestroyConsumerGroups,
+    DrainQuery,
+    IORequest,
+    LagRead,
+    MoveOffsets,
+    Outcome,
+    RetentionPass,
+    TotalsRead,
+)
 from rsc.actors.records import PrefixSnapshot
 from rsc.actors.store import STORE_IO_ERRORS, MetadataStore, StoreError, StoreFenced, StreamAdmin
 from rsc.actors.watch import Watch
 from rsc.protocol import messages as m
-from rsc.protocol.errors import Status
-from rsc.protocol.vocabulary import LEAVE_EPOCH
 
 log = logging.getLogger("rsc.coordinator")
 
@@ -68,7 +87,6 @@ BATCH_BUDGET_S = 0.005
 # round trip held the GIL and Redis for 160 ms, long enough to show in the p99 of heartbeats.
 RETENTION_SLICE = 256
 RETENTION_PAUSE_S = 0.01
-REFUSALS = {Status.GROUP_LIMIT_REACHED: "max_groups", Status.GROUP_MAX_SIZE_REACHED: "max_group_size"}
 
 
 class StoreStalled(StoreError):
@@ -185,7 +203,7 @@ class PrefixActor:
         # retention passes run here, beside the batches (None: inline, as the last step of one)
         self.background = background
         # set unless a pass runs beside the batches; a reloaded actor takes its predecessor's
-        # (router._carry_sessions), so a pass outlives neither the T1 wait nor the skip
+        # (`take_over`), so a pass outlives neither the T1 wait nor the skip
         self.trim_done = trio.Event()
         self.trim_done.set()
 
@@ -236,7 +254,8 @@ class PrefixActor:
             answers.append((envelope.reply, machine.handle(request, now), envelope.session))
             if isinstance(request, m.Heartbeat):
                 self._track_session((request.consumer_group, request.member_id),
-                                    None if request.member_epoch == LEAVE_EPOCH else envelope.session)
+                                    envelope.session if machine.pushes_to_session(request)
+                                    else None)
                 if self.metrics is not None:
                     self.metrics.observe_heartbeat_seconds(trio.current_time() - started)
             elif isinstance(request, m.GetRouting) and request.subscribe and envelope.session:
@@ -244,15 +263,32 @@ class PrefixActor:
         per_request = (time.perf_counter() - handling_started) / len(batch)
         self.batch_limit = max(MIN_BATCH, min(MAX_BATCH, int(BATCH_BUDGET_S / max(per_request, 1e-7))))
 
+        # the machine's I/O, in the batch order it owns (actors/prefix.py); each outcome goes back
         deadline = trio.current_time() + self.store_deadline_s
-        stalled = not await self._measure_drain(deadline)
-        checkpoint = machine.checkpoint()
-        durable = await self._write(checkpoint, deadline, stalled=stalled)
-        if not durable:
-            machine.write_failed(checkpoint, now_ms())
-        for read in machine.lag_reads():
-            machine.lag_measured(read, await self._read(shard_ops.shard_lag, read.streams,
-                                                        read.group, deadline=deadline))
+        flush = machine.flush(now, summaries=bool(summaries))
+        step: IORequest | None = next(flush, None)
+        while step is not None:
+            if isinstance(step, Deliver):
+                self._deliver(step, answers, summaries)
+                outcome = DONE
+            else:
+                outcome = await self._run(step, deadline)
+            try:
+                step = flush.send(outcome)
+            except StopIteration:
+                step = None
+        self._mark_watches()
+        await self._refresh_watches()
+        if self.metrics is not None and machine.migration is not None:
+            self.metrics.set_migration_progress(self.prefix, len(machine.migration.drained),
+                                                len(machine.migration.from_streams))
+
+    def _deliver(self, deliver: Deliver,
+                 answers: list[tuple[Reply | Collect | None, Answer, Outbox | None]],
+                 summaries: list[Collect]) -> None:
+        """Answer the batch (H12: as the machine resolves each), then push what committed."""
+        machine = self.machine
+        durable = deliver.durable
         for reply, answer, session in answers:
             response = machine.resolve(answer, durable=durable)
             if reply is not None:
@@ -260,25 +296,71 @@ class PrefixActor:
             refused = REFUSALS.get(response.status)
             if refused is not None and self.metrics is not None:
                 self.metrics.join_refused(refused)
-            request = answer.request
-            if (isinstance(request, m.DescribeGroup) and request.watch and session is not None
-                    and isinstance(response, m.GroupDescription) and response.status == Status.OK):
+            if session is not None and machine.starts_watch(answer.request, response):
+                request = answer.request
+                assert isinstance(request, m.DescribeGroup) and isinstance(response, m.GroupDescription)
                 self.watches.setdefault(session, []).append(Watch(request, response, now_ms()))
-        if summaries:
-            totals_read, totals = machine.totals_read(), None
-            if totals_read is not None:
-                totals = await self._read(shard_ops.group_totals, totals_read.streams,
-                                          totals_read.groups, deadline=deadline)
-            for collect in summaries:
-                collect.resolve(machine.summaries(totals))
-        if durable:
-            self._after_commit(checkpoint)
-        await self._retention()
-        self._mark_watches()
-        await self._refresh_watches()
-        if self.metrics is not None and machine.migration is not None:
-            self.metrics.set_migration_progress(self.prefix, len(machine.migration.drained),
-                                                len(machine.migration.from_streams))
+        for collect in summaries:
+            collect.resolve(machine.summaries(deliver.totals))
+        if deliver.committed is not None:
+            self._after_commit(deliver.committed)
+
+    async def _run(self, step: IORequest, deadline: float) -> Outcome:
+        """Run one of the machine's I/O requests; its outcome (failures too) goes back."""
+        if isinstance(step, LagRead):
+            return _read_outcome(await self._read(shard_ops.shard_lag, step.streams, step.group,
+                                                  deadline=deadline))
+        if isinstance(step, TotalsRead):
+            return _read_outcome(await self._read(shard_ops.group_totals, step.streams,
+                                                  step.groups, deadline=deadline))
+        if isinstance(step, RetentionPass):
+            await self._retention(step)
+            return DONE
+        if isinstance(step, AwaitRetention):
+            return await self._await_retention(deadline)
+        try:
+            if isinstance(step, Checkpoint):
+                await self._write(step, deadline)
+                return DONE
+            if isinstance(step, DrainQuery):
+                counts = await self._store_call(deadline, "drain check", shard_ops.drain_counts,
+                                                self.store.client, step.streams, step.groups)
+                return Outcome(shard_ops.drain_report(counts))
+            if isinstance(step, MoveOffsets):
+                moved = await self._store_call(deadline, "offset move", self.streams.move_offsets,
+                                               step.streams, step.group, step.to, step.timestamp_ms)
+                log_event(log, "group.offsets_reset", prefix=self.prefix, group=step.group,
+                          to=step.to, shards=len(moved))
+                return Outcome(moved)
+            if isinstance(step, DestroyConsumerGroups):
+                await self._store_call(deadline, "consumer group cleanup",
+                                       self.streams.destroy_consumer_groups, step.streams,
+                                       step.groups)
+                return DONE
+        except StoreFenced:
+            raise
+        except StoreError as exc:
+            self._log_failure(step, exc)
+            return Outcome(error=str(exc), stalled=isinstance(exc, StoreStalled), now_ms=now_ms())
+        raise TypeError(f"not an I/O request of the prefix machine: {step!r}")
+
+    def _log_failure(self, step: IORequest, exc: StoreError) -> None:
+        if isinstance(step, Checkpoint):
+            # the outage itself is logged once for the whole coordinator (app.Readiness)
+            if self.healthy:
+                log_event(log, "prefix.write_failed", level=logging.DEBUG, prefix=self.prefix,
+                          error=str(exc))
+            self.healthy = False
+        elif isinstance(step, DrainQuery):
+            log.warning("migration of prefix %s waits: %s", self.prefix, exc)
+        elif isinstance(step, MoveOffsets):
+            log.warning("offsets of %s in %s not moved: %s", step.group, self.prefix, exc)
+        else:
+            log.warning("consumer groups of deleted groups of %s stay for now: %s", self.prefix, exc)
+
+    def _mark_watches(self) -> None:
+        """Tell the watches of the groups this batch changed (the others wait for REFRESH_MS)."""
+        self.machine.mark_watches(watch for watches in self.watches.values() for watch in watches)
 
     # --- I/O -----------------------------------------------------------------------
 
@@ -321,27 +403,6 @@ class PrefixActor:
         raise StoreStalled(f"the {what} took longer than {round(self.store_deadline_s * 1000)} ms "
                            "(a third of the lease) and was abandoned; retry with backoff")
 
-    async def _measure_drain(self, deadline: float) -> bool:
-        """R2, G2: the machine asked how far the old shards are drained, and by whom not;
-        False when the store stalled (D4).
-
-        An entry removed by retention counts as delivered (shard_ops.drain_counts).
-        """
-        query = self.machine.drain_query()
-        if query is None:
-            return True
-        try:
-            counts = await self._store_call(deadline, "drain check", shard_ops.drain_counts,
-                                            self.store.client, query.streams, query.groups)
-        except StoreStalled as exc:
-            log.warning("migration of prefix %s waits: %s", self.prefix, exc)
-            return False
-        except StoreError as exc:
-            log.warning("migration of prefix %s waits: %s", self.prefix, exc)
-            return True
-        self.machine.drain_measured(shard_ops.drain_report(counts))
-        return True
-
     async def _read(self, operation: Any, *args: Any, deadline: float | None = None) -> Any:
         """A shard_ops call in a worker thread; None when Redis failed (logged once per outage).
 
@@ -364,19 +425,16 @@ class PrefixActor:
         self.shards_readable = True
         return result
 
-    async def _retention(self) -> None:
-        """T1..T3, when the machine says it is due: trim, then count what went.
+    async def _retention(self, retention_pass: RetentionPass) -> None:
+        """T1..T3, the pass the machine says is due: trim, then count what went.
 
         A pass over thousands of shards takes tens of milliseconds of Redis time, so with
         a `background` nursery it runs there and the batches go on meanwhile (a pass due
         while the last one still runs is skipped: the next one comes ten ticks later).
         The one interleaving that could break T1, a consumer group created at id 0 or an
-        offset moved back while a pass computed without it is under way, is closed by
-        `_write`: such a checkpoint waits for the running pass first.
+        offset moved back while a pass computed without it is under way, is closed by the
+        machine: such a checkpoint first asks to wait for the running pass (AwaitRetention).
         """
-        retention_pass = self.machine.retention_pass()
-        if retention_pass is None:
-            return
         if self.background is None:
             await self._trim(retention_pass)
             return
@@ -385,7 +443,18 @@ class PrefixActor:
         self.trim_done = trio.Event()
         self.background.start_soon(self._trim_beside, retention_pass, self.trim_done)
 
-    async def _trim_beside(self, retention_pass: Any, done: trio.Event) -> None:
+    async def _await_retention(self, deadline: float) -> Outcome:
+        """T1: wait for the running retention pass, if one runs, until the store deadline."""
+        trimming = self.trim_done
+        if not trimming.is_set():
+            with trio.move_on_at(deadline):
+                await trimming.wait()
+            if not trimming.is_set():
+                return Outcome(error="a retention pass still runs past the store deadline; "
+                                     "retry with backoff", stalled=True, now_ms=now_ms())
+        return DONE
+
+    async def _trim_beside(self, retention_pass: RetentionPass, done: trio.Event) -> None:
         try:
             await self._trim(retention_pass)
         except Exception as exc:  # noqa: BLE001 - a failed pass is logged; the next one retries
@@ -394,7 +463,7 @@ class PrefixActor:
         finally:
             done.set()
 
-    async def _trim(self, retention_pass: Any) -> None:
+    async def _trim(self, retention_pass: RetentionPass) -> None:
         trim = functools.partial(shard_ops.apply_retention, acked=retention_pass.acked,
                                  max_length=retention_pass.max_length,
                                  max_age_ms=retention_pass.max_age_ms,
@@ -412,16 +481,6 @@ class PrefixActor:
             results.extend(done)
         if results and self.metrics is not None:
             self.metrics.observe_retention(self.prefix, results)
-
-    def _mark_watches(self) -> None:
-        """Tell the watches of the groups this batch changed (the others wait for REFRESH_MS)."""
-        every, groups = self.machine.take_described()
-        if not self.watches:
-            return
-        for watches in self.watches.values():
-            for watch in watches:
-                if every or watch.request.consumer_group in groups:
-                    watch.changed = True
 
     async def _refresh_watches(self) -> None:
         """Push to every due watch whose description changed (the rules: actors/watch.py)."""
@@ -445,60 +504,16 @@ class PrefixActor:
             if not watches:
                 self.watches.pop(session, None)
 
-    async def _write(self, checkpoint: Checkpoint, deadline: float, *, stalled: bool = False) -> bool:
-        """Write the checkpoint; False (the machine rolls back) when the store failed or stalled."""
-        if checkpoint.empty:
-            return True
+    async def _write(self, checkpoint: Checkpoint, deadline: float) -> None:
+        """Write the checkpoint (the streams, then the hash); StoreError when it failed or stalled."""
         started = trio.current_time()
-        try:
-            if stalled:
-                raise StoreStalled("the drain check of this batch was abandoned; retry with backoff")
-            trimming = self.trim_done
-            if not trimming.is_set() and (checkpoint.create or checkpoint.moves):
-                # T1: the running pass was computed without this group or offset
-                with trio.move_on_at(deadline):
-                    await trimming.wait()
-                if not trimming.is_set():
-                    raise StoreStalled("a retention pass still runs past the store deadline; "
-                                       "retry with backoff")
-            await self._store_call(deadline, "metadata write", self._write_blocking, checkpoint,
-                                   checkpoint=checkpoint)
-        except StoreFenced:
-            raise
-        except StoreError as exc:
-            # the outage itself is logged once for the whole coordinator (app.Readiness)
-            if self.healthy:
-                log_event(log, "prefix.write_failed", level=logging.DEBUG, prefix=self.prefix,
-                          error=str(exc))
-            self.healthy = False
-            return False
+        await self._store_call(deadline, "metadata write", self._write_blocking, checkpoint,
+                               checkpoint=checkpoint)
         if not self.healthy:
             log_event(log, "prefix.write_recovered", level=logging.DEBUG, prefix=self.prefix)
         self.healthy = True
         if self.metrics is not None:
             self.metrics.observe_checkpoint_seconds(trio.current_time() - started)
-        for move in checkpoint.moves:
-            try:
-                moved = await self._store_call(deadline, "offset move", self.streams.move_offsets,
-                                               move.streams, move.group, move.to,
-                                               move.timestamp_ms)
-            except StoreError as exc:
-                log.warning("offsets of %s in %s not moved: %s", move.group, self.prefix, exc)
-                continue
-            self.machine.offsets_moved(move, moved)
-            log_event(log, "group.offsets_reset", prefix=self.prefix, group=move.group,
-                      to=move.to, shards=len(moved))
-        cleanup = checkpoint.cleanup
-        if cleanup is not None:
-            try:
-                await self._store_call(deadline, "consumer group cleanup",
-                                       self.streams.destroy_consumer_groups,
-                                       cleanup.streams, cleanup.groups)
-            except StoreError as exc:
-                log.warning("consumer groups of deleted groups of %s stay for now: %s",
-                            self.prefix, exc)
-                self.machine.cleanup_failed(checkpoint)
-        return True
 
     def _write_blocking(self, checkpoint: Checkpoint) -> None:
         for create in checkpoint.create:
@@ -511,13 +526,12 @@ class PrefixActor:
             self.streams.retire(checkpoint.retire.streams, checkpoint.retire.groups)
         self.store.write(self.prefix, checkpoint.changes, checkpoint.owners)
 
-    def _after_commit(self, checkpoint: Checkpoint) -> None:
+    def _after_commit(self, committed: Committed) -> None:
         """Pushes (H10), routing notifications, logs and metrics, once the state is durable."""
-        committed = self.machine.committed(checkpoint)
         for event in committed.prefix_events:
             log_event(log, event.kind, prefix=self.prefix, **event.fields)
-            if event.kind == "migration.retired" and self.metrics is not None:
-                self.metrics.migration_finished(self.prefix)
+        if committed.migration_retired and self.metrics is not None:
+            self.metrics.migration_finished(self.prefix)
         for name, group_event in committed.events:
             _log_event(self.prefix, name, group_event)
             if self.metrics is not None:
@@ -551,6 +565,22 @@ class PrefixActor:
             self.sessions[key] = session
             self.session_members.setdefault(session, set()).add(key)
 
+    def subscribe(self, *sessions: Outbox) -> None:
+        """These sessions get every routing change of the prefix (getRouting with subscribe)."""
+        self.subscribers.update(sessions)
+
+    def take_over(self, old: PrefixActor) -> None:
+        """Replace `old` (a reload): push targets survive, so members keep getting hints,
+        subscribers their routing and watchers their descriptions; and a retention pass
+        the old one started is still waited for (T1)."""
+        self.subscribers.update(old.subscribers)
+        self.trim_done = old.trim_done
+        for session, watches in old.watches.items():
+            self.watches.setdefault(session, []).extend(watches)
+        for key, session in old.sessions.items():
+            self.sessions.setdefault(key, session)
+            self.session_members.setdefault(session, set()).add(key)
+
     def forget_session(self, session: Outbox) -> None:
         self.subscribers.discard(session)
         self.watches.pop(session, None)
@@ -562,6 +592,11 @@ _EVENT_NAMES = {"epoch": "group.epoch", "joined": "member.joined", "rejoined": "
                 "left": "member.left", "expired": "member.expired", "removed": "member.removed",
                 "revoke_timeout": "member.removed", "fenced": "member.fenced",
                 "revoked": "member.revoked"}
+
+
+def _read_outcome(value: Any) -> Outcome:
+    """A shard read's outcome: None is a failed read (already logged by `_read`)."""
+    return Outcome(value) if value is not None else Outcome(error="the shards could not be read")
 
 
 def _log_event(prefix: str, group: str, event: Any) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -30,12 +31,13 @@ from rsc.actors.admission import (
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.group import GroupSettings
 from rsc.actors.logs import log_event
-from rsc.actors.prefix import GroupBudget
+from rsc.actors.prefix_admission import GroupBudget
 from rsc.actors.records import PrefixSnapshot
 from rsc.actors.router import Router
 from rsc.actors.server import CoordinatorServer
 from rsc.actors.store import LEASE_KEY, MetadataStore, StoreError, StoreFenced
 from rsc.common import gc_policy as gc_control
+from rsc.common import tls
 
 log = logging.getLogger("rsc.coordinator")
 
@@ -154,6 +156,8 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
     trio.to_thread.current_default_thread_limiter().total_tokens = REDIS_THREADS
     readiness = Readiness()
     lease_ms = coordinator_lease_ms(config)
+    server_tls = tls.server_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key \
+        else None  # a bad certificate or key fails here, before anything listens
     store = ReportingStore(redis_url, lease_ms=lease_ms)
     store.readiness = readiness
     failure: Exception | None = None
@@ -166,13 +170,16 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
                 metrics = admission.metrics = CoordinatorMetrics()
             from rsc.actors.metrics import serve_metrics
 
+            metrics_tls = server_tls if config.metrics_tls else None
             metrics_port = await outer.start(lambda task_status: serve_metrics(
-                metrics, config.host, metrics_port_wanted, health=readiness, task_status=task_status))
-            log_event(log, "metrics.listening", url=f"http://{config.host}:{metrics_port}/metrics")
+                metrics, config.host, metrics_port_wanted, health=readiness, ssl_context=metrics_tls,
+                task_status=task_status))
+            scheme = "https" if metrics_tls else "http"
+            log_event(log, "metrics.listening", url=f"{scheme}://{config.host}:{metrics_port}/metrics")
         gc_control.install(getattr(metrics, "registry", None))
         try:
             await _run(config, store, admission, readiness, metrics, lease_ms, max_sessions, fd_limit,
-                       task_status)
+                       server_tls, task_status)
         except Exception as exc:  # raised bare, as before the health port existed (not in a group)
             failure = exc
         finally:
@@ -191,7 +198,7 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
 
 async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admission,
                readiness: Readiness, metrics: Any, lease_ms: int, max_sessions: int, fd_limit: int,
-               task_status: trio.TaskStatus[str]) -> None:
+               server_tls: ssl.SSLContext | None, task_status: trio.TaskStatus[str]) -> None:
     try:
         await trio.to_thread.run_sync(take_over_dead_local_holder, store)
     except Exception as exc:  # noqa: BLE001 - best effort: acquire says what is wrong with Redis
@@ -206,7 +213,8 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
     log_event(log, "store.identified", store_id=identity.value, xackdel=xackdel)
     settings = GroupSettings(heartbeat_interval_ms=config.heartbeat_interval_ms,
                              lease_ttl_ms=config.lease_ttl_ms,
-                             revoke_timeout_ms=config.revoke_timeout_ms)
+                             revoke_timeout_ms=config.revoke_timeout_ms,
+                             static_session_timeout_ms=config.static_session_timeout_ms)
 
     budget = GroupBudget(config.max_groups)  # A1: one count over every prefix
     background: trio.Nursery | None = None  # where retention passes run (the server's nursery)
@@ -227,7 +235,7 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
     persisted = await trio.to_thread.run_sync(store.load_all)
     async with trio.open_nursery() as nursery:
         background = nursery
-        router = Router(nursery, make_actor, reload=reload, metrics=metrics)
+        router = Router(nursery, make_actor, reload=reload, metrics=metrics, budget=budget)
         now = now_ms()
         for prefix, data in persisted.items():
             actor = make_actor(prefix)
@@ -237,20 +245,23 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
         server = CoordinatorServer(router, nursery, admin_token=config.admin_token,
                                    member_token=config.member_token, admission=admission,
                                    max_frame_bytes=config.max_frame_bytes)
-        port = await nursery.start(_serve_websocket, server, config, admission)
+        port = await nursery.start(_serve_websocket, server, config, admission, server_tls)
         nursery.start_soon(_lease_loop, config, store, readiness)
         nursery.start_soon(_tick_loop, config, router)
         nursery.start_soon(_store_id_loop, config, store, identity)
         gc_control.freeze_after_startup()
-        task_status.started(f"ws://{config.host}:{port}")
+        task_status.started(f"{'wss' if server_tls else 'ws'}://{config.host}:{port}")
 
 
 async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig, admission: Admission,
-                           task_status: trio.TaskStatus[int]) -> None:
+                           server_tls: ssl.SSLContext | None, task_status: trio.TaskStatus[int]) -> None:
     from trio_websocket import WebSocketServer
 
-    listeners = [AdmissionListener(listener, admission)
-                 for listener in await trio.open_tcp_listeners(config.port, host=config.host)]
+    admitted = [AdmissionListener(listener, admission)
+                for listener in await trio.open_tcp_listeners(config.port, host=config.host)]
+    # with TLS the handshake runs inside the session's handler, under the same connect timeout
+    listeners: list[Any] = admitted if server_tls is None else [
+        tls.TlsListener(listener, server_tls) for listener in admitted]
 
     async def handle(request: Any) -> None:
         try:
@@ -265,31 +276,41 @@ async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig,
                                 connect_timeout=config.handshake_timeout_s)
     async with trio.open_nursery() as nursery:
         await nursery.start(ws_server.run)
-        task_status.started(listeners[0].port)
+        task_status.started(admitted[0].port)
 
 
 async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness: Readiness) -> None:
     """Renew the coordinator lease every tick, on a thread of its own that nothing else can hold.
 
     Each renewal is a metadata write reported to `readiness` (which logs an
-    outage once). A fenced store (another coordinator owns this Redis) ends
-    the process.
+    outage once); one unanswered after a third of the member lease counts as
+    failed (D4), so `/readyz` turns 503 that soon on a stalled Redis. A fenced
+    store (another coordinator owns this Redis) ends the process.
     """
     interval = config.tick_interval_ms / 1000
+    stall_s = config.lease_ttl_ms / 3000  # D4's deadline: a slower renewal is a failed write
     own_thread = trio.CapacityLimiter(1)
     deadline = trio.current_time()
     while True:
         deadline += interval
         await trio.sleep_until(deadline)
         deadline = max(deadline, trio.current_time() - interval)  # never a burst after a stall
-        try:
-            await trio.to_thread.run_sync(store.renew, limiter=own_thread)
-        except StoreFenced:
-            readiness.lease_held(False, "fenced: another coordinator owns this Redis")
-            raise
-        except (StoreError, OSError) as exc:
-            readiness.lease_held(False, str(exc))
-            readiness.write_failed(str(exc))
+        with trio.move_on_after(stall_s) as renewal:
+            try:
+                # abandoned past the deadline: the thread ends with the socket timeout and holds
+                # `own_thread` until then, so renewals never pile up on a stalled Redis
+                await trio.to_thread.run_sync(store.renew, limiter=own_thread,
+                                              abandon_on_cancel=True)
+            except StoreFenced:
+                readiness.lease_held(False, "fenced: another coordinator owns this Redis")
+                raise
+            except (StoreError, OSError) as exc:
+                readiness.lease_held(False, str(exc))
+                readiness.write_failed(str(exc))
+                continue
+        if renewal.cancelled_caught:
+            readiness.write_failed(f"Redis did not answer the lease renewal within "
+                                   f"{round(stall_s * 1000)} ms")
             continue
         readiness.lease_held(True)
         readiness.write_succeeded()  # the renewal is a metadata write too (PROTOCOL, Command line)

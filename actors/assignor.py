@@ -65,6 +65,20 @@ class TargetAssignment:
         self._unassigned |= shards
         self._fill_and_balance()
 
+    def rename_member(self, old: str, new: str) -> None:
+        """`new` takes over `old`'s target as it is (S3: a static member's return under a new
+        memberId); no shard moves and nobody else's target changes."""
+        if new in self.targets:
+            raise ValueError(f"member {new!r} already has a target")
+        shards = self.targets.pop(old)
+        self.targets[new] = shards
+        for shard in shards:
+            self.owner[shard] = new
+        if old in self.changed:
+            self.changed.discard(old)
+            self.changed.add(new)
+        self._push(new)  # the old member's heap entries are stale now and get skipped
+
     def set_shards(self, shards: Sequence[str]) -> None:
         self.shards = tuple(shards)
         self._index = {shard: index for index, shard in enumerate(self.shards)}

@@ -28,10 +28,12 @@ class CoordinatorConfig:
     lease_ttl_ms: int = 10000
     heartbeat_interval_ms: int = 3000
     revoke_timeout_ms: int = 60000
+    static_session_timeout_ms: int = attrs.field(default=45000, validator=_positive)  # S5
     admin_token: str | None = None
     member_token: str | None = None
     max_frame_bytes: int = attrs.field(default=1 << 20, validator=_positive)
     metrics_port: int | None = None
+    console_port: int | None = None  # the web console (rsc.console); None: not served
     push: bool = True
     keep_drained_streams: bool = False
     # A1 admission: None means 80 % of the fd limit (raised to the hard limit at start)
@@ -39,3 +41,13 @@ class CoordinatorConfig:
     max_groups: int = attrs.field(default=DEFAULT_MAX_GROUPS, validator=_positive)
     max_group_size: int = attrs.field(default=DEFAULT_MAX_GROUP_SIZE, validator=_positive)
     handshake_timeout_s: float = attrs.field(default=HANDSHAKE_TIMEOUT_S, validator=_positive)
+    # TLS: with both files the websocket port serves wss://; metrics_tls puts them on the metrics port too
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    metrics_tls: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("--tls-cert and --tls-key go together: give both or neither")
+        if self.metrics_tls and self.tls_cert is None:
+            raise ValueError("--metrics-tls needs --tls-cert and --tls-key")

@@ -5,7 +5,9 @@ and effects out; `now_ms` is always passed in. Rules H1..H14 of PROTOCOL.md
 live here, the way Kafka's CurrentAssignmentBuilder / TargetAssignmentBuilder
 split them: `TargetAssignment` keeps the target, `_reconcile` moves one
 member from what it holds towards its target without ever letting a shard
-have two owners.
+have two owners. Static members (S1..S6) carry an instanceId: they go `AWAY`
+instead of expiring, their target waits for them, and a join with their
+instanceId takes it over.
 
 The prefix machine (actors/prefix.py) turns the effects into records
 (actors/records.py) that the shell persists before it sends any response
@@ -23,7 +25,14 @@ from rsc.actors.assignor import TargetAssignment
 from rsc.actors.records import GroupRecord, GroupSnapshot, MemberRecord, group_value, member_value
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
-from rsc.protocol.vocabulary import JOIN_EPOCH, LEAVE_EPOCH, GroupState, MemberState, RevokeState
+from rsc.protocol.vocabulary import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    TEMPORARY_LEAVE_EPOCH,
+    GroupState,
+    MemberState,
+    RevokeState,
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -33,6 +42,7 @@ class GroupSettings:
     heartbeat_interval_ms: int = 3000
     lease_ttl_ms: int = 10000
     revoke_timeout_ms: int = 60000
+    static_session_timeout_ms: int = 45000  # S5: how long an AWAY member's target waits
 
 
 @attrs.define(kw_only=True)
@@ -45,7 +55,10 @@ class Member:
     capacity: int | None = None
     assigned: frozenset[str] = frozenset()
     revoking: frozenset[str] = frozenset()
+    instance_id: str | None = None  # S1: a static member's; None for a dynamic one
+    away: bool = False  # S2/S5: in the group and in the target, holding nothing
     # not persisted: liveness and revoke clocks restart after a coordinator restart
+    # (an AWAY member's away clock is `last_heartbeat_ms`: S5, S6)
     last_heartbeat_ms: int = 0
     revoke_started_ms: int | None = None
     needs_full_report: bool = False
@@ -59,7 +72,9 @@ class Member:
 class Event:
     """Something an operator log line or a metric should see."""
 
-    kind: str  # joined, left, expired, removed, fenced, revoke_timeout, revoked, epoch
+    # joined, rejoined, left, expired, removed, fenced, revoke_timeout, revoked, epoch;
+    # away and returned for static members (S2, S3, S5)
+    kind: str
     member_id: str | None = None
     fields: dict[str, Any] = attrs.field(factory=dict)
 
@@ -80,6 +95,18 @@ class Effects:
     def dirty(self) -> bool:
         """Something a response may reveal changed: it must be persisted first (H12)."""
         return self.group_dirty or bool(self.members_dirty) or bool(self.members_removed)
+
+
+def malformed_join(request: m.Heartbeat) -> str | None:
+    """A join (memberEpoch 0) and a temporary leave (-2, S2) list no owned shards
+    (Heartbeat, `ownedShards`): what is wrong, naming the field, or None. The server
+    answers it before any lookup."""
+    if request.owned_shards:
+        if request.member_epoch == JOIN_EPOCH:
+            return "field 'ownedShards' must be empty on a join (memberEpoch 0)"
+        if request.member_epoch == TEMPORARY_LEAVE_EPOCH:
+            return m.OWNED_ON_TEMPORARY_LEAVE
+    return None
 
 
 class GroupMachine:
@@ -107,31 +134,34 @@ class GroupMachine:
         self.owners: dict[str, str] = {}
         # members removed by the revoke timeout answer FENCED, not UNKNOWN (H14)
         self.fenced_ids: dict[str, int] = {}
+        # S1: instanceId -> the one member holding it (AWAY members included)
+        self.instances: dict[str, str] = {}
+        # S3: memberIds replaced by a return under another memberId -> (instanceId, since)
+        self.replaced: dict[str, tuple[str, int]] = {}
         self.effects = Effects()
 
     # --- events ----------------------------------------------------------------
 
     def heartbeat(self, request: m.Heartbeat, now_ms: int,
                   routing: m.RoutingSummary | None) -> m.HeartbeatResponse:
-        """Handle one member heartbeat (H1..H9, H11, H13)."""
+        """Handle one member heartbeat (H1..H9, H11, H13, S1..S5)."""
         member_id = request.member_id
         if request.member_epoch == LEAVE_EPOCH:
             return self._leave(request, now_ms)
+        if request.member_epoch == TEMPORARY_LEAVE_EPOCH:
+            return self._temporary_leave(request, now_ms)
         if request.member_epoch == JOIN_EPOCH:
-            if request.owned_shards:
-                return self._error(request, Status.INVALID_REQUEST,
-                                   "field 'ownedShards' must be empty on a join (memberEpoch 0)")
-            member = self._join(request, now_ms)
-            return self._respond(request, member, now_ms, routing, cause=member_id)
+            invalid = malformed_join(request)
+            if invalid is not None:
+                return self._error(request, Status.INVALID_REQUEST, invalid)
+            return self._join(request, now_ms, routing)
 
         known = self.members.get(member_id)
-        if known is None:
-            if member_id in self.fenced_ids:
-                return self._error(request, Status.FENCED_MEMBER_EPOCH,
-                                   "member was removed by the revoke timeout; rejoin with epoch 0")
-            return self._error(request, Status.UNKNOWN_MEMBER_ID,
-                               f"member {member_id!r} is not live in the group; rejoin with epoch 0")
+        if known is None or known.away:  # S3: an AWAY member's heartbeats are not accepted
+            return self._not_live(request)
         member = known
+        if request.instance_id is not None and request.instance_id != member.instance_id:
+            return self._instance_mismatch(request, member)
 
         revoked = {r.shard for r in request.revoking_shards if r.state == RevokeState.REVOKED}
         owned = None if request.owned_shards is None else set(request.owned_shards) - revoked
@@ -177,27 +207,60 @@ class GroupMachine:
         return self._respond(request, member, now_ms, routing, cause=member_id)
 
     def tick(self, now_ms: int) -> None:
-        """Expire leases (H6) and enforce the revoke timeout (H14)."""
+        """Expire leases (H6) and enforce the revoke timeout (H14).
+
+        A static member whose lease runs out becomes AWAY instead (S5), and is removed once
+        `static_session_timeout_ms` has passed since its last accepted heartbeat.
+        """
         lease = self.settings.lease_ttl_ms
         timeout = self.settings.revoke_timeout_ms
+        session = self.settings.static_session_timeout_ms
         for member in list(self.members.values()):
-            if now_ms - member.last_heartbeat_ms > lease:
-                self._remove(member, "expired", now_ms)
-            elif member.revoke_started_ms is not None and now_ms - member.revoke_started_ms > timeout:
+            silent = now_ms - member.last_heartbeat_ms
+            if member.away or silent > lease:
+                if member.instance_id is None:
+                    self._remove(member, "expired", now_ms)
+                elif silent > session:  # only once its lease is over too, whatever the flags
+                    self._remove(member, "expired", now_ms, {"reason": "session_timeout"})
+                elif not member.away:
+                    self._go_away(member, now_ms, "lease_expired")
+                continue
+            if member.revoke_started_ms is not None and now_ms - member.revoke_started_ms > timeout:
                 self._remove(member, "revoke_timeout", now_ms)
                 self.fenced_ids[member.member_id] = now_ms
         # forget revoke-timeout tombstones once a member would have expired anyway
         for member_id, since in list(self.fenced_ids.items()):
             if now_ms - since > 10 * lease:
                 del self.fenced_ids[member_id]
+        if self.replaced:  # and replaced memberIds once their process would long have stopped
+            horizon = 10 * max(lease, session)
+            for member_id, (_instance, since) in list(self.replaced.items()):
+                if now_ms - since > horizon:
+                    del self.replaced[member_id]
 
-    def remove_member(self, member_id: str, now_ms: int) -> bool:
-        """Admin removal; False when the member is not live."""
-        member = self.members.get(member_id)
+    def remove_member(self, member_id: str | None, now_ms: int) -> bool:
+        """Admin removal, AWAY members too (S5); False when the member is not live (or no
+        memberId is named: a removal by instanceId is `remove_instance`)."""
+        member = self.members.get(member_id) if member_id is not None else None
         if member is None:
             return False
         self._remove(member, "removed", now_ms)
         return True
+
+    def remove_instance(self, instance_id: str, now_ms: int) -> str | None:
+        """Admin removal by instanceId (S5), an AWAY member too: the memberId removed, or
+        None when no member holds that instanceId."""
+        member_id = self.instances.get(instance_id)
+        if member_id is None:
+            return None
+        self._remove(self.members[member_id], "removed", now_ms)
+        return member_id
+
+    def join_adds_member(self, request: m.Heartbeat) -> bool:
+        """Whether a join would grow the group (A1's --max-group-size): not a rejoin, not a
+        return to an instanceId's target (S3), not a duplicate (S4)."""
+        return (request.member_id not in self.members
+                and (request.instance_id is None or request.instance_id not in self.instances))
 
     def set_max_concurrency(self, value: int | None) -> None:
         """Admin change of the group setting (H1, H11)."""
@@ -219,54 +282,174 @@ class GroupMachine:
 
     # --- transitions -----------------------------------------------------------
 
-    def _join(self, request: m.Heartbeat, now_ms: int) -> Member:
+    def _join(self, request: m.Heartbeat, now_ms: int,
+              routing: m.RoutingSummary | None) -> m.HeartbeatResponse:
+        """A join: H1's join or rejoin, S3's return, or S4's duplicate."""
         member = self.members.get(request.member_id)
-        if member is None:
-            member = Member(member_id=request.member_id, member_epoch=JOIN_EPOCH,
-                            capacity=request.capacity, last_heartbeat_ms=now_ms)
-            self.members[member.member_id] = member
-            self.target.add_member(member.member_id)
+        instance_id = request.instance_id
+        if member is not None:
+            if instance_id is not None and instance_id != member.instance_id:
+                return self._instance_mismatch(request, member)
+            if member.away:
+                self._return(member, request, now_ms)
+            else:
+                self._rejoin(member, request, now_ms)
+        elif instance_id is not None and instance_id in self.instances:
+            holder = self.members[self.instances[instance_id]]
+            if not holder.away:  # S4: a second live holder; nothing changes
+                return self._error(
+                    request, Status.UNRELEASED_INSTANCE_ID,
+                    f"instanceId {instance_id!r} is held by live member {holder.member_id!r}; "
+                    "nothing changed, retry the join with backoff")
+            member = self._replace(holder, request, now_ms)
+        else:
+            member = self._add(request, now_ms)
+        return self._respond(request, member, now_ms, routing, cause=member.member_id)
+
+    def _add(self, request: m.Heartbeat, now_ms: int) -> Member:
+        """A new member (H1); with an instanceId it is static (S1)."""
+        member = Member(member_id=request.member_id, member_epoch=JOIN_EPOCH,
+                        capacity=request.capacity, last_heartbeat_ms=now_ms,
+                        instance_id=request.instance_id)
+        self.members[member.member_id] = member
+        if member.instance_id is not None:
+            self.instances[member.instance_id] = member.member_id
+        self.target.add_member(member.member_id)
+        self.effects.members_dirty.add(member.member_id)
+        self.effects.members_removed.discard(member.member_id)
+        self.fenced_ids.pop(member.member_id, None)
+        self.replaced.pop(member.member_id, None)
+        fields: dict[str, Any] = {"capacity": request.capacity}
+        if member.instance_id is not None:
+            fields["instanceId"] = member.instance_id
+        self.effects.events.append(Event("joined", member.member_id, fields))
+        self._bump_epoch("join", cause=member.member_id)
+        return member
+
+    def _return(self, member: Member, request: m.Heartbeat, now_ms: int) -> None:
+        """S3 under the same memberId: the AWAY member is back, with its target at once."""
+        member.away = False
+        member.last_heartbeat_ms = now_ms
+        member.member_epoch, member.previous_epoch = JOIN_EPOCH, LEAVE_EPOCH  # as a join (H4)
+        member.needs_full_report = False
+        self.effects.members_dirty.add(member.member_id)
+        self.effects.events.append(Event("returned", member.member_id,
+                                         {"instanceId": member.instance_id}))
+        self._capacity(member, request.capacity)
+
+    def _replace(self, holder: Member, request: m.Heartbeat, now_ms: int) -> Member:
+        """S3: a join with an AWAY member's instanceId under another memberId takes over its
+        target as it is; the old memberId is fenced for good (FENCED_INSTANCE_ID)."""
+        assert holder.instance_id is not None
+        if holder.held:  # an AWAY member holds nothing; kept safe should that ever change (H3)
+            self._release(holder, holder.held, now_ms, cause=holder.member_id, revoke=False)
+        old_id, new_id, instance_id = holder.member_id, request.member_id, holder.instance_id
+        member = Member(member_id=new_id, member_epoch=JOIN_EPOCH, capacity=holder.capacity,
+                        instance_id=instance_id, last_heartbeat_ms=now_ms)
+        del self.members[old_id]
+        self.members[new_id] = member
+        self.instances[instance_id] = new_id
+        self.target.rename_member(old_id, new_id)
+        self.effects.members_dirty.discard(old_id)
+        self.effects.members_removed.add(old_id)
+        self.effects.pushes.discard(old_id)
+        self.effects.members_dirty.add(new_id)
+        self.effects.members_removed.discard(new_id)
+        self.replaced[old_id] = (instance_id, now_ms)
+        self.replaced.pop(new_id, None)
+        self.fenced_ids.pop(new_id, None)
+        self.effects.events.append(Event("returned", new_id, {"instanceId": instance_id,
+                                                              "replaced": old_id}))
+        self._capacity(member, request.capacity)
+        return member
+
+    def _capacity(self, member: Member, capacity: int | None) -> None:
+        """H1: a capacity change grows the group epoch."""
+        if capacity is not None and capacity != member.capacity:
+            member.capacity = capacity
             self.effects.members_dirty.add(member.member_id)
-            self.effects.members_removed.discard(member.member_id)
-            self.fenced_ids.pop(member.member_id, None)
-            self.effects.events.append(Event("joined", member.member_id,
-                                             {"capacity": request.capacity}))
-            self._bump_epoch("join", cause=member.member_id)
-            return member
-        # a live member rejoining: it has dropped everything it held (H1)
+            self._bump_epoch("capacity", cause=member.member_id)
+
+    def _rejoin(self, member: Member, request: m.Heartbeat, now_ms: int) -> None:
+        """A live member rejoining: it has dropped everything it held (H1)."""
         member.last_heartbeat_ms = now_ms
         member.needs_full_report = False
         if member.held:
             self._release(member, member.held, now_ms, cause=member.member_id, revoke=False)
         self.effects.events.append(Event("rejoined", member.member_id))
-        if request.capacity is not None and request.capacity != member.capacity:
-            member.capacity = request.capacity
-            self.effects.members_dirty.add(member.member_id)
-            self._bump_epoch("capacity", cause=member.member_id)
-        return member
+        self._capacity(member, request.capacity)
 
     def _leave(self, request: m.Heartbeat, now_ms: int) -> m.HeartbeatResponse:
-        """H9: free the member's shards at once; OK at epoch -1, also for an unknown member."""
+        """H9: free the member's shards at once; OK at epoch -1, also for an unknown member.
+        A static member's -1 is a real leave too (S5)."""
         member = self.members.get(request.member_id)
-        if member is not None:
+        if member is None:
+            if request.member_id in self.replaced:
+                return self._not_live(request)
+        elif request.instance_id is not None and request.instance_id != member.instance_id:
+            return self._instance_mismatch(request, member)
+        else:
             self._remove(member, "left", now_ms)
+        return self._left(request, LEAVE_EPOCH)
+
+    def _temporary_leave(self, request: m.Heartbeat, now_ms: int) -> m.HeartbeatResponse:
+        """S2: a static member leaves for a while: AWAY, its target kept for it, held by
+        nobody and given to nobody; no epoch growth. OK at epoch -2, also when repeated or
+        from a member the coordinator does not know."""
+        if request.owned_shards:
+            return self._error(request, Status.INVALID_REQUEST, m.OWNED_ON_TEMPORARY_LEAVE)
+        member = self.members.get(request.member_id)
+        if member is None:
+            if request.member_id in self.replaced:
+                return self._not_live(request)
+        elif member.instance_id is None:
+            return self._error(request, Status.INVALID_REQUEST,
+                               "memberEpoch -2 (a temporary leave) is only for static members, "
+                               "which join with an instanceId; leave with memberEpoch -1")
+        elif request.instance_id is not None and request.instance_id != member.instance_id:
+            return self._instance_mismatch(request, member)
+        elif not member.away:
+            member.last_heartbeat_ms = now_ms  # S5: the away clock starts here
+            self._go_away(member, now_ms, "temporary_leave")
+        return self._left(request, TEMPORARY_LEAVE_EPOCH)
+
+    def _left(self, request: m.Heartbeat, epoch: int) -> m.HeartbeatResponse:
+        """The answer to a leave (H9) or a temporary leave (S2): OK, no shards."""
         return m.HeartbeatResponse(
             request_id=request.request_id, status=Status.OK, member_id=request.member_id,
-            member_epoch=LEAVE_EPOCH,
+            member_epoch=epoch,
             group_epoch=self.group_epoch, assignment_epoch=self.assignment_epoch,
             heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
             lease_ttl_ms=self.settings.lease_ttl_ms,
         )
 
-    def _remove(self, member: Member, reason: str, now_ms: int) -> None:
-        """Take a member out of the group and free its shards at once (H6, H9, H14)."""
+    def _go_away(self, member: Member, now_ms: int, reason: str) -> None:
+        """S2/S5: the member stays in the group and in the target, holding nothing; nobody
+        else gets its shards and the epoch does not grow."""
+        if member.held:
+            self._release(member, member.held, now_ms, cause=member.member_id, revoke=False)
+        member.away = True
+        member.revoke_started_ms = None
+        member.needs_full_report = False
+        self.effects.members_dirty.add(member.member_id)
+        self.effects.pushes.discard(member.member_id)
+        self.effects.events.append(Event("away", member.member_id, {
+            "instanceId": member.instance_id, "reason": reason}))
+
+    def _remove(self, member: Member, reason: str, now_ms: int,
+                fields: dict[str, Any] | None = None) -> None:
+        """Take a member out of the group and free its shards at once (H6, H9, H14, S5)."""
         if member.held:
             self._release(member, member.held, now_ms, cause=member.member_id, revoke=False)
         del self.members[member.member_id]
+        fields = dict(fields or {})
+        if member.instance_id is not None and self.instances.get(member.instance_id) == member.member_id:
+            del self.instances[member.instance_id]
+            fields["instanceId"] = member.instance_id
         self.target.remove_member(member.member_id)
         self.effects.members_dirty.discard(member.member_id)
         self.effects.members_removed.add(member.member_id)
-        self.effects.events.append(Event(reason, member.member_id))
+        self.effects.events.append(Event(reason, member.member_id, fields))
         self.effects.pushes.discard(member.member_id)
         self._bump_epoch(reason, cause=member.member_id)
 
@@ -286,7 +469,7 @@ class GroupMachine:
                 del self.owners[shard]
                 self.effects.owner_changes[shard] = None
                 waiting = self.target.owner.get(shard)
-                if waiting is not None and waiting != cause:
+                if waiting is not None and waiting != cause and not self._is_away(waiting):
                     self.effects.pushes.add(waiting)
         self.effects.members_dirty.add(member.member_id)
 
@@ -306,10 +489,12 @@ class GroupMachine:
         self.effects.members_dirty |= changed
         self.effects.events.append(Event("epoch", None, {
             "reason": reason, "groupEpoch": self.group_epoch, "members": len(self.members)}))
+        # an AWAY member has no session to push to; its return gets its target anyway (S3)
+        members = self.members
         if push_all:
-            self.effects.pushes.update(self.members)
+            self.effects.pushes.update(mid for mid, mb in members.items() if not mb.away)
         else:
-            self.effects.pushes |= changed
+            self.effects.pushes.update(mid for mid in changed if not self._is_away(mid))
         self.effects.pushes.discard(cause)  # type: ignore[arg-type]
 
     def _reconcile(self, member: Member, now_ms: int) -> Status:
@@ -377,6 +562,33 @@ class GroupMachine:
         return m.HeartbeatResponse(request_id=request.request_id, status=status,
                                    member_id=request.member_id, error=error)
 
+    def _is_away(self, member_id: str) -> bool:
+        member = self.members.get(member_id)
+        return member is not None and member.away
+
+    def _not_live(self, request: m.Heartbeat) -> m.HeartbeatResponse:
+        """A heartbeat other than a join from a memberId that is not live: replaced (S3),
+        removed by the revoke timeout (H14), AWAY (S3) or unknown."""
+        member_id = request.member_id
+        replaced = self.replaced.get(member_id)
+        if replaced is not None:
+            return self._error(request, Status.FENCED_INSTANCE_ID,
+                               f"instanceId {replaced[0]!r} was taken over by a newer member; "
+                               "stop for good, do not rejoin")
+        if member_id in self.fenced_ids:
+            return self._error(request, Status.FENCED_MEMBER_EPOCH,
+                               "member was removed by the revoke timeout; rejoin with epoch 0")
+        return self._error(request, Status.UNKNOWN_MEMBER_ID,
+                           f"member {member_id!r} is not live in the group; rejoin with epoch 0")
+
+    def _instance_mismatch(self, request: m.Heartbeat, member: Member) -> m.HeartbeatResponse:
+        """S1: the instanceId is read on a join; it never changes, nor is one added later."""
+        held = "none" if member.instance_id is None else repr(member.instance_id)
+        return self._error(request, Status.INVALID_REQUEST,
+                           f"field 'instanceId' {request.instance_id!r} differs from the member's "
+                           f"instanceId ({held}); an instanceId is set on the first join and "
+                           "never changed or added")
+
     def _fence_event(self, member_id: str, reason: str, epoch: int) -> None:
         self.effects.events.append(Event("fenced", member_id, {"reason": reason, "epoch": epoch}))
 
@@ -391,6 +603,8 @@ class GroupMachine:
         return min(limits) if limits else None
 
     def member_state(self, member: Member) -> MemberState:
+        if member.away:
+            return MemberState.AWAY
         target = self.target.of(member.member_id)
         if member.revoking or member.held - target:
             return MemberState.UNREVOKED_SHARDS
@@ -402,8 +616,9 @@ class GroupMachine:
     def state(self) -> GroupState:
         if not self.members:
             return GroupState.EMPTY
-        if all(member.member_epoch == self.assignment_epoch
-               and self.member_state(member) == MemberState.STABLE
+        if all(member.away  # S6: an AWAY member does not make the group RECONCILING
+               or (member.member_epoch == self.assignment_epoch
+                   and self.member_state(member) == MemberState.STABLE)
                for member in self.members.values()):
             return GroupState.STABLE
         return GroupState.RECONCILING
@@ -427,6 +642,8 @@ class GroupMachine:
                                        - member.assigned),
                 revoking_shards=ordered(member.revoking),
                 target_shards=ordered(self.target.of(member.member_id)),
+                instance_id=member.instance_id,
+                away_ms=max(0, now_ms - member.last_heartbeat_ms) if member.away else None,
             )
             for member in sorted(self.members.values(), key=lambda mb: mb.member_id)
         )
@@ -467,7 +684,8 @@ class GroupMachine:
         member = self.members[member_id]
         return MemberRecord(epoch=member.member_epoch, previous_epoch=member.previous_epoch,
                             capacity=member.capacity, assigned=member.assigned,
-                            revoking=member.revoking, target=self.target.of(member_id))
+                            revoking=member.revoking, target=self.target.of(member_id),
+                            instance_id=member.instance_id, away=member.away)
 
     def group_record(self) -> dict[str, Any]:
         """The group record as JSON, the way the store writes it."""
@@ -487,7 +705,8 @@ class GroupMachine:
         """Load state from records (a coordinator restart, or a rollback after a failed write).
 
         On a restart every member gets a fresh lease and must send a full
-        report (SYNC_METADATA until it does); on a rollback liveness is kept.
+        report (SYNC_METADATA until it does), and an AWAY member a fresh away clock
+        (S5); on a rollback liveness is kept.
         """
         old = self.members
         self.group_epoch = record.group.group_epoch
@@ -501,10 +720,12 @@ class GroupMachine:
             self.members[mid] = Member(
                 member_id=mid, member_epoch=data.epoch, previous_epoch=data.previous_epoch,
                 capacity=data.capacity, assigned=data.assigned, revoking=data.revoking,
+                instance_id=data.instance_id, away=data.away,
                 last_heartbeat_ms=now_ms if previous is None else previous.last_heartbeat_ms,
                 revoke_started_ms=(now_ms if data.revoking else None) if previous is None
                 else previous.revoke_started_ms,
-                needs_full_report=restart or (previous is not None and previous.needs_full_report),
+                needs_full_report=not data.away and (
+                    restart or (previous is not None and previous.needs_full_report)),
             )
         self.target = TargetAssignment(self.shards, {mid: data.target
                                                      for mid, data in record.members.items()})
@@ -512,6 +733,10 @@ class GroupMachine:
             self.target.add_member(member_id)
         self.target.take_changed()
         self.owners = {s: mid for mid, mb in self.members.items() for s in mb.held}
+        self.instances = {mb.instance_id: mid for mid, mb in self.members.items()
+                          if mb.instance_id is not None}
+        for member_id in [mid for mid in self.replaced if mid in self.members]:
+            del self.replaced[member_id]  # a rolled-back return (S3): that memberId is back
         self.effects = Effects()
 
     @classmethod

@@ -48,6 +48,7 @@ Prometheus text format from a trio task, and with `health` (actors.app.Readiness
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -372,17 +373,20 @@ def _http(status: int, reason: str, body: bytes, *,
 
 
 async def serve_metrics(metrics: CoordinatorMetrics, host: str, port: int, *,
-                        health: Health | None = None,
+                        health: Health | None = None, ssl_context: ssl.SSLContext | None = None,
                         task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Serve `GET /metrics` (and with `health`, `/healthz` and `/readyz`) on host:port until cancelled.
 
     Calls `task_status.started(bound_port)` once listening (`port` 0 picks a
-    free port). One short-lived connection per scrape; no threads.
+    free port). One short-lived connection per scrape; no threads. With
+    `ssl_context` it is HTTPS (a failed TLS handshake reads as a peer gone away).
     """
-    listeners = await trio.open_tcp_listeners(port, host=host)
-    bound_port = int(listeners[0].socket.getsockname()[1])
+    sockets = await trio.open_tcp_listeners(port, host=host)
+    bound_port = int(sockets[0].socket.getsockname()[1])
+    listeners: list[Any] = sockets if ssl_context is None else [
+        trio.SSLListener(listener, ssl_context, https_compatible=True) for listener in sockets]
 
-    async def handle(stream: trio.SocketStream) -> None:
+    async def handle(stream: trio.abc.Stream) -> None:
         async with stream:
             with trio.move_on_after(REQUEST_READ_TIMEOUT_S):
                 head = await _read_request_head(stream)
@@ -396,7 +400,7 @@ async def serve_metrics(metrics: CoordinatorMetrics, host: str, port: int, *,
     await trio.serve_listeners(handle, listeners)
 
 
-async def _read_request_head(stream: trio.SocketStream) -> bytes | None:
+async def _read_request_head(stream: trio.abc.Stream) -> bytes | None:
     """Bytes up to the blank line ending the headers; None if the peer went away or sent junk."""
     buffer = b""
     while b"\r\n\r\n" not in buffer:

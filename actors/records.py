@@ -11,7 +11,9 @@
   "drained", "retiring"}`.
 - `group:<name>`: `{"groupEpoch", "assignmentEpoch", "maxConcurrency"}`.
 - `member:<len(group)>:<group>:<memberId>`: `{"epoch", "previousEpoch",
-  "capacity", "assigned", "revoking", "target"}` (names may contain ':').
+  "capacity", "assigned", "revoking", "target"}` (names may contain ':'), and for
+  a static member (S1) also `"instanceId"` and `"away"` (S2/S5); records without
+  them are dynamic members.
 
 The pure cores describe what changed as typed records in a `Changes`;
 `encode` turns it into hash fields, `replay` turns a hash back into a
@@ -103,6 +105,8 @@ class MemberRecord:
     assigned: frozenset[str] = frozenset()
     revoking: frozenset[str] = frozenset()
     target: frozenset[str] = frozenset()
+    instance_id: str | None = None  # S1: a static member's instanceId
+    away: bool = False  # S2/S5: AWAY (its away clock restarts with the coordinator, like leases)
 
 
 @attrs.frozen
@@ -235,9 +239,14 @@ def group_value(record: GroupRecord) -> dict[str, Any]:
 
 
 def member_value(record: MemberRecord) -> dict[str, Any]:
-    return {"epoch": record.epoch, "previousEpoch": record.previous_epoch,
-            "capacity": record.capacity, "assigned": sorted(record.assigned),
-            "revoking": sorted(record.revoking), "target": sorted(record.target)}
+    value: dict[str, Any] = {
+        "epoch": record.epoch, "previousEpoch": record.previous_epoch,
+        "capacity": record.capacity, "assigned": sorted(record.assigned),
+        "revoking": sorted(record.revoking), "target": sorted(record.target)}
+    if record.instance_id is not None:  # a dynamic member's record stays as it always was
+        value["instanceId"] = record.instance_id
+        value["away"] = record.away
+    return value
 
 
 def _routing(value: Mapping[str, Any]) -> RoutingRecord:
@@ -266,7 +275,8 @@ def _group(value: Mapping[str, Any]) -> GroupRecord:
 def _member(value: Mapping[str, Any]) -> MemberRecord:
     return MemberRecord(epoch=value["epoch"], previous_epoch=value["previousEpoch"],
                         capacity=value["capacity"], assigned=frozenset(value["assigned"]),
-                        revoking=frozenset(value["revoking"]), target=frozenset(value["target"]))
+                        revoking=frozenset(value["revoking"]), target=frozenset(value["target"]),
+                        instance_id=value.get("instanceId"), away=bool(value.get("away", False)))
 
 
 def _json(value: Any) -> str:

@@ -11,8 +11,9 @@
   a backed-up prefix skips a tick (the next one carries a later `now`), so it
   can never delay the others (the lease is renewed by its own task, app.py).
 - Requests that name a prefix without an actor create nothing unless the
-  request may (A1): `getRouting` on an unknown prefix is answered here, and
-  its subscription is kept only as long as its session.
+  request may (A1, H13; actors/prefix_admission.py decides, the server asks):
+  a `getRouting` subscription on an unknown prefix is kept here, only as long
+  as its session.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-import attrs
 import trio
 
 from rsc.actors.actor import Envelope, PrefixActor, Tick, now_ms
 from rsc.actors.logs import log_event
+from rsc.actors.prefix_admission import GroupBudget
 from rsc.actors.store import StoreFenced
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
@@ -39,23 +40,14 @@ RESTART_BACKOFF_MAX_S = 5.0
 STABLE_AFTER_S = 10.0  # an actor that ran this long without failing resets the backoff
 UNAVAILABLE = "the stream prefix is being reloaded from the metadata store; retry with backoff"
 
-_RESPONSES: dict[type, type] = {
-    m.Heartbeat: m.HeartbeatResponse, m.GetRouting: m.Routing,
-    m.SetShardCount: m.ShardCountChanged, m.SetMaxConcurrency: m.MaxConcurrencyChanged,
-    m.RemoveMember: m.MemberRemoved, m.DescribeGroup: m.GroupDescription,
-}
-
 
 def unavailable_response(request: Any, error: str = UNAVAILABLE) -> Any:
-    """`request`'s own response type with COORDINATOR_NOT_AVAILABLE (nothing is revealed)."""
-    response_type = _RESPONSES.get(type(request))
-    if response_type is None:
-        return m.ErrorResponse(request_id=getattr(request, "request_id", None),
-                               status=Status.COORDINATOR_NOT_AVAILABLE, error=error)
-    names = {field.name for field in attrs.fields(response_type)}
-    keep = {name: getattr(request, name) for name in
-            ("request_id", "stream_prefix", "consumer_group", "member_id") if name in names}
-    return response_type(status=Status.COORDINATOR_NOT_AVAILABLE, error=error, **keep)
+    """COORDINATOR_NOT_AVAILABLE in `request`'s own response type (its `error()`); nothing
+    is revealed. Only what is no protocol request gets an untyped `error` frame."""
+    if isinstance(request, m.Request):
+        return request.error(Status.COORDINATOR_NOT_AVAILABLE, error)
+    return m.ErrorResponse(request_id=getattr(request, "request_id", None),
+                           status=Status.COORDINATOR_NOT_AVAILABLE, error=error)
 
 
 class Router:
@@ -63,9 +55,10 @@ class Router:
 
     def __init__(self, nursery: trio.Nursery, make_actor: Callable[[str], PrefixActor], *,
                  reload: Callable[[str], Awaitable[PrefixActor]] | None = None,
-                 metrics: Any = None) -> None:
+                 metrics: Any = None, budget: GroupBudget | None = None) -> None:
         self.nursery = nursery
         self.make_actor = make_actor
+        self.budget = budget  # A1: the coordinator's --max-groups count, shared with its actors
         self.reload = reload
         self.metrics = metrics
         self.actors: dict[str, PrefixActor] = {}
@@ -97,7 +90,7 @@ class Router:
         self._live.add(actor.prefix)
         waiting = self._waiting_subscribers.pop(actor.prefix, None)
         if waiting:
-            actor.subscribers.update(waiting)
+            actor.subscribe(*waiting)
 
     async def send(self, prefix: str, envelope: Envelope) -> None:
         """Hand a request to the prefix's actor (waits while its mailbox is full)."""
@@ -118,7 +111,7 @@ class Router:
         """Keep a routing subscription for a prefix with no actor yet (lives with the session)."""
         actor = self.actors.get(prefix)
         if actor is not None:
-            actor.subscribers.add(session)
+            actor.subscribe(session)
         else:
             self._waiting_subscribers.setdefault(prefix, set()).add(session)
 
@@ -148,7 +141,7 @@ class Router:
                 backoff = RESTART_BACKOFF_START_S
             replacement = await self._reload_until_loaded(prefix, backoff)
             backoff = min(backoff * 2, RESTART_BACKOFF_MAX_S)
-            _carry_sessions(actor, replacement)
+            replacement.take_over(actor)
             self._install(replacement)
             log_event(log, "prefix.reloaded", level=logging.WARNING, prefix=prefix,
                       groups=len(replacement.groups))
@@ -220,15 +213,3 @@ def _answer(envelope: Envelope, response: Any) -> None:
         reply.resolve(cast(Any, ()))
     else:
         reply.resolve(response)
-
-
-def _carry_sessions(old: PrefixActor, new: PrefixActor) -> None:
-    """Push targets survive a reload: members keep getting hints, subscribers their routing,
-    watchers their descriptions; and a retention pass still running is still waited for."""
-    new.subscribers.update(old.subscribers)
-    new.trim_done = old.trim_done  # a retention pass of the old one may still run (T1)
-    for session, watches in old.watches.items():
-        new.watches.setdefault(session, []).extend(watches)
-    for key, session in old.sessions.items():
-        new.sessions.setdefault(key, session)
-        new.session_members.setdefault(session, set()).add(key)

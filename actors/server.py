@@ -23,14 +23,15 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest
 
 from rsc.actors import latency
-from rsc.actors.actor import REFUSALS, Collect, Envelope, Reply, SummariesRequest, now_ms
+from rsc.actors.actor import Collect, Envelope, Reply, SummariesRequest
 from rsc.actors.admission import Admission
+from rsc.actors.group import malformed_join
 from rsc.actors.logs import log_event
+from rsc.actors.prefix_admission import REFUSALS, answer_without_state
 from rsc.actors.router import Router, unavailable_response
 from rsc.protocol import messages as m
 from rsc.protocol.codec import ADMIN_REQUESTS, MEMBER_REQUESTS, decode, encode
 from rsc.protocol.errors import ProtocolError, Status
-from rsc.protocol.vocabulary import JOIN_EPOCH
 
 log = logging.getLogger("rsc.coordinator")
 
@@ -203,46 +204,20 @@ class CoordinatorServer:
             reply.resolve(m.Groups(request_id=message.request_id, status=Status.OK, groups=tuple(groups)))
             return
         prefix = message.stream_prefix
-        if isinstance(message, m.GetRouting) and prefix not in self.router.actors:
-            # A1: an unknown prefix allocates nothing that outlives the request (but its session)
-            if message.subscribe:
-                self.router.subscribe_unknown(prefix, session)
-            reply.resolve(message.unknown_stream())
-            return
-        # A1, H13: only a join and setShardCount may create what outlives the request
-        creates = isinstance(message, m.SetShardCount) or (
-            isinstance(message, m.Heartbeat) and message.member_epoch == JOIN_EPOCH)
-        if creates and prefix not in self.router.actors:
-            answered = self._answer_without_actor(message)
+        if prefix not in self.router.actors:
+            # A1, H13: a prefix without an actor holds nothing; only a join or setShardCount
+            # within --max-groups starts one, anything else is answered here
+            if isinstance(message, m.GetRouting) and message.subscribe:
+                self.router.subscribe_unknown(prefix, session)  # lives as long as its session
+            answered = answer_without_state(message, self.router.budget)
             if answered is not None:
+                refused = REFUSALS.get(answered.status)
+                if refused is not None and self.router.metrics is not None:
+                    self.router.metrics.join_refused(refused)
                 reply.resolve(answered)
                 return
-        actor = self.router.actor(prefix, create=creates)
-        if actor is None:  # a prefix never seen: UNKNOWN_STREAM for setRetention, else UNKNOWN_GROUP
-            reply.resolve(message.unknown_stream() if isinstance(message, m.SetRetention)
-                          else message.unknown_group())
-            return
+        self.router.actor(prefix, create=True)
         await self.router.send(prefix, Envelope(message, reply, session))
-
-
-    def _answer_without_actor(self, message: m.Heartbeat | m.SetShardCount) -> m.Response | None:
-        """A1: a heartbeat or setShardCount on a prefix without an actor is first put to a
-        throwaway machine; only one that leaves something to keep (a group or routing) starts
-        an actor (None: send it there). A leave, a stale epoch, or a join or registration
-        refused by --max-groups is answered here and allocates nothing that outlives it."""
-        probe = self.router.make_actor(message.stream_prefix)
-        machine = probe.machine
-        answer = machine.handle(message, now_ms())
-        keep = bool(machine.groups) or machine.routing is not None
-        if machine.budget is not None:
-            machine.budget.count(machine.prefix, 0)  # the real actor counts its own groups
-        if keep:
-            return None
-        response = machine.resolve(answer, durable=True)
-        refused = REFUSALS.get(response.status)
-        if refused is not None and probe.metrics is not None:
-            probe.metrics.join_refused(refused)
-        return response
 
 
 def frame_bytes(text: str) -> int:
@@ -261,6 +236,7 @@ def authorized(headers: list[tuple[bytes, bytes]], token: str) -> bool:
 
 def _check_before_lookup(message: Any) -> None:
     """Malformed requests that decode: INVALID_REQUEST typed `error`, before anything is looked up."""
-    if isinstance(message, m.Heartbeat) and message.member_epoch == JOIN_EPOCH and message.owned_shards:
-        raise ProtocolError("field 'ownedShards' must be empty on a join (memberEpoch 0)",
-                            message.request_id)
+    if isinstance(message, m.Heartbeat):
+        invalid = malformed_join(message)
+        if invalid is not None:
+            raise ProtocolError(invalid, message.request_id)

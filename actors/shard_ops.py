@@ -22,111 +22,29 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
 import redis
 
-from rsc.actors.redis_connect import is_cluster
+from rsc.actors.shard_reports import (  # the values these reads return, re-exported
+    BlockingGroup as BlockingGroup,
+)
+from rsc.actors.shard_reports import (
+    DrainCount,
+    GroupTotals,
+    RetentionResult,
+    ShardLag,
+    age_cut_id,
+    sum_known,
+)
+from rsc.actors.shard_reports import blocking as blocking
+from rsc.actors.shard_reports import drain_report as drain_report
+from rsc.actors.shard_reports import drained_shards as drained_shards
+from rsc.actors.shard_reports import totals as totals
 from rsc.actors.store import STORE_IO_ERRORS, StoreError
+from rsc.common.redis_connect import is_cluster
 
 STORE_ID_KEY = "rsc:store-id"
 
-# --- results ---------------------------------------------------------------------------
-
-
-@attrs.frozen
-class ShardLag:
-    """One group's position on one shard, as Redis reports it."""
-
-    shard: str
-    length: int
-    last_delivered_id: str | None  # None: the group has no consumer group on this shard
-    lag: int | None  # XINFO GROUPS `lag`; None where Redis cannot tell
-    pending: int
-    oldest_pending_ms: int | None  # idle ms of the pending entry with the smallest id
-
-
-@attrs.frozen
-class GroupTotals:
-    """A group's lag and pending summed over shards (`lag` is None if any shard's is)."""
-
-    lag: int | None
-    pending: int
-
-
-@attrs.frozen
-class RetentionResult:
-    """What one retention pass removed from one shard."""
-
-    shard: str
-    removed_acked: int  # by `acked` (T1): every group had acked these
-    removed_by_caps: int  # by maxLength / maxAgeMs (T2)
-    removed_unconsumed: int  # of removed_by_caps, entries some group had not acked
-    length: int  # the shard's length afterwards
-
-
-@attrs.frozen
-class DrainCount:
-    """What one group still has to read (`undelivered`) or ack (`pending`) on one shard."""
-
-    shard: str
-    consumer_group: str
-    undelivered: int
-    pending: int
-
-
-@attrs.frozen
-class BlockingGroup:
-    """A group holding a migration back (G2): its counts summed over the old shards."""
-
-    consumer_group: str
-    undelivered: int
-    pending: int
-
-
 # --- pure helpers ----------------------------------------------------------------------
-
-
-def _sum_known(values: Sequence[int | None]) -> int | None:
-    """The sum, or None as soon as one value is unknown."""
-    known = [v for v in values if v is not None]
-    return sum(known) if len(known) == len(values) else None
-
-
-def totals(lags: Sequence[ShardLag]) -> GroupTotals:
-    """Sums for listGroups: `lag` is None as soon as one shard's is unknown."""
-    return GroupTotals(lag=_sum_known([shard.lag for shard in lags]),
-                       pending=sum(shard.pending for shard in lags))
-
-
-def blocking(counts: Sequence[DrainCount], groups: Sequence[str]) -> list[BlockingGroup]:
-    """Groups (in `groups` order) with anything undelivered or pending, summed over shards."""
-    summed = {name: [0, 0] for name in groups}
-    for count in counts:
-        pair = summed.setdefault(count.consumer_group, [0, 0])
-        pair[0] += count.undelivered
-        pair[1] += count.pending
-    return [BlockingGroup(consumer_group=name, undelivered=u, pending=p)
-            for name, (u, p) in summed.items() if u or p]
-
-
-def drain_report(counts: Sequence[DrainCount]) -> dict[str, dict[str, tuple[int | None, int]]]:
-    """The counts per stream, then per group: (undelivered, pending), as the prefix machine reads them."""
-    report: dict[str, dict[str, tuple[int | None, int]]] = {}
-    for count in counts:
-        report.setdefault(count.shard, {})[count.consumer_group] = (count.undelivered, count.pending)
-    return report
-
-
-def drained_shards(counts: Sequence[DrainCount], streams: Sequence[str]) -> set[str]:
-    """Shards where no group has anything undelivered or pending (R2)."""
-    busy = {c.shard for c in counts if c.undelivered or c.pending}
-    return {stream for stream in streams if stream not in busy}
-
-
-def age_cut_id(max_age_ms: int, now_ms: int) -> str | None:
-    """The MINID that removes entries older than `max_age_ms` at `now_ms` (None: nothing is)."""
-    cut = now_ms - max_age_ms
-    return f"{cut}-0" if cut > 0 else None
 
 
 def _text(value: Any) -> str:
@@ -457,7 +375,7 @@ def group_totals(client: redis.Redis, streams: Sequence[str],
                 info.get("lag"), length, _text(info["last-delivered-id"]), _end_id(first),
                 _end_id(last)))
             pending[name] += 0 if info is None else int(info["pending"])
-    return {name: GroupTotals(lag=_sum_known(lags[name]), pending=pending[name]) for name in groups}
+    return {name: GroupTotals(lag=sum_known(lags[name]), pending=pending[name]) for name in groups}
 
 
 # --- retention -------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from rsc.actors.records import (
     encode,
     replay,
 )
-from rsc.actors.redis_connect import connect, is_cluster
+from rsc.common.redis_connect import connect, is_cluster
 from rsc.protocol.routing import owner_key, seal_key
 
 EPOCH_KEY = "rsc:coordinator:epoch"
@@ -134,7 +134,8 @@ return redis.error_reply('consumer group ' .. ARGV[1] .. ' missing after its res
 
 STORE_IO_ERRORS = (redis.RedisError, OSError)
 """Every way a store call can fail on I/O (a Redis error, a timeout, EMFILE, a reset socket):
-the store raises each as a StoreError, which the prefix core handles (issue 11)."""
+the store raises each as a StoreError, which the prefix actor hands to its machine as a
+failed outcome (H12, D4)."""
 
 
 class StoreError(Exception):

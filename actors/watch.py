@@ -1,13 +1,13 @@
 """When a `describeGroup` watch pushes: pure rules, no I/O.
 
 A watch pushes the latest description whenever it differs from the last one
-pushed in any field except `lastHeartbeatMsAgo` and `oldestPendingMs` (those
-tick on their own), and at most `MAX_PUSHES_PER_SECOND` times a second: a
+pushed in any field except `lastHeartbeatMsAgo`, `awayMs` (S6) and
+`oldestPendingMs` (those tick on their own), and at most `MAX_PUSHES_PER_SECOND` times a second: a
 description is looked at again only `MIN_INTERVAL_MS` after the last look, so
 whatever changed in between is pushed once, as it is then (the latest wins).
 
 Cost: a watch looks only when the prefix machine said its group changed
-(`changed`, from `PrefixMachine.take_described`), at most MAX_PUSHES_PER_SECOND
+(`changed`, from `PrefixMachine.mark_watches`), at most MAX_PUSHES_PER_SECOND
 times a second, and otherwise once every `REFRESH_MS` for what moves without
 the machine seeing it (lag, lengths, overdue), so a quiet group is not
 described (nor its lag read) ten times a second.
@@ -29,7 +29,7 @@ def significant(description: m.GroupDescription) -> m.GroupDescription:
     """The description without what changes by itself (clocks) or per answer (requestId)."""
     return attrs.evolve(
         description, request_id=None,
-        members=tuple(attrs.evolve(member, last_heartbeat_ms_ago=None)
+        members=tuple(attrs.evolve(member, last_heartbeat_ms_ago=None, away_ms=None)
                       for member in description.members),
         shards=tuple(attrs.evolve(shard, oldest_pending_ms=None) for shard in description.shards))
 

@@ -37,6 +37,7 @@ from bench import wire
 from bench.gcstats import report
 from rsc.actors import latency
 from rsc.common import gc_policy as gc_control
+from rsc.common import tls
 from rsc.member.config import MemberConfig
 from rsc.member.pacing import jittered
 
@@ -87,6 +88,7 @@ class LoadGenerator:
 
     def __init__(self, url: str, prefix: str, group: str, capacity: int) -> None:
         self.url = url.rstrip("/")
+        self.ssl_context = tls.websocket_context(self.url)  # wss://: trusts $RSC_CA_FILE
         self.prefix = prefix
         self.group = group
         self.capacity = capacity
@@ -216,7 +218,7 @@ class LoadGenerator:
             try:
                 async with self.handshakes:
                     with trio.fail_after(60):
-                        member.websocket = await wire.connect(self.url + "/v1/member")
+                        member.websocket = await wire.connect(self.url + "/v1/member", self.ssl_context)
             except (OSError, trio.TooSlowError):
                 self.connect_failures += 1
                 task_status.started(False)
@@ -354,7 +356,8 @@ class LoadGenerator:
     async def admin(self, message: dict[str, Any]) -> dict[str, Any]:
         assert self.nursery is not None
         async with trio.open_nursery() as nursery:
-            websocket = await connect_websocket_url(nursery, self.url + "/v1/admin")
+            websocket = await connect_websocket_url(nursery, self.url + "/v1/admin",
+                                                    ssl_context=self.ssl_context)
             await websocket.send_message(json.dumps({"requestId": 1, **message}))
             reply = json.loads(await websocket.get_message())
             await websocket.aclose()

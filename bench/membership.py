@@ -26,6 +26,7 @@ from bench.procs import LoadGen, Redis, Sampler, Server, py_spy, start_bare, sta
 from bench.report import Progressor, ScenarioResult, check, pyplot
 from rsc.actors import latency
 from rsc.common import gc_policy as gc_control
+from rsc.common.redis_server import ServerTls
 
 MAX_SHARDS = 4096  # PROTOCOL.md: setShardCount shardCount 1..4096
 
@@ -226,8 +227,8 @@ def _steady_targets(result: ScenarioResult, sizes: Sizes) -> None:
 
 
 def _steady_run(progress: Progressor, sizes: Sizes, members: int, *, bare: bool,
-                gc_mode: str) -> dict[str, Any]:
-    label = f"{'bare' if bare else 'coordinator'} GC {gc_mode}"
+                gc_mode: str, tls: ServerTls | None = None) -> dict[str, Any]:
+    label = f"{'bare' if bare else 'coordinator'}{' wss' if tls else ''} GC {gc_mode}"
     progress.step(f"{label} @{members:,}: starting")
     shards = None if bare else shards_for(2 * members)
     redis = None if bare else Redis()
@@ -235,8 +236,8 @@ def _steady_run(progress: Progressor, sizes: Sizes, members: int, *, bare: bool,
     try:
         server = start_bare(gc_mode) if bare else start_coordinator(
             redis.url, heartbeat_interval_ms=sizes.heartbeat_ms, lease_ttl_ms=30000,  # type: ignore[union-attr]
-            gc_mode=gc_mode)
-        loadgen = LoadGen(server.url, gc_mode=gc_mode)
+            gc_mode=gc_mode, tls=tls)
+        loadgen = LoadGen(server.url, gc_mode=gc_mode, ca_file=tls.ca_file if tls else None)
         setup = Sampler(server=server)
         populated = _populate(progress, loadgen, members, shards, setup)
         progress.note(f"{label} @{members:,}: spreading heartbeats")

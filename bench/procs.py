@@ -21,15 +21,15 @@ import psutil
 
 from bench.gcstats import GC_LINE
 from rsc.common import gc_policy as gc_control
-from rsc.embedded_redis import EmbeddedRedis
+from rsc.common.redis_server import EmbeddedRedis, ServerTls
 
 
 class BenchError(RuntimeError):
     """A process under test misbehaved (did not start, answered an error, timed out)."""
 
 
-def _child_env(gc_mode: str | None = None) -> dict[str, str]:
-    env = dict(os.environ)
+def _child_env(gc_mode: str | None = None, **extra: str) -> dict[str, str]:
+    env = {**os.environ, **extra}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if gc_mode is not None:
@@ -40,12 +40,13 @@ def _child_env(gc_mode: str | None = None) -> dict[str, str]:
 class Child:
     """A child process whose stdout we read line by line."""
 
-    def __init__(self, argv: list[str], *, stdin: bool = False, gc_mode: str | None = None) -> None:
+    def __init__(self, argv: list[str], *, stdin: bool = False, gc_mode: str | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.argv = argv
         self.gc_mode = gc_mode
         self.process = subprocess.Popen(
             argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env=_child_env(gc_mode), bufsize=0)
+            stderr=subprocess.PIPE, env=_child_env(gc_mode, **(env or {})), bufsize=0)
         self.stats = psutil.Process(self.process.pid)
         self._selector = selectors.DefaultSelector()
         assert self.process.stdout is not None
@@ -169,7 +170,7 @@ def py_spy(pid: int, seconds: float, name: str) -> subprocess.Popen[bytes] | Non
 
 def start_coordinator(redis_url: str, *, heartbeat_interval_ms: int = 3000, lease_ttl_ms: int = 30000,
                       tick_interval_ms: int = 1000, push: bool = True,
-                      gc_mode: str | None = None) -> Server:
+                      gc_mode: str | None = None, tls: ServerTls | None = None) -> Server:
     profile: list[str] = []
     if PROFILE_DIR is not None:
         profile = ["-m", "cProfile", "-o",
@@ -179,6 +180,8 @@ def start_coordinator(redis_url: str, *, heartbeat_interval_ms: int = 3000, leas
             "--tick-interval-ms", str(tick_interval_ms), "--log-level", "warning"]
     if not push:
         argv.append("--no-push")
+    if tls is not None:  # serves wss://
+        argv += ["--tls-cert", tls.cert_file, "--tls-key", tls.key_file]
     return Server(argv, gc_mode=gc_mode)
 
 
@@ -191,9 +194,9 @@ class LoadGen(Child):
     """The load-generator process (bench/loadgen.py), driven one JSON command at a time."""
 
     def __init__(self, url: str, prefix: str = "bench", group: str = "g",
-                 gc_mode: str | None = None) -> None:
+                 gc_mode: str | None = None, ca_file: str | None = None) -> None:
         super().__init__([sys.executable, "-m", "bench.loadgen", url, prefix, group], stdin=True,
-                         gc_mode=gc_mode)
+                         gc_mode=gc_mode, env={"RSC_CA_FILE": ca_file} if ca_file else None)
         _drain_stderr_forever(self)
         ready = json.loads(self.readline(30))
         self.fd_limit = ready.get("fdLimit")

@@ -14,7 +14,9 @@ needs, the RFC 6455 client side on 127.0.0.1:
 
 No task of its own: the caller sends with a plain syscall (a rare partial write
 is finished by waiting for the socket to be writable) and receives by waiting
-for readability, so one simulated member is one task.
+for readability, so one simulated member is one task. `connect(url, ssl_context=)`
+speaks wss:// over a non-blocking ssl.SSLSocket the same way (a write or read
+that TLS cannot finish yet waits like a would-block one).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import base64
 import hashlib
 import os
 import socket
+import ssl
 from urllib.parse import urlsplit
 
 import trio
@@ -31,6 +34,7 @@ _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _NO_MASK = b"\x00\x00\x00\x00"
 OP_CONT, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
 RECV_SIZE = 65536
+_WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
 class Closed(Exception):
@@ -65,7 +69,7 @@ class LeanWebSocket:
     """One client websocket on a non-blocking stdlib socket, driven from one task."""
 
     __slots__ = ("sock", "buffer", "fragments", "fragment_opcode", "out", "flushing", "closed",
-                 "close_sent")
+                 "close_sent", "tls")
 
     def __init__(self, sock: socket.socket, leftover: bytes) -> None:
         self.sock = sock
@@ -76,6 +80,7 @@ class LeanWebSocket:
         self.flushing = False
         self.closed = False
         self.close_sent = False
+        self.tls = isinstance(sock, ssl.SSLSocket)  # it may hold decrypted bytes: see receive()
 
     # --- sending -------------------------------------------------------------------
 
@@ -88,7 +93,7 @@ class LeanWebSocket:
         else:
             try:
                 sent = self.sock.send(data)
-            except BlockingIOError:
+            except _WOULD_BLOCK:
                 sent = 0
             except OSError as exc:
                 self._drop()
@@ -104,7 +109,7 @@ class LeanWebSocket:
                 await trio.lowlevel.wait_writable(self.sock)
                 try:
                     sent = self.sock.send(self.out)
-                except BlockingIOError:
+                except _WOULD_BLOCK:
                     continue
                 except OSError as exc:
                     self._drop()
@@ -203,10 +208,11 @@ class LeanWebSocket:
                 return message
             if self.closed:
                 raise Closed("closed")
-            await trio.lowlevel.wait_readable(self.sock)
+            if not (self.tls and self.sock.pending()):  # type: ignore[attr-defined]
+                await trio.lowlevel.wait_readable(self.sock)
             try:
                 data = self.sock.recv(RECV_SIZE)
-            except BlockingIOError:
+            except _WOULD_BLOCK:
                 continue
             except OSError as exc:
                 self._drop()
@@ -253,13 +259,14 @@ class LeanWebSocket:
             self._drop()
 
 
-async def connect(url: str) -> LeanWebSocket:
-    """Open `url` (ws://host:port/path) and complete the Upgrade handshake."""
+async def connect(url: str, ssl_context: ssl.SSLContext | None = None) -> LeanWebSocket:
+    """Open `url` (ws://host:port/path, or wss:// with `ssl_context`) and complete the Upgrade
+    handshake."""
     parts = urlsplit(url)
-    if parts.scheme != "ws":
-        raise ValueError(f"only ws:// is supported, not {url!r}")
+    if parts.scheme != ("wss" if ssl_context else "ws"):
+        raise ValueError(f"{url!r}: ws:// without an ssl_context, wss:// with one")
     host = parts.hostname or "127.0.0.1"
-    port = parts.port or 80
+    port = parts.port or (443 if ssl_context else 80)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
@@ -272,6 +279,9 @@ async def connect(url: str) -> LeanWebSocket:
             error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if error:
                 raise OSError(error, os.strerror(error)) from None
+        if ssl_context is not None:
+            sock = await _tls_handshake(ssl_context.wrap_socket(
+                sock, server_hostname=host, do_handshake_on_connect=False))
         key = base64.b64encode(os.urandom(16))
         request = (f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
                    f"Connection: Upgrade\r\nSec-WebSocket-Key: {key.decode()}\r\n"
@@ -280,16 +290,17 @@ async def connect(url: str) -> LeanWebSocket:
             await trio.lowlevel.wait_writable(sock)
             try:
                 request = request[sock.send(request):]
-            except BlockingIOError:
+            except _WOULD_BLOCK:
                 pass
         response = b""
         while b"\r\n\r\n" not in response:
             if len(response) > 16384:
                 raise HandshakeFailed("handshake response too long")
-            await trio.lowlevel.wait_readable(sock)
+            if not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+                await trio.lowlevel.wait_readable(sock)
             try:
                 chunk = sock.recv(RECV_SIZE)
-            except BlockingIOError:
+            except _WOULD_BLOCK:
                 continue
             if not chunk:
                 raise HandshakeFailed("connection closed during the handshake")
@@ -311,6 +322,17 @@ async def connect(url: str) -> LeanWebSocket:
         trio.lowlevel.notify_closing(sock)
         sock.close()
         raise
+
+
+async def _tls_handshake(sock: ssl.SSLSocket) -> ssl.SSLSocket:
+    while True:
+        try:
+            sock.do_handshake()
+            return sock
+        except ssl.SSLWantReadError:
+            await trio.lowlevel.wait_readable(sock)
+        except ssl.SSLWantWriteError:
+            await trio.lowlevel.wait_writable(sock)
 
 
 __all__ = ["Closed", "HandshakeFailed", "LeanWebSocket", "connect", "frame"]

@@ -107,6 +107,7 @@ class Endpoints:
     coordinator_url: str
     redis_url: str
     token: str | None
+    ca_file: str | None = None  # what a wss:// coordinator is verified against, beside the system store
 
 
 def endpoints(args: argparse.Namespace, environ: Mapping[str, str]) -> Endpoints:
@@ -125,7 +126,8 @@ def endpoints(args: argparse.Namespace, environ: Mapping[str, str]) -> Endpoints
     except ValueError as exc:
         raise BadConfig(f"bad Redis URL {redis_url!r}: {exc}") from None
     return Endpoints(coordinator_url=coordinator, redis_url=redis_url,
-                     token=args.token or environ.get("RSC_TOKEN") or None)
+                     token=args.token or environ.get("RSC_TOKEN") or None,
+                     ca_file=args.ca_file or environ.get("RSC_CA_FILE") or None)
 
 
 def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
@@ -136,6 +138,9 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
                         help="Redis URL of the shard streams (default: $RSC_REDIS_URL)")
     parser.add_argument("--token", default=None,
                         help="member endpoint token (default: $RSC_TOKEN)")
+    parser.add_argument("--ca-file", default=None, metavar="FILE",
+                        help="CA certificates (PEM) a wss:// coordinator is verified against, beside "
+                             "the system trust store (default: $RSC_CA_FILE)")
 
 
 def add_produce_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -157,13 +162,14 @@ def add_consume_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=_positive, default=4,
                         help="worker capacity of each member (default 4)")
     parser.add_argument("--work-ms", type=float, default=0.0,
-                        help="simulated handler work per message, in ms")
+                        help="simulated handler work per message, in ms (default 0)")
     parser.add_argument("--metrics-port", type=int, default=None,
                         help="serve the members' Prometheus metrics on this port")
     parser.add_argument("--metrics-host", default="127.0.0.1",
                         help="address of the metrics port (default 127.0.0.1)")
     parser.add_argument("--events", action="store_true",
-                        help="write one JSON line per member event to stderr")
+                        help="write one JSON line per member event to stderr (joined, assigned, revoking, "
+                             "revoked, fenced, left, join refused)")
     parser.set_defaults(run=run_consume)
 
 
@@ -194,6 +200,8 @@ def _exit_now(say: Callable[[str], None], line: str) -> None:
 
 def _run(tool: str, main: Callable[..., Awaitable[int]], *args: object) -> int:
     """trio.run(main, *args) with one line, not a traceback, for what stops a tool at once."""
+    from rsc.common.tls import TlsFailed
+
     say = _line_writer(tool)
     try:
         return trio.run(main, *args)
@@ -202,6 +210,9 @@ def _run(tool: str, main: Callable[..., Awaitable[int]], *args: object) -> int:
     except (StoreMismatch, BadConfig, BadCoordinatorUrl) as exc:
         say(str(exc))
         return 1
+    except TlsFailed as exc:  # D3: a certificate that does not verify cannot heal by waiting
+        say(exc.line)
+        return 2
 
 
 # --- produce ---------------------------------------------------------------------------
@@ -226,7 +237,7 @@ async def _produce(prefix: str, urls: Endpoints, input_fd: int) -> int:
     lines_in, lines_out = trio.open_memory_channel[tuple[str, str]](BUFFER_LINES)
     try:
         async with open_producer(urls.coordinator_url, urls.redis_url, prefix,
-                                 token=urls.token, notices=notices) as producer:
+                                 token=urls.token, notices=notices, ca_file=urls.ca_file) as producer:
 
             async def read_input() -> None:
                 async with lines_in:
@@ -434,7 +445,7 @@ class ConsumeWatch:
         while True:
             try:
                 async with open_session(url, "member", token=self.urls.token,
-                                        connect_timeout=5.0) as session:
+                                        connect_timeout=5.0, ca_file=self.urls.ca_file) as session:
                     await self._ask(session, subscribe=True)
                     self.notices.clear("coordinator", f"connected to the coordinator at {url}")
                     backoff.reset()
@@ -525,7 +536,7 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
             coordinator_url=urls.coordinator_url, redis_url=urls.redis_url, token=urls.token,
             concurrency=args.concurrency, runtime_max_concurrency=args.workers,
             member_ids=member_ids, on_event=on_event if args.events else None,
-            check_store_id=False,  # ConsumeWatch checked it
+            check_store_id=False, ca_file=urls.ca_file,  # ConsumeWatch checked the store
             notices=notices)  # one line per problem, whoever of the watch and members sees it
 
     consumers = make_listener()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ssl
+
 import attrs
 
 from rsc.member.policies import AckPolicy, RetryPolicy
@@ -18,6 +20,9 @@ class MemberConfig:
     member_id: str
     capacity: int = 4
     token: str | None = None
+    # wss:// coordinator: verified against ssl_context, else the system store and ca_file ($RSC_CA_FILE)
+    ca_file: str | None = None
+    ssl_context: ssl.SSLContext | None = attrs.field(default=None, eq=False, repr=False)
     read_count: int = 100
     block_ms: int = 200
     max_buffered: int = 1000

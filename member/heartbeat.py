@@ -58,8 +58,8 @@ async def run_session(core: MemberCore) -> None:
     backoff = FIRST_BACKOFF_S
     while not core.left.is_set():
         try:
-            async with open_session(config.coordinator_url, "member",
-                                    token=config.token) as session:
+            async with open_session(config.coordinator_url, "member", token=config.token,
+                                    ca_file=config.ca_file, ssl_context=config.ssl_context) as session:
                 backoff = FIRST_BACKOFF_S
                 core.ledger.on_session_lost()
                 async with trio.open_nursery() as nursery:

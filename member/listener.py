@@ -23,10 +23,12 @@ with backoff and said once as a warning (and a `join refused` event).
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 
 import trio
 
+from rsc.common.tls import TlsFailed
 from rsc.member.ids import make_member_id
 from rsc.member.notices import Notices
 from rsc.member.policies import AckPolicy, RetryPolicy
@@ -53,7 +55,8 @@ class Listener:
                  on_event: EventCallback | None = None,
                  read_observer: ReadObserver | None = None,
                  ack_observer: AckObserver | None = None,
-                 check_store_id: bool = True, notices: Notices | None = None) -> None:
+                 check_store_id: bool = True, notices: Notices | None = None,
+                 ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if runtime_max_concurrency < 1:
@@ -66,7 +69,8 @@ class Listener:
                                 member_id=member_id, capacity=runtime_max_concurrency,
                                 token=token, ack_policy=ack_policy, retry=retry,
                                 read_count=read_count, block_ms=block_ms,
-                                check_store_id=check_store_id),
+                                check_store_id=check_store_id, ca_file=ca_file,
+                                ssl_context=ssl_context),
                    handler, on_event=on_event, read_observer=read_observer,
                    ack_observer=ack_observer, notices=notices)
             for member_id in ids[:concurrency]
@@ -86,7 +90,7 @@ class Listener:
         """Run every member; `started` once all have joined; return once all have left.
 
         Raises StoreMismatch (not a group of them) when the members' Redis is not the
-        coordinator's.
+        coordinator's, TlsFailed when a wss:// coordinator's certificate does not verify.
         """
         try:
             async with trio.open_nursery() as nursery:
@@ -94,7 +98,7 @@ class Listener:
                     await nursery.start(member.run)
                 task_status.started(self)
         except BaseExceptionGroup as group:
-            mismatch, rest = group.split(StoreMismatch)
+            mismatch, rest = group.split((StoreMismatch, TlsFailed))
             if mismatch is None or rest is not None:
                 raise
             raise _first_leaf(mismatch) from None

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import math
+import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TypeVar
@@ -86,8 +87,10 @@ class Producer:
 
     def __init__(self, coordinator_url: str, redis_url: str, stream_prefix: str, *,
                  client: redis.Redis, token: str | None = None, subscribe: bool = True,
-                 routing_wait_s: float | None = None, notices: Notices | None = None) -> None:
+                 routing_wait_s: float | None = None, notices: Notices | None = None,
+                 ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
         self.coordinator_url = check_coordinator_url(coordinator_url)
+        self._ca_file, self._ssl_context = ca_file, ssl_context  # for a wss:// coordinator
         self.redis_url = redis_url
         self.stream_prefix = stream_prefix
         self.subscribe = subscribe
@@ -279,7 +282,8 @@ class Producer:
         while True:
             try:
                 async with open_session(url, "member", token=self._token,
-                                        connect_timeout=CONNECT_TIMEOUT_S) as session:
+                                        connect_timeout=CONNECT_TIMEOUT_S, ca_file=self._ca_file,
+                                        ssl_context=self._ssl_context) as session:
                     if self.subscribe or self.routing is None:
                         await self._request_routing(session)
                     self._session = session  # usable by writers once routing was asked for
@@ -311,7 +315,8 @@ class Producer:
 @asynccontextmanager
 async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str, *,
                         token: str | None = None, routing_wait_s: float | None = None,
-                        subscribe: bool = True, notices: Notices | None = None
+                        subscribe: bool = True, notices: Notices | None = None,
+                        ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None
                         ) -> AsyncIterator[Producer]:
     """A producer with its coordinator session (kept open), routing and Redis connection.
 
@@ -319,14 +324,15 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
     routing (forever, or `routing_wait_s`) and retry Redis. `subscribe=False`
     makes a producer that only learns new routing when a write to a sealed
     version is refused (it still never loses a message). A malformed coordinator
-    or Redis URL raises ValueError.
+    or Redis URL raises ValueError. A wss:// coordinator is verified against `ssl_context`,
+    else the system trust store and `ca_file` (default $RSC_CA_FILE); TlsFailed if it fails.
     """
     check_coordinator_url(coordinator_url)
     client = connect(redis_url, timeout_s=REDIS_TIMEOUT_S, retries=False)
     try:
         producer = Producer(coordinator_url, redis_url, stream_prefix, client=client,
                             token=token, subscribe=subscribe, routing_wait_s=routing_wait_s,
-                            notices=notices)
+                            notices=notices, ca_file=ca_file, ssl_context=ssl_context)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(producer.keep_session)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import logging
 import socket
+import ssl
 import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -34,6 +35,7 @@ from trio_websocket import (
     open_websocket_url,
 )
 
+from rsc.common.tls import forget_server, verify_server, websocket_context
 from rsc.member.backoff import Backoff as Backoff  # re-exported: the shells import it from here
 from rsc.protocol import Message, ProtocolError, decode, encode
 
@@ -180,6 +182,7 @@ class Session:
 
 
 ENDPOINT_HINTS = {
+    400: "the coordinator serves TLS on this port: use wss://",
     401: "missing or wrong token (pass --token or set RSC_TOKEN)",
     404: "no such endpoint: give the coordinator as ws://HOST:PORT; the tools add /v1/{endpoint}",
     503: "the coordinator is at its session limit (--max-sessions)",
@@ -279,19 +282,27 @@ async def open_session(
     *,
     token: str | None = None,
     connect_timeout: float = 10.0,
+    ca_file: str | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[Session]:
-    """Connect to the coordinator at `url` (ws://host:port) and yield a `Session`.
+    """Connect to the coordinator at `url` (ws://host:port or wss://) and yield a `Session`.
 
     Sends `Authorization: Bearer <token>` when `token` is given. A URL no retry
     can fix raises BadCoordinatorUrl; a refused handshake raises SessionRefused
-    (with its HTTP status), a connection that never came up CoordinatorUnreachable.
+    (with its HTTP status), a connection that never came up CoordinatorUnreachable,
+    a wss:// server that does not verify against `ssl_context` (else the system
+    trust store and `ca_file`, default $RSC_CA_FILE) TlsFailed, not a SessionClosed (D3).
     """
     check_coordinator_url(url)
     headers = [(b"Authorization", f"Bearer {token}".encode())] if token else None
+    context = websocket_context(url, ca_file=ca_file, ssl_context=ssl_context)
+    if context is not None:
+        await verify_server(coordinator_base(url, endpoint), context, connect_timeout)
     connected = False
     try:
         async with open_websocket_url(
             session_url(url, endpoint),
+            ssl_context=context,
             extra_headers=headers,
             message_queue_size=64,
             connect_timeout=connect_timeout,
@@ -313,6 +324,8 @@ async def open_session(
     except (HandshakeError, OSError) as exc:
         if connected:
             raise
+        if context is not None:
+            forget_server(coordinator_base(url, endpoint), context)
         raise unreachable(url, endpoint, exc, connect_timeout) from exc
     except BaseExceptionGroup as group:
         unwrap_single(group)

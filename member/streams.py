@@ -22,9 +22,9 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
+from rsc.common.redis_connect import connect as connect_any
+from rsc.common.redis_connect import is_cluster
 from rsc.member.producer_core import Refused
-from rsc.member.redis_connect import connect as connect_any
-from rsc.member.redis_connect import is_cluster
 from rsc.protocol.routing import owner_key, seal_key
 
 NOT_OWNER = -1

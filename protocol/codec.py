@@ -313,7 +313,8 @@ _REVOKE_STATES: dict[str, RevokeState] = {state.value: state for state in Revoke
 # read there too, or the direct path would drop it (tests/test_codec_fast.py holds these to
 # the attrs fields).
 FAST_HEARTBEAT_KEYS = frozenset({"requestId", "streamPrefix", "consumerGroup", "memberId",
-                                 "memberEpoch", "capacity", "ownedShards", "revokingShards"})
+                                 "memberEpoch", "capacity", "ownedShards", "revokingShards",
+                                 "instanceId"})
 FAST_REVOKING_SHARD_KEYS = frozenset({"shard", "state"})
 
 
@@ -331,6 +332,9 @@ def _fast_heartbeat(obj: dict[str, Any]) -> m.Heartbeat | None:
         return None
     capacity = obj.get("capacity")
     if capacity is not None and type(capacity) is not int:
+        return None
+    instance_id: Any = obj.get("instanceId")  # S1: a dynamic member costs this one lookup
+    if instance_id is not None and not _clean_text(instance_id):
         return None
     owned = obj.get("ownedShards")
     owned_shards: tuple[str, ...] | None = None
@@ -363,7 +367,8 @@ def _fast_heartbeat(obj: dict[str, Any]) -> m.Heartbeat | None:
         return m.Heartbeat(request_id=request_id, stream_prefix=stream_prefix,
                            consumer_group=consumer_group, member_id=member_id,
                            member_epoch=member_epoch, capacity=capacity,
-                           owned_shards=owned_shards, revoking_shards=revoking_shards)
+                           owned_shards=owned_shards, revoking_shards=revoking_shards,
+                           instance_id=instance_id)
     except Exception:  # noqa: BLE001 - a validator's failure: the converter words it
         return None
 

@@ -21,6 +21,8 @@ class Status(enum.StrEnum):
     GROUP_NOT_EMPTY = "GROUP_NOT_EMPTY"
     GROUP_MAX_SIZE_REACHED = "GROUP_MAX_SIZE_REACHED"
     GROUP_LIMIT_REACHED = "GROUP_LIMIT_REACHED"
+    UNRELEASED_INSTANCE_ID = "UNRELEASED_INSTANCE_ID"  # S4: another live member holds it
+    FENCED_INSTANCE_ID = "FENCED_INSTANCE_ID"  # S3: a newer member took this instanceId over
 
 
 class ProtocolError(Exception):

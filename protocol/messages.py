@@ -15,6 +15,7 @@ import attrs
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import (
     LEAVE_EPOCH,
+    TEMPORARY_LEAVE_EPOCH,
     Cutover,
     GroupState,
     MemberState,
@@ -74,6 +75,8 @@ __all__ = [
 
 MAX_NAME_LENGTH = 200
 MAX_SHARD_COUNT = 4096
+OWNED_ON_TEMPORARY_LEAVE = ("field 'ownedShards' must be empty on a temporary leave "
+                            "(memberEpoch -2): stop reading and drain first")
 
 
 def camel(name: str) -> str:
@@ -119,6 +122,21 @@ def _optional_name(instance: Any, attribute: attrs.Attribute, value: str | None)
 
 def _member_id(instance: Any, attribute: attrs.Attribute, value: str) -> None:
     check_name(attribute.name, value, allow_braces=True)
+
+
+def _member_and_instance_id(instance: Any, attribute: attrs.Attribute, value: str) -> None:
+    """A heartbeat's memberId, then its optional instanceId (S1: same rules): one validator,
+    so a heartbeat without an instanceId pays no extra call (attrs runs validators once every
+    field is set)."""
+    check_name(attribute.name, value, allow_braces=True)
+    if instance.instance_id is not None:
+        check_name("instance_id", instance.instance_id, allow_braces=True)
+
+
+def _optional_member_id(instance: Any, attribute: attrs.Attribute, value: str | None) -> None:
+    """An optional memberId or instanceId (S1: same rules as a memberId)."""
+    if value is not None:
+        check_name(attribute.name, value, allow_braces=True)
 
 
 def _at_least(low: int):
@@ -185,22 +203,31 @@ class Heartbeat(GroupRequest):
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
     consumer_group: str = attrs.field(validator=_name)
-    member_id: str = attrs.field(validator=_member_id)
-    member_epoch: int = attrs.field(validator=_at_least(-1))
+    member_id: str = attrs.field(validator=_member_and_instance_id)
+    # -1 leaves (H9), -2 leaves for a while (S2); below that is INVALID_REQUEST
+    member_epoch: int = attrs.field(validator=_at_least(TEMPORARY_LEAVE_EPOCH))
     capacity: int | None = attrs.field(default=None, validator=_at_least(1))
     owned_shards: tuple[str, ...] | None = None
     revoking_shards: tuple[RevokingShard, ...] = ()
+    instance_id: str | None = None  # S1 (checked by memberId's validator, see there)
 
     def error(self, status: Status, error: str) -> HeartbeatResponse:
         return HeartbeatResponse(request_id=self.request_id, status=status,
                                  member_id=self.member_id, error=error)
 
     def unknown_group(self) -> HeartbeatResponse:
-        """A heartbeat other than a join for a group that does not exist (H9, H13): a leave
-        is OK at epoch -1 (a retried leave), anything else UNKNOWN_MEMBER_ID."""
+        """A heartbeat other than a join for a group that does not exist (H9, H13, S2): a
+        leave is OK at epoch -1 (a retried leave), a temporary leave OK at -2 (a naming
+        shards is INVALID_REQUEST), anything else UNKNOWN_MEMBER_ID."""
         if self.member_epoch == LEAVE_EPOCH:
             return HeartbeatResponse(request_id=self.request_id, status=Status.OK,
                                      member_id=self.member_id, member_epoch=LEAVE_EPOCH)
+        if self.member_epoch == TEMPORARY_LEAVE_EPOCH:
+            if self.owned_shards:
+                return self.error(Status.INVALID_REQUEST, OWNED_ON_TEMPORARY_LEAVE)
+            return HeartbeatResponse(request_id=self.request_id, status=Status.OK,
+                                     member_id=self.member_id,
+                                     member_epoch=TEMPORARY_LEAVE_EPOCH)
         return self.error(Status.UNKNOWN_MEMBER_ID,
                           f"member {self.member_id!r} is not live in group {self.consumer_group!r} "
                           f"of {self.stream_prefix!r}; rejoin with epoch 0")
@@ -352,13 +379,24 @@ class SetMaxConcurrency(GroupRequest):
                                      consumer_group=self.consumer_group, error=error)
 
 
+def _one_member(instance: Any, attribute: attrs.Attribute, value: str | None) -> None:
+    """S5: removeMember names a memberId or an instanceId, exactly one of them."""
+    _optional_member_id(instance, attribute, value)
+    if (instance.member_id is None) == (value is None):
+        raise FieldValueError("field 'memberId' and field 'instanceId' are both set; name exactly "
+                              "one" if value is not None else
+                              "field 'memberId' or field 'instanceId' is missing (removeMember "
+                              "names exactly one)")
+
+
 @attrs.frozen(kw_only=True)
 class RemoveMember(GroupRequest):
     TYPE: ClassVar[str] = "removeMember"
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
     consumer_group: str = attrs.field(validator=_name)
-    member_id: str = attrs.field(validator=_member_id)
+    member_id: str | None = attrs.field(default=None, validator=_optional_member_id)
+    instance_id: str | None = attrs.field(default=None, validator=_one_member)  # S5
 
     def error(self, status: Status, error: str) -> MemberRemoved:
         return MemberRemoved(request_id=self.request_id, status=status,
@@ -479,6 +517,8 @@ class MemberDescription:
     revoking_shards: tuple[str, ...] = ()
     target_shards: tuple[str, ...] = ()
     overdue: bool = False  # last accepted heartbeat older than interval x 1.5
+    instance_id: str | None = None  # S6: null for a dynamic member
+    away_ms: int | None = None  # S6: time since its last accepted heartbeat, only when AWAY
 
 
 @attrs.frozen(kw_only=True)
@@ -541,7 +581,7 @@ class MemberRemoved(Response):
     status: Status
     stream_prefix: str
     consumer_group: str
-    member_id: str
+    member_id: str | None  # the removed member; null on an error naming only an instanceId
     group_epoch: int | None = None
     error: str | None = None
 

@@ -14,6 +14,9 @@ JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 """`memberEpoch: -1` leaves a group; a leave's answer carries it too (H9)."""
 
+TEMPORARY_LEAVE_EPOCH = -2
+"""`memberEpoch: -2` is a static member's leave for a while; its answer carries it too (S2)."""
+
 
 class GroupState(enum.StrEnum):
     """H4: `EMPTY` without members, `STABLE` when all are STABLE at the assignment epoch."""
@@ -24,11 +27,12 @@ class GroupState(enum.StrEnum):
 
 
 class MemberState(enum.StrEnum):
-    """H4: what a member still has to do before it is at its group's assignment epoch."""
+    """H4: what a member still has to do before it is at its group's assignment epoch (S2: AWAY)."""
 
     STABLE = "STABLE"
     UNREVOKED_SHARDS = "UNREVOKED_SHARDS"
     UNRELEASED_SHARDS = "UNRELEASED_SHARDS"
+    AWAY = "AWAY"  # S2/S5: a static member away; its target waits for its return
 
 
 class RevokeState(enum.StrEnum):

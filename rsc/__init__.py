@@ -9,7 +9,7 @@ One distribution namespace:
   `rsc.cli` (the `rsc` command), `rsc.admin_client` (admin session and requests),
   `rsc.admin_args` (admin command line -> requests), `rsc.admin_views` (pure rich views),
   `rsc.admin_cli` (admin runner), `rsc.admin_watch` (live watch), `rsc.demo`,
-  `rsc.embedded_redis`, `rsc.coordinator_cli`.
+  `rsc.coordinator_cli`. `rsc.common`: what both sides run (Redis connect, redis-server, TLS).
 
 Applications import the data plane from `rsc.member`:
 

@@ -201,6 +201,9 @@ def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> arg
                             f"else {DEFAULT_URL})")
     admin.add_argument("--token", default=None,
                        help=f"admin token, sent as 'Authorization: Bearer' (default: ${TOKEN_ENV})")
+    admin.add_argument("--ca-file", default=None, metavar="FILE",
+                       help="CA certificates (PEM) a wss:// coordinator is verified against, beside "
+                            "the system trust store (default: $RSC_CA_FILE)")
     admin.add_argument("--timeout", type=_argument_type(_positive_float), default=DEFAULT_TIMEOUT_S,
                        help=f"seconds to wait to connect and for each answer "
                             f"(default: {DEFAULT_TIMEOUT_S:g})")
@@ -250,9 +253,11 @@ def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> arg
                        help="stop after this many seconds (default: until Ctrl-C)")
     watch.add_argument("--changes", type=_argument_type(_positive_int), default=None,
                        help="stop after this many changes were shown (default: no limit)")
-    delete = command("delete-group", "delete a group without live members (G1)")
+    delete = command("delete-group", "delete a group that has no live members (its metadata and "
+                                     "its Redis consumer group on every shard)")
     group_arguments(delete)
-    retention = command("set-retention", "replace a prefix's retention (T1..T3)")
+    retention = command("set-retention", "replace a prefix's retention: remove entries once every "
+                                         "group acked them, or not, and optional length and age caps")
     retention.add_argument("prefix", metavar="PREFIX", help="stream prefix")
     mode = retention.add_mutually_exclusive_group(required=True)
     mode.add_argument("--acked", dest="mode", action="store_const", const=RetentionMode.ACKED,
@@ -265,7 +270,8 @@ def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> arg
                            default=None, metavar="DURATION",
                            help="remove entries older than this (30s, 15m, 24h, 7d), even "
                                 "unconsumed ones (lossy)")
-    reset = command("reset-offsets", "move a memberless group's offsets on every shard (G3)")
+    reset = command("reset-offsets", "move the offsets of a group without live members on every "
+                                     "shard, dropping its pending entries")
     group_arguments(reset)
     target = reset.add_mutually_exclusive_group(required=True)
     target.add_argument("--to-earliest", dest="to", action="store_const", const="earliest",

@@ -87,7 +87,7 @@ async def _connect_and_run(args: argparse.Namespace, url: str, source: str,
                            console: Console) -> None:
     request = None if args.admin_command == "watch" else build_request(args)
     async with open_admin_client(url, token=admin_token(args), connect_timeout=args.timeout,
-                                 url_source=source) as admin:
+                                 url_source=source, ca_file=args.ca_file) as admin:
         if request is None:
             from rsc.admin_watch import watch
 

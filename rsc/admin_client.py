@@ -21,6 +21,7 @@ import itertools
 import json
 import re
 import socket
+import ssl
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Protocol, TypeVar
@@ -38,6 +39,7 @@ from trio_websocket import (
 )
 
 from rsc.admin_args import DEFAULT_URL
+from rsc.common import tls
 from rsc.member.session import single_exception
 from rsc.protocol import (
     Cutover,
@@ -191,6 +193,8 @@ def connect_failure(coordinator: CoordinatorURL, exc: BaseException, *, token: s
         if status == 404:
             return (f"{where} (the admin endpoint is {ADMIN_PATH}: give --url as ws://HOST:PORT, "
                     f"for example ws://{_hostport(coordinator)})")
+        if status == 400:
+            return f"{where} (the coordinator serves TLS on this port: use wss://{_hostport(coordinator)})"
         if status == 503:
             return (f"{where} (the coordinator is at its session limit, --max-sessions; "
                     "try again later)")
@@ -466,14 +470,22 @@ class AdminClient:
 
 @asynccontextmanager
 async def open_admin_client(url: str, *, token: str | None = None, connect_timeout: float = 5.0,
-                            url_source: str = "--url") -> AsyncIterator[AdminClient]:
-    """Connect to the admin endpoint of the coordinator at `url` (ws://host:port).
+                            url_source: str = "--url", ca_file: str | None = None,
+                            ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[AdminClient]:
+    """Connect to the admin endpoint of the coordinator at `url` (ws://host:port or wss://).
 
-    Raises AdminConnectError (one line, D3) when the URL is bad or no session comes up
-    within `connect_timeout` seconds.
+    Raises AdminConnectError (one line, D3) when the URL is bad, no session comes up
+    within `connect_timeout` seconds, or a wss:// coordinator does not verify against
+    `ssl_context` (else the system trust store and `ca_file`, default $RSC_CA_FILE).
     """
     coordinator = parse_coordinator_url(url, url_source)
     headers = [(b"Authorization", f"Bearer {token}".encode())] if token else None
+    context = tls.websocket_context(coordinator.endpoint, ca_file=ca_file, ssl_context=ssl_context)
+    if context is not None:
+        try:
+            await tls.verify_server(coordinator.base, context, connect_timeout)
+        except tls.TlsFailed as exc:
+            raise AdminConnectError(exc.line) from None
     failure: str | None = None
     connected = False
     try:
@@ -483,7 +495,7 @@ async def open_admin_client(url: str, *, token: str | None = None, connect_timeo
                 # reader waiting on a peer that accepted the TCP connection and never answers
                 with trio.fail_after(connect_timeout):
                     websocket = await connect_websocket_url(nursery, coordinator.endpoint,
-                                                            extra_headers=headers)
+                                                            extra_headers=headers, ssl_context=context)
             except (HandshakeError, OSError, trio.TooSlowError) as exc:
                 failure = connect_failure(coordinator, exc, token=token, timeout=connect_timeout)
                 nursery.cancel_scope.cancel()

@@ -28,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="run a coordinator, producer and members on an embedded Redis")
     demo.add_argument("--duration", type=float, default=None,
                       help="seconds to run before exiting (default: until Ctrl-C)")
+    demo.add_argument("--console-port", type=int, default=0,
+                      help="serve the web console on this port (default 0: a free one)")
     demo.set_defaults(run=_run_demo)
     return parser
 

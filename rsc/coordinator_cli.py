@@ -17,18 +17,33 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--redis-url", default=os.environ.get("RSC_REDIS_URL") or None,
                         help="Redis for metadata (default: $RSC_REDIS_URL, else start an embedded "
                              "redis-server)")
-    parser.add_argument("--host", default=defaults.host)
-    parser.add_argument("--port", type=int, default=defaults.port, help="0 picks a free port")
-    parser.add_argument("--tick-interval-ms", type=int, default=defaults.tick_interval_ms)
-    parser.add_argument("--lease-ttl-ms", type=int, default=defaults.lease_ttl_ms)
-    parser.add_argument("--heartbeat-interval-ms", type=int, default=defaults.heartbeat_interval_ms)
-    parser.add_argument("--revoke-timeout-ms", type=int, default=defaults.revoke_timeout_ms)
+    parser.add_argument("--host", default=defaults.host,
+                        help="address to listen on, for sessions and the metrics port (default %(default)s)")
+    parser.add_argument("--port", type=int, default=defaults.port,
+                        help="websocket port; 0 picks a free one (default %(default)s)")
+    parser.add_argument("--tick-interval-ms", type=int, default=defaults.tick_interval_ms,
+                        help="how often leases and revoke timeouts are checked and the coordinator's "
+                             "own lease is renewed (default %(default)s)")
+    parser.add_argument("--lease-ttl-ms", type=int, default=defaults.lease_ttl_ms,
+                        help="a member without an accepted heartbeat for this long is expired; a "
+                             "Redis call slower than a third of it is given up (default %(default)s)")
+    parser.add_argument("--heartbeat-interval-ms", type=int, default=defaults.heartbeat_interval_ms,
+                        help="how often members are told to heartbeat (default %(default)s)")
+    parser.add_argument("--revoke-timeout-ms", type=int, default=defaults.revoke_timeout_ms,
+                        help="a member still holding a shard it was asked to give up after this long "
+                             "is removed from its group (default %(default)s)")
+    parser.add_argument("--static-session-timeout-ms", type=_positive_int,
+                        default=defaults.static_session_timeout_ms,
+                        help="how long the shards of a static member that went away wait for it to "
+                             "come back before they move to others (default %(default)s)")
     # tokens may come from the environment so they stay out of `ps` (PROTOCOL.md, Transport)
     parser.add_argument("--admin-token", default=os.environ.get("RSC_ADMIN_TOKEN") or None,
                         help="require this bearer token on /v1/admin (default: $RSC_ADMIN_TOKEN)")
     parser.add_argument("--member-token", default=os.environ.get("RSC_MEMBER_TOKEN") or None,
                         help="require this bearer token on /v1/member (default: $RSC_MEMBER_TOKEN)")
-    parser.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes)
+    parser.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes,
+                        help="largest message accepted, in UTF-8 bytes; a larger one closes the "
+                             "session with code 1009 (default %(default)s)")
     parser.add_argument("--max-sessions", type=_positive_int, default=None,
                         help="open sessions allowed; past it a handshake gets HTTP 503 "
                              "(default: 80%% of the fd limit, raised to the hard limit at start)")
@@ -40,12 +55,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              f"(default {DEFAULT_MAX_GROUP_SIZE})")
     parser.add_argument("--metrics-port", type=int, default=None,
                         help="serve Prometheus metrics, /healthz and /readyz on this port (0 picks one)")
+    parser.add_argument("--console-port", type=int, default=None,
+                        help="serve the read-only web console on this port (0 picks one)")
+    parser.add_argument("--tls-cert", default=os.environ.get("RSC_TLS_CERT") or None, metavar="FILE",
+                        help="serve wss:// with this certificate chain, PEM (default: $RSC_TLS_CERT)")
+    parser.add_argument("--tls-key", default=os.environ.get("RSC_TLS_KEY") or None, metavar="FILE",
+                        help="the private key of --tls-cert, PEM (default: $RSC_TLS_KEY)")
+    parser.add_argument("--metrics-tls", action="store_true",
+                        help="serve the metrics and health port over HTTPS with the same certificate")
     parser.add_argument("--no-push", dest="push", action="store_false",
                         help="do not push assignmentChanged hints (members poll)")
     parser.add_argument("--keep-drained-streams", action="store_true",
                         help="keep a resharded prefix's old streams instead of deleting them")
-    parser.add_argument("--log-level", default="info")
-    parser.add_argument("--log-format", choices=("text", "json"), default="text")
+    parser.add_argument("--log-level", default="info",
+                        help="debug, info, warning or error (default %(default)s)")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text",
+                        help="text: `ts LEVEL event key=value ...`; json: one object per line "
+                             "(default %(default)s)")
     parser.set_defaults(run=run)
 
 
@@ -64,16 +90,23 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         redis_url=args.redis_url, host=args.host, port=args.port,
         tick_interval_ms=args.tick_interval_ms, lease_ttl_ms=args.lease_ttl_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms, revoke_timeout_ms=args.revoke_timeout_ms,
+        static_session_timeout_ms=args.static_session_timeout_ms,
         admin_token=args.admin_token, member_token=args.member_token,
-        max_frame_bytes=args.max_frame_bytes, metrics_port=args.metrics_port, push=args.push,
+        max_frame_bytes=args.max_frame_bytes, metrics_port=args.metrics_port,
+        console_port=args.console_port, push=args.push,
         keep_drained_streams=args.keep_drained_streams, max_sessions=args.max_sessions,
         max_groups=args.max_groups, max_group_size=args.max_group_size,
+        tls_cert=args.tls_cert, tls_key=args.tls_key, metrics_tls=args.metrics_tls,
     )
 
 
 def run(args: argparse.Namespace) -> int:
     _configure_logging(args.log_level, args.log_format)
-    config = config_from_args(args)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:  # flags that do not go together
+        print(f"rsc coordinator: {exc}", file=sys.stderr)
+        return 1
     import trio
 
     try:
@@ -92,9 +125,11 @@ def run(args: argparse.Namespace) -> int:
 def _operator_error(exc: BaseException) -> BaseException | None:
     """The store or embedded-redis error inside `exc` (nurseries wrap errors in groups)."""
     from rsc.actors.store import StoreError
-    from rsc.embedded_redis import EmbeddedRedisError
+    from rsc.common.redis_server import EmbeddedRedisError
+    from rsc.common.tls import TlsConfigError
+    from rsc.console import ConsoleError
 
-    if isinstance(exc, StoreError | EmbeddedRedisError):
+    if isinstance(exc, StoreError | EmbeddedRedisError | TlsConfigError | ConsoleError):
         return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
@@ -117,7 +152,7 @@ async def _main(config: CoordinatorConfig) -> None:
     import attrs
     import trio
 
-    from rsc.embedded_redis import EmbeddedRedis
+    from rsc.common.redis_server import EmbeddedRedis
 
     embedded = await trio.to_thread.run_sync(lambda: EmbeddedRedis().start())
     print(f"no --redis-url given: started a private redis-server at {embedded.url}; "
@@ -142,6 +177,11 @@ async def _serve_until_signal(config: CoordinatorConfig) -> None:
         url = await nursery.start(lambda task_status: serve(config, metrics=metrics,
                                                             task_status=task_status))
         print(f"listening on {url}", flush=True)
+        if config.console_port is not None:
+            from rsc.console import console_url, serve_console
+
+            port = await nursery.start(serve_console, url, config.host, config.console_port)
+            print(f"console at {console_url(config.host, port)}", flush=True)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for _ in signals:
                 nursery.cancel_scope.cancel()

@@ -5,10 +5,11 @@ coordinator, creates the prefix `demo` with 8 shards, runs a producer and
 members of the group `workers` in-process, scales the members up and down on
 a fixed schedule, reshards to 12 shards once (reported, not fatal, when the
 coordinator refuses it) and kills one member without a leave, so its lease
-expiry and the reassignment of its shards show. The coordinator's URL and the
-`rsc admin watch` command that follows the group from another terminal stay
-on screen. On a terminal the group view redraws in place; into a pipe each
-step is one line and the final view is printed at the end. It ends with a
+expiry and the reassignment of its shards show. The coordinator's URL, the
+`rsc admin watch` command that follows the group from another terminal and the
+web console's URL (`--console-port`, a free port by default) stay on screen.
+On a terminal the group view redraws in place; into a pipe each step is one line
+and the final view is printed at the end. It ends with a
 reconciled count: produced = consumed (unique) + still in the streams at stop.
 Exits 0 at `--duration` or on Ctrl-C / SIGTERM, stopping everything it started.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import math
 import signal
@@ -38,7 +40,8 @@ from rsc.actors.config import CoordinatorConfig
 from rsc.admin_cli import print_view
 from rsc.admin_client import AdminClient, AdminError, open_admin_client
 from rsc.admin_views import describe_view, format_age, shards_text
-from rsc.embedded_redis import EmbeddedRedis
+from rsc.common.redis_server import EmbeddedRedis
+from rsc.console import console_url, serve_console
 from rsc.member.ids import make_member_id
 from rsc.member.producer import open_producer
 from rsc.member.runtime import Member, MemberConfig, Message
@@ -150,6 +153,7 @@ class DemoState:
     started: float
     duration_s: float | None
     url: str = ""
+    console_url: str = ""
     produced: int = 0
     consumed: int = 0
     redelivered: int = 0
@@ -257,6 +261,8 @@ def demo_view(state: DemoState) -> RenderableType:
     if state.url:
         parts.append(Text(f"coordinator {state.url}; follow it from another terminal: "
                           f"{watch_command(state.url)}", style="cyan"))
+    if state.console_url:
+        parts.append(Text(f"web console at {state.console_url}", style="cyan"))
     parts += [counters, Text("")]
     if state.description is not None:
         parts.append(describe_view(state.description))
@@ -272,7 +278,8 @@ def run(args: argparse.Namespace) -> int:
     console = Console(highlight=False)
     logging.getLogger().setLevel(logging.ERROR)  # the view shows progress, not a wall of logs
     try:
-        trio.run(run_demo, args.duration, console)
+        trio.run(functools.partial(run_demo, args.duration, console,
+                                   console_port=getattr(args, "console_port", 0)))
     except KeyboardInterrupt:
         return 0
     except Exception as exc:  # noqa: BLE001 - one clear line for whatever stopped the demo
@@ -282,8 +289,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def run_demo(duration_s: float | None, console: Console, *,
-                   handle_signals: bool = True) -> DemoState:
-    """Run the demo until `duration_s` passed (None: forever) or SIGINT/SIGTERM arrives."""
+                   handle_signals: bool = True, console_port: int | None = 0) -> DemoState:
+    """Run the demo until `duration_s` passed (None: forever) or SIGINT/SIGTERM arrives; the
+    web console on `console_port` (0: a free port; None: none)."""
     state = DemoState(started=time.monotonic(), duration_s=duration_s)
     say = _narrator(console, state)
     redis_server = await trio.to_thread.run_sync(lambda: EmbeddedRedis().start())
@@ -296,6 +304,10 @@ async def run_demo(duration_s: float | None, console: Console, *,
             state.url = url
             say(f"coordinator at {url}; follow the group from another terminal: "
                 f"{watch_command(url)}")
+            if console_port is not None:
+                bound = await nursery.start(serve_console, url, config.host, console_port)
+                state.console_url = console_url(config.host, bound)
+                say(f"web console at {state.console_url}")
             async with open_admin_client(url) as admin:
                 await admin.set_shard_count(PREFIX, GROUP, SHARD_COUNT)
                 say(f"prefix {PREFIX!r}: {SHARD_COUNT} shards, group {GROUP!r}")

@@ -7,17 +7,16 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from rsc.embedded_redis import EmbeddedRedis
+from rsc.common.redis_server import EmbeddedRedis, server_binary
 from tests.conftest_cluster import *  # noqa: F403  (server choice, cluster fixtures)
-from tests.conftest_cluster import server_binary
+from tests.conftest_tls import *  # noqa: F403  (certificates, TLS redis-server and cluster)
 
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[EmbeddedRedis]:
     """A real redis-server on a free port, stopped (by pid) after the session."""
-    server = EmbeddedRedis()
-    server.binary = server_binary()  # RSC_TEST_SERVER: redis (default), valkey, redis8 or a path
-    with server:
+    # RSC_TEST_SERVER: redis (default), valkey, redis8 or a path
+    with EmbeddedRedis(binary=server_binary()) as server:
         yield server
 
 

@@ -1,14 +1,29 @@
-"""Drive a PrefixMachine the way its shell does, synchronously: handle, checkpoint, outcome, resolve."""
+"""Drive a PrefixMachine the way its shell does, synchronously: handle each request, then run
+every I/O request its `flush` yields against a fake Redis and send the outcome back."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
 from rsc.actors.group import GroupSettings
-from rsc.actors.prefix import Checkpoint, Committed, DrainQuery, DrainReport, PrefixMachine
+from rsc.actors.prefix import PrefixMachine
+from rsc.actors.prefix_io import (
+    DONE,
+    AwaitRetention,
+    Checkpoint,
+    Committed,
+    Deliver,
+    DrainQuery,
+    DrainReport,
+    IORequest,
+    LagRead,
+    MoveOffsets,
+    Outcome,
+)
 from rsc.actors.records import encode, replay
+from rsc.actors.shard_reports import ShardLag
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import JOIN_EPOCH, Cutover, GroupState, RevokeState
@@ -33,44 +48,80 @@ class Driver:
         self.machine = PrefixMachine(PREFIX, SETTINGS, keep_drained_streams=keep_drained_streams)
         self.hash: dict[str, str] = {}
         self.now = 0
-        self.queries: list[DrainQuery | None] = []
+        self.queries: list[DrainQuery | None] = []  # the drain query of each batch, if any
+        self.steps: list[IORequest] = []  # the I/O requests of the last batch, in order
         self.moves_fail = False
+        self.retention_running = False  # a pass runs past the store deadline (T1's wait stalls)
 
     def batch(self, requests: Sequence[m.Request], *, durable: bool = True,
               drained: Iterable[str] | None = None, report: DrainReport | None = None,
-              tick: bool = False) -> Batch:
-        """Run one batch; `report` (or `drained`: those streams are empty for every group,
-        the others have one undelivered entry each) answers the machine's drain query."""
+              tick: bool = False, stalled: bool = False,
+              lags: Mapping[str, list[ShardLag]] | None = None) -> Batch:
+        """Run one batch through `flush`, the machine's own I/O order, answering each I/O
+        request as Redis would; `report` (or `drained`: those streams are empty for every
+        group, the others have one undelivered entry each) answers the drain query (without
+        either it fails, `stalled` when the store stalled), `durable` the checkpoint write,
+        `lags` the describes' lag reads (without it they fail)."""
         machine = self.machine
         if tick:
             machine.tick(self.now)
         answers = [machine.handle(request, self.now) for request in requests]
-        query = machine.drain_query()
+        query: DrainQuery | None = None
+        delivered: Deliver | None = None
+        self.steps = []
+        flush = machine.flush(self.now)
+        step = next(flush, None)
+        while step is not None:
+            self.steps.append(step)
+            outcome = self._outcome(step, query_report=(drained, report), durable=durable,
+                                    stalled=stalled, lags=lags)
+            if isinstance(step, DrainQuery):
+                query = step
+            if isinstance(step, Deliver):
+                delivered = step
+            try:
+                step = flush.send(outcome)
+            except StopIteration:
+                step = None
         self.queries.append(query)
-        if query is not None and drained is not None:
-            done = set(drained)
-            report = {stream: {group: (0 if stream in done else 1, 0) for group in query.groups}
-                      for stream in query.streams}
-        if query is not None and report is not None:
-            machine.drain_measured(report)
-        checkpoint = machine.checkpoint()
-        committed = None
-        if durable:
-            for move in checkpoint.moves:  # the Redis side of G3, as a fake: ids by stream order
-                if self.moves_fail:
-                    continue
-                machine.offsets_moved(move, {stream: f"{index}-0"
-                                             for index, stream in enumerate(move.streams)})
-            for field, value in encode(checkpoint.changes).items():
+        assert delivered is not None and machine.last_checkpoint is not None
+        return Batch([machine.resolve(answer, durable=delivered.durable) for answer in answers],
+                     machine.last_checkpoint, delivered.committed)
+
+    def _outcome(self, step: IORequest, *, query_report: tuple[Iterable[str] | None,
+                                                               DrainReport | None],
+                 durable: bool, stalled: bool,
+                 lags: Mapping[str, list[ShardLag]] | None) -> Outcome:
+        """What Redis answers to one I/O request of the machine (a fake hash takes checkpoints)."""
+        if isinstance(step, DrainQuery):
+            drained, report = query_report
+            if drained is not None:
+                done = set(drained)
+                report = {stream: {group: (0 if stream in done else 1, 0) for group in step.groups}
+                          for stream in step.streams}
+            if report is None:
+                return Outcome(error="not measured", stalled=stalled, now_ms=self.now)
+            return Outcome(report)
+        if isinstance(step, Checkpoint):
+            if not durable:
+                return Outcome(error="the store is down", now_ms=self.now)
+            for field, value in encode(step.changes).items():
                 if value is None:
                     self.hash.pop(field, None)
                 else:
                     self.hash[field] = value
-            committed = machine.committed(checkpoint)
-        else:
-            machine.write_failed(checkpoint, self.now)
-        return Batch([machine.resolve(answer, durable=durable) for answer in answers],
-                     checkpoint, committed)
+            return DONE
+        if isinstance(step, MoveOffsets):  # the Redis side of G3, as a fake: ids by stream order
+            if self.moves_fail:
+                return Outcome(error="the move failed", now_ms=self.now)
+            return Outcome({stream: f"{index}-0" for index, stream in enumerate(step.streams)})
+        if isinstance(step, LagRead):
+            if lags is None or step.group not in lags:
+                return Outcome(error="not read", now_ms=self.now)
+            return Outcome(lags[step.group])
+        if isinstance(step, AwaitRetention) and self.retention_running:
+            return Outcome(error="a pass still runs", stalled=True, now_ms=self.now)
+        return DONE  # cleanup, totals, retention passes, delivery
 
     def one(self, request: m.Request, **options: object) -> m.Response:
         return self.batch([request], **options).responses[0]  # type: ignore[arg-type]

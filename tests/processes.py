@@ -87,7 +87,7 @@ def rss_bytes(pid: int) -> int:
 
 
 async def _measure(rounds: int) -> None:
-    from rsc.embedded_redis import EmbeddedRedis
+    from rsc.common.redis_server import EmbeddedRedis
 
     with EmbeddedRedis() as redis_server:
         for module in ("rsc", "rsc.coordinator_cli"):

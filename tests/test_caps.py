@@ -115,7 +115,8 @@ async def test_a1_heartbeats_and_refused_registrations_on_unknown_prefixes_start
     store = MetadataStore(redis_url, lease_ms=1000)
     budget = GroupBudget(1)
     budget.count("elsewhere", 1)  # the coordinator already has its one group
-    router = Router(nursery, lambda prefix: PrefixActor(prefix, store, SETTINGS, budget=budget))
+    router = Router(nursery, lambda prefix: PrefixActor(prefix, store, SETTINGS, budget=budget),
+                    budget=budget)
     server = CoordinatorServer(router, nursery, admin_token=None, member_token=None)
 
     async def ask(message: m.Request) -> m.Response:

@@ -19,11 +19,10 @@ import pytest
 import redis
 from redis.exceptions import RedisClusterException, TryAgainError
 
-from rsc.actors import redis_connect as store_connect
 from rsc.actors.records import COORDINATOR_EPOCH_FIELD, WRITE_SEQUENCE_FIELD
 from rsc.actors.store import _CAS_WRITE, meta_key
-from rsc.embedded_redis import EmbeddedRedis
-from rsc.member import redis_connect as member_connect
+from rsc.common import redis_connect
+from rsc.common.redis_server import SLOTS, ClusterError, EmbeddedRedis, LocalCluster, server_binary
 from rsc.member.cluster_streams import ClusterProduceOps, ClusterStreamOps
 from rsc.member.ops import produce_ops, stream_ops
 from rsc.member.streams import (
@@ -35,7 +34,6 @@ from rsc.member.streams import (
     supports_xackdel,
 )
 from rsc.protocol.routing import owner_key, seal_key, stream_key
-from tests.cluster import SLOTS, ClusterError, LocalCluster, server_binary
 
 pytestmark = pytest.mark.cluster
 
@@ -89,16 +87,14 @@ def test_unknown_server_choice_is_named() -> None:
         server_binary("no-such-server")
 
 
-@pytest.mark.parametrize("connect", [member_connect.connect, store_connect.connect],
-                         ids=["member", "store"])
-def test_connect_picks_the_cluster_client_for_a_cluster_node(connect, cluster_url: str,
-                                                             redis_url: str) -> None:
+def test_connect_picks_the_cluster_client_for_a_cluster_node(cluster_url: str, redis_url: str) -> None:
+    connect = redis_connect.connect
     on_cluster = connect(cluster_url, decode_responses=True)
     on_server = connect(redis_url, decode_responses=True)
     try:
         assert isinstance(on_cluster, redis.RedisCluster)
         assert type(on_server) is redis.Redis
-        assert member_connect.is_cluster(on_cluster) and not member_connect.is_cluster(on_server)
+        assert redis_connect.is_cluster(on_cluster) and not redis_connect.is_cluster(on_server)
         on_cluster.set("{x}:probe", "1")
         assert on_cluster.get("{x}:probe") == "1"
     finally:
@@ -106,15 +102,13 @@ def test_connect_picks_the_cluster_client_for_a_cluster_node(connect, cluster_ur
         on_server.close()
 
 
-@pytest.mark.parametrize("connect", [member_connect.connect, store_connect.connect],
-                         ids=["member", "store"])
-def test_a_database_other_than_0_on_a_cluster_node_is_a_clear_error(connect, cluster_url: str) -> None:
+def test_a_database_other_than_0_on_a_cluster_node_is_a_clear_error(cluster_url: str) -> None:
     with pytest.raises(ValueError, match="database other than 0.*Redis Cluster node: use database 0"):
-        connect(cluster_url + "/1", decode_responses=True)
+        redis_connect.connect(cluster_url + "/1", decode_responses=True)
 
 
 def test_an_unreachable_node_gives_the_plain_client_which_fails_at_first_use() -> None:
-    client = member_connect.connect("redis://127.0.0.1:1", socket_connect_timeout=0.5)
+    client = redis_connect.connect("redis://127.0.0.1:1", socket_connect_timeout=0.5)
     assert type(client) is redis.Redis
     with pytest.raises(redis.ConnectionError):
         client.ping()
@@ -154,7 +148,7 @@ def test_the_shards_of_a_prefix_spread_over_all_three_masters(cluster_url: str,
 
 
 def test_producer_and_acker_scripts_run_on_the_cluster(cluster_url: str) -> None:
-    client = member_connect.connect(cluster_url, decode_responses=True)
+    client = redis_connect.connect(cluster_url, decode_responses=True)
     assert isinstance(client, redis.RedisCluster)
     try:
         shards = [stream_key(PREFIX, 1, index) for index in range(SHARDS)]
@@ -183,7 +177,7 @@ def test_producer_and_acker_scripts_run_on_the_cluster(cluster_url: str) -> None
 
 
 def test_store_check_and_set_script_runs_on_the_cluster(cluster_url: str) -> None:
-    client = store_connect.connect(cluster_url, decode_responses=True)
+    client = redis_connect.connect(cluster_url, decode_responses=True)
     try:
         key, epoch, sequence = meta_key(PREFIX), COORDINATOR_EPOCH_FIELD, WRITE_SEQUENCE_FIELD
         assert client.eval(_CAS_WRITE, 1, key, 5, epoch, sequence, 1, 1, "routing", '{"v":1}') == 1
@@ -198,7 +192,7 @@ def test_store_check_and_set_script_runs_on_the_cluster(cluster_url: str) -> Non
 
 
 def test_a_script_call_across_slots_is_refused(cluster_url: str) -> None:
-    client = member_connect.connect(cluster_url, decode_responses=True)
+    client = redis_connect.connect(cluster_url, decode_responses=True)
     try:
         one, other = stream_key(PREFIX, 1, 0), stream_key(PREFIX, 1, 1)
         with pytest.raises((RedisClusterException, redis.ResponseError)):
@@ -264,7 +258,7 @@ def test_xackdel_acks_and_deletes_while_the_owner_token_is_ours() -> None:
 # --- the cluster data plane: ClusterStreamOps and ClusterProduceOps through the node router -----
 
 def _cluster_client(url: str) -> redis.RedisCluster:
-    client = member_connect.connect(url, decode_responses=True)
+    client = redis_connect.connect(url, decode_responses=True)
     assert isinstance(client, redis.RedisCluster)
     return client
 

@@ -24,9 +24,9 @@ import pytest
 import redis
 import trio
 
+from rsc.common.redis_server import LocalCluster, free_cluster_port
 from rsc.member.listener import Listener
 from rsc.protocol import messages as m
-from tests.cluster import LocalCluster, free_cluster_port
 from tests.conftest import RunningCoordinator, start_coordinator
 from tests.processes import spawn_coordinator
 from tests.test_member_integration import ConsumerProcess

@@ -38,7 +38,7 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "capacity": 8,
  "ownedShards": [],
  "revokingShards": []}
-""", m.Heartbeat, {}),
+""", m.Heartbeat, {"instanceId": None}),
     ("heartbeatResponse", """
 {"type": "heartbeatResponse", "requestId": 7, "status": "OK",
  "memberId": "10.0.0.7-4242-0-k3f9", "memberEpoch": 5,
@@ -85,7 +85,7 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
                  "storeId": None, "retention": None}),
     ("error", """
 {"type": "error", "requestId": 7, "status": "INVALID_REQUEST",
- "error": "field 'memberEpoch' must be >= -1, got -2"}
+ "error": "field 'memberEpoch' must be >= -2, got -3"}
 """, m.ErrorResponse, {}),
     ("error without readable requestId", """
 {"type": "error", "requestId": null, "status": "INVALID_REQUEST",
@@ -108,12 +108,29 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "ownedShards": ["orders:v1:0", "orders:v1:2"],
  "revokingShards": [{"shard": "orders:v1:2", "state": "REVOKED"},
                     {"shard": "orders:v1:0", "state": "REVOKING"}]}
-""", m.Heartbeat, {"capacity": None}),
+""", m.Heartbeat, {"capacity": None, "instanceId": None}),
     ("heartbeat leave, ownedShards null, revokingShards absent", """
 {"type": "heartbeat", "requestId": 10,
  "streamPrefix": "orders", "consumerGroup": "billing",
  "memberId": "10.0.0.7-4242-0-k3f9", "memberEpoch": -1, "ownedShards": null}
-""", m.Heartbeat, {"capacity": None, "revokingShards": []}),
+""", m.Heartbeat, {"capacity": None, "revokingShards": [], "instanceId": None}),
+    ("heartbeat static join (S1)", """
+{"type": "heartbeat", "requestId": 7,
+ "streamPrefix": "orders", "consumerGroup": "billing",
+ "memberId": "10.0.0.7-4242-0-k3f9", "memberEpoch": 0, "instanceId": "billing-0",
+ "capacity": 8, "ownedShards": [], "revokingShards": []}
+""", m.Heartbeat, {}),
+    ("heartbeat temporary leave (S2)", """
+{"type": "heartbeat", "requestId": 11,
+ "streamPrefix": "orders", "consumerGroup": "billing",
+ "memberId": "10.0.0.7-4242-0-k3f9", "memberEpoch": -2, "ownedShards": []}
+""", m.Heartbeat, {"capacity": None, "revokingShards": [], "instanceId": None}),
+    ("heartbeatResponse UNRELEASED_INSTANCE_ID (S4)", """
+{"type": "heartbeatResponse", "requestId": 7, "status": "UNRELEASED_INSTANCE_ID",
+ "memberId": "10.0.0.9-77-0-zz01", "error": "instanceId 'billing-0' is held by a live member"}
+""", m.HeartbeatResponse, {"memberEpoch": None, "groupEpoch": None, "assignmentEpoch": None,
+                           "heartbeatIntervalMs": None, "leaseTtlMs": None, "maxConcurrency": None,
+                           "routing": None, "assignment": None}),
     ("groupDescription", """
 {"type": "groupDescription", "requestId": 3, "status": "OK",
  "streamPrefix": "orders", "consumerGroup": "billing",
@@ -137,7 +154,7 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
                      "state": "UNREVOKED_SHARDS", "capacity": 8, "lastHeartbeatMsAgo": 420,
                      "assignedShards": ["orders:v2:0"], "pendingShards": [],
                      "revokingShards": ["orders:v1:1"], "targetShards": ["orders:v2:0"],
-                     "overdue": False}]}),
+                     "overdue": False, "instanceId": None, "awayMs": None}]}),
     ("groupDescription with shards, an overdue member and retention", """
 {"type": "groupDescription", "requestId": 3, "status": "OK",
  "streamPrefix": "orders", "consumerGroup": "billing",
@@ -148,7 +165,7 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "members": [{"memberId": "m1", "memberEpoch": 9, "state": "STABLE", "capacity": 1,
               "lastHeartbeatMsAgo": 4800, "assignedShards": ["orders:v2:0"],
               "pendingShards": [], "revokingShards": [], "targetShards": ["orders:v2:0"],
-              "overdue": true}],
+              "overdue": true, "instanceId": null, "awayMs": null}],
  "targetAssignment": {"m1": ["orders:v2:0"]}, "currentAssignment": {"m1": ["orders:v2:0"]},
  "shards": [{"shard": "orders:v2:0", "version": 2, "owner": "m1",
              "length": 1204, "lastDeliveredId": "1733040000000-3",
@@ -156,6 +173,22 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
             {"shard": "orders:v1:0", "version": 1, "owner": null, "length": 0,
              "lastDeliveredId": null, "lag": null, "pending": 0, "oldestPendingMs": null}],
  "retention": {"mode": "acked", "maxLength": null, "maxAgeMs": null}}
+""", m.GroupDescription, {"error": None}),
+    ("groupDescription with an AWAY static member (S6)", """
+{"type": "groupDescription", "requestId": 3, "status": "OK",
+ "streamPrefix": "orders", "consumerGroup": "billing",
+ "state": "STABLE", "groupEpoch": 9, "assignmentEpoch": 9, "maxConcurrency": null,
+ "routing": null, "migration": null,
+ "members": [{"memberId": "m1", "memberEpoch": 9, "state": "AWAY", "capacity": 1,
+              "lastHeartbeatMsAgo": 4800, "assignedShards": [],
+              "pendingShards": ["orders:v1:0"], "revokingShards": [],
+              "targetShards": ["orders:v1:0"], "overdue": false,
+              "instanceId": "billing-0", "awayMs": 4800}],
+ "targetAssignment": {"m1": ["orders:v1:0"]}, "currentAssignment": {"m1": []},
+ "shards": [{"shard": "orders:v1:0", "version": 1, "owner": null,
+             "length": 1204, "lastDeliveredId": "1733040000000-3",
+             "lag": 17, "pending": 0, "oldestPendingMs": null}],
+ "retention": null}
 """, m.GroupDescription, {"error": None}),
     # The admin table's requests and responses, with concrete values.
     ("listGroups", '{"type": "listGroups", "requestId": 2}', m.ListGroups, {}),
@@ -227,7 +260,11 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
     ("removeMember", """
 {"type": "removeMember", "requestId": 6, "streamPrefix": "orders", "consumerGroup": "billing",
  "memberId": "10.0.0.7-4242-0-k3f9"}
-""", m.RemoveMember, {}),
+""", m.RemoveMember, {"instanceId": None}),
+    ("removeMember by instanceId (S5)", """
+{"type": "removeMember", "requestId": 6, "streamPrefix": "orders", "consumerGroup": "billing",
+ "instanceId": "billing-0"}
+""", m.RemoveMember, {"memberId": None}),
     ("memberRemoved", """
 {"type": "memberRemoved", "requestId": 6, "status": "OK", "streamPrefix": "orders",
  "consumerGroup": "billing", "memberId": "10.0.0.7-4242-0-k3f9", "groupEpoch": 11}
@@ -335,7 +372,8 @@ def test_encode_is_compact_utf8_json_with_camel_case_names() -> None:
     assert "zürich" in text  # UTF-8, not \u escapes
     assert " " not in text
     assert set(json.loads(text)) == {"type", "requestId", "streamPrefix", "consumerGroup", "memberId",
-                                     "memberEpoch", "capacity", "ownedShards", "revokingShards"}
+                                     "memberEpoch", "capacity", "ownedShards", "revokingShards",
+                                     "instanceId"}
     assert to_wire(message)["ownedShards"] is None
 
 
@@ -376,7 +414,8 @@ member_descriptions = st.builds(
     m.MemberDescription, member_id=texts, member_epoch=ints, state=st.sampled_from(MemberState),
     capacity=opt(ints),
     last_heartbeat_ms_ago=opt(ints), assigned_shards=shard_lists, pending_shards=shard_lists,
-    revoking_shards=shard_lists, target_shards=shard_lists, overdue=st.booleans())
+    revoking_shards=shard_lists, target_shards=shard_lists, overdue=st.booleans(),
+    instance_id=opt(texts), away_ms=opt(ints))
 routing_descriptions = st.builds(m.RoutingDescription, version=ints, shard_count=ints, hash=texts,
                                  streams=shard_lists)
 group_summaries = st.builds(m.GroupSummary, stream_prefix=texts, consumer_group=texts,
@@ -387,9 +426,9 @@ assignment_maps = st.dictionaries(texts, shard_lists, max_size=3)
 STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
     m.Heartbeat: st.builds(
         m.Heartbeat, request_id=request_ids, stream_prefix=names, consumer_group=names,
-        member_id=member_ids, member_epoch=st.integers(min_value=-1, max_value=2**63),
+        member_id=member_ids, member_epoch=st.integers(min_value=-2, max_value=2**63),
         capacity=opt(st.integers(min_value=1, max_value=2**63)), owned_shards=opt(shard_lists),
-        revoking_shards=st.lists(revoking, max_size=4).map(tuple)),
+        revoking_shards=st.lists(revoking, max_size=4).map(tuple), instance_id=opt(member_ids)),
     m.HeartbeatResponse: st.builds(
         m.HeartbeatResponse, request_id=maybe_request_ids, status=statuses, member_id=texts,
         member_epoch=opt(ints), group_epoch=opt(ints), assignment_epoch=opt(ints),
@@ -412,8 +451,11 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
     m.SetMaxConcurrency: st.builds(m.SetMaxConcurrency, request_id=request_ids, stream_prefix=names,
                                    consumer_group=names,
                                    max_concurrency=opt(st.integers(min_value=1, max_value=2**63))),
-    m.RemoveMember: st.builds(m.RemoveMember, request_id=request_ids, stream_prefix=names,
-                              consumer_group=names, member_id=member_ids),
+    m.RemoveMember: st.one_of(
+        st.builds(m.RemoveMember, request_id=request_ids, stream_prefix=names,
+                  consumer_group=names, member_id=member_ids),
+        st.builds(m.RemoveMember, request_id=request_ids, stream_prefix=names,
+                  consumer_group=names, instance_id=member_ids)),
     m.Groups: st.builds(m.Groups, request_id=maybe_request_ids, status=statuses,
                         groups=st.lists(group_summaries, max_size=3).map(tuple), error=opt(texts)),
     m.GroupDescription: st.builds(
@@ -434,7 +476,7 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
         consumer_group=texts, max_concurrency=opt(ints), group_epoch=opt(ints), error=opt(texts)),
     m.MemberRemoved: st.builds(
         m.MemberRemoved, request_id=maybe_request_ids, status=statuses, stream_prefix=texts,
-        consumer_group=texts, member_id=texts, group_epoch=opt(ints), error=opt(texts)),
+        consumer_group=texts, member_id=opt(texts), group_epoch=opt(ints), error=opt(texts)),
     m.DeleteGroup: st.builds(m.DeleteGroup, request_id=request_ids, stream_prefix=names,
                              consumer_group=names),
     m.GroupDeleted: st.builds(m.GroupDeleted, request_id=maybe_request_ids, status=statuses,
@@ -723,7 +765,9 @@ ILL_TYPED: list[tuple[dict[str, Any], str, Any, str]] = [
     (SET_SHARD_COUNT, "cutover", None, "cutover"),
     (SET_SHARD_COUNT, "cutover", 0, "cutover"),
     # out-of-range numbers
-    (HEARTBEAT, "memberEpoch", -2, "memberEpoch"),
+    (HEARTBEAT, "memberEpoch", -3, "memberEpoch"),
+    (HEARTBEAT, "instanceId", 7, "instanceId"),
+    (HEARTBEAT, "instanceId", ["a"], "instanceId"),
     (HEARTBEAT, "memberEpoch", -(2**63), "memberEpoch"),
     (HEARTBEAT, "capacity", 0, "capacity"),
     (HEARTBEAT, "capacity", -1, "capacity"),
@@ -753,7 +797,8 @@ def test_messages_use_wire_names_not_attribute_names() -> None:
 
 
 def test_range_boundaries_are_accepted() -> None:
-    for obj in (with_(HEARTBEAT, memberEpoch=-1), with_(HEARTBEAT, capacity=1),
+    for obj in (with_(HEARTBEAT, memberEpoch=-1), with_(HEARTBEAT, memberEpoch=-2),
+                with_(HEARTBEAT, capacity=1), with_(HEARTBEAT, instanceId=None),
                 with_(HEARTBEAT, memberEpoch=2**62, capacity=2**40),
                 with_(SET_SHARD_COUNT, shardCount=1), with_(SET_SHARD_COUNT, shardCount=4096),
                 with_(SET_MAX_CONCURRENCY, maxConcurrency=1),
@@ -791,6 +836,34 @@ def test_member_id_may_contain_braces(obj: dict[str, Any]) -> None:
     for name in ("{x}", "a{b", "}", "pod-{1}-{2}"):
         message = decode(json.dumps(with_(obj, memberId=name)), endpoint_of(obj))
         assert isinstance(message, (m.Heartbeat, m.RemoveMember)) and message.member_id == name
+
+
+REMOVE_BY_INSTANCE: dict[str, Any] = {"type": "removeMember", "requestId": 6, "streamPrefix": "orders",
+                                      "consumerGroup": "billing", "instanceId": "billing-0"}
+
+
+@pytest.mark.parametrize("obj", [with_(HEARTBEAT, instanceId="billing-0"), REMOVE_BY_INSTANCE],
+                         ids=lambda o: o["type"])
+def test_s1_instance_id_follows_the_member_id_rules(obj: dict[str, Any]) -> None:
+    for name in BAD_MEMBER_IDS:
+        assert_names(reject(with_(obj, instanceId=name)), "instanceId", obj["requestId"])
+    for name in ("{x}", "pod-{1}", "billing-0", "x" * 200):
+        message = decode(json.dumps(with_(obj, instanceId=name)), endpoint_of(obj))
+        assert isinstance(message, (m.Heartbeat, m.RemoveMember)) and message.instance_id == name
+
+
+def test_s5_remove_member_names_exactly_one_of_member_id_and_instance_id() -> None:
+    both = reject(with_(REMOVE_MEMBER, instanceId="billing-0"))
+    assert both.message == "field 'memberId' and field 'instanceId' are both set; name exactly one"
+    assert both.request_id == 6
+    neither = reject({k: v for k, v in REMOVE_MEMBER.items() if k != "memberId"})
+    assert neither.message == ("field 'memberId' or field 'instanceId' is missing "
+                               "(removeMember names exactly one)")
+    by_instance = decode(json.dumps(REMOVE_BY_INSTANCE), ADMIN_REQUESTS)
+    assert by_instance == m.RemoveMember(request_id=6, stream_prefix="orders",
+                                         consumer_group="billing", instance_id="billing-0")
+    with pytest.raises(ValueError):
+        m.RemoveMember(request_id=1, stream_prefix="o", consumer_group="g")
 
 
 def test_good_names_are_accepted() -> None:

@@ -105,7 +105,8 @@ def heartbeat_objects(draw: st.DrawFn) -> dict[str, Any]:
         "streamPrefix": draw(names),
         "consumerGroup": draw(names),
         "memberId": draw(member_ids),
-        "memberEpoch": draw(st.integers(min_value=-1, max_value=2**40)),
+        "memberEpoch": draw(st.integers(min_value=-2, max_value=2**40)),
+        "instanceId": draw(st.just(ABSENT) | st.none() | member_ids),
         "capacity": draw(st.just(ABSENT) | st.none() | st.integers(min_value=1, max_value=2**31)),
         "ownedShards": draw(st.just(ABSENT) | st.none() | st.lists(shard_names, max_size=4)),
         "revokingShards": draw(st.just(ABSENT) | st.lists(revoking_entries, max_size=3)),
@@ -233,6 +234,7 @@ def test_heartbeat_not_allowed_here_keeps_its_error() -> None:
 
 INT_FIELDS = ["requestId", "memberEpoch", "capacity"]
 TEXT_FIELDS = ["streamPrefix", "consumerGroup", "memberId"]
+OPTIONAL_TEXT_FIELDS = ["instanceId"]
 REQUIRED_FIELDS = ["requestId", "streamPrefix", "consumerGroup", "memberId", "memberEpoch"]
 WRONG_FOR_INT: list[Any] = [True, False, 7.5, 7.0, "7", [], {}, [1]]
 WRONG_FOR_TEXT: list[Any] = [None, True, 7, 7.5, [], {}, ["a"]]
@@ -258,7 +260,8 @@ def invalid_heartbeat_objects(draw: st.DrawFn) -> dict[str, Any]:
     obj = draw(heartbeat_objects())
     kind = draw(st.sampled_from([
         "wrong int", "bool int", "wrong text", "missing", "surrogate", "capacity", "epoch",
-        "bad name", "owned not list", "owned item", "owned surrogate", "revoking not list",
+        "bad name", "instance", "instance surrogate", "bad instance", "owned not list",
+        "owned item", "owned surrogate", "revoking not list",
         "revoking item", "revoking shard", "revoking state", "revoking missing", "revoking surrogate",
     ]))
     surrogate = draw(st.sampled_from(LONE_SURROGATES))
@@ -277,7 +280,14 @@ def invalid_heartbeat_objects(draw: st.DrawFn) -> dict[str, Any]:
     if kind == "capacity":
         return _set(obj, "capacity", draw(st.integers(max_value=0)))
     if kind == "epoch":
-        return _set(obj, "memberEpoch", draw(st.integers(max_value=-2)))
+        return _set(obj, "memberEpoch", draw(st.integers(max_value=-3)))
+    if kind == "instance":
+        return _set(obj, draw(st.sampled_from(OPTIONAL_TEXT_FIELDS)),
+                    draw(st.sampled_from([value for value in WRONG_FOR_TEXT if value is not None])))
+    if kind == "instance surrogate":
+        return _set(obj, "instanceId", _with_surrogate(obj.get("instanceId") or "i", surrogate, at))
+    if kind == "bad instance":
+        return _set(obj, "instanceId", draw(st.sampled_from(["", "x\x00", "\x85", "n" * 201])))
     if kind == "bad name":
         field = draw(st.sampled_from(["streamPrefix", "consumerGroup"]))
         bad = draw(st.sampled_from(["", "a{b", "}", "x\x00", "tab\there", "\x7f", "n" * 201]))
@@ -331,7 +341,9 @@ VALID = {"type": "heartbeat", "requestId": 9, "streamPrefix": "orders", "consume
 @pytest.mark.parametrize(("change", "message"), [
     ({"capacity": True}, "field 'capacity': expected integer, got boolean"),
     ({"requestId": "9"}, "field 'requestId': expected integer, got string"),
-    ({"memberEpoch": -2}, "field 'memberEpoch' must be >= -1, got -2"),
+    ({"memberEpoch": -3}, "field 'memberEpoch' must be >= -2, got -3"),
+    ({"instanceId": ""}, "field 'instanceId' must not be empty"),
+    ({"instanceId": 7}, "field 'instanceId': expected string, got integer"),
     ({"capacity": 0}, "field 'capacity' must be >= 1, got 0"),
     ({"memberId": "m\ud800"}, "field 'memberId': is not valid Unicode (lone surrogate)"),
     ({"ownedShards": ["ok", 3]}, "field 'ownedShards[1]': expected string, got integer"),

@@ -21,7 +21,7 @@ import redis
 import trio
 from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
 
-from rsc.embedded_redis import free_port
+from rsc.common.redis_server import free_port
 from rsc.member.cli import BadConfig, ConsumeWatch, Endpoints, endpoints
 from rsc.member.notices import Notices, redis_problem, then
 from rsc.member.producer import StoreMismatch, open_producer
@@ -551,6 +551,7 @@ async def test_d3_consume_into_a_closed_pipe_with_nothing_to_write_exits(tools, 
 class Flags:
     def __init__(self, coordinator=None, redis_url=None, token=None):
         self.coordinator, self.redis_url, self.token = coordinator, redis_url, token
+        self.ca_file = None
 
 
 def test_flags_win_over_the_environment_which_wins_over_the_default():

@@ -17,7 +17,7 @@ from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.records import GroupSnapshot
 from rsc.actors.store import CoordinatorAlreadyRunning, MetadataStore
-from rsc.embedded_redis import EmbeddedRedis
+from rsc.common.redis_server import EmbeddedRedis
 from rsc.member.session import SessionClosed, open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
@@ -90,7 +90,7 @@ async def test_transport_malformed_frames_get_invalid_request_naming_the_field(c
                          "consumerGroup": "billing", "memberId": "a", "memberEpoch": "1"}),
              7, "memberEpoch"),
             (json.dumps({"type": "heartbeat", "requestId": 8, "streamPrefix": "orders",
-                         "consumerGroup": "billing", "memberId": "a", "memberEpoch": -2}),
+                         "consumerGroup": "billing", "memberId": "a", "memberEpoch": -3}),
              8, "memberEpoch"),
         ]
         for text, request_id, named in cases:

@@ -7,10 +7,17 @@ legal choices: REVOKING or REVOKED for a shard it drains, `ownedShards` null
 going silent. The world adds clock ticks, admin removals, maxConcurrency and
 shard-set changes and coordinator restarts.
 
+Static members (S1..S6) run beside the dynamic ones: two processes per
+instanceId (`s0a`/`s0b` share `pod-0`), so a process restart is a return under
+a new memberId (S3), two live processes are a duplicate (S4), and the replaced
+one is fenced for good. They leave for a while with -2 (S2), go AWAY when their
+lease runs out and are removed after the session timeout (S5), or by instanceId.
+
 Checked after every step:
 - H3 in the coordinator's books (owners index = assigned | revoking, no shard
-  in two members) and in the members' local views (no shard read by two
-  members; a member only holds what the books say it holds);
+  in two members; an AWAY member holds nothing) and in the members' local
+  views (no shard read by two members; a member only holds what the books say
+  it holds);
 - H5 on every response: a shard a member reads and that stayed in its target
   is listed in assignedShards;
 - H10: every member whose next answer changed was pushed, the cause was not;
@@ -32,12 +39,23 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from rsc.actors.group import GroupMachine, GroupSettings
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
-from rsc.protocol.vocabulary import JOIN_EPOCH, LEAVE_EPOCH, GroupState, RevokeState
+from rsc.protocol.vocabulary import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    TEMPORARY_LEAVE_EPOCH,
+    GroupState,
+    RevokeState,
+)
 
 PREFIX, GROUP = "orders", "billing"
 LEASE = 10_000
-SETTINGS = GroupSettings(heartbeat_interval_ms=3000, lease_ttl_ms=LEASE, revoke_timeout_ms=15_000)
-MEMBER_IDS = ("m0", "m1", "m2", "m3", "m4")
+SESSION = 25_000
+SETTINGS = GroupSettings(heartbeat_interval_ms=3000, lease_ttl_ms=LEASE, revoke_timeout_ms=15_000,
+                         static_session_timeout_ms=SESSION)
+# two processes per instanceId: a restart under a new memberId, or a duplicate (S3, S4)
+INSTANCES = {"s0a": "pod-0", "s0b": "pod-0", "s1a": "pod-1", "s1b": "pod-1"}
+STATIC_IDS = tuple(INSTANCES)
+MEMBER_IDS = ("m0", "m1", "m2", "m3", *STATIC_IDS)
 ACCEPTED = (Status.OK, Status.REVOKE_PENDING, Status.SYNC_METADATA)
 SETTLE_ROUNDS = 20
 
@@ -51,6 +69,7 @@ class SimMember:
     """One member's own view of the world; it only learns through responses."""
 
     member_id: str
+    instance_id: str | None = None  # S1: set for the static processes
     active: bool = False  # joined (or joining); False before the first join and after a leave
     silent: bool = False  # crashed or partitioned: sends nothing
     epoch: int = 0  # 0 = the next heartbeat is a join
@@ -99,12 +118,13 @@ def target_of(group: GroupMachine, member_id: str) -> set[str]:
 
 
 def build_request(member: SimMember, *, finish: frozenset[str], full: bool,
-                  capacity: int | None) -> m.Heartbeat:
-    """The heartbeat a member following PROTOCOL.md sends; `finish` drains those shards now."""
+                  capacity: int | None, repeat_instance: bool = False) -> m.Heartbeat:
+    """The heartbeat a member following PROTOCOL.md sends; `finish` drains those shards now.
+    A static member names its instanceId on a join, and may repeat it later (S1)."""
     if member.epoch == JOIN_EPOCH:
         return m.Heartbeat(request_id=1, stream_prefix=PREFIX, consumer_group=GROUP,
                            member_id=member.member_id, member_epoch=JOIN_EPOCH, capacity=capacity,
-                           owned_shards=() if full else None)
+                           owned_shards=() if full else None, instance_id=member.instance_id)
     done = finish & member.draining
     if done:  # no new reads and in-flight 0: it no longer holds them
         member.draining -= done
@@ -118,7 +138,8 @@ def build_request(member: SimMember, *, finish: frozenset[str], full: bool,
         request_id=1, stream_prefix=PREFIX, consumer_group=GROUP, member_id=member.member_id,
         member_epoch=member.epoch, capacity=capacity,
         owned_shards=tuple(sorted(member.holding)) if send_full else None,
-        revoking_shards=tuple(entries))
+        revoking_shards=tuple(entries),
+        instance_id=member.instance_id if repeat_instance else None)
 
 
 def apply_response(world: World, member: SimMember, sent: m.Heartbeat,
@@ -127,13 +148,20 @@ def apply_response(world: World, member: SimMember, sent: m.Heartbeat,
     status = response.status
     assert status != Status.INVALID_REQUEST, response.error
     if member.expect_refusal:
-        allowed = {Status.UNKNOWN_MEMBER_ID, Status.FENCED_MEMBER_EPOCH}
+        allowed = {Status.UNKNOWN_MEMBER_ID, Status.FENCED_MEMBER_EPOCH, Status.FENCED_INSTANCE_ID}
         if sent.member_epoch == JOIN_EPOCH:
-            allowed = {Status.OK}
+            allowed = {Status.OK, Status.UNRELEASED_INSTANCE_ID}
         assert status in allowed, (member.member_id, status)
     member.expect_refusal = False
-    if status in (Status.UNKNOWN_MEMBER_ID, Status.FENCED_MEMBER_EPOCH):
-        member.drop_everything()
+    if status in (Status.UNRELEASED_INSTANCE_ID, Status.FENCED_INSTANCE_ID):
+        assert member.instance_id is not None, (member.member_id, status)
+        if status == Status.UNRELEASED_INSTANCE_ID:  # S4: only ever the answer to a join
+            assert sent.member_epoch == JOIN_EPOCH and not member.holding
+    if status in (Status.UNKNOWN_MEMBER_ID, Status.FENCED_MEMBER_EPOCH,
+                  Status.UNRELEASED_INSTANCE_ID, Status.FENCED_INSTANCE_ID):
+        member.drop_everything()  # UNRELEASED: retry the join later (S4)
+        if status == Status.FENCED_INSTANCE_ID:  # S3: stop for good
+            member.active = False
         return
     assert status in ACCEPTED and response.assignment is not None
     assigned = set(response.assignment.assigned_shards)
@@ -159,23 +187,33 @@ def apply_response(world: World, member: SimMember, sent: m.Heartbeat,
 
 
 def send_heartbeat(world: World, member: SimMember, *, finish: frozenset[str], full: bool,
-                   capacity: int | None, lost: bool, quiet: bool = False) -> m.HeartbeatResponse:
-    request = build_request(member, finish=finish, full=full, capacity=capacity)
+                   capacity: int | None, lost: bool, quiet: bool = False,
+                   repeat_instance: bool = False) -> m.HeartbeatResponse:
+    request = build_request(member, finish=finish, full=full, capacity=capacity,
+                            repeat_instance=repeat_instance)
     response = world.group.heartbeat(request, world.now, routing_of(world.group, world.version))
     if request.owned_shards is not None:
         member.must_send_full = False
-    if not quiet:
-        event(f"{'lost ' if lost else ''}{response.status.value}")
+    if not quiet or response.status == Status.FENCED_INSTANCE_ID:
+        event(f"{'lost ' if lost else ''}{response.status.value}{' (settling)' if quiet else ''}")
     if not lost:
         apply_response(world, member, request, response)
     return response
+
+
+# these processes keep heartbeating at their epoch after their own lease ran out (they only
+# stopped reading), so a replaced one meets FENCED_INSTANCE_ID (S3) rather than rejoining
+KEEP_EPOCH_ON_LEASE_LOSS = frozenset({"s0b", "s1b"})
 
 
 def self_fence_expired_leases(world: World) -> None:
     """A member stops reading once its own lease is over (it cannot know it is still live)."""
     for member in world.members.values():
         if member.lease_start is not None and world.now - member.lease_start >= LEASE:
+            epoch = member.epoch
             member.drop_everything()
+            if member.member_id in KEEP_EPOCH_ON_LEASE_LOSS:
+                member.epoch = epoch
 
 
 def react_to_removals(world: World, events) -> None:
@@ -183,10 +221,14 @@ def react_to_removals(world: World, events) -> None:
         member = world.members.get(removal.member_id) if removal.member_id else None
         if member is None:
             continue
-        if removal.kind in ("expired", "removed", "revoke_timeout"):
-            event(removal.kind)
-        if removal.kind == "expired":
+        if removal.kind in ("expired", "removed", "revoke_timeout", "away", "returned"):
+            detail = removal.fields.get("reason") or ("replaced" in removal.fields and "replacing")
+            event(f"{removal.kind} {detail}" if detail else removal.kind)
+        if removal.kind in ("expired", "away"):  # S5: AWAY only once its own lease ran out
             assert not member.holding, f"{removal.member_id} expired before its own lease ran out"
+        elif removal.kind == "returned" and "replaced" in removal.fields:
+            replaced = world.members[removal.fields["replaced"]]
+            assert not replaced.holding  # it was AWAY: it had stopped (H3, S3)
         elif removal.kind in ("removed", "revoke_timeout"):
             # H3 lets its shards move at once; it learns on its next heartbeat, still at its epoch
             epoch = member.epoch
@@ -221,7 +263,8 @@ def settle(world: World) -> None:
                                       capacity=None, lost=False, quiet=True)
             statuses.append(response.status)
             keep_owner_tokens(world, world.group.take_effects().owner_changes)
-        quiet = all(status == Status.OK for status in statuses)
+        # S4: a duplicate keeps being refused; that is a fixed point too
+        quiet = all(status in (Status.OK, Status.UNRELEASED_INSTANCE_ID) for status in statuses)
         unchanged = views == {mid: (mb.epoch, set(mb.reading)) for mid, mb in world.members.items()}
         if quiet and unchanged and world.group.to_record() == record:
             return
@@ -236,6 +279,7 @@ def heartbeat_choices(draw: st.DrawFn) -> dict:
         "full": draw(st.booleans()),
         "capacity": draw(st.sampled_from([None, None, None, 1, 2, 4])),
         "lost": draw(st.sampled_from([False, False, False, False, True])),
+        "repeat_instance": draw(st.booleans()),  # S1: a static member may repeat its instanceId
     }
 
 
@@ -245,7 +289,8 @@ class GroupStateMachine(RuleBasedStateMachine):
     def start(self, shard_count, founders, settled, slow):
         group = GroupMachine(PREFIX, GROUP, SETTINGS, shard_ids(1, shard_count))
         self.world = World(group=group, members={
-            mid: SimMember(mid, slow_drainer=mid in slow) for mid in MEMBER_IDS})
+            mid: SimMember(mid, instance_id=INSTANCES.get(mid), slow_drainer=mid in slow)
+            for mid in MEMBER_IDS})
         self.cause: str | None = None
         self.before = self.snapshot()
         for member_id in MEMBER_IDS[:founders]:
@@ -264,7 +309,8 @@ class GroupStateMachine(RuleBasedStateMachine):
         finish = frozenset(draining[: round(len(draining) * choices["finish_share"])])
         self.cause = member_id
         send_heartbeat(self.world, member, finish=finish, full=choices["full"],
-                       capacity=choices["capacity"], lost=choices["lost"])
+                       capacity=choices["capacity"], lost=choices["lost"],
+                       repeat_instance=choices["repeat_instance"])
         self.check()
 
     @rule(member_id=st.sampled_from(MEMBER_IDS), capacity=st.none() | st.integers(1, 4),
@@ -296,8 +342,40 @@ class GroupStateMachine(RuleBasedStateMachine):
             m.Heartbeat(request_id=1, stream_prefix=PREFIX, consumer_group=GROUP,
                         member_id=member_id, member_epoch=LEAVE_EPOCH),
             self.world.now, routing_of(self.world.group, self.world.version))
-        assert response.status == Status.OK and response.member_epoch == LEAVE_EPOCH
+        if response.status == Status.FENCED_INSTANCE_ID:  # S3: it had been replaced
+            assert member_id in self.world.group.replaced
+        else:
+            assert response.status == Status.OK and response.member_epoch == LEAVE_EPOCH
         assert member_id not in self.world.group.members
+
+    @rule(member_id=st.sampled_from(STATIC_IDS), repeat_instance=st.booleans())
+    def temporary_leave(self, member_id, repeat_instance):
+        """S2: a static process stops reading, drains, and leaves for a while."""
+        member = self.world.members[member_id]
+        if not member.active or member.silent:
+            return
+        group = self.world.group
+        books = group.members.get(member_id)
+        live = books is not None and not books.away
+        epoch, targets = group.group_epoch, {mid: target_of(group, mid) for mid in group.members}
+        member.drop_everything()
+        member.active = False
+        self.cause = member_id
+        response = group.heartbeat(
+            m.Heartbeat(request_id=1, stream_prefix=PREFIX, consumer_group=GROUP,
+                        member_id=member_id, member_epoch=TEMPORARY_LEAVE_EPOCH, owned_shards=(),
+                        instance_id=member.instance_id if repeat_instance else None),
+            self.world.now, routing_of(group, self.world.version))
+        event(f"temporary leave {response.status.value}")
+        if response.status == Status.FENCED_INSTANCE_ID:
+            assert member_id in group.replaced and member_id not in group.members
+            return
+        assert response.status == Status.OK and response.member_epoch == TEMPORARY_LEAVE_EPOCH
+        if books is not None:
+            assert group.members[member_id].away and not group.members[member_id].held
+        if live:  # S2: no epoch growth, every target as it was
+            assert group.group_epoch == epoch
+            assert {mid: target_of(group, mid) for mid in group.members} == targets
 
     @rule(member_id=st.sampled_from(MEMBER_IDS))
     def crash_and_restart_process(self, member_id):
@@ -339,6 +417,32 @@ class GroupStateMachine(RuleBasedStateMachine):
         removed = self.world.group.remove_member(member_id, self.world.now)
         assert removed == (member_id in self.before["books"])
 
+    @rule(instance_id=st.sampled_from(sorted(set(INSTANCES.values()))), graceful=st.booleans(),
+          capacity=st.none() | st.integers(1, 4))
+    def rolling_restart(self, instance_id, graceful, capacity):
+        """One step of a rolling deploy: the running process of an instanceId leaves for a
+        while (S2) or crashes (goes silent), and its successor joins at once (S3, or S4 while
+        the crashed one is not AWAY yet)."""
+        old, new = (mid for mid in STATIC_IDS if INSTANCES[mid] == instance_id)
+        if self.world.members[new].active and not self.world.members[old].active:
+            old, new = new, old
+        if not self.world.members[old].active or self.world.members[new].active:
+            return
+        if graceful:
+            self.temporary_leave(old, repeat_instance=False)
+        else:
+            self.world.members[old].silent = True
+        self.check()
+        self.join(new, capacity=capacity, full=True, lost=False)
+
+    @rule(instance_id=st.sampled_from(sorted(set(INSTANCES.values()))))
+    def admin_removes_instance(self, instance_id):
+        """S5: removeMember by instanceId, AWAY members too."""
+        holder = next((mid for mid in self.before["books"]
+                       if self.world.group.members[mid].instance_id == instance_id), None)
+        assert self.world.group.remove_instance(instance_id, self.world.now) == holder
+        assert instance_id not in self.world.group.instances
+
     @rule(value=st.none() | st.integers(1, 4))
     def admin_sets_max_concurrency(self, value):
         self.world.group.set_max_concurrency(value)
@@ -375,6 +479,8 @@ class GroupStateMachine(RuleBasedStateMachine):
         record = group.to_record()
         answers = {}
         for member_id, member in group.members.items():
+            if member.away:  # no session to push to; its return gets its target at once (S3)
+                continue
             target = record.members[member_id].target
             free_pending = frozenset(s for s in target - member.assigned if s not in group.owners)
             # H10 as we read it: the epoch alone is not a change in substance (README)
@@ -407,10 +513,21 @@ class GroupStateMachine(RuleBasedStateMachine):
             if member_id != cause and before["answers"].get(member_id, answer) != answer:
                 assert member_id in effects.pushes, (member_id, before["answers"][member_id], answer)
 
+        # S3: a return (without a capacity change) pushes nobody and grows no epoch
+        kinds = [e.kind for e in effects.events]
+        if "returned" in kinds and "epoch" not in kinds:
+            assert not effects.pushes and after["record"].group == before["record"].group
+
+        # S1: one holder per instanceId, and the index agrees with the books
+        assert group.instances == {mb.instance_id: mid for mid, mb in group.members.items()
+                                   if mb.instance_id is not None}
+        assert all(mb.instance_id is not None for mb in group.members.values() if mb.away)
+
         # H3 in the books
         seen: dict[str, str] = {}
         for member_id, member in group.members.items():
             assert not member.assigned & member.revoking
+            assert not (member.away and member.held), f"AWAY {member_id} holds {member.held}"
             for shard in member.held:
                 assert shard not in seen, f"{shard} in the books of {seen[shard]} and {member_id}"
                 seen[shard] = member_id
@@ -446,13 +563,18 @@ class GroupStateMachine(RuleBasedStateMachine):
             return
         assert group.state == GroupState.STABLE
         record = group.to_record()
-        owned = set()
+        owned, waiting = set(), set()
         for member_id, member in group.members.items():
             target = set(record.members[member_id].target)
+            if member.away:  # S2: its target waits for it, held by nobody
+                assert not member.held and not world.members[member_id].holding
+                assert not target & set(group.owners)
+                waiting |= target
+                continue
             assert member.assigned == target and not member.revoking
             assert world.members[member_id].reading == target
             owned |= target
-        assert owned == set(group.shards)
+        assert owned | waiting == set(group.shards) and not owned & waiting
 
 
 GroupStateMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40,

@@ -25,7 +25,7 @@ import redis
 import trio
 
 import rsc.member.heartbeat as heartbeat_shell
-from rsc.embedded_redis import EmbeddedRedis, free_port
+from rsc.common.redis_server import EmbeddedRedis, free_port
 from rsc.member.config import MemberConfig
 from rsc.member.listener import Listener
 from rsc.member.message import Message

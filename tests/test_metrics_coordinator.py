@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.metrics import CoordinatorMetrics
-from rsc.embedded_redis import free_port
+from rsc.common.redis_server import free_port
 from rsc.member.session import SessionClosed, open_session
 from rsc.protocol import Heartbeat, HeartbeatResponse, Status
 

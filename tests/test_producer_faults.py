@@ -29,7 +29,7 @@ import pytest
 import redis
 import trio
 
-from rsc.embedded_redis import find_redis_server, free_port
+from rsc.common.redis_server import find_redis_server, free_port
 from tests.processes import ROOT
 from tests.test_console_failures import Tool, tool_env
 from tests.test_member_support import set_shards

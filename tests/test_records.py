@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -21,7 +22,13 @@ from rsc.actors.records import (
     parse_member_field,
     replay,
 )
-from rsc.protocol.vocabulary import LEAVE_EPOCH, Cutover, MigrationState
+from rsc.protocol.vocabulary import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    TEMPORARY_LEAVE_EPOCH,
+    Cutover,
+    MigrationState,
+)
 from tests.prefix_driver import GROUP, Driver, heartbeat, set_shards, streams
 
 V1, V2 = streams(1, 2), streams(2, 3)
@@ -50,6 +57,8 @@ def a_snapshot() -> PrefixSnapshot:
                                   revoking=frozenset(V1[1:]), target=frozenset(V2[:2])),
                 "b:with:colons": MemberRecord(epoch=6, previous_epoch=LEAVE_EPOCH, capacity=None,
                                               target=frozenset(V2[2:])),
+                "s": MemberRecord(epoch=7, previous_epoch=6, capacity=2, instance_id="pod-0",
+                                  away=True),
             }),
             "a:b": GroupSnapshot(GroupRecord()),
         })
@@ -70,6 +79,41 @@ def test_values_are_json_with_the_documented_field_names():
     member = json.loads(hash_[member_field(GROUP, "a")])
     assert member == {"epoch": 7, "previousEpoch": 5, "capacity": 8, "assigned": list(V2[:2]),
                       "revoking": list(V1[1:]), "target": list(V2[:2])}
+
+
+def test_s1_a_static_members_record_carries_its_instance_id_and_away_state():
+    hash_ = written(changes_of(a_snapshot()))
+    static = json.loads(hash_[member_field(GROUP, "s")])
+    assert (static["instanceId"], static["away"]) == ("pod-0", True)
+    assert "instanceId" not in json.loads(hash_[member_field(GROUP, "a")])  # dynamic: as before
+
+
+def test_s3_checkpoints_of_a_static_members_away_and_return_replay_to_the_persisted_copy():
+    driver = Driver()
+
+    def static(member_id: str, epoch: int) -> None:
+        request = attrs.evolve(heartbeat(member_id, epoch, owned=()), instance_id="pod-0")
+        assert driver.one(request).status.value == "OK"
+
+    steps = [
+        lambda: driver.one(set_shards(3)),
+        lambda: static("s", JOIN_EPOCH),
+        lambda: driver.join("a"),
+        lambda: driver.settle(),
+        lambda: static("s", TEMPORARY_LEAVE_EPOCH),
+        lambda: driver.tick(),
+        lambda: static("s2", JOIN_EPOCH),
+        lambda: driver.settle(),
+        lambda: static("s2", TEMPORARY_LEAVE_EPOCH),
+    ]
+    for step in steps:
+        step()
+        assert replay(driver.hash) == driver.machine.persisted
+    members = driver.machine.persisted.groups[GROUP].members
+    assert set(members) == {"a", "s2"} and members["s2"].away
+    assert members["s2"].instance_id == "pod-0" and members["s2"].target
+    restored = driver.replayed().groups[GROUP]
+    assert restored.members["s2"].away and restored.instances == {"pod-0": "s2"}
 
 
 def test_none_deletes_the_field_and_apply_matches_replay():

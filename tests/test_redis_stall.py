@@ -20,7 +20,7 @@ import signal
 import trio
 
 from rsc.actors.store import MetadataStore
-from rsc.embedded_redis import EmbeddedRedis
+from rsc.common.redis_server import EmbeddedRedis
 from rsc.member.session import open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status

@@ -188,8 +188,6 @@ async def test_t1_a_pass_in_slices_trims_every_shard(store, redis_url, monkeypat
 async def test_t1_an_actor_reloaded_during_a_pass_still_waits_for_it(store, redis_url, monkeypatch):
     """A prefix actor that fails is replaced by one reloaded from Redis (router.py); a pass its
     predecessor started may still run, and the new actor's consumer groups wait for it too."""
-    from rsc.actors.router import _carry_sessions
-
     held = HeldRetention()
     monkeypatch.setattr(shard_ops, "apply_retention", held)
     client = redis.Redis.from_url(redis_url, decode_responses=True)
@@ -202,7 +200,7 @@ async def test_t1_an_actor_reloaded_during_a_pass_still_waits_for_it(store, redi
         snapshot = store.load_prefix(PREFIX)
         assert snapshot is not None
         new.restore(snapshot, now_ms())
-        _carry_sessions(old, new)
+        new.take_over(old)
         nursery.start_soon(new.run)
         (shard,) = new.machine.routing.streams  # type: ignore[union-attr]
         joined = Collect()

@@ -14,7 +14,7 @@ import pytest
 import redis
 import trio
 
-from rsc.embedded_redis import EmbeddedRedis, free_port
+from rsc.common.redis_server import EmbeddedRedis, free_port
 from rsc.member.session import open_session
 from rsc.protocol import messages as m
 from tests.processes import ROOT, spawn_coordinator, spawn_coordinator_timed, stop

@@ -1,4 +1,4 @@
-"""Pure tests of the prefix machine's A1 caps and of its repair of failed writes (issue 11, D4).
+"""Pure tests of the prefix machine's A1 caps and of its repair of failed writes (H12, D4).
 
 Driven like tests/test_prefix_rules.py (tests/prefix_driver.py plays the shell). No Redis,
 no trio. A "landed" failed write is simulated by folding its checkpoint into the fake hash
@@ -165,7 +165,7 @@ def test_a1_a_leave_makes_room_in_a_full_group():
     ok(driver.join("b"))
 
 
-# --- repair of failed writes (issue 11) ----------------------------------------------
+# --- repair of failed writes (D4) -----------------------------------------------------
 
 
 def test_a_failed_write_that_landed_anyway_is_overwritten_by_the_next_checkpoint():

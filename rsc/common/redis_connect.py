@@ -3,8 +3,10 @@
 The URL names one node; `INFO cluster` says whether it runs in cluster mode
 (`cluster_enabled:1`), and then the client is redis-py's `RedisCluster`, which
 learns the slot map from that node and follows MOVED and ASK redirections.
-(actors/redis_connect.py is the coordinator's twin: actors/ and member/ import
-nothing of each other.)
+A `rediss://` URL speaks TLS to every node: the CA and an optional client
+certificate come from the URL's query (`ssl_ca_certs`, `ssl_certfile`,
+`ssl_keyfile`, read by redis-py) or RSC_REDIS_CA_FILE (rsc/common/tls.py).
+The coordinator (actors/) and the members (member/) both connect through here.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+
+from rsc.common.tls import redis_tls_options
 
 
 def connect(url: str, **options: Any) -> redis.Redis | redis.RedisCluster:
@@ -21,8 +25,9 @@ def connect(url: str, **options: Any) -> redis.Redis | redis.RedisCluster:
     once; when it cannot be reached (or refuses us) the answer is the plain
     client, which connects lazily and reports the error at its first use, as
     before: cluster mode is found only on a node that answers. A URL that is
-    not a Redis URL raises ValueError.
+    not a Redis URL, or names a TLS file that does not exist, raises ValueError.
     """
+    options = {**redis_tls_options(url), **options}
     probe = redis.Redis.from_url(url, **options)
     try:
         enabled = str(probe.info("cluster").get("cluster_enabled", 0)) == "1"

@@ -1,0 +1,72 @@
+"""A prefix's retention (T1..T3): its setting, when a pass is due, and what waits for one. Pure.
+
+- T3: `setRetention` replaces the whole retention object; only a prefix with
+  routing has one. A new prefix starts with `acked` and no caps.
+- T1/T2: a pass is due every RETENTION_EVERY_TICKS ticks; it trims what every
+  group acked (mode `acked`, and only when the prefix has a group) and applies
+  the caps in either mode.
+- T1: a pass is computed for the groups and offsets of its moment. A checkpoint
+  that creates consumer groups (at id 0) or moves offsets back waits for the
+  pass that runs (`must_wait`), so no pass trims what a group it did not know
+  has not acked.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from rsc.actors.prefix_io import Checkpoint, RetentionPass
+from rsc.actors.records import RetentionRecord
+from rsc.protocol import messages as m
+from rsc.protocol.errors import Status
+from rsc.protocol.vocabulary import RetentionMode
+
+RETENTION_EVERY_TICKS = 10
+"""T1/T2: retention runs at least every tick interval x 10."""
+
+
+def retention_message(retention: RetentionRecord) -> m.Retention:
+    return m.Retention(mode=retention.mode, max_length=retention.max_length,
+                       max_age_ms=retention.max_age_ms)
+
+
+def retention_record(retention: m.Retention) -> RetentionRecord:
+    return RetentionRecord(mode=retention.mode, max_length=retention.max_length,
+                           max_age_ms=retention.max_age_ms)
+
+
+def must_wait(checkpoint: Checkpoint) -> bool:
+    """T1: a checkpoint that creates consumer groups or moves offsets waits for the running pass."""
+    return bool(checkpoint.create or checkpoint.moves)
+
+
+@attrs.define
+class Retention:
+    """The prefix's retention setting and the ticks since its last pass."""
+
+    record: RetentionRecord = attrs.field(factory=RetentionRecord)
+    ticks: int = 0
+
+    def tick(self) -> None:
+        self.ticks += 1
+
+    def due(self, *, routed: bool) -> bool:
+        """T1/T2: a pass is due every RETENTION_EVERY_TICKS ticks on a prefix with routing."""
+        return routed and self.ticks >= RETENTION_EVERY_TICKS
+
+    def take_pass(self, streams: tuple[str, ...], groups: tuple[str, ...]) -> RetentionPass:
+        """T1..T3: the pass to run now, on `streams` for `groups`; the ticks start again."""
+        self.ticks = 0
+        record = self.record
+        # T3: `none` removes nothing because of acks; T1: a prefix with no group neither
+        acked = record.mode == RetentionMode.ACKED and bool(groups)
+        return RetentionPass(streams, groups, acked=acked, max_length=record.max_length,
+                             max_age_ms=record.max_age_ms)
+
+    def set(self, request: m.SetRetention, *, routed: bool, prefix: str) -> m.Response:
+        """T3: the whole retention object is replaced; only a prefix with routing has one."""
+        if not routed:
+            return request.unknown_stream()
+        self.record = retention_record(request.retention)
+        return m.RetentionChanged(request_id=request.request_id, status=Status.OK,
+                                  stream_prefix=prefix, retention=retention_message(self.record))

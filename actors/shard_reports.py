@@ -1,0 +1,110 @@
+"""What Redis reports of a prefix's shard streams, as values: lag, totals, drain counts, trims.
+
+Pure (no Redis, no I/O): actors/shard_ops.py reads these from Redis, and the
+prefix machine and the tests use them without it. The helpers fold them the way
+describe (lag), listGroups (totals) and the drain check (R2, G2) read them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+# --- results ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ShardLag:
+    """One group's position on one shard, as Redis reports it."""
+
+    shard: str
+    length: int
+    last_delivered_id: str | None  # None: the group has no consumer group on this shard
+    lag: int | None  # XINFO GROUPS `lag`; None where Redis cannot tell
+    pending: int
+    oldest_pending_ms: int | None  # idle ms of the pending entry with the smallest id
+
+
+@attrs.frozen
+class GroupTotals:
+    """A group's lag and pending summed over shards (`lag` is None if any shard's is)."""
+
+    lag: int | None
+    pending: int
+
+
+@attrs.frozen
+class RetentionResult:
+    """What one retention pass removed from one shard."""
+
+    shard: str
+    removed_acked: int  # by `acked` (T1): every group had acked these
+    removed_by_caps: int  # by maxLength / maxAgeMs (T2)
+    removed_unconsumed: int  # of removed_by_caps, entries some group had not acked
+    length: int  # the shard's length afterwards
+
+
+@attrs.frozen
+class DrainCount:
+    """What one group still has to read (`undelivered`) or ack (`pending`) on one shard."""
+
+    shard: str
+    consumer_group: str
+    undelivered: int
+    pending: int
+
+
+@attrs.frozen
+class BlockingGroup:
+    """A group holding a migration back (G2): its counts summed over the old shards."""
+
+    consumer_group: str
+    undelivered: int
+    pending: int
+
+
+# --- pure helpers ----------------------------------------------------------------------
+
+
+def sum_known(values: Sequence[int | None]) -> int | None:
+    """The sum, or None as soon as one value is unknown."""
+    known = [v for v in values if v is not None]
+    return sum(known) if len(known) == len(values) else None
+
+
+def totals(lags: Sequence[ShardLag]) -> GroupTotals:
+    """Sums for listGroups: `lag` is None as soon as one shard's is unknown."""
+    return GroupTotals(lag=sum_known([shard.lag for shard in lags]),
+                       pending=sum(shard.pending for shard in lags))
+
+
+def blocking(counts: Sequence[DrainCount], groups: Sequence[str]) -> list[BlockingGroup]:
+    """Groups (in `groups` order) with anything undelivered or pending, summed over shards."""
+    summed = {name: [0, 0] for name in groups}
+    for count in counts:
+        pair = summed.setdefault(count.consumer_group, [0, 0])
+        pair[0] += count.undelivered
+        pair[1] += count.pending
+    return [BlockingGroup(consumer_group=name, undelivered=u, pending=p)
+            for name, (u, p) in summed.items() if u or p]
+
+
+def drain_report(counts: Sequence[DrainCount]) -> dict[str, dict[str, tuple[int | None, int]]]:
+    """The counts per stream, then per group: (undelivered, pending), as the prefix machine reads them."""
+    report: dict[str, dict[str, tuple[int | None, int]]] = {}
+    for count in counts:
+        report.setdefault(count.shard, {})[count.consumer_group] = (count.undelivered, count.pending)
+    return report
+
+
+def drained_shards(counts: Sequence[DrainCount], streams: Sequence[str]) -> set[str]:
+    """Shards where no group has anything undelivered or pending (R2)."""
+    busy = {c.shard for c in counts if c.undelivered or c.pending}
+    return {stream for stream in streams if stream not in busy}
+
+
+def age_cut_id(max_age_ms: int, now_ms: int) -> str | None:
+    """The MINID that removes entries older than `max_age_ms` at `now_ms` (None: nothing is)."""
+    cut = now_ms - max_age_ms
+    return f"{cut}-0" if cut > 0 else None

@@ -1,0 +1,383 @@
+"""The console's I/O shell: an HTTP listener and the live feed, on the caller's trio loop.
+
+`serve_console(coordinator_url, host, port)` listens on host:port (0 picks a
+free port; `task_status.started(port)` once listening) and serves the pages of
+`rsc.console.http`. A page's websocket at `/ws` is a feed: its first message
+names the view (and carries the token the operator typed); only then does the
+console open an admin session to the coordinator's own `/v1/admin` endpoint
+(so a wrong token is refused by the coordinator itself, HTTP 401) and follow
+it: the group page with `describeGroup` and `watch: true` (the coordinator's
+pushes), the overview with `listGroups` once a second (one request at a time,
+never piling up) plus one watch per prefix for its migration. Frames to the
+page go at most 10 a second, the latest state winning (`views.Throttle`).
+
+Nothing runs while no page is open: one listening socket; no admin session and
+no request reaches the coordinator, so the heartbeat path pays nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
+
+import trio
+from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_server_stream
+
+from rsc.admin_client import (
+    AdminClient,
+    AdminConnectError,
+    SessionLost,
+    open_admin_client,
+)
+from rsc.console import views
+from rsc.console.http import (
+    MAX_HEAD_BYTES,
+    WEBSOCKET,
+    BadRequest,
+    Response,
+    StaticFiles,
+    error,
+    parse_request_head,
+    route,
+)
+from rsc.member.session import single_exception
+from rsc.protocol.messages import DescribeGroup, ListGroups
+
+log = logging.getLogger("rsc.console")
+
+MAX_CONNECTIONS: Final = 64  # pages and files served at once; past it HTTP 503
+HEAD_TIMEOUT_S: Final = 10.0  # as the coordinator's handshake timeout (A1)
+HELLO_TIMEOUT_S: Final = 10.0
+SEND_TIMEOUT_S: Final = 10.0
+CONNECT_TIMEOUT_S: Final = 5.0
+OVERVIEW_REFRESH_S: Final = 1.0
+UNKNOWN_GROUP_RETRY_S: Final = 1.0
+FEED_QUEUE: Final = 4
+
+
+class ConsoleError(Exception):
+    """The console cannot start (its port is taken, say); the text is one line."""
+
+
+def loopback_url(coordinator_url: str) -> str:
+    """The coordinator's URL as the console dials it: a wildcard bind address becomes loopback."""
+    parts = urlsplit(coordinator_url)
+    host = parts.hostname or "127.0.0.1"
+    loop = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
+    netloc = f"[{loop}]" if ":" in loop else loop
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def console_url(host: str, port: int) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/"
+
+
+class ReplayStream(trio.abc.Stream):
+    """A socket stream whose first bytes (the request head already read) are received again,
+    so the websocket handshake sees the whole request."""
+
+    def __init__(self, stream: trio.abc.Stream, first: bytes) -> None:
+        self._stream = stream
+        self._first = first
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        if self._first:
+            size = len(self._first) if max_bytes is None else max_bytes
+            chunk, self._first = self._first[:size], self._first[size:]
+            return chunk
+        return await self._stream.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+async def serve_console(coordinator_url: str, host: str, port: int, *,
+                        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve the console on host:port until cancelled; it follows the coordinator at
+    `coordinator_url` (ws://...) for each open page."""
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        raise ConsoleError(f"cannot serve the console on {console_url(host, port)}: "
+                           f"{exc.strerror or exc}") from None
+    files = StaticFiles()
+    files.read("index.html")  # a broken install fails here, at start, not on the first page
+    console = _Console(loopback_url(coordinator_url), files)
+    task_status.started(int(listeners[0].socket.getsockname()[1]))
+    await trio.serve_listeners(console.handle, listeners)
+
+
+class _Console:
+    def __init__(self, coordinator_url: str, files: StaticFiles) -> None:
+        self.coordinator_url = coordinator_url
+        self.files = files
+        self.limiter = trio.CapacityLimiter(MAX_CONNECTIONS)
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        async with stream:
+            try:
+                self.limiter.acquire_nowait()
+            except trio.WouldBlock:
+                await _send(stream, error(503, "too many console connections; try again"))
+                return
+            try:
+                await self._serve(stream)
+            except Exception as exc:  # noqa: BLE001 - one page never ends the coordinator (A1)
+                if not went_away(exc):
+                    log.warning("console connection failed: %s: %s", type(exc).__name__, exc)
+            finally:
+                self.limiter.release()
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        received = b""
+        with trio.move_on_after(HEAD_TIMEOUT_S):
+            received = await _read_head(stream)
+        if b"\r\n\r\n" not in received:
+            if len(received) > MAX_HEAD_BYTES:
+                await _send(stream, error(431, "request head too large"))
+            return
+        head = received[:received.index(b"\r\n\r\n") + 4]
+        try:
+            request = parse_request_head(head)
+        except BadRequest as exc:
+            await _send(stream, error(exc.status, str(exc)))
+            return
+        answer = route(request, self.files)
+        if answer == WEBSOCKET:
+            await self._feed(ReplayStream(stream, received))
+        elif isinstance(answer, Response):
+            await _send(stream, answer)
+
+    async def _feed(self, stream: ReplayStream) -> None:
+        async with trio.open_nursery() as nursery:
+            request = await wrap_server_stream(nursery, stream, message_queue_size=FEED_QUEUE,
+                                               max_message_size=views.MAX_HELLO_BYTES)
+            websocket = await request.accept()
+            try:
+                await Feed(websocket, self.coordinator_url).run()
+            finally:
+                with trio.move_on_after(2.0):
+                    await websocket.aclose()
+                nursery.cancel_scope.cancel()
+
+
+_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionClosed)
+
+
+def went_away(exc: BaseException) -> bool:
+    """True when `exc` (or every exception of its group) says the browser went away."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(went_away(inner) for inner in exc.exceptions)
+    return isinstance(exc, _GONE)
+
+
+async def _send(stream: trio.abc.Stream, response: Response) -> None:
+    """Send a whole response; a peer that does not read it within SEND_TIMEOUT_S is dropped."""
+    with trio.move_on_after(SEND_TIMEOUT_S):
+        try:
+            await stream.send_all(response.encode())
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+
+async def _read_head(stream: trio.abc.Stream) -> bytes:
+    """Bytes until the head's blank line, or what came before the peer stopped or overflowed."""
+    buffer = b""
+    while b"\r\n\r\n" not in buffer and len(buffer) <= MAX_HEAD_BYTES:
+        chunk = await stream.receive_some(4096)
+        if not chunk:
+            break
+        buffer += chunk
+    return buffer
+
+
+class Feed:
+    """One page's live feed: hello, an admin session with the page's token, then its view."""
+
+    def __init__(self, websocket: WebSocketConnection, coordinator_url: str) -> None:
+        self.websocket = websocket
+        self.coordinator_url = coordinator_url
+        self.throttle = views.Throttle()
+        self.offered = trio.Event()
+        self.last_offered: dict[str, dict[str, Any]] = {}
+
+    async def send(self, body: dict[str, Any]) -> None:
+        await self.websocket.send_message(json.dumps(body, ensure_ascii=False, separators=(",", ":")))
+
+    def offer(self, kind: str, body: dict[str, Any]) -> None:
+        self.throttle.offer(kind, body)
+        self.offered.set()
+
+    def offer_changed(self, kind: str, body: dict[str, Any]) -> None:
+        """Offer `body` unless it is what was offered last (a quiet overview sends nothing)."""
+        if self.last_offered.get(kind) != body:
+            self.last_offered[kind] = body
+            self.offer(kind, body)
+
+    async def run(self) -> None:
+        text: str | bytes | None = None
+        with trio.move_on_after(HELLO_TIMEOUT_S):
+            text = await self.websocket.get_message()
+        if text is None:
+            return  # a page that never says what it wants gets nothing
+        try:
+            hello = views.parse_hello(text)
+        except views.HelloError as exc:
+            await self.send({"type": "error", "error": str(exc)})
+            return
+        try:
+            await self._follow(hello)
+        except AdminConnectError as exc:
+            if views.refused_status(str(exc)) == 401:
+                await self.send({"type": "auth", "status": "unauthorized",
+                                 "tokenGiven": hello.token is not None})
+            else:
+                await self.send({"type": "error", "error": str(exc)})
+        except SessionLost as exc:
+            await self.send({"type": "error", "error": str(exc)})
+
+    async def _follow(self, hello: views.Hello) -> None:
+        """An admin session with the page's token, then the view until the page or it closes."""
+        async with _admin(self.coordinator_url, hello.token) as admin:
+            await self.send({"type": "auth", "status": "ok"})
+            follow: Callable[[AdminClient], Awaitable[None]] = \
+                self.follow_overview if hello.view == "overview" else \
+                (lambda client: self.follow_group(client, hello))
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._until_page_closes, nursery.cancel_scope)
+                    nursery.start_soon(self._sender)
+                    await follow(admin)
+            except BaseExceptionGroup as group:
+                leaf = single_exception(group)
+                if leaf is group:
+                    raise
+                raise leaf from None
+
+    async def _until_page_closes(self, scope: trio.CancelScope) -> None:
+        """The page sends nothing after its hello; reading notices when it goes away."""
+        try:
+            while True:
+                await self.websocket.get_message()
+        except ConnectionClosed:
+            scope.cancel()
+
+    async def _sender(self) -> None:
+        while True:
+            await self.offered.wait()
+            self.offered = trio.Event()
+            wait_ms = self.throttle.wait_ms(_now_ms())
+            if wait_ms:
+                await trio.sleep(wait_ms / 1000)
+            for body in self.throttle.take(_now_ms()):
+                await self.send(body)
+
+    async def follow_overview(self, admin: AdminClient) -> None:
+        """listGroups every OVERVIEW_REFRESH_S (the next only after the last answered) and one
+        describe watch per prefix for its migration, pushed as it changes."""
+        migrations: dict[str, Any] = {}
+        watched: dict[str, str] = {}
+        while True:
+            answer = await _checked(admin, ListGroups(request_id=0))
+            groups = list(answer.get("groups") or [])
+            wanted = views.prefixes_to_watch(groups, watched)
+            for prefix, group in list(wanted.items()):
+                if watched.get(prefix) != group:
+                    described = await admin.session.request(
+                        _watch_request(prefix, group))
+                    if described.get("status") != "OK":
+                        del wanted[prefix]  # gone since the listing: the next one picks again
+                        continue
+                    migrations[prefix] = described.get("migration")
+            watched = wanted
+            self.offer_changed("overview", {"type": "overview",
+                                            **views.overview(groups, migrations, watched)})
+            with trio.move_on_after(OVERVIEW_REFRESH_S):
+                while True:
+                    push = await _next_push(admin)
+                    pushed = push.get("streamPrefix")
+                    if push.get("type") != "groupDescription" or not isinstance(pushed, str) \
+                            or watched.get(pushed) != push.get("consumerGroup"):
+                        continue
+                    if push.get("status") != "OK":
+                        watched.pop(pushed, None)  # deleted: the next listing picks another group
+                        continue
+                    migrations[pushed] = push.get("migration")
+                    self.offer_changed("overview", {"type": "overview",
+                                                    **views.overview(groups, migrations, watched)})
+
+    async def follow_group(self, admin: AdminClient, hello: views.Hello) -> None:
+        """describeGroup with watch; each push is the page's next state. An unknown (or deleted)
+        group is said so and asked for again every UNKNOWN_GROUP_RETRY_S."""
+        assert hello.stream_prefix is not None and hello.consumer_group is not None
+        prefix, group = hello.stream_prefix, hello.consumer_group
+        while True:
+            described = await admin.session.request(_watch_request(prefix, group))
+            if described.get("status") == "UNKNOWN_GROUP":
+                self.offer("group", _unknown(prefix, group))
+                await trio.sleep(UNKNOWN_GROUP_RETRY_S)
+                continue
+            _raise_unless_ok(described)
+            self.offer("group", {"type": "group", "status": "OK", "view": views.group_view(described)})
+            while True:
+                push = await _next_push(admin)
+                if push.get("type") != "groupDescription" or push.get("streamPrefix") != prefix \
+                        or push.get("consumerGroup") != group:
+                    continue
+                if push.get("status") != "OK":
+                    self.offer("group", _unknown(prefix, group))
+                    break  # the watch is over (G1: deleted); wait for the group to come back
+                self.offer("group", {"type": "group", "status": "OK", "view": views.group_view(push)})
+
+
+def _unknown(prefix: str, group: str) -> dict[str, Any]:
+    return {"type": "group", "status": "UNKNOWN_GROUP", "streamPrefix": prefix,
+            "consumerGroup": group}
+
+
+def _now_ms() -> int:
+    return math.floor(trio.current_time() * 1000)
+
+
+class _AdminRefused(SessionLost):
+    """An admin request the coordinator answered with an error status."""
+
+
+def _raise_unless_ok(answer: dict[str, Any]) -> None:
+    if answer.get("status") != "OK":
+        raise _AdminRefused(f"{answer.get('status')}: {answer.get('error') or ''}".rstrip(": "))
+
+
+def _watch_request(prefix: str, group: str) -> DescribeGroup:
+    return DescribeGroup(request_id=0, stream_prefix=prefix, consumer_group=group, watch=True)
+
+
+async def _checked(admin: AdminClient, request: ListGroups) -> dict[str, Any]:
+    answer = await admin.session.request(request)
+    _raise_unless_ok(answer)
+    return answer
+
+
+async def _next_push(admin: AdminClient) -> dict[str, Any]:
+    try:
+        return await admin.pushes.receive()
+    except trio.EndOfChannel:
+        raise SessionLost(f"the coordinator at {admin.url} closed the session") from None
+
+
+def _admin(url: str, token: str | None) -> Any:
+    return open_admin_client(url, token=token, connect_timeout=CONNECT_TIMEOUT_S,
+                             url_source="the coordinator")

@@ -1,0 +1,492 @@
+// The console's pages: one websocket feed (/ws) per page, rendered with DOM nodes.
+// Every name and id from the coordinator is set with textContent (or Node.append of a
+// string), never parsed as markup. Figures are whole numbers written as 1,234.
+"use strict";
+
+(function () {
+  const TOKEN_KEY = "rsc-console-token";
+  const RECONNECT_MS = [500, 1000, 2000, 3000, 5000];
+  const HISTORY_MS = 10 * 60 * 1000;
+  const figure = new Intl.NumberFormat("en-US", {maximumFractionDigits: 0});
+  const page = document.body.dataset.page;
+  const $ = (id) => document.getElementById(id);
+
+  const state = {
+    socket: null,
+    attempts: 0,
+    everConnected: false,
+    waitingForToken: false,
+    reconnectTimer: null,
+    lastError: null,
+    overview: null,
+    sort: {key: "streamPrefix", dir: 1},
+    view: null,
+    history: [],
+  };
+
+  // --- small helpers ------------------------------------------------------------------
+
+  function num(value) {
+    return value === null || value === undefined ? "unknown" : figure.format(value);
+  }
+
+  function cell(row, content, cls) {
+    const td = document.createElement("td");
+    if (cls) {
+      td.className = cls;
+    }
+    if (content instanceof Node) {
+      td.appendChild(content);
+    } else {
+      td.textContent = content === null || content === undefined ? "-" : String(content);
+    }
+    row.appendChild(td);
+    return td;
+  }
+
+  function ids(list) {
+    const span = document.createElement("span");
+    span.className = "ids";
+    span.textContent = list.length ? list.join(" ") : "-";
+    return span;
+  }
+
+  function groupLink(prefix, group) {
+    const link = document.createElement("a");
+    link.href = "/group?" + new URLSearchParams({prefix: prefix, group: group}).toString();
+    link.textContent = group;
+    return link;
+  }
+
+  function clear(element) {
+    while (element.firstChild) {
+      element.removeChild(element.firstChild);
+    }
+  }
+
+  function clock() {
+    return new Date().toLocaleTimeString("en-GB", {hour12: false});
+  }
+
+  function setStatus(text, kind) {
+    const status = $("status");
+    status.textContent = text;
+    status.className = "status " + (kind || "");
+  }
+
+  // --- the feed -----------------------------------------------------------------------
+
+  function hello() {
+    const body = {view: page, token: sessionStorage.getItem(TOKEN_KEY)};
+    if (page === "group") {
+      const query = new URLSearchParams(location.search);
+      body.streamPrefix = query.get("prefix");
+      body.consumerGroup = query.get("group");
+    }
+    return body;
+  }
+
+  function connect() {
+    if (state.reconnectTimer !== null) {
+      clearTimeout(state.reconnectTimer);
+      state.reconnectTimer = null;
+    }
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    const socket = new WebSocket(scheme + location.host + "/ws");
+    state.socket = socket;
+    socket.addEventListener("open", () => socket.send(JSON.stringify(hello())));
+    socket.addEventListener("message", (event) => {
+      let body;
+      try {
+        body = JSON.parse(event.data);
+      } catch (problem) {
+        return;
+      }
+      receive(body);
+    });
+    socket.addEventListener("close", () => {
+      if (state.socket !== socket) {
+        return;
+      }
+      state.socket = null;
+      if (!state.waitingForToken) {
+        reconnectLater();
+      }
+    });
+  }
+
+  function reconnectLater() {
+    const delay = RECONNECT_MS[Math.min(state.attempts, RECONNECT_MS.length - 1)];
+    state.attempts += 1;
+    const what = (state.everConnected ? "connection lost" : "cannot reach the console") +
+      (state.lastError ? ` (${state.lastError})` : "");
+    state.lastError = null;
+    setStatus(`${what}; reconnecting in ${Math.round(delay / 100) / 10} s (attempt ${state.attempts})`,
+      "lost");
+    state.reconnectTimer = setTimeout(connect, delay);
+  }
+
+  function receive(body) {
+    if (body.type === "auth") {
+      if (body.status === "ok") {
+        const again = state.everConnected && state.attempts > 0;
+        state.everConnected = true;
+        state.attempts = 0;
+        $("login").hidden = true;
+        $("content").hidden = false;
+        setStatus(again ? `live, reconnected at ${clock()}` : "live", "live");
+      } else {
+        askForToken(body.tokenGiven);
+      }
+    } else if (body.type === "error") {
+      state.lastError = body.error;
+      setStatus(`error: ${body.error}`, "lost");
+    } else if (body.type === "overview" && page === "overview") {
+      state.overview = body;
+      renderOverview();
+    } else if (body.type === "group" && page === "group") {
+      renderGroup(body);
+    }
+  }
+
+  function askForToken(tokenGiven) {
+    state.waitingForToken = true;
+    sessionStorage.removeItem(TOKEN_KEY);
+    $("content").hidden = true;
+    state.overview = null;
+    state.view = null;
+    $("login").hidden = false;
+    const problem = $("login-error");
+    problem.hidden = !tokenGiven;
+    problem.textContent = tokenGiven ? "Wrong token: the coordinator refused it (HTTP 401)." : "";
+    setStatus("", "");
+    $("token").focus();
+  }
+
+  $("login-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const token = $("token").value;
+    if (!token) {
+      return;
+    }
+    sessionStorage.setItem(TOKEN_KEY, token);
+    $("token").value = "";
+    state.waitingForToken = false;
+    $("login-error").hidden = true;
+    if (state.socket !== null) {
+      state.socket.close();
+      state.socket = null;
+    }
+    connect();
+  });
+
+  // --- overview -----------------------------------------------------------------------
+
+  function compare(a, b, key) {
+    const x = a[key];
+    const y = b[key];
+    if (x === y) {
+      return 0;
+    }
+    if (x === null || x === undefined) {
+      return 1;
+    }
+    if (y === null || y === undefined) {
+      return -1;
+    }
+    if (typeof x === "number" && typeof y === "number") {
+      return x - y;
+    }
+    return String(x).localeCompare(String(y));
+  }
+
+  function shownRows() {
+    const text = $("filter").value.trim().toLowerCase();
+    const wantedState = $("state-filter").value;
+    const blockedOnly = $("blocked-only").checked;
+    const rows = state.overview.rows.filter((row) =>
+      (!text || row.streamPrefix.toLowerCase().includes(text) ||
+        row.consumerGroup.toLowerCase().includes(text)) &&
+      (!wantedState || row.state === wantedState) && (!blockedOnly || row.blocked));
+    const {key, dir} = state.sort;
+    rows.sort((a, b) => dir * compare(a, b, key) || compare(a, b, "streamPrefix") ||
+      compare(a, b, "consumerGroup"));
+    return rows;
+  }
+
+  function sumOf(rows, key) {
+    let total = 0;
+    for (const row of rows) {
+      if (row[key] === null || row[key] === undefined) {
+        return null;
+      }
+      total += row[key];
+    }
+    return total;
+  }
+
+  function renderOverview() {
+    if (state.overview === null) {
+      return;
+    }
+    const all = state.overview.totals;
+    $("summary").textContent = `${num(all.groups)} group(s) in ${num(all.prefixes)} prefix(es): ` +
+      `${num(all.members)} member(s), ${num(all.shards)} shard(s), lag ${num(all.lag)}, ` +
+      `pending ${num(all.pending)}`;
+    const rows = shownRows();
+    const body = document.querySelector("#groups tbody");
+    clear(body);
+    for (const row of rows) {
+      const tr = document.createElement("tr");
+      tr.dataset.prefix = row.streamPrefix;
+      tr.dataset.group = row.consumerGroup;
+      cell(tr, row.streamPrefix, "name");
+      cell(tr, groupLink(row.streamPrefix, row.consumerGroup), "name");
+      cell(tr, row.state, "state " + String(row.state).toLowerCase());
+      cell(tr, num(row.groupEpoch), "num");
+      cell(tr, num(row.members), "num");
+      cell(tr, num(row.shards), "num");
+      cell(tr, num(row.lag), "num");
+      cell(tr, num(row.pending), "num");
+      cell(tr, row.migration, row.blocked ? "blocked" : "");
+      body.appendChild(tr);
+    }
+    const foot = document.querySelector("#groups tfoot");
+    clear(foot);
+    const tr = document.createElement("tr");
+    cell(tr, `total (${figure.format(rows.length)} shown)`);
+    cell(tr, "");
+    cell(tr, "");
+    cell(tr, "");
+    cell(tr, num(sumOf(rows, "members")), "num");
+    cell(tr, num(sumOf(rows, "shards")), "num");
+    cell(tr, num(sumOf(rows, "lag")), "num");
+    cell(tr, num(sumOf(rows, "pending")), "num");
+    cell(tr, "");
+    foot.appendChild(tr);
+    $("empty").hidden = rows.length > 0;
+    for (const th of document.querySelectorAll("#groups thead th")) {
+      th.setAttribute("aria-sort", th.dataset.key === state.sort.key ?
+        (state.sort.dir > 0 ? "ascending" : "descending") : "none");
+    }
+  }
+
+  function setUpOverview() {
+    for (const th of document.querySelectorAll("#groups thead th")) {
+      th.querySelector("button").addEventListener("click", () => {
+        const key = th.dataset.key;
+        state.sort = {key: key, dir: state.sort.key === key ? -state.sort.dir : 1};
+        renderOverview();
+      });
+    }
+    for (const id of ["filter", "state-filter", "blocked-only"]) {
+      $(id).addEventListener("input", renderOverview);
+    }
+  }
+
+  // --- group page ---------------------------------------------------------------------
+
+  function fact(list, name, value) {
+    const dt = document.createElement("dt");
+    dt.textContent = name;
+    const dd = document.createElement("dd");
+    if (value instanceof Node) {
+      dd.appendChild(value);
+    } else {
+      dd.textContent = value;
+    }
+    list.append(dt, dd);
+  }
+
+  function retentionText(retention) {
+    if (!retention) {
+      return "-";
+    }
+    const caps = [];
+    if (retention.maxLength !== null && retention.maxLength !== undefined) {
+      caps.push(`max length ${num(retention.maxLength)}`);
+    }
+    if (retention.maxAgeMs !== null && retention.maxAgeMs !== undefined) {
+      caps.push(`max age ${num(retention.maxAgeMs)} ms`);
+    }
+    return retention.mode + (caps.length ? ", " + caps.join(", ") : "");
+  }
+
+  function renderGroup(body) {
+    const query = new URLSearchParams(location.search);
+    $("crumb-prefix").textContent = query.get("prefix") || "";
+    $("crumb-group").textContent = query.get("group") || "";
+    if (body.status !== "OK") {
+      state.view = null;
+      $("group-body").hidden = true;
+      const unknown = $("unknown");
+      unknown.hidden = false;
+      unknown.textContent = `The coordinator does not know group ${body.consumerGroup} of prefix ` +
+        `${body.streamPrefix} (not created yet, or deleted); waiting for it.`;
+      return;
+    }
+    $("unknown").hidden = true;
+    $("group-body").hidden = false;
+    const view = body.view;
+    state.view = view;
+    document.title = `${view.consumerGroup} (${view.streamPrefix}) - rsc console`;
+    $("title").textContent = `${view.streamPrefix} / ${view.consumerGroup}`;
+
+    const facts = $("facts");
+    clear(facts);
+    fact(facts, "State", view.state);
+    fact(facts, "Group epoch", num(view.groupEpoch));
+    fact(facts, "Assignment epoch", num(view.assignmentEpoch));
+    fact(facts, "Routing", `version ${num(view.routingVersion)}, ${num(view.shardCount)} shard(s)`);
+    fact(facts, "Max concurrency", view.maxConcurrency === null ? "members' capacity" :
+      num(view.maxConcurrency));
+    fact(facts, "Retention", retentionText(view.retention));
+    fact(facts, "Lag", num(view.lag));
+    fact(facts, "Pending", num(view.pending));
+    if (view.laggiest) {
+      const span = document.createElement("span");
+      span.className = "ids";
+      span.textContent = `${view.laggiest.shard}: lag ${num(view.laggiest.lag)}, pending ` +
+        `${num(view.laggiest.pending)}, owner ${view.laggiest.owner || "none"}`;
+      fact(facts, "Laggiest shard", span);
+    } else {
+      fact(facts, "Laggiest shard", "none (no lag, nothing pending)");
+    }
+
+    renderMigration(view);
+    renderMembers(view);
+    renderShards(view);
+    record(view);
+    drawChart();
+  }
+
+  function renderMigration(view) {
+    const migration = view.migration;
+    $("migration").hidden = migration === null;
+    if (migration === null) {
+      return;
+    }
+    $("migration-line").textContent = `version ${num(migration.fromVersion)} to ` +
+      `${num(migration.toVersion)}: ${migration.state}, cutover ${migration.cutover}`;
+    const progress = $("migration-progress");
+    progress.max = Math.max(1, migration.total);
+    progress.value = migration.drained;
+    $("migration-count").textContent = `${num(migration.drained)} of ${num(migration.total)} old ` +
+      "shard(s) drained";
+    const body = document.querySelector("#blockers tbody");
+    clear(body);
+    for (const blocker of migration.blockingGroups) {
+      const tr = document.createElement("tr");
+      cell(tr, groupLink(view.streamPrefix, blocker.consumerGroup), "name");
+      cell(tr, num(blocker.undelivered), "num");
+      cell(tr, num(blocker.pending), "num");
+      body.appendChild(tr);
+    }
+    $("blockers").hidden = migration.blockingGroups.length === 0;
+    $("no-blockers").hidden = migration.blockingGroups.length > 0;
+    $("remaining").textContent = migration.remainingShards.length ?
+      migration.remainingShards.join(" ") : "none";
+  }
+
+  function renderMembers(view) {
+    const body = document.querySelector("#members tbody");
+    clear(body);
+    for (const member of view.members) {
+      const tr = document.createElement("tr");
+      tr.dataset.memberId = member.memberId;
+      if (member.overdue) {
+        tr.className = "overdue";
+      }
+      cell(tr, member.memberId, "id");
+      cell(tr, member.instanceId === null || member.instanceId === undefined ? "-" :
+        member.instanceId, "id");
+      cell(tr, member.state, "state");
+      cell(tr, num(member.memberEpoch), "num");
+      cell(tr, num(member.capacity), "num");
+      cell(tr, member.lastHeartbeatMsAgo === null || member.lastHeartbeatMsAgo === undefined ? "-" :
+        `${num(member.lastHeartbeatMsAgo)} ms ago${member.overdue ? " (overdue)" : ""}`, "num");
+      cell(tr, ids(member.assignedShards));
+      cell(tr, ids(member.pendingShards));
+      cell(tr, ids(member.revokingShards));
+      body.appendChild(tr);
+    }
+    $("member-count").textContent = `(${num(view.members.length)})`;
+    $("no-members").hidden = view.members.length > 0;
+  }
+
+  function renderShards(view) {
+    const body = document.querySelector("#shards tbody");
+    clear(body);
+    for (const shard of view.shards) {
+      const tr = document.createElement("tr");
+      tr.dataset.shard = shard.shard;
+      if (view.laggiest && view.laggiest.shard === shard.shard) {
+        tr.className = "laggiest";
+      }
+      cell(tr, shard.shard, "id");
+      cell(tr, num(shard.version), "num");
+      let owner = shard.owner === null || shard.owner === undefined ? "none" : shard.owner;
+      if (shard.revokingFrom) {
+        owner += ` (revoking from ${shard.revokingFrom})`;
+      }
+      cell(tr, owner, "id");
+      cell(tr, num(shard.length), "num");
+      cell(tr, num(shard.lag), "num");
+      cell(tr, num(shard.pending), "num");
+      cell(tr, shard.oldestPendingMs === null || shard.oldestPendingMs === undefined ? "-" :
+        `${num(shard.oldestPendingMs)} ms`, "num");
+      cell(tr, shard.lastDeliveredId, "id");
+      body.appendChild(tr);
+    }
+    $("shard-count").textContent = `(${num(view.shards.length)})`;
+  }
+
+  // lag over time: a point per update and one a second between them (the line runs on)
+  function record(view) {
+    const now = Date.now();
+    state.history.push([now, view.lag, view.pending]);
+    while (state.history.length && state.history[0][0] < now - HISTORY_MS) {
+      state.history.shift();
+    }
+  }
+
+  function drawChart() {
+    if (!window.RscChart || state.history.length === 0) {
+      return;
+    }
+    const now = Date.now();
+    const windowMs = Math.min(HISTORY_MS, Math.max(60000, now - state.history[0][0]));
+    const lag = state.history.map(([t, l]) => [t, l]);
+    const pending = state.history.map(([t, , p]) => [t, p]);
+    window.RscChart.draw($("lag-chart"), [
+      {name: "lag", cls: "lag", points: lag},
+      {name: "pending", cls: "pending", points: pending},
+    ], {now: now, windowMs: windowMs});
+  }
+
+  function tick() {
+    if (page === "group" && state.view !== null) {
+      const last = state.history[state.history.length - 1];
+      if (last && Date.now() - last[0] >= 1000) {
+        record(state.view);
+      }
+      drawChart();
+    }
+  }
+
+  // --- start --------------------------------------------------------------------------
+
+  if (page === "overview") {
+    setUpOverview();
+  }
+  const query = new URLSearchParams(location.search);
+  if (page === "group" && (!query.get("prefix") || !query.get("group"))) {
+    $("content").hidden = false;
+    $("group-body").hidden = true;
+    $("unknown").hidden = false;
+    $("unknown").textContent = "No group named: open a group from the overview (all groups).";
+    return;
+  }
+  setInterval(tick, 1000);
+  connect();
+})();

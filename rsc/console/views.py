@@ -1,0 +1,267 @@
+"""What the console's pages show, computed from admin responses: pure, no I/O, `now` passed in.
+
+- `parse_hello(text)`: the page's first message on `/ws` (which view, and the token the
+  operator typed), or `HelloError` naming what is wrong.
+- `overview(groups, migrations)`: the overview's rows (one per group, from `listGroups`)
+  and totals, with each prefix's migration (from a watched `describeGroup`).
+- `group_view(description)`: a group page: members, shards of the live versions with their
+  owners, migration progress with its blocking groups (G2), the laggiest shard.
+- `Throttle`: at most `MAX_SENDS_PER_SECOND` frames to a page; the latest state wins.
+- `refused_status(text)`: the HTTP status in an admin handshake failure (401: ask for a token).
+
+Figures stay integers (or None where Redis cannot tell); the page formats them as `1,234`.
+Names are passed as they are: the page sets them as text, never as markup.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+
+from rsc.protocol.messages import FieldValueError, check_name
+
+MAX_SENDS_PER_SECOND: Final = 10
+MIN_SEND_INTERVAL_MS: Final = 1000 // MAX_SENDS_PER_SECOND
+MAX_HELLO_BYTES: Final = 4096
+MAX_WATCHED_PREFIXES: Final = 50  # the overview watches one group per prefix for its migration
+
+VIEWS: Final = ("overview", "group")
+
+
+class HelloError(ValueError):
+    """The page's first message is not one the console understands."""
+
+
+@attrs.frozen
+class Hello:
+    view: str
+    token: str | None = None
+    stream_prefix: str | None = None
+    consumer_group: str | None = None
+
+
+def parse_hello(text: str | bytes) -> Hello:
+    """`{"view": "overview" | "group", "token": str | null, "streamPrefix", "consumerGroup"}`."""
+    if isinstance(text, bytes) or len(text.encode()) > MAX_HELLO_BYTES:
+        raise HelloError("the first message must be a JSON text frame of at most 4096 bytes")
+    try:
+        body = json.loads(text)
+    except ValueError:
+        raise HelloError("the first message is not JSON") from None
+    if not isinstance(body, dict):
+        raise HelloError("the first message must be a JSON object")
+    view = body.get("view")
+    if view not in VIEWS:
+        raise HelloError(f"field 'view' must be one of {', '.join(VIEWS)}, got {view!r}")
+    token = body.get("token")
+    if token is not None and (not isinstance(token, str) or not token or "\n" in token
+                              or "\r" in token):
+        raise HelloError("field 'token' must be a non-empty one-line string or null")
+    if view == "overview":
+        return Hello(view=view, token=token)
+    prefix, group = body.get("streamPrefix"), body.get("consumerGroup")
+    if not isinstance(prefix, str) or not isinstance(group, str):
+        raise HelloError("fields 'streamPrefix' and 'consumerGroup' must be strings, got "
+                         f"{prefix!r} and {group!r}")
+    try:
+        check_name("stream_prefix", prefix)
+        check_name("consumer_group", group)
+    except FieldValueError as exc:
+        raise HelloError(str(exc)) from None
+    return Hello(view=view, token=token, stream_prefix=prefix, consumer_group=group)
+
+
+_HTTP_STATUS = re.compile(r"\bHTTP (\d{3})\b")
+
+
+def refused_status(text: str) -> int | None:
+    """The HTTP status of a refused admin handshake, from its one-line text (D3); else None."""
+    found = _HTTP_STATUS.search(text)
+    return int(found.group(1)) if found else None
+
+
+@attrs.define
+class Throttle:
+    """Frames to one page: at most MAX_SENDS_PER_SECOND, the latest state of each kind wins."""
+
+    latest: dict[str, Any] = attrs.field(factory=dict)
+    sent_at_ms: int | None = None
+
+    def offer(self, kind: str, payload: Any) -> None:
+        self.latest[kind] = payload
+
+    def wait_ms(self, now_ms: int) -> int:
+        """How long to wait before the next send may go (0: now)."""
+        if self.sent_at_ms is None:
+            return 0
+        return max(0, self.sent_at_ms + MIN_SEND_INTERVAL_MS - now_ms)
+
+    def take(self, now_ms: int) -> list[Any]:
+        """The payloads to send now (each kind's latest, oldest kind first), or [] if not due."""
+        if not self.latest or self.wait_ms(now_ms) > 0:
+            return []
+        payloads = list(self.latest.values())
+        self.latest.clear()
+        self.sent_at_ms = now_ms
+        return payloads
+
+
+# --- overview ---------------------------------------------------------------------------
+
+
+def _sum(values: Iterable[int | None]) -> int | None:
+    """The sum, or None when any part is unknown."""
+    total = 0
+    for value in values:
+        if value is None:
+            return None
+        total += value
+    return total
+
+
+def migration_summary(migration: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A migration's progress (G2): versions, drained of total, remaining shards, blockers."""
+    if not migration:
+        return None
+    drained = list(migration.get("drainedShards") or [])
+    remaining = list(migration.get("remainingShards") or [])
+    blocking = [{"consumerGroup": str(entry.get("consumerGroup")),
+                 "undelivered": entry.get("undelivered"), "pending": entry.get("pending")}
+                for entry in migration.get("blockingGroups") or []]
+    blocking.sort(key=lambda entry: (-(entry["undelivered"] or 0) - (entry["pending"] or 0),
+                                     entry["consumerGroup"]))
+    return {"state": migration.get("state"), "fromVersion": migration.get("fromVersion"),
+            "toVersion": migration.get("toVersion"), "cutover": migration.get("cutover"),
+            "drained": len(drained), "total": len(drained) + len(remaining),
+            "remainingShards": remaining, "blockingGroups": blocking}
+
+
+def migration_text(summary: Mapping[str, Any] | None) -> str:
+    """One cell: `-`, or `v1 -> v2 DRAINING 3/8 drained, blocked by audit`."""
+    if summary is None:
+        return "-"
+    text = (f"v{summary['fromVersion']} -> v{summary['toVersion']} {summary['state']} "
+            f"{summary['drained']}/{summary['total']} drained")
+    blockers = [entry["consumerGroup"] for entry in summary["blockingGroups"]]
+    if blockers:
+        text += ", blocked by " + ", ".join(blockers)
+    return text
+
+
+def overview(groups: Sequence[Mapping[str, Any]],
+             migrations: Mapping[str, Mapping[str, Any] | None],
+             watched: Iterable[str] = ()) -> dict[str, Any]:
+    """The overview: a row per group (from listGroups) with its prefix's migration, and totals.
+
+    `migrations` holds the latest `migration` of each watched prefix; a prefix not in
+    `watched` (past MAX_WATCHED_PREFIXES) shows `not watched` rather than a guess.
+    """
+    watched_set = set(watched)
+    rows = []
+    for entry in groups:
+        prefix = str(entry.get("streamPrefix"))
+        if prefix in watched_set:
+            summary = migration_summary(migrations.get(prefix))
+            migration = migration_text(summary)
+        else:
+            summary, migration = None, "not watched"
+        rows.append({"streamPrefix": prefix, "consumerGroup": str(entry.get("consumerGroup")),
+                     "state": entry.get("state"), "groupEpoch": entry.get("groupEpoch"),
+                     "members": entry.get("members"), "shards": entry.get("shards"),
+                     "lag": entry.get("lag"), "pending": entry.get("pending"),
+                     "migration": migration,
+                     "blocked": bool(summary and summary["blockingGroups"])})
+    rows.sort(key=lambda row: (row["streamPrefix"], row["consumerGroup"]))
+    return {"rows": rows, "totals": totals(rows)}
+
+
+def totals(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Totals over rows: groups, prefixes, members, shards, lag and pending (None if unknown)."""
+    return {"groups": len(rows), "prefixes": len({row["streamPrefix"] for row in rows}),
+            "members": _sum(row["members"] for row in rows),
+            "shards": _sum(row["shards"] for row in rows),
+            "lag": _sum(row["lag"] for row in rows),
+            "pending": _sum(row["pending"] for row in rows)}
+
+
+def prefixes_to_watch(groups: Sequence[Mapping[str, Any]], current: Mapping[str, str],
+                      limit: int = MAX_WATCHED_PREFIXES) -> dict[str, str]:
+    """For each prefix (at most `limit`, by name), the group whose watch shows its migration.
+
+    A prefix keeps the group it watches while that group exists; else its first group.
+    """
+    by_prefix: dict[str, list[str]] = {}
+    for entry in groups:
+        by_prefix.setdefault(str(entry.get("streamPrefix")), []).append(str(entry.get("consumerGroup")))
+    chosen: dict[str, str] = {}
+    for prefix in sorted(by_prefix)[:limit]:
+        names = by_prefix[prefix]
+        kept = current.get(prefix)
+        chosen[prefix] = kept if kept in names else min(names)
+    return chosen
+
+
+# --- group page -------------------------------------------------------------------------
+
+
+def group_view(description: Mapping[str, Any]) -> dict[str, Any]:
+    """A group page from a `groupDescription`: header, members, shards, migration, laggiest."""
+    members = []
+    for member in description.get("members") or []:
+        members.append({
+            "memberId": member.get("memberId"), "instanceId": member.get("instanceId"),
+            "state": member.get("state"), "memberEpoch": member.get("memberEpoch"),
+            "capacity": member.get("capacity"),
+            "lastHeartbeatMsAgo": member.get("lastHeartbeatMsAgo"),
+            "overdue": bool(member.get("overdue")),
+            "assignedShards": list(member.get("assignedShards") or []),
+            "pendingShards": list(member.get("pendingShards") or []),
+            "revokingShards": list(member.get("revokingShards") or []),
+        })
+    members.sort(key=lambda row: str(row["memberId"]))
+    revoking = {shard: row["memberId"] for row in members for shard in row["revokingShards"]}
+    shards = []
+    for shard in description.get("shards") or []:
+        shard_id = shard.get("shard")
+        shards.append({
+            "shard": shard_id, "version": shard.get("version"), "owner": shard.get("owner"),
+            "revokingFrom": revoking.get(shard_id), "length": shard.get("length"),
+            "lag": shard.get("lag"), "pending": shard.get("pending"),
+            "oldestPendingMs": shard.get("oldestPendingMs"),
+            "lastDeliveredId": shard.get("lastDeliveredId"),
+        })
+    routing = description.get("routing") or {}
+    return {
+        "streamPrefix": description.get("streamPrefix"),
+        "consumerGroup": description.get("consumerGroup"),
+        "state": description.get("state"), "groupEpoch": description.get("groupEpoch"),
+        "assignmentEpoch": description.get("assignmentEpoch"),
+        "maxConcurrency": description.get("maxConcurrency"),
+        "routingVersion": routing.get("version"), "shardCount": routing.get("shardCount"),
+        "retention": description.get("retention") or routing.get("retention"),
+        "members": members, "shards": shards,
+        "migration": migration_summary(description.get("migration")),
+        "lag": _sum(shard["lag"] for shard in shards),
+        "pending": _sum(shard["pending"] for shard in shards),
+        "laggiest": laggiest_shard(shards),
+    }
+
+
+def laggiest_shard(shards: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The shard with the most lag (ties: most pending, then first in routing order); None if
+    no shard has lag or pending."""
+    best: Mapping[str, Any] | None = None
+    for shard in shards:
+        key = (shard.get("lag") or 0, shard.get("pending") or 0)
+        if key == (0, 0):
+            continue
+        if best is None or key > (best.get("lag") or 0, best.get("pending") or 0):
+            best = shard
+    if best is None:
+        return None
+    return {"shard": best.get("shard"), "owner": best.get("owner"), "lag": best.get("lag"),
+            "pending": best.get("pending")}
