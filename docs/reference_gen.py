@@ -166,7 +166,7 @@ def _member_metrics() -> list[tuple[str, str, str, str]]:
 
 GC_PAUSE = ("rsc_gc_pause_seconds", "histogram", "generation",
             "Time the cyclic garbage collector stopped the process, per collection "
-            "(registered by the GC policy at start, `rsc.actors.gc_control`)")
+            "(registered by the GC policy at start, `rsc.common.gc_policy`)")
 
 
 def _table(rows: list[tuple[str, str, str, str]]) -> list[str]:

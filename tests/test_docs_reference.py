@@ -51,7 +51,7 @@ def test_the_metrics_page_lists_every_metric_of_both_sides():
 
 
 def test_the_gc_pause_histogram_row_names_the_registered_metric():
-    from rsc.actors import gc_control
+    from rsc.common import gc_policy as gc_control
 
     source = Path(gc_control.__file__).read_text(encoding="utf-8")
     assert f'"{reference_gen.GC_PAUSE[0]}"' in source

@@ -15,7 +15,7 @@ import trio
 
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
-from rsc.embedded_redis import EmbeddedRedis, free_port
+from rsc.common.redis_server import EmbeddedRedis, free_port
 from tests.test_metrics_coordinator import http_status
 
 LEASE_MS = 3000
