@@ -18,7 +18,17 @@ from typing import Any
 
 import attrs
 
-from bench import assignor_bench, cluster, dataplane, hotpath, membership, procs, resharding, tls_cost
+from bench import (
+    assignor_bench,
+    cluster,
+    dataplane,
+    hosts,
+    hotpath,
+    membership,
+    procs,
+    resharding,
+    tls_cost,
+)
 from bench.report import (
     Progressor,
     ScenarioResult,
@@ -54,6 +64,7 @@ SCENARIOS: dict[str, Scenario] = {
     "resharding": resharding.run,
     "cluster": cluster.run,
     "tls": tls_cost.run,
+    "hosts": hosts.run,
 }
 
 

@@ -75,6 +75,7 @@ class Member:
         self.core = MemberCore(config, on_event=on_event, read_observer=read_observer,
                                ack_observer=ack_observer, trace=HandlerTrace.from_environment(),
                                notices=notices)
+        self.make_workers: Callable[..., Workers] = Workers  # (core, handler, misc client)
 
     @property
     def member_id(self) -> str:
@@ -121,7 +122,7 @@ class Member:
                 nursery.start_soon(run_session, core)
                 nursery.start_soon(self._check_store, probe)
                 nursery.start_soon(Reader(core).run)
-                nursery.start_soon(Workers(core, self.handler, misc_client).run)
+                nursery.start_soon(self.make_workers(core, self.handler, misc_client).run)
                 nursery.start_soon(run_acker, core)
                 nursery.start_soon(poll_lag, core)
                 with trio.CancelScope() as join_wait:
