@@ -196,9 +196,14 @@ class CoordinatorServer:
     async def _dispatch(self, message: Any, reply: Reply, session: Session) -> None:
         if isinstance(message, m.ListGroups):
             groups: list[m.GroupSummary] = []
-            for prefix in sorted(self.router.actors):  # each answers after its current batch is durable
+            # every prefix at once (each answers after its current batch is durable, its
+            # totals read in pipelines shared with the others), then in prefix order
+            collects = []
+            for prefix in sorted(self.router.actors):
                 collect = Collect()
                 await self.router.send(prefix, Envelope(SummariesRequest(), collect, None))
+                collects.append(collect)
+            for collect in collects:
                 await collect.done.wait()
                 groups.extend(collect.message)
             reply.resolve(m.Groups(request_id=message.request_id, status=Status.OK, groups=tuple(groups)))
