@@ -18,7 +18,16 @@ from typing import Any
 
 import attrs
 
-from bench import assignor_bench, cluster, dataplane, hotpath, membership, procs, resharding
+from bench import (
+    assignor_bench,
+    cluster,
+    dataplane,
+    hotpath,
+    membership,
+    prefixes,
+    procs,
+    resharding,
+)
 from bench.report import (
     Progressor,
     ScenarioResult,
@@ -53,6 +62,7 @@ SCENARIOS: dict[str, Scenario] = {
     "dataplane": dataplane.run,
     "resharding": resharding.run,
     "cluster": cluster.run,
+    "prefixes": prefixes.run,
 }
 
 
@@ -85,7 +95,12 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"soak: minutes of churn (default {membership.FULL.soak_s / 60:.0f})")
     parser.add_argument("--soak-members", type=_positive, metavar="N",
                         help=f"soak: members (default {membership.FULL.soak_members:,})")
+    parser.add_argument("--prefixes", nargs="+", type=_positive, metavar="N",
+                        help=f"prefixes: these counts instead of the preset's "
+                             f"({' '.join(f'{n:,}' for n in prefixes.FULL_SIZES)})")
     args = parser.parse_args(argv)
+    if args.prefixes:
+        prefixes.SIZES_OVERRIDE = tuple(args.prefixes)
     if args.py_spy is not None:
         args.py_spy.mkdir(parents=True, exist_ok=True)
         procs.PY_SPY_DIR = str(args.py_spy)
