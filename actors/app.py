@@ -234,7 +234,7 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
     async with trio.open_nursery() as nursery:
         background = nursery
         router = Router(nursery, make_actor, reload=reload, metrics=metrics, budget=budget,
-                        schedule=schedule)
+                        schedule=schedule, shard_work=shard_work)
         nursery.start_soon(shard_work.run)
         now = now_ms()
         for prefix, data in persisted.items():

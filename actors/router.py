@@ -33,8 +33,10 @@ import trio
 
 from rsc.actors.actor import Envelope, PrefixActor, Tick, now_ms
 from rsc.actors.logs import log_event
+from rsc.actors.prefix import PrefixMachine
 from rsc.actors.prefix_admission import GroupBudget
 from rsc.actors.prefix_schedule import Schedule
+from rsc.actors.shard_work import ShardWork
 from rsc.actors.store import StoreFenced
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
@@ -62,8 +64,9 @@ class Router:
     def __init__(self, nursery: trio.Nursery, make_actor: Callable[[str], PrefixActor], *,
                  reload: Callable[[str], Awaitable[PrefixActor]] | None = None,
                  metrics: Any = None, budget: GroupBudget | None = None,
-                 schedule: Schedule | None = None) -> None:
+                 schedule: Schedule | None = None, shard_work: ShardWork | None = None) -> None:
         self.nursery = nursery
+        self.shard_work = shard_work  # listGroups reads idle prefixes' totals in its pipelines
         self.schedule = schedule  # which prefixes a tick wakes (None: every one)
         self.make_actor = make_actor
         self.budget = budget  # A1: the coordinator's --max-groups count, shared with its actors
@@ -120,6 +123,16 @@ class Router:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return  # the actor failed meanwhile: its supervisor answers what it held
         self._wake(prefix)
+
+    def idle_machine(self, prefix: str) -> PrefixMachine | None:
+        """The prefix's machine when its actor is idle: serving, no batch running, nothing
+        queued. Its state is then what Redis holds (a failed write rolled it back, H12), so
+        it may be read without a batch (listGroups)."""
+        actor = self.actors.get(prefix)
+        if (actor is None or prefix not in self._live or prefix in self._running
+                or actor.send_channel.statistics().current_buffer_used):
+            return None
+        return actor.machine
 
     def subscribe_unknown(self, prefix: str, session: Any) -> None:
         """Keep a routing subscription for a prefix with no actor yet (lives with the session)."""

@@ -363,33 +363,53 @@ def group_totals(client: redis.Redis, streams: Sequence[str],
 
 def group_totals_many(client: redis.Redis, reads: Sequence[tuple[Sequence[str], Sequence[str]]]
                       ) -> list[dict[str, GroupTotals] | StoreError]:
-    """`group_totals` of many prefixes, (streams, groups) each, in ONE pipeline; a read that
-    failed comes back as its StoreError (the others still count)."""
+    """`group_totals` of many prefixes, (streams, groups) each: ONE pipeline of XINFO GROUPS,
+    and a second only for the shards where Redis gives some group no lag (`known_lag` needs
+    their length and end ids then). A read that failed comes back as its StoreError."""
+    streams = [stream for shards, _ in reads for stream in shards]
     try:
         pipe = client.pipeline(transaction=False)
-        for streams, _ in reads:
-            for stream in streams:
-                pipe.xinfo_groups(stream)
-                pipe.xlen(stream)
-                _queue_ends(pipe, stream)
-        results = pipe.execute(raise_on_error=False)
+        for stream in streams:
+            pipe.xinfo_groups(stream)
+        infos = pipe.execute(raise_on_error=False)
+        needing = []
+        position = 0
+        for shards, groups in reads:
+            wanted = set(groups)
+            for _ in shards:
+                found = infos[position]
+                if not isinstance(found, Exception) and any(
+                        info.get("lag") is None and _text(info["name"]) in wanted for info in found):
+                    needing.append(position)
+                position += 1
+        ends: dict[int, tuple[Any, Any, Any]] = {}
+        if needing:
+            pipe = client.pipeline(transaction=False)
+            for index in needing:
+                pipe.xlen(streams[index])
+                _queue_ends(pipe, streams[index])
+            replies = pipe.execute(raise_on_error=False)
+            ends = {index: tuple(replies[3 * n: 3 * n + 3])  # type: ignore[misc]
+                    for n, index in enumerate(needing)}
     except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot read group lag: {exc}") from exc
     out: list[dict[str, GroupTotals] | StoreError] = []
-    start = 0
-    for streams, groups in reads:
-        end = start + 4 * len(streams)
-        out.append(_totals(streams, groups, results[start:end]))
-        start = end
+    position = 0
+    for shards, groups in reads:
+        per_shard = []
+        for _ in shards:
+            length, first, last = ends.get(position, (None, None, None))
+            per_shard.append((infos[position], length, first, last))
+            position += 1
+        out.append(_totals(groups, per_shard))
     return out
 
 
-def _totals(streams: Sequence[str], groups: Sequence[str],
-            results: Sequence[Any]) -> dict[str, GroupTotals]:
+def _totals(groups: Sequence[str], shards: Sequence[tuple[Any, Any, Any, Any]]
+            ) -> dict[str, GroupTotals]:
     lags: dict[str, list[int | None]] = {name: [] for name in groups}
     pending = dict.fromkeys(groups, 0)
-    for index in range(len(streams)):
-        infos, length, first, last = results[4 * index: 4 * index + 4]
+    for infos, length, first, last in shards:
         by_name = {} if isinstance(infos, Exception) else {_text(g["name"]): g for g in infos}
         for name in groups:
             info = by_name.get(name)

@@ -95,12 +95,20 @@ class ShardWork:
                      deadline: float) -> dict[str, GroupTotals] | None:
         """listGroups' totals of one prefix, read with other prefixes'; None when the read failed
         or passed `deadline` (D4)."""
-        job = _Totals(streams, groups)
-        self._totals.append(job)
+        [result] = await self.totals_many([(streams, groups)], deadline)
+        return result
+
+    async def totals_many(self, reads: Sequence[tuple[Sequence[str], Sequence[str]]],
+                          deadline: float) -> list[dict[str, GroupTotals] | None]:
+        """`totals` of many prefixes at once, (streams, groups) each, in their order."""
+        jobs = [_Totals(streams, groups) for streams, groups in reads]
+        self._totals.extend(jobs)
         self._queued.set()
         with trio.move_on_at(deadline):
-            await job.done.wait()
-        return job.result if job.done.is_set() else None
+            for job in jobs:
+                if not job.done.is_set():
+                    await job.done.wait()
+        return [job.result if job.done.is_set() else None for job in jobs]
 
     # --- the task ----------------------------------------------------------------------
 
