@@ -112,6 +112,47 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def object_bytes(count: int = 2000) -> dict[str, float]:
+    """Python heap per idle prefix actor without a group, and per group added (tracemalloc,
+    in this process: the actor, its machine, its empty mailbox, after one durable batch)."""
+    import gc
+    import tracemalloc
+
+    from rsc.actors.actor import PrefixActor
+    from rsc.actors.group import GroupSettings
+    from rsc.actors.store import MetadataStore
+
+    store = MetadataStore("redis://127.0.0.1:1", lease_ms=3000)  # never connects
+    settings = GroupSettings(heartbeat_interval_ms=3000, lease_ttl_ms=30000,
+                             revoke_timeout_ms=60000)
+
+    async def build(group: str | None) -> float:
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        actors = []
+        for index in range(count):
+            actor = PrefixActor(f"p{index}", store, settings)
+            actor.machine.handle(m.SetShardCount(request_id=1, stream_prefix=f"p{index}",
+                                                 consumer_group=group, shard_count=1), 0)
+            actor.machine.committed(actor.machine.checkpoint())
+            actors.append(actor)
+        gc.collect()
+        used = (tracemalloc.get_traced_memory()[0] - before) / count
+        tracemalloc.stop()
+        del actors
+        return used
+
+    async def both() -> dict[str, float]:
+        bare = await build(None)
+        return {"bytesPerPrefix": bare, "bytesPerGroup": await build("g") - bare}
+
+    try:
+        return trio.run(both)
+    finally:
+        store.close()
+
+
 def measure(progress: Progressor, count: int) -> dict[str, Any]:
     redis = Redis()
     coordinator = None
@@ -164,7 +205,13 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
                                 row["lastTenthPerSecond"], row["bytesPerIdlePrefix"] / 1024,
                                 row["rssAfterMb"], row["idleCpuCores"], row["probeP50Ms"],
                                 row["probeP99Ms"], row["listGroupsSeconds"]])
-    result.data = {"sizes": rows, "sessions": SESSIONS, "inFlightPerSession": IN_FLIGHT}
+    heap = object_bytes()
+    result.data = {"sizes": rows, "sessions": SESSIONS, "inFlightPerSession": IN_FLIGHT,
+                   "heap": heap}
+    result.target("Python heap per idle prefix, no group", "(reported)",
+                  f"{heap['bytesPerPrefix'] / 1024:.1f} KB", None)
+    result.target("Python heap per group of an idle prefix", "(reported)",
+                  f"{heap['bytesPerGroup'] / 1024:.1f} KB", None)
     for row in rows:
         n = f"{row['prefixes']:,}"
         if row["prefixes"] == 10_000 or row is rows[-1]:
