@@ -227,8 +227,10 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
             result.target(f"{n}: probe heartbeat p99", "<= 50 ms",
                           "-" if row["probeP99Ms"] is None else f"{row['probeP99Ms']:.1f} ms",
                           check(row["probeP99Ms"], lambda v: v <= 50))
-            result.target(f"{n}: listGroups", "<= 1 s", f"{row['listGroupsSeconds']:.2f} s",
-                          row["listGroupsSeconds"] <= 1.0)
+            at_target = row["prefixes"] == 10_000  # the goal is set for 10,000 prefixes
+            result.target(f"{n}: listGroups", "<= 1 s" if at_target else "(reported)",
+                          f"{row['listGroupsSeconds']:.2f} s",
+                          row["listGroupsSeconds"] <= 1.0 if at_target else None)
         result.target(f"{n}: memory per idle prefix (one group)", "(reported)",
                       f"{row['bytesPerIdlePrefix'] / 1024:.1f} KB (RSS {row['rssAfterMb']:.0f} MB)",
                       None)
