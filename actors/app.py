@@ -235,6 +235,7 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
         background = nursery
         router = Router(nursery, make_actor, reload=reload, metrics=metrics, budget=budget,
                         schedule=schedule, shard_work=shard_work)
+        shard_work.failed_pass = router.pass_failed
         nursery.start_soon(shard_work.run)
         now = now_ms()
         for prefix, data in persisted.items():

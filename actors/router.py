@@ -190,6 +190,12 @@ class Router:
                   groups=len(replacement.groups))
         self._running.discard(prefix)
 
+    def pass_failed(self, prefix: str) -> None:
+        """A retention pass of `prefix` failed in Redis: T1, it is due again (as after a change)."""
+        actor = self.actors.get(prefix)
+        if actor is not None and self.schedule is not None:
+            self.schedule.report(prefix, actor.activity(changed=True), now_ms())
+
     def _report(self, actor: PrefixActor) -> None:
         """A new or reloaded actor tells the schedule what it holds (restored members expire,
         a restored migration drains: H6, R2), and reports after each of its batches."""

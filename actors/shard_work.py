@@ -11,8 +11,8 @@ round trips, not a thousand thread hops.
 D4: each round trip has the store deadline (a third of the lease); past it the
 worker thread is abandoned, every job of it fails, and nothing else is sent
 until that thread returns (the jobs queued meanwhile fail at once). A failed
-retention pass is logged once per outage; the schedule brings the next one
-(actors/prefix_schedule.py). listGroups' totals fail to `null` lag.
+retention pass is logged once per outage and its prefix reported changed, so the
+schedule brings it again within ten ticks (actors/prefix_schedule.py). listGroups' totals fail to `null` lag.
 """
 
 from __future__ import annotations
@@ -67,8 +67,10 @@ class ShardWork:
     def __init__(self, client: Any, *, deadline_s: float, metrics: Any = None,
                  pause_s: float = PAUSE_S,
                  retention_streams: int = RETENTION_STREAMS_PER_ROUND_TRIP,
-                 totals_streams: int = TOTALS_STREAMS_PER_ROUND_TRIP) -> None:
+                 totals_streams: int = TOTALS_STREAMS_PER_ROUND_TRIP,
+                 failed_pass: Callable[[str], None] | None = None) -> None:
         self.client = client
+        self.failed_pass = failed_pass  # told the prefix of each pass that failed (T1: again)
         self.deadline_s = deadline_s
         self.metrics = metrics
         self.pause_s = pause_s
@@ -124,10 +126,12 @@ class ShardWork:
             retention = _take(self._retention, self.retention_streams)
             await self._round_trip(retention, self._trim)
             self.passes += len(retention)
-            if self.metrics is not None:
-                for job in retention:
-                    if job.result is not None:
-                        self.metrics.observe_retention(job.prefix, job.result)
+            for job in retention:
+                if job.result is None:
+                    if self.failed_pass is not None:
+                        self.failed_pass(job.prefix)
+                elif self.metrics is not None:
+                    self.metrics.observe_retention(job.prefix, job.result)
             if self._retention and self.pause_s:
                 await trio.sleep(self.pause_s)
 
