@@ -84,3 +84,17 @@ async def test_totals_past_the_deadline_are_none(client):
     work = ShardWork(client, deadline_s=5)  # never run: nothing answers
     with trio.fail_after(5):
         assert await work.totals(("{a:v1:0}",), ("g",), trio.current_time() + 0.05) is None
+
+
+async def test_t1_a_pass_over_many_shards_goes_in_slices(client, nursery):
+    work = ShardWork(client, deadline_s=5, retention_streams=4, pause_s=0)
+    streams = tuple(f"{{big:v1:{n}}}" for n in range(10))
+    for stream in streams:
+        stream_with_group(client, stream, entries=2, acked=2)
+    done = work.retention("big", RetentionPass(streams, ("g",), acked=True, max_length=None,
+                                               max_age_ms=None))
+    nursery.start_soon(work.run)
+    with trio.fail_after(10):
+        await done.wait()
+    assert all(client.xlen(stream) == 0 for stream in streams)
+    assert work.round_trips == 3 and work.passes == 1
