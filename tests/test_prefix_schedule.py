@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from rsc.actors.prefix_retention import RETENTION_EVERY_TICKS
 from rsc.actors.prefix_schedule import Activity, Schedule, Wake
+from rsc.protocol import messages as m
+from rsc.protocol.vocabulary import RetentionMode
+from tests.prefix_driver import PREFIX, Driver, heartbeat, set_shards
 
 TICK = 100
 PERIOD = 10 * TICK
@@ -153,3 +157,54 @@ def test_a_forgotten_prefix_is_not_woken():
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="tick_ms"):
         Schedule(0)
+
+
+# --- how a prefix learns it changed: PrefixMachine.activity after a batch -------------------
+
+
+def test_t1_a_batch_that_wrote_the_prefix_records_reports_changed():
+    driver = Driver()
+    driver.batch([set_shards(2)])
+    activity = driver.machine.activity()
+    assert activity.changed and activity.routed and not activity.live
+    driver.batch([])  # a tick's batch that writes nothing
+    activity = driver.machine.activity()
+    assert not activity.changed and not activity.every_tick and not activity.caps
+
+
+def test_h6_a_prefix_with_a_member_reports_live_until_the_member_leaves():
+    driver = Driver()
+    driver.batch([set_shards(2), heartbeat("a", 0)])
+    assert driver.machine.activity().live
+    driver.batch([heartbeat("a", -1)])
+    activity = driver.machine.activity()
+    assert not activity.live and activity.changed  # T1: one more pass after the last acks
+
+
+def test_t2_caps_are_reported():
+    driver = Driver()
+    driver.batch([set_shards(1)])
+    driver.batch([m.SetRetention(request_id=0, stream_prefix=PREFIX,
+                                 retention=m.Retention(mode=RetentionMode.ACKED, max_length=5))])
+    assert driver.machine.activity().caps
+
+
+def test_r2_a_migration_is_reported_until_it_is_retired():
+    driver = Driver()
+    driver.batch([set_shards(1)])
+    driver.batch([set_shards(2)])
+    assert driver.machine.activity().migrating
+
+
+def test_t1_the_schedule_decides_the_pass_when_it_says_so():
+    driver = Driver()
+    driver.batch([set_shards(1)])
+    machine = driver.machine
+    machine.tick(0, retention=False)
+    assert machine.retention_pass() is None
+    machine.tick(0, retention=True)
+    assert machine.retention_pass() is not None
+    for _ in range(RETENTION_EVERY_TICKS):  # without a schedule: every ten ticks, as before
+        assert machine.retention_pass() is None
+        machine.tick(0)
+    assert machine.retention_pass() is not None
