@@ -8,15 +8,20 @@ of its shard, the lease renewal with a PEXPIRE, so renewals count ticks.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import redis
 import trio
 
+from rsc.embedded_redis import EmbeddedRedis
 from rsc.member.session import open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import RetentionMode
+from tests.conftest import start_coordinator
+from tests.conftest_cluster import server_binary
 
 PREFIXES = 20
 
@@ -60,8 +65,20 @@ async def create_prefixes(url: str, count: int) -> list[str]:
     return streams
 
 
-async def test_t1_an_idle_prefix_does_no_shard_io_on_its_ticks(coordinator, redis_url):
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+@pytest.fixture
+def own_redis() -> Iterator[str]:
+    """A redis-server of this test's own: its command counts are this coordinator's alone (the
+    session's server may still see late calls of earlier tests' abandoned threads)."""
+    server = EmbeddedRedis()
+    server.binary = server_binary()
+    with server:
+        yield server.url
+
+
+async def test_t1_an_idle_prefix_does_no_shard_io_on_its_ticks(own_redis, nursery):
+    # a long lease: its third, the store deadline (D4), outlasts a slow moment of a busy machine
+    coordinator = await start_coordinator(nursery, own_redis, lease_ttl_ms=30_000)
+    client = redis.Redis.from_url(own_redis, decode_responses=True)
     try:
         await create_prefixes(coordinator.url, PREFIXES)
         # T1: each prefix changed (a group registered): one pass each within ten ticks
