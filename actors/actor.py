@@ -68,7 +68,9 @@ from rsc.actors.prefix_io import (
     RetentionPass,
     TotalsRead,
 )
+from rsc.actors.prefix_schedule import Activity, Schedule
 from rsc.actors.records import PrefixSnapshot
+from rsc.actors.shard_work import ShardWork
 from rsc.actors.store import STORE_IO_ERRORS, MetadataStore, StoreError, StoreFenced, StreamAdmin
 from rsc.actors.watch import Watch
 from rsc.protocol import messages as m
@@ -139,6 +141,7 @@ class Envelope:
 @attrs.frozen
 class Tick:
     now_ms: int
+    retention: bool | None = None  # the schedule says the pass is due (None: count ticks)
 
 
 @attrs.frozen
@@ -177,7 +180,8 @@ class PrefixActor:
                  keep_drained_streams: bool = False,
                  identity: StoreIdentity | None = None, budget: GroupBudget | None = None,
                  max_group_size: int | None = None, store_deadline_ms: float | None = None,
-                 background: trio.Nursery | None = None) -> None:
+                 background: trio.Nursery | None = None,
+                 shard_work: ShardWork | None = None) -> None:
         self.prefix = prefix
         self.store = store
         self.identity = identity or StoreIdentity()
@@ -206,6 +210,11 @@ class PrefixActor:
         # (`take_over`), so a pass outlives neither the T1 wait nor the skip
         self.trim_done = trio.Event()
         self.trim_done.set()
+        # the coordinator-wide pipelines for retention passes and listGroups' totals (None: the
+        # actor runs its own), and the schedule told after each batch what it left behind
+        self.shard_work = shard_work
+        self.schedule: Schedule | None = None
+        self._pass_skipped = False
 
     @property
     def groups(self) -> dict[str, GroupMachine]:
@@ -228,6 +237,29 @@ class PrefixActor:
                         break
                 await self._handle_batch(batch)
 
+    async def drain(self) -> None:
+        """Run batches while the mailbox holds requests; return once it is empty (the router
+        starts this again when the next request or tick arrives)."""
+        receive = self.receive_channel
+        while True:
+            batch: list[Envelope] = []
+            while len(batch) < self.batch_limit:
+                try:
+                    batch.append(receive.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            if not batch:
+                return
+            await self._handle_batch(batch)
+
+    def activity(self, *, changed: bool = False) -> Activity:
+        """What the schedule needs to know of this prefix now (actors/prefix_schedule.py)."""
+        activity = self.machine.activity(watched=bool(self.watches),
+                                         repairing=self._abandoned is not None)
+        if self._pass_skipped:
+            self._pass_skipped, changed = False, True
+        return attrs.evolve(activity, changed=True) if changed else activity
+
     async def _handle_batch(self, batch: list[Envelope]) -> None:
         now = now_ms()
         machine = self.machine
@@ -244,7 +276,7 @@ class PrefixActor:
         for envelope in batch:
             request = envelope.request
             if isinstance(request, Tick):
-                machine.tick(request.now_ms)
+                machine.tick(request.now_ms, request.retention)
                 continue
             if isinstance(request, SummariesRequest):
                 if isinstance(envelope.reply, Collect):
@@ -282,6 +314,8 @@ class PrefixActor:
         if self.metrics is not None and machine.migration is not None:
             self.metrics.set_migration_progress(self.prefix, len(machine.migration.drained),
                                                 len(machine.migration.from_streams))
+        if self.schedule is not None:
+            self.schedule.report(self.prefix, self.activity(), now_ms())
 
     def _deliver(self, deliver: Deliver,
                  answers: list[tuple[Reply | Collect | None, Answer, Outbox | None]],
@@ -311,6 +345,9 @@ class PrefixActor:
             return _read_outcome(await self._read(shard_ops.shard_lag, step.streams, step.group,
                                                   deadline=deadline))
         if isinstance(step, TotalsRead):
+            if self.shard_work is not None:  # one pipeline for many prefixes' listGroups reads
+                return _read_outcome(await self.shard_work.totals(step.streams, step.groups,
+                                                                  deadline))
             return _read_outcome(await self._read(shard_ops.group_totals, step.streams,
                                                   step.groups, deadline=deadline))
         if isinstance(step, RetentionPass):
@@ -435,6 +472,12 @@ class PrefixActor:
         offset moved back while a pass computed without it is under way, is closed by the
         machine: such a checkpoint first asks to wait for the running pass (AwaitRetention).
         """
+        if self.shard_work is not None:  # batched with other prefixes' passes, beside the batches
+            if self.trim_done.is_set():
+                self.trim_done = self.shard_work.retention(self.prefix, retention_pass)
+            else:  # the last one still runs: this one is due again (T1, reported after the batch)
+                self._pass_skipped = True
+            return
         if self.background is None:
             await self._trim(retention_pass)
             return

@@ -41,9 +41,11 @@ from rsc.actors.group import GroupSettings
 from rsc.actors.lease import LeaseContinuity, Renewal, waiting_line
 from rsc.actors.logs import log_event
 from rsc.actors.prefix_admission import GroupBudget
+from rsc.actors.prefix_schedule import Schedule
 from rsc.actors.records import PrefixSnapshot
 from rsc.actors.router import Router
 from rsc.actors.server import CoordinatorServer
+from rsc.actors.shard_work import ShardWork
 from rsc.actors.store import LEASE_KEY, MetadataStore, StoreError, StoreFenced
 from rsc.common import gc_policy as gc_control
 from rsc.common import tls
@@ -286,12 +288,16 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
 
     budget = GroupBudget(config.max_groups)  # A1: one count over every prefix
     background: trio.Nursery | None = None  # where retention passes run (the server's nursery)
+    # periodic work by what changed: one schedule of wakes, one set of pipelines (T1, T2, R2)
+    schedule = Schedule(config.tick_interval_ms)
+    shard_work = ShardWork(store.client, deadline_s=settings.lease_ttl_ms / 3 / 1000,
+                           metrics=metrics)
 
     def make_actor(prefix: str) -> PrefixActor:
         return PrefixActor(prefix, store, settings, push_enabled=config.push, metrics=metrics,
                            keep_drained_streams=config.keep_drained_streams, identity=identity,
                            budget=budget, max_group_size=config.max_group_size,
-                           background=background)
+                           background=background, shard_work=shard_work)
 
     async def reload(prefix: str) -> PrefixActor:
         data = await trio.to_thread.run_sync(load_prefix, store, prefix)
@@ -303,7 +309,10 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
     persisted = await trio.to_thread.run_sync(store.load_all)
     async with trio.open_nursery() as nursery:
         background = nursery
-        router = Router(nursery, make_actor, reload=reload, metrics=metrics, budget=budget)
+        router = Router(nursery, make_actor, reload=reload, metrics=metrics, budget=budget,
+                        schedule=schedule, shard_work=shard_work)
+        shard_work.failed_pass = router.pass_failed
+        nursery.start_soon(shard_work.run)
         now = now_ms()  # H12: every restored member gets a fresh lease from now
         for prefix, data in persisted.items():
             actor = make_actor(prefix)

@@ -74,6 +74,7 @@ from rsc.actors.prefix_routing import (
     routing_description,
     routing_summary,
 )
+from rsc.actors.prefix_schedule import Activity
 from rsc.actors.prefix_views import OVERDUE_FACTOR, describe, is_overdue, summaries
 from rsc.actors.prefix_watches import Described, starts_watch
 from rsc.actors.records import (
@@ -222,12 +223,34 @@ class PrefixMachine:
         return Answer(request, request.error(
             Status.INVALID_REQUEST, f"{request.TYPE} is not a request of a stream prefix"))
 
-    def tick(self, now_ms: int) -> None:
-        """Expire leases and revoke timeouts (H6, H14); measure drain and retire (R2)."""
+    def tick(self, now_ms: int, retention: bool | None = None) -> None:
+        """Expire leases and revoke timeouts (H6, H14); measure drain and retire (R2).
+
+        `retention`: the coordinator's schedule says whether the pass is due on this tick
+        (T1, T2, actors/prefix_schedule.py); None counts ticks here (a pass every
+        RETENTION_EVERY_TICKS of them), for a machine ticked on every tick.
+        """
         for group in self.groups.values():
             group.tick(now_ms)
         self.resharding.tick()
-        self.trimming.tick()
+        if retention is None:
+            self.trimming.tick()
+        elif retention:
+            self.trimming.make_due()
+
+    def activity(self, *, watched: bool = False, repairing: bool = False) -> Activity:
+        """What the last batch left behind, for the coordinator's schedule of wakes
+        (actors/prefix_schedule.py): live members, a migration, a repair, the caps, and
+        whether the batch wrote the prefix's records (T1: what groups acked may move)."""
+        last = self.durability.last_checkpoint
+        record = self.trimming.record
+        return Activity(
+            live=any(group.members for group in self.groups.values()),
+            migrating=self.resharding.migration is not None, watched=watched,
+            repairing=repairing or self.durability.repair_pending or bool(self.lifecycle.destroy),
+            routed=self.resharding.routing is not None,
+            caps=record.max_length is not None or record.max_age_ms is not None,
+            changed=last is not None and not last.empty)
 
     # the rules the shell carries out per request, one call each (no wrapper on the hot path):
     # H10 where a member's pushes go, and which describe starts a watch

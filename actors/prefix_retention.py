@@ -50,6 +50,10 @@ class Retention:
     def tick(self) -> None:
         self.ticks += 1
 
+    def make_due(self) -> None:
+        """The coordinator's schedule says the pass is due now (actors/prefix_schedule.py)."""
+        self.ticks = max(self.ticks, RETENTION_EVERY_TICKS)
+
     def due(self, *, routed: bool) -> bool:
         """T1/T2: a pass is due every RETENTION_EVERY_TICKS ticks on a prefix with routing."""
         return routed and self.ticks >= RETENTION_EVERY_TICKS

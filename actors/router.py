@@ -7,9 +7,14 @@
   (members retry), its sessions and subscribers carry over, and no other
   prefix notices. Only a fenced store (another coordinator owns Redis) ends
   the process.
+- No task per prefix: an actor runs (in a task of the router's nursery) only
+  while its mailbox holds something, woken by a request or by a tick; an idle
+  prefix is its machine and an empty mailbox.
 - Ticks never block: each actor gets a tick only when its mailbox has room;
   a backed-up prefix skips a tick (the next one carries a later `now`), so it
   can never delay the others (the lease is renewed by its own task, app.py).
+  With a `schedule` (actors/prefix_schedule.py) only the prefixes it says are
+  due get a tick (H6, H14, R2, T1, T2): idle prefixes cost nothing per tick.
 - Requests that name a prefix without an actor create nothing unless the
   request may (A1, H13; actors/prefix_admission.py decides, the server asks):
   a `getRouting` subscription on an unknown prefix is kept here, only as long
@@ -28,7 +33,10 @@ import trio
 
 from rsc.actors.actor import Envelope, PrefixActor, Tick, now_ms
 from rsc.actors.logs import log_event
+from rsc.actors.prefix import PrefixMachine
 from rsc.actors.prefix_admission import GroupBudget
+from rsc.actors.prefix_schedule import Schedule
+from rsc.actors.shard_work import ShardWork
 from rsc.actors.store import StoreFenced
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
@@ -55,8 +63,11 @@ class Router:
 
     def __init__(self, nursery: trio.Nursery, make_actor: Callable[[str], PrefixActor], *,
                  reload: Callable[[str], Awaitable[PrefixActor]] | None = None,
-                 metrics: Any = None, budget: GroupBudget | None = None) -> None:
+                 metrics: Any = None, budget: GroupBudget | None = None,
+                 schedule: Schedule | None = None, shard_work: ShardWork | None = None) -> None:
         self.nursery = nursery
+        self.shard_work = shard_work  # listGroups reads idle prefixes' totals in its pipelines
+        self.schedule = schedule  # which prefixes a tick wakes (None: every one)
         self.make_actor = make_actor
         self.budget = budget  # A1: the coordinator's --max-groups count, shared with its actors
         self.reload = reload
@@ -66,16 +77,19 @@ class Router:
         self.ticks_skipped = 0
         # requests handed to each actor and not answered yet: what a failure must answer
         self._in_flight: dict[str, collections.deque[Envelope]] = {}
-        self._live: set[str] = set()  # prefixes whose actor is running (not being reloaded)
+        self._live: set[str] = set()  # prefixes whose actor is serving (not being reloaded)
+        self._running: set[str] = set()  # prefixes whose actor has a task draining its mailbox
+        self._backoff: dict[str, float] = {}  # restart backoff of prefixes that failed lately
+        self._session_prefixes: dict[Any, set[str]] = {}  # where each session sent requests
         # getRouting subscriptions on prefixes that have no actor yet, until their session ends
         self._waiting_subscribers: dict[str, set[Any]] = {}
 
     # --- actors ----------------------------------------------------------------------
 
     def add(self, actor: PrefixActor) -> None:
-        """Serve `actor`'s prefix under a supervisor."""
+        """Serve `actor`'s prefix; it runs (supervised) whenever its mailbox holds something."""
         self._install(actor)
-        self.nursery.start_soon(self._supervise, actor.prefix)
+        self._report(actor)
 
     def actor(self, prefix: str, *, create: bool) -> PrefixActor | None:
         actor = self.actors.get(prefix)
@@ -102,13 +116,27 @@ class Router:
         while in_flight and _answered(in_flight[0]):
             in_flight.popleft()
         in_flight.append(envelope)
+        if envelope.session is not None:
+            self._session_prefixes.setdefault(envelope.session, set()).add(prefix)
         try:
             await actor.send_channel.send(envelope)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # the actor failed meanwhile: its supervisor answers what it held
+            return  # the actor failed meanwhile: its supervisor answers what it held
+        self._wake(prefix)
+
+    def idle_machine(self, prefix: str) -> PrefixMachine | None:
+        """The prefix's machine when its actor is idle: serving, no batch running, nothing
+        queued. Its state is then what Redis holds (a failed write rolled it back, H12), so
+        it may be read without a batch (listGroups)."""
+        actor = self.actors.get(prefix)
+        if (actor is None or prefix not in self._live or prefix in self._running
+                or actor.send_channel.statistics().current_buffer_used):
+            return None
+        return actor.machine
 
     def subscribe_unknown(self, prefix: str, session: Any) -> None:
         """Keep a routing subscription for a prefix with no actor yet (lives with the session)."""
+        self._session_prefixes.setdefault(session, set()).add(prefix)
         actor = self.actors.get(prefix)
         if actor is not None:
             actor.subscribe(session)
@@ -117,34 +145,64 @@ class Router:
 
     # --- supervision -----------------------------------------------------------------
 
+    def _wake(self, prefix: str) -> None:
+        """Start the prefix's actor draining its mailbox, unless it runs or is being reloaded."""
+        if prefix in self._running or prefix not in self._live:
+            return
+        self._running.add(prefix)
+        self.nursery.start_soon(self._supervise, prefix)
+
     async def _supervise(self, prefix: str) -> None:
-        backoff = RESTART_BACKOFF_START_S
-        while True:
-            actor = self.actors[prefix]
-            started = trio.current_time()
-            try:
-                await actor.run()
-                return
-            except StoreFenced:
-                raise  # another coordinator owns Redis: this whole process must stop
-            except Exception as exc:  # noqa: BLE001 - one prefix's failure is contained here
-                failure = exc
-            self._live.discard(prefix)
-            self.restarts += 1
-            if self.metrics is not None and hasattr(self.metrics, "prefix_actor_restarted"):
-                self.metrics.prefix_actor_restarted(prefix)
-            log_event(log, "prefix.actor_failed", level=logging.ERROR, prefix=prefix,
-                      error=f"{type(failure).__name__}: {failure}",
-                      traceback="".join(traceback.format_exception(failure)))
-            self._fail_in_flight(prefix, actor)
+        """Drain the actor's mailbox; on a failure, replace it (reloaded, with backoff)."""
+        actor = self.actors[prefix]
+        started = trio.current_time()
+        try:
+            await actor.drain()
+        except StoreFenced:
+            raise  # another coordinator owns Redis: this whole process must stop
+        except Exception as exc:  # noqa: BLE001 - one prefix's failure is contained here
+            failure: Exception | None = exc
+        else:
+            failure = None
+        if failure is None:
+            self._running.discard(prefix)
+            in_flight = self._in_flight[prefix]  # an idle prefix keeps no answered request
+            while in_flight and _answered(in_flight[0]):
+                in_flight.popleft()
             if trio.current_time() - started >= STABLE_AFTER_S:
-                backoff = RESTART_BACKOFF_START_S
-            replacement = await self._reload_until_loaded(prefix, backoff)
-            backoff = min(backoff * 2, RESTART_BACKOFF_MAX_S)
-            replacement.take_over(actor)
-            self._install(replacement)
-            log_event(log, "prefix.reloaded", level=logging.WARNING, prefix=prefix,
-                      groups=len(replacement.groups))
+                self._backoff.pop(prefix, None)
+            return
+        self._live.discard(prefix)
+        self.restarts += 1
+        if self.metrics is not None and hasattr(self.metrics, "prefix_actor_restarted"):
+            self.metrics.prefix_actor_restarted(prefix)
+        log_event(log, "prefix.actor_failed", level=logging.ERROR, prefix=prefix,
+                  error=f"{type(failure).__name__}: {failure}",
+                  traceback="".join(traceback.format_exception(failure)))
+        self._fail_in_flight(prefix, actor)
+        backoff = self._backoff.get(prefix, RESTART_BACKOFF_START_S)
+        replacement = await self._reload_until_loaded(prefix, backoff)
+        self._backoff[prefix] = min(backoff * 2, RESTART_BACKOFF_MAX_S)
+        replacement.take_over(actor)
+        self._install(replacement)
+        self._report(replacement)
+        log_event(log, "prefix.reloaded", level=logging.WARNING, prefix=prefix,
+                  groups=len(replacement.groups))
+        self._running.discard(prefix)
+
+    def pass_failed(self, prefix: str) -> None:
+        """A retention pass of `prefix` failed in Redis: T1, it is due again (as after a change)."""
+        actor = self.actors.get(prefix)
+        if actor is not None and self.schedule is not None:
+            self.schedule.report(prefix, actor.activity(changed=True), now_ms())
+
+    def _report(self, actor: PrefixActor) -> None:
+        """A new or reloaded actor tells the schedule what it holds (restored members expire,
+        a restored migration drains: H6, R2), and reports after each of its batches."""
+        if self.schedule is None:
+            return
+        actor.schedule = self.schedule
+        self.schedule.report(actor.prefix, actor.activity(changed=True), now_ms())
 
     async def _reload_until_loaded(self, prefix: str, backoff: float) -> PrefixActor:
         """A fresh actor for `prefix` from Redis, retrying (with backoff) while Redis fails."""
@@ -173,22 +231,32 @@ class Router:
     # --- ticks and sessions ----------------------------------------------------------
 
     def tick(self) -> None:
-        """Send every live actor a tick it has room for; never waits (a full mailbox skips one)."""
+        """Send a tick to every due live actor (each one with a schedule, else every one) that
+        has room for it; never waits (a full mailbox skips one)."""
         now = now_ms()
-        for prefix, actor in list(self.actors.items()):
-            if prefix not in self._live:
+        if self.schedule is None:
+            due: list[tuple[str, bool | None]] = [(prefix, None) for prefix in self.actors]
+        else:
+            due = [(wake.prefix, wake.retention) for wake in self.schedule.due(now)]
+        for prefix, retention in due:
+            actor = self.actors.get(prefix)
+            if actor is None or prefix not in self._live:
                 continue
             try:
-                actor.send_channel.send_nowait(Envelope(Tick(now), None, None))
+                actor.send_channel.send_nowait(Envelope(Tick(now, retention), None, None))
             except trio.WouldBlock:
                 self.ticks_skipped += 1
+                continue
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass  # failing right now; its supervisor takes over
+                continue  # failing right now; its supervisor takes over
+            self._wake(prefix)
 
     def forget(self, session: Any) -> None:
         """Drop every reference to a closed session (called once, after its last reply)."""
-        for actor in self.actors.values():
-            actor.forget_session(session)
+        for prefix in self._session_prefixes.pop(session, ()):
+            actor = self.actors.get(prefix)
+            if actor is not None:
+                actor.forget_session(session)
         for prefix in [p for p, waiting in self._waiting_subscribers.items() if session in waiting]:
             waiting = self._waiting_subscribers[prefix]
             waiting.discard(session)

@@ -195,13 +195,8 @@ class CoordinatorServer:
 
     async def _dispatch(self, message: Any, reply: Reply, session: Session) -> None:
         if isinstance(message, m.ListGroups):
-            groups: list[m.GroupSummary] = []
-            for prefix in sorted(self.router.actors):  # each answers after its current batch is durable
-                collect = Collect()
-                await self.router.send(prefix, Envelope(SummariesRequest(), collect, None))
-                await collect.done.wait()
-                groups.extend(collect.message)
-            reply.resolve(m.Groups(request_id=message.request_id, status=Status.OK, groups=tuple(groups)))
+            reply.resolve(m.Groups(request_id=message.request_id, status=Status.OK,
+                                   groups=await self._list_groups()))
             return
         prefix = message.stream_prefix
         if prefix not in self.router.actors:
@@ -218,6 +213,44 @@ class CoordinatorServer:
                 return
         self.router.actor(prefix, create=True)
         await self.router.send(prefix, Envelope(message, reply, session))
+
+
+    async def _list_groups(self) -> tuple[m.GroupSummary, ...]:
+        """Every prefix's groups, in prefix order. An idle prefix is read here (its state is
+        durable, actors/router.py `idle_machine`), its totals in pipelines shared with the
+        others; a busy one answers after its current batch is durable (SummariesRequest)."""
+        router = self.router
+        prefixes = sorted(router.actors)
+        idle: dict[str, Any] = {}
+        if router.shard_work is not None:
+            for prefix in prefixes:
+                machine = router.idle_machine(prefix)
+                if machine is not None:
+                    idle[prefix] = machine
+        reads = {prefix: machine.totals_read() for prefix, machine in idle.items()}
+        wanted = [(prefix, read) for prefix, read in reads.items() if read is not None]
+        totals: dict[str, Any] = {}
+        if wanted and router.shard_work is not None:
+            deadline = trio.current_time() + router.shard_work.deadline_s
+            values = await router.shard_work.totals_many(
+                [(read.streams, read.groups) for _, read in wanted], deadline)
+            totals = {prefix: value for (prefix, _), value in zip(wanted, values, strict=True)}
+        collects: dict[str, Collect] = {}
+        for prefix in prefixes:
+            if prefix in idle and router.idle_machine(prefix) is idle[prefix]:
+                continue  # still idle after the read: summarized below
+            collect = collects[prefix] = Collect()
+            await router.send(prefix, Envelope(SummariesRequest(), collect, None))
+        groups: list[m.GroupSummary] = []
+        for prefix in prefixes:
+            collect_or_none = collects.get(prefix)
+            if collect_or_none is None:
+                machine = idle[prefix]
+                groups.extend(machine.summaries(totals.get(prefix) if reads[prefix] else None))
+            else:
+                await collect_or_none.done.wait()
+                groups.extend(collect_or_none.message)
+        return tuple(groups)
 
 
 def frame_bytes(text: str) -> int:

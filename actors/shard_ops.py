@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
@@ -355,19 +355,61 @@ def group_totals(client: redis.Redis, streams: Sequence[str],
     """
     if not groups:
         return {}
+    result = group_totals_many(client, [(streams, groups)])[0]
+    if isinstance(result, StoreError):
+        raise result
+    return result
+
+
+def group_totals_many(client: redis.Redis, reads: Sequence[tuple[Sequence[str], Sequence[str]]]
+                      ) -> list[dict[str, GroupTotals] | StoreError]:
+    """`group_totals` of many prefixes, (streams, groups) each: ONE pipeline of XINFO GROUPS,
+    and a second only for the shards where Redis gives some group no lag (`known_lag` needs
+    their length and end ids then). A read that failed comes back as its StoreError."""
+    streams = [stream for shards, _ in reads for stream in shards]
     try:
         pipe = client.pipeline(transaction=False)
         for stream in streams:
             pipe.xinfo_groups(stream)
-            pipe.xlen(stream)
-            _queue_ends(pipe, stream)
-        results = pipe.execute(raise_on_error=False)
+        infos = pipe.execute(raise_on_error=False)
+        needing = []
+        position = 0
+        for shards, groups in reads:
+            wanted = set(groups)
+            for _ in shards:
+                found = infos[position]
+                if not isinstance(found, Exception) and any(
+                        info.get("lag") is None and _text(info["name"]) in wanted for info in found):
+                    needing.append(position)
+                position += 1
+        ends: dict[int, tuple[Any, Any, Any]] = {}
+        if needing:
+            pipe = client.pipeline(transaction=False)
+            for index in needing:
+                pipe.xlen(streams[index])
+                _queue_ends(pipe, streams[index])
+            replies = pipe.execute(raise_on_error=False)
+            ends = {index: tuple(replies[3 * n: 3 * n + 3])  # type: ignore[misc]
+                    for n, index in enumerate(needing)}
     except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot read group lag: {exc}") from exc
+    out: list[dict[str, GroupTotals] | StoreError] = []
+    position = 0
+    for shards, groups in reads:
+        per_shard = []
+        for _ in shards:
+            length, first, last = ends.get(position, (None, None, None))
+            per_shard.append((infos[position], length, first, last))
+            position += 1
+        out.append(_totals(groups, per_shard))
+    return out
+
+
+def _totals(groups: Sequence[str], shards: Sequence[tuple[Any, Any, Any, Any]]
+            ) -> dict[str, GroupTotals]:
     lags: dict[str, list[int | None]] = {name: [] for name in groups}
     pending = dict.fromkeys(groups, 0)
-    for index in range(len(streams)):
-        infos, length, first, last = results[4 * index: 4 * index + 4]
+    for infos, length, first, last in shards:
         by_name = {} if isinstance(infos, Exception) else {_text(g["name"]): g for g in infos}
         for name in groups:
             info = by_name.get(name)
@@ -393,18 +435,54 @@ def apply_retention(client: redis.Redis, streams: Sequence[str], groups: Sequenc
     nothing by acks. Then the caps: `XTRIM MINID` at now - maxAgeMs and `XTRIM MAXLEN`, both
     exact so the count of unconsumed removals (entries at or above that oldest id) is exact.
     """
-    _check_positive("max_length", max_length)
-    _check_positive("max_age_ms", max_age_ms)
-    cut = age_cut_id(max_age_ms, now_ms) if max_age_ms is not None else None
-    args = ["1" if acked else "0", "" if max_length is None else str(max_length), cut or "", *groups]
+    result = apply_retention_many(client, [RetentionCall(streams, groups, acked, max_length,
+                                                         max_age_ms)], now_ms)[0]
+    if isinstance(result, StoreError):
+        raise result
+    return result
+
+
+class RetentionCall(NamedTuple):
+    """One prefix's pass for `apply_retention_many` (the fields of `apply_retention`)."""
+
+    streams: Sequence[str]
+    groups: Sequence[str]
+    acked: bool
+    max_length: int | None
+    max_age_ms: int | None
+
+
+def apply_retention_many(client: redis.Redis, calls: Sequence[RetentionCall],
+                         now_ms: int) -> list[list[RetentionResult] | StoreError]:
+    """`apply_retention` of many prefixes in ONE pipeline (T1..T3, each shard its own script);
+    a pass with a failed shard comes back as its StoreError (the others still count)."""
+    scripts: list[tuple[str, Sequence[Any]]] = []
+    for call in calls:
+        _check_positive("max_length", call.max_length)
+        _check_positive("max_age_ms", call.max_age_ms)
+        cut = age_cut_id(call.max_age_ms, now_ms) if call.max_age_ms is not None else None
+        args = ["1" if call.acked else "0",
+                "" if call.max_length is None else str(call.max_length), cut or "", *call.groups]
+        scripts.extend((stream, args) for stream in call.streams)
     try:
-        results = _retention_script.run_all(client, [(stream, args) for stream in streams])
+        results = _retention_script.run_all(client, scripts)
     except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot apply retention: {exc}") from exc
-    _raise_errors("apply retention", streams, results)
-    return [RetentionResult(shard=stream, removed_acked=int(r[0]), removed_by_caps=int(r[1]),
-                            removed_unconsumed=int(r[2]), length=int(r[3]))
-            for stream, r in zip(streams, results, strict=True)]
+    out: list[list[RetentionResult] | StoreError] = []
+    start = 0
+    for call in calls:
+        mine = results[start:start + len(call.streams)]
+        start += len(call.streams)
+        try:
+            _raise_errors("apply retention", call.streams, mine)
+        except StoreError as exc:
+            out.append(exc)
+            continue
+        out.append([RetentionResult(shard=stream, removed_acked=int(r[0]),
+                                    removed_by_caps=int(r[1]), removed_unconsumed=int(r[2]),
+                                    length=int(r[3]))
+                    for stream, r in zip(call.streams, mine, strict=True)])
+    return out
 
 
 def trim_acked(client: redis.Redis, streams: Sequence[str], groups: Sequence[str]) -> list[int]:

@@ -25,6 +25,7 @@ from bench import (
     hosts,
     hotpath,
     membership,
+    prefixes,
     procs,
     resharding,
     tls_cost,
@@ -65,6 +66,7 @@ SCENARIOS: dict[str, Scenario] = {
     "cluster": cluster.run,
     "tls": tls_cost.run,
     "hosts": hosts.run,
+    "prefixes": prefixes.run,
 }
 
 
@@ -97,7 +99,12 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"soak: minutes of churn (default {membership.FULL.soak_s / 60:.0f})")
     parser.add_argument("--soak-members", type=_positive, metavar="N",
                         help=f"soak: members (default {membership.FULL.soak_members:,})")
+    parser.add_argument("--prefixes", nargs="+", type=_positive, metavar="N",
+                        help=f"prefixes: these counts instead of the preset's "
+                             f"({' '.join(f'{n:,}' for n in prefixes.FULL_SIZES)})")
     args = parser.parse_args(argv)
+    if args.prefixes:
+        prefixes.SIZES_OVERRIDE = tuple(args.prefixes)
     if args.py_spy is not None:
         args.py_spy.mkdir(parents=True, exist_ok=True)
         procs.PY_SPY_DIR = str(args.py_spy)

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psutil
@@ -170,7 +170,8 @@ def py_spy(pid: int, seconds: float, name: str) -> subprocess.Popen[bytes] | Non
 
 def start_coordinator(redis_url: str, *, heartbeat_interval_ms: int = 3000, lease_ttl_ms: int = 30000,
                       tick_interval_ms: int = 1000, push: bool = True,
-                      gc_mode: str | None = None, tls: ServerTls | None = None) -> Server:
+                      gc_mode: str | None = None, tls: ServerTls | None = None,
+                      extra: Sequence[str] = ()) -> Server:
     profile: list[str] = []
     if PROFILE_DIR is not None:
         profile = ["-m", "cProfile", "-o",
@@ -182,6 +183,7 @@ def start_coordinator(redis_url: str, *, heartbeat_interval_ms: int = 3000, leas
         argv.append("--no-push")
     if tls is not None:  # serves wss://
         argv += ["--tls-cert", tls.cert_file, "--tls-key", tls.key_file]
+    argv.extend(extra)  # more coordinator flags
     return Server(argv, gc_mode=gc_mode)
 
 

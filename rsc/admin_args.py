@@ -2,7 +2,8 @@
 
     rsc admin [--url ws://H:P] [--token T] [--timeout S] COMMAND ... [--json]
 
-    list | describe PREFIX GROUP [--shards] | set-shards PREFIX [GROUP] N [--cutover ordered]
+    list | describe PREFIX GROUP [--shards] [--members N|all]
+    | set-shards PREFIX [GROUP] N [--cutover ordered]
     | set-max-concurrency PREFIX GROUP N|none | remove-member PREFIX GROUP MEMBER
     | watch PREFIX GROUP | delete-group PREFIX GROUP
     | set-retention PREFIX (--acked|--none) [--max-length N] [--max-age DURATION]
@@ -78,6 +79,19 @@ def parse_datetime_ms(text: str) -> int:
     if milliseconds < 0:
         raise ValueError(f"{text!r} is before 1970-01-01T00:00:00Z")
     return milliseconds
+
+
+def members_shown(text: str) -> int | str:
+    """`describe --members`: `all`, or how many member rows (>= 0)."""
+    if text == "all":
+        return "all"
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be 'all' or a number of rows, not {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 'all' or a number of rows >= 0, not {text}")
+    return value
 
 
 def split_set_shards(values: list[str]) -> tuple[str | None, int]:
@@ -226,6 +240,9 @@ def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> arg
     describe.add_argument("--shards", action="store_true", default=None,
                           help="always show the per-shard table (default: when there are at "
                                "most 16 shards)")
+    describe.add_argument("--members", type=members_shown, default=None, metavar="N|all",
+                          help="member rows to show: N (those that need attention first) or "
+                               "all (default: all up to 50 members, else a summary and 20 rows)")
     set_shards = command("set-shards", "create or change the shard count of a stream prefix")
     cutovers = tuple(cutover.value for cutover in Cutover)
     set_shards.usage = f"%(prog)s [-h] [--json] [--cutover {{{','.join(cutovers)}}}] PREFIX [GROUP] N"

@@ -104,6 +104,7 @@ async def run_command(admin: AdminClient, request: AdminRequest, args: argparse.
     if args.json:
         print_json(console, raw)
     elif isinstance(response, GroupDescription):
-        print_view(console, describe_view(response, shards=getattr(args, "shards", None)))
+        print_view(console, describe_view(response, shards=getattr(args, "shards", None),
+                                          members=getattr(args, "members", None)))
     else:
         print_view(console, response_view(response))

@@ -79,6 +79,10 @@ __all__ = ["DEFAULT_URL", "AdminClient", "AdminConnectError", "AdminError", "Adm
 
 ADMIN_PATH = "/v1/admin"
 PUSH_BUFFER = 256
+# The coordinator bounds what it accepts (--max-frame-bytes), not what it answers: a
+# describeGroup of a --max-group-size 20,000 group is about 5 MB, listGroups grows with the
+# groups. The client takes any answer up to this (trio-websocket's default is 1 MiB).
+MAX_ANSWER_BYTES = 1 << 30
 
 Response = Message | dict[str, Any]
 """A decoded response, or the raw JSON object of a type the protocol classes do not know."""
@@ -495,7 +499,8 @@ async def open_admin_client(url: str, *, token: str | None = None, connect_timeo
                 # reader waiting on a peer that accepted the TCP connection and never answers
                 with trio.fail_after(connect_timeout):
                     websocket = await connect_websocket_url(nursery, coordinator.endpoint,
-                                                            extra_headers=headers, ssl_context=context)
+                                                            extra_headers=headers, ssl_context=context,
+                                                            max_message_size=MAX_ANSWER_BYTES)
             except (HandshakeError, OSError, trio.TooSlowError) as exc:
                 failure = connect_failure(coordinator, exc, token=token, timeout=connect_timeout)
                 nursery.cancel_scope.cancel()

@@ -47,6 +47,8 @@ PLAIN_OUTPUT_WIDTH = 200
 NARROW_BELOW = 120
 """Columns below which `describe` switches to its narrow layout (80-column terminals)."""
 SHARDS_SHOWN_BY_DEFAULT = 16
+MEMBERS_SHOWN_BY_DEFAULT = 50  # describe shows every member up to this many, else a summary
+MEMBER_ROWS_IN_SUMMARY = 20
 """describe shows the per-shard table by itself up to this many shards (else `--shards`)."""
 
 GROUP_STATE_STYLES: dict[str, str] = {GroupState.STABLE: "green", GroupState.RECONCILING: "yellow",
@@ -418,8 +420,47 @@ NARROW_SHARD_COLUMNS = (("member", "left"), ("assigned", "left"), ("pending", "l
                         ("revoking", "left"), ("target", "left"))
 
 
+def needs_attention(description: GroupDescription, member: MemberDescription) -> bool:
+    """Overdue, not STABLE, behind the assignment epoch, or holding other than its target."""
+    return (bool(field(member, "overdue", False)) or _state(member) != "STABLE"
+            or is_behind(description, member) or held_shards(member) != frozenset(member.target_shards))
+
+
+def _state(member: MemberDescription) -> str:
+    return text_value(getattr(member.state, "value", member.state))
+
+
+def shown_members(description: GroupDescription, limit: int | str | None
+                  ) -> tuple[MemberDescription, ...]:
+    """The member rows describe shows: every one (`all`, or few enough), else `limit` of them
+    (default MEMBER_ROWS_IN_SUMMARY), those that need attention first, then by id."""
+    members = description.members
+    if limit == "all" or (limit is None and len(members) <= MEMBERS_SHOWN_BY_DEFAULT):
+        return tuple(sorted(members, key=lambda m: m.member_id))
+    count = MEMBER_ROWS_IN_SUMMARY if limit is None else int(limit)
+    ranked = sorted(members, key=lambda m: (not needs_attention(description, m), m.member_id))
+    return tuple(sorted(ranked[:count], key=lambda m: m.member_id))
+
+
+def members_summary(description: GroupDescription, shown: int) -> Text:
+    """One line for the members describe did not list: counts by state, overdue, capacity."""
+    members = description.members
+    states: dict[str, int] = {}
+    for member in members:
+        states[_state(member)] = states.get(_state(member), 0) + 1
+    overdue = sum(1 for member in members if field(member, "overdue", False))
+    text = Text(f"{len(members):,} members, {shown:,} shown: ", style="bold")
+    text.append(", ".join(f"{count:,} {state}" for state, count in sorted(states.items())))
+    if overdue:
+        text.append(f", {overdue:,} overdue", style=OVERDUE_STYLE)
+    text.append(f"; capacity {sum(member.capacity or 0 for member in members):,}")
+    text.append(" (describe --members all for one row per member)", style="dim")
+    return text
+
+
 def members_table(description: GroupDescription, columns: Sequence[tuple[str, str]] = MEMBER_COLUMNS,
-                  title: str | None = None) -> Table:
+                  title: str | None = None,
+                  members: Sequence[MemberDescription] | None = None) -> Table:
     """One row per member: epoch, state, capacity, heartbeat age and its shards.
 
     Differences between target and current are highlighted: target shards the
@@ -430,7 +471,8 @@ def members_table(description: GroupDescription, columns: Sequence[tuple[str, st
                   header_style="bold", expand=False)
     narrow = columns is not MEMBER_COLUMNS
     _columns(table, columns, fold=("member",) if narrow else ())
-    for member in sorted(description.members, key=lambda m: m.member_id):
+    rows = sorted(description.members, key=lambda m: m.member_id) if members is None else members
+    for member in rows:
         cells = _member_cells(description, member)
         table.add_row(*(cells[name] for name, _ in columns))
     return table
@@ -482,18 +524,25 @@ class DescribeView:
 
     description: GroupDescription
     shards: bool | None = None
+    members: int | str | None = None  # member rows: a number, "all", None: all up to 50
 
     def parts(self, width: int) -> list[RenderableType]:
         description = self.description
         narrow = width < NARROW_BELOW
         parts: list[RenderableType] = [describe_header(description), Text("")]
+        rows = shown_members(description, self.members)
+        summarized = len(rows) < len(description.members)
+        title = f"members ({len(rows):,} of {len(description.members):,})" if summarized else None
+        if summarized:
+            parts.append(members_summary(description, len(rows)))
         if narrow:
-            parts.append(members_table(description, NARROW_MEMBER_COLUMNS))
-            if description.members:
+            parts.append(members_table(description, NARROW_MEMBER_COLUMNS, title=title,
+                                       members=rows))
+            if rows:
                 parts.append(members_table(description, NARROW_SHARD_COLUMNS,
-                                           title="assignment (shards per member)"))
+                                           title="assignment (shards per member)", members=rows))
         else:
-            parts.append(members_table(description))
+            parts.append(members_table(description, title=title, members=rows))
         parts.append(reconciliation_summary(description))
         shards = field(description, "shards", ())
         show = self.shards if self.shards is not None else len(shards) <= SHARDS_SHOWN_BY_DEFAULT
@@ -508,9 +557,11 @@ class DescribeView:
         yield Group(*self.parts(options.max_width))
 
 
-def describe_view(description: GroupDescription, shards: bool | None = None) -> RenderableType:
-    """The `describe` view of a group: header, members, reconciliation line, shards."""
-    return DescribeView(description, shards)
+def describe_view(description: GroupDescription, shards: bool | None = None,
+                  members: int | str | None = None) -> RenderableType:
+    """The `describe` view of a group: header, members (or a summary of many), reconciliation
+    line, shards."""
+    return DescribeView(description, shards, members)
 
 
 # --- list and change responses ----------------------------------------------------------

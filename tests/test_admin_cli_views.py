@@ -473,3 +473,44 @@ def test_plain_output_follows_columns_when_set():
     assert plain_width({}) == 200
     assert plain_width({"COLUMNS": "80"}) == 80
     assert plain_width({"COLUMNS": "junk"}) == 200 and plain_width({"COLUMNS": "5"}) == 200
+
+
+def many_members(count: int, troubled: int) -> GroupDescription:
+    """A STABLE group of `count` members, the last `troubled` of them overdue."""
+    body = dict(RECONCILING, state="STABLE", migration=None, members=[
+        {"memberId": f"m-{index:05d}", "memberEpoch": 9, "state": "STABLE", "capacity": 1,
+         "lastHeartbeatMsAgo": 10, "assignedShards": [], "pendingShards": [],
+         "revokingShards": [], "targetShards": [], "overdue": index >= count - troubled}
+        for index in range(count)])
+    description = decode(json.dumps(body))
+    assert isinstance(description, GroupDescription)
+    return description
+
+
+def test_describe_of_many_members_is_a_summary_with_those_needing_attention_first():
+    text = render_plain(describe_view(many_members(500, troubled=3)))
+    assert "500 members, 20 shown: 500 STABLE, 3 overdue; capacity 500" in text
+    rows = [line for line in text.splitlines() if "m-0" in line]
+    assert len(rows) == 20
+    assert any("m-00499" in row for row in rows)  # an overdue one, though last by id
+    assert "--members all" in text
+
+
+def test_describe_members_option_shows_n_or_all_rows():
+    description = many_members(60, troubled=0)
+    shown = render_plain(describe_view(description, members=5))
+    assert sum(1 for line in shown.splitlines() if "m-000" in line) == 5
+    every = render_plain(describe_view(description, members="all"))
+    assert sum(1 for line in every.splitlines() if "m-000" in line) == 60
+    assert "shown" not in every
+    few = render_plain(describe_view(many_members(10, troubled=0)))
+    assert "shown" not in few and sum(1 for line in few.splitlines() if "m-000" in line) == 10
+
+
+@pytest.mark.parametrize("value", ["some", "-1", ""])
+def test_describe_members_option_refuses_what_is_not_a_count(value, capsys):
+    parser = argparse.ArgumentParser(prog="rsc")
+    add_parser(parser.add_subparsers(dest="command", required=True), run=run)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["admin", "describe", "p", "g", "--members", value])
+    assert "'all' or a number of rows" in capsys.readouterr().err

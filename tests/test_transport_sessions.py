@@ -61,7 +61,7 @@ class _BackedUpActor:
         self.send_channel, self.receive_channel = trio.open_memory_channel(1)
         self.send_channel.send_nowait("backlog")
 
-    async def run(self) -> None:
+    async def drain(self) -> None:
         await trio.sleep_forever()
 
     def forget_session(self, session) -> None:
