@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import redis
 import trio
-from rsc.embedded_redis import EmbeddedRedis
 
+from rsc.common.redis_server import EmbeddedRedis
 from rsc.member.session import open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
