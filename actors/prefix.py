@@ -352,7 +352,8 @@ class PrefixMachine:
     def checkpoint(self) -> Checkpoint:
         """Take the batch's records: everything the shell must write before answering."""
         resharding = self.resharding
-        retire = resharding.retirement(self.groups, self.persisted.migration)
+        retire = resharding.retirement(self.groups, self.persisted.migration,
+                                       self.persisted.groups)
         changes = Changes()
         routing, migration = resharding.routing, resharding.migration
         # identity first: the routing holds every stream name, and a steady batch changes neither

@@ -36,7 +36,7 @@ from rsc.actors.prefix_io import (
     RetireStreams,
 )
 from rsc.actors.prefix_retention import retention_message
-from rsc.actors.records import MigrationRecord, RetentionRecord, RoutingRecord
+from rsc.actors.records import GroupSnapshot, MigrationRecord, RetentionRecord, RoutingRecord
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.routing import HASH_NAME, stream_key
@@ -233,10 +233,12 @@ class Resharding:
 
     # --- R4: retirement ---------------------------------------------------------------
 
-    def retirement(self, groups: Mapping[str, GroupMachine],
-                   durable: MigrationRecord | None) -> RetireStreams | None:
+    def retirement(self, groups: Mapping[str, GroupMachine], durable: MigrationRecord | None,
+                   durable_groups: Mapping[str, GroupSnapshot]) -> RetireStreams | None:
         """Drained old streams no group holds any more are deleted; a complete migration
-        ends. Only what Redis already knows (`durable`) is drained goes."""
+        ends. Only what Redis already knows (`durable`) is drained goes, and only what no
+        member holds in memory nor in what Redis holds (`durable_groups`): the streams go
+        before the hash is written, and a release whose write fails is rolled back."""
         migration = self.migration
         if not self.retire_check_due or migration is None:
             return None
@@ -244,6 +246,10 @@ class Resharding:
         held: set[str] = set()
         for group in groups.values():
             held.update(group.owners)
+        for snapshot in durable_groups.values():
+            for member in snapshot.members.values():
+                held.update(member.assigned)
+                held.update(member.revoking)
         durable_retiring = set(durable.retiring) if durable else set()
         durable_complete = (durable is not None and durable.state == MigrationState.COMPLETE
                             and durable.to_version == migration.to_version)

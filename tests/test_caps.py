@@ -23,7 +23,11 @@ from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import JOIN_EPOCH
 from tests.conftest import FAST
 
-SETTINGS = GroupSettings(heartbeat_interval_ms=200, lease_ttl_ms=1000, revoke_timeout_ms=5000)
+# Members join once and never heartbeat, and D4 abandons a metadata write slower than a third
+# of the lease: a long lease keeps both out of the way on a loaded machine.
+LONG_LEASE_MS = 60_000
+SETTINGS = GroupSettings(heartbeat_interval_ms=200, lease_ttl_ms=LONG_LEASE_MS,
+                         revoke_timeout_ms=5000)
 
 
 def join(prefix: str, group: str, member_id: str) -> m.Heartbeat:
@@ -43,7 +47,8 @@ def hash_of(redis_url: str, prefix: str) -> dict[str, str]:
 
 async def start(nursery: trio.Nursery, redis_url: str, **caps: int) -> tuple[str, CoordinatorMetrics]:
     metrics = CoordinatorMetrics()
-    config = CoordinatorConfig(redis_url=redis_url, port=0, **FAST, **caps)  # type: ignore[arg-type]
+    options = {**FAST, "lease_ttl_ms": LONG_LEASE_MS, **caps}
+    config = CoordinatorConfig(redis_url=redis_url, port=0, **options)  # type: ignore[arg-type]
     url = await nursery.start(lambda task_status: serve(config, metrics=metrics,
                                                         task_status=task_status))
     return url, metrics

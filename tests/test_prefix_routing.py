@@ -5,6 +5,7 @@ from __future__ import annotations
 from rsc.actors.group import GroupMachine, GroupSettings
 from rsc.actors.prefix_io import MIGRATION_COMPLETE, MIGRATION_RETIRED, CreateConsumerGroups
 from rsc.actors.prefix_routing import Resharding
+from rsc.actors.records import GroupSnapshot, MemberRecord
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import Cutover, MigrationState
@@ -122,13 +123,30 @@ def test_r4_a_complete_migration_retires_only_once_redis_knows_it_and_nobody_hol
     group = GroupMachine(PREFIX, "billing", SETTINGS, v(2, 2))
     groups = {"billing": group}
     part.retire_check_due = True
-    assert part.retirement(groups, durable=None) is None  # Redis does not know it is complete
+    # Redis does not know it is complete
+    assert part.retirement(groups, durable=None, durable_groups={}) is None
     assert part.migration is not None
     part.retire_check_due = True
-    retired = part.retirement(groups, durable=part.migration)
+    retired = part.retirement(groups, durable=part.migration, durable_groups={})
     assert retired is not None and retired.streams == v(1, 1) and retired.groups == ("billing",)
     assert part.migration is None
     assert [event.kind for event in part.take_events()] == [MIGRATION_COMPLETE, MIGRATION_RETIRED]
+
+
+def test_r4_a_stream_a_member_holds_in_what_redis_holds_is_not_retired():
+    part = routed(1)
+    part.reshard(count(2), ("billing",))
+    part.drained(v(1, 1))
+    groups = {"billing": GroupMachine(PREFIX, "billing", SETTINGS, v(2, 2))}  # memory: released
+    durable_groups = {"billing": GroupSnapshot(members={"a": MemberRecord(
+        epoch=1, previous_epoch=0, capacity=None, revoking=frozenset(v(1, 1)))})}
+    part.retire_check_due = True
+    # the release is not durable yet: a failed write would give v1 back to a
+    assert part.retirement(groups, durable=part.migration, durable_groups=durable_groups) is None
+    assert part.migration is not None
+    part.retire_check_due = True
+    retired = part.retirement(groups, durable=part.migration, durable_groups={})
+    assert retired is not None and retired.streams == v(1, 1)
 
 
 def test_r1_a_seal_of_a_failed_checkpoint_is_undone_while_that_version_stays_current():

@@ -136,6 +136,46 @@ def test_r2_streams_are_retired_only_once_their_drain_is_durable():
     assert driver.tick().checkpoint.retire == RetireStreams(V1, (GROUP,))
 
 
+def held_by_anyone(driver: Driver) -> set[str]:
+    return {s for group in driver.machine.groups.values() for s in group.owners}
+
+
+def test_r2_complete_migration_streams_are_not_retired_while_held_after_a_restart():
+    driver = Driver()
+    ok(driver.one(set_shards(2, group=None)))
+    driver.join("c")
+    ok(driver.one(set_shards(1, group=None)))
+    driver.tick(drained=V1)  # COMPLETE and durable, but c still holds both v1 shards
+    assert set(V1) <= driver.held()
+    driver.machine = driver.replayed()  # a restart checks retirement with its first batch
+    # c rejoins (H1: it dropped what it held), but that release does not land: memory rolls
+    # back to what Redis holds, where c still holds v1, so its streams must not be deleted
+    failed = driver.batch([heartbeat("c", JOIN_EPOCH, owned=())], durable=False)
+    assert failed.responses[0].status == Status.COORDINATOR_NOT_AVAILABLE
+    assert failed.checkpoint.retire is None
+    assert set(V1) <= held_by_anyone(driver)
+    migration = driver.machine.migration
+    assert migration is not None and migration.state == MigrationState.COMPLETE
+    # once the release is durable, the next check retires them
+    ok(driver.batch([heartbeat("c", JOIN_EPOCH, owned=())]).responses[0])
+    assert not set(V1) & held_by_anyone(driver)
+    retired = driver.tick()
+    assert retired.checkpoint.retire == RetireStreams(V1, (GROUP,))
+    assert driver.machine.migration is None
+
+
+def test_r2_a_release_whose_write_fails_retires_nothing_in_a_tick():
+    driver = Driver()
+    ok(driver.one(set_shards(2)))
+    driver.join("c")
+    ok(driver.one(set_shards(1)))
+    driver.tick(drained=V1)
+    failed = driver.batch([heartbeat("c", JOIN_EPOCH, owned=())], tick=True, drained=(),
+                          durable=False)
+    assert failed.checkpoint.retire is None
+    assert set(V1) <= held_by_anyone(driver)
+
+
 def test_r2_drain_query_names_the_remaining_old_shards_and_every_group():
     driver = resharded()
     driver.join("b", group="audit")
