@@ -426,7 +426,8 @@ def with_instance_column(description: GroupDescription,
                          columns: Sequence[tuple[str, str]]) -> Sequence[tuple[str, str]]:
     """S6: an `instance` column after `member` once any member is static (else none), in the
     tables that show the members' state."""
-    if all(name != "state" for name, _ in columns) or not any(field(member, "instance_id") for member in description.members):
+    if all(name != "state" for name, _ in columns) or not any(
+            field(member, "instance_id") for member in description.members):
         return columns
     return (columns[0], ("instance", "left"), *columns[1:])
 
@@ -688,7 +689,8 @@ def change_lines(before: GroupDescription | None, after: GroupDescription) -> li
     old = {member.member_id: member for member in before.members}
     new = {member.member_id: member for member in after.members}
     # S3: a return under a new memberId replaces the old one, instanceId for instanceId
-    old_by_instance = {field(mb, "instance_id"): mid for mid, mb in old.items() if field(mb, "instance_id")}
+    old_by_instance = {field(mb, "instance_id"): mid for mid, mb in old.items()
+                       if field(mb, "instance_id")}
     replaced: dict[str, str] = {}
     for member_id in sorted(new.keys() - old.keys()):
         instance = field(new[member_id], "instance_id")
