@@ -288,7 +288,8 @@ class MemberState:
                   "over by a newer member; this member stops for good")
         state, actions = self._fenced(reason)
         state = attrs.evolve(state, member_epoch=LEAVE_EPOCH, left=True, instance_fenced=reason)
-        events = (*actions.events, Event(EventName.INSTANCE_FENCED, reason=reason))
+        events = (Event(EventName.INSTANCE_FENCED, tuple(sorted(self.owned())), self.member_epoch,
+                        reason),)  # one event (and one line), not a fence and a rejoin
         return state, attrs.evolve(actions, heartbeat_now=False, events=events)
 
     def _on_nothing_changed(self, sent: SentHeartbeat,
