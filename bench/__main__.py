@@ -18,7 +18,17 @@ from typing import Any
 
 import attrs
 
-from bench import assignor_bench, cluster, dataplane, hotpath, membership, procs, resharding, tls_cost
+from bench import (
+    assignor_bench,
+    cluster,
+    dataplane,
+    hotpath,
+    membership,
+    procs,
+    resharding,
+    rolling,
+    tls_cost,
+)
 from bench.report import (
     Progressor,
     ScenarioResult,
@@ -52,6 +62,7 @@ SCENARIOS: dict[str, Scenario] = {
     "hotpath": hotpath.run,
     "dataplane": dataplane.run,
     "resharding": resharding.run,
+    "rolling": rolling.run,
     "cluster": cluster.run,
     "tls": tls_cost.run,
 }
