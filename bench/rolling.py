@@ -93,7 +93,7 @@ async def rollout(url: str, redis_url: str, group: str, *, members: int, shards:
     finished: dict[int, trio.Event] = {}
 
     async def run_member(listener: Listener, done: trio.Event,
-                         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                         task_status: trio.TaskStatus[Listener] = trio.TASK_STATUS_IGNORED) -> None:
         try:
             await listener.run(task_status=task_status)
         finally:
