@@ -2,8 +2,16 @@
 
 Start-up order is what lets a restart fit inside a member's lease: the
 metrics/health port answers first (`/healthz` 200, `/readyz` 503), then the
-lease is taken (at once when its holder is a dead process on this host), the
-metadata loaded, and only then `listening on`. Nothing else is awaited.
+lease is taken (at once when its holder is a dead process on this host; while
+a live coordinator holds it, this one waits, D5), the metadata loaded, and
+only then `listening on`. Nothing else is awaited.
+
+D5: a coordinator that finds its lease lapsed (it was frozen, or a renewal
+found the key gone or taken) expires nobody on the heartbeats it saw before.
+If nobody else ran meanwhile it takes the key again and holds every expiry
+for one member lease (a fresh lease each, H12), its sessions open; otherwise
+it closes its sessions, waits for the lease, and restores every prefix as
+after a restart under a new coordinator epoch, on the same port.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from rsc.actors.admission import (
 )
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.group import GroupSettings
+from rsc.actors.lease import LeaseContinuity, Renewal, waiting_line
 from rsc.actors.logs import log_event
 from rsc.actors.prefix_admission import GroupBudget
 from rsc.actors.records import PrefixSnapshot
@@ -199,14 +208,73 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
 async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admission,
                readiness: Readiness, metrics: Any, lease_ms: int, max_sessions: int, fd_limit: int,
                server_tls: ssl.SSLContext | None, task_status: trio.TaskStatus[str]) -> None:
-    try:
-        await trio.to_thread.run_sync(take_over_dead_local_holder, store)
-    except Exception as exc:  # noqa: BLE001 - best effort: acquire says what is wrong with Redis
-        log_event(log, "coordinator.lease_takeover_skipped", error=str(exc))
-    epoch = await trio.to_thread.run_sync(store.acquire, int(lease_ms * 1.5))
-    readiness.lease_held(True)
-    log_event(log, "coordinator.started", coordinator_epoch=epoch, redis=store.redis_url,
-              max_sessions=max_sessions, fd_limit=fd_limit)
+    """Serve under one coordinator epoch after another: each time the lease is found taken by
+    another coordinator (D5), everything is restored again from Redis as after a restart, under
+    a new epoch, once this one holds the lease again."""
+    port = config.port
+    started = False
+    while True:
+        epoch = await _wait_for_lease(config, store, readiness, lease_ms)
+        continuity = LeaseContinuity(lease_ms=lease_ms, confirmed_at=_monotonic_ms())
+        log_event(log, "coordinator.started", coordinator_epoch=epoch, redis=store.redis_url,
+                  max_sessions=max_sessions, fd_limit=fd_limit)
+        lapsed = trio.Event()
+        reason: str | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                port = await nursery.start(_serve_epoch, config, store, admission, readiness,
+                                           metrics, continuity, lapsed, port, server_tls)
+                if not started:
+                    started = True
+                    gc_control.freeze_after_startup()
+                    task_status.started(f"{'wss' if server_tls else 'ws'}://{config.host}:{port}")
+                await lapsed.wait()
+                nursery.cancel_scope.cancel()
+        except* StoreFenced as fenced:  # a newer coordinator wrote: ours lapsed long ago
+            reason = str(fenced.exceptions[0])
+        reason = reason or continuity.lapse(_monotonic_ms()) or "the lease lapsed"
+        readiness.lease_held(False, f"the coordinator lease lapsed ({reason})")
+        log_event(log, "coordinator.lease_lapsed", level=logging.WARNING,
+                  coordinator_epoch=epoch, reason=reason,
+                  then="sessions closed; restoring every prefix under a new coordinator epoch")
+
+
+async def _wait_for_lease(config: CoordinatorConfig, store: ReportingStore, readiness: Readiness,
+                          lease_ms: int) -> int:
+    """D5: take the coordinator lease, waiting while another live coordinator holds it (not
+    listening, `/readyz` 503, one line every 10 s naming the holder). A holder that stops
+    releases it (taken within a poll, well inside a tick); a dead one's lapses; one that died
+    on this host is dropped at once."""
+    poll_s = min(0.25, max(0.02, config.tick_interval_ms / 4000))
+    last_said: float | None = None
+    while True:
+        try:
+            await trio.to_thread.run_sync(take_over_dead_local_holder, store)
+        except Exception as exc:  # noqa: BLE001 - best effort: try_acquire says what is wrong
+            log_event(log, "coordinator.lease_takeover_skipped", error=str(exc))
+        epoch, holder = await trio.to_thread.run_sync(store.try_acquire)
+        if epoch is not None:
+            readiness.lease_held(True)
+            return epoch
+        readiness.lease_held(False, f"waiting: coordinator {holder} holds the lease")
+        now = trio.current_time()
+        if last_said is None or now - last_said >= OUTAGE_REMINDER_S:
+            last_said = now
+            log_event(log, "coordinator.waiting", level=logging.WARNING, holder=holder,
+                      line=waiting_line(holder, store.redis_url, lease_ms))
+        await trio.sleep(poll_s)
+
+
+def _monotonic_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
+async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admission: Admission,
+                       readiness: Readiness, metrics: Any, continuity: LeaseContinuity,
+                       lapsed: trio.Event, port: int, server_tls: ssl.SSLContext | None,
+                       task_status: trio.TaskStatus[int]) -> None:
+    """Everything of one coordinator epoch: restored actors, the websocket server (on `port`),
+    the lease, the tick, the store id. `lapsed` is set when the lease is found lapsed."""
     identity = StoreIdentity(await trio.to_thread.run_sync(shard_ops.ensure_store_id, store.client))
     await trio.to_thread.run_sync(shard_ops.load_scripts, store.client)
     xackdel = await trio.to_thread.run_sync(shard_ops.supports_xackdel, store.client)
@@ -236,7 +304,7 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
     async with trio.open_nursery() as nursery:
         background = nursery
         router = Router(nursery, make_actor, reload=reload, metrics=metrics, budget=budget)
-        now = now_ms()
+        now = now_ms()  # H12: every restored member gets a fresh lease from now
         for prefix, data in persisted.items():
             actor = make_actor(prefix)
             actor.restore(data, now)
@@ -245,20 +313,20 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
         server = CoordinatorServer(router, nursery, admin_token=config.admin_token,
                                    member_token=config.member_token, admission=admission,
                                    max_frame_bytes=config.max_frame_bytes)
-        port = await nursery.start(_serve_websocket, server, config, admission, server_tls)
-        nursery.start_soon(_lease_loop, config, store, readiness)
-        nursery.start_soon(_tick_loop, config, router)
+        bound = await nursery.start(_serve_websocket, server, config, admission, port, server_tls)
+        nursery.start_soon(_lease_loop, config, store, readiness, continuity, lapsed)
+        nursery.start_soon(_tick_loop, config, router, continuity, lapsed)
         nursery.start_soon(_store_id_loop, config, store, identity)
-        gc_control.freeze_after_startup()
-        task_status.started(f"{'wss' if server_tls else 'ws'}://{config.host}:{port}")
+        task_status.started(bound)
 
 
 async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig, admission: Admission,
-                           server_tls: ssl.SSLContext | None, task_status: trio.TaskStatus[int]) -> None:
+                           port: int, server_tls: ssl.SSLContext | None,
+                           task_status: trio.TaskStatus[int]) -> None:
     from trio_websocket import WebSocketServer
 
     admitted = [AdmissionListener(listener, admission)
-                for listener in await trio.open_tcp_listeners(config.port, host=config.host)]
+                for listener in await trio.open_tcp_listeners(port, host=config.host)]
     # with TLS the handshake runs inside the session's handler, under the same connect timeout
     listeners: list[Any] = admitted if server_tls is None else [
         tls.TlsListener(listener, server_tls) for listener in admitted]
@@ -279,38 +347,75 @@ async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig,
         task_status.started(admitted[0].port)
 
 
-async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness: Readiness) -> None:
+async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness: Readiness,
+                      continuity: LeaseContinuity, lapsed: trio.Event) -> None:
     """Renew the coordinator lease every tick, on a thread of its own that nothing else can hold.
 
     Each renewal is a metadata write reported to `readiness` (which logs an
-    outage once). A fenced store (another coordinator owns this Redis) ends
-    the process.
+    outage once); one unanswered after a third of the member lease counts as
+    failed (D4), so `/readyz` turns 503 that soon on a stalled Redis. A renewal
+    that finds the lease lapsed or taken, or that comes after a gap longer than
+    the lease (this process was frozen), breaks its continuity (D5): the lease
+    is taken again in place, or `lapsed` is set and the coordinator restarts.
     """
     interval = config.tick_interval_ms / 1000
+    stall_s = config.lease_ttl_ms / 3000  # D4's deadline: a slower renewal is a failed write
     own_thread = trio.CapacityLimiter(1)
     deadline = trio.current_time()
     while True:
         deadline += interval
         await trio.sleep_until(deadline)
         deadline = max(deadline, trio.current_time() - interval)  # never a burst after a stall
-        try:
-            await trio.to_thread.run_sync(store.renew, limiter=own_thread)
-        except StoreFenced:
-            readiness.lease_held(False, "fenced: another coordinator owns this Redis")
-            raise
-        except (StoreError, OSError) as exc:
-            readiness.lease_held(False, str(exc))
-            readiness.write_failed(str(exc))
+        sent_at = _monotonic_ms()
+        outcome: Renewal | None = None
+        with trio.move_on_after(stall_s):
+            try:
+                # abandoned past the deadline: the thread ends with the socket timeout and holds
+                # `own_thread` until then, so renewals never pile up on a stalled Redis
+                outcome = await trio.to_thread.run_sync(store.renew, limiter=own_thread,
+                                                        abandon_on_cancel=True)
+            except (StoreError, OSError) as exc:
+                continuity.renewal(sent_at, Renewal.FAILED)
+                readiness.lease_held(False, str(exc))
+                readiness.write_failed(str(exc))
+                continue
+        if outcome is None:  # D4: unanswered within a third of the lease is a failed write
+            continuity.renewal(sent_at, Renewal.FAILED)
+            readiness.write_failed(f"Redis did not answer the lease renewal within "
+                                   f"{round(stall_s * 1000)} ms")
             continue
+        continuity.renewal(sent_at, outcome)
+        reason = continuity.broken
+        if reason is not None:
+            if outcome is Renewal.TAKEN or not await _retake(store, own_thread):
+                lapsed.set()  # another coordinator holds it, or ran meanwhile: restart
+                return
+            continuity.resume(_monotonic_ms(), config.lease_ttl_ms)
+            log_event(log, "coordinator.lease_lapsed", level=logging.WARNING, reason=reason,
+                      then=f"taken again; no member expires for {config.lease_ttl_ms} ms "
+                           "(fresh leases, H12)")
         readiness.lease_held(True)
         readiness.write_succeeded()  # the renewal is a metadata write too (PROTOCOL, Command line)
 
 
-async def _tick_loop(config: CoordinatorConfig, router: Router) -> None:
-    """Send every actor its tick (H6, H14); never waits on any of them."""
+async def _retake(store: MetadataStore, limiter: trio.CapacityLimiter) -> bool:
+    try:
+        return await trio.to_thread.run_sync(store.retake, limiter=limiter)
+    except StoreError:
+        return False
+
+
+async def _tick_loop(config: CoordinatorConfig, router: Router, continuity: LeaseContinuity,
+                     lapsed: trio.Event) -> None:
+    """Send every actor its tick (H6, H14); never waits on any of them. Only while the lease
+    is continuous (D5): after a gap, expiring members on heartbeats older than it would fence
+    members that went on under D5, so the tick stops and the coordinator restarts instead."""
     interval = config.tick_interval_ms / 1000
     while True:
         await trio.sleep(interval)
+        if not continuity.expiry_allowed(_monotonic_ms()):
+            continue  # no renewal for a lease (Redis down, or this process frozen), or fresh
+            # leases after a lapse: no expiry on heartbeats older than the lapse
         router.tick()
         gc_control.on_tick()
 

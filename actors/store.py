@@ -32,6 +32,7 @@ from typing import Any
 
 import redis
 
+from rsc.actors.lease import Renewal
 from rsc.actors.records import (
     COORDINATOR_EPOCH_FIELD,
     WRITE_SEQUENCE_FIELD,
@@ -47,6 +48,7 @@ from rsc.protocol.routing import owner_key, seal_key
 EPOCH_KEY = "rsc:coordinator:epoch"
 LEASE_KEY = "rsc:coordinator:lease"
 PREFIXES_KEY = "rsc:prefixes"
+_PLACEHOLDER_GROUP = "rsc:create"  # R1: makes an empty stream (XGROUP CREATE ... MKSTREAM), dropped
 
 # KEYS[1] meta hash, KEYS[2..] owner tokens; ARGV[1] our coordinator epoch; ARGV[2] the epoch
 # field; ARGV[3] the write-sequence field; ARGV[4] this write's sequence number; ARGV[5] how many
@@ -182,7 +184,8 @@ class MetadataStore:
     # --- coordinator lease ---------------------------------------------------------
 
     def acquire(self, wait_ms: int) -> int:
-        """Take the coordinator lease, waiting up to `wait_ms` for a dead holder's to lapse.
+        """Take the coordinator lease, waiting up to `wait_ms` for a dead holder's to lapse
+        (blocking; the coordinator itself waits in trio with `try_acquire`, D5).
 
         Raises CoordinatorAlreadyRunning when a live coordinator keeps renewing it.
         """
@@ -194,31 +197,52 @@ class MetadataStore:
     def _acquire(self, wait_ms: int) -> int:
         deadline = time.monotonic() + wait_ms / 1000
         while True:
-            if self.client.set(LEASE_KEY, self.instance_id, nx=True, px=self.lease_ms):
-                self.coordinator_epoch = int(self.client.incr(EPOCH_KEY))
-                return self.coordinator_epoch
-            holder = self.client.get(LEASE_KEY)
-            holder = holder.decode() if isinstance(holder, bytes) else holder
+            epoch, holder = self._try_acquire()
+            if epoch is not None:
+                return epoch
             if time.monotonic() >= deadline:
                 raise CoordinatorAlreadyRunning(
-                    f"another coordinator ({holder}) is live on {self.redis_url}; refusing to start. "
-                    "Stop it first, or point this one at another Redis.")
+                    f"another coordinator ({holder}) is live on {self.redis_url}")
             time.sleep(0.05)
 
-    def renew(self) -> None:
-        """Keep the lease; StoreFenced when another coordinator has it now."""
+    def try_acquire(self) -> tuple[int | None, str | None]:
+        """One attempt at the lease: (our new coordinator epoch, None), or (None, the holder)."""
+        try:
+            return self._try_acquire()
+        except STORE_IO_ERRORS as exc:
+            raise StoreError(f"cannot use Redis at {self.redis_url}: {exc}") from exc
+
+    def _try_acquire(self) -> tuple[int | None, str | None]:
+        if self.client.set(LEASE_KEY, self.instance_id, nx=True, px=self.lease_ms):
+            self.coordinator_epoch = int(self.client.incr(EPOCH_KEY))
+            return self.coordinator_epoch, None
+        holder = self.client.get(LEASE_KEY)
+        holder = holder.decode() if isinstance(holder, bytes) else holder
+        return None, None if holder is None else str(holder)
+
+    def renew(self) -> Renewal:
+        """Set the lease's TTL again if it is still ours; what the renewal found (D5: a lease
+        found lapsed or taken is never silently taken back: the caller restarts)."""
         try:
             renewed = self._renew(keys=[LEASE_KEY], args=[self.instance_id, self.lease_ms])
+            if renewed:
+                return Renewal.RENEWED
+            holder = self.client.get(LEASE_KEY)
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot renew the coordinator lease: {exc}") from exc
-        if not renewed:
-            try:
-                if self.client.set(LEASE_KEY, self.instance_id, nx=True, px=self.lease_ms):
-                    return  # it lapsed while Redis was unreachable and nobody took it
-                holder = self.client.get(LEASE_KEY)
-            except STORE_IO_ERRORS as exc:
-                raise StoreError(f"cannot renew the coordinator lease: {exc}") from exc
-            raise StoreFenced(f"coordinator lease taken by {holder!s}; this coordinator stops")
+        return Renewal.LAPSED if holder is None else Renewal.TAKEN
+
+    def retake(self) -> bool:
+        """D5: take the lease again after a lapse, only if no other coordinator ran meanwhile
+        (the key is gone or still ours, and the epoch counter still names this epoch)."""
+        try:
+            if int(self.client.get(EPOCH_KEY) or 0) != self.coordinator_epoch:
+                return False
+            if self.client.set(LEASE_KEY, self.instance_id, nx=True, px=self.lease_ms):
+                return True
+            return bool(self._renew(keys=[LEASE_KEY], args=[self.instance_id, self.lease_ms]))
+        except STORE_IO_ERRORS as exc:
+            raise StoreError(f"cannot take the coordinator lease again: {exc}") from exc
 
     def release(self) -> None:
         try:
@@ -316,13 +340,21 @@ class MetadataStore:
     # --- streams -------------------------------------------------------------------
 
     def create_consumer_groups(self, streams: Iterable[str], groups: Iterable[str]) -> None:
-        """Each stream exists and has every group, created at id 0 (BUSYGROUP is fine)."""
+        """Each stream exists and has every group, created at id 0 (BUSYGROUP is fine).
+
+        R1: the streams exist even when there is no group yet (a prefix given shards
+        before any member joined), so producers can write to them at once: an empty
+        stream is made with a placeholder group that is dropped in the same pipeline.
+        """
         streams, groups = list(streams), list(groups)
-        if not streams or not groups:
+        if not streams:
             return
         try:
             pipe = self.client.pipeline(transaction=False)
             for stream in streams:
+                if not groups:
+                    pipe.xgroup_create(stream, _PLACEHOLDER_GROUP, id="0", mkstream=True)
+                    pipe.xgroup_destroy(stream, _PLACEHOLDER_GROUP)
                 for group in groups:
                     pipe.xgroup_create(stream, group, id="0", mkstream=True)
             for result in pipe.execute(raise_on_error=False):

@@ -22,6 +22,7 @@ from bench import (
     assignor_bench,
     cluster,
     dataplane,
+    hosts,
     hotpath,
     membership,
     procs,
@@ -65,6 +66,7 @@ SCENARIOS: dict[str, Scenario] = {
     "rolling": rolling.run,
     "cluster": cluster.run,
     "tls": tls_cost.run,
+    "hosts": hosts.run,
 }
 
 

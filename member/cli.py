@@ -32,6 +32,7 @@ import trio
 from rsc.common import gc_policy as gc_control
 from rsc.member.listener import Listener, member_instance_ids
 from rsc.member.notices import REPEAT_S, Notices, redis_problem, then
+from rsc.member.peek import MessageQuota, QuotaReached, peek, routing_request
 from rsc.member.producer import no_routing_line, open_producer
 from rsc.member.reconcile import Event
 from rsc.member.runtime import InstanceFenced, Message
@@ -41,11 +42,20 @@ from rsc.member.session import (
     ResponseUndecodable,
     Session,
     SessionClosed,
+    SessionRefused,
     check_coordinator_url,
     open_session,
     unwrap_single,
 )
 from rsc.member.streams import StoreMismatch, check_store_id, connect, store_id_of
+from rsc.member.unrecoverable import (
+    EXIT_UNRECOVERABLE,
+    Unrecoverable,
+    redis_error_is_permanent,
+    redis_unrecoverable_line,
+    redis_url_problem,
+    refusal_is_permanent,
+)
 from rsc.protocol import GetRouting, Routing, Status
 from rsc.protocol.messages import FieldValueError, check_name
 
@@ -54,6 +64,7 @@ BUFFER_LINES = 10_000  # produce: accepted lines not yet in Redis, at most (plus
 WRITE_BATCH = 500
 DEFAULT_COORDINATOR_URL = "ws://127.0.0.1:8765"
 EXIT_INTERRUPTED = 130
+FLUSH_TIMEOUT_S = 30.0  # produce: how long a SIGTERM or Ctrl-C keeps delivering (D2)
 
 
 class MalformedLine(ValueError):
@@ -126,6 +137,9 @@ def endpoints(args: argparse.Namespace, environ: Mapping[str, str]) -> Endpoints
         connect(redis_url).close()
     except ValueError as exc:
         raise BadConfig(f"bad Redis URL {redis_url!r}: {exc}") from None
+    problem = redis_url_problem(redis_url)
+    if problem is not None:  # D3: redis-py would silently use db 0
+        raise Unrecoverable(problem)
     return Endpoints(coordinator_url=coordinator, redis_url=redis_url,
                      token=args.token or environ.get("RSC_TOKEN") or None,
                      ca_file=args.ca_file or environ.get("RSC_CA_FILE") or None)
@@ -149,6 +163,10 @@ def add_produce_parser(subparsers: argparse._SubParsersAction) -> None:
         "produce", help="write stdin lines (key<TAB>value or JSON {key, value}) to a prefix")
     parser.add_argument("prefix", help="stream prefix")
     _add_endpoint_flags(parser)
+    parser.add_argument("--flush-timeout", type=_non_negative_seconds, default=FLUSH_TIMEOUT_S,
+                        metavar="SECONDS",
+                        help="after SIGTERM or Ctrl-C, keep delivering accepted lines this long "
+                             f"(default {FLUSH_TIMEOUT_S:g}), then exit 1 naming what is left")
     parser.set_defaults(run=run_produce)
 
 
@@ -156,28 +174,46 @@ def add_consume_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "consume", help="run members of a group, printing one JSON line per processed message")
     parser.add_argument("prefix", help="stream prefix")
-    parser.add_argument("group", help="consumer group")
+    parser.add_argument("group", nargs="?", default=None,
+                        help="consumer group (not with --peek)")
     _add_endpoint_flags(parser)
+    parser.add_argument("--max-messages", type=_positive, default=None, metavar="N",
+                        help="stop after N messages handled and acked (then leave, exit 0); "
+                             "with --peek: print at most N")
+    parser.add_argument("--peek", action="store_true",
+                        help="print what the shards hold (XRANGE over the current routing) "
+                             "without joining a group or acking anything")
     parser.add_argument("--concurrency", type=_positive, default=1,
                         help="members to run (default 1)")
     parser.add_argument("--workers", type=_positive, default=4,
                         help="worker capacity of each member (default 4)")
     parser.add_argument("--work-ms", type=float, default=0.0,
-                        help="simulated handler work per message, in ms")
+                        help="simulated handler work per message, in ms (default 0)")
     parser.add_argument("--metrics-port", type=int, default=None,
                         help="serve the members' Prometheus metrics on this port")
     parser.add_argument("--metrics-host", default="127.0.0.1",
                         help="address of the metrics port (default 127.0.0.1)")
     parser.add_argument("--events", action="store_true",
-                        help="write one JSON line per member event to stderr")
+                        help="write one JSON line per member event to stderr (joined, assigned, revoking, "
+                             "revoked, fenced, left, join refused, instance fenced)")
     parser.add_argument("--instance-id", default=None, metavar="ID",
-                        help="static members (S1; default $RSC_INSTANCE_ID): the group keeps "
-                             "their shards while they restart; with --concurrency N > 1 member "
-                             "i uses ID-i")
+                        help="make the members static (default $RSC_INSTANCE_ID): the group "
+                             "keeps their shards while they restart; with --concurrency N > 1 "
+                             "member i uses ID-i")
     parser.add_argument("--leave-on-exit", action="store_true",
-                        help="static members: leave the group for real on SIGTERM (-1, a "
-                             "scale-down) instead of for a while (-2, S2)")
+                        help="static members: leave the group for real on SIGTERM (epoch -1, "
+                             "a scale-down) instead of for a while (epoch -2)")
     parser.set_defaults(run=run_consume)
+
+
+def _non_negative_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds from 0, got {text!r}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -219,7 +255,28 @@ def _run(tool: str, main: Callable[..., Awaitable[int]], *args: object) -> int:
         return 1
     except TlsFailed as exc:  # D3: a certificate that does not verify cannot heal by waiting
         say(exc.line)
-        return 2
+        return EXIT_UNRECOVERABLE
+    except Unrecoverable as exc:  # D3: what waiting cannot heal
+        say(str(exc))
+        return EXIT_UNRECOVERABLE
+    except BaseExceptionGroup as group:
+        found = _unrecoverable_in(group)
+        if found is None:
+            raise
+        say(str(found))
+        return EXIT_UNRECOVERABLE
+
+
+def _unrecoverable_in(exc: BaseException) -> Unrecoverable | None:
+    """The Unrecoverable somewhere in a (nested) exception group, None when there is none."""
+    if isinstance(exc, Unrecoverable):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _unrecoverable_in(inner)
+            if found is not None:
+                return found
+    return None
 
 
 # --- produce ---------------------------------------------------------------------------
@@ -231,16 +288,21 @@ def run_produce(args: argparse.Namespace) -> int:
     except BadConfig as exc:
         _line_writer("produce")(str(exc))
         return 1
+    except Unrecoverable as exc:
+        _line_writer("produce")(str(exc))
+        return EXIT_UNRECOVERABLE
     _quiet_repeats(logging.getLogger("rsc.member"), "produce")
-    return _run("produce", _produce, args.prefix, urls, sys.stdin.fileno())
+    return _run("produce", _produce, args.prefix, urls, sys.stdin.fileno(), args.flush_timeout)
 
 
-async def _produce(prefix: str, urls: Endpoints, input_fd: int) -> int:
+async def _produce(prefix: str, urls: Endpoints, input_fd: int,
+                   flush_timeout_s: float = FLUSH_TIMEOUT_S) -> int:
     say = _line_writer("produce")
     notices = Notices(say)
     counts = {"accepted": 0, "malformed": 0, "line": 0}
     interrupted: list[int] = []
     reading = trio.CancelScope()
+    flushing = trio.CancelScope()  # D2: after a signal, delivering lasts --flush-timeout
     lines_in, lines_out = trio.open_memory_channel[tuple[str, str]](BUFFER_LINES)
     try:
         async with open_producer(urls.coordinator_url, urls.redis_url, prefix,
@@ -268,16 +330,24 @@ async def _produce(prefix: str, urls: Endpoints, input_fd: int) -> int:
                               "accepted lines not written")
                 interrupted.append(signum)
                 say(f"draining: reading no more input, {counts['accepted'] - producer.sent} "
-                    "accepted lines left to write (Ctrl-C again to exit at once)")
+                    f"accepted lines left to write for up to {flush_timeout_s:g} s "
+                    "(Ctrl-C again to exit at once)")
                 reading.cancel()
+                flushing.deadline = trio.current_time() + flush_timeout_s
 
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_dispatch_signals, signals, on_signal)
-                    async with trio.open_nursery() as work:
-                        work.start_soon(read_input)
-                        work.start_soon(write_output)
+                    with flushing:
+                        async with trio.open_nursery() as work:
+                            work.start_soon(read_input)
+                            work.start_soon(write_output)
                     nursery.cancel_scope.cancel()
+            if flushing.cancelled_caught:
+                left = counts["accepted"] - producer.sent
+                say(f"flush timeout: {left} accepted lines not delivered after "
+                    f"{flush_timeout_s:g} s (sent {producer.sent})")
+                return 1
             summary = (f"sent {producer.sent}, retried {producer.retried}, "
                        f"rerouted {producer.rerouted}")
             if counts["malformed"]:
@@ -333,9 +403,54 @@ def run_consume(args: argparse.Namespace) -> int:
     except BadConfig as exc:
         _line_writer("consume")(str(exc))
         return 1
+    except Unrecoverable as exc:
+        _line_writer("consume")(str(exc))
+        return EXIT_UNRECOVERABLE
+    if args.peek:
+        if args.group is not None:
+            _line_writer("consume")("--peek joins no group: give PREFIX alone")
+            return EXIT_UNRECOVERABLE
+        return _run("consume", _peek, args, urls)
+    if args.group is None:
+        _line_writer("consume")("a consumer GROUP is needed (or --peek to look without one)")
+        return EXIT_UNRECOVERABLE
     _quiet_repeats(logging.getLogger("rsc.member"), "consume")
     gc_control.install()  # the coordinator's GC policy for this member process (RSC_GC)
     return _run("consume", _consume, args, urls)
+
+
+async def _peek(args: argparse.Namespace, urls: Endpoints) -> int:
+    """`rsc consume PREFIX --peek`: the current routing's shards, read with XRANGE."""
+    say = _line_writer("consume")
+    out = StdoutLines(on_closed=lambda: None)
+    try:
+        async with open_session(urls.coordinator_url, "member", token=urls.token,
+                                connect_timeout=5.0) as session:
+            with trio.fail_after(10):
+                routing = await session.request(routing_request(args.prefix))
+    except SessionRefused as exc:
+        if refusal_is_permanent(exc.status_code):
+            raise Unrecoverable(exc.line) from exc
+        say(exc.line)
+        return 1
+    except (SessionClosed, ResponseUndecodable, trio.TooSlowError) as exc:
+        say(getattr(exc, "line", None) or f"the coordinator at {urls.coordinator_url} did not "
+            "answer in time")
+        return 1
+    if not isinstance(routing, Routing) or routing.status != Status.OK:
+        say(no_routing_line(args.prefix))
+        return 1
+    try:
+        await peek(args.prefix, routing=routing, redis_url=urls.redis_url,
+                   limit=args.max_messages, write=out.write)
+    except PipeClosed:
+        return 0
+    except redis.RedisError as exc:
+        if redis_error_is_permanent(exc):
+            raise Unrecoverable(redis_unrecoverable_line(exc, urls.redis_url)) from exc
+        say(redis_problem(exc, urls.redis_url))
+        return 1
+    return 0
 
 
 def message_line(message: Message) -> str:
@@ -445,6 +560,8 @@ class ConsumeWatch:
             try:
                 await trio.to_thread.run_sync(self._client.ping)
             except redis.RedisError as exc:
+                if redis_error_is_permanent(exc):  # D3: a bad db index never heals
+                    raise Unrecoverable(redis_unrecoverable_line(exc, url)) from exc
                 self._redis_ok = False
                 self.notices.say("redis", then(redis_problem(exc, url), "retrying"))
             else:
@@ -466,6 +583,10 @@ class ConsumeWatch:
                     await self._follow(session)
                     line = (f"lost the coordinator session at {url} "
                             f"({session.close_reason or 'connection closed'})")
+            except SessionRefused as exc:
+                if refusal_is_permanent(exc.status_code):  # D3: a wrong token never heals
+                    raise Unrecoverable(exc.line) from exc
+                line = exc.line
             except SessionClosed as exc:
                 line = exc.line
             except (ResponseUndecodable, trio.TooSlowError):
@@ -521,6 +642,8 @@ class ConsumeWatch:
                     coordinator_url=self.urls.coordinator_url))
                 return
             except redis.RedisError as exc:
+                if redis_error_is_permanent(exc):  # D3: a bad db index never heals
+                    raise Unrecoverable(redis_unrecoverable_line(exc, self.urls.redis_url)) from exc
                 self.notices.say("redis", then(redis_problem(exc, self.urls.redis_url), "retrying"))
                 await trio.sleep(backoff.next())
 
@@ -532,6 +655,7 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
     out = StdoutLines(on_closed=stopping.set)
     member_ids: list[str] | None = None
     instance_id = args.instance_id or os.environ.get("RSC_INSTANCE_ID") or None  # S1
+    quota = MessageQuota(args.max_messages)
 
     def on_event(member_id: str, event: Event) -> None:
         try:
@@ -543,7 +667,11 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
     async def handle(message: Message) -> None:
         if args.work_ms > 0:
             await trio.sleep(args.work_ms / 1000)
+        if not quota.take():  # --max-messages: not printed, so not acked: it stays pending
+            raise QuotaReached
         out.write(message_line(message))
+        if quota.reached:  # the last one: leave once it (and every other printed one) is acked
+            stopping.set()
 
     def make_listener() -> Listener:
         return Listener(
@@ -579,8 +707,10 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
                 await consumers.run()
                 return
             except* redis.RedisError as group:  # Redis went away while the members started
-                notices.say("redis", then(redis_problem(group.exceptions[0], urls.redis_url),
-                                          "retrying"))
+                first = group.exceptions[0]
+                if redis_error_is_permanent(first):  # D3: a bad db index never heals
+                    raise Unrecoverable(redis_unrecoverable_line(first, urls.redis_url)) from first
+                notices.say("redis", then(redis_problem(first, urls.redis_url), "retrying"))
             await trio.sleep(backoff.next())
             if stopping.is_set():
                 return
@@ -648,7 +778,7 @@ class _RepeatFilter(logging.Filter):
         self._last: dict[tuple[str, object], float] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple) and any(isinstance(arg, PipeClosed)
+        if isinstance(record.args, tuple) and any(isinstance(arg, PipeClosed | QuotaReached)
                                                   for arg in record.args):
             return False  # the consumer is stopping because stdout closed: not a failure
         key = (record.name, record.msg)

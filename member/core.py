@@ -85,6 +85,7 @@ class MemberCore:
         self.trace = trace
         self.clock = monotonic_ms
         self.ledger = Ledger(config.member_id, capacity=config.capacity,
+                             default_heartbeat_interval_ms=config.default_heartbeat_interval_ms,
                              instance_id=config.instance_id)
         self.stats = MemberStats(member_id=config.member_id, workers=config.capacity,
                                  in_flight=self.ledger.in_flight)

@@ -9,6 +9,11 @@ ledger asks for a heartbeat at once. A lost session is reopened with backoff.
 The ledger says when the member is done (its leave answered, H9, or nothing
 held and no session to leave on); the pacing says when a refused join is to
 be said (a rate-limited warning line) and when a join was taken after one.
+
+D5 (docs/protocol.md, Data plane rules): while heartbeats fail, `watch_outage`
+looks at the member's own Redis at least once per heartbeat interval (the
+coordinator lease key and the owner records of the held shards, one round
+trip) and hands what it saw to the ledger, which decides the allowance.
 """
 
 from __future__ import annotations
@@ -19,9 +24,19 @@ from typing import TYPE_CHECKING
 import trio
 
 from rsc.common import gc_policy as gc_control
+from rsc.member.outage import COORDINATOR_LEASE_KEY, Observation
 from rsc.member.pacing import HeartbeatPacing
-from rsc.member.session import ResponseUndecodable, Session, SessionClosed, open_session
+from rsc.member.session import (
+    ResponseUndecodable,
+    Session,
+    SessionClosed,
+    SessionRefused,
+    open_session,
+)
+from rsc.member.streams import connect
+from rsc.member.unrecoverable import Unrecoverable, refusal_is_permanent
 from rsc.protocol import AssignmentChanged, HeartbeatResponse, Status
+from rsc.protocol.routing import owner_key
 
 if TYPE_CHECKING:
     from rsc.member.core import MemberCore
@@ -54,7 +69,15 @@ def join_refused_line(coordinator_url: str, member_id: str, stream_prefix: str,
 
 
 async def run_session(core: MemberCore) -> None:
-    """Keep a session open and heartbeat on it, until the member has left."""
+    """Keep a session open and heartbeat on it, until the member has left; meanwhile look at
+    Redis whenever heartbeats fail (D5)."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch_outage, core)
+        await _run_session(core)
+        nursery.cancel_scope.cancel()
+
+
+async def _run_session(core: MemberCore) -> None:
     config = core.config
     pacing = HeartbeatPacing(default_interval_ms=config.default_heartbeat_interval_ms,
                              jitter=config.heartbeat_jitter,
@@ -72,13 +95,65 @@ async def run_session(core: MemberCore) -> None:
                     await _heartbeat_loop(core, session, pacing)
                     nursery.cancel_scope.cancel()
         except (SessionClosed, ResponseUndecodable, trio.TooSlowError) as exc:
+            if isinstance(exc, SessionRefused) and refusal_is_permanent(exc.status_code):
+                raise Unrecoverable(exc.line) from exc  # D3: a wrong token never heals
             log.info("member %s: session lost (%s); reconnecting", core.member_id, exc)
+            core.ledger.on_session_failed()
+            core.changed.fire()  # wakes the D5 watcher
             core.apply(core.ledger.check_lease(core.clock()))
             if core.ledger.done_without_session(core.stop_requested.is_set()):
                 core.left.set()
                 return
             await trio.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+
+def observe(client: object, lease_key: str, owner_keys: list[str]) -> tuple[bool, list[str | None]]:
+    """D5's look, one round trip (on a cluster, one pipeline per node): is the lease key
+    absent, and what each owner record names (blocking: run it in a thread)."""
+    pipe = client.pipeline(transaction=False)  # type: ignore[attr-defined]
+    pipe.exists(lease_key)
+    for key in owner_keys:
+        pipe.get(key)
+    replies = pipe.execute()
+    return int(replies[0]) == 0, [None if value is None else str(value) for value in replies[1:]]
+
+
+async def watch_outage(core: MemberCore) -> None:
+    """D5: while heartbeats fail, look at Redis at least once per heartbeat interval."""
+    ledger, config = core.ledger, core.config
+    client: object | None = None
+    try:
+        while True:
+            now = core.clock()
+            interval = ledger.heartbeat_interval_ms
+            if not ledger.observation_due(now):
+                with trio.move_on_after(ledger.outage.next_observation_in(now, interval) / 1000):
+                    await core.changed.wait()
+                continue
+            shards = ledger.observed_shards()
+            keys = [owner_key(shard, config.consumer_group) for shard in shards]
+            sent_at = core.clock()
+            try:
+                if client is None:
+                    client = connect(config.redis_url, timeout_s=max(0.2, interval / 1000),
+                                     retries=False)
+                absent, owners = await trio.to_thread.run_sync(
+                    observe, client, COORDINATOR_LEASE_KEY, keys)
+            except Exception as exc:  # noqa: BLE001 - Redis down too: no look, no allowance
+                log.info("member %s: cannot look at Redis for the coordinator lease: %r",
+                         core.member_id, exc)
+                ledger.outage.look_failed(sent_at)  # try again an interval later
+                continue
+            if absent:
+                log.info("member %s: no coordinator holds the lease; processing %s on (D5)",
+                         core.member_id, ", ".join(shards) or "nothing")
+            core.apply(ledger.on_observation(Observation(
+                sent_at=sent_at, key_absent=absent, owners=dict(zip(shards, owners, strict=True)))))
+    finally:
+        close = getattr(client, "close", None)
+        if close is not None:
+            close()
 
 
 async def _watch_pushes(core: MemberCore, session: Session) -> None:

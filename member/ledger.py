@@ -11,7 +11,8 @@ and do what it answers. It keeps:
   shard waits until its earlier work is done, so nothing runs twice at once;
 - the lease clock and D1 (docs/protocol.md, Data plane rules): `admit` checks
   ownership and the lease in one call before every handler call and every ack;
-  D1 lives here and nowhere else;
+  D1 lives here and nowhere else, with its D5 exception (outage.py): a shard
+  within its outage allowance is admitted in the same step;
 - when the member is done: a leave answered (H9), or a stopping member that
   holds nothing and has no session to leave on;
 - the worker count (`maxConcurrency`) and the ack flush rule.
@@ -29,6 +30,7 @@ from types import MappingProxyType
 
 import attrs
 
+from rsc.member.outage import Observation, OutageAllowance
 from rsc.member.reconcile import (
     JOIN_EPOCH,
     NO_ACTIONS,
@@ -41,6 +43,7 @@ from rsc.protocol import Heartbeat, HeartbeatResponse, RoutingSummary
 from rsc.protocol.vocabulary import RetentionMode
 
 DEFAULT_LEASE_TTL_MS = 10_000  # the protocol's default (H6), until the coordinator names its own
+DEFAULT_HEARTBEAT_INTERVAL_MS = 3_000  # the protocol's default, until the coordinator names its own
 CLAIM_START = "0-0"  # an XAUTOCLAIM cursor: scan the shard's pending entries from the start
 
 
@@ -113,44 +116,77 @@ class Ledger:
 
     def __init__(self, member_id: str, *, capacity: int,
                  default_lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
+                 default_heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
                  instance_id: str | None = None) -> None:
         self.state = MemberState(member_id=member_id, instance_id=instance_id)  # S1
         self.capacity = capacity
         self.default_lease_ttl_ms = default_lease_ttl_ms
+        self.default_heartbeat_interval_ms = default_heartbeat_interval_ms
         self._in_flight: Counter[str] = Counter()
         self.in_flight: Mapping[str, int] = MappingProxyType(self._in_flight)
         self._reads_in_progress: frozenset[str] = frozenset()
         self._recovering: dict[str, str] = {}
+        self._denied: set[str] = set()  # refused while waiting for a look at Redis (D5)
         self.retention_mode: RetentionMode | None = None  # as the last heartbeat routing named it
         self.store_id: str | None = None  # the first storeId a heartbeat routing carried
         self.routed = False  # some heartbeat answer carried routing
+        self.outage = OutageAllowance(member_id)  # D5
 
-    # --- D1 and the lease clock -----------------------------------------------------------
+    # --- D1 and the lease clock, with D5 ---------------------------------------------------
 
-    def lease_deadline(self) -> float | None:
-        """When (ms) the lease of the last accepted heartbeat runs out (None: nothing held)."""
+    @property
+    def lease_ttl_ms(self) -> int:
+        return self.state.lease_ttl_ms or self.default_lease_ttl_ms
+
+    def lease_deadline(self, now: float | None = None) -> float | None:
+        """When (ms) the member must check its lease again (None: nothing to wake up for).
+
+        The D1 deadline of the last accepted heartbeat, or later while a D5 allowance
+        covers a held shard. Given `now`: None once both passed while the last look
+        found no coordinator (the member waits for its next look, it does not fence).
+        """
         state = self.state
         if state.last_accepted_sent_at is None or not state.holds:
             return None
-        return state.last_accepted_sent_at + (state.lease_ttl_ms or self.default_lease_ttl_ms)
+        deadline = state.last_accepted_sent_at + self.lease_ttl_ms
+        allowed = self.outage.deadline(state.holds)
+        if allowed is not None and allowed > deadline:
+            deadline = allowed
+        if now is not None and now >= deadline and self.outage.coordinator_absent:
+            return None
+        return deadline
+
+    def _d1_holds(self, now: float) -> bool:
+        sent_at = self.state.last_accepted_sent_at
+        return sent_at is not None and now - sent_at < self.lease_ttl_ms
+
+    def time_admits(self, shard: str, now: float) -> bool:
+        """D1 or D5 at `now`: a lease younger than its TTL, or the shard's outage allowance."""
+        return self._d1_holds(now) or self.outage.allows(shard, now)
 
     def admit(self, shard: str, generation: int, now: float) -> tuple[Verdict, Actions]:
-        """D1, in one step: may a handler call (or an ack) of `shard`, read under
+        """D1 (with D5), in one step: may a handler call (or an ack) of `shard`, read under
         `generation`, happen at `now`?
 
         Allowed only while the shard is held at that generation with a member
-        epoch, and the last accepted heartbeat was sent less than a lease TTL
-        before `now`. A lease that ran out fences the member here and now
-        (whatever task asks first), and the actions say what to abandon.
+        epoch, and either the last accepted heartbeat was sent less than a lease
+        TTL before `now` (D1) or the shard is within its outage allowance (D5).
+        A lease that ran out fences the member here and now (whatever task asks
+        first), and the actions say what to abandon; except while the last look
+        at Redis found no coordinator: then the member waits, fenced in effect
+        (nothing admitted), for its next look (D5: a frozen member learns from
+        the owner records whether its shards were given away).
         """
         state = self.state
         hold = state.holds.get(shard)
         if hold is None or hold.generation != generation or state.member_epoch <= JOIN_EPOCH:
             return _NOT_HELD
-        sent_at = state.last_accepted_sent_at
-        if sent_at is None or now - sent_at >= (state.lease_ttl_ms or self.default_lease_ttl_ms):
-            return Verdict.LEASE_EXPIRED, self._lease_lost()
-        return _ALLOWED
+        if self._d1_holds(now) or self.outage.allows(shard, now):
+            return _ALLOWED
+        if self.outage.coordinator_absent:
+            self._denied.add(shard)  # its dropped entries are claimed again once admitted
+            return Verdict.LEASE_EXPIRED, NO_ACTIONS
+        return Verdict.LEASE_EXPIRED, self._lease_lost()
 
     def start_handler(self, shard: str, generation: int, now: float) -> tuple[Verdict, Actions]:
         """`admit` for a handler call, counted in flight when allowed (one call on the hot
@@ -161,14 +197,61 @@ class Ledger:
         return decision
 
     def check_lease(self, now: float) -> Actions:
-        """Fence the member if its lease ran out by `now` (before reads and heartbeats)."""
-        deadline = self.lease_deadline()
-        if deadline is None or now < deadline:
+        """Fence the member if its lease ran out by `now` (before reads and heartbeats), unless
+        D5 still allows a held shard or the member waits for its next look at Redis."""
+        state = self.state
+        if state.last_accepted_sent_at is None or not state.holds or self._d1_holds(now):
+            return NO_ACTIONS
+        if self.outage.coordinator_absent or self.outage.any_allowed(state.holds, now):
             return NO_ACTIONS
         return self._lease_lost()
 
     def _lease_lost(self) -> Actions:
         return self._transition(*self.state.on_abandon("no heartbeat accepted for a lease TTL"))
+
+    # --- D5: looking at Redis while heartbeats fail -----------------------------------------
+
+    def observation_due(self, now: float) -> bool:
+        """D5: heartbeats fail, the member holds shards, and its last look is an interval old."""
+        return bool(self.state.holds) and self.outage.observation_due(now, self.heartbeat_interval_ms)
+
+    @property
+    def heartbeat_interval_ms(self) -> float:
+        return float(self.state.heartbeat_interval_ms or self.default_heartbeat_interval_ms)
+
+    def observed_shards(self) -> list[str]:
+        """The shards whose owner records a look reads (every held shard)."""
+        return sorted(self.state.holds)
+
+    def on_observation(self, observation: Observation) -> Actions:
+        """A look at Redis (lease key and owner records, one round trip) came back: extend the
+        allowance (D5), and stop every held shard Redis records as someone else's."""
+        actions = NO_ACTIONS
+        for shard in sorted(self.outage.observe(observation, self.lease_ttl_ms)):
+            if shard not in self.state.holds:
+                continue
+            owner = observation.owners.get(shard)
+            reason = ("its owner record names " + owner) if owner else "its owner record is cleared"
+            state, more = self.state.on_ack_refused(shard)
+            more = attrs.evolve(more, events=tuple(attrs.evolve(event, reason=reason)
+                                                   for event in more.events))
+            actions = merge(actions, self._transition(state, more))
+        self._readmit(observation.sent_at)
+        return actions
+
+    def _readmit(self, now: float) -> None:
+        """Shards refused while the member waited for a look and admitted again: the entries
+        dropped meanwhile are pending under this member, so they are claimed again."""
+        for shard in list(self._denied):
+            if shard not in self.state.reading():
+                self._denied.discard(shard)
+            elif self.time_admits(shard, now):
+                self._denied.discard(shard)
+                self._recovering[shard] = CLAIM_START
+
+    def on_session_failed(self) -> None:
+        """A session could not be opened or broke: heartbeats fail (D5)."""
+        self.outage.session_failed()
 
     # --- membership ---------------------------------------------------------------------
 
@@ -178,6 +261,7 @@ class Ledger:
         actions = self.check_lease(now)
         request, sent = self.state.heartbeat(now, capacity=capacity, stream_prefix=stream_prefix,
                                              consumer_group=consumer_group)
+        self.outage.heartbeat_sent(now)
         return request, sent, actions
 
     def on_response(self, sent: SentHeartbeat, response: HeartbeatResponse) -> Actions:
@@ -188,7 +272,12 @@ class Ledger:
             self.retention_mode = retention_mode(routing) or self.retention_mode
             if self.store_id is None:
                 self.store_id = routing.store_id
-        return self._transition(*self.state.on_response(sent, response))
+        actions = self._transition(*self.state.on_response(sent, response))
+        accepted = self.state.last_accepted_sent_at == sent.sent_at
+        self.outage.heartbeat_answered(accepted)
+        if accepted and self._denied:
+            self._readmit(sent.sent_at)
+        return actions
 
     def acks_delete(self, server_has_xackdel: bool) -> bool:
         """Acks now delete (XACKDEL ... ACKED): see `acks_delete`."""
@@ -262,16 +351,20 @@ class Ledger:
         hold = self.state.holds.get(shard)
         return 0 if hold is None else hold.generation
 
-    def recoverable(self) -> list[str]:
+    def recoverable(self, now: float | None = None) -> list[str]:
         """Shards whose pending entries are to be claimed now (the claim gate): a fresh
-        claim waits until the shard's earlier work is done, so nothing runs twice at once."""
+        claim waits until the shard's earlier work is done, so nothing runs twice at once
+        (given `now`, only shards D1 or D5 admits)."""
         reading = self.state.reading()
         return [shard for shard in sorted(self._recovering) if shard in reading
-                and (self._recovering[shard] != CLAIM_START or shard not in self._in_flight)]
+                and (self._recovering[shard] != CLAIM_START or shard not in self._in_flight)
+                and (now is None or self.time_admits(shard, now))]
 
-    def readable(self) -> list[str]:
-        """Shards to read new entries of (recovered ones only)."""
-        return sorted(s for s in self.state.reading() if s not in self._recovering)
+    def readable(self, now: float | None = None) -> list[str]:
+        """Shards to read new entries of (recovered ones only; given `now`, only those D1 or
+        D5 admits: a read of a shard that may not be handled leaves its entries pending)."""
+        return sorted(s for s in self.state.reading() if s not in self._recovering
+                      and (now is None or self.time_admits(s, now)))
 
     def recovering(self) -> bool:
         """Some shard still has pending entries to claim."""
@@ -303,6 +396,7 @@ class Ledger:
 
     def _transition(self, state: MemberState, actions: Actions) -> Actions:
         self.state = state
+        self.outage.forget(actions.abandon)
         for shard in actions.abandon:
             self._recovering.pop(shard, None)
         for shard in actions.start:

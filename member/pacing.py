@@ -9,8 +9,8 @@ After every round trip the heartbeat shell asks `HeartbeatPacing.next_beat`:
 - A1: after a join refused by a cap the member holds nothing and waits a
   backoff instead (doubling up to the maximum), and the refusal is to be said
   (D3); the first join taken after refusals resets the backoff and is said too;
-- D1: never later than the lease deadline, so a member with nothing to do still
-  fences itself in time.
+- D1: never later than the lease deadline (or the end of a D5 allowance), so a
+  member with nothing to do still fences itself in time.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class HeartbeatPacing:
         elif state.joined:
             self._join_backoff.reset()
             taken, self._refused = self._refused, False
-        deadline = ledger.lease_deadline()
+        deadline = ledger.lease_deadline(now)
         if deadline is not None:  # D1: wake at the lease deadline: fence, then rejoin
             wait_ms = max(0.0, min(wait_ms, deadline - now))
         return NextBeat(wait_ms=wait_ms, join_refused=refused_by, join_taken=taken)

@@ -45,11 +45,18 @@ from rsc.member.session import (
     ResponseUndecodable,
     Session,
     SessionClosed,
+    SessionRefused,
     check_coordinator_url,
     open_session,
     unwrap_single,
 )
 from rsc.member.streams import StoreMismatch, check_store_id, connect
+from rsc.member.unrecoverable import (
+    Unrecoverable,
+    redis_error_is_permanent,
+    redis_unrecoverable_line,
+    refusal_is_permanent,
+)
 from rsc.member.workqueue import Signal
 from rsc.protocol import GetRouting, Routing
 
@@ -102,6 +109,8 @@ class Producer:
         self._session: Session | None = None
         self._changed = Signal()
         self._store_checked = False
+        # the refusal last said ((why, routing version), line): repeated as the same line
+        self._refusal_said: tuple[tuple[Refused, int], str] | None = None
 
     @property
     def routing(self) -> RoutingTable | None:
@@ -167,6 +176,12 @@ class Producer:
         """The coordinator still routes to shards this Redis refuses: say so (then retry)."""
         assert delivery.refusal is not None and delivery.routing is not None
         (stream, why), version = delivery.refusal, delivery.routing.version
+        said = self._refusal_said
+        if said is not None and said[0] == (why, version) and self.notices.active("store"):
+            # the same problem on another shard of the same version: the same line, so it
+            # is said once and then every 15 s, not once per shard and retry (D3)
+            self.notices.say("store", said[1])
+            return
         if why is Refused.MISSING:
             line = (f"shard {stream} of routing version {version} does not exist in "
                     f"{self.redis_url}: is --redis-url (RSC_REDIS_URL) the coordinator's Redis? "
@@ -174,6 +189,7 @@ class Producer:
         else:
             line = (f"shard {stream} is sealed but the coordinator still routes version "
                     f"{version} to it; retrying")
+        self._refusal_said = ((why, version), line)
         self.notices.say("store", line)
 
     # --- routing -----------------------------------------------------------------------
@@ -266,6 +282,8 @@ class Producer:
             return result
 
     def _redis_failed(self, exc: BaseException) -> None:
+        if redis_error_is_permanent(exc):  # D3: a bad db index never heals
+            raise Unrecoverable(redis_unrecoverable_line(exc, self.redis_url)) from exc
         self.notices.say("redis", then(redis_problem(exc, self.redis_url), "retrying"))
 
     def _redis_ok(self) -> None:
@@ -295,6 +313,10 @@ class Producer:
                             self._adopt(push)
                     reason = session.close_reason or "connection closed"
                     self._session_trouble(f"lost the coordinator session at {url} ({reason})")
+            except SessionRefused as exc:
+                if refusal_is_permanent(exc.status_code):  # D3: a wrong token never heals
+                    raise Unrecoverable(exc.line) from exc
+                self._session_trouble(exc.line)
             except SessionClosed as exc:
                 self._session_trouble(exc.line)
             except (ResponseUndecodable, trio.TooSlowError) as exc:

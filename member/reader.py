@@ -53,7 +53,8 @@ class Reader:
     def _can_work(self) -> bool:
         core = self.core
         self._lease_checked()
-        return core.queue.has_room and bool(core.ledger.recoverable() or core.ledger.readable())
+        now = core.clock()
+        return core.queue.has_room and bool(core.ledger.recoverable(now) or core.ledger.readable(now))
 
     async def run(self) -> None:
         """Read until cancelled."""
@@ -72,7 +73,7 @@ class Reader:
                             await core.reader_wake.wait()
                         finally:
                             core.reader_waiting = False
-                    recoverable = core.ledger.recoverable()
+                    recoverable = core.ledger.recoverable(core.clock())
                     if recoverable:
                         try:
                             await self._recover_some(ops, recoverable[0])
@@ -133,7 +134,7 @@ class Reader:
         count, block_ms = core.config.read_count, core.config.block_ms
         if self.read_ahead is not None:
             self._lease_checked()  # the read ahead is answered either way; no new one then
-        readable = tuple(ledger.readable())
+        readable = tuple(ledger.readable(core.clock()))
         ahead_of_this = self.read_ahead
         if ahead_of_this is None:
             shards, generations, sent_at = (

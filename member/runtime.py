@@ -41,6 +41,11 @@ from rsc.member.session import Backoff
 from rsc.member.stats import MemberStats
 from rsc.member.streams import StoreMismatch, check_store_id, connect, supports_xackdel
 from rsc.member.trace import HandlerTrace
+from rsc.member.unrecoverable import (
+    Unrecoverable,
+    redis_error_is_permanent,
+    redis_unrecoverable_line,
+)
 from rsc.member.workers import Workers
 
 __all__ = ["AckObserver", "EventCallback", "Handler", "InstanceFenced", "Member", "MemberConfig",
@@ -71,6 +76,7 @@ class Member:
         self.core = MemberCore(config, on_event=on_event, read_observer=read_observer,
                                ack_observer=ack_observer, trace=HandlerTrace.from_environment(),
                                notices=notices)
+        self.make_workers: Callable[..., Workers] = Workers  # (core, handler, misc client)
 
     @property
     def member_id(self) -> str:
@@ -120,7 +126,7 @@ class Member:
                 nursery.start_soon(run_session, core)
                 nursery.start_soon(self._check_store, probe)
                 nursery.start_soon(Reader(core).run)
-                nursery.start_soon(Workers(core, self.handler, misc_client).run)
+                nursery.start_soon(self.make_workers(core, self.handler, misc_client).run)
                 nursery.start_soon(run_acker, core)
                 nursery.start_soon(poll_lag, core)
                 with trio.CancelScope() as join_wait:
@@ -152,6 +158,8 @@ class Member:
             try:
                 result = await trio.to_thread.run_sync(call, client)
             except redis.RedisError as exc:
+                if redis_error_is_permanent(exc):  # D3: a bad db index never heals
+                    raise Unrecoverable(redis_unrecoverable_line(exc, url)) from exc
                 core.notices.say(REDIS_TOPIC, then(redis_problem(exc, url), "retrying"))
                 with trio.move_on_after(backoff.next()):
                     await core.stop_requested.wait()

@@ -52,6 +52,11 @@ class WorkQueue(Generic[ItemT]):
         self._idle = trio.lowlevel.ParkingLot()
         self._over_limit = trio.lowlevel.ParkingLot()
 
+    def park_on(self, make_lot: Callable[[], Any], on_room: Callable[[], None]) -> None:
+        """Workers of another host (asyncio) park on lots of its own and wake the reader
+        its own way; called before any worker parks."""
+        self._idle, self._over_limit, self._on_room = make_lot(), make_lot(), on_room
+
     def __len__(self) -> int:
         """Items queued, not yet taken."""
         return len(self._items)

@@ -261,9 +261,11 @@ def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> arg
                        help="stop after this many seconds (default: until Ctrl-C)")
     watch.add_argument("--changes", type=_argument_type(_positive_int), default=None,
                        help="stop after this many changes were shown (default: no limit)")
-    delete = command("delete-group", "delete a group without live members (G1)")
+    delete = command("delete-group", "delete a group that has no live members (its metadata and "
+                                     "its Redis consumer group on every shard)")
     group_arguments(delete)
-    retention = command("set-retention", "replace a prefix's retention (T1..T3)")
+    retention = command("set-retention", "replace a prefix's retention: remove entries once every "
+                                         "group acked them, or not, and optional length and age caps")
     retention.add_argument("prefix", metavar="PREFIX", help="stream prefix")
     mode = retention.add_mutually_exclusive_group(required=True)
     mode.add_argument("--acked", dest="mode", action="store_const", const=RetentionMode.ACKED,
@@ -276,7 +278,8 @@ def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> arg
                            default=None, metavar="DURATION",
                            help="remove entries older than this (30s, 15m, 24h, 7d), even "
                                 "unconsumed ones (lossy)")
-    reset = command("reset-offsets", "move a memberless group's offsets on every shard (G3)")
+    reset = command("reset-offsets", "move the offsets of a group without live members on every "
+                                     "shard, dropping its pending entries")
     group_arguments(reset)
     target = reset.add_mutually_exclusive_group(required=True)
     target.add_argument("--to-earliest", dest="to", action="store_const", const="earliest",

@@ -17,22 +17,33 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--redis-url", default=os.environ.get("RSC_REDIS_URL") or None,
                         help="Redis for metadata (default: $RSC_REDIS_URL, else start an embedded "
                              "redis-server)")
-    parser.add_argument("--host", default=defaults.host)
-    parser.add_argument("--port", type=int, default=defaults.port, help="0 picks a free port")
-    parser.add_argument("--tick-interval-ms", type=int, default=defaults.tick_interval_ms)
-    parser.add_argument("--lease-ttl-ms", type=int, default=defaults.lease_ttl_ms)
-    parser.add_argument("--heartbeat-interval-ms", type=int, default=defaults.heartbeat_interval_ms)
-    parser.add_argument("--revoke-timeout-ms", type=int, default=defaults.revoke_timeout_ms)
+    parser.add_argument("--host", default=defaults.host,
+                        help="address to listen on, for sessions and the metrics port (default %(default)s)")
+    parser.add_argument("--port", type=int, default=defaults.port,
+                        help="websocket port; 0 picks a free one (default %(default)s)")
+    parser.add_argument("--tick-interval-ms", type=int, default=defaults.tick_interval_ms,
+                        help="how often leases and revoke timeouts are checked and the coordinator's "
+                             "own lease is renewed (default %(default)s)")
+    parser.add_argument("--lease-ttl-ms", type=int, default=defaults.lease_ttl_ms,
+                        help="a member without an accepted heartbeat for this long is expired; a "
+                             "Redis call slower than a third of it is given up (default %(default)s)")
+    parser.add_argument("--heartbeat-interval-ms", type=int, default=defaults.heartbeat_interval_ms,
+                        help="how often members are told to heartbeat (default %(default)s)")
+    parser.add_argument("--revoke-timeout-ms", type=int, default=defaults.revoke_timeout_ms,
+                        help="a member still holding a shard it was asked to give up after this long "
+                             "is removed from its group (default %(default)s)")
     parser.add_argument("--static-session-timeout-ms", type=_positive_int,
                         default=defaults.static_session_timeout_ms,
-                        help="how long an AWAY static member's shards wait for it (S5; default "
-                             f"{defaults.static_session_timeout_ms})")
+                        help="how long the shards of a static member that went away wait for it to "
+                             "come back before they move to others (default %(default)s)")
     # tokens may come from the environment so they stay out of `ps` (PROTOCOL.md, Transport)
     parser.add_argument("--admin-token", default=os.environ.get("RSC_ADMIN_TOKEN") or None,
                         help="require this bearer token on /v1/admin (default: $RSC_ADMIN_TOKEN)")
     parser.add_argument("--member-token", default=os.environ.get("RSC_MEMBER_TOKEN") or None,
                         help="require this bearer token on /v1/member (default: $RSC_MEMBER_TOKEN)")
-    parser.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes)
+    parser.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes,
+                        help="largest message accepted, in UTF-8 bytes; a larger one closes the "
+                             "session with code 1009 (default %(default)s)")
     parser.add_argument("--max-sessions", type=_positive_int, default=None,
                         help="open sessions allowed; past it a handshake gets HTTP 503 "
                              "(default: 80%% of the fd limit, raised to the hard limit at start)")
@@ -56,8 +67,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="do not push assignmentChanged hints (members poll)")
     parser.add_argument("--keep-drained-streams", action="store_true",
                         help="keep a resharded prefix's old streams instead of deleting them")
-    parser.add_argument("--log-level", default="info")
-    parser.add_argument("--log-format", choices=("text", "json"), default="text")
+    parser.add_argument("--log-level", default="info",
+                        help="debug, info, warning or error (default %(default)s)")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text",
+                        help="text: `ts LEVEL event key=value ...`; json: one object per line "
+                             "(default %(default)s)")
     parser.set_defaults(run=run)
 
 
@@ -150,6 +164,9 @@ async def _main(config: CoordinatorConfig) -> None:
 
 
 async def _serve_until_signal(config: CoordinatorConfig) -> None:
+    """Serve until SIGTERM or SIGINT (Ctrl-C), from the first moment: a coordinator still
+    waiting for the lease (D5) stops at once; a serving one releases its lease on the way
+    out (serve's own cleanup), before the caller stops an embedded redis-server."""
     import trio
 
     from rsc.actors.app import serve
@@ -159,19 +176,23 @@ async def _serve_until_signal(config: CoordinatorConfig) -> None:
         from rsc.actors.metrics import CoordinatorMetrics
 
         metrics = CoordinatorMetrics()
-    async with trio.open_nursery() as nursery:
-        url = await nursery.start(lambda task_status: serve(config, metrics=metrics,
-                                                            task_status=task_status))
-        print(f"listening on {url}", flush=True)
-        if config.console_port is not None:
-            from rsc.console import console_url, serve_console
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
 
-            port = await nursery.start(serve_console, url, config.host, config.console_port)
-            print(f"console at {console_url(config.host, port)}", flush=True)
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for _ in signals:
-                nursery.cancel_scope.cancel()
-                break
+            async def stop_on_signal() -> None:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(stop_on_signal)
+            url = await nursery.start(lambda task_status: serve(config, metrics=metrics,
+                                                                task_status=task_status))
+            print(f"listening on {url}", flush=True)
+            if config.console_port is not None:
+                from rsc.console import console_url, serve_console
+
+                port = await nursery.start(serve_console, url, config.host, config.console_port)
+                print(f"console at {console_url(config.host, port)}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

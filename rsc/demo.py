@@ -291,7 +291,22 @@ def run(args: argparse.Namespace) -> int:
 async def run_demo(duration_s: float | None, console: Console, *,
                    handle_signals: bool = True, console_port: int | None = 0) -> DemoState:
     """Run the demo until `duration_s` passed (None: forever) or SIGINT/SIGTERM arrives; the
-    web console on `console_port` (0: a free port; None: none)."""
+    web console on `console_port` (0: a free port; None: none).
+
+    A signal at any moment (Ctrl-C included) stops it the same way: members leave, the
+    coordinator releases its lease, the reconciled count is printed, and the embedded
+    redis-server is stopped last."""
+    stop = trio.Event()
+    async with trio.open_nursery() as signals:
+        if handle_signals:
+            signals.start_soon(_stop_on_signal, stop)
+        state = await _demo(duration_s, console, stop, console_port)
+        signals.cancel_scope.cancel()
+    return state
+
+
+async def _demo(duration_s: float | None, console: Console, stop: trio.Event,
+                console_port: int | None) -> DemoState:
     state = DemoState(started=time.monotonic(), duration_s=duration_s)
     say = _narrator(console, state)
     redis_server = await trio.to_thread.run_sync(lambda: EmbeddedRedis().start())
@@ -311,15 +326,12 @@ async def run_demo(duration_s: float | None, console: Console, *,
             async with open_admin_client(url) as admin:
                 await admin.set_shard_count(PREFIX, GROUP, SHARD_COUNT)
                 say(f"prefix {PREFIX!r}: {SHARD_COUNT} shards, group {GROUP!r}")
-                stop = trio.Event()
-                if handle_signals:
-                    nursery.start_soon(_stop_on_signal, stop)
                 await _run_until_stopped(admin, url, redis_server.url, state, console, say, stop)
-            nursery.cancel_scope.cancel()
+            nursery.cancel_scope.cancel()  # the coordinator releases its lease on the way out
         undelivered, pending = await trio.to_thread.run_sync(
             stream_backlog, redis_server.url, PREFIX, GROUP)
     finally:
-        await trio.to_thread.run_sync(redis_server.stop)
+        await trio.to_thread.run_sync(redis_server.stop)  # last: everything above used it
     counted = reconcile(state.produced, state.seen, state.redelivered, undelivered, pending)
     line = state.step(f"stopped cleanly: {counted.line()}")
     print(line, file=console.file, flush=True)
@@ -336,10 +348,11 @@ def _narrator(console: Console, state: DemoState) -> Callable[[str], None]:
 
 
 async def _stop_on_signal(stop: trio.Event) -> None:
+    """The first SIGINT or SIGTERM stops the demo cleanly; later ones are absorbed while it
+    drains (it is bounded), so a second Ctrl-C never loses the reconciled count."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
             stop.set()
-            return
 
 
 async def _run_until_stopped(admin: AdminClient, url: str, redis_url: str, state: DemoState,

@@ -157,7 +157,7 @@ async def test_d3_consume_coordinator_down_says_connection_refused(tools, redis_
 
 
 @pytest.mark.parametrize("tool", ["produce", "consume"])
-async def test_d3_wrong_token_is_401_with_the_token_hint(tool, tools, coordinator_factory):
+async def test_d3_wrong_token_is_401_with_the_token_hint_and_exit_2(tool, tools, coordinator_factory):
     coordinator = await coordinator_factory(member_token="s3cret")
     args = ["orders"] if tool == "produce" else ["orders", "billing"]
     process = await tools(tool, *args, "--coordinator", coordinator.url, "--token", "wrong",
@@ -165,9 +165,9 @@ async def test_d3_wrong_token_is_401_with_the_token_hint(tool, tools, coordinato
     line = await process.line(f"rsc {tool}: ws://")
     expected = (f"rsc {tool}: {coordinator.url}/v1/member refused the session: HTTP 401: "
                 "missing or wrong token (pass --token or set RSC_TOKEN)")
-    suffix = f" {PRODUCER_WAITING}" if tool == "produce" else " retrying"
-    assert line == then(expected, suffix.strip())
-    assert await process.stop() == (128 + signal.SIGINT if tool == "produce" else 0)
+    assert line == expected  # D3: a refused token never heals: no retrying
+    assert await process.finish() == 2
+    assert process.lines == [expected]
     assert_no_traceback(process)
 
 
@@ -181,14 +181,15 @@ async def test_rsc_token_from_the_environment_is_sent(coordinator_factory):
     assert lines == ["rsc produce: sent 1, retried 0, rerouted 0"]
 
 
-async def test_d3_a_path_on_the_url_is_404_with_the_right_path(tools, coordinator):
+async def test_d3_a_path_on_the_url_is_404_with_the_right_path_and_exit_2(tools, coordinator):
     produce = await tools("produce", "orders", "--coordinator", f"{coordinator.url}/rsc",
                           "--redis-url", coordinator.redis_url)
     line = await produce.line("rsc produce: ws://")
     assert line == (f"rsc produce: {coordinator.url}/rsc/v1/member refused the session: "
                     "HTTP 404: no such endpoint: give the coordinator as ws://HOST:PORT; "
-                    f"the tools add /v1/member; {PRODUCER_WAITING}")
-    assert await produce.stop() == 128 + signal.SIGINT
+                    "the tools add /v1/member")
+    assert await produce.finish() == 2
+    assert len(produce.lines) == 1
     assert_no_traceback(produce)
 
 
@@ -236,7 +237,7 @@ async def test_d3_produce_redis_down_then_ctrl_c_twice_exits_at_once(tools, coor
     # the routing carries a storeId: nothing is accepted before this Redis is checked against it
     assert (await produce.line("rsc produce: draining")) == (
         "rsc produce: draining: reading no more input, 0 accepted lines left to write "
-        "(Ctrl-C again to exit at once)")
+        "for up to 30 s (Ctrl-C again to exit at once)")
     assert await produce.finish(timeout=5) == 130  # nothing to drain: no second Ctrl-C needed
     assert produce.lines[-1] == "rsc produce: sent 0, retried 0, rerouted 0"
     assert_no_traceback(produce)
@@ -709,3 +710,106 @@ async def test_readme_listener_example_leaves_the_group_on_ctrl_c(coordinator, t
         example.kill()
         with trio.move_on_after(10):
             await process.wait()
+
+
+# --- what waiting cannot heal: exit 2 (D3) ------------------------------------------------
+
+
+@pytest.mark.parametrize("tool", ["produce", "consume"])
+async def test_d3_a_db_index_the_server_does_not_have_ends_the_tool_with_exit_2(
+        tool, tools, coordinator, redis_url):
+    await set_shards(coordinator.url, "orders", "billing", 2)
+    wrong = db(redis_url, 99)
+    args = ["orders"] if tool == "produce" else ["orders", "billing"]
+    process = await tools(tool, *args, "--coordinator", coordinator.url, "--redis-url", wrong)
+    if tool == "produce":
+        await process.process.stdin.send_all(b"k\tv\n")
+    assert await process.finish() == 2
+    assert len(process.lines) == 1, process.lines
+    assert process.lines[0].startswith(f"rsc {tool}: Redis at {wrong} refuses this URL: ")
+    assert "DB index is out of range" in process.lines[0]
+    assert_no_traceback(process)
+
+
+@pytest.mark.parametrize("tool", ["produce", "consume"])
+async def test_d3_a_db_that_is_not_a_number_ends_the_tool_with_exit_2(tool, redis_url):
+    wrong = redis_url.rsplit("/", 1)[0] + "/abc"
+    args = ["orders"] if tool == "produce" else ["orders", "billing"]
+    code, lines = await run_tool(tool, *args, "--coordinator", "ws://127.0.0.1:1",
+                                 "--redis-url", wrong)
+    assert code == 2
+    assert lines == [f"rsc {tool}: bad Redis URL {wrong}: the db 'abc' is not a number "
+                     "(redis://HOST:PORT/N, N from 0)"]
+
+
+def test_d3_unrecoverable_rules():
+    from rsc.member.unrecoverable import (
+        redis_error_is_permanent,
+        redis_url_problem,
+        refusal_is_permanent,
+    )
+
+    assert [refusal_is_permanent(code) for code in (401, 403, 404, 503, 500)] == [
+        True, True, True, False, False]
+    assert redis_url_problem("redis://h:6379/abc") is not None
+    assert redis_url_problem("redis://h:6379/3") is None
+    assert redis_url_problem("redis://h:6379") is None
+    assert redis_url_problem("redis://h:6379/") is None
+    assert redis_error_is_permanent(redis.ResponseError("DB index is out of range"))
+    assert not redis_error_is_permanent(redis.ConnectionError("Connection refused"))
+    assert not redis_error_is_permanent(redis.ResponseError("LOADING"))
+
+
+def _evalsha_calls(redis_url: str) -> int:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        stats = client.info("commandstats")
+        return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+    finally:
+        client.close()
+
+
+async def test_d2_sigterm_keeps_delivering_for_the_flush_timeout_then_exits_1_naming_what_is_left(
+        tools, coordinator, redis_url):
+    streams = await set_shards(coordinator.url, "orders", "billing", 4)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.delete(streams[0], streams[1])  # two shards Redis cannot take: MISSING, retried
+    finally:
+        client.close()
+    produce = await tools("produce", "orders", "--coordinator", coordinator.url,
+                          "--redis-url", redis_url, "--flush-timeout", "1")
+    keys = [key for key in (f"k{n}" for n in range(200))
+            if shard_for_key(key, 4) in (0, 1)][:10]
+    await produce.process.stdin.send_all(b"".join(f"{k}\tv\n".encode() for k in keys))
+    await produce.line("rsc produce: shard")
+    calls = _evalsha_calls(redis_url)
+    with trio.fail_after(30):  # many retries on both shards
+        while _evalsha_calls(redis_url) < calls + 20:
+            await trio.sleep(0.05)
+    refusals = [line for line in produce.lines if "does not exist" in line]
+    assert len(refusals) == 1, f"one line for a repeated problem, not one per retry: {refusals}"
+    produce.process.send_signal(signal.SIGTERM)
+    assert await produce.finish(timeout=20) == 1
+    assert produce.lines[-1] == (f"rsc produce: flush timeout: {len(keys)} accepted lines not "
+                                 "delivered after 1 s (sent 0)")
+    assert_no_traceback(produce)
+
+
+async def test_d2_a_second_sigterm_while_flushing_exits_at_once(tools, coordinator, redis_url):
+    streams = await set_shards(coordinator.url, "orders", "billing", 1)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.delete(streams[0])
+    finally:
+        client.close()
+    produce = await tools("produce", "orders", "--coordinator", coordinator.url,
+                          "--redis-url", redis_url)  # the default flush timeout: 30 s
+    await produce.process.stdin.send_all(b"k\tv\n")
+    await produce.line("rsc produce: shard")
+    produce.process.send_signal(signal.SIGTERM)
+    await produce.line("rsc produce: draining")
+    produce.process.send_signal(signal.SIGTERM)
+    assert await produce.finish(timeout=10) == 130
+    assert "exiting at once" in produce.lines[-1]
+    assert_no_traceback(produce)

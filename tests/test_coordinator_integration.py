@@ -16,7 +16,7 @@ from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.records import GroupSnapshot
-from rsc.actors.store import CoordinatorAlreadyRunning, MetadataStore
+from rsc.actors.store import MetadataStore
 from rsc.common.redis_server import EmbeddedRedis
 from rsc.member.session import SessionClosed, open_session
 from rsc.protocol import messages as m
@@ -292,11 +292,27 @@ async def test_h12_store_unavailable_answers_coordinator_not_available_and_expir
         server.stop()
 
 
-async def test_second_coordinator_on_the_same_redis_refuses_to_start(coordinator):
+async def test_d5_second_coordinator_on_the_same_redis_waits_instead_of_serving(coordinator, caplog):
     config = CoordinatorConfig(redis_url=coordinator.redis_url, port=0, tick_interval_ms=50)
-    with pytest.raises(CoordinatorAlreadyRunning, match="refusing to start"):
+    started = trio.Event()
+
+    class Status_:  # what serve() calls once it accepts sessions
+        def started(self, value: object = None) -> None:
+            started.set()
+
+    async def second() -> None:
+        await serve(config, task_status=Status_())  # type: ignore[arg-type]
+
+    caplog.set_level("INFO", logger="rsc.coordinator")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(second)
         with trio.fail_after(10):
-            await serve(config)
+            while not any(r.getMessage() == "coordinator.waiting" for r in caplog.records):
+                await trio.sleep(0.02)
+        assert not started.is_set()
+        nursery.cancel_scope.cancel()
+    async with open_session(coordinator.url, "member") as session:  # the first still serves
+        assert (await session.request(heartbeat("a", 0))).status == Status.OK
 
 
 # --- admin ------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import attrs
+import pytest
 import trio
 
 from rsc.admin_views import render_plain
@@ -68,10 +69,12 @@ def test_view_shows_counters_group_and_steps():
         assert expected in text
 
 
-def start_demo(*argv: str) -> subprocess.Popen[str]:
+def start_demo(*argv: str, own_group: bool = False) -> subprocess.Popen[str]:
+    """`rsc demo` as a child; `own_group` gives it a process group of its own, as a shell
+    gives a foreground job (Ctrl-C then reaches the whole group)."""
     return subprocess.Popen([sys.executable, "-m", "rsc", "demo", *argv], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "COLUMNS": "200"})
+                            env={**os.environ, "COLUMNS": "200"}, start_new_session=own_group)
 
 
 def redis_pid(output: str) -> int:
@@ -117,8 +120,9 @@ async def test_rsc_demo_duration_20_runs_to_completion_with_no_redis_configured(
     assert_gone(redis_pid(stdout))
 
 
-async def test_sigterm_stops_the_demo_cleanly():
-    demo = start_demo()
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+async def test_sigterm_or_ctrl_c_stops_the_demo_cleanly_with_the_reconciled_count(signum):
+    demo = start_demo(own_group=True)
     assert demo.stdout is not None
     seen: list[str] = []
     try:
@@ -127,11 +131,15 @@ async def test_sigterm_stops_the_demo_cleanly():
                 line = await trio.to_thread.run_sync(demo.stdout.readline)
                 assert line, "the demo ended before its group was stable"
                 seen.append(line)
-            demo.send_signal(signal.SIGTERM)
+            if signum == signal.SIGINT:  # Ctrl-C on a terminal: the whole foreground group
+                os.killpg(demo.pid, signal.SIGINT)
+            else:
+                demo.send_signal(signum)
             rest, stderr = await trio.to_thread.run_sync(demo.communicate)
     finally:
         if demo.poll() is None:
             demo.kill()
     assert demo.returncode == 0, stderr
-    assert "stopped cleanly" in rest
+    assert re.search(r"stopped cleanly: produced \d+ = consumed \d+", rest), rest
+    assert "Error" not in stderr, stderr
     assert_gone(redis_pid("".join(seen)))

@@ -45,7 +45,11 @@ def test_the_wheel_metadata_names_version_license_and_urls(wheel: Path):
     archive = zipfile.ZipFile(wheel)
     metadata = archive.read(f"redis_stream_coordinator-{__version__}.dist-info/METADATA").decode()
     assert f"Version: {__version__}" in metadata
-    assert "License-Expression: MIT" in metadata
+    # `License:` (not only License-Expression) so that `pip show` of every pip prints it
+    assert "License: MIT" in metadata.splitlines()
+    assert "Classifier: Framework :: Trio" in metadata
+    assert "Classifier: Programming Language :: Python :: 3.11" in metadata
+    assert "Classifier: License :: OSI Approved :: MIT License" in metadata
     assert "Project-URL: Homepage," in metadata
     entry_points = archive.read(
         f"redis_stream_coordinator-{__version__}.dist-info/entry_points.txt").decode()
@@ -69,6 +73,10 @@ def test_installed_wheel_runs_the_demo_from_another_directory(wheel: Path, tmp_p
     where = subprocess.run([str(python), "-c", "import rsc; print(rsc.__file__)"], cwd=elsewhere,
                            env=env, capture_output=True, text=True, timeout=60)
     assert str(venv) in where.stdout, "the installed package, not the checkout"
+    # the fresh venv's own pip (the one the README installs with) shows the license
+    shown = subprocess.run([str(python), "-m", "pip", "show", "redis-stream-coordinator"],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert "License: MIT" in shown.stdout.splitlines(), shown.stdout
     demo = subprocess.run([str(venv / "bin" / "rsc"), "demo", "--duration", "10"], cwd=elsewhere,
                           env={**env, "COLUMNS": "200"}, capture_output=True, text=True,
                           timeout=120)

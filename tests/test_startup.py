@@ -57,17 +57,54 @@ async def test_restart_after_sigkill_is_quick_because_the_dead_holder_lease_is_t
     assert b"coordinator.lease_taken_over" in logs, logs
 
 
-async def test_a_live_coordinator_lease_is_not_taken_over(redis_url):
-    process, _url = await spawn_coordinator(redis_url)
+async def read_until(stream, needle: bytes, seen: bytearray) -> None:
+    """Read `stream` into `seen` until it holds `needle` (the caller bounds the time)."""
+    while needle not in seen:
+        chunk = await stream.receive_some(65536)
+        assert chunk, f"stream closed before {needle!r}: {bytes(seen)!r}"
+        seen += chunk
+
+
+@pytest.mark.parametrize("ending", ["sigterm", "sigkill"])
+async def test_d5_a_second_coordinator_waits_then_takes_over_when_the_holder_stops(redis_url, ending):
+    first, first_url = await spawn_coordinator(redis_url, "--tick-interval-ms", "200")
+    metrics_port = free_port()
+    second = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "rsc", "coordinator", "--redis-url", redis_url, "--port", "0",
+         "--tick-interval-ms", "200", "--metrics-port", str(metrics_port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    assert second.stdout is not None and second.stderr is not None
     try:
-        second = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "rsc", "coordinator", "--redis-url", redis_url, "--port", "0",
-             "--tick-interval-ms", "50"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+        logs = bytearray()
         with trio.fail_after(20):
-            assert await second.wait() == 1
-        assert process.returncode is None
+            await read_until(second.stderr, b"coordinator.waiting", logs)
+        client = redis.Redis.from_url(redis_url, decode_responses=True)
+        try:
+            holder = client.get("rsc:coordinator:lease")
+        finally:
+            client.close()
+        assert holder is not None and holder.encode() in logs, "the line names the holder"
+        status, body = await http_get(metrics_port, "/readyz")
+        assert status == 503 and b"waiting" in body
+        assert second.returncode is None and first.returncode is None, "it waits, it does not exit"
+        with trio.move_on_after(0) as nothing:
+            assert await second.stdout.receive_some(4096) == b"", "not listening while it waits"
+        assert nothing.cancelled_caught
+        if ending == "sigterm":
+            await stop(first)  # SIGTERM releases the lease at once: the second takes over
+            assert first.returncode == 0
+        else:  # a death: its lease lapses (on this host its pid is seen gone at once)
+            first.kill()
+            await first.wait()
+        out = bytearray()
+        with trio.fail_after(20):
+            await read_until(second.stdout, b"listening on ", out)
+            while (await http_get(metrics_port, "/readyz"))[0] != 200:
+                await trio.sleep(0.02)
     finally:
-        await stop(process)
+        await stop(first)
+        await stop(second)
+    assert first_url  # the first one served before
 
 
 async def test_health_port_answers_before_listening_and_readyz_follows_the_store():
@@ -223,3 +260,63 @@ def test_tokens_come_from_the_environment_unless_a_flag_names_them(monkeypatch):
     add_parser(parser.add_subparsers(dest="command"))
     unset = config_from_args(parser.parse_args(["coordinator"]))
     assert (unset.admin_token, unset.member_token) == (None, None)
+
+
+async def test_ctrl_c_on_rsc_coordinator_releases_the_lease_first(redis_url):
+    process, _url = await spawn_coordinator(redis_url, stderr=subprocess.PIPE)
+    process.send_signal(signal.SIGINT)
+    assert process.stderr is not None
+    logs = bytearray()
+    with trio.fail_after(20):
+        while chunk := await process.stderr.receive_some(65536):
+            logs += chunk
+        assert await process.wait() == 0, bytes(logs)
+    assert b"lease_not_released" not in logs and b"Traceback" not in logs, bytes(logs)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert not client.exists("rsc:coordinator:lease"), "released, not left to lapse"
+    finally:
+        client.close()
+
+
+async def test_sigterm_stops_a_coordinator_that_waits_for_the_lease(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    client.set("rsc:coordinator:lease", "elsewhere-1-abcdef01", px=60_000)
+    try:
+        waiting = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "rsc", "coordinator", "--redis-url", redis_url, "--port", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+        assert waiting.stderr is not None
+        logs = bytearray()
+        with trio.fail_after(20):
+            await read_until(waiting.stderr, b"coordinator.waiting", logs)
+            assert b"elsewhere-1-abcdef01" in logs
+            waiting.terminate()
+            assert await waiting.wait() == 0
+        assert client.get("rsc:coordinator:lease") == b"elsewhere-1-abcdef01", "not touched"
+    finally:
+        client.close()
+
+
+async def test_ctrl_c_on_rsc_coordinator_with_its_embedded_redis_releases_the_lease_first():
+    """Ctrl-C on a terminal reaches the whole foreground group: the embedded redis-server
+    lives in a session of its own, so it is still there when the lease is released."""
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "rsc", "coordinator", "--port", "0", "--tick-interval-ms", "100"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, start_new_session=True,
+        env={k: v for k, v in os.environ.items() if k != "RSC_REDIS_URL"})
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        out = bytearray()
+        with trio.fail_after(30):
+            await read_until(process.stdout, b"listening on ", out)
+        os.killpg(process.pid, signal.SIGINT)
+        logs = bytearray()
+        with trio.fail_after(20):
+            while chunk := await process.stderr.receive_some(65536):
+                logs += chunk
+            assert await process.wait() == 0, bytes(logs)
+        assert b"private redis-server" in logs
+        assert b"lease_not_released" not in logs and b"Traceback" not in logs, bytes(logs)
+    finally:
+        await stop(process)

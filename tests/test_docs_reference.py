@@ -1,0 +1,74 @@
+"""The docs cannot drift from the code: the generated reference pages are current, every protocol
+rule id has its anchor in docs/protocol.md, and the docs point at nothing outside the repository.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "docs"))
+
+import reference_gen  # noqa: E402
+
+RULE_IDS = ([f"H{n}" for n in range(1, 15)] + [f"S{n}" for n in range(1, 7)]
+            + [f"R{n}" for n in range(1, 6)] + ["A1"] + [f"G{n}" for n in range(1, 4)]
+            + [f"T{n}" for n in range(1, 4)] + [f"D{n}" for n in range(1, 6)])
+
+
+def test_generated_reference_pages_are_current():
+    stale = [str(page.relative_to(ROOT)) for page in reference_gen.stale_pages()]
+    assert stale == [], f"run `python docs/reference_gen.py`: {stale} no longer match the code"
+
+
+def test_a_changed_flag_makes_the_cli_page_stale(monkeypatch):
+    current = reference_gen.render_cli()
+    monkeypatch.setattr(reference_gen, "render_cli", lambda: current + "\n| `--new-flag` |\n")
+    monkeypatch.setitem(reference_gen.PAGES, reference_gen.CLI_PAGE, reference_gen.render_cli)
+    assert reference_gen.stale_pages() == [reference_gen.CLI_PAGE]
+
+
+def test_the_cli_page_lists_every_command_and_flag():
+    page = reference_gen.render_cli()
+    for command in ("rsc coordinator", "rsc produce", "rsc consume", "rsc admin", "rsc demo",
+                    "rsc admin set-retention", "rsc admin reset-offsets", "rsc admin watch"):
+        assert f"## `{command}`" in page, command
+    for flag in ("--lease-ttl-ms", "--max-group-size", "--metrics-host", "--cutover", "--max-age",
+                 "--to-datetime", "--duration"):
+        assert f"`{flag}" in page, flag
+
+
+def test_the_metrics_page_lists_every_metric_of_both_sides():
+    page = reference_gen.render_metrics()
+    for name in ("rsc_group_members", "rsc_member_joins_total", "rsc_request_seconds",
+                 "rsc_store_calls_abandoned_total", "rsc_gc_pause_seconds",
+                 "rsc_member_processed_total", "rsc_member_lag", "rsc_member_in_flight"):
+        assert f"`{name}`" in page, name
+
+
+def test_the_gc_pause_histogram_row_names_the_registered_metric():
+    from rsc.common import gc_policy as gc_control
+
+    source = Path(gc_control.__file__).read_text(encoding="utf-8")
+    assert f'"{reference_gen.GC_PAUSE[0]}"' in source
+
+
+@pytest.mark.parametrize("rule", RULE_IDS)
+def test_every_rule_id_has_an_anchor_in_the_protocol_page(rule):
+    page = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+    assert re.search(rf"^#+ {rule} .*\{{#{rule.lower()}\}}$", page, re.MULTILINE), rule
+
+
+def test_the_docs_point_at_nothing_outside_the_repository():
+    pages = [ROOT / "README.md", ROOT / "mkdocs.yml", *(ROOT / "docs").rglob("*.md")]
+    offenders = [str(page.relative_to(ROOT)) for page in pages
+                 if "../shared" in page.read_text(encoding="utf-8")]
+    assert offenders == []
+
+
+def test_the_readme_stays_short():
+    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 250
