@@ -145,3 +145,19 @@ def test_s5_a_static_member_whose_lease_ran_out_rejoins_with_its_instance_id():
     assert actions.abandon == {"a"}
     join, _ = send(ledger, 5000)
     assert (join.member_epoch, join.instance_id) == (JOIN_EPOCH, INSTANCE)  # S3's return
+
+
+def test_s1_the_listener_gives_each_member_its_instance_id_and_refuses_a_bad_one():
+    from rsc.member.listener import Listener
+
+    async def handle(message) -> None:
+        return None
+
+    options = {"stream_prefix": PREFIX, "consumer_group": GROUP,
+               "coordinator_url": "ws://127.0.0.1:1", "redis_url": "redis://127.0.0.1:1/0"}
+    several = Listener(handle, concurrency=2, instance_id="pod-0", **options)
+    assert [m.config.instance_id for m in several.members] == ["pod-0-0", "pod-0-1"]
+    assert Listener(handle, instance_id="pod-0", **options).members[0].config.instance_id == "pod-0"
+    assert Listener(handle, **options).members[0].config.instance_id is None
+    with pytest.raises(ValueError, match="instance_id 'pod\\\\n0'.*control character"):
+        Listener(handle, instance_id="pod\n0", **options)
