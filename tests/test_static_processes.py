@@ -56,6 +56,19 @@ class Consumer:
     def member_id(self) -> str | None:
         return next((event["memberId"] for _, event in self.events), None)
 
+    def holds(self) -> set[str]:
+        """The shards its events say it holds."""
+        held: set[str] = set()
+        for _, event in self.events:
+            shards = set(event.get("shards") or ())
+            if event["event"] == "assigned":
+                held |= shards
+            elif event["event"] in ("revoked", "fenced", "instance fenced"):
+                held -= shards
+            elif event["event"] == "left":
+                held.clear()
+        return held
+
     def event_names(self, since: float = 0.0) -> list[str]:
         return [event["event"] for at, event in self.events if at >= since]
 
@@ -241,6 +254,10 @@ async def rolling_restart(redis_url: str, nursery: trio.Nursery, group: str, *,
         before = await wait_described(coordinator.url, group, stable_with(4), 60,
                                       "4 stable members")
         await wait_for(lambda: all(c.processed for c in consumers), 30, "every consumer busy")
+        assigned = {m.member_id: set(m.assigned_shards) for m in before.members}
+        await wait_for(lambda: all(c.member_id in assigned and c.holds() == assigned[c.member_id]
+                                   for c in consumers), 10,
+                       "every consumer's events to show what it holds")
         started_at = now_s()
         restarts: dict[str, tuple[float, float]] = {}
         for index in range(4):
@@ -360,6 +377,8 @@ async def test_s4_a_second_process_with_a_live_instance_id_waits_and_the_incumbe
         [said] = [line for line in second.lines if "UNRELEASED_INSTANCE_ID" in line]
         assert "instanceId 'pod-0'" in said and "retrying the join with backoff" in said
         assert second.event_names() == ["join refused"], "said once, holds nothing"
+        await wait_for(lambda: first.member_id is not None and second.member_id is not None, 10,
+                       "both processes' first events")
         during = await describe(coordinator.url, group)
         assert [m.member_id for m in during.members] == [first.member_id]
         assert during.group_epoch == before.group_epoch
@@ -394,6 +413,7 @@ async def test_s3_a_replaced_member_gets_fenced_instance_id_and_stops_for_good(r
         await wait_described(coordinator.url, group,
                              lambda d: d.state == GroupState.STABLE and len(d.members) == 1
                              and len(d.members[0].assigned_shards) == 4, 30, "pod-0 to hold all")
+        await wait_for(lambda: old.member_id is not None, 10, "the old process's joined event")
         assert old.member_id is not None
         # the coordinator is told the old process left for a while and another process came
         # back under its instance id (a stale -2 and a join, back to back, as after a lost
@@ -442,6 +462,10 @@ async def test_s5_a_killed_static_member_is_away_then_removed_after_the_session_
         victim, survivor = consumers
         victim_shards = next(m.assigned_shards for m in before.members
                              if m.instance_id == "pod-0")
+        survivor_shards = next(set(m.assigned_shards) for m in before.members
+                               if m.instance_id == "pod-1")
+        await wait_for(lambda: survivor.holds() == survivor_shards, 10,
+                       "the survivor's events to show what it holds")
         seen = len(survivor.events)
         victim.process.kill()
         await victim.process.wait()
