@@ -634,7 +634,7 @@ class PrefixActor:
 _EVENT_NAMES = {"epoch": "group.epoch", "joined": "member.joined", "rejoined": "member.rejoined",
                 "left": "member.left", "expired": "member.expired", "removed": "member.removed",
                 "revoke_timeout": "member.removed", "fenced": "member.fenced",
-                "revoked": "member.revoked"}
+                "revoked": "member.revoked", "away": "member.away", "returned": "member.returned"}
 
 
 def _read_outcome(value: Any) -> Outcome:

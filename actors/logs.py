@@ -11,7 +11,11 @@ pass its facts as keyword fields:
 Event names (the coordinator's vocabulary; keep call sites to these):
 `group.epoch` (group or assignment epoch changed), `member.joined`,
 `member.left`, `member.expired`, `member.removed`, `member.fenced`,
-`member.revoked` (a revoke completed), `routing.changed`,
+`member.revoked` (a revoke completed), `member.away` (a static member's
+temporary leave or lapsed lease, S2/S5: `instanceId`, `reason`),
+`member.returned` (its return, S3: `instanceId`, `replaced` when under a new
+memberId; a session-timeout removal is `member.expired` with
+`reason=session_timeout`), `routing.changed`,
 `migration.progress`, `migration.complete`, `store.unavailable` (once when an
 outage starts), `store.still_unavailable` (a reminder, at most every 10 s),
 `store.available` (once when it ends); admission and supervision:

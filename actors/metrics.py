@@ -8,6 +8,8 @@ process, as in tests, never share counters). The coordinator calls:
   (`rsc_member_joins_total`), left, expired, removed and revoke_timeout
   (`rsc_member_leaves_total`, `..._expirations_total`, `..._removals_total`),
   fenced (`rsc_heartbeats_fenced_total`), epoch (`rsc_rebalances_total`),
+  away and returned of static members (`rsc_member_away_total`,
+  `rsc_member_returns_total`, S2/S3/S5),
   revoked (its `ms` field feeds `rsc_revoke_duration_seconds`).
 - `set_group_state(prefix, group, machine)`: after a commit, from anything with
   `members`, `group_epoch`, `assignment_epoch` and `shards` (gauges
@@ -128,6 +130,10 @@ class CoordinatorMetrics:
         self.fenced = Counter("rsc_heartbeats_fenced",
                               "Heartbeats answered FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID",
                               GROUP_LABELS, registry=registry)
+        self.away = Counter("rsc_member_away", "Static members gone AWAY (S2 temporary leave, "
+                            "S5 lapsed lease)", GROUP_LABELS, registry=registry)
+        self.returns = Counter("rsc_member_returns", "Static members back from AWAY (S3)",
+                               GROUP_LABELS, registry=registry)
         self.rebalances = Counter("rsc_rebalances", "Target assignment recomputations",
                                   GROUP_LABELS, registry=registry)
         self.heartbeat_seconds = Histogram("rsc_heartbeat_handling_seconds",
@@ -231,13 +237,15 @@ class CoordinatorMetrics:
     def observe_event(self, group: Any, kind: str) -> None:
         """Count a group machine event by its kind (`actors.group.Event.kind`).
 
-        joined and rejoined, left, expired, removed, revoke_timeout (a
-        removal), fenced, epoch (a rebalance); other kinds are not counted.
+        joined and rejoined, left, expired (a static member's session timeout
+        too, S5), removed, revoke_timeout (a removal), fenced, epoch (a
+        rebalance), away and returned (S2, S3, S5); other kinds are not counted.
         """
         counter = {"joined": self.joins, "rejoined": self.joins, "left": self.leaves,
                    "expired": self.expirations, "removed": self.removals,
                    "revoke_timeout": self.removals, "fenced": self.fenced,
-                   "epoch": self.rebalances}.get(kind)
+                   "epoch": self.rebalances, "away": self.away,
+                   "returned": self.returns}.get(kind)
         if counter is not None:
             counter.labels(*group_labels(group)).inc()
 

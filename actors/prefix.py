@@ -559,7 +559,7 @@ class PrefixMachine:
                 return refused
             group = self._register(request.consumer_group)
         elif request.member_epoch == JOIN_EPOCH and self.caps.max_group_size is not None:
-            refused = self.caps.join_refused(request, group.members)  # A1
+            refused = self.caps.join_refused(request, group)  # A1, S3, S4
             if refused is not None:
                 return refused
         return group.heartbeat(request, now_ms, summary)
@@ -604,12 +604,20 @@ class PrefixMachine:
         group = self.groups.get(request.consumer_group)
         if group is None:
             return request.unknown_group()
-        if not group.remove_member(request.member_id, now_ms):
+        if request.instance_id is not None:  # S5: by instanceId, an AWAY member too
+            removed = group.remove_instance(request.instance_id, now_ms)
+            if removed is None:
+                return request.error(
+                    Status.UNKNOWN_MEMBER_ID,
+                    f"no member of the group holds instanceId {request.instance_id!r}")
+        elif group.remove_member(request.member_id, now_ms):
+            removed = request.member_id
+        else:
             return request.error(Status.UNKNOWN_MEMBER_ID,
                                  f"member {request.member_id!r} is not live in the group")
         return m.MemberRemoved(
             request_id=request.request_id, status=Status.OK, stream_prefix=self.prefix,
-            consumer_group=request.consumer_group, member_id=request.member_id,
+            consumer_group=request.consumer_group, member_id=removed,
             group_epoch=group.group_epoch)
 
     def _delete_group(self, request: m.DeleteGroup) -> m.Response:

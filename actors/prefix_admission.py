@@ -9,7 +9,9 @@
   counts their groups; a join or a `setShardCount` that would register one
   more gets GROUP_LIMIT_REACHED.
 - `--max-group-size`: a join of a new member into a full group gets
-  GROUP_MAX_SIZE_REACHED. A live member rejoining is no new member.
+  GROUP_MAX_SIZE_REACHED. A live member rejoining is no new member, nor is a
+  static member's return under a new memberId (S3), nor a duplicate instanceId
+  (S4: that one is UNRELEASED_INSTANCE_ID, the group machine's answer).
 
 Both refusals change nothing.
 """
@@ -17,6 +19,7 @@ Both refusals change nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 import attrs
 
@@ -80,6 +83,15 @@ def answer_without_state(request: m.Request, budget: GroupBudget | None) -> m.Re
     return None
 
 
+class Joinable(Protocol):
+    """What `Caps.join_refused` reads of a group (the group machine has both)."""
+
+    @property
+    def members(self) -> Mapping[str, object]: ...
+
+    def join_adds_member(self, request: m.Heartbeat) -> bool: ...
+
+
 @attrs.define
 class Caps:
     """One prefix's view of the caps: the shared budget and the size limit."""
@@ -98,10 +110,12 @@ class Caps:
             return None
         return group_limit_reached(request, self.budget, self.prefix, name)
 
-    def join_refused(self, request: m.Heartbeat, members: Mapping[str, object]) -> m.Response | None:
-        """A1: GROUP_MAX_SIZE_REACHED for a join of a new member into a full group."""
+    def join_refused(self, request: m.Heartbeat, group: Joinable) -> m.Response | None:
+        """A1: GROUP_MAX_SIZE_REACHED for a join of a new member into a full group; a
+        rejoin, a return (S3) or a duplicate instanceId (S4) adds no member."""
+        members = group.members
         if (request.member_epoch != JOIN_EPOCH or self.max_group_size is None
-                or request.member_id in members or len(members) < self.max_group_size):
+                or len(members) < self.max_group_size or not group.join_adds_member(request)):
             return None
         return request.error(
             Status.GROUP_MAX_SIZE_REACHED,

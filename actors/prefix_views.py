@@ -2,7 +2,8 @@
 
 - describe shows the group, each live shard with its version, owner and lag as
   Redis reports it (none when the read failed), members overdue on their
-  heartbeat (last accepted one older than the interval x OVERDUE_FACTOR), the
+  heartbeat (last accepted one older than the interval x OVERDUE_FACTOR; an
+  AWAY member is away, not overdue: S6, its shards show owner null), the
   migration with its blocking groups (G2), and the prefix's retention (T3).
 - listGroups shows each group's lag and pending summed over the live shards:
   lag 0 without shards, null when the read failed.
@@ -17,6 +18,7 @@ import attrs
 from rsc.actors.group import GroupMachine
 from rsc.actors.shard_reports import GroupTotals, ShardLag
 from rsc.protocol import messages as m
+from rsc.protocol.vocabulary import MemberState
 
 OVERDUE_FACTOR = 1.5
 """A member is overdue when its last accepted heartbeat is older than interval x 1.5."""
@@ -34,8 +36,8 @@ def describe(request: m.DescribeGroup, group: GroupMachine, now_ms: int,
              heartbeat_interval_ms: int, retention: m.Retention) -> m.GroupDescription:
     """describeGroup of `group`; `lags` is what Redis said of the live shards (None: not read)."""
     description = group.describe(now_ms, routing, migration)
-    members = tuple(attrs.evolve(member, overdue=is_overdue(member.last_heartbeat_ms_ago,
-                                                           heartbeat_interval_ms))
+    members = tuple(attrs.evolve(member, overdue=member.state != MemberState.AWAY and is_overdue(
+                        member.last_heartbeat_ms_ago, heartbeat_interval_ms))
                     for member in description.members)
     shards = tuple(
         m.ShardDescription(shard=lag.shard, version=versions.get(lag.shard, 0),

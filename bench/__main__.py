@@ -28,6 +28,7 @@ from bench import (
     prefixes,
     procs,
     resharding,
+    rolling,
     tls_cost,
 )
 from bench.report import (
@@ -63,6 +64,7 @@ SCENARIOS: dict[str, Scenario] = {
     "hotpath": hotpath.run,
     "dataplane": dataplane.run,
     "resharding": resharding.run,
+    "rolling": rolling.run,
     "cluster": cluster.run,
     "tls": tls_cost.run,
     "hosts": hosts.run,

@@ -53,7 +53,7 @@ from rsc.member.aio_workers import AioWorkers
 from rsc.member.listener import Listener
 from rsc.member.producer import Producer, RoutingTable
 from rsc.member.producer import open_producer as open_trio_producer
-from rsc.member.runtime import Handler, Member, StoreMismatch
+from rsc.member.runtime import Handler, InstanceFenced, Member, StoreMismatch
 
 __all__ = ["AioListener", "AioProducer", "HostStopped", "StoreMismatch", "listener",
            "open_producer"]
@@ -81,6 +81,7 @@ class AioListener:
         self._listener = Listener(handler, **options)  # checks the arguments, builds the members
         self._used = False
         self._stopping = False
+        self._leave = False  # S2: stop(leave=True) asked for a real leave
         self._host: GuestHost | None = None
         self._finished: asyncio.Future[None] | None = None
         self._joined = 0
@@ -93,12 +94,14 @@ class AioListener:
     def members(self) -> list[Member]:
         return self._listener.members
 
-    def stop(self) -> None:
+    def stop(self, *, leave: bool = False) -> None:
         """Ask every member to drain, leave and return (from any code on the loop, or a
-        signal handler); `running()`'s exit and `run()` then return."""
+        signal handler); `running()`'s exit and `run()` then return. Static members leave
+        for a while (-2, S2) unless `leave=True`."""
         self._stopping = True
+        self._leave = self._leave or leave
         if self._host is not None and self._host.token is not None:
-            self._host.soon(self._listener.stop)
+            self._host.soon(functools.partial(self._listener.stop, leave=self._leave))
 
     @asynccontextmanager
     async def running(self, *, join_wait_s: float | None = JOIN_WAIT_S
@@ -162,7 +165,7 @@ class AioListener:
         """The trio side: every member at once (none waits for another's join)."""
         members = self.members
         if self._stopping:
-            self._listener.stop()
+            self._listener.stop(leave=self._leave)
 
         def one_started() -> None:
             self._joined += 1
@@ -175,7 +178,7 @@ class AioListener:
                     nursery.start_soon(functools.partial(
                         member.run, task_status=_Started(one_started)))  # type: ignore[arg-type]
         except BaseExceptionGroup as group:
-            mismatch, rest = group.split(StoreMismatch)
+            mismatch, rest = group.split((StoreMismatch, InstanceFenced))
             if mismatch is None or rest is not None:
                 raise
             raise _first_leaf(mismatch) from None

@@ -30,12 +30,12 @@ import redis
 import trio
 
 from rsc.common import gc_policy as gc_control
-from rsc.member.listener import Listener
+from rsc.member.listener import Listener, member_instance_ids
 from rsc.member.notices import REPEAT_S, Notices, redis_problem, then
 from rsc.member.peek import MessageQuota, QuotaReached, peek, routing_request
 from rsc.member.producer import no_routing_line, open_producer
 from rsc.member.reconcile import Event
-from rsc.member.runtime import Message
+from rsc.member.runtime import InstanceFenced, Message
 from rsc.member.session import (
     Backoff,
     BadCoordinatorUrl,
@@ -57,6 +57,7 @@ from rsc.member.unrecoverable import (
     refusal_is_permanent,
 )
 from rsc.protocol import GetRouting, Routing, Status
+from rsc.protocol.messages import FieldValueError, check_name
 
 READ_CHUNK = 1 << 16
 BUFFER_LINES = 10_000  # produce: accepted lines not yet in Redis, at most (plus one batch)
@@ -194,7 +195,14 @@ def add_consume_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="address of the metrics port (default 127.0.0.1)")
     parser.add_argument("--events", action="store_true",
                         help="write one JSON line per member event to stderr (joined, assigned, revoking, "
-                             "revoked, fenced, left, join refused)")
+                             "revoked, fenced, left, join refused, instance fenced)")
+    parser.add_argument("--instance-id", default=None, metavar="ID",
+                        help="make the members static (default $RSC_INSTANCE_ID): the group "
+                             "keeps their shards while they restart; with --concurrency N > 1 "
+                             "member i uses ID-i")
+    parser.add_argument("--leave-on-exit", action="store_true",
+                        help="static members: leave the group for real on SIGTERM (epoch -1, "
+                             "a scale-down) instead of for a while (epoch -2)")
     parser.set_defaults(run=run_consume)
 
 
@@ -242,7 +250,7 @@ def _run(tool: str, main: Callable[..., Awaitable[int]], *args: object) -> int:
         return trio.run(main, *args)
     except KeyboardInterrupt:  # before the signal handlers were installed
         return EXIT_INTERRUPTED
-    except (StoreMismatch, BadConfig, BadCoordinatorUrl) as exc:
+    except (StoreMismatch, BadConfig, BadCoordinatorUrl, InstanceFenced) as exc:
         say(str(exc))
         return 1
     except TlsFailed as exc:  # D3: a certificate that does not verify cannot heal by waiting
@@ -385,6 +393,13 @@ async def _dispatch_signals(signals: AsyncIterator[int], on_signal: Callable[[in
 def run_consume(args: argparse.Namespace) -> int:
     try:
         urls = endpoints(args, os.environ)
+        instance_id = args.instance_id or os.environ.get("RSC_INSTANCE_ID") or None
+        if instance_id is not None:  # S1: the rules of a memberId
+            for instance in member_instance_ids(instance_id, args.concurrency):
+                try:
+                    check_name("instance_id", instance or "", allow_braces=True)
+                except FieldValueError as exc:
+                    raise BadConfig(f"--instance-id {instance_id!r}: {exc}") from None
     except BadConfig as exc:
         _line_writer("consume")(str(exc))
         return 1
@@ -639,6 +654,7 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
     stopping = trio.Event()
     out = StdoutLines(on_closed=stopping.set)
     member_ids: list[str] | None = None
+    instance_id = args.instance_id or os.environ.get("RSC_INSTANCE_ID") or None  # S1
     quota = MessageQuota(args.max_messages)
 
     def on_event(member_id: str, event: Event) -> None:
@@ -664,7 +680,8 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
             concurrency=args.concurrency, runtime_max_concurrency=args.workers,
             member_ids=member_ids, on_event=on_event if args.events else None,
             check_store_id=False, ca_file=urls.ca_file,  # ConsumeWatch checked the store
-            notices=notices)  # one line per problem, whoever of the watch and members sees it
+            # one line per problem, whoever of the watch and members sees it
+            notices=notices, instance_id=instance_id)
 
     consumers = make_listener()
     member_ids = [member.member_id for member in consumers.members]
@@ -675,7 +692,10 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
         if stopping.is_set():
             _exit_now(say, "exiting at once without draining (the coordinator frees the "
                       "shards when the lease runs out)")
-        say("draining: finishing in-flight messages and leaving the group "
+        leaving = ("leaving the group" if instance_id is None or args.leave_on_exit else
+                   f"leaving the group for a while (instance id {instance_id!r} keeps its "
+                   "shards until it is back)")
+        say(f"draining: finishing in-flight messages and {leaving} "
             "(Ctrl-C again to exit at once)")
         stopping.set()
 
@@ -715,7 +735,7 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
 
                     nursery.start_soon(members)
                     await _first_of(members_done, stopping)
-                    consumers.stop()
+                    consumers.stop(leave=args.leave_on_exit)
                     await members_done.wait()
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:

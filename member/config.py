@@ -18,6 +18,7 @@ class MemberConfig:
     stream_prefix: str
     consumer_group: str
     member_id: str
+    instance_id: str | None = None  # S1: a static member's instanceId (None: dynamic)
     capacity: int = 4
     token: str | None = None
     # wss:// coordinator: verified against ssl_context, else the system store and ca_file ($RSC_CA_FILE)

@@ -33,6 +33,18 @@ AckObserver = Callable[[str, int], None]
 log = logging.getLogger(__name__)
 
 
+class InstanceFenced(Exception):
+    """S3: a newer member took over this member's instanceId (FENCED_INSTANCE_ID). The member
+    stopped for good: it holds nothing and does not rejoin."""
+
+    def __init__(self, instance_id: str, reason: str) -> None:
+        super().__init__(f"instanceId {instance_id!r} was taken over by a newer member "
+                         "(FENCED_INSTANCE_ID); this member stopped for good and does not rejoin"
+                         " (is another process running with the same instance id?)")
+        self.instance_id = instance_id
+        self.reason = reason
+
+
 def monotonic_ms() -> float:
     """The member's clock: monotonic milliseconds (heartbeat send times, D1 checks)."""
     return time.monotonic() * 1000.0
@@ -73,7 +85,8 @@ class MemberCore:
         self.trace = trace
         self.clock = monotonic_ms
         self.ledger = Ledger(config.member_id, capacity=config.capacity,
-                             default_heartbeat_interval_ms=config.default_heartbeat_interval_ms)
+                             default_heartbeat_interval_ms=config.default_heartbeat_interval_ms,
+                             instance_id=config.instance_id)
         self.stats = MemberStats(member_id=config.member_id, workers=config.capacity,
                                  in_flight=self.ledger.in_flight)
         self.ack_rule = AckFlushRule(batch=config.ack_batch, linger_ms=config.ack_linger_ms)
@@ -88,6 +101,7 @@ class MemberCore:
         self.reader_waiting = False
         self.heartbeat_due = True
         self.stop_requested = trio.Event()
+        self.leave_for_good = False  # S2: a static member's stop leaves with -1, not -2
         self.joined = trio.Event()
         self.left = trio.Event()
         self.store_ok = trio.Event()  # the storeId was checked (or there is none): reads may start
@@ -121,6 +135,9 @@ class MemberCore:
         for event in actions.events:
             if event.name is EventName.JOINED:
                 self.joined.set()
+            elif event.name is EventName.INSTANCE_FENCED:  # S3: stop for good, say why
+                self.fatal = InstanceFenced(self.config.instance_id or "", event.reason or "")
+                self.stop_requested.set()
             elif event.name is EventName.FENCED:
                 stats.fences += 1
                 log.warning("member %s fenced, stops %s: %s", self.member_id,

@@ -51,13 +51,18 @@ _CAP_HINTS = {
     "--max-group-size allows: stop some members or raise --max-group-size",
     Status.GROUP_LIMIT_REACHED: "the coordinator holds as many groups as its --max-groups "
     "allows: delete unused groups (rsc admin delete-group) or raise --max-groups",
+    Status.UNRELEASED_INSTANCE_ID: "another live member holds its instanceId (S4): is a second "
+    "process running with the same instance id? this one waits until that one leaves",
 }
 
 
 def join_refused_line(coordinator_url: str, member_id: str, stream_prefix: str,
-                      consumer_group: str, status: Status) -> str:
-    """The warning line of a join refused by a cap (A1), the same for every retry."""
+                      consumer_group: str, status: Status, instance_id: str | None = None) -> str:
+    """The warning line of a join refused by a cap (A1) or a duplicate instanceId (S4), the
+    same for every retry."""
     hint = _CAP_HINTS.get(status, "")
+    if instance_id is not None:
+        member_id = f"{member_id} (instanceId {instance_id!r})"
     return (f"the coordinator at {coordinator_url} refused member {member_id} of group "
             f"{consumer_group!r} on prefix {stream_prefix!r}: {status.value} ({hint}); "
             "retrying the join with backoff")
@@ -185,7 +190,7 @@ async def _heartbeat_loop(core: MemberCore, session: Session, pacing: HeartbeatP
         if beat.join_refused is not None:
             core.notices.say(join_topic, join_refused_line(
                 config.coordinator_url, core.member_id, config.stream_prefix,
-                config.consumer_group, beat.join_refused))
+                config.consumer_group, beat.join_refused, config.instance_id))
         elif beat.join_taken:
             core.notices.clear(join_topic, f"member {core.member_id} joined group "
                                f"{config.consumer_group!r} on prefix {config.stream_prefix!r}")
@@ -194,9 +199,10 @@ async def _heartbeat_loop(core: MemberCore, session: Session, pacing: HeartbeatP
 
 
 async def leave(core: MemberCore) -> None:
-    """Stop reading, drain in-flight work, then leave with epoch -1 (bounded in time)."""
+    """Stop reading, drain in-flight work, then leave with epoch -1, or -2 for a static member
+    unless asked to leave for good (S2; bounded in time)."""
     config, ledger = core.config, core.ledger
-    core.apply(ledger.on_leave_requested())
+    core.apply(ledger.on_leave_requested(for_good=core.leave_for_good))
     with trio.move_on_after(config.drain_timeout_s):
         await core.changed.wait_until(lambda: not ledger.state.holds)
     if ledger.state.holds:

@@ -116,8 +116,9 @@ class Ledger:
 
     def __init__(self, member_id: str, *, capacity: int,
                  default_lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
-                 default_heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS) -> None:
-        self.state = MemberState(member_id=member_id)
+                 default_heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
+                 instance_id: str | None = None) -> None:
+        self.state = MemberState(member_id=member_id, instance_id=instance_id)  # S1
         self.capacity = capacity
         self.default_lease_ttl_ms = default_lease_ttl_ms
         self.default_heartbeat_interval_ms = default_heartbeat_interval_ms
@@ -296,9 +297,10 @@ class Ledger:
         without a leave (nobody to tell; the coordinator expires it after its lease, H6)."""
         return stopping and not self.state.holds
 
-    def on_leave_requested(self) -> Actions:
-        """Shutdown: revoke everything; leave once drained."""
-        return self._transition(*self.state.on_leave_requested())
+    def on_leave_requested(self, *, for_good: bool = False) -> Actions:
+        """Shutdown: revoke everything; leave once drained (a static member with -2, S2,
+        unless `for_good`)."""
+        return self._transition(*self.state.on_leave_requested(for_good=for_good))
 
     def on_abandon(self, reason: str) -> Actions:
         """Give up every shard at once (a drain on leave took too long)."""

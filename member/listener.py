@@ -19,6 +19,15 @@ Before its first read each member checks that its Redis is the coordinator's
 `StoreMismatch` naming both URLs (`check_store_id=False` skips this, for a
 caller that checked already). A join refused by a coordinator cap is retried
 with backoff and said once as a warning (and a `join refused` event).
+
+Static membership (S1..S6): `instance_id="pod-0"` makes the members static (with
+`concurrency=N`, member `i` uses `pod-0-i`). Then `stop()` leaves for a while
+(memberEpoch -2, S2): the group keeps the shards for a member that comes back
+with the same instance id, whatever its memberId, and moves nothing;
+`stop(leave=True)` leaves for real (-1, a scale-down). A second live process
+with the same instance id waits, retrying its join with backoff and saying so
+(UNRELEASED_INSTANCE_ID, S4); a member whose instance id a newer one took over
+stops for good and `run` raises `InstanceFenced` naming it (S3).
 """
 
 from __future__ import annotations
@@ -36,11 +45,13 @@ from rsc.member.runtime import (
     AckObserver,
     EventCallback,
     Handler,
+    InstanceFenced,
     Member,
     MemberConfig,
     ReadObserver,
     StoreMismatch,
 )
+from rsc.protocol.messages import FieldValueError, check_name
 
 
 class Listener:
@@ -56,41 +67,52 @@ class Listener:
                  read_observer: ReadObserver | None = None,
                  ack_observer: AckObserver | None = None,
                  check_store_id: bool = True, notices: Notices | None = None,
-                 ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
+                 ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
+                 instance_id: str | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if runtime_max_concurrency < 1:
             raise ValueError(f"runtime_max_concurrency must be >= 1, got {runtime_max_concurrency}")
         ids = member_ids or [make_member_id(index) for index in range(concurrency)]
+        instances = member_instance_ids(instance_id, concurrency)
+        for instance in instances:
+            if instance is not None:
+                try:
+                    check_name("instance_id", instance, allow_braces=True)  # S1
+                except FieldValueError as exc:
+                    raise ValueError(f"instance_id {instance_id!r}: {exc}") from None
         self.handler = handler
         self.members = [
             Member(MemberConfig(coordinator_url=coordinator_url, redis_url=redis_url,
                                 stream_prefix=stream_prefix, consumer_group=consumer_group,
-                                member_id=member_id, capacity=runtime_max_concurrency,
+                                member_id=member_id, instance_id=instance,
+                                capacity=runtime_max_concurrency,
                                 token=token, ack_policy=ack_policy, retry=retry,
                                 read_count=read_count, block_ms=block_ms,
                                 check_store_id=check_store_id, ca_file=ca_file,
                                 ssl_context=ssl_context),
                    handler, on_event=on_event, read_observer=read_observer,
                    ack_observer=ack_observer, notices=notices)
-            for member_id in ids[:concurrency]
+            for member_id, instance in zip(ids[:concurrency], instances, strict=False)
         ]
 
     def __call__(self, *args: object, **kwargs: object) -> object:
         """The decorated function stays callable."""
         return self.handler(*args, **kwargs)  # type: ignore[arg-type]
 
-    def stop(self) -> None:
-        """Ask every member to drain, leave and return."""
+    def stop(self, *, leave: bool = False) -> None:
+        """Ask every member to drain, leave and return; static members leave for a while
+        (-2, S2) unless `leave=True`."""
         for member in self.members:
-            member.stop()
+            member.stop(leave=leave)
 
     async def run(self, *, task_status: trio.TaskStatus[Listener] = trio.TASK_STATUS_IGNORED
                   ) -> None:
         """Run every member; `started` once all have joined; return once all have left.
 
         Raises StoreMismatch (not a group of them) when the members' Redis is not the
-        coordinator's, TlsFailed when a wss:// coordinator's certificate does not verify.
+        coordinator's, TlsFailed when a wss:// coordinator's certificate does not verify,
+        InstanceFenced when a newer member took over an instance id (S3).
         """
         try:
             async with trio.open_nursery() as nursery:
@@ -98,10 +120,20 @@ class Listener:
                     await nursery.start(member.run)
                 task_status.started(self)
         except BaseExceptionGroup as group:
-            mismatch, rest = group.split((StoreMismatch, TlsFailed))
+            mismatch, rest = group.split((StoreMismatch, TlsFailed, InstanceFenced))
             if mismatch is None or rest is not None:
                 raise
             raise _first_leaf(mismatch) from None
+
+
+def member_instance_ids(instance_id: str | None, concurrency: int) -> list[str | None]:
+    """S1: the instanceId of each of `concurrency` members: the one given for a single member,
+    `<id>-<i>` for member i of several, none for dynamic members."""
+    if instance_id is None:
+        return [None] * concurrency
+    if concurrency == 1:
+        return [instance_id]
+    return [f"{instance_id}-{index}" for index in range(concurrency)]
 
 
 def _first_leaf(group: BaseExceptionGroup) -> BaseException:

@@ -17,6 +17,7 @@ import attrs
 from rsc.protocol import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
+    TEMPORARY_LEAVE_EPOCH,
     Heartbeat,
     HeartbeatResponse,
     RevokeState,
@@ -24,8 +25,8 @@ from rsc.protocol import (
     Status,
 )
 
-__all__ = ["JOIN_EPOCH", "LEAVE_EPOCH", "Actions", "Event", "EventName", "Hold", "MemberState",
-           "Phase", "SentHeartbeat"]
+__all__ = ["JOIN_EPOCH", "LEAVE_EPOCH", "TEMPORARY_LEAVE_EPOCH", "Actions", "Event", "EventName",
+           "Hold", "MemberState", "Phase", "SentHeartbeat"]
 
 
 class Phase(enum.Enum):
@@ -53,6 +54,7 @@ class EventName(enum.StrEnum):
     FENCED = "fenced"
     JOIN_REFUSED = "join refused"
     LEFT = "left"
+    INSTANCE_FENCED = "instance fenced"  # S3: a newer member took over the instanceId
 
 
 @attrs.frozen
@@ -117,7 +119,11 @@ class MemberState:
     joined: bool = False
     left: bool = False  # H9: a leave (epoch -1) was answered; nothing more to send
     incarnation: int = 0
-    join_refused: Status | None = None  # the cap (A1) that refused the last join, until one is taken
+    # the cap (A1), or UNRELEASED_INSTANCE_ID (S4), that refused the last join, until one is taken
+    join_refused: Status | None = None
+    instance_id: str | None = None  # S1: a static member's, sent on every heartbeat
+    leave_epoch: int = LEAVE_EPOCH  # what a drained leave sends: -1, or -2 for a static member (S2)
+    instance_fenced: str | None = None  # S3: why this member stopped for good (FENCED_INSTANCE_ID)
 
     # --- queries ---------------------------------------------------------------------
 
@@ -139,7 +145,7 @@ class MemberState:
                   stream_prefix: str, consumer_group: str) -> tuple[Heartbeat, SentHeartbeat]:
         """The next heartbeat request (requestId is a placeholder) and what it reports;
         `now` (ms) is when it is sent."""
-        epoch = LEAVE_EPOCH if self.leaving and not self.holds else self.member_epoch
+        epoch = self.leave_epoch if self.leaving and not self.holds else self.member_epoch
         full = epoch == JOIN_EPOCH or self.holding_version != self.reported_version
         owned: tuple[str, ...] | None = tuple(sorted(self.owned())) if full else None
         if epoch == JOIN_EPOCH:
@@ -152,6 +158,7 @@ class MemberState:
             request_id=0, stream_prefix=stream_prefix, consumer_group=consumer_group,
             member_id=self.member_id, member_epoch=epoch, capacity=capacity,
             owned_shards=owned, revoking_shards=revoking_report if epoch > 0 else (),
+            instance_id=self.instance_id,
         )
         sent = SentHeartbeat(member_epoch=epoch, sent_at=now, full_ownership=full,
                              holding_version=self.holding_version,
@@ -199,21 +206,27 @@ class MemberState:
         """A new session must report the full holding (the coordinator may have missed some)."""
         return attrs.evolve(self, reported_version=-1)
 
-    def on_leave_requested(self) -> tuple[MemberState, Actions]:
-        """Shutdown: start nothing new, revoke everything read; leave once drained."""
+    def on_leave_requested(self, *, for_good: bool = False) -> tuple[MemberState, Actions]:
+        """Shutdown: start nothing new, revoke everything read; leave once drained. A static
+        member leaves for a while (-2, S2) unless `for_good` asks for a real leave (-1)."""
         reading = self.reading()
         holds = {s: attrs.evolve(h, phase=Phase.REVOKING) for s, h in self.holds.items()}
+        temporary = self.instance_id is not None and not for_good
         state = attrs.evolve(self, holds=holds, leaving=True,
+                             leave_epoch=TEMPORARY_LEAVE_EPOCH if temporary else LEAVE_EPOCH,
                              holding_version=self.holding_version + (1 if reading else 0))
         return state, Actions(revoke=reading, heartbeat_now=True)
 
     # --- one method per status --------------------------------------------------------
 
     def _on_ok(self, sent: SentHeartbeat, response: HeartbeatResponse) -> tuple[MemberState, Actions]:
-        if sent.member_epoch == LEAVE_EPOCH:
-            state = attrs.evolve(self, member_epoch=LEAVE_EPOCH, holds={}, revoked=frozenset(),
+        if sent.member_epoch in (LEAVE_EPOCH, TEMPORARY_LEAVE_EPOCH):  # H9, S2
+            epoch = sent.member_epoch
+            state = attrs.evolve(self, member_epoch=epoch, holds={}, revoked=frozenset(),
                                  joined=False, left=True)
-            return state, Actions(events=(Event(EventName.LEFT, member_epoch=LEAVE_EPOCH),))
+            reason = "temporary leave: the group keeps its shards" if epoch < LEAVE_EPOCH else None
+            return state, Actions(events=(Event(EventName.LEFT, member_epoch=epoch,
+                                                reason=reason),))
         assigned = frozenset(response.assignment.assigned_shards if response.assignment else ())
         base = self._accepted(sent, response)
         state, actions = base._follow(assigned, may_start=not self.leaving)
@@ -243,15 +256,16 @@ class MemberState:
 
     def _on_membership_lost(self, sent: SentHeartbeat,
                             response: HeartbeatResponse) -> tuple[MemberState, Actions]:
-        if sent.member_epoch == LEAVE_EPOCH:
+        if sent.member_epoch in (LEAVE_EPOCH, TEMPORARY_LEAVE_EPOCH):
             return self._on_ok(sent, response)
         return self._fenced(f"{Status(response.status).value}: {response.error or ''}".rstrip(": "))
 
     def _on_join_refused(self, sent: SentHeartbeat,
                          response: HeartbeatResponse) -> tuple[MemberState, Actions]:
-        """A1: the join was refused by a cap of the coordinator. Hold nothing, rejoin later
-        (the shell backs off); the event says so once per cap while it lasts."""
-        if sent.member_epoch == LEAVE_EPOCH:
+        """A1: the join was refused by a cap of the coordinator, or S4: another live member
+        holds this instanceId (UNRELEASED_INSTANCE_ID). Hold nothing, rejoin later (the shell
+        backs off); the event says so once per status while it lasts."""
+        if sent.member_epoch in (LEAVE_EPOCH, TEMPORARY_LEAVE_EPOCH):
             return self._on_ok(sent, response)
         status = Status(response.status)
         reason = f"{status.value}: {response.error}" if response.error else status.value
@@ -262,6 +276,20 @@ class MemberState:
         refused = Event(EventName.JOIN_REFUSED, member_epoch=JOIN_EPOCH, reason=reason)
         events = actions.events if self.join_refused is status else (*actions.events, refused)
         state = attrs.evolve(state, join_refused=status)
+        return state, attrs.evolve(actions, heartbeat_now=False, events=events)
+
+    def _on_instance_fenced(self, sent: SentHeartbeat,
+                            response: HeartbeatResponse) -> tuple[MemberState, Actions]:
+        """S3: a newer member took over this instanceId. Stop for good: hold nothing, send
+        nothing more, never rejoin; the shell ends the member with an error naming it."""
+        if sent.member_epoch in (LEAVE_EPOCH, TEMPORARY_LEAVE_EPOCH):
+            return self._on_ok(sent, response)
+        reason = (f"{Status.FENCED_INSTANCE_ID.value}: instanceId {self.instance_id!r} was taken "
+                  "over by a newer member; this member stops for good")
+        state, actions = self._fenced(reason)
+        state = attrs.evolve(state, member_epoch=LEAVE_EPOCH, left=True, instance_fenced=reason)
+        events = (Event(EventName.INSTANCE_FENCED, tuple(sorted(self.owned())), self.member_epoch,
+                        reason),)  # one event (and one line), not a fence and a rejoin
         return state, attrs.evolve(actions, heartbeat_now=False, events=events)
 
     def _on_nothing_changed(self, sent: SentHeartbeat,
@@ -335,4 +363,6 @@ _RESPONSE_TRANSITIONS = {
     Status.INVALID_REQUEST: MemberState._on_nothing_changed,
     Status.GROUP_MAX_SIZE_REACHED: MemberState._on_join_refused,
     Status.GROUP_LIMIT_REACHED: MemberState._on_join_refused,
+    Status.UNRELEASED_INSTANCE_ID: MemberState._on_join_refused,  # S4
+    Status.FENCED_INSTANCE_ID: MemberState._on_instance_fenced,  # S3
 }

@@ -29,7 +29,7 @@ import trio
 
 from rsc.member.acker import run_acker
 from rsc.member.config import MemberConfig
-from rsc.member.core import AckObserver, EventCallback, MemberCore, ReadObserver
+from rsc.member.core import AckObserver, EventCallback, InstanceFenced, MemberCore, ReadObserver
 from rsc.member.heartbeat import leave, run_session
 from rsc.member.lag import poll_lag
 from rsc.member.ledger import Ledger
@@ -48,7 +48,8 @@ from rsc.member.unrecoverable import (
 )
 from rsc.member.workers import Workers
 
-__all__ = ["AckObserver", "EventCallback", "Handler", "Member", "MemberConfig", "Message",
+__all__ = ["AckObserver", "EventCallback", "Handler", "InstanceFenced", "Member", "MemberConfig",
+           "Message",
            "Queued", "ReadObserver", "StoreMismatch", "new_message", "queued_entries"]
 
 REDIS_TOPIC = "redis"
@@ -95,8 +96,11 @@ class Member:
     def stats(self) -> MemberStats:
         return self.core.stats
 
-    def stop(self) -> None:
-        """Ask for a clean leave: stop reading, drain in-flight work, leave with epoch -1."""
+    def stop(self, *, leave: bool = False) -> None:
+        """Ask for a clean leave: stop reading, drain in-flight work, leave with epoch -1; a
+        static member leaves with -2 and the group keeps its shards for it (S2), unless
+        `leave=True` asks for a real leave (a scale-down)."""
+        self.core.leave_for_good = self.core.leave_for_good or leave
         self.core.stop_requested.set()
 
     async def run(self, *, task_status: trio.TaskStatus[Member] = trio.TASK_STATUS_IGNORED) -> None:
@@ -104,7 +108,7 @@ class Member:
         (and the storeId its routing names is checked).
 
         Raises StoreMismatch (after leaving) when the member's Redis is not the
-        coordinator's.
+        coordinator's, InstanceFenced when a newer member took over its instanceId (S3).
         """
         core = self.core
         config = self.config

@@ -4,7 +4,8 @@
 
     list | describe PREFIX GROUP [--shards] [--members N|all]
     | set-shards PREFIX [GROUP] N [--cutover ordered]
-    | set-max-concurrency PREFIX GROUP N|none | remove-member PREFIX GROUP MEMBER
+    | set-max-concurrency PREFIX GROUP N|none
+    | remove-member PREFIX GROUP (MEMBER | --instance-id ID)
     | watch PREFIX GROUP | delete-group PREFIX GROUP
     | set-retention PREFIX (--acked|--none) [--max-length N] [--max-age DURATION]
     | reset-offsets PREFIX GROUP (--to-earliest|--to-latest|--to-datetime ISO8601)
@@ -140,9 +141,12 @@ def build_request(args: argparse.Namespace) -> AdminRequest:
     if name == "set-max-concurrency":
         return SetMaxConcurrency(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
                                  max_concurrency=args.max_concurrency)
-    if name == "remove-member":
+    if name == "remove-member":  # S5: by memberId or by instanceId, exactly one
+        if (args.member_id is None) == (args.instance_id is None):
+            raise FieldValueError("remove-member takes MEMBER or --instance-id ID, exactly one "
+                                  "of them")
         return RemoveMember(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
-                            member_id=args.member_id)
+                            member_id=args.member_id, instance_id=args.instance_id)
     if name == "delete-group":
         return DeleteGroup(request_id=0, stream_prefix=args.prefix, consumer_group=args.group)
     if name == "set-retention":
@@ -257,9 +261,13 @@ def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> arg
     group_arguments(set_max)
     set_max.add_argument("max_concurrency", metavar="N", type=_argument_type(_max_concurrency),
                          help="workers per member (>= 1), or 'none' to clear")
-    remove = command("remove-member", "remove a member; its shards are freed at once")
+    remove = command("remove-member", "remove a member (an AWAY one too); its shards are freed "
+                                      "at once")
     group_arguments(remove)
-    remove.add_argument("member_id", metavar="MEMBER", help="memberId as shown by describe")
+    remove.add_argument("member_id", metavar="MEMBER", nargs="?", default=None,
+                        help="memberId as shown by describe")
+    remove.add_argument("--instance-id", default=None, metavar="ID",
+                        help="remove the static member holding this instanceId instead")
     watch = command("watch", "follow a group live: a line per change (server pushes)")
     group_arguments(watch)
     watch.add_argument("--interval", type=_argument_type(_positive_float),

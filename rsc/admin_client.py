@@ -448,10 +448,13 @@ class AdminClient:
                                                 consumer_group=group,
                                                 max_concurrency=max_concurrency))
 
-    async def remove_member(self, prefix: str, group: str, member_id: str) -> MemberRemoved:
-        """Remove a member from the group; its shards are freed at once."""
+    async def remove_member(self, prefix: str, group: str, member_id: str | None = None, *,
+                            instance_id: str | None = None) -> MemberRemoved:
+        """Remove a member from the group, by memberId or by instanceId (S5, an AWAY member
+        too); its shards are freed at once."""
         return await self.ask(RemoveMember(request_id=0, stream_prefix=prefix,
-                                           consumer_group=group, member_id=member_id))
+                                           consumer_group=group, member_id=member_id,
+                                           instance_id=instance_id))
 
     async def delete_group(self, prefix: str, group: str) -> GroupDeleted:
         """G1: delete a group without live members (GROUP_NOT_EMPTY otherwise)."""

@@ -54,7 +54,7 @@ MEMBER_ROWS_IN_SUMMARY = 20
 GROUP_STATE_STYLES: dict[str, str] = {GroupState.STABLE: "green", GroupState.RECONCILING: "yellow",
                                       GroupState.EMPTY: "dim"}
 MEMBER_STATE_STYLES: dict[str, str] = {MemberState.STABLE: "green", MemberState.UNRELEASED_SHARDS: "yellow",
-                                       MemberState.UNREVOKED_SHARDS: "red"}
+                                       MemberState.UNREVOKED_SHARDS: "red", MemberState.AWAY: "cyan"}
 PENDING_STYLE = "bold yellow"
 REVOKING_STYLE = "bold red"
 BEHIND_STYLE = "yellow"
@@ -384,6 +384,9 @@ def _columns(table: Table, columns: Iterable[tuple[str, str]], *, fold: Iterable
 
 
 def heartbeat_text(member: MemberDescription) -> Text:
+    away_ms = field(member, "away_ms")
+    if away_ms is not None:  # S6: an AWAY member's clock is its time away
+        return Text(f"away {format_age(away_ms)}", style=MEMBER_STATE_STYLES[MemberState.AWAY])
     text = Text(format_age(member.last_heartbeat_ms_ago))
     if field(member, "overdue", False):
         text.append(" overdue", style=OVERDUE_STYLE)
@@ -397,6 +400,7 @@ def _member_cells(description: GroupDescription, member: MemberDescription) -> d
     state = text_value(member.state)
     return {
         "member": name_text(member.member_id),
+        "instance": name_text(field(member, "instance_id") or "-"),
         "epoch": Text(str(member.member_epoch),
                       style=BEHIND_STYLE if is_behind(description, member) else ""),
         "state": Text(state, style=MEMBER_STATE_STYLES.get(state, "")),
@@ -458,10 +462,21 @@ def members_summary(description: GroupDescription, shown: int) -> Text:
     return text
 
 
+def with_instance_column(description: GroupDescription,
+                         columns: Sequence[tuple[str, str]]) -> Sequence[tuple[str, str]]:
+    """S6: an `instance` column after `member` once any member is static (else none), in the
+    tables that show the members' state."""
+    if all(name != "state" for name, _ in columns) or not any(
+            field(member, "instance_id") for member in description.members):
+        return columns
+    return (columns[0], ("instance", "left"), *columns[1:])
+
+
 def members_table(description: GroupDescription, columns: Sequence[tuple[str, str]] = MEMBER_COLUMNS,
                   title: str | None = None,
                   members: Sequence[MemberDescription] | None = None) -> Table:
-    """One row per member: epoch, state, capacity, heartbeat age and its shards.
+    """One row per member: instanceId when static, epoch, state, capacity, heartbeat age (or
+    time AWAY, S6) and its shards.
 
     Differences between target and current are highlighted: target shards the
     member does not hold yet (`*`, yellow), held shards no longer in its target
@@ -470,7 +485,8 @@ def members_table(description: GroupDescription, columns: Sequence[tuple[str, st
     table = Table(title=title or f"members ({len(description.members)})", title_justify="left",
                   header_style="bold", expand=False)
     narrow = columns is not MEMBER_COLUMNS
-    _columns(table, columns, fold=("member",) if narrow else ())
+    columns = with_instance_column(description, columns)
+    _columns(table, columns, fold=("member", "instance") if narrow else ())
     rows = sorted(description.members, key=lambda m: m.member_id) if members is None else members
     for member in rows:
         cells = _member_cells(description, member)
@@ -700,7 +716,7 @@ def watch_header(url: str, prefix: str, group: str, mode: str) -> Text:
 
 def watch_signature(description: GroupDescription) -> GroupDescription:
     """What counts as a change for `watch`: everything but the request id and the ages."""
-    members = tuple(attrs.evolve(member, last_heartbeat_ms_ago=None)
+    members = tuple(attrs.evolve(member, last_heartbeat_ms_ago=None, away_ms=None)
                     for member in description.members)
     changes: dict[str, Any] = {"request_id": None, "members": members}
     shards = field(description, "shards", ())
@@ -723,9 +739,21 @@ def change_lines(before: GroupDescription | None, after: GroupDescription) -> li
         lines.append(f"state {text_value(before.state)} -> {text_value(after.state)}")
     old = {member.member_id: member for member in before.members}
     new = {member.member_id: member for member in after.members}
-    lines += [f"member {display_name(member_id)} joined" for member_id in sorted(new.keys() - old.keys())]
+    # S3: a return under a new memberId replaces the old one, instanceId for instanceId
+    old_by_instance = {field(mb, "instance_id"): mid for mid, mb in old.items()
+                       if field(mb, "instance_id")}
+    replaced: dict[str, str] = {}
+    for member_id in sorted(new.keys() - old.keys()):
+        instance = field(new[member_id], "instance_id")
+        previous = old_by_instance.get(instance) if instance else None
+        if previous is not None and previous not in new:
+            replaced[previous] = member_id
+            lines.append(f"instance {display_name(instance)} returned as member "
+                         f"{display_name(member_id)} (replacing {display_name(previous)})")
+        else:
+            lines.append(f"member {display_name(member_id)} joined")
     lines += [f"member {display_name(member_id)} left or expired"
-              for member_id in sorted(old.keys() - new.keys())]
+              for member_id in sorted(old.keys() - new.keys()) if member_id not in replaced]
     for member_id in sorted(new.keys() & old.keys()):
         lines += _member_changes(member_id, old[member_id], new[member_id], after.stream_prefix)
     if before.routing != after.routing and after.routing is not None:
@@ -749,6 +777,8 @@ def _member_changes(member_id: str, old: MemberDescription, new: MemberDescripti
     name = display_name(member_id)
     if old.state != new.state:
         yield f"member {name} {text_value(old.state)} -> {text_value(new.state)}"
+        if new.state == MemberState.AWAY:  # S2, S5: its shards wait for it
+            yield f"member {name} is away; its target waits for it"
     gained = frozenset(new.assigned_shards) - frozenset(old.assigned_shards)
     if gained:
         yield f"member {name} got {shards_text(gained, prefix).plain}"

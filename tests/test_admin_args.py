@@ -99,6 +99,8 @@ def test_every_command_builds_its_protocol_request():
         "maxConcurrency": None}
     assert request("remove-member", "o", "g", "m{1}") == {
         "type": "removeMember", "streamPrefix": "o", "consumerGroup": "g", "memberId": "m{1}"}
+    assert request("remove-member", "o", "g", "--instance-id", "pod-0") == {
+        "type": "removeMember", "streamPrefix": "o", "consumerGroup": "g", "instanceId": "pod-0"}
     assert request("delete-group", "o", "x:y") == {"type": "deleteGroup", "streamPrefix": "o",
                                                     "consumerGroup": "x:y"}
     assert request("set-retention", "o", "--acked") == {
@@ -119,6 +121,7 @@ EVERY_COMMAND = [["list"], ["describe", "o", "g"], ["watch", "o", "g"],
                  ["set-shards", "o", "g", "8", "--cutover", "ordered"], ["set-shards", "o", "4"],
                  ["set-max-concurrency", "o", "g", "none"], ["set-max-concurrency", "o", "g", "3"],
                  ["remove-member", "o", "g", "m{1}"], ["delete-group", "o", "x:y"],
+                 ["remove-member", "o", "g", "--instance-id", "pod-0"],
                  ["set-retention", "o", "--none", "--max-length", "10", "--max-age", "1h"],
                  ["reset-offsets", "o", "g", "--to-earliest"],
                  ["reset-offsets", "o", "g", "--to-datetime", "2026-12-01"]]
@@ -272,3 +275,11 @@ def all_attempts_failed(*errors: OSError) -> HandshakeError:
 ])
 def test_connect_failures_name_the_url_and_the_likely_fix(exc, token, line):
     assert connect_failure(parse_coordinator_url("ws://h:1"), exc, token=token, timeout=5) == line
+
+
+@pytest.mark.parametrize("argv", [["remove-member", "o", "g"],
+                                  ["remove-member", "o", "g", "m1", "--instance-id", "pod-0"]],
+                         ids=" ".join)
+def test_s5_remove_member_takes_a_member_or_an_instance_id_exactly_one(argv):
+    with pytest.raises(FieldValueError, match="MEMBER or --instance-id ID, exactly one"):
+        build_request(parse(*argv))

@@ -514,3 +514,59 @@ def test_describe_members_option_refuses_what_is_not_a_count(value, capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["admin", "describe", "p", "g", "--members", value])
     assert "'all' or a number of rows" in capsys.readouterr().err
+# --- static members (S6) ----------------------------------------------------------------------
+
+def static_description(instance: str = "pod-[bold]0[/]") -> GroupDescription:
+    away = {"memberId": "m-[red]1", "memberEpoch": -2, "state": "AWAY", "capacity": 1,
+            "lastHeartbeatMsAgo": 12_000, "awayMs": 12_000, "instanceId": instance,
+            "assignedShards": [], "pendingShards": [], "revokingShards": [],
+            "targetShards": ["{orders:v1:0}"]}
+    live = {"memberId": "m2", "memberEpoch": 4, "state": "STABLE", "capacity": 1,
+            "lastHeartbeatMsAgo": 300, "instanceId": None, "assignedShards": ["{orders:v1:1}"],
+            "pendingShards": [], "revokingShards": [], "targetShards": ["{orders:v1:1}"]}
+    return description(state="STABLE", groupEpoch=4, assignmentEpoch=4, migration=None,
+                       routing={"version": 1, "shardCount": 2}, members=[away, live])
+
+
+def test_s6_describe_shows_instance_ids_literally_and_an_away_member_with_its_time_away():
+    text = render_plain(describe_view(static_description()))
+    assert " instance " in lines_with(text, "heartbeat")[0]
+    [away] = lines_with(text, "AWAY")
+    assert "m-[red]1" in away and "pod-[bold]0[/]" in away, "names are printed literally"
+    assert "away 12.0s" in away and "overdue" not in away
+    [live] = lines_with(text, "m2")
+    assert " - " in live, "a dynamic member has no instanceId"
+
+
+def test_s6_a_group_of_dynamic_members_shows_no_instance_column():
+    text = render_plain(describe_view(description()))
+    assert "instance" not in text
+
+
+def test_s6_describe_with_instance_ids_fits_80_columns():
+    text = render_plain(describe_view(static_description("pod-" + "x" * 20)), width=80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "AWAY" in text and " instance " in text
+
+
+def test_s6_watch_ignores_the_away_clock_and_names_away_and_returns():
+    before = static_description()
+    later = attrs.evolve(before, members=tuple(
+        attrs.evolve(member, away_ms=(member.away_ms or 0) + 5000) if member.away_ms else member
+        for member in before.members))
+    assert watch_signature(before) == watch_signature(later)
+    away, live = before.members
+    back = attrs.evolve(away, member_id="m-[red]9", member_epoch=4, state="STABLE", away_ms=None,
+                        assigned_shards=away.target_shards)
+    assert change_lines(before, attrs.evolve(before, members=(back, live))) == [
+        "instance pod-[bold]0[/] returned as member m-[red]9 (replacing m-[red]1)"]
+    returning = attrs.evolve(live, state="AWAY", away_ms=0, assigned_shards=())
+    lines = change_lines(before, attrs.evolve(before, members=(away, returning)))
+    assert "member m2 STABLE -> AWAY" in lines and "member m2 is away; its target waits for it" in lines
+
+
+def test_s5_remove_member_view_names_the_removed_member():
+    removed = MemberRemoved(request_id=1, status=Status.OK, stream_prefix="orders",
+                            consumer_group="billing", member_id="m-[red]1", group_epoch=5)
+    assert render_plain(member_removed_view(removed)).strip() == (
+        "removed member m-[red]1 from orders / billing (group epoch 5)")

@@ -120,3 +120,24 @@ def test_logging_flags_and_defaults():
     assert vars(parser.parse_args([])) == {"log_level": "info", "log_format": "text"}
     assert vars(parser.parse_args(["--log-level", "DEBUG", "--log-format", "json"])) == {
         "log_level": "debug", "log_format": "json"}
+
+
+@pytest.mark.usefixtures("restore_root_logger")
+def test_s2_s3_s5_static_member_events_have_their_own_names():
+    from rsc.actors.actor import _log_event
+    from rsc.actors.group import Event
+
+    stream = io.StringIO()
+    configure_logging("info", "json", stream=stream)
+    _log_event("orders", "billing", Event("away", "m1", {"instanceId": "pod-0",
+                                                         "reason": "temporary_leave"}))
+    _log_event("orders", "billing", Event("returned", "m2", {"instanceId": "pod-0",
+                                                             "replaced": "m1"}))
+    _log_event("orders", "billing", Event("expired", "m2", {"instanceId": "pod-0",
+                                                            "reason": "session_timeout"}))
+    away, returned, expired = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert (away["event"], away["instanceId"], away["reason"]) == (
+        "member.away", "pod-0", "temporary_leave")
+    assert (returned["event"], returned["member"], returned["replaced"]) == (
+        "member.returned", "m2", "m1")
+    assert (expired["event"], expired["reason"]) == ("member.expired", "session_timeout")

@@ -49,6 +49,19 @@ def test_group_machine_event_kinds_map_to_counters():
     assert sample(metrics, "rsc_rebalances_total", **labels) == 1
 
 
+def test_s2_s3_s5_away_and_returned_are_counted_and_a_session_timeout_is_an_expiry():
+    metrics = CoordinatorMetrics()
+    away = SimpleNamespace(kind="away", fields={"instanceId": "pod-0", "reason": "temporary_leave"})
+    back = SimpleNamespace(kind="returned", fields={"instanceId": "pod-0", "replaced": "m1"})
+    gone = SimpleNamespace(kind="expired", fields={"instanceId": "pod-0", "reason": "session_timeout"})
+    for event in (away, away, back, gone):
+        metrics.group_event("orders", "billing", event)
+    labels = {"prefix": "orders", "group": "billing"}
+    assert sample(metrics, "rsc_member_away_total", **labels) == 2
+    assert sample(metrics, "rsc_member_returns_total", **labels) == 1
+    assert sample(metrics, "rsc_member_expirations_total", **labels) == 1
+
+
 def test_group_machine_events_count_and_time_revokes():
     metrics = CoordinatorMetrics()
     metrics.group_event("orders", "billing", SimpleNamespace(kind="joined", fields={}))

@@ -3,11 +3,13 @@ prefix, and the caps. Pure: no Redis, no trio."""
 
 from __future__ import annotations
 
-from rsc.actors.group import malformed_join
+import attrs
+
+from rsc.actors.group import GroupMachine, GroupSettings, malformed_join
 from rsc.actors.prefix_admission import Caps, GroupBudget, answer_without_state, may_create
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
-from rsc.protocol.vocabulary import JOIN_EPOCH, LEAVE_EPOCH
+from rsc.protocol.vocabulary import JOIN_EPOCH, LEAVE_EPOCH, TEMPORARY_LEAVE_EPOCH
 
 PREFIX, GROUP = "orders", "billing"
 
@@ -93,16 +95,52 @@ def test_a1_the_budget_counts_every_prefix_and_forgets_an_empty_one():
     assert budget.total == 1 and "a" not in budget.counts and not budget.full
 
 
+@attrs.define
+class Members:
+    """A group as `Caps.join_refused` sees it, for a dynamic group (no instanceIds)."""
+
+    members: dict[str, object]
+
+    def join_adds_member(self, request: m.Heartbeat) -> bool:
+        return request.member_id not in self.members
+
+
 def test_a1_max_group_size_refuses_only_a_join_of_a_new_member_into_a_full_group():
     caps = Caps(PREFIX, max_group_size=2)
-    full = {"a": object(), "b": object()}
+    full = Members({"a": object(), "b": object()})
     refused = caps.join_refused(beat(JOIN_EPOCH, "c"), full)
     assert refused is not None and refused.status == Status.GROUP_MAX_SIZE_REACHED
     assert "--max-group-size (2)" in (refused.error or "")
     assert caps.join_refused(beat(JOIN_EPOCH, "a"), full) is None  # a live member rejoining
     assert caps.join_refused(beat(3, "c"), full) is None  # no join
-    assert caps.join_refused(beat(JOIN_EPOCH, "c"), {"a": object()}) is None  # room left
+    assert caps.join_refused(beat(JOIN_EPOCH, "c"), Members({"a": object()})) is None  # room left
     assert Caps(PREFIX).join_refused(beat(JOIN_EPOCH, "c"), full) is None  # no cap
+
+
+def static_join(member_id: str, instance: str) -> m.Heartbeat:
+    return m.Heartbeat(request_id=1, stream_prefix=PREFIX, consumer_group=GROUP, member_id=member_id,
+                       member_epoch=JOIN_EPOCH, owned_shards=(), instance_id=instance)
+
+
+def test_a1_s3_s4_max_group_size_counts_no_return_and_no_duplicate_as_a_new_member():
+    group = GroupMachine(PREFIX, GROUP, GroupSettings(), (f"{PREFIX}:v1:0", f"{PREFIX}:v1:1"))
+    for member_id, instance in (("a", "pod-0"), ("b", "pod-1")):
+        assert group.heartbeat(static_join(member_id, instance), 0, None).status == Status.OK
+    caps = Caps(PREFIX, max_group_size=2)
+    # S4: a second live holder of pod-0 is a duplicate, for the group machine to answer
+    assert caps.join_refused(static_join("a2", "pod-0"), group) is None
+    assert group.heartbeat(static_join("a2", "pod-0"), 1, None).status == Status.UNRELEASED_INSTANCE_ID
+    # S3: pod-0 away, then back under a new memberId into the full group
+    leave = m.Heartbeat(request_id=2, stream_prefix=PREFIX, consumer_group=GROUP, member_id="a",
+                        member_epoch=TEMPORARY_LEAVE_EPOCH, owned_shards=())
+    assert group.heartbeat(leave, 2, None).status == Status.OK
+    assert caps.join_refused(static_join("a3", "pod-0"), group) is None
+    assert group.heartbeat(static_join("a3", "pod-0"), 3, None).status == Status.OK
+    # a new instance (or a dynamic member) still finds the group full
+    refused = caps.join_refused(static_join("c", "pod-2"), group)
+    assert refused is not None and refused.status == Status.GROUP_MAX_SIZE_REACHED
+    refused = caps.join_refused(beat(JOIN_EPOCH, "d"), group)
+    assert refused is not None and refused.status == Status.GROUP_MAX_SIZE_REACHED
 
 
 def test_a1_max_groups_refuses_a_new_group_while_the_budget_is_full():
