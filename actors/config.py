@@ -1,4 +1,4 @@
-"""Coordinator settings: the flags of `rsc coordinator` (PROTOCOL.md, Command line)."""
+"""Coordinator settings: the flags of `rsc coordinator` (docs/protocol.md, Command line)."""
 
 from __future__ import annotations
 

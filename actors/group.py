@@ -1,7 +1,7 @@
 """The group state machine: one consumer group's members, epochs and assignments.
 
 Pure: events in (heartbeats, ticks, admin changes, routing changes), new state
-and effects out; `now_ms` is always passed in. Rules H1..H14 of PROTOCOL.md
+and effects out; `now_ms` is always passed in. Rules H1..H14 of docs/protocol.md
 live here, the way Kafka's CurrentAssignmentBuilder / TargetAssignmentBuilder
 split them: `TargetAssignment` keeps the target, `_reconcile` moves one
 member from what it holds towards its target without ever letting a shard

@@ -2,7 +2,7 @@
 
 Each session has a reader (decode, route) and a writer that sends responses in
 request order (a FIFO of reply slots) with pushes in between. Bad input gets an
-`error` frame naming the field and touches no state (Transport, PROTOCOL.md).
+`error` frame naming the field and touches no state (Transport, docs/protocol.md).
 
 At the handshake: unknown path 404; with a token, exactly one `Authorization:
 Bearer` header (scheme in any case) or 401; past `--max-sessions` 503 (A1).

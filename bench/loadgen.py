@@ -2,7 +2,7 @@
 
 Run by the bench (`python -m bench.loadgen URL PREFIX GROUP`), never by hand.
 Each simulated member is one websocket session to `/v1/member` that follows
-the member table of PROTOCOL.md like tests/sim_member.py does (instant drains:
+the member table of docs/protocol.md like tests/sim_member.py does (instant drains:
 a revoked shard is reported REVOKED on the very next heartbeat, sent at once),
 but speaks plain JSON dicts so that the load generator, not the coordinator,
 stays cheap. The member sessions use bench/wire.py, a lean websocket client on

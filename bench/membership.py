@@ -4,7 +4,7 @@ Layout on the 2-core machine: redis-server, the coordinator (one process) and
 one load-generator process with every simulated member. Each scenario starts
 its own Redis and coordinator and stops them by pid.
 
-Shard counts: the protocol caps `shardCount` at 4096 (PROTOCOL.md, Admin), so
+Shard counts: the protocol caps `shardCount` at 4096 (docs/protocol.md, Admin), so
 "2 shards per member" becomes min(2 x members, 4096), and scale-out's "10,000
 shards" is 4096; every table says which count it used.
 """
@@ -28,7 +28,7 @@ from rsc.actors import latency
 from rsc.common import gc_policy as gc_control
 from rsc.common.redis_server import ServerTls
 
-MAX_SHARDS = 4096  # PROTOCOL.md: setShardCount shardCount 1..4096
+MAX_SHARDS = 4096  # docs/protocol.md: setShardCount shardCount 1..4096
 
 
 @attrs.frozen

@@ -1,4 +1,4 @@
-"""`rsc produce` and `rsc consume` (PROTOCOL.md, Command line: their output is a contract).
+"""`rsc produce` and `rsc consume` (docs/protocol.md, Command line: their output is a contract).
 
 Both fail loudly (D3): every expected failure is one line on stderr, said when
 it starts, again every 15 s while it lasts, and when it is over; neither exits

@@ -1,4 +1,4 @@
-"""Member ids: `<pod ip>-<pid>-<listener index>-<random>` (PROTOCOL.md, Names)."""
+"""Member ids: `<pod ip>-<pid>-<listener index>-<random>` (docs/protocol.md, Names)."""
 
 from __future__ import annotations
 

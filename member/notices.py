@@ -1,4 +1,4 @@
-"""Problem lines for people (PROTOCOL.md D3): said at once, again at a slow rate, and when over.
+"""Problem lines for people (docs/protocol.md D3): said at once, again at a slow rate, and when over.
 
 A console tool that retries must not wait silently, nor print a line per retry:
 

@@ -1,4 +1,4 @@
-"""`rsc consume PREFIX --peek` and `--max-messages N` (PROTOCOL.md, Command line).
+"""`rsc consume PREFIX --peek` and `--max-messages N` (docs/protocol.md, Command line).
 
 `--max-messages N` stops a consumer after N messages handled and acked: the
 quota (`MessageQuota`, pure) lets N handler calls print; any later one raises

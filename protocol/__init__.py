@@ -1,6 +1,6 @@
 """Wire protocol v1 of the Redis Stream Coordinator: messages, codec, routing.
 
-Pure: imports no trio and no redis. See ../shared/PROTOCOL.md for the contract.
+Pure: imports no trio and no redis. See docs/protocol.md for the contract.
 """
 
 from rsc.protocol.codec import decode, encode, to_wire

@@ -6,7 +6,7 @@ import enum
 
 
 class Status(enum.StrEnum):
-    """Every `status` string of PROTOCOL.md."""
+    """Every `status` string of docs/protocol.md."""
 
     OK = "OK"
     REVOKE_PENDING = "REVOKE_PENDING"

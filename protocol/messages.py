@@ -1,4 +1,4 @@
-"""Every message of PROTOCOL.md as a frozen attrs class.
+"""Every message of docs/protocol.md as a frozen attrs class.
 
 Attribute names are snake_case; on the wire they are camelCase (see codec).
 Each class knows its wire `type` through the `TYPE` class variable.
@@ -172,7 +172,7 @@ class Request(Message):
     request_id: int
 
     def error(self, status: Status, error: str) -> Response:
-        """The response type of this request with an error status (PROTOCOL.md, Transport)."""
+        """The response type of this request with an error status (docs/protocol.md, Transport)."""
         raise NotImplementedError
 
 
@@ -306,7 +306,7 @@ class Routing(Response):
     """Answer to getRouting, and (without requestId) the push on a routing change."""
 
     TYPE: ClassVar[str] = "routing"
-    request_id: int | None = None  # a push carries none (PROTOCOL.md Transport)
+    request_id: int | None = None  # a push carries none (docs/protocol.md Transport)
     status: Status
     stream_prefix: str
     version: int | None = None

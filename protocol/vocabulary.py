@@ -1,6 +1,6 @@
 """The protocol's vocabulary, defined once: states, cutover, revoke states and special epochs.
 
-Every state string of PROTOCOL.md is a `StrEnum` member here, so a typo is a NameError
+Every state string of docs/protocol.md is a `StrEnum` member here, so a typo is a NameError
 instead of a silent mismatch, and the codec rejects unknown strings by naming the field.
 """
 

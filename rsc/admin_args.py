@@ -1,4 +1,4 @@
-"""The command line of `rsc admin` (PROTOCOL.md "Command line"): arguments to requests.
+"""The command line of `rsc admin` (docs/protocol.md "Command line"): arguments to requests.
 
     rsc admin [--url ws://H:P] [--token T] [--timeout S] COMMAND ... [--json]
 

@@ -1,4 +1,4 @@
-"""`rsc coordinator`: run the coordinator (flags as in PROTOCOL.md, Command line)."""
+"""`rsc coordinator`: run the coordinator (flags as in docs/protocol.md, Command line)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         default=defaults.static_session_timeout_ms,
                         help="how long the shards of a static member that went away wait for it to "
                              "come back before they move to others (default %(default)s)")
-    # tokens may come from the environment so they stay out of `ps` (PROTOCOL.md, Transport)
+    # tokens may come from the environment so they stay out of `ps` (docs/protocol.md, Transport)
     parser.add_argument("--admin-token", default=os.environ.get("RSC_ADMIN_TOKEN") or None,
                         help="require this bearer token on /v1/admin (default: $RSC_ADMIN_TOKEN)")
     parser.add_argument("--member-token", default=os.environ.get("RSC_MEMBER_TOKEN") or None,

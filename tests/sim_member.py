@@ -1,4 +1,4 @@
-"""A protocol-level simulated member for integration tests: follows the member table of PROTOCOL.md.
+"""A protocol-level simulated member for integration tests: follows the member table of docs/protocol.md.
 
 It drains instantly (a revoked shard is released the moment it is asked for)
 and records what it holds, so tests can check H3 across members at any time.

@@ -339,7 +339,7 @@ def test_command_line_matches_the_protocol():
         assert parse(["admin", *command, "--json"]).json is True
 
 
-# --- lag, shards, overdue, blocking groups, retention (PROTOCOL.md "Lag and shards") ----------
+# --- lag, shards, overdue, blocking groups, retention (docs/protocol.md "Lag and shards") ----------
 
 
 class Extended:

@@ -1,4 +1,4 @@
-"""Pure tests of the wire codec against PROTOCOL.md (Transport, Names, every message)."""
+"""Pure tests of the wire codec against docs/protocol.md (Transport, Names, every message)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from rsc.protocol.codec import (
 from rsc.protocol.errors import ProtocolError, Status
 from rsc.protocol.vocabulary import Cutover, GroupState, MemberState, MigrationState, RetentionMode
 
-# --- 1. every JSON example of PROTOCOL.md ------------------------------------------------------
+# --- 1. every JSON example of docs/protocol.md ------------------------------------------------------
 #
-# Copied from PROTOCOL.md; placeholders ("...", "<memberId>", "<id or null>") are concrete here.
+# Copied from docs/protocol.md; placeholders ("...", "<memberId>", "<id or null>") are concrete here.
 # `extra` is what re-encoding adds to the example: fields the example leaves out, at their defaults.
 
 MEMBER = "10.0.0.7-4242-0-k3f9"

@@ -244,7 +244,7 @@ async def test_d3_produce_redis_down_then_ctrl_c_twice_exits_at_once(tools, coor
 
 
 def coordinator_peer(streams: list[str], store_id: str):
-    """A scripted coordinator whose routing carries `storeId` (PROTOCOL.md Producer routing)."""
+    """A scripted coordinator whose routing carries `storeId` (docs/protocol.md Producer routing)."""
 
     async def handler(request: WebSocketRequest) -> None:
         connection = await request.accept()

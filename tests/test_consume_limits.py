@@ -1,5 +1,5 @@
 """`rsc consume --max-messages N` and `rsc consume PREFIX --peek` as real processes
-(PROTOCOL.md, Command line): what `rsc consume ... | head -3` users want, without acking
+(docs/protocol.md, Command line): what `rsc consume ... | head -3` users want, without acking
 what nobody saw, and a look at the shards without joining a group."""
 
 from __future__ import annotations

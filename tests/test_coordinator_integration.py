@@ -1,6 +1,6 @@
 """The coordinator end to end: a real redis-server, a real coordinator, real websockets.
 
-Rules of PROTOCOL.md that need the shell (transport, durability, pushes,
+Rules of docs/protocol.md that need the shell (transport, durability, pushes,
 restart, admin) are tested here; the pure rules are in test_group_rules.py.
 """
 

@@ -1,7 +1,7 @@
 """Pure tests of the group state machine: one named test (or more) per rule H1..H14.
 
 In the manner of Kafka's CurrentAssignmentBuilderTest: small transitions driven
-synchronously, each named after the rule of PROTOCOL.md it checks. No I/O, no
+synchronously, each named after the rule of docs/protocol.md it checks. No I/O, no
 trio; `now_ms` is passed in. Rejected events must leave the state unchanged,
 which the tests check by comparing `to_record()` before and after.
 """

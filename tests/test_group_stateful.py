@@ -1,7 +1,7 @@
 """Hypothesis state machine over the pure group machine with simulated members.
 
 Each simulated member keeps its own local view (what it reads, what it drains,
-its epoch) and follows the member obligations of PROTOCOL.md, with random but
+its epoch) and follows the member obligations of docs/protocol.md, with random but
 legal choices: REVOKING or REVOKED for a shard it drains, `ownedShards` null
 (when its holding is unchanged) or full, lost responses, capacity changes,
 going silent. The world adds clock ticks, admin removals, maxConcurrency and
@@ -119,7 +119,7 @@ def target_of(group: GroupMachine, member_id: str) -> set[str]:
 
 def build_request(member: SimMember, *, finish: frozenset[str], full: bool,
                   capacity: int | None, repeat_instance: bool = False) -> m.Heartbeat:
-    """The heartbeat a member following PROTOCOL.md sends; `finish` drains those shards now.
+    """The heartbeat a member following docs/protocol.md sends; `finish` drains those shards now.
     A static member names its instanceId on a join, and may repeat it later (S1)."""
     if member.epoch == JOIN_EPOCH:
         return m.Heartbeat(request_id=1, stream_prefix=PREFIX, consumer_group=GROUP,
@@ -144,7 +144,7 @@ def build_request(member: SimMember, *, finish: frozenset[str], full: bool,
 
 def apply_response(world: World, member: SimMember, sent: m.Heartbeat,
                    response: m.HeartbeatResponse) -> None:
-    """Follow the member table of PROTOCOL.md, checking H5 on the way."""
+    """Follow the member table of docs/protocol.md, checking H5 on the way."""
     status = response.status
     assert status != Status.INVALID_REQUEST, response.error
     if member.expect_refusal:

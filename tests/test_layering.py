@@ -1,4 +1,4 @@
-"""The shape of DESIGN.md, checked from the source: who may import whom.
+"""The shape of the code (docs/architecture.md), checked from the source: who may import whom.
 
 protocol/ imports nothing of ours and no I/O library; actors/ and member/ never import each
 other, the composition layer (rsc/*.py) or bench/; rsc/common/, the leaf package both sides
@@ -226,7 +226,7 @@ def declares_pure(text: str) -> bool:
 
 
 def pure_cores() -> dict[str, Path]:
-    """The pure cores DESIGN.md names, and every module whose docstring declares it pure."""
+    """The pure cores docs/architecture.md names, and every module whose docstring declares it pure."""
     listed = {path for pattern in (*PURE_CORES, *OPTIONAL_PURE_CORES) for path in ROOT.glob(pattern)}
     return {module: path for module, path in our_sources().items()
             if path in listed or declares_pure(path.read_text(encoding="utf-8"))}

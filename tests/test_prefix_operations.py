@@ -3,7 +3,7 @@ storeId, the G2 blockers from exact drain counts, and the watch rules.
 
 No Redis, no trio: requests go into `PrefixMachine.handle`, the batch is
 checkpointed and committed (or its write fails) by hand, and the records and
-answers that come out are checked. Each test names the PROTOCOL.md rule.
+answers that come out are checked. Each test names the docs/protocol.md rule.
 (G1 and G3 decisions are in test_prefix_rules.py.)
 """
 

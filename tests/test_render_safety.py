@@ -69,7 +69,7 @@ def test_list_prints_prefix_and_group_literally(name):
     assert row.count(name) == 2, row
 
 
-# member ids may hold braces; prefixes and groups may not (PROTOCOL.md Names)
+# member ids may hold braces; prefixes and groups may not (docs/protocol.md Names)
 @pytest.mark.parametrize("name", LITERAL_NAMES)
 @pytest.mark.parametrize("width", [200, 80])
 def test_describe_prints_every_name_literally(name, width):

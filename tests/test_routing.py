@@ -1,4 +1,4 @@
-"""Pure tests of shard routing (PROTOCOL.md Producer routing) and the Redis key layout."""
+"""Pure tests of shard routing (docs/protocol.md Producer routing) and the Redis key layout."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """describeGroup watches and storeId against a real coordinator, redis-server and websockets.
 
-PROTOCOL.md Admin (watch pushes, at most 10 a second, UNKNOWN_GROUP ends them,
+docs/protocol.md Admin (watch pushes, at most 10 a second, UNKNOWN_GROUP ends them,
 A1: they live only as long as their session) and Producer routing (storeId).
 """
 
