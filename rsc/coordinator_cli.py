@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import sys
@@ -62,7 +63,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tls-key", default=os.environ.get("RSC_TLS_KEY") or None, metavar="FILE",
                         help="the private key of --tls-cert, PEM (default: $RSC_TLS_KEY)")
     parser.add_argument("--metrics-tls", action="store_true",
-                        help="serve the metrics and health port over HTTPS with the same certificate")
+                        help="serve the metrics, health and console ports over HTTPS with the same "
+                             "certificate")
     parser.add_argument("--no-push", dest="push", action="store_false",
                         help="do not push assignmentChanged hints (members poll)")
     parser.add_argument("--keep-drained-streams", action="store_true",
@@ -191,8 +193,10 @@ async def _serve_until_signal(config: CoordinatorConfig) -> None:
             if config.console_port is not None:
                 from rsc.console import console_url, serve_console
 
-                port = await nursery.start(serve_console, url, config.host, config.console_port)
-                print(f"console at {console_url(config.host, port)}", flush=True)
+                port = await nursery.start(functools.partial(  # --metrics-tls: HTTPS, wss:// feed
+                    serve_console, url, config.host, config.console_port, tls_cert=config.tls_cert,
+                    tls_key=config.tls_key, https=config.metrics_tls))
+                print(f"console at {console_url(config.host, port, https=config.metrics_tls)}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

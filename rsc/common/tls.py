@@ -1,10 +1,12 @@
 """TLS settings for every hop: the coordinator's certificate, the clients' trust, rediss:// options.
 
 - `server_context(cert, key)`: what `rsc coordinator --tls-cert --tls-key` serves wss://
-  (and, with --metrics-tls, the metrics and health port) with.
+  (and, with --metrics-tls, the metrics, health and console ports) with.
 - `websocket_context(url, ca_file=, ssl_context=)`: what a client verifies a wss://
   coordinator against: the given context, else the system trust store plus `ca_file`
   (default $RSC_CA_FILE); None for a ws:// URL.
+- `own_certificate_context(cert)`: what the coordinator's own web console dials its wss://
+  port with (loopback, same process): it trusts exactly that certificate.
 - `tls_failure(exc)` / `tls_failure_line(url, error)`: the TLS error inside a failed
   connect and the one line a tool prints for it (D3: waiting cannot heal it).
 - `verify_server(url, context)`: a TLS handshake with a wss:// coordinator, once per
@@ -69,6 +71,57 @@ def client_context(ca_file: str | None = None) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=ca_file)
     except (OSError, ssl.SSLError) as exc:
         raise TlsConfigError(f"cannot use CA file {ca_file}: {_reason(exc)}") from None
+
+
+def own_certificate_context(cert_file: str) -> ssl.SSLContext:
+    """A client context that trusts exactly the certificate `cert_file` starts with (the
+    coordinator's own --tls-cert chain, PEM): for the one connection a process makes to its
+    own wss:// port, by a loopback address the certificate need not name.
+
+    The chain is the only trust anchor (partial chains allowed: a leaf or intermediate is
+    trusted as given), so the handshake verifies the chain as usual; instead of the host
+    name, the peer's certificate must then be that very first certificate, byte for byte
+    (a sibling certificate from the same intermediate is refused). Verification stays on.
+    """
+    begin, end = "-----BEGIN CERTIFICATE-----", "-----END CERTIFICATE-----"
+    problem = f"cannot use --tls-cert {cert_file}"
+    try:
+        with open(cert_file, encoding="ascii") as file:
+            pem = file.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TlsConfigError(f"{problem}: {_reason(exc)}") from None
+    start = pem.find(begin)
+    stop = pem.find(end, start)
+    if start < 0 or stop < 0:
+        raise TlsConfigError(f"{problem}: no PEM certificate in it")
+    try:
+        context = ssl.create_default_context(cadata=pem)
+        expected = ssl.PEM_cert_to_DER_cert(pem[start:stop + len(end)])
+    except (ValueError, ssl.SSLError) as exc:
+        raise TlsConfigError(f"{problem}: {_reason(exc)}") from None
+    context.check_hostname = False  # replaced by the exact-certificate check below
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    context.sslobject_class = type("OwnCertificateObject", (_ExactPeerObject,),
+                                   {"expected": expected})
+    return context
+
+
+class _ExactPeerObject(ssl.SSLObject):
+    """An SSLObject whose handshake also requires the peer's certificate to be `expected` (DER)."""
+
+    expected: bytes = b""
+
+    def do_handshake(self) -> None:
+        super().do_handshake()
+        if self.getpeercert(binary_form=True) != self.expected:
+            error = ssl.SSLCertVerificationError(
+                1, "the peer's certificate is not the coordinator's own --tls-cert")
+            error.verify_message = "the certificate is not the coordinator's own --tls-cert"
+            error.verify_code = 0
+            error.reason = "CERTIFICATE_VERIFY_FAILED"
+            error.library = "SSL"
+            raise error
 
 
 def websocket_context(url: str, *, ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,

@@ -13,6 +13,11 @@ page go at most 10 a second, the latest state winning (`views.Throttle`).
 
 Nothing runs while no page is open: one listening socket; no admin session and
 no request reaches the coordinator, so the heartbeat path pays nothing.
+
+TLS: with `https` (the coordinator's --metrics-tls) the pages are HTTPS and the feed
+wss://, with the coordinator's certificate. A wss:// coordinator is dialled (on loopback)
+trusting exactly its own --tls-cert (`tls.own_certificate_context`): the same process,
+so no CA file is needed and no host name has to match the loopback address.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
@@ -33,6 +39,7 @@ from rsc.admin_client import (
     SessionLost,
     open_admin_client,
 )
+from rsc.common import tls
 from rsc.console import views
 from rsc.console.http import (
     MAX_HEAD_BYTES,
@@ -74,9 +81,9 @@ def loopback_url(coordinator_url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def console_url(host: str, port: int) -> str:
+def console_url(host: str, port: int, *, https: bool = False) -> str:
     shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}/"
+    return f"{'https' if https else 'http'}://{shown}:{port}/"
 
 
 class ReplayStream(trio.abc.Stream):
@@ -104,29 +111,45 @@ class ReplayStream(trio.abc.Stream):
         await self._stream.aclose()
 
 
-async def serve_console(coordinator_url: str, host: str, port: int, *,
+async def serve_console(coordinator_url: str, host: str, port: int, *, tls_cert: str | None = None,
+                        tls_key: str | None = None, https: bool = False,
                         task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the console on host:port until cancelled; it follows the coordinator at
-    `coordinator_url` (ws://...) for each open page."""
+    `coordinator_url` (ws:// or wss://) for each open page.
+
+    `tls_cert`/`tls_key` are the coordinator's own (--tls-cert, --tls-key): a wss://
+    coordinator is trusted as exactly `tls_cert` (without it: the system store and
+    $RSC_CA_FILE), and with `https` the console serves HTTPS with them.
+    """
+    if https and not (tls_cert and tls_key):
+        raise ValueError("serving the console over HTTPS needs tls_cert and tls_key")
+    server_tls = tls.server_context(tls_cert, tls_key) if https and tls_cert and tls_key else None
+    dial = loopback_url(coordinator_url)
+    client_tls = tls.own_certificate_context(tls_cert) \
+        if tls_cert and urlsplit(dial).scheme == "wss" else None
     try:
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        sockets = await trio.open_tcp_listeners(port, host=host)
     except OSError as exc:
-        raise ConsoleError(f"cannot serve the console on {console_url(host, port)}: "
+        raise ConsoleError(f"cannot serve the console on {console_url(host, port, https=https)}: "
                            f"{exc.strerror or exc}") from None
     files = StaticFiles()
     files.read("index.html")  # a broken install fails here, at start, not on the first page
-    console = _Console(loopback_url(coordinator_url), files)
-    task_status.started(int(listeners[0].socket.getsockname()[1]))
+    console = _Console(dial, files, client_tls)
+    listeners: list[trio.abc.Listener[Any]] = list(sockets) if server_tls is None else [
+        trio.SSLListener(socket, server_tls, https_compatible=True) for socket in sockets]
+    task_status.started(int(sockets[0].socket.getsockname()[1]))
     await trio.serve_listeners(console.handle, listeners)
 
 
 class _Console:
-    def __init__(self, coordinator_url: str, files: StaticFiles) -> None:
+    def __init__(self, coordinator_url: str, files: StaticFiles,
+                 coordinator_tls: ssl.SSLContext | None = None) -> None:
         self.coordinator_url = coordinator_url
         self.files = files
+        self.coordinator_tls = coordinator_tls
         self.limiter = trio.CapacityLimiter(MAX_CONNECTIONS)
 
-    async def handle(self, stream: trio.SocketStream) -> None:
+    async def handle(self, stream: trio.abc.Stream) -> None:
         async with stream:
             try:
                 self.limiter.acquire_nowait()
@@ -141,7 +164,9 @@ class _Console:
             finally:
                 self.limiter.release()
 
-    async def _serve(self, stream: trio.SocketStream) -> None:
+    async def _serve(self, stream: trio.abc.Stream) -> None:
+        """One connection: its request head (over TLS, the handshake comes first, within the
+        same HEAD_TIMEOUT_S), then a page, a file or the feed."""
         received = b""
         with trio.move_on_after(HEAD_TIMEOUT_S):
             received = await _read_head(stream)
@@ -167,7 +192,7 @@ class _Console:
                                                max_message_size=views.MAX_HELLO_BYTES)
             websocket = await request.accept()
             try:
-                await Feed(websocket, self.coordinator_url).run()
+                await Feed(websocket, self.coordinator_url, self.coordinator_tls).run()
             finally:
                 with trio.move_on_after(2.0):
                     await websocket.aclose()
@@ -207,9 +232,11 @@ async def _read_head(stream: trio.abc.Stream) -> bytes:
 class Feed:
     """One page's live feed: hello, an admin session with the page's token, then its view."""
 
-    def __init__(self, websocket: WebSocketConnection, coordinator_url: str) -> None:
+    def __init__(self, websocket: WebSocketConnection, coordinator_url: str,
+                 coordinator_tls: ssl.SSLContext | None = None) -> None:
         self.websocket = websocket
         self.coordinator_url = coordinator_url
+        self.coordinator_tls = coordinator_tls
         self.throttle = views.Throttle()
         self.offered = trio.Event()
         self.last_offered: dict[str, dict[str, Any]] = {}
@@ -251,7 +278,7 @@ class Feed:
 
     async def _follow(self, hello: views.Hello) -> None:
         """An admin session with the page's token, then the view until the page or it closes."""
-        async with _admin(self.coordinator_url, hello.token) as admin:
+        async with _admin(self.coordinator_url, hello.token, self.coordinator_tls) as admin:
             await self.send({"type": "auth", "status": "ok"})
             follow: Callable[[AdminClient], Awaitable[None]] = \
                 self.follow_overview if hello.view == "overview" else \
@@ -378,6 +405,6 @@ async def _next_push(admin: AdminClient) -> dict[str, Any]:
         raise SessionLost(f"the coordinator at {admin.url} closed the session") from None
 
 
-def _admin(url: str, token: str | None) -> Any:
+def _admin(url: str, token: str | None, context: ssl.SSLContext | None) -> Any:
     return open_admin_client(url, token=token, connect_timeout=CONNECT_TIMEOUT_S,
-                             url_source="the coordinator")
+                             url_source="the coordinator", ssl_context=context)
