@@ -1,6 +1,6 @@
 """`python -m bench [--quick] [--only NAME ...] [--out DIR]`: run the benchmark scenarios.
 
-Each scenario prints a table; a final table lists every target of issue #6
+Each scenario prints a table; a final table lists every target (docs/benchmarks.md)
 with the measured value and pass/miss. Results go to DIR (default
 bench/results/): results-<time>.json, latest.json, summary.md and PNG plots.
 Every baseline is measured in the same run, because the machines are noisy.
