@@ -91,12 +91,27 @@ async def wait_for(condition, timeout: float, what: str) -> None:
     assert not scope.cancelled_caught, f"timed out after {timeout} s waiting for {what}"
 
 
-async def test_d1_a_consumer_frozen_past_its_lease_starts_no_handler_on_the_lost_lease(
-        redis_url, tmp_path, nursery):
+@attrs.frozen
+class FrozenRun:
+    """What a run of `freeze_each_consumer_in_turn` saw: the consumers, each pause as
+    (victim, stopped at, continued at), and how many messages were written."""
+
+    consumers: list[Consumer]
+    pauses: list[tuple[Consumer, float, float]]
+    written: int
+
+
+async def freeze_each_consumer_in_turn(redis_url: str, tmp_path: Path, nursery: trio.Nursery,
+                                       group: str, consumer_argv) -> FrozenRun:
+    """The scenario: a coordinator (lease LEASE_TTL_MS), SHARDS shards with a BACKLOG and
+    RATE_PER_S more written throughout, two consumer processes (`consumer_argv(url, redis_url)`,
+    each tracing its D1 decisions); each in turn SIGSTOPped until its shards moved to the
+    other, then SIGCONTed; then everything processed, nothing pending, both stopped by SIGTERM
+    with exit 0."""
     coordinator, url = await spawn_coordinator(redis_url, "--lease-ttl-ms", str(LEASE_TTL_MS))
     consumers: list[Consumer] = []
     try:
-        streams = await set_shards(url, PREFIX, GROUP, SHARDS)
+        streams = await set_shards(url, PREFIX, group, SHARDS)
         written = 0
 
         def write(count: int) -> None:
@@ -109,11 +124,8 @@ async def test_d1_a_consumer_frozen_past_its_lease_starts_no_handler_on_the_lost
         for name in ("a", "b"):
             trace = tmp_path / f"trace-{name}.jsonl"
             process = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "rsc", "consume", PREFIX, GROUP, "--coordinator", url,
-                 "--redis-url", redis_url, "--workers", "4", "--work-ms", str(WORK_MS),
-                 "--events"],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", "RSC_MEMBER_TRACE": str(trace)})
+                consumer_argv(url, redis_url), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1", "RSC_MEMBER_TRACE": str(trace)})
             consumers.append(Consumer(name, process, trace))
             nursery.start_soon(consumers[-1].collect_stdout)
             nursery.start_soon(consumers[-1].collect_events)
@@ -162,7 +174,7 @@ async def test_d1_a_consumer_frozen_past_its_lease_starts_no_handler_on_the_lost
             return len(values) >= written
 
         await wait_for(everything_processed, 60, "every message to be processed")
-        await wait_for(lambda: pending_count(redis_url, streams, GROUP) == 0, 20,
+        await wait_for(lambda: pending_count(redis_url, streams, group) == 0, 20,
                        "nothing pending")
         for consumer in consumers:
             consumer.process.send_signal(signal.SIGTERM)
@@ -175,44 +187,65 @@ async def test_d1_a_consumer_frozen_past_its_lease_starts_no_handler_on_the_lost
                 process.kill()
                 with trio.move_on_after(10):
                     await process.wait()
+    return FrozenRun(consumers, pauses, written)
 
-    after_lost_lease: list[dict] = []
-    at_old_epoch: list[dict] = []
-    out_of_lease: list[dict] = []
-    refused_after_waking: dict[str, int] = {}
-    acks_refused_after_waking = 0
+
+@attrs.define
+class HandlerStarts:
+    """The D1 decisions of the victims after their pauses, from their traces."""
+
+    after_lost_lease: list[dict] = attrs.field(factory=list)  # on the lease sent before the freeze
+    at_old_epoch: list[dict] = attrs.field(factory=list)  # at the epoch held before it
+    out_of_lease: list[dict] = attrs.field(factory=list)  # out of the member's own lease, any time
+    refused_after_waking: dict[str, int] = attrs.field(factory=dict)  # by verdict
+    acks_refused_after_waking: int = 0
+
+
+def handler_starts_after_pauses(pauses: list[tuple[Consumer, float, float]]) -> HandlerStarts:
+    found = HandlerStarts()
     for victim, stopped_at, continued_at in pauses:
         lines = victim.trace_lines()
         starts = [line for line in lines if line["what"] == "handler"]
         before = [line for line in starts if line["t"] < stopped_at and line["verdict"] == "allowed"]
         assert before, f"{victim.name} ran handlers before its pause"
         epoch_before = before[-1]["memberEpoch"]
-        woken = [line for line in starts if line["t"] >= continued_at]
-        acks_refused_after_waking += sum(
+        found.acks_refused_after_waking += sum(
             1 for line in lines if line["what"] == "ack" and line["t"] >= continued_at
             and line["verdict"] != "allowed")
-        for line in woken:
+        for line in starts:
+            if line["t"] < continued_at:
+                continue
             if line["verdict"] != "allowed":
-                refused_after_waking[line["verdict"]] = refused_after_waking.get(
+                found.refused_after_waking[line["verdict"]] = found.refused_after_waking.get(
                     line["verdict"], 0) + 1
                 continue
             if line["leaseSentAt"] is None or line["leaseSentAt"] <= stopped_at:
-                after_lost_lease.append(line)  # the lease it had was sent before the freeze
+                found.after_lost_lease.append(line)
             if line["memberEpoch"] <= epoch_before:
-                at_old_epoch.append(line)
-        # no start the member itself would call out of its lease, at any time
-        out_of_lease.extend(line for line in starts if line["verdict"] == "allowed"
-                            and line["t"] - line["leaseSentAt"] >= line["leaseTtlMs"])
+                found.at_old_epoch.append(line)
+        found.out_of_lease.extend(line for line in starts if line["verdict"] == "allowed"
+                                  and line["t"] - line["leaseSentAt"] >= line["leaseTtlMs"])
+    return found
 
-    values = [line["value"] for c in consumers for line in c.processed]
-    lost = {str(n) for n in range(written)} - set(values)
-    duplicates = len(values) - len(set(values))
-    print(f"\nSIGSTOP x{len(pauses)}: {written} messages, handler calls after a lost lease "
-          f"{len(after_lost_lease)}, at the pre-pause epoch {len(at_old_epoch)}, out of the "
-          f"member's own lease {len(out_of_lease)}, lost {len(lost)}, duplicates {duplicates}, "
-          f"handler calls refused after waking {refused_after_waking}, "
-          f"ack batches refused after waking {acks_refused_after_waking}")
-    assert after_lost_lease == [], after_lost_lease[:5]
-    assert at_old_epoch == [], at_old_epoch[:5]
-    assert out_of_lease == [], out_of_lease[:5]
+
+def lost_and_duplicates(run: FrozenRun) -> tuple[set[str], int]:
+    values = [line["value"] for c in run.consumers for line in c.processed]
+    return {str(n) for n in range(run.written)} - set(values), len(values) - len(set(values))
+
+
+async def test_d1_a_consumer_frozen_past_its_lease_starts_no_handler_on_the_lost_lease(
+        redis_url, tmp_path, nursery):
+    run = await freeze_each_consumer_in_turn(redis_url, tmp_path, nursery, GROUP, lambda url, redis: [
+        sys.executable, "-m", "rsc", "consume", PREFIX, GROUP, "--coordinator", url,
+        "--redis-url", redis, "--workers", "4", "--work-ms", str(WORK_MS), "--events"])
+    found = handler_starts_after_pauses(run.pauses)
+    lost, duplicates = lost_and_duplicates(run)
+    print(f"\nSIGSTOP x{len(run.pauses)}: {run.written} messages, handler calls after a lost lease "
+          f"{len(found.after_lost_lease)}, at the pre-pause epoch {len(found.at_old_epoch)}, out of "
+          f"the member's own lease {len(found.out_of_lease)}, lost {len(lost)}, duplicates "
+          f"{duplicates}, handler calls refused after waking {found.refused_after_waking}, "
+          f"ack batches refused after waking {found.acks_refused_after_waking}")
+    assert found.after_lost_lease == [], found.after_lost_lease[:5]
+    assert found.at_old_epoch == [], found.at_old_epoch[:5]
+    assert found.out_of_lease == [], found.out_of_lease[:5]
     assert not lost, sorted(lost)[:10]
