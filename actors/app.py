@@ -321,7 +321,8 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
             log_event(log, "prefix.restored", prefix=prefix, groups=len(actor.groups))
         server = CoordinatorServer(router, nursery, admin_token=config.admin_token,
                                    member_token=config.member_token, admission=admission,
-                                   max_frame_bytes=config.max_frame_bytes)
+                                   max_frame_bytes=config.max_frame_bytes,
+                                   handshake_timeout_s=config.handshake_timeout_s)
         bound = await nursery.start(_serve_websocket, server, config, admission, port, server_tls)
         nursery.start_soon(_lease_loop, config, store, readiness, continuity, lapsed)
         nursery.start_soon(_tick_loop, config, router, continuity, lapsed)
@@ -332,27 +333,13 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
 async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig, admission: Admission,
                            port: int, server_tls: ssl.SSLContext | None,
                            task_status: trio.TaskStatus[int]) -> None:
-    from trio_websocket import WebSocketServer
-
     admitted = [AdmissionListener(listener, admission)
                 for listener in await trio.open_tcp_listeners(port, host=config.host)]
-    # with TLS the handshake runs inside the session's handler, under the same connect timeout
+    # with TLS the handshake runs inside the session's task, under the same handshake timeout
     listeners: list[Any] = admitted if server_tls is None else [
         tls.TlsListener(listener, server_tls) for listener in admitted]
-
-    async def handle(request: Any) -> None:
-        try:
-            await server.handle(request)
-        except Exception as exc:  # noqa: BLE001 - one peer never ends the process (A1)
-            log_event(log, "session.failed", level=logging.WARNING,
-                      error=f"{type(exc).__name__}: {exc}")
-
-    ws_server = WebSocketServer(handle, listeners,  # type: ignore[arg-type]
-                                handler_nursery=None, message_queue_size=4,
-                                max_message_size=config.max_frame_bytes,
-                                connect_timeout=config.handshake_timeout_s)
     async with trio.open_nursery() as nursery:
-        await nursery.start(ws_server.run)
+        await nursery.start(trio.serve_listeners, server.serve, listeners)
         task_status.started(admitted[0].port)
 
 

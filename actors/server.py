@@ -1,8 +1,9 @@
 """The websocket server: `/v1/member` and `/v1/admin` on one port, handing requests to the router.
 
-Each session has a reader (decode, route) and a writer that sends responses in
-request order (a FIFO of reply slots) with pushes in between. Bad input gets an
-`error` frame naming the field and touches no state (Transport, docs/protocol.md).
+Each session is one task that reads (actors/ws_server.py), decodes and routes;
+responses go out in request order (a FIFO of reply slots) with pushes in
+between, written by whichever task resolved them. Bad input gets an `error`
+frame naming the field and touches no state (Transport, docs/protocol.md).
 
 At the handshake: unknown path 404; with a token, exactly one `Authorization:
 Bearer` header (scheme in any case) or 401; past `--max-sessions` 503 (A1).
@@ -20,7 +21,6 @@ from collections.abc import Callable
 from typing import Any
 
 import trio
-from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest
 
 from rsc.actors import latency
 from rsc.actors.actor import Collect, Envelope, Reply, SummariesRequest
@@ -29,6 +29,7 @@ from rsc.actors.group import malformed_join
 from rsc.actors.logs import log_event
 from rsc.actors.prefix_admission import REFUSALS, answer_without_state
 from rsc.actors.router import Router, unavailable_response
+from rsc.actors.ws_server import ServerConnection
 from rsc.protocol import messages as m
 from rsc.protocol.codec import ADMIN_REQUESTS, MEMBER_REQUESTS, decode, encode
 from rsc.protocol.errors import ProtocolError, Status
@@ -42,9 +43,12 @@ MAX_IN_FLIGHT = 256  # per session: requests awaiting their response
 class Session:
     """One websocket connection: replies go out in request order, pushes in between.
 
-    No task of its own waits on it: whenever the head of its queue is ready, a
-    short flush task is started in the server's nursery (one at a time per
-    session), so ten thousand idle sessions cost no parked writer tasks.
+    No task of its own waits on it: whenever the head of its queue is ready, it
+    is written in place, in the task that resolved it (actors/ws_server.py: a
+    frame the kernel takes whole costs no task and no await). While the
+    connection still has bytes queued, replies wait here, and a request's slot
+    is given back only once its reply has been handed over, so a client that
+    does not read holds at most MAX_IN_FLIGHT replies.
 
     Once closed, the session waits until every request it handed to an actor
     is answered (the actor may still track it while handling them) and then
@@ -52,18 +56,21 @@ class Session:
     after the last actor that could register it is done with it.
     """
 
-    def __init__(self, connection: WebSocketConnection, nursery: trio.Nursery) -> None:
+    def __init__(self, connection: ServerConnection) -> None:
         self.connection = connection
-        self.nursery = nursery
         self.queue: collections.deque[Reply] = collections.deque()
         self.room = trio.Semaphore(MAX_IN_FLIGHT)  # requests awaiting their response
-        self.flushing = False
         self.closed = False
         self._on_idle: Callable[[], None] | None = None
+        connection.on_written = self.wake
 
     async def expect(self) -> Reply:
         """The slot of the next request's response (waits while MAX_IN_FLIGHT are pending)."""
-        await self.room.acquire()
+        room = self.room
+        if room.value:
+            room.acquire_nowait()  # the read that brought the request was the checkpoint
+        else:
+            await room.acquire()
         reply = Reply(self)
         self.queue.append(reply)
         return reply
@@ -76,11 +83,28 @@ class Session:
         self.wake()
 
     def wake(self) -> None:
+        """Write every ready reply at the head of the queue, unless the connection is busy."""
         if self.closed:
             self._forget_if_idle()
-        elif not self.flushing and self.queue and self.queue[0].message is not None:
-            self.flushing = True
-            self.nursery.start_soon(self._flush)
+            return
+        queue, connection = self.queue, self.connection
+        try:
+            while queue and not connection.writing:
+                reply = queue[0]
+                message = reply.message
+                if message is None:
+                    return
+                queue.popleft()
+                if not reply.is_push:
+                    self.room.release()
+                connection.send_text(encode(message))
+                if reply.received:
+                    latency.requests.observe(time.perf_counter() - reply.received)
+        except Exception as exc:  # noqa: BLE001 - one session's failure never ends an actor
+            log_event(log, "session.failed", level=logging.WARNING, error=f"{type(exc).__name__}: {exc}")
+            connection.start_close(1011, "the coordinator failed to encode a response")
+        if connection.broken:
+            self.closed = True
 
     def close(self, on_idle: Callable[[], None]) -> None:
         """The connection is gone: call `on_idle` once no request of it is still being handled."""
@@ -95,33 +119,15 @@ class Session:
         self.queue.clear()
         on_idle()
 
-    async def _flush(self) -> None:
-        try:
-            while self.queue and self.queue[0].message is not None and not self.closed:
-                reply = self.queue.popleft()
-                assert reply.message is not None
-                if not reply.is_push:
-                    self.room.release()
-                await self.connection.send_message(encode(reply.message))
-                if reply.received:
-                    latency.requests.observe(time.perf_counter() - reply.received)
-        except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
-            self.closed = True
-        except Exception as exc:  # noqa: BLE001 - one session's failure never ends the process
-            log_event(log, "session.failed", level=logging.WARNING, error=f"{type(exc).__name__}: {exc}")
-            self.closed = True
-        finally:
-            self.flushing = False
-        self.wake()  # resolved while the last send was in progress
-
 
 class CoordinatorServer:
     """Accepts sessions (A1 admission, auth, frame limit) and dispatches their requests."""
 
     def __init__(self, router: Router, nursery: trio.Nursery, *, admin_token: str | None,
                  member_token: str | None, admission: Admission | None = None,
-                 max_frame_bytes: int = 1 << 20) -> None:
+                 max_frame_bytes: int = 1 << 20, handshake_timeout_s: float = 10.0) -> None:
         self.router = router
+        self.handshake_timeout_s = handshake_timeout_s
         self.nursery = nursery
         self.tokens = {"/v1/admin": admin_token, "/v1/member": member_token}
         self.admission = admission or Admission(max_sessions=1 << 30, max_connections=1 << 30)
@@ -131,50 +137,54 @@ class CoordinatorServer:
     def sessions(self) -> int:
         return self.admission.sessions
 
-    async def handle(self, request: WebSocketRequest) -> None:
-        path = request.path.split("?", 1)[0]
+    async def serve(self, stream: trio.abc.Stream) -> None:
+        """One accepted connection, from its handshake to its close."""
+        connection = ServerConnection(stream, self.nursery, max_message_bytes=self.max_frame_bytes)
+        try:
+            request = await connection.handshake(self.handshake_timeout_s)
+            if request is not None:
+                await self.handle(connection, request.target, request.extra_headers)
+        except Exception as exc:  # noqa: BLE001 - one peer never ends the process (A1)
+            log_event(log, "session.failed", level=logging.WARNING, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            await connection.aclose()
+
+    async def handle(self, connection: ServerConnection, target: str,
+                     headers: list[tuple[bytes, bytes]]) -> None:
+        path = target.split("?", 1)[0]
         allowed = ENDPOINTS.get(path)
         if allowed is None:
-            await request.reject(404, body=f"unknown endpoint {path}; use /v1/member or /v1/admin".encode())
+            await connection.reject(404, f"unknown endpoint {path}; use /v1/member or /v1/admin".encode())
             return
         token = self.tokens[path]
-        if token is not None and not authorized(request.headers, token):
-            await request.reject(401, body=b"exactly one 'Authorization: Bearer <token>' header "
-                                            b"with the right token is required")
+        if token is not None and not authorized(headers, token):
+            await connection.reject(401, b"exactly one 'Authorization: Bearer <token>' header "
+                                         b"with the right token is required")
             return
         if not self.admission.open_session():
-            await request.reject(503, body=f"the coordinator holds its limit of "
-                                           f"{self.admission.max_sessions} sessions; retry later".encode())
+            await connection.reject(503, f"the coordinator holds its limit of "
+                                         f"{self.admission.max_sessions} sessions; retry later".encode())
             return
+        session = Session(connection)
         try:
-            connection = await request.accept()
-        except BaseException:
-            self.admission.close_session()
-            raise
-        del request  # the handshake (headers, events) is not kept for the session's life
-        session = Session(connection, self.nursery)
-        try:
+            await connection.accept()
             await self._read(session, allowed)
         finally:
             self.admission.close_session()
             session.close(functools.partial(self.router.forget, session))
 
     async def _read(self, session: Session, allowed: frozenset[str]) -> None:
+        connection = session.connection
         text: str | bytes | None = None
         message: Any = None
         reply: Reply | None = None
         while True:
             # nothing of the last request stays referenced by this frame while it waits
             text = message = reply = None
-            try:
-                text = await session.connection.get_message()
-            except ConnectionClosed:
-                return
+            text = await connection.receive_message()
+            if text is None:
+                return  # closed by either side (a frame over the limit: 1009) or lost
             received = time.perf_counter()
-            if isinstance(text, str) and frame_bytes(text) > self.max_frame_bytes:
-                await session.connection.aclose(
-                    code=1009, reason=f"frame over {self.max_frame_bytes} bytes (UTF-8)")
-                return
             reply = await session.expect()
             reply.received = received
             try:
@@ -251,11 +261,6 @@ class CoordinatorServer:
                 await collect_or_none.done.wait()
                 groups.extend(collect_or_none.message)
         return tuple(groups)
-
-
-def frame_bytes(text: str) -> int:
-    """A text frame's size in UTF-8 bytes (what `--max-frame-bytes` limits)."""
-    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def authorized(headers: list[tuple[bytes, bytes]], token: str) -> bool:

@@ -3,28 +3,38 @@ ends only that request; ticks never block."""
 
 from __future__ import annotations
 
+import json
+
 import trio
 
 from rsc.actors.router import Router, unavailable_response
-from rsc.actors.server import Session
+from rsc.actors.server import MAX_IN_FLIGHT, Session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 
 
 class _Connection:
+    """What a Session needs of actors/ws_server.py's connection: frames out, never waiting."""
+
     def __init__(self) -> None:
         self.sent: list[str] = []
+        self.writing = False
+        self.broken = False
+        self.on_written = None
 
-    async def send_message(self, text: str) -> None:
+    def send_text(self, text: str) -> None:
         self.sent.append(text)
+
+    def start_close(self, code: int, reason: str | None = None) -> None:
+        self.broken = True
 
 
 def _ok(request_id: int) -> m.Message:
     return m.Routing(request_id=request_id, status=Status.OK, stream_prefix="orders")
 
 
-async def test_a_closed_session_is_forgotten_once_after_its_last_queued_request(nursery):
-    session = Session(_Connection(), nursery)  # type: ignore[arg-type]
+async def test_a_closed_session_is_forgotten_once_after_its_last_queued_request():
+    session = Session(_Connection())  # type: ignore[arg-type]
     first, second = await session.expect(), await session.expect()
     forgotten: list[Session] = []
     session.close(lambda: forgotten.append(session))
@@ -38,13 +48,12 @@ async def test_a_closed_session_is_forgotten_once_after_its_last_queued_request(
     assert forgotten == [session]
 
 
-async def test_a_session_with_nothing_pending_is_forgotten_at_once(nursery):
+async def test_a_session_with_nothing_pending_is_forgotten_at_once():
     connection = _Connection()
-    session = Session(connection, nursery)  # type: ignore[arg-type]
+    session = Session(connection)  # type: ignore[arg-type]
     reply = await session.expect()
     reply.resolve(_ok(1))
-    await trio.testing.wait_all_tasks_blocked()
-    assert len(connection.sent) == 1
+    assert len(connection.sent) == 1  # written in place, by the task that resolved it
     forgotten: list[Session] = []
     session.close(lambda: forgotten.append(session))
     assert forgotten == [session]
@@ -115,3 +124,22 @@ async def test_a_request_that_meets_a_bug_is_answered_and_the_session_carries_on
                 request_id=0, stream_prefix="fine", consumer_group="g", member_id="x",
                 member_epoch=0))
             assert fine.status == Status.OK  # type: ignore[attr-defined]
+
+
+async def test_replies_wait_while_the_connection_is_busy_and_go_in_order_once_it_is_not():
+    connection = _Connection()
+    session = Session(connection)  # type: ignore[arg-type]
+    replies = [await session.expect() for _ in range(3)]
+    assert session.room.value == MAX_IN_FLIGHT - 3
+    connection.writing = True  # the kernel did not take the last frame whole
+    replies[1].resolve(_ok(2))
+    replies[0].resolve(_ok(1))
+    session.push(_ok(9))
+    assert connection.sent == []  # held here: the slots are not given back yet
+    assert session.room.value == MAX_IN_FLIGHT - 3
+    connection.writing = False
+    session.wake()  # what the connection calls once its queue went out (on_written)
+    assert [json.loads(text)["requestId"] for text in connection.sent] == [1, 2]
+    replies[2].resolve(_ok(3))
+    assert [json.loads(text)["requestId"] for text in connection.sent] == [1, 2, 3, 9]
+    assert session.room.value == MAX_IN_FLIGHT
