@@ -144,8 +144,12 @@ class CoordinatorServer:
             request = await connection.handshake(self.handshake_timeout_s)
             if request is not None:
                 await self.handle(connection, request.target, request.extra_headers)
+        except trio.Cancelled:
+            connection.start_close(1001, "the coordinator is stopping")  # written in place, if at all
+            raise
         except Exception as exc:  # noqa: BLE001 - one peer never ends the process (A1)
             log_event(log, "session.failed", level=logging.WARNING, error=f"{type(exc).__name__}: {exc}")
+            connection.start_close(1011, "the coordinator failed to serve this session")
         finally:
             await connection.aclose()
 

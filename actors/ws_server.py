@@ -234,16 +234,18 @@ class ServerConnection:
         """End the connection: let queued frames out, wait briefly for the peer's answer to our
         close frame, then close the stream. Idempotent."""
         proto = self._proto
-        with trio.move_on_after(CLOSE_WAIT_S):
-            if proto is not None and proto.state is ConnectionState.LOCAL_CLOSING and not self.broken:
-                await self._await_peer_close(proto)
-            while self.writing and not self.broken:
-                if self._written is None:
-                    self._written = trio.Event()
-                await self._written.wait()
-        self.broken = True
-        self._fd = None  # never written again: the number may soon name another socket
-        await trio.aclose_forcefully(self._stream)
+        try:
+            with trio.move_on_after(CLOSE_WAIT_S):
+                if proto is not None and proto.state is ConnectionState.LOCAL_CLOSING and not self.broken:
+                    await self._await_peer_close(proto)
+                while self.writing and not self.broken:
+                    if self._written is None:
+                        self._written = trio.Event()
+                    await self._written.wait()
+        finally:  # cancelled too (the coordinator stops): the stream is closed all the same
+            self.broken = True
+            self._fd = None  # never written again: the number may soon name another socket
+            await trio.aclose_forcefully(self._stream)
 
     async def _await_peer_close(self, proto: Connection) -> None:
         while proto.state is ConnectionState.LOCAL_CLOSING:

@@ -402,3 +402,17 @@ async def test_a_rejected_handshake_carries_its_status_and_body(nursery):
     assert isinstance(events[0], RejectConnection) and events[0].status_code == 404
     assert b"".join(e.data for e in events if isinstance(e, RejectData)) == b"unknown endpoint /nope"
     assert not any(isinstance(e, Message) for e in events)
+
+
+async def test_a_stopping_coordinator_closes_its_sessions_with_1001(coordinator_factory):
+    from trio_websocket import ConnectionClosed
+
+    coordinator = await coordinator_factory()
+    with trio.fail_after(10):
+        async with open_websocket_url(coordinator.url + "/v1/member") as ws:
+            await ws.send_message(join(1))
+            assert json.loads(await ws.get_message())["status"] == "OK"
+            await coordinator.stop()
+            with pytest.raises(ConnectionClosed) as closed:
+                await ws.get_message()
+    assert closed.value.reason.code == 1001
