@@ -3,7 +3,8 @@
 The trio host's workers (workers.py) are trio tasks; here they are asyncio
 tasks on the application's loop, made in a copy of the application's context
 (so sniffio, anyio and httpx see asyncio in a handler), as many as the
-ledger's worker count. They take entries from the member's key-ordered
+ledger's worker count, running the same loop as the trio host's
+(`WorkerPool.worker`). They take entries from the member's key-ordered
 `WorkQueue`, parked on asyncio futures (`AsyncioLot`) that the trio reader
 resolves directly (both run on the loop's thread).
 
@@ -21,21 +22,18 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import inspect
 import logging
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from rsc.member.aio_guest import GuestHost, wait_asyncio
-from rsc.member.ledger import Verdict
-from rsc.member.message import MESSAGE_SETTERS, Handler, Message, new_message
-from rsc.member.ops import produce_ops
-from rsc.member.policies import NO_RETRY, AckPolicy, DeadLetter, RetryLater, dead_letter_fields
-from rsc.member.reconcile import NO_ACTIONS, Actions
+from rsc.member.message import Handler
+from rsc.member.reconcile import Actions
+from rsc.member.workers import WorkerPool
 
 if TYPE_CHECKING:
     import redis
@@ -44,7 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_EVERY = 64  # a handler that never awaits must not starve the loop
 STOP_WAIT_S = 5.0  # cancelled workers get this long to finish their `finally`
 
 
@@ -105,15 +102,14 @@ class ToTrio:
                 log.exception("asyncio host: %r failed in trio", function)
 
 
-class AioWorkers:
+class AioWorkers(WorkerPool):
     """The worker pool of one member on the asyncio host (`run` is its trio side)."""
+
+    event_type = asyncio.Event  # the acker (trio, on this thread) sets it
 
     def __init__(self, core: MemberCore, handler: Handler, misc_client: redis.Redis, *,
                  host: GuestHost, context: contextvars.Context) -> None:
-        self.core = core
-        self.handler = handler
-        self.is_async = inspect.iscoroutinefunction(handler)
-        self.dead_letters = produce_ops(misc_client)  # XADD of dead letters (its add_raw)
+        super().__init__(core, handler, misc_client)
         self.host = host
         self.loop = host.loop
         self.context = context
@@ -154,7 +150,13 @@ class AioWorkers:
             self._died = error
             self.core.changed.fire()
 
-    # --- trio-side effects, queued -------------------------------------------------------
+    # --- the host's part of WorkerPool: trio-side effects queued, asyncio waits ------------
+
+    def _apply(self, actions: Actions) -> None:
+        self.to_trio(self.core.apply, actions)
+
+    def _finish(self, shard: str) -> None:
+        self.to_trio(self.core.finish, shard)
 
     def _wake_acker(self) -> None:
         if not self._acker_woken:
@@ -165,177 +167,19 @@ class AioWorkers:
         self._acker_woken = False
         self.core.acker_parking.wake()
 
-    def _decided(self, what: str, shard: str, generation: int, now: float, verdict: Verdict,
-                 actions: Actions) -> None:
-        core = self.core
-        if core.trace is not None:
-            core.trace.admission(what, core.ledger, shard, generation, now, verdict)
-        if actions is not NO_ACTIONS:
-            self.to_trio(core.apply, actions)
+    async def _checkpoint(self) -> None:
+        await asyncio.sleep(0)
 
-    def admit(self, shard: str, generation: int, what: str = "handler") -> bool:
-        """D1 before a handler call (or a dead letter)."""
-        core = self.core
-        now = core.clock()
-        verdict, actions = core.ledger.admit(shard, generation, now)
-        self._decided(what, shard, generation, now, verdict, actions)
-        return verdict is Verdict.ALLOWED
+    async def _sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
-    # --- the workers -----------------------------------------------------------------
+    async def _in_thread(self, function: Callable[..., Any], *args: Any) -> Any:
+        return await self.loop.run_in_executor(self.threads, function, *args)
 
-    async def worker(self, index: int) -> None:
-        """Take entries until none is left, then park until the reader queues more."""
-        core = self.core
-        queue, ledger, acks, stats = core.queue, core.ledger, core.acks, core.stats
-        parking = core.acker_parking
-        ack_rule = core.ack_rule
-        handler = self.handler
-        member_id = core.member_id
-        start_handler = ledger.start_handler
-        clock = core.clock
-        decided = self._decided
-        to_trio = self.to_trio
-        finish = core.finish
-        traced = core.trace is not None
-        allowed = Verdict.ALLOWED
-        pop, wait, done = queue.pop, queue.wait, queue.done
-        set_shard, set_id, set_key, set_value, set_fields, set_member, set_attempt = MESSAGE_SETTERS
-        new = object.__new__
-        config = core.config
-        fast = self.is_async and config.retry is None and config.ack_policy is AckPolicy.AFTER
-        this_task = asyncio.current_task()
-        since_checkpoint = 0
-        while True:
-            entry = pop(index)
-            if entry is None:
-                since_checkpoint = 0
-                await wait(index)
-                continue
-            (shard, key), entry_id, fields, value, generation = entry
-            now = clock()
-            verdict, actions = start_handler(shard, generation, now)  # D1, in one call
-            if verdict is not allowed or traced:
-                decided("handler", shard, generation, now, verdict, actions)
-                if verdict is not allowed:
-                    done(entry)
-                    continue
-            message = new(Message)
-            set_shard(message, shard)
-            set_id(message, entry_id)
-            set_key(message, key)
-            set_value(message, value)
-            set_fields(message, fields)
-            set_member(message, member_id)
-            set_attempt(message, 1)
-            core.busy += 1
-            handled = False
-            try:
-                if fast:
-                    try:
-                        await handler(message)  # type: ignore[misc]  # first step: this step
-                        stats.processed += 1
-                        handled = True
-                    except asyncio.CancelledError:
-                        if this_task is not None and this_task.cancelling():
-                            raise  # the worker is stopped
-                        _failed(core, message, 1, "cancelled")
-                    except Exception as exc:  # noqa: BLE001 - a handler's failure is data
-                        _failed(core, message, 1, exc)
-                else:
-                    handled = await self.process(message, generation)
-                if handled:  # the acker admits it again right before acking
-                    acks.add(shard, generation, entry_id)
-            finally:
-                core.busy -= 1
-                done(entry)
-                if not handled:
-                    to_trio(finish, shard)
-            if handled and parking.parked and ack_rule.wake_acker(
-                    acks.pending, busy=core.busy, queued=len(queue)):
-                self._wake_acker()
-            since_checkpoint += 1
-            if since_checkpoint >= CHECKPOINT_EVERY:
-                since_checkpoint = 0
-                await asyncio.sleep(0)
-
-    async def process(self, message: Message, generation: int) -> bool:
-        """The general path (sync handlers, retries, AckPolicy.BEFORE); True when the
-        entry still needs its ack."""
-        if self.core.config.ack_policy is AckPolicy.BEFORE:
-            if await self.ack_now(message, generation):
-                await self.run_handler(message, generation, admitted=False)
-            return False
-        return await self.run_handler(message, generation, admitted=True)
-
-    async def ack_now(self, message: Message, generation: int) -> bool:
-        """Ack before the handler (at-most-once); True when Redis took the ack."""
-        core = self.core
-        core.ledger.started(message.shard)  # the acker finishes this extra count
-        buffer = core.acks.add(message.shard, generation, message.id)
-        sent = buffer.sent
-        if not isinstance(sent, asyncio.Event):  # the first worker waiting on this buffer
-            sent = buffer.sent = asyncio.Event()  # the acker (trio, this thread) sets it
-        core.acks.awaited += 1
-        self.to_trio(core.acker_parking.wake)
-        try:
-            await sent.wait()
-        finally:
-            core.acks.awaited -= 1
-        return not buffer.refused
-
-    async def run_handler(self, first: Message, generation: int, *, admitted: bool) -> bool:
-        """Run the handler, then what the retry policy says after each failure; True when the
-        entry may be acked.
-
-        Every call but an `admitted` first one, and a dead letter, is admitted by the
-        ledger first (D1), in the loop step that starts the call.
-        """
-        core = self.core
-        retry = core.config.retry or NO_RETRY
-        message = first
-        while True:
-            if (message.attempt > 1 or not admitted) and not self.admit(first.shard, generation):
-                return False
-            try:
-                if self.is_async:
-                    await self.handler(message)  # type: ignore[misc]
-                else:
-                    await self.loop.run_in_executor(self.threads, self.handler, message)
-                core.stats.processed += 1
-                return True
-            except asyncio.CancelledError as exc:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise  # the worker is stopped
-                error: BaseException = exc
-            except Exception as exc:  # noqa: BLE001 - a handler's failure is data, not a crash
-                error = exc
-            _failed(core, first, message.attempt, error)
-            step = retry.after_failure(message.attempt)
-            if isinstance(step, RetryLater):
-                await asyncio.sleep(step.delay_s)
-                message = new_message(first.shard, first.id, first.key, first.value,
-                                      dict(first.fields), first.member_id, step.attempt)
-                continue
-            if isinstance(step, DeadLetter):
-                if not self.admit(first.shard, generation, "dead letter"):
-                    return False  # a side effect as a handler call is: D1 applies
-                await self.dead_letter(first, step, error)
-                return True
-            return False  # LeavePending: no ack, delivered again to the next owner
-
-    async def dead_letter(self, message: Message, step: DeadLetter, error: BaseException) -> None:
-        core = self.core
-        fields = dead_letter_fields(shard=message.shard, entry_id=message.id, key=message.key,
-                                    value=message.value, error=error, attempts=step.attempts,
-                                    consumer_group=core.config.consumer_group,
-                                    member_id=core.member_id)
-        await self.loop.run_in_executor(self.threads, self.dead_letters.add_raw, step.stream,
-                                        fields)
-        core.stats.dead_lettered += 1
-
-
-def _failed(core: MemberCore, message: Message, attempt: int, error: object) -> None:
-    core.stats.failed += 1
-    log.warning("member %s: handler failed on %s %s (attempt %d): %r", core.member_id,
-                message.shard, message.id, attempt, error)
+    def _stopping(self, error: BaseException) -> bool:
+        """A cancellation is the worker's stop only when its own task is being cancelled; one
+        raised inside a handler (its own timeout, say) is the handler's failure."""
+        if isinstance(error, asyncio.CancelledError):
+            task = asyncio.current_task()
+            return task is not None and task.cancelling() > 0
+        return not isinstance(error, Exception)

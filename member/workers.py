@@ -6,6 +6,10 @@ alive, in one call, right before the handler), runs the handler (with the
 retry policy, if any) and hands the id to the ack book. A refused entry is
 not run; it stays pending in Redis for the next owner.
 
+`WorkerPool` is that loop, written once for both hosts: the trio host's
+`Workers` here and the asyncio host's `AioWorkers` (aio_workers.py) say only
+how they wait, sleep, run a thread, wake the acker and reach trio's context.
+
 The no-op path costs a few microseconds per message: no task, no thread hop,
 no wakeup of anybody but the acker once a batch is worth sending.
 """
@@ -14,7 +18,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -34,26 +39,47 @@ log = logging.getLogger(__name__)
 CHECKPOINT_EVERY = 64  # a handler that never awaits must not starve the other tasks
 
 
-class Workers:
-    """The worker pool of one member."""
+class WorkerPool:
+    """The workers of one member, whatever the host: the loop, D1 admission, the retry policy.
+
+    A host gives: `event_type` (what `ack_now` waits on), `_apply` / `_finish` /
+    `_wake_acker` (effects in trio's run context), `_checkpoint`, `_sleep`,
+    `_in_thread`, and `_stopping` (whether an exception out of a handler means the
+    worker itself is being stopped, rather than a failed handler).
+    """
+
+    event_type: type = trio.Event
 
     def __init__(self, core: MemberCore, handler: Handler, misc_client: redis.Redis) -> None:
         self.core = core
         self.handler = handler
         self.is_async = inspect.iscoroutinefunction(handler)
-        self.threads = trio.CapacityLimiter(max(64, core.config.capacity))
         self.dead_letters = produce_ops(misc_client)  # XADD of dead letters (its add_raw)
 
-    async def run(self) -> None:
-        """Keep as many long-lived workers as the ledger's worker count (never one per message)."""
-        core = self.core
-        async with trio.open_nursery() as nursery:
-            spawned = 0
-            while True:
-                while spawned < core.queue.workers:
-                    nursery.start_soon(self.worker, spawned)
-                    spawned += 1
-                await core.changed.wait()
+    # --- what a host supplies --------------------------------------------------------
+
+    def _apply(self, actions: Actions) -> None:
+        self.core.apply(actions)
+
+    def _finish(self, shard: str) -> None:
+        self.core.finish(shard)
+
+    def _wake_acker(self) -> None:
+        self.core.acker_parking.wake()
+
+    async def _checkpoint(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def _sleep(self, seconds: float) -> None:
+        await trio.sleep(seconds)
+
+    async def _in_thread(self, function: Callable[..., Any], *args: Any) -> Any:
+        raise NotImplementedError
+
+    def _stopping(self, error: BaseException) -> bool:
+        return not isinstance(error, Exception)  # trio's Cancelled, KeyboardInterrupt
+
+    # --- the shared part -------------------------------------------------------------
 
     def admit(self, shard: str, generation: int, what: str = "handler") -> bool:
         """D1 before a handler call (or a dead letter): the ledger's verdict, its actions
@@ -70,10 +96,14 @@ class Workers:
         if core.trace is not None:
             core.trace.admission(what, core.ledger, shard, generation, now, verdict)
         if actions is not NO_ACTIONS:
-            core.apply(actions)
+            self._apply(actions)
 
     async def worker(self, index: int) -> None:
-        """Take entries until none is left, then wait until the reader queues more."""
+        """Take entries until none is left, then wait until the reader queues more.
+
+        Between the ledger's admission and the handler's first step there is no
+        await: on either host they are one step of its loop (D1).
+        """
         core = self.core
         queue, ledger, acks, stats = core.queue, core.ledger, core.acks, core.stats
         parking = core.acker_parking
@@ -82,7 +112,8 @@ class Workers:
         member_id = core.member_id
         start_handler = ledger.start_handler
         clock = core.clock
-        decided = self._decided
+        decided, finish, wake_acker = self._decided, self._finish, self._wake_acker
+        checkpoint, stopping = self._checkpoint, self._stopping
         traced = core.trace is not None
         allowed = Verdict.ALLOWED
         pop, wait, done = queue.pop, queue.wait, queue.done
@@ -118,13 +149,13 @@ class Workers:
             try:
                 if fast:
                     try:
-                        await handler(message)  # type: ignore[misc]
+                        await handler(message)  # type: ignore[misc]  # its first step: this step
                         stats.processed += 1
                         handled = True
-                    except Exception as exc:  # noqa: BLE001 - a handler's failure is data
-                        stats.failed += 1
-                        log.warning("member %s: handler failed on %s %s (attempt 1): %r",
-                                    member_id, shard, entry_id, exc)
+                    except BaseException as exc:  # noqa: BLE001 - a handler's failure is data
+                        if stopping(exc):
+                            raise
+                        _failed(core, message, 1, exc)
                 else:
                     handled = await self.process(message, generation)
                 if handled:  # the acker admits it again right before acking
@@ -133,14 +164,14 @@ class Workers:
                 core.busy -= 1
                 done(entry)
                 if not handled:
-                    core.finish(shard)
+                    finish(shard)
             if handled and parking.parked and ack_rule.wake_acker(
                     acks.pending, busy=core.busy, queued=len(queue)):
-                parking.wake()
+                wake_acker()
             since_checkpoint += 1
             if since_checkpoint >= CHECKPOINT_EVERY:
                 since_checkpoint = 0
-                await trio.lowlevel.checkpoint()
+                await checkpoint()
 
     async def process(self, message: Message, generation: int) -> bool:
         """The general path (sync handlers, retries, AckPolicy.BEFORE); True when the
@@ -156,11 +187,11 @@ class Workers:
         core = self.core
         core.ledger.started(message.shard)  # the acker finishes this extra count
         buffer = core.acks.add(message.shard, generation, message.id)
-        sent = buffer.sent
-        if not isinstance(sent, trio.Event):  # the first worker waiting on this buffer
-            sent = buffer.sent = trio.Event()
+        sent: Any = buffer.sent
+        if not isinstance(sent, self.event_type):  # the first worker waiting on this buffer
+            sent = buffer.sent = self.event_type()  # the acker (trio, on this thread) sets it
         core.acks.awaited += 1
-        core.acker_parking.wake()
+        self._wake_acker()
         try:
             await sent.wait()
         finally:
@@ -172,7 +203,7 @@ class Workers:
         entry may be acked.
 
         Every call but an `admitted` first one, and a dead letter, is admitted by the
-        ledger first (D1).
+        ledger first (D1), in the loop step that starts the call.
         """
         core = self.core
         retry = core.config.retry or NO_RETRY
@@ -184,17 +215,17 @@ class Workers:
                 if self.is_async:
                     await self.handler(message)  # type: ignore[misc]
                 else:
-                    await trio.to_thread.run_sync(self.handler, message, limiter=self.threads)
+                    await self._in_thread(self.handler, message)
                 core.stats.processed += 1
                 return True
-            except Exception as exc:  # noqa: BLE001 - a handler's failure is data, not a crash
+            except BaseException as exc:  # noqa: BLE001 - a handler's failure is data, not a crash
+                if self._stopping(exc):
+                    raise
                 error = exc
-                core.stats.failed += 1
-                log.warning("member %s: handler failed on %s %s (attempt %d): %r",
-                            core.member_id, first.shard, first.id, message.attempt, exc)
+            _failed(core, first, message.attempt, error)
             step = retry.after_failure(message.attempt)
             if isinstance(step, RetryLater):
-                await trio.sleep(step.delay_s)
+                await self._sleep(step.delay_s)
                 message = new_message(first.shard, first.id, first.key, first.value,
                                       dict(first.fields), first.member_id, step.attempt)
                 continue
@@ -211,5 +242,33 @@ class Workers:
                                     value=message.value, error=error, attempts=step.attempts,
                                     consumer_group=core.config.consumer_group,
                                     member_id=core.member_id)
-        await trio.to_thread.run_sync(self.dead_letters.add_raw, step.stream, fields)
+        await self._in_thread(self.dead_letters.add_raw, step.stream, fields)
         core.stats.dead_lettered += 1
+
+
+class Workers(WorkerPool):
+    """The worker pool of one member on the trio host: trio tasks, trio worker threads."""
+
+    def __init__(self, core: MemberCore, handler: Handler, misc_client: redis.Redis) -> None:
+        super().__init__(core, handler, misc_client)
+        self.threads = trio.CapacityLimiter(max(64, core.config.capacity))
+
+    async def run(self) -> None:
+        """Keep as many long-lived workers as the ledger's worker count (never one per message)."""
+        core = self.core
+        async with trio.open_nursery() as nursery:
+            spawned = 0
+            while True:
+                while spawned < core.queue.workers:
+                    nursery.start_soon(self.worker, spawned)
+                    spawned += 1
+                await core.changed.wait()
+
+    async def _in_thread(self, function: Callable[..., Any], *args: Any) -> Any:
+        return await trio.to_thread.run_sync(function, *args, limiter=self.threads)
+
+
+def _failed(core: MemberCore, message: Message, attempt: int, error: BaseException) -> None:
+    core.stats.failed += 1
+    log.warning("member %s: handler failed on %s %s (attempt %d): %r", core.member_id,
+                message.shard, message.id, attempt, error)
