@@ -26,6 +26,7 @@ class _Connection:
         self.sent.append(text)
 
     def start_close(self, code: int, reason: str | None = None) -> None:
+        self.closed_with = code
         self.broken = True
 
 
@@ -143,3 +144,12 @@ async def test_replies_wait_while_the_connection_is_busy_and_go_in_order_once_it
     replies[2].resolve(_ok(3))
     assert [json.loads(text)["requestId"] for text in connection.sent] == [1, 2, 3, 9]
     assert session.room.value == MAX_IN_FLIGHT
+
+
+async def test_a_response_that_cannot_be_encoded_closes_only_its_session_with_1011():
+    connection = _Connection()
+    session = Session(connection)  # type: ignore[arg-type]
+    reply = await session.expect()
+    reply.resolve(object())  # type: ignore[arg-type]  # no message: encode fails
+    assert connection.closed_with == 1011 and session.closed  # type: ignore[attr-defined]
+    assert connection.sent == []
