@@ -399,3 +399,34 @@ def test_shard_operations_run_per_shard_on_every_master(cluster_url: str,
         assert shard_ops.ensure_store_id(client) == store_id
     finally:
         client.close()
+
+
+def test_d5_look_reads_the_lease_key_and_owner_records_across_all_masters(
+        cluster_url: str, redis_cluster: LocalCluster) -> None:
+    """A member's D5 look (member/heartbeat.py `observe`) is one pipeline; on a cluster its keys
+    live on every master, and it still answers each of them, in order."""
+    from rsc.member.heartbeat import observe
+    from rsc.member.outage import COORDINATOR_LEASE_KEY
+    from rsc.member.streams import connect
+
+    shards = [stream_key(f"d5look{n}", 1, n) for n in range(SHARDS)]
+    keys = [owner_key(shard, GROUP) for shard in shards]
+    client: Any = connect(cluster_url, timeout_s=2, retries=False)  # as the member's watcher does
+    try:
+        with node_client(redis_cluster) as node:
+            slots = {int(node.execute_command("CLUSTER", "KEYSLOT", key)) for key in keys}
+            owners = slot_owners(node)
+        assert len({owners[slot] for slot in slots}) == 3  # the look spans every master
+        for key in [COORDINATOR_LEASE_KEY, *keys]:
+            client.delete(key)
+        for index, key in enumerate(keys[:-1]):
+            client.set(key, f"member-{index % 2}")
+        absent, named = observe(client, COORDINATOR_LEASE_KEY, keys)
+        assert absent is True
+        assert named == [f"member-{index % 2}" for index in range(SHARDS - 1)] + [None]
+        client.set(COORDINATOR_LEASE_KEY, "coordinator-1")
+        assert observe(client, COORDINATOR_LEASE_KEY, keys)[0] is False
+    finally:
+        for key in [COORDINATOR_LEASE_KEY, *keys]:
+            client.delete(key)
+        client.close()

@@ -1,7 +1,8 @@
 """TLS on every hop, with real certificates made by trustme: wss:// to the coordinator, rediss:// to Redis.
 
-- a coordinator on wss:// serves members (the listener API), a producer and the admin
-  client, each verifying it against the test CA (`ca_file=` or `ssl_context=`);
+- a coordinator on wss:// serves members (the listener API, on the trio and the asyncio
+  host), a producer and the admin client, each verifying it against the test CA (`ca_file=`
+  or `ssl_context=`);
 - `rsc coordinator --tls-cert --tls-key` prints `listening on wss://H:P`, and `rsc admin`,
   `rsc produce` and `rsc consume` work through it (--ca-file, RSC_CA_FILE);
 - a client that does not trust the coordinator's CA says so in one line naming the URL and
@@ -108,6 +109,35 @@ async def test_members_a_producer_and_admin_work_through_a_wss_coordinator(
         consumers.stop()
     assert sorted(received) == sorted(RECORDS)
     assert len(described.members) == 2
+
+
+async def test_the_asyncio_host_listens_and_produces_through_a_wss_coordinator(
+        certs, coordinator_factory, redis_url):
+    from rsc.member import aio
+    from tests.test_aio_listener import in_asyncio, until
+
+    coordinator = await tls_coordinator(coordinator_factory, certs)
+    async with open_admin_client(coordinator.url, ca_file=certs.ca_file) as admin:
+        await admin.set_shard_count(PREFIX, GROUP, 4)
+    received: list[tuple[str, str]] = []
+
+    async def main() -> list[bool]:
+        @aio.listener(PREFIX, GROUP, coordinator_url=coordinator.url, redis_url=redis_url,
+                      concurrency=2, ca_file=certs.ca_file)
+        async def handle(message) -> None:
+            received.append((message.key, message.value))
+
+        async with handle.running():
+            joined = [member["joined"] for member in handle.status()["members"]]
+            async with aio.open_producer(coordinator.url, redis_url, PREFIX,
+                                         ca_file=certs.ca_file) as producer:
+                await producer.send_batch(RECORDS)
+            await until(lambda: len(received) >= len(RECORDS))
+        return joined
+
+    joined = await in_asyncio(main)
+    assert joined == [True, True]  # both members joined over wss:// before any message
+    assert sorted(received) == sorted(RECORDS)
 
 
 async def test_rsc_coordinator_prints_listening_on_wss_and_the_tools_work_through_it(certs, redis_url):
