@@ -21,6 +21,7 @@ Set RSC_FAULTS_OUT=path to append one JSON row per scenario (the README's Faults
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
@@ -236,18 +238,59 @@ def report(scenario: str, **figures: Any) -> None:
             file.write(json.dumps(row) + "\n")
 
 
-async def run_outage(redis_url: str, nursery: trio.Nursery, scenario: str) -> None:
+@attrs.define
+class Rig:
+    """A coordinator process, two `rsc consume` processes on SHARDS shards, one `rsc produce`."""
+
+    coordinator: Coordinator
+    streams: tuple[str, ...] = ()
+    consumers: list[Consumer] = attrs.Factory(list)
+    producer: Producer | None = None
+
+    def fed_producer(self) -> Producer:
+        assert self.producer is not None
+        return self.producer
+
+    async def drain(self, redis_url: str) -> tuple[Counter[str], int]:
+        """End the producer, wait until every accepted line is handled and acked; how often each
+        value was handled, and how many accepted lines none handled."""
+        producer = self.fed_producer()
+        fed = await producer.finish()
+        assert fed == 0, producer.stderr.decode(errors="replace")
+        fed_lines = producer.fed
+        await wait_for(lambda: missing(self.consumers, fed_lines) == 0, 60,
+                       "every accepted line handled")
+        await wait_for(lambda: pending(redis_url, self.streams) == 0, 30, "nothing pending")
+        return handled_values(self.consumers), missing(self.consumers, fed_lines)
+
+
+@contextlib.asynccontextmanager
+async def running_rig(redis_url: str, nursery: trio.Nursery) -> AsyncIterator[Rig]:
+    """Everything started and flowing (two stable members, the producer writing); stopped by
+    pid at the end, whatever happened."""
     coordinator = Coordinator(redis_url)
     await coordinator.start(nursery)
-    consumers: list[Consumer] = []
-    producer: Producer | None = None
+    rig = Rig(coordinator)
     try:
-        streams = await set_shards(coordinator.url, PREFIX, GROUP, SHARDS)
+        rig.streams = await set_shards(coordinator.url, PREFIX, GROUP, SHARDS)
         for name in ("a", "b"):
-            consumers.append(await spawn_consumer(name, coordinator.url, redis_url, nursery))
+            rig.consumers.append(await spawn_consumer(name, coordinator.url, redis_url, nursery))
         await wait_for_stable_members(coordinator.url, PREFIX, GROUP, 2)
+        rig.producer = await spawn_producer(coordinator.url, redis_url, nursery)
+        yield rig
+    finally:
+        if rig.producer is not None and rig.producer.process.returncode is None:
+            rig.producer.process.kill()
+        for consumer in rig.consumers:
+            await consumer.stop()
+        await coordinator.stop()
+
+
+async def run_outage(redis_url: str, nursery: trio.Nursery, scenario: str) -> None:
+    async with running_rig(redis_url, nursery) as rig:
+        coordinator, streams, consumers = rig.coordinator, rig.streams, rig.consumers
+        producer = rig.fed_producer()
         before = {m.member_id for m in (await describe(coordinator.url)).members}
-        producer = await spawn_producer(coordinator.url, redis_url, nursery)
         await wait_for(lambda: sum(len(c.handled) for c in consumers) >= RATE_PER_S, 30,
                        "messages flowing before the outage")
         events_before = sum(len(c.events) for c in consumers)
@@ -269,17 +312,11 @@ async def run_outage(redis_url: str, nursery: trio.Nursery, scenario: str) -> No
                          for seen, message in consumer.handled if past_leases <= seen < outage_ended)
 
         await trio.sleep(2 * LEASE_TTL_MS / 1000)  # the coordinator back: two leases of carrying on
-        fed = await producer.finish()
-        assert fed == 0, producer.stderr.decode(errors="replace")
-        fed_lines = producer.fed
-        await wait_for(lambda: missing(consumers, fed_lines) == 0, 60, "every accepted line handled")
-        await wait_for(lambda: pending(redis_url, streams) == 0, 30, "nothing pending")
+        handled, lost = await rig.drain(redis_url)
         after = await describe(coordinator.url)
         changes = [e for c in consumers for e in c.events[:] if e["event"] in ("fenced", "joined", "left")]
         fenced = sum(e["event"] == "fenced" for e in changes)
         joins_after = [e for c in consumers for e in c.events if e["event"] == "joined"]
-        handled = handled_values(consumers)
-        lost = missing(consumers, fed_lines)
         duplicates = sum(count - 1 for count in handled.values() if count > 1)
         report(f"coordinator {scenario} {OUTAGE_S:g} s (3 x lease)", accepted=producer.fed,
                handled=sum(handled.values()), lost=lost, duplicates=duplicates, fenced=fenced,
@@ -293,12 +330,6 @@ async def run_outage(redis_url: str, nursery: trio.Nursery, scenario: str) -> No
         assert lost == 0
         assert b"coordinator.lease_lapsed" in coordinator.logs or scenario == "sigkill", \
             bytes(coordinator.logs)
-    finally:
-        if producer is not None and producer.process.returncode is None:
-            producer.process.kill()
-        for consumer in consumers:
-            await consumer.stop()
-        await coordinator.stop()
 
 
 def handled_values(consumers: list[Consumer]) -> Counter[str]:
@@ -322,16 +353,9 @@ async def test_d5_coordinator_sigkill_and_restart_after_three_leases_stops_nothi
 
 async def test_d5_a_frozen_member_whose_shards_moved_touches_none_after_the_coordinator_died(
         redis_url, nursery):
-    coordinator = Coordinator(redis_url)
-    await coordinator.start(nursery)
-    consumers: list[Consumer] = []
-    producer: Producer | None = None
-    try:
-        streams = await set_shards(coordinator.url, PREFIX, GROUP, SHARDS)
-        for name in ("a", "b"):
-            consumers.append(await spawn_consumer(name, coordinator.url, redis_url, nursery))
-        await wait_for_stable_members(coordinator.url, PREFIX, GROUP, 2)
-        producer = await spawn_producer(coordinator.url, redis_url, nursery)
+    async with running_rig(redis_url, nursery) as rig:
+        coordinator, streams, consumers = rig.coordinator, rig.streams, rig.consumers
+        producer = rig.fed_producer()
         frozen, other = consumers
         await wait_for(lambda: len(frozen.handled) > 10, 30, "the first consumer handling")
         frozen.process.send_signal(signal.SIGSTOP)
@@ -357,13 +381,7 @@ async def test_d5_a_frozen_member_whose_shards_moved_touches_none_after_the_coor
         after_lost_lease = [m for seen, m in frozen.handled[handled_before_waking:] if seen >= woke]
         other_went_on = Counter(m["shard"] for seen, m in other.handled if seen >= woke)
         await coordinator.start(nursery)
-        fed = await producer.finish()
-        assert fed == 0, producer.stderr.decode(errors="replace")
-        fed_lines = producer.fed
-        await wait_for(lambda: missing(consumers, fed_lines) == 0, 60, "every accepted line handled")
-        await wait_for(lambda: pending(redis_url, streams) == 0, 30, "nothing pending")
-        handled = handled_values(consumers)
-        lost = missing(consumers, fed_lines)
+        handled, lost = await rig.drain(redis_url)
         report("member frozen, shards moved, then coordinator SIGKILL", accepted=producer.fed,
                handled=sum(handled.values()), lost=lost,
                duplicates=sum(c - 1 for c in handled.values() if c > 1),
@@ -372,12 +390,6 @@ async def test_d5_a_frozen_member_whose_shards_moved_touches_none_after_the_coor
         assert after_lost_lease == [], after_lost_lease[:5]
         assert sorted(other_went_on) == sorted(streams), "the other member went on under D5"
         assert lost == 0
-    finally:
-        if producer is not None and producer.process.returncode is None:
-            producer.process.kill()
-        for consumer in consumers:
-            await consumer.stop()
-        await coordinator.stop()
 
 
 def test_d5_one_look_reads_the_lease_key_and_the_owner_records_in_one_round_trip(redis_url):
