@@ -9,7 +9,9 @@ stream and feeds wsproto itself (`receive_message`), and writes never wait:
   before it and the kernel takes it whole (the common case, no await, no
   task); otherwise the rest is queued and one short writer task sends it, and
   `writing` stays true until the queue is empty, so a caller can hold back
-  what it has not handed over yet (the session's MAX_IN_FLIGHT bound).
+  what it has not handed over yet (the session's MAX_IN_FLIGHT bound), and
+  the session reads nothing more meanwhile (TCP's own backpressure, as
+  trio-websocket's awaited sends gave).
 - Server frames are built here (FIN + text opcode, unmasked, no extension is
   ever negotiated); what a client sends is parsed by wsproto, which turns
   protocol errors into close codes (1002, 1007).
@@ -164,6 +166,12 @@ class ServerConnection:
                 elif kind is CloseConnection:
                     self._closed_by_peer(event)  # type: ignore[arg-type]
                     return None
+            if self.writing:
+                # backpressure: what the peer's last bytes asked for (pongs, close answers) has
+                # not gone out yet, so read no more until it has: a peer that floods without
+                # reading holds one read's worth of answers here, not an unbounded queue
+                await self._all_written()
+                continue
             data = await self._receive()
             if not data:
                 self._lost()
@@ -171,6 +179,12 @@ class ServerConnection:
             proto.receive_data(data)
             events.extend(proto.events())
         return None
+
+    async def _all_written(self) -> None:
+        while self.writing and not self.broken:
+            if self._written is None:
+                self._written = trio.Event()
+            await self._written.wait()
 
     def _message(self, event: TextMessage | BytesMessage) -> str | bytes | None:
         data: str | bytes = event.data if isinstance(event.data, str | bytes) else bytes(event.data)
@@ -238,10 +252,7 @@ class ServerConnection:
             with trio.move_on_after(CLOSE_WAIT_S):
                 if proto is not None and proto.state is ConnectionState.LOCAL_CLOSING and not self.broken:
                     await self._await_peer_close(proto)
-                while self.writing and not self.broken:
-                    if self._written is None:
-                        self._written = trio.Event()
-                    await self._written.wait()
+                await self._all_written()
         finally:  # cancelled too (the coordinator stops): the stream is closed all the same
             self.broken = True
             self._fd = None  # never written again: the number may soon name another socket

@@ -416,3 +416,48 @@ async def test_a_stopping_coordinator_closes_its_sessions_with_1001(coordinator_
             with pytest.raises(ConnectionClosed) as closed:
                 await ws.get_message()
     assert closed.value.reason.code == 1001
+
+
+async def test_a_ping_flood_from_a_peer_that_never_reads_holds_a_bounded_backlog(nursery):
+    from rsc.actors.ws_server import RECEIVE_BYTES
+
+    left, right = socket.socketpair()
+    for sock in (left, right):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    server = trio.SocketStream(trio.socket.from_stdlib_socket(left))
+    peer = trio.SocketStream(trio.socket.from_stdlib_socket(right))
+    connection = ServerConnection(server, nursery, max_message_bytes=1 << 20)
+    handshake = WSConnection(ConnectionType.CLIENT).send(Request(host="x", target="/v1/member"))
+    client = Connection(ConnectionType.CLIENT)
+    ping = client.send(Ping(payload=b"x" * 100))  # 106 bytes in, a 102-byte pong out
+    pings = 20_000  # 2 MB of pings, 2 MB of pongs owed
+    sent = 0
+
+    async def flood() -> None:
+        nonlocal sent
+        await peer.send_all(handshake)
+        for _ in range(pings):
+            await peer.send_all(ping)
+            sent += 1
+
+    async def serve() -> None:
+        request = await connection.handshake(5)
+        assert request is not None
+        await connection.accept()
+        await connection.receive_message()
+
+    backlog = 0
+    async with trio.open_nursery() as flooding:
+        flooding.start_soon(serve)
+        flooding.start_soon(flood)
+        with trio.move_on_after(2):  # the peer never reads: both directions fill and stay full
+            while True:
+                backlog = max(backlog, sum(map(len, connection._out)))
+                await trio.sleep(0.01)
+        flooding.cancel_scope.cancel()
+    assert sent < pings  # the server stopped reading: the flood is held back by TCP
+    assert connection.writing  # its pongs wait for the peer to read
+    assert backlog <= RECEIVE_BYTES  # at most one read's worth of answers queued
+    await connection.aclose()
+    await peer.aclose()
