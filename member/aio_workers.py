@@ -106,6 +106,7 @@ class AioWorkers(WorkerPool):
     """The worker pool of one member on the asyncio host (`run` is its trio side)."""
 
     event_type = asyncio.Event  # the acker (trio, on this thread) sets it
+    log = log  # rsc.member.aio_workers, as the asyncio guide names it
 
     def __init__(self, core: MemberCore, handler: Handler, misc_client: redis.Redis, *,
                  host: GuestHost, context: contextvars.Context) -> None:

@@ -79,6 +79,13 @@ class WorkerPool:
     def _stopping(self, error: BaseException) -> bool:
         return not isinstance(error, Exception)  # trio's Cancelled, KeyboardInterrupt
 
+    log = log  # a handler's failures are logged here (each host its own logger)
+
+    def _failed(self, core: MemberCore, message: Message, attempt: int, error: BaseException) -> None:
+        core.stats.failed += 1
+        self.log.warning("member %s: handler failed on %s %s (attempt %d): %r", core.member_id,
+                         message.shard, message.id, attempt, error)
+
     # --- the shared part -------------------------------------------------------------
 
     def admit(self, shard: str, generation: int, what: str = "handler") -> bool:
@@ -113,7 +120,7 @@ class WorkerPool:
         start_handler = ledger.start_handler
         clock = core.clock
         decided, finish, wake_acker = self._decided, self._finish, self._wake_acker
-        checkpoint, stopping = self._checkpoint, self._stopping
+        checkpoint, stopping, failed = self._checkpoint, self._stopping, self._failed
         traced = core.trace is not None
         allowed = Verdict.ALLOWED
         pop, wait, done = queue.pop, queue.wait, queue.done
@@ -155,7 +162,7 @@ class WorkerPool:
                     except BaseException as exc:  # noqa: BLE001 - a handler's failure is data
                         if stopping(exc):
                             raise
-                        _failed(core, message, 1, exc)
+                        failed(core, message, 1, exc)
                 else:
                     handled = await self.process(message, generation)
                 if handled:  # the acker admits it again right before acking
@@ -222,7 +229,7 @@ class WorkerPool:
                 if self._stopping(exc):
                     raise
                 error = exc
-            _failed(core, first, message.attempt, error)
+            self._failed(core, first, message.attempt, error)
             step = retry.after_failure(message.attempt)
             if isinstance(step, RetryLater):
                 await self._sleep(step.delay_s)
@@ -268,7 +275,3 @@ class Workers(WorkerPool):
         return await trio.to_thread.run_sync(function, *args, limiter=self.threads)
 
 
-def _failed(core: MemberCore, message: Message, attempt: int, error: BaseException) -> None:
-    core.stats.failed += 1
-    log.warning("member %s: handler failed on %s %s (attempt %d): %r", core.member_id,
-                message.shard, message.id, attempt, error)

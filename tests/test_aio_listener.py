@@ -213,8 +213,9 @@ async def test_stop_from_a_signal_handler_leaves(coordinator):
     assert await members_of_group(url) == 0
 
 
-async def test_a_failing_handler_never_kills_the_workers_and_dead_letters(coordinator):
+async def test_a_failing_handler_never_kills_the_workers_and_dead_letters(coordinator, caplog):
     url, redis_url = coordinator.url, coordinator.redis_url
+    caplog.set_level("WARNING", logger="rsc.member")
     streams = await set_shards(url, PREFIX, GROUP, SHARDS)
     total = 200
     await trio.to_thread.run_sync(write_messages, redis_url, streams, records(total, keys=10))
@@ -246,6 +247,9 @@ async def test_a_failing_handler_never_kills_the_workers_and_dead_letters(coordi
     assert {fields["value"] for _, fields in dead} == bad
     assert all("bad" in fields["error"] for _, fields in dead)
     assert pending_count(redis_url, streams, GROUP) == 0
+    failures = [r for r in caplog.records if "handler failed" in r.getMessage()]
+    assert len(failures) == 2 * len(bad)
+    assert {r.name for r in failures} == {"rsc.member.aio_workers"}  # the logger the guide names
 
 
 async def test_a_failing_handler_without_retry_leaves_its_messages_pending(coordinator):
