@@ -357,6 +357,19 @@ def test_the_group_page_lists_members_and_every_shard_with_its_owner(scenario: O
     tab.no_errors()
 
 
+def test_a_reloaded_group_page_draws_the_lag_from_before_it_opened(scenario: Orders, tab: Tab):
+    tab.page.goto(group_url(scenario.coordinator, "orders", "billing"))
+    chart = tab.page.locator("#lag-chart")
+    expect()(chart.locator("polyline").first).to_be_attached(timeout=WAIT_MS)
+    reloaded_at = time.time() * 1000
+    tab.page.reload()
+    expect()(chart.locator("polyline").first).to_be_attached(timeout=WAIT_MS)
+    # the console kept what the first page saw and sent it to the new one (same machine clock)
+    wait_for(lambda: float(chart.get_attribute("data-first") or "inf") < reloaded_at,
+             "the chart reaching back to before the reload", timeout_s=WAIT_MS / 1000)
+    tab.no_errors()
+
+
 def test_a_sigkilled_member_disappears_from_the_page_without_reload(scenario: Orders, tab: Tab):
     coordinator = scenario.coordinator
     victim, survivor = scenario.members

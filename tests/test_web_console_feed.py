@@ -231,3 +231,23 @@ async def test_a_taken_console_port_stops_the_coordinator_with_one_line(redis_ur
     last = result.stderr.decode().strip().splitlines()[-1]
     assert last.startswith(f"rsc coordinator: cannot serve the console on http://127.0.0.1:{port}/: "), last
     assert "Traceback" not in result.stderr.decode()
+
+
+async def test_a_page_opened_later_gets_what_the_console_saw_of_the_group_before(console: Console):
+    import time
+
+    hello = {"view": "group", "token": None, "streamPrefix": "orders", "consumerGroup": "billing"}
+    async with open_admin_client(console.url) as admin:
+        await admin.set_shard_count("orders", "billing", 2)
+    async with feed(console.port, hello) as first_page:
+        assert (await frame(first_page))["status"] == "ok"
+        seen = (await frame(first_page))["view"]
+    left_at = time.time() * 1000
+    async with feed(console.port, hello) as later_page:
+        assert (await frame(later_page))["status"] == "ok"
+        assert (await frame(later_page))["type"] == "group"
+        history = await frame(later_page)
+    assert history["type"] == "history"
+    (t, lag, pending), (gap_t, *gap) = history["points"]
+    assert t <= left_at and (lag, pending) == (seen["lag"], seen["pending"])
+    assert gap == [None, None] and t <= gap_t  # nobody looked between the two pages

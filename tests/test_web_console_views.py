@@ -257,3 +257,41 @@ def test_the_laggiest_shard_is_the_one_with_most_lag_then_most_pending():
     assert views.laggiest_shard(tied)["shard"] == "b"
     assert views.laggiest_shard([{"shard": "a", "lag": 0, "pending": 0}]) is None
     assert views.laggiest_shard([{"shard": "a", "lag": None, "pending": 0}]) is None
+
+
+# --- the lag history a later page starts from ---------------------------------------------
+
+
+def test_lag_history_keeps_a_point_a_second_while_followed_and_a_break_when_nobody_is():
+    from rsc.console.views import HISTORY_STEP_MS, LagHistory
+
+    history, key = LagHistory(), ("orders", "billing")
+    history.follow(key)
+    history.follow(key)  # two pages on the same group
+    history.record(key, 1_000, 5, 1)
+    history.record(key, 1_000 + HISTORY_STEP_MS - 1, 6, 1)  # within the second: not kept
+    history.record(key, 1_000 + HISTORY_STEP_MS, 7, 2)
+    history.unfollow(key, 2_500)  # one page left, the other still follows: no break
+    assert history.points(key, 3_000) == [[1_000, 5, 1], [2_000, 7, 2]]
+    history.unfollow(key, 3_000)
+    assert history.points(key, 3_000)[-1] == [3_000, None, None]
+    history.record(key, 3_100, 9, 0)  # followed again: the break stays, the line starts over
+    assert history.points(key, 3_200)[-2:] == [[3_000, None, None], [3_100, 9, 0]]
+
+
+def test_lag_history_reaches_back_ten_minutes_and_remembers_a_bounded_number_of_groups():
+    from rsc.console.views import HISTORY_MS, MAX_HISTORIES, LagHistory
+
+    history = LagHistory()
+    for second in range(700):
+        history.record(("p", "g"), second * 1000, second, 0)
+    points = history.points(("p", "g"), 699_000)
+    assert points[0][0] == 699_000 - HISTORY_MS and len(points) == HISTORY_MS // 1000 + 1
+    points[0][1] = -1  # a copy: the page's list is its own
+    assert history.points(("p", "g"), 699_000)[0][1] != -1
+    for n in range(MAX_HISTORIES + 5):
+        history.record(("p", f"g{n}"), 700_000, n, 0)
+    assert history.points(("p", "g"), 700_000) == []  # the least recently seen went first
+    assert history.points(("p", f"g{MAX_HISTORIES + 4}"), 700_000) == [[700_000, MAX_HISTORIES + 4, 0]]
+    assert history.points(("p", "g4"), 700_000) == []
+    assert history.points(("p", "g5"), 700_000) == [[700_000, 5, 0]]

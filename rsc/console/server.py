@@ -26,6 +26,7 @@ import json
 import logging
 import math
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
@@ -148,6 +149,7 @@ class _Console:
         self.files = files
         self.coordinator_tls = coordinator_tls
         self.limiter = trio.CapacityLimiter(MAX_CONNECTIONS)
+        self.history = views.LagHistory()  # shared by the pages of this console
 
     async def handle(self, stream: trio.abc.Stream) -> None:
         async with stream:
@@ -192,7 +194,8 @@ class _Console:
                                                max_message_size=views.MAX_HELLO_BYTES)
             websocket = await request.accept()
             try:
-                await Feed(websocket, self.coordinator_url, self.coordinator_tls).run()
+                await Feed(websocket, self.coordinator_url, self.coordinator_tls,
+                           history=self.history).run()
             finally:
                 with trio.move_on_after(2.0):
                     await websocket.aclose()
@@ -233,8 +236,10 @@ class Feed:
     """One page's live feed: hello, an admin session with the page's token, then its view."""
 
     def __init__(self, websocket: WebSocketConnection, coordinator_url: str,
-                 coordinator_tls: ssl.SSLContext | None = None) -> None:
+                 coordinator_tls: ssl.SSLContext | None = None, *,
+                 history: views.LagHistory | None = None) -> None:
         self.websocket = websocket
+        self.history = history if history is not None else views.LagHistory()
         self.coordinator_url = coordinator_url
         self.coordinator_tls = coordinator_tls
         self.throttle = views.Throttle()
@@ -351,23 +356,38 @@ class Feed:
         group is said so and asked for again every UNKNOWN_GROUP_RETRY_S."""
         assert hello.stream_prefix is not None and hello.consumer_group is not None
         prefix, group = hello.stream_prefix, hello.consumer_group
-        while True:
-            described = await admin.session.request(_watch_request(prefix, group))
-            if described.get("status") == "UNKNOWN_GROUP":
-                self.offer("group", _unknown(prefix, group))
-                await trio.sleep(UNKNOWN_GROUP_RETRY_S)
-                continue
-            _raise_unless_ok(described)
-            self.offer("group", {"type": "group", "status": "OK", "view": views.group_view(described)})
+        key = (prefix, group)
+        history, first = self.history, True
+        history.follow(key)
+        try:
             while True:
-                push = await _next_push(admin)
-                if push.get("type") != "groupDescription" or push.get("streamPrefix") != prefix \
-                        or push.get("consumerGroup") != group:
-                    continue
-                if push.get("status") != "OK":
+                described = await admin.session.request(_watch_request(prefix, group))
+                if described.get("status") == "UNKNOWN_GROUP":
                     self.offer("group", _unknown(prefix, group))
-                    break  # the watch is over (G1: deleted); wait for the group to come back
-                self.offer("group", {"type": "group", "status": "OK", "view": views.group_view(push)})
+                    await trio.sleep(UNKNOWN_GROUP_RETRY_S)
+                    continue
+                _raise_unless_ok(described)
+                view = views.group_view(described)
+                earlier = history.points(key, _wall_ms()) if first else []
+                first = False
+                self._offer_view(key, view)
+                if earlier:  # what other pages (or this one, before a reload) saw of it
+                    self.offer("history", {"type": "history", "points": earlier})
+                while True:
+                    push = await _next_push(admin)
+                    if push.get("type") != "groupDescription" or push.get("streamPrefix") != prefix \
+                            or push.get("consumerGroup") != group:
+                        continue
+                    if push.get("status") != "OK":
+                        self.offer("group", _unknown(prefix, group))
+                        break  # the watch is over (G1: deleted); wait for the group to come back
+                    self._offer_view(key, views.group_view(push))
+        finally:
+            history.unfollow(key, _wall_ms())
+
+    def _offer_view(self, key: tuple[str, str], view: dict[str, Any]) -> None:
+        self.history.record(key, _wall_ms(), view["lag"], view["pending"])
+        self.offer("group", {"type": "group", "status": "OK", "view": view})
 
 
 def _unknown(prefix: str, group: str) -> dict[str, Any]:
@@ -377,6 +397,11 @@ def _unknown(prefix: str, group: str) -> dict[str, Any]:
 
 def _now_ms() -> int:
     return math.floor(trio.current_time() * 1000)
+
+
+def _wall_ms() -> int:
+    """The history's clock: wall time, as the page's `Date.now()` reads it."""
+    return math.floor(time.time() * 1000)
 
 
 class _AdminRefused(SessionLost):

@@ -7,6 +7,8 @@
 - `group_view(description)`: a group page: members, shards of the live versions with their
   owners, migration progress with its blocking groups (G2), the laggiest shard.
 - `Throttle`: at most `MAX_SENDS_PER_SECOND` frames to a page; the latest state wins.
+- `LagHistory`: the lag and pending each group showed while pages followed it, so a page
+  opened later (or reloaded) draws the minutes before it.
 - `refused_status(text)`: the HTTP status in an admin handshake failure (401: ask for a token).
 
 Figures stay integers (or None where Redis cannot tell); the page formats them as `1,234`.
@@ -30,6 +32,9 @@ MAX_HELLO_BYTES: Final = 4096
 MAX_WATCHED_PREFIXES: Final = 50  # the overview watches one group per prefix for its migration
 
 VIEWS: Final = ("overview", "group")
+HISTORY_MS: Final = 10 * 60 * 1000  # as long as the page's chart reaches back
+HISTORY_STEP_MS: Final = 1000  # at most a point a second per group
+MAX_HISTORIES: Final = 64  # groups remembered; the least recently seen is forgotten first
 
 
 class HelloError(ValueError):
@@ -108,6 +113,53 @@ class Throttle:
         self.latest.clear()
         self.sent_at_ms = now_ms
         return payloads
+
+
+class LagHistory:
+    """What this console saw of each group's lag and pending over the last HISTORY_MS, while
+    some page followed it: points `[wallMs, lag, pending]`, at most one per HISTORY_STEP_MS,
+    and a break `[wallMs, None, None]` where the last page stopped following (nobody looked
+    after that, so the chart must not draw a line across). Nothing is sampled for it: a group
+    nobody opens has no history, and the coordinator is asked nothing more."""
+
+    def __init__(self) -> None:
+        self._points: dict[tuple[str, str], list[list[Any]]] = {}  # least recently seen first
+        self._followers: dict[tuple[str, str], int] = {}
+
+    def follow(self, key: tuple[str, str]) -> None:
+        self._followers[key] = self._followers.get(key, 0) + 1
+
+    def unfollow(self, key: tuple[str, str], now_ms: int) -> None:
+        left = self._followers.get(key, 0) - 1
+        if left > 0:
+            self._followers[key] = left
+            return
+        self._followers.pop(key, None)
+        points = self._points.get(key)
+        if points and points[-1][1:] != [None, None]:
+            points.append([now_ms, None, None])
+
+    def record(self, key: tuple[str, str], now_ms: int, lag: int | None, pending: int | None) -> None:
+        points = self._points.pop(key, [])
+        self._points[key] = points
+        if not points or points[-1][1:] == [None, None] or now_ms - points[-1][0] >= HISTORY_STEP_MS:
+            points.append([now_ms, lag, pending])
+        _trim(points, now_ms)
+        while len(self._points) > MAX_HISTORIES:
+            del self._points[next(iter(self._points))]
+
+    def points(self, key: tuple[str, str], now_ms: int) -> list[list[Any]]:
+        """A copy of the group's points within HISTORY_MS of `now_ms`, oldest first."""
+        points = self._points.get(key, [])
+        _trim(points, now_ms)
+        return [list(point) for point in points]
+
+
+def _trim(points: list[list[Any]], now_ms: int) -> None:
+    cut = 0
+    while cut < len(points) and points[cut][0] < now_ms - HISTORY_MS:
+        cut += 1
+    del points[:cut]
 
 
 # --- overview ---------------------------------------------------------------------------

@@ -146,6 +146,8 @@
       renderOverview();
     } else if (body.type === "group" && page === "group") {
       renderGroup(body);
+    } else if (body.type === "history" && page === "group") {
+      mergeHistory(body.points);
     }
   }
 
@@ -450,11 +452,25 @@
     }
   }
 
+  // the minutes before this page: what the console saw while other pages (or this one,
+  // before a reload) followed the group; a null point is a stretch nobody watched
+  function mergeHistory(points) {
+    const first = state.history.length ? state.history[0][0] : Infinity;
+    const earlier = points.filter(([t]) => t < first);
+    if (earlier.length && earlier[earlier.length - 1][1] !== null && state.history.length &&
+        first - earlier[earlier.length - 1][0] > 5000) {
+      earlier.push([first - 1, null, null]);  // a gap between the two: no line across it
+    }
+    state.history = earlier.concat(state.history);
+    drawChart();
+  }
+
   function drawChart() {
     if (!window.RscChart || state.history.length === 0) {
       return;
     }
     const now = Date.now();
+    $("lag-chart").dataset.first = String(state.history[0][0]);  // where the line starts
     const windowMs = Math.min(HISTORY_MS, Math.max(60000, now - state.history[0][0]));
     const lag = state.history.map(([t, l]) => [t, l]);
     const pending = state.history.map(([t, , p]) => [t, p]);
