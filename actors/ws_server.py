@@ -330,7 +330,7 @@ class ServerConnection:
 def _socket_fd(stream: trio.abc.Stream) -> int | None:
     """The descriptor of a plain TCP stream (direct writes); None for anything else (TLS)."""
     sock = getattr(stream, "socket", None)
-    if sock is None:
+    if sock is None or os.name != "posix":  # a socket is a file descriptor only on POSIX
         return None
     try:
         fd = sock.fileno()
