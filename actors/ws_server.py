@@ -96,7 +96,6 @@ class ServerConnection:
         self.on_written: Callable[[], None] | None = None  # called once the queue has gone out
         self.broken = False  # the stream failed or was closed: nothing more is written
         self.close_code: int | None = None  # set once either side closed
-        self.close_reason: str | None = None
 
     # --- handshake --------------------------------------------------------------------
 
@@ -216,13 +215,13 @@ class ServerConnection:
     def _closed_by_peer(self, event: CloseConnection) -> None:
         proto = self._proto
         assert proto is not None
-        self.close_code, self.close_reason = event.code, event.reason or None
+        self.close_code = event.code
         if proto.state is ConnectionState.REMOTE_CLOSING:
             self._send_event(event.response())
         elif proto.state is ConnectionState.OPEN:
             # wsproto reports a frame it could not parse as a close from the peer (1002, 1007):
             # tell the peer why
-            self._write(proto.send(CloseConnection(code=event.code, reason=event.reason)))
+            self._send_event(CloseConnection(code=event.code, reason=event.reason))
 
     def _lost(self) -> None:
         if self.close_code is None:
@@ -241,8 +240,8 @@ class ServerConnection:
         proto = self._proto
         if proto is None or proto.state is not ConnectionState.OPEN:
             return
-        self.close_code, self.close_reason = code, reason
-        self._write(proto.send(CloseConnection(code=code, reason=reason)))
+        self.close_code = code
+        self._send_event(CloseConnection(code=code, reason=reason))
 
     async def aclose(self) -> None:
         """End the connection: let queued frames out, wait briefly for the peer's answer to our

@@ -3,8 +3,8 @@
 No sockets: each row times one step of the coordinator's per-heartbeat path. The codec
 rows compare the converter path (what every heartbeat took before the codec wrote a
 heartbeatResponse field by field and built a well-formed heartbeat directly) with today's
-product `encode`/`decode`; the flush-task row compares a task per flush with awaiting the
-send in place, a change the server has not made.
+product `encode`/`decode`; the flush-task row compares a task per flush (what the server did
+before it wrote frames in place, actors/ws_server.py) with awaiting the send in place.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
         spawned = _trio_per_call(_spawn_each, repeat)
         awaited = _trio_per_call(_await_each, repeat)
         result.rows.append(["a task per flush (start_soon)", spawned, awaited, spawned - awaited,
-                            "not the codec: start_soon today vs awaiting the send in place"])
+                            "not the codec: start_soon (the server before) vs in place (now)"])
     result.data = {"repeat": repeat, "json_loads_us": parsed, "rows": result.rows}
     result.notes.append(f"best of 3 x {repeat:,} calls in one process, microseconds per heartbeat")
     return result

@@ -273,5 +273,3 @@ class Workers(WorkerPool):
 
     async def _in_thread(self, function: Callable[..., Any], *args: Any) -> Any:
         return await trio.to_thread.run_sync(function, *args, limiter=self.threads)
-
-
