@@ -30,6 +30,7 @@ import redis
 import trio
 
 from rsc.common import gc_policy as gc_control
+from rsc.common.errors import unwrap_single
 from rsc.member.listener import Listener, member_instance_ids
 from rsc.member.notices import REPEAT_S, Notices, redis_problem, then
 from rsc.member.peek import MessageQuota, QuotaReached, peek, routing_request
@@ -45,7 +46,6 @@ from rsc.member.session import (
     SessionRefused,
     check_coordinator_url,
     open_session,
-    unwrap_single,
 )
 from rsc.member.streams import StoreMismatch, check_store_id, connect, store_id_of
 from rsc.member.unrecoverable import (

@@ -37,6 +37,7 @@ from typing import TypeVar
 import redis
 import trio
 
+from rsc.common.errors import unwrap_single
 from rsc.member.backoff import Backoff
 from rsc.member.notices import Notices, redis_problem, then
 from rsc.member.ops import produce_ops
@@ -48,7 +49,6 @@ from rsc.member.session import (
     SessionRefused,
     check_coordinator_url,
     open_session,
-    unwrap_single,
 )
 from rsc.member.streams import StoreMismatch, check_store_id, connect
 from rsc.member.unrecoverable import (

@@ -23,7 +23,7 @@ import ssl
 import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Literal, NoReturn
+from typing import Literal
 
 import attrs
 import trio
@@ -32,10 +32,11 @@ from trio_websocket import (
     ConnectionRejected,
     HandshakeError,
     WebSocketConnection,
-    open_websocket_url,
 )
 
+from rsc.common.errors import unwrap_single
 from rsc.common.tls import forget_server, verify_server, websocket_context
+from rsc.common.ws_client import connect_websocket
 from rsc.member.backoff import Backoff as Backoff  # re-exported: the shells import it from here
 from rsc.protocol import Message, ProtocolError, decode, encode
 
@@ -300,14 +301,9 @@ async def open_session(
         await verify_server(coordinator_base(url, endpoint), context, connect_timeout)
     connected = False
     try:
-        async with open_websocket_url(
-            session_url(url, endpoint),
-            ssl_context=context,
-            extra_headers=headers,
-            message_queue_size=64,
-            connect_timeout=connect_timeout,
-            disconnect_timeout=2.0,
-        ) as websocket:
+        async with connect_websocket(session_url(url, endpoint), ssl_context=context,
+                                     extra_headers=headers, connect_timeout=connect_timeout) \
+                as websocket:
             connected = True
             session = Session(websocket)
             async with trio.open_nursery() as nursery:
@@ -321,7 +317,7 @@ async def open_session(
         if connected:
             raise
         raise refused(url, endpoint, exc.status_code) from exc
-    except (HandshakeError, OSError) as exc:
+    except (HandshakeError, OSError, trio.TooSlowError) as exc:
         if connected:
             raise
         if context is not None:
@@ -329,37 +325,3 @@ async def open_session(
         raise unreachable(url, endpoint, exc, connect_timeout) from exc
     except BaseExceptionGroup as group:
         unwrap_single(group)
-
-
-def unwrap_single(group: BaseExceptionGroup) -> NoReturn:
-    """Raise the one real exception a tiny nursery wrapped in `group` (or the group itself).
-
-    For context managers that run a helper task beside their body: the caller
-    sees the body's own exception, not a group.
-    """
-    leaf = single_exception(group)
-    if leaf is group:
-        raise group
-    context = leaf.__context__
-    try:
-        raise leaf
-    finally:
-        leaf.__context__ = context
-
-
-def single_exception(group: BaseExceptionGroup) -> BaseException:
-    """The exception a tiny session nursery wraps: the body's own, not the group."""
-    leaves: list[BaseException] = []
-
-    def collect(exc: BaseException) -> None:
-        if isinstance(exc, BaseExceptionGroup):
-            for inner in exc.exceptions:
-                collect(inner)
-        else:
-            leaves.append(exc)
-
-    collect(group)
-    real = [exc for exc in leaves if not isinstance(exc, trio.Cancelled)]
-    if len(real) == 1:
-        return real[0]
-    return leaves[0] if not real else group

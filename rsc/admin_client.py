@@ -22,7 +22,7 @@ import json
 import re
 import socket
 import ssl
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
@@ -35,12 +35,12 @@ from trio_websocket import (
     ConnectionTimeout,
     HandshakeError,
     WebSocketConnection,
-    connect_websocket_url,
 )
 
 from rsc.admin_args import DEFAULT_URL
 from rsc.common import tls
-from rsc.member.session import single_exception
+from rsc.common.errors import leaves, unwrap_single
+from rsc.common.ws_client import connect_websocket
 from rsc.protocol import (
     Cutover,
     DeleteGroup,
@@ -225,18 +225,10 @@ def _root_cause(exc: BaseException | None) -> BaseException | None:
     """trio's "all attempts to connect failed" OSError stands for its attempts' errors:
     when they are all of one kind (refused, say), that kind is the cause."""
     if isinstance(exc, OSError) and isinstance(exc.__cause__, BaseExceptionGroup):
-        leaves = list(_leaves(exc.__cause__))
-        if leaves and all(type(leaf) is type(leaves[0]) for leaf in leaves):
-            return leaves[0]
+        inner = leaves(exc.__cause__)
+        if inner and all(type(leaf) is type(inner[0]) for leaf in inner):
+            return inner[0]
     return exc
-
-
-def _leaves(group: BaseExceptionGroup) -> Iterator[BaseException]:
-    for inner in group.exceptions:
-        if isinstance(inner, BaseExceptionGroup):
-            yield from _leaves(inner)
-        else:
-            yield inner
 
 
 def _hostport(coordinator: CoordinatorURL) -> str:
@@ -496,35 +488,22 @@ async def open_admin_client(url: str, *, token: str | None = None, connect_timeo
     failure: str | None = None
     connected = False
     try:
-        async with trio.open_nursery() as nursery:
-            try:
-                # our own deadline and nursery: trio-websocket's connect timeout leaves its
-                # reader waiting on a peer that accepted the TCP connection and never answers
-                with trio.fail_after(connect_timeout):
-                    websocket = await connect_websocket_url(nursery, coordinator.endpoint,
-                                                            extra_headers=headers, ssl_context=context,
-                                                            max_message_size=MAX_ANSWER_BYTES)
-            except (HandshakeError, OSError, trio.TooSlowError) as exc:
-                failure = connect_failure(coordinator, exc, token=token, timeout=connect_timeout)
-                nursery.cancel_scope.cancel()
-            else:
-                connected = True
-                session = AdminSession(websocket, coordinator)
+        async with connect_websocket(coordinator.endpoint, extra_headers=headers,
+                                     ssl_context=context, connect_timeout=connect_timeout,
+                                     max_message_size=MAX_ANSWER_BYTES) as websocket:
+            connected = True
+            session = AdminSession(websocket, coordinator)
+            async with trio.open_nursery() as nursery:
                 nursery.start_soon(session.receive_loop)
                 try:
                     yield AdminClient(session)
                 finally:
-                    with trio.move_on_after(2.0):
-                        await websocket.aclose()
                     nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        leaf = single_exception(group)
-        if leaf is group:
+    except (HandshakeError, OSError, trio.TooSlowError) as exc:
+        if connected:
             raise
-        if not connected and isinstance(leaf, HandshakeError | OSError):
-            # a refusal (HTTP 401, 404, 503) is raised by the connection's reader task
-            failure = connect_failure(coordinator, leaf, token=token, timeout=connect_timeout)
-        else:
-            raise leaf from None
+        failure = connect_failure(coordinator, exc, token=token, timeout=connect_timeout)
+    except BaseExceptionGroup as group:
+        unwrap_single(group)
     if failure is not None:
         raise AdminConnectError(failure)

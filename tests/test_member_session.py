@@ -180,3 +180,41 @@ def test_backoff_doubles_up_to_its_maximum_and_starts_again_after_reset():
     assert low.next() == pytest.approx(0.05)  # jitter spreads retries over [delay/2, delay]
     with pytest.raises(ValueError):
         Backoff(1.0, 0.5)
+
+
+def silent_listener() -> tuple[object, str]:
+    """A TCP port whose process accepts nothing and answers nothing (a SIGSTOPped coordinator:
+    the kernel completes TCP handshakes from the listen backlog); the socket and ws://host:port."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    return listener, f"ws://127.0.0.1:{listener.getsockname()[1]}"
+
+
+async def test_d6_a_handshake_nobody_answers_gives_up_at_the_connect_timeout():
+    """The cause of a fleet that stopped for good (D6): a connect timeout that left the
+    connection's reader task running, so the session never opened and never failed."""
+    listener, url = silent_listener()
+    try:
+        with trio.fail_after(5):  # bounded: before the fix this waited for ever
+            with pytest.raises(CoordinatorUnreachable) as raised:
+                async with open_session(url, "member", connect_timeout=0.3):
+                    pass  # pragma: no cover
+        assert raised.value.line == f"no answer from {url} within 0.3 s: is the coordinator running there?"
+    finally:
+        listener.close()  # type: ignore[attr-defined]
+
+
+async def test_d6_the_admin_client_gives_up_on_a_silent_coordinator_too():
+    from rsc.admin_client import AdminConnectError, open_admin_client
+
+    listener, url = silent_listener()
+    try:
+        with trio.fail_after(5):
+            with pytest.raises(AdminConnectError, match="no answer within 0.3s"):
+                async with open_admin_client(url, connect_timeout=0.3):
+                    pass  # pragma: no cover
+    finally:
+        listener.close()  # type: ignore[attr-defined]

@@ -41,6 +41,7 @@ from rsc.admin_client import (
     open_admin_client,
 )
 from rsc.common import tls
+from rsc.common.errors import single_exception
 from rsc.console import views
 from rsc.console.http import (
     MAX_HEAD_BYTES,
@@ -52,7 +53,6 @@ from rsc.console.http import (
     parse_request_head,
     route,
 )
-from rsc.member.session import single_exception
 from rsc.protocol.messages import DescribeGroup, ListGroups
 
 log = logging.getLogger("rsc.console")

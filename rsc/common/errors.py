@@ -1,0 +1,50 @@
+"""Exception groups as the callers of a tiny nursery want them: the one real exception.
+
+A context manager that runs a helper task beside its body (a websocket's reader, a
+session's receive loop) wraps whatever ends it in an exception group; its caller wants
+the body's own exception, or the helper's, not a group of one.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import trio
+
+
+def leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    """Every exception inside `group`, nested groups flattened, in order."""
+    found: list[BaseException] = []
+
+    def collect(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                collect(inner)
+        else:
+            found.append(exc)
+
+    collect(group)
+    return found
+
+
+def single_exception(group: BaseExceptionGroup) -> BaseException:
+    """The one exception that is not a `trio.Cancelled` inside `group` (all of them being
+    Cancelled: the first); `group` itself when there are several."""
+    inside = leaves(group)
+    real = [exc for exc in inside if not isinstance(exc, trio.Cancelled)]
+    if len(real) == 1:
+        return real[0]
+    return inside[0] if not real else group
+
+
+def unwrap_single(group: BaseExceptionGroup) -> NoReturn:
+    """Raise the one real exception of `group` (see `single_exception`), keeping its own
+    context, or the group itself when there are several."""
+    leaf = single_exception(group)
+    if leaf is group:
+        raise group
+    context = leaf.__context__
+    try:
+        raise leaf
+    finally:
+        leaf.__context__ = context
