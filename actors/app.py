@@ -312,6 +312,8 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
         router = Router(nursery, make_actor, reload=reload, metrics=metrics, budget=budget,
                         schedule=schedule, shard_work=shard_work)
         shard_work.failed_pass = router.pass_failed
+        if metrics is not None:
+            metrics.report_unowned_shards(router.unowned_shards)
         nursery.start_soon(shard_work.run)
         now = now_ms()  # H12: every restored member gets a fresh lease from now
         for prefix, data in persisted.items():

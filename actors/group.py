@@ -138,6 +138,8 @@ class GroupMachine:
         self.instances: dict[str, str] = {}
         # S3: memberIds replaced by a return under another memberId -> (instanceId, since)
         self.replaced: dict[str, tuple[str, int]] = {}
+        # D7: target shards nobody holds -> since when (not persisted: a restart starts afresh)
+        self.free_since: dict[str, int] = {}
         self.effects = Effects()
 
     # --- events ----------------------------------------------------------------
@@ -237,6 +239,25 @@ class GroupMachine:
             for member_id, (_instance, since) in list(self.replaced.items()):
                 if now_ms - since > horizon:
                     del self.replaced[member_id]
+        self.unowned_shards(now_ms)  # keeps the since-times of free shards at tick resolution
+
+    def unowned_shards(self, now_ms: int) -> int:
+        """D7: the shards of the target that nobody has held for longer than one lease TTL
+        while the group has live members (not AWAY ones, S2), leaving out the target of AWAY
+        members; the shards of a v+1 held back for an `ordered` cutover (R3) are not in the
+        target yet. `rsc_group_unowned_shards` reports it."""
+        if not any(not member.away for member in self.members.values()):
+            self.free_since.clear()
+            return 0
+        away = {member_id for member_id, member in self.members.items() if member.away}
+        free: dict[str, int] = {}
+        for shard in self.shards:
+            if shard in self.owners or self.target.owner.get(shard) in away:
+                continue
+            free[shard] = self.free_since.get(shard, now_ms)
+        self.free_since = free
+        lease = self.settings.lease_ttl_ms
+        return sum(1 for since in free.values() if now_ms - since > lease)
 
     def remove_member(self, member_id: str | None, now_ms: int) -> bool:
         """Admin removal, AWAY members too (S5); False when the member is not live (or no
@@ -467,6 +488,7 @@ class GroupMachine:
         for shard in shards:
             if self.owners.get(shard) == member.member_id:
                 del self.owners[shard]
+                self.free_since[shard] = now_ms
                 self.effects.owner_changes[shard] = None
                 waiting = self.target.owner.get(shard)
                 if waiting is not None and waiting != cause and not self._is_away(waiting):
@@ -733,6 +755,8 @@ class GroupMachine:
             self.target.add_member(member_id)
         self.target.take_changed()
         self.owners = {s: mid for mid, mb in self.members.items() for s in mb.held}
+        if restart:
+            self.free_since = {}
         self.instances = {mb.instance_id: mid for mid, mb in self.members.items()
                           if mb.instance_id is not None}
         for member_id in [mid for mid in self.replaced if mid in self.members]:

@@ -33,6 +33,8 @@ process, as in tests, never share counters). The coordinator calls:
   `RetentionResult`s): `rsc_shard_length` per shard, entries trimmed by reason
   (`rsc_retention_removed_total`, `acked` or `cap`) and those no group had
   acked yet (`rsc_retention_unconsumed_removed_total`).
+- `report_unowned_shards(source)`: where `rsc_group_unowned_shards` (D7) is read at scrape
+  time: `(prefix, group, count)` of every group with live members.
 - Admission and supervision: `session_refused(reason)`
   (`rsc_sessions_refused_total{reason}`: max_sessions, max_connections,
   fd_exhausted), `handshake_timed_out()` (`rsc_handshakes_timed_out_total`),
@@ -51,12 +53,12 @@ Prometheus text format from a trio task, and with `health` (actors.app.Readiness
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
 from rsc.actors import latency
@@ -96,6 +98,29 @@ class _RequestLatency:
 
 _REQUEST_DOC = "Time from a request frame's arrival to its answer written to the session"
 
+UnownedSource = Callable[[], Iterable[tuple[str, str, int]]]
+
+
+class _UnownedShards:
+    """`rsc_group_unowned_shards` (D7): per group, read at scrape time from the groups'
+    machines through `source` (`(prefix, group, count)` for every group with live members)."""
+
+    def __init__(self) -> None:
+        self.source: UnownedSource | None = None
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return [GaugeMetricFamily("rsc_group_unowned_shards", _UNOWNED_DOC, labels=GROUP_LABELS)]
+
+    def collect(self) -> list[GaugeMetricFamily]:
+        family = GaugeMetricFamily("rsc_group_unowned_shards", _UNOWNED_DOC, labels=GROUP_LABELS)
+        for prefix, group, count in (self.source() if self.source is not None else ()):
+            family.add_metric((prefix, group), count)
+        return [family]
+
+
+_UNOWNED_DOC = ("Shards of a group's target that nobody has held for longer than one lease TTL "
+                "while the group has live members, not counting AWAY static members' (D7)")
+
 
 def _le(bound: float) -> str:
     return "+Inf" if bound == float("inf") else f"{bound:.6g}"
@@ -108,6 +133,8 @@ class CoordinatorMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
         registry.register(_RequestLatency())
+        self._unowned = _UnownedShards()
+        registry.register(self._unowned)
         self.groups = Gauge("rsc_groups", "Groups known to the coordinator", registry=registry)
         self.members = Gauge("rsc_group_members", "Live members of a group", GROUP_LABELS,
                              registry=registry)
@@ -319,6 +346,10 @@ class CoordinatorMetrics:
                 metric.remove(prefix)
             except KeyError:
                 pass
+
+    def report_unowned_shards(self, source: UnownedSource) -> None:
+        """Where `rsc_group_unowned_shards` is read from at scrape time (D7)."""
+        self._unowned.source = source
 
     def exposition(self) -> bytes:
         """Every metric in the Prometheus text format (version 0.0.4)."""

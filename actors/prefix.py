@@ -238,6 +238,11 @@ class PrefixMachine:
         elif retention:
             self.trimming.make_due()
 
+    def unowned_shards(self, now_ms: int) -> dict[str, int]:
+        """D7: per group with live members, its target shards nobody has held for a lease."""
+        return {name: group.unowned_shards(now_ms) for name, group in self.groups.items()
+                if group.members}
+
     def activity(self, *, watched: bool = False, repairing: bool = False) -> Activity:
         """What the last batch left behind, for the coordinator's schedule of wakes
         (actors/prefix_schedule.py): live members, a migration, a repair, the caps, and

@@ -106,6 +106,12 @@ class Router:
         if waiting:
             actor.subscribe(*waiting)
 
+    def unowned_shards(self) -> list[tuple[str, str, int]]:
+        """D7: `(prefix, group, count)` of every group with live members (the metric's source)."""
+        now = now_ms()
+        return [(prefix, group, count) for prefix, actor in self.actors.items()
+                for group, count in actor.machine.unowned_shards(now).items()]
+
     async def send(self, prefix: str, envelope: Envelope) -> None:
         """Hand a request to the prefix's actor (waits while its mailbox is full)."""
         actor = self.actors[prefix]

@@ -77,6 +77,9 @@ async def test_counters_move_when_members_join_and_leave(redis_url, nursery):
         answered = value(samples, "rsc_request_seconds_count")
         assert answered >= value(before, "rsc_request_seconds_count") + 2
         assert value(samples, "rsc_request_seconds_bucket", le="+Inf") == answered
+        # D7: a group with live members reports its unowned shards (none: it has no routing)
+        assert (("rsc_group_unowned_shards", tuple(sorted(LABELS.items()))) in samples
+                and value(samples, "rsc_group_unowned_shards", **LABELS) == 0)
 
         stale = await heartbeat(url, "member-a", first.member_epoch + 7)
         assert stale.status == Status.FENCED_MEMBER_EPOCH
