@@ -38,7 +38,14 @@ from rsc.actors.admission import (
 )
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.group import GroupSettings
-from rsc.actors.lease import LeaseContinuity, Renewal, waiting_line
+from rsc.actors.lease import (
+    LapseVerdict,
+    LeaseContinuity,
+    Renewal,
+    Takeover,
+    lapse_verdict,
+    waiting_line,
+)
 from rsc.actors.logs import log_event
 from rsc.actors.prefix_admission import GroupBudget
 from rsc.actors.prefix_schedule import Schedule
@@ -238,6 +245,7 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
         readiness.lease_held(False, f"the coordinator lease lapsed ({reason})")
         log_event(log, "coordinator.lease_lapsed", level=logging.WARNING,
                   coordinator_epoch=epoch, reason=reason,
+                  verdict=(continuity.verdict or LapseVerdict.STEP_DOWN).value,
                   then="sessions closed; restoring every prefix under a new coordinator epoch")
 
 
@@ -245,25 +253,31 @@ async def _wait_for_lease(config: CoordinatorConfig, store: ReportingStore, read
                           lease_ms: int) -> int:
     """D5: take the coordinator lease, waiting while another live coordinator holds it (not
     listening, `/readyz` 503, one line every 10 s naming the holder). A holder that stops
-    releases it (taken within a poll, well inside a tick); a dead one's lapses; one that died
-    on this host is dropped at once."""
+    marks its release (taken within a poll, well inside a tick); one that died on this host
+    is dropped at once; otherwise the key must have been absent for a full lease TTL
+    (actors/lease.py `Takeover`)."""
     poll_s = min(0.25, max(0.02, config.tick_interval_ms / 4000))
+    takeover = Takeover(lease_ttl_ms=config.lease_ttl_ms)
     last_said: float | None = None
     while True:
         try:
             await trio.to_thread.run_sync(take_over_dead_local_holder, store)
-        except Exception as exc:  # noqa: BLE001 - best effort: try_acquire says what is wrong
+        except Exception as exc:  # noqa: BLE001 - best effort: the look says what is wrong
             log_event(log, "coordinator.lease_takeover_skipped", error=str(exc))
-        epoch, holder = await trio.to_thread.run_sync(store.try_acquire)
-        if epoch is not None:
-            readiness.lease_held(True)
-            return epoch
-        readiness.lease_held(False, f"waiting: coordinator {holder} holds the lease")
+        holder, released = await trio.to_thread.run_sync(store.look)
+        if takeover.may_take(_monotonic_ms(), holder, released):
+            epoch, holder = await trio.to_thread.run_sync(store.try_acquire)
+            if epoch is not None:
+                readiness.lease_held(True)
+                return epoch
+        named = holder or takeover.waited_on
+        state = "holds" if holder is not None else "let its lease lapse; waiting a lease TTL for"
+        readiness.lease_held(False, f"waiting: coordinator {named} {state} the lease")
         now = trio.current_time()
         if last_said is None or now - last_said >= OUTAGE_REMINDER_S:
             last_said = now
-            log_event(log, "coordinator.waiting", level=logging.WARNING, holder=holder,
-                      line=waiting_line(holder, store.redis_url, lease_ms))
+            log_event(log, "coordinator.waiting", level=logging.WARNING, holder=named,
+                      line=waiting_line(named, store.redis_url, lease_ms))
         await trio.sleep(poll_s)
 
 
@@ -385,15 +399,30 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
         continuity.renewal(sent_at, outcome)
         reason = continuity.broken
         if reason is not None:
-            if outcome is Renewal.TAKEN or not await _retake(store, own_thread):
-                lapsed.set()  # another coordinator holds it, or ran meanwhile: restart
+            verdict = await _lapse_verdict(store, own_thread)
+            if verdict is not LapseVerdict.TAKE_BACK or not await _retake(store, own_thread):
+                # another coordinator holds it or ran meanwhile, or the store went back (K3):
+                # step down, wait for the lease, restore as after a restart
+                continuity.verdict = verdict
+                lapsed.set()
                 return
             continuity.resume(_monotonic_ms(), config.lease_ttl_ms)
             log_event(log, "coordinator.lease_lapsed", level=logging.WARNING, reason=reason,
+                      verdict=verdict.value,
                       then=f"taken again; no member expires for {config.lease_ttl_ms} ms "
                            "(fresh leases, H12)")
         readiness.lease_held(True)
         readiness.write_succeeded()  # the renewal is a metadata write too (PROTOCOL, Command line)
+
+
+async def _lapse_verdict(store: MetadataStore, limiter: trio.CapacityLimiter) -> LapseVerdict:
+    """What the store says about a lapse (D5): take back, store went back, or step down."""
+    try:
+        holder, stored_epoch = await trio.to_thread.run_sync(store.lapse_facts, limiter=limiter)
+    except StoreError:
+        return LapseVerdict.STEP_DOWN  # nothing learnt: restore from Redis once it answers
+    return lapse_verdict(own_epoch=store.coordinator_epoch, stored_epoch=stored_epoch,
+                         holder=holder, own_id=store.instance_id)
 
 
 async def _retake(store: MetadataStore, limiter: trio.CapacityLimiter) -> bool:

@@ -44,6 +44,7 @@ class LeaseContinuity:
     confirmed_at: float  # when the last renewal that found the lease ours was sent (ms)
     broken: str | None = None  # why the lease is known lapsed, None while unknown
     expiry_from: float = 0.0  # no expiry before this (ms): fresh leases after a lapse
+    verdict: LapseVerdict | None = None  # what the store said of the lapse that ended it
 
     def renewal(self, sent_at: float, outcome: Renewal) -> None:
         """A renewal sent at `sent_at` came back with `outcome`."""
@@ -86,7 +87,57 @@ class LeaseContinuity:
         return None
 
 
+class LapseVerdict(enum.Enum):
+    """What a coordinator does when it finds its lease lapsed (D5), by what Redis holds."""
+
+    TAKE_BACK = "take back"  # a plain lapse: nobody ran meanwhile, the store has all it wrote
+    STORE_WENT_BACK = "store went back"  # the store lost writes it made (K3)
+    STEP_DOWN = "step down"  # another coordinator holds the lease, or ran meanwhile
+
+
+def lapse_verdict(*, own_epoch: int, stored_epoch: int | None, holder: str | None,
+                  own_id: str) -> LapseVerdict:
+    """D5: the stored coordinator epoch equal to this one's, and the lease key absent or
+    ours: take the lease back; lower or missing: the store went back (K3); higher, or the
+    key held by another coordinator: step down, wait, and restore as after a restart."""
+    if holder is not None and holder != own_id:
+        return LapseVerdict.STEP_DOWN
+    if stored_epoch is None or stored_epoch < own_epoch:
+        return LapseVerdict.STORE_WENT_BACK
+    if stored_epoch > own_epoch:
+        return LapseVerdict.STEP_DOWN
+    return LapseVerdict.TAKE_BACK
+
+
+@attrs.define
+class Takeover:
+    """D5: when a coordinator that waits for the lease may take it.
+
+    At once when nobody holds it at start, or after the holder it waited on released it
+    (a clean stop marks the release); otherwise only once the key has been absent for one
+    full lease TTL, so a live holder whose store went back (K3), which writes its key again
+    within a tick, is never displaced. Pure: `now` (ms) passed in.
+    """
+
+    lease_ttl_ms: float
+    waited_on: str | None = None  # the holder this coordinator saw last
+    absent_since: float | None = None
+
+    def may_take(self, now: float, holder: str | None, released_by: str | None) -> bool:
+        """Whether to try for the lease now, given the key's `holder` (None: absent) and
+        whom the release marker names."""
+        if holder is not None:
+            self.waited_on, self.absent_since = holder, None
+            return False
+        if self.waited_on is None or released_by == self.waited_on:
+            return True
+        if self.absent_since is None:
+            self.absent_since = now
+        return now - self.absent_since >= self.lease_ttl_ms
+
+
 def waiting_line(holder: str | None, redis_url: str, lease_ms: float) -> str:
     """The line a waiting coordinator prints every 10 s (D5)."""
     return (f"waiting: coordinator {holder or '(unknown)'} holds the lease on {redis_url}; "
-            f"taking over when it stops or its lease lapses ({lease_ms / 1000:g} s without renewal)")
+            f"taking over when it stops, or once its lease lapsed ({lease_ms / 1000:g} s without "
+            "renewal) and stayed absent for a lease TTL")

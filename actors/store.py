@@ -47,6 +47,7 @@ from rsc.protocol.routing import owner_key, seal_key
 
 EPOCH_KEY = "rsc:coordinator:epoch"
 LEASE_KEY = "rsc:coordinator:lease"
+RELEASED_KEY = "rsc:coordinator:released"  # who released the lease last (a clean stop, D5)
 PREFIXES_KEY = "rsc:prefixes"
 _PLACEHOLDER_GROUP = "rsc:create"  # R1: makes an empty stream (XGROUP CREATE ... MKSTREAM), dropped
 
@@ -95,8 +96,12 @@ end
 return 0
 """
 
+# KEYS[1] lease, KEYS[2] release marker; ARGV[1] our id; ARGV[2] how long the marker stays (ms)
 _RELEASE_LEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+  return redis.call('DEL', KEYS[1])
+end
 return 0
 """
 
@@ -233,8 +238,9 @@ class MetadataStore:
         return Renewal.LAPSED if holder is None else Renewal.TAKEN
 
     def retake(self) -> bool:
-        """D5: take the lease again after a lapse, only if no other coordinator ran meanwhile
-        (the key is gone or still ours, and the epoch counter still names this epoch)."""
+        """D5: take the lease again after a plain lapse (`lapse_verdict` said TAKE_BACK), only
+        if still nobody else ran (the key is gone or still ours, and the epoch counter still
+        names this epoch)."""
         try:
             if int(self.client.get(EPOCH_KEY) or 0) != self.coordinator_epoch:
                 return False
@@ -245,10 +251,36 @@ class MetadataStore:
             raise StoreError(f"cannot take the coordinator lease again: {exc}") from exc
 
     def release(self) -> None:
+        """Give the lease up (a clean stop) and mark the release, so that a waiting coordinator
+        takes over at once (D5)."""
         try:
-            self._release(keys=[LEASE_KEY], args=[self.instance_id])
+            self._release(keys=[LEASE_KEY, RELEASED_KEY],
+                          args=[self.instance_id, max(60_000, 10 * self.lease_ms)])
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot release the coordinator lease: {exc}") from exc
+
+    def look(self) -> tuple[str | None, str | None]:
+        """Who holds the lease (None: nobody) and whom the release marker names, in one round
+        trip: what a waiting coordinator decides on (D5, actors/lease.py `Takeover`)."""
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.get(LEASE_KEY)
+            pipe.get(RELEASED_KEY)
+            holder, released = pipe.execute()
+        except STORE_IO_ERRORS as exc:
+            raise StoreError(f"cannot use Redis at {self.redis_url}: {exc}") from exc
+        return (None if holder is None else str(holder)), (None if released is None else str(released))
+
+    def lapse_facts(self) -> tuple[str | None, int | None]:
+        """After a lapse (D5): who holds the lease now and the stored coordinator epoch."""
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.get(LEASE_KEY)
+            pipe.get(EPOCH_KEY)
+            holder, epoch = pipe.execute()
+        except STORE_IO_ERRORS as exc:
+            raise StoreError(f"cannot use Redis at {self.redis_url}: {exc}") from exc
+        return (None if holder is None else str(holder)), (None if epoch is None else int(epoch))
 
     def stalled(self, error: str) -> None:
         """A call on this store passed its D4 deadline and was abandoned (a hook: readiness)."""

@@ -4,7 +4,7 @@ coordinator's lease continuity (actors/lease.py), with a fake clock (ms passed i
 
 from __future__ import annotations
 
-from rsc.actors.lease import LeaseContinuity, Renewal, waiting_line
+from rsc.actors.lease import LapseVerdict, LeaseContinuity, Renewal, Takeover, lapse_verdict, waiting_line
 from rsc.actors.store import LEASE_KEY
 from rsc.member.ledger import Ledger, Verdict
 from rsc.member.outage import COORDINATOR_LEASE_KEY, Observation
@@ -229,3 +229,53 @@ def test_d5_lease_continuity_taken_again_gives_every_member_a_fresh_lease():
     for sent_at in range(5100, 7001, 100):  # renewed every tick from then on
         lease.renewal(sent_at, Renewal.RENEWED)
         assert lease.expiry_allowed(sent_at + 10) is (sent_at + 10 >= 7010), sent_at
+
+
+# --- what a coordinator does after a lapse, and when a waiting one takes over ---------------
+
+
+def test_d5_lapse_with_the_stored_epoch_its_own_and_the_key_absent_or_its_own_takes_back():
+    for holder in (None, "me"):
+        assert lapse_verdict(own_epoch=7, stored_epoch=7, holder=holder, own_id="me") \
+            is LapseVerdict.TAKE_BACK
+
+
+def test_d5_lapse_with_the_stored_epoch_lower_or_missing_is_a_store_that_went_back():
+    for stored in (None, 6, 0):
+        assert lapse_verdict(own_epoch=7, stored_epoch=stored, holder=None, own_id="me") \
+            is LapseVerdict.STORE_WENT_BACK
+
+
+def test_d5_lapse_with_a_newer_epoch_or_another_holder_steps_down():
+    assert lapse_verdict(own_epoch=7, stored_epoch=8, holder=None, own_id="me") \
+        is LapseVerdict.STEP_DOWN
+    assert lapse_verdict(own_epoch=7, stored_epoch=7, holder="other", own_id="me") \
+        is LapseVerdict.STEP_DOWN
+
+
+def test_d5_a_coordinator_that_finds_no_holder_at_start_takes_the_lease_at_once():
+    assert Takeover(lease_ttl_ms=10_000).may_take(0, holder=None, released_by=None)
+
+
+def test_d5_a_waiting_coordinator_takes_over_at_once_after_its_holder_released():
+    takeover = Takeover(lease_ttl_ms=10_000)
+    assert not takeover.may_take(0, holder="a", released_by=None)
+    assert takeover.may_take(100, holder=None, released_by="a")
+
+
+def test_d5_a_waiting_coordinator_takes_over_a_lapsed_lease_only_after_a_full_ttl_of_absence():
+    takeover = Takeover(lease_ttl_ms=10_000)
+    assert not takeover.may_take(0, holder="a", released_by="someone-before-a")
+    assert not takeover.may_take(1_000, holder=None, released_by="someone-before-a")
+    assert not takeover.may_take(10_999, holder=None, released_by=None)
+    assert takeover.may_take(11_000, holder=None, released_by=None)
+
+
+def test_d5_a_holder_that_writes_its_key_again_restarts_the_waiters_count():
+    """K3: a live holder whose store went back writes its key again within a tick."""
+    takeover = Takeover(lease_ttl_ms=10_000)
+    takeover.may_take(0, holder="a", released_by=None)
+    assert not takeover.may_take(1_000, holder=None, released_by=None)
+    assert not takeover.may_take(2_000, holder="a", released_by=None)  # back
+    assert not takeover.may_take(11_500, holder=None, released_by=None)
+    assert takeover.may_take(21_500, holder=None, released_by=None)

@@ -320,3 +320,42 @@ async def test_ctrl_c_on_rsc_coordinator_with_its_embedded_redis_releases_the_le
         assert b"lease_not_released" not in logs and b"Traceback" not in logs, bytes(logs)
     finally:
         await stop(process)
+
+
+@pytest.mark.parametrize("ending", ["released", "lapsed"])
+async def test_d5_a_waiting_coordinator_takes_a_lapsed_lease_only_after_a_ttl_of_absence(
+        redis_url, ending):
+    """A holder on another host (its pid cannot be checked) whose key lapses without a
+    release: the waiting coordinator takes over only once the key has been absent for one
+    full lease TTL (a live holder whose store went back writes it again within a tick, K3);
+    one that released it (a clean stop) is taken over at once."""
+    lease_ttl_s = 2.0 if ending == "lapsed" else 20.0  # a release: at once, not after 20 s
+    holder = "another-host-4242-0badc0de"
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client.set("rsc:coordinator:lease", holder, px=60_000)
+    waiting = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "rsc", "coordinator", "--redis-url", redis_url, "--port", "0",
+         "--tick-interval-ms", "100", "--lease-ttl-ms", str(int(lease_ttl_s * 1000))],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    assert waiting.stdout is not None and waiting.stderr is not None
+    try:
+        logs = bytearray()
+        with trio.fail_after(20):
+            await read_until(waiting.stderr, b"coordinator.waiting", logs)
+        assert holder.encode() in logs
+        if ending == "released":  # what a clean stop of that holder writes (one script)
+            client.set("rsc:coordinator:released", holder, px=60_000)
+        client.delete("rsc:coordinator:lease")
+        gone = time.monotonic()
+        out = bytearray()
+        with trio.fail_after(15):
+            await read_until(waiting.stdout, b"listening on ", out)
+        took = time.monotonic() - gone
+        print(f"{ending}: took over {took:.2f} s after the key went")
+        if ending == "lapsed":
+            assert took >= lease_ttl_s - 0.05, f"took over {took:.2f} s after the key went"
+        else:
+            assert took < lease_ttl_s, f"waited {took:.2f} s after a release"
+    finally:
+        client.close()
+        await stop(waiting)
