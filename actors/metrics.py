@@ -47,7 +47,7 @@ process, as in tests, never share counters). The coordinator calls:
 
 `serve_metrics(metrics, host, port, health=...)` serves `GET /metrics` in the
 Prometheus text format from a trio task, and with `health` (actors.app.Readiness)
-`GET /healthz` and `GET /readyz`; `render_http_response` is its pure core.
+`GET /healthz` and `GET /readyz` (`routes`; rsc/common/probe_http.py serves them).
 """
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
 from rsc.actors import latency
+from rsc.common import probe_http
+from rsc.common.probe_http import Answer, Route
 
 GROUP_LABELS = ("prefix", "group")
 
@@ -69,8 +71,6 @@ _FAST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
                  0.25, 0.5, 1.0, 2.5)
 _REVOKE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
-MAX_REQUEST_HEAD_BYTES = 8192
-REQUEST_READ_TIMEOUT_S = 5.0
 
 
 def group_labels(group: Any) -> tuple[str, str]:
@@ -365,91 +365,23 @@ class Health(Protocol):
     def reason(self) -> str: ...
 
 
-def render_http_response(request_head: bytes, exposition: Callable[[], bytes],
-                         health: Health | None = None) -> bytes:
-    """The whole HTTP/1.1 response to one request head (request line plus headers).
-
-    `GET /metrics` (query string ignored) -> 200 with the exposition; with
-    `health`, `GET /healthz` -> 200 while the process runs and `GET /readyz`
-    -> 200 when `health.ready`, else 503 with the reason; `HEAD` the same
-    without a body; another path -> 404; another method -> 405; an unreadable
-    request line -> 400. The connection is always closed after.
-    """
-    request_line = request_head.split(b"\r\n", 1)[0].decode("latin-1")
-    parts = request_line.split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-        return _http(400, "Bad Request", b"bad request\n")
-    method, target, _version = parts
-    path = target.split("?", 1)[0]
-    known = ("/metrics", "/healthz", "/readyz") if health is not None else ("/metrics",)
-    if path not in known:
-        return _http(404, "Not Found", b"not found; metrics are at /metrics\n")
-    if method not in ("GET", "HEAD"):
-        return _http(405, "Method Not Allowed", b"method not allowed\n", allow="GET, HEAD")
-    if path == "/healthz":
-        body = b"ok\n"
-        response = _http(200, "OK", body)
-    elif path == "/readyz":
-        assert health is not None
-        ready = health.ready
-        body = (health.reason() + "\n").encode("utf-8", "replace")
-        response = _http(200, "OK", body) if ready else _http(503, "Service Unavailable", body)
-    else:
-        body = exposition()
-        response = _http(200, "OK", body, content_type=CONTENT_TYPE_PLAIN_0_0_4)
-    if method == "HEAD":
-        return response[: len(response) - len(body)]
-    return response
-
-
-def _http(status: int, reason: str, body: bytes, *,
-          content_type: str = "text/plain; charset=utf-8", allow: str | None = None) -> bytes:
-    headers = [f"HTTP/1.1 {status} {reason}", f"Content-Type: {content_type}",
-               f"Content-Length: {len(body)}", "Connection: close"]
-    if allow:
-        headers.append(f"Allow: {allow}")
-    return ("\r\n".join(headers) + "\r\n\r\n").encode("latin-1") + body
+def routes(exposition: Callable[[], bytes], health: Health | None = None) -> dict[str, Route]:
+    """What the metrics port answers: `GET /metrics` with `exposition()`; with `health`,
+    `GET /healthz` (200 while the process runs) and `GET /readyz` (200 when `health.ready`,
+    else 503 with the reason)."""
+    served: dict[str, Route] = {"/metrics": lambda: Answer(200, exposition(),
+                                                           CONTENT_TYPE_PLAIN_0_0_4)}
+    if health is not None:
+        served["/healthz"] = lambda: probe_http.text(200, "ok")
+        served["/readyz"] = lambda: probe_http.probe(health.ready, health.reason())
+    return served
 
 
 async def serve_metrics(metrics: CoordinatorMetrics, host: str, port: int, *,
                         health: Health | None = None, ssl_context: ssl.SSLContext | None = None,
                         task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve `GET /metrics` (and with `health`, `/healthz` and `/readyz`) on host:port until cancelled.
-
-    Calls `task_status.started(bound_port)` once listening (`port` 0 picks a
-    free port). One short-lived connection per scrape; no threads. With
-    `ssl_context` it is HTTPS (a failed TLS handshake reads as a peer gone away).
-    """
-    sockets = await trio.open_tcp_listeners(port, host=host)
-    bound_port = int(sockets[0].socket.getsockname()[1])
-    listeners: list[Any] = sockets if ssl_context is None else [
-        trio.SSLListener(listener, ssl_context, https_compatible=True) for listener in sockets]
-
-    async def handle(stream: trio.abc.Stream) -> None:
-        async with stream:
-            with trio.move_on_after(REQUEST_READ_TIMEOUT_S):
-                head = await _read_request_head(stream)
-                if head is not None:
-                    try:
-                        await stream.send_all(render_http_response(head, metrics.exposition, health))
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        pass  # the scraper went away; nothing to tell it
-
-    task_status.started(bound_port)
-    await trio.serve_listeners(handle, listeners)
-
-
-async def _read_request_head(stream: trio.abc.Stream) -> bytes | None:
-    """Bytes up to the blank line ending the headers; None if the peer went away or sent junk."""
-    buffer = b""
-    while b"\r\n\r\n" not in buffer:
-        if len(buffer) > MAX_REQUEST_HEAD_BYTES:
-            return None
-        try:
-            chunk = await stream.receive_some(4096)
-        except trio.BrokenResourceError:
-            return None
-        if not chunk:
-            return None
-        buffer += chunk
-    return buffer
+    """Serve `routes(metrics.exposition, health)` on host:port until cancelled
+    (rsc/common/probe_http.py); `task_status.started(bound_port)` once listening."""
+    await probe_http.serve_http(routes(metrics.exposition, health), host, port,
+                                ssl_context=ssl_context,
+                                task_status=task_status)

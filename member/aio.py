@@ -50,6 +50,7 @@ import trio
 
 from rsc.member.aio_guest import GuestHost, HostStopped
 from rsc.member.aio_workers import AioWorkers
+from rsc.member.health import ListenerStatus, listener_status
 from rsc.member.listener import Listener
 from rsc.member.producer import Producer, RoutingTable
 from rsc.member.producer import open_producer as open_trio_producer
@@ -93,6 +94,19 @@ class AioListener:
     @property
     def members(self) -> list[Member]:
         return self._listener.members
+
+    def status(self) -> ListenerStatus:
+        """D7, as `Listener.status()`, for a FastAPI (or any asyncio) health route, called
+        from code on the loop that hosts the members; `to_json()` is what the route returns.
+        `running` is false once the members stopped, `failure` says why if on their own."""
+        finished = self._finished
+        failure: str | None = None
+        if finished is not None and finished.done() and not finished.cancelled():
+            error = finished.exception()
+            failure = None if error is None else repr(error)
+        return listener_status((member.status() for member in self.members),
+                               running=finished is not None and not finished.done(),
+                               stopping=self._stopping, failure=failure)
 
     def stop(self, *, leave: bool = False) -> None:
         """Ask every member to drain, leave and return (from any code on the loop, or a
@@ -182,25 +196,6 @@ class AioListener:
             if mismatch is None or rest is not None:
                 raise
             raise _first_leaf(mismatch) from None
-
-    def status(self) -> dict[str, Any]:
-        """The listener and each member as a health check reports them (read-only)."""
-        finished = self._finished
-        failure: str | None = None
-        if finished is not None and finished.done() and not finished.cancelled():
-            error = finished.exception()
-            failure = None if error is None else repr(error)
-        members = []
-        for member in self.members:
-            state, stats = member.state, member.stats
-            members.append({
-                "memberId": member.member_id, "joined": state.joined,
-                "memberEpoch": state.member_epoch, "shards": sorted(state.holds),
-                "leaving": state.leaving, "processed": stats.processed,
-                "failed": stats.failed, "acked": stats.acked,
-                "inFlight": sum(member.ledger.in_flight.values())})
-        return {"running": finished is not None and not finished.done(),
-                "stopping": self._stopping, "failure": failure, "members": members}
 
 
 def _first_leaf(group: BaseExceptionGroup) -> BaseException:

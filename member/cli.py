@@ -13,6 +13,7 @@ ws://127.0.0.1:8765), RSC_REDIS_URL and RSC_TOKEN, so they stay out of `ps`.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import math
@@ -30,7 +31,10 @@ import redis
 import trio
 
 from rsc.common import gc_policy as gc_control
+from rsc.common import probe_http
 from rsc.common.errors import unwrap_single
+from rsc.common.probe_http import Answer, Route
+from rsc.member.health import ListenerStatus
 from rsc.member.listener import Listener, member_instance_ids
 from rsc.member.notices import REPEAT_S, Notices, redis_problem, then
 from rsc.member.peek import MessageQuota, QuotaReached, peek, routing_request
@@ -190,9 +194,16 @@ def add_consume_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--work-ms", type=float, default=0.0,
                         help="simulated handler work per message, in ms (default 0)")
     parser.add_argument("--metrics-port", type=int, default=None,
-                        help="serve the members' Prometheus metrics on this port")
+                        help="serve the members' Prometheus metrics on this port (/metrics, "
+                             "and /healthz and /readyz as --health-port does)")
     parser.add_argument("--metrics-host", default="127.0.0.1",
                         help="address of the metrics port (default 127.0.0.1)")
+    parser.add_argument("--health-port", type=int, default=None,
+                        help="answer GET /healthz (liveness) and /readyz (readiness) on this "
+                             "port, 404 elsewhere (default $RSC_HEALTH_PORT)")
+    parser.add_argument("--health-host", default="127.0.0.1",
+                        help="address of the health port (default 127.0.0.1; 0.0.0.0 for a "
+                             "Kubernetes probe)")
     parser.add_argument("--events", action="store_true",
                         help="write one JSON line per member event to stderr (joined, assigned, revoking, "
                              "revoked, fenced, left, join refused, instance fenced)")
@@ -685,8 +696,7 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
 
     consumers = make_listener()
     member_ids = [member.member_id for member in consumers.members]
-    if args.metrics_port is not None:
-        _serve_member_metrics(lambda: consumers, args.metrics_host, args.metrics_port)
+    health_port = args.health_port if args.health_port is not None else _env_port("RSC_HEALTH_PORT")
 
     def on_signal(signum: int) -> None:
         if stopping.is_set():
@@ -720,6 +730,12 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
+                probes = health_routes(lambda: consumers.status())
+                if args.metrics_port is not None:
+                    await _serve_probes(nursery, {**probes, "/metrics": _metrics_route(
+                        lambda: consumers)}, args.metrics_host, args.metrics_port, "metrics")
+                if health_port is not None:
+                    await _serve_probes(nursery, probes, args.health_host, health_port, "health")
                 nursery.start_soon(_dispatch_signals, signals, on_signal)
                 nursery.start_soon(watch.run)
                 nursery.start_soon(out.watch)
@@ -754,19 +770,49 @@ async def _first_of(*events: trio.Event) -> None:
             nursery.start_soon(wait)
 
 
-def _serve_member_metrics(consumers: Callable[[], Listener], host: str, port: int) -> None:
-    """Prometheus text on host:port (a daemon thread of prometheus_client), read at scrape time."""
-    from prometheus_client import CollectorRegistry, start_http_server
+def health_routes(status: Callable[[], ListenerStatus]) -> dict[str, Route]:
+    """D7: `GET /healthz` 200 unless a restart should cure a member (503 with the reason),
+    `GET /readyz` 200 while every member is in its group (503 with the reason)."""
+    def healthz() -> Answer:
+        verdict = status()
+        return probe_http.probe(verdict.healthy, verdict.reason if not verdict.healthy else "ok")
+
+    def readyz() -> Answer:
+        verdict = status()
+        return probe_http.probe(verdict.ready, verdict.reason or "ready")
+
+    return {"/healthz": healthz, "/readyz": readyz}
+
+
+def _metrics_route(consumers: Callable[[], Listener]) -> Route:
+    """Prometheus text of the members' stats, read at scrape time."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
     from rsc.member.metrics import MemberCollector
 
     registry = CollectorRegistry()
     registry.register(MemberCollector(lambda: [member.stats for member in consumers().members]))
+    return lambda: Answer(200, generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4)
+
+
+async def _serve_probes(nursery: trio.Nursery, routes: dict[str, Route], host: str, port: int,
+                        what: str) -> None:
     try:
-        start_http_server(port, addr=host, registry=registry)
+        await nursery.start(functools.partial(probe_http.serve_http, routes, host, port))
     except OSError as exc:
-        raise BadConfig(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc} "
-                        "(pick another --metrics-port or --metrics-host)") from None
+        raise BadConfig(f"cannot serve {what} on {host}:{port}: {exc.strerror or exc} "
+                        f"(pick another --{what}-port or --{what}-host)") from None
+
+
+def _env_port(name: str) -> int | None:
+    """A port from the environment (empty: unset); BadConfig naming the variable otherwise."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise BadConfig(f"{name}={text!r} is not a port (0-65535)")
+    return int(text)
 
 
 class _RepeatFilter(logging.Filter):

@@ -86,7 +86,7 @@ class MemberCore:
         self.clock = monotonic_ms
         self.ledger = Ledger(config.member_id, capacity=config.capacity,
                              default_heartbeat_interval_ms=config.default_heartbeat_interval_ms,
-                             instance_id=config.instance_id)
+                             instance_id=config.instance_id, now=self.clock())
         self.stats = MemberStats(member_id=config.member_id, workers=config.capacity,
                                  in_flight=self.ledger.in_flight)
         self.ack_rule = AckFlushRule(batch=config.ack_batch, linger_ms=config.ack_linger_ms)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from rsc.common import gc_policy as gc_control
+from rsc.member.faults import MemberFaults
 from rsc.member.outage import COORDINATOR_LEASE_KEY, Observation
 from rsc.member.pacing import HeartbeatPacing
 from rsc.member.session import (
@@ -35,16 +36,13 @@ from rsc.member.session import (
 )
 from rsc.member.streams import connect
 from rsc.member.unrecoverable import Unrecoverable, refusal_is_permanent
-from rsc.protocol import AssignmentChanged, HeartbeatResponse, Status
+from rsc.protocol import JOIN_EPOCH, AssignmentChanged, HeartbeatResponse, Status
 from rsc.protocol.routing import owner_key
 
 if TYPE_CHECKING:
     from rsc.member.core import MemberCore
 
 log = logging.getLogger(__name__)
-
-FIRST_BACKOFF_S = 0.05
-MAX_BACKOFF_S = 1.0
 
 _CAP_HINTS = {
     Status.GROUP_MAX_SIZE_REACHED: "the group has as many members as the coordinator's "
@@ -83,12 +81,12 @@ async def _run_session(core: MemberCore) -> None:
                              jitter=config.heartbeat_jitter,
                              join_retry_initial_s=config.join_retry_initial_s,
                              join_retry_max_s=config.join_retry_max_s)
-    backoff = FIRST_BACKOFF_S
     while not core.left.is_set():
         try:
             async with open_session(config.coordinator_url, "member", token=config.token,
-                                    ca_file=config.ca_file, ssl_context=config.ssl_context) as session:
-                backoff = FIRST_BACKOFF_S
+                                    ca_file=config.ca_file, ssl_context=config.ssl_context,
+                                    connect_timeout=pacing.connect_timeout_s(core.ledger)) as session:
+                pacing.session_opened()
                 core.ledger.on_session_lost()
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_watch_pushes, core, session)
@@ -104,8 +102,7 @@ async def _run_session(core: MemberCore) -> None:
             if core.ledger.done_without_session(core.stop_requested.is_set()):
                 core.left.set()
                 return
-            await trio.sleep(backoff)
-            backoff = min(backoff * 2, MAX_BACKOFF_S)
+            await trio.sleep(pacing.reconnect_delay_s(core.ledger))
 
 
 def observe(client: object, lease_key: str, owner_keys: list[str]) -> tuple[bool, list[str | None]]:
@@ -166,13 +163,18 @@ async def _watch_pushes(core: MemberCore, session: Session) -> None:
 async def _heartbeat_loop(core: MemberCore, session: Session, pacing: HeartbeatPacing) -> None:
     config, ledger = core.config, core.ledger
     join_topic = f"join {core.member_id}"  # per member: others of the group may be in
+    faults = MemberFaults.from_environment()
     while True:
         core.heartbeat_due = False
+        state = ledger.state
+        if faults.no_rejoin and state.incarnation and state.member_epoch == JOIN_EPOCH \
+                and not core.stop_requested.is_set():
+            await core.stop_requested.wait()  # a test's fault: fenced, and never back (D6, D7)
         request, sent, actions = ledger.heartbeat(
             core.clock(), capacity=config.capacity, stream_prefix=config.stream_prefix,
             consumer_group=config.consumer_group)
         core.apply(actions)
-        with trio.fail_after(config.request_timeout_s):
+        with trio.fail_after(pacing.answer_timeout_s(ledger, config.request_timeout_s)):
             response = await session.request(request)
         if not isinstance(response, HeartbeatResponse):
             log.error("member %s: heartbeat refused: %s", core.member_id, response)
@@ -180,7 +182,7 @@ async def _heartbeat_loop(core: MemberCore, session: Session, pacing: HeartbeatP
             if response.status not in (Status.OK, Status.REVOKE_PENDING):
                 log.info("member %s: heartbeat answered %s %s", core.member_id,
                          response.status, response.error or "")
-            core.apply(ledger.on_response(sent, response))
+            core.apply(ledger.on_response(sent, response, core.clock()))
             gc_control.freeze_after_startup()  # no-ops unless the process installed the policy
             gc_control.on_tick()
             if ledger.left:

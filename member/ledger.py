@@ -30,6 +30,7 @@ from types import MappingProxyType
 
 import attrs
 
+from rsc.member.health import HealthVerdict, MembershipHealth
 from rsc.member.outage import Observation, OutageAllowance
 from rsc.member.reconcile import (
     JOIN_EPOCH,
@@ -117,7 +118,7 @@ class Ledger:
     def __init__(self, member_id: str, *, capacity: int,
                  default_lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
                  default_heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
-                 instance_id: str | None = None) -> None:
+                 instance_id: str | None = None, now: float = 0.0) -> None:
         self.state = MemberState(member_id=member_id, instance_id=instance_id)  # S1
         self.capacity = capacity
         self.default_lease_ttl_ms = default_lease_ttl_ms
@@ -131,6 +132,7 @@ class Ledger:
         self.store_id: str | None = None  # the first storeId a heartbeat routing carried
         self.routed = False  # some heartbeat answer carried routing
         self.outage = OutageAllowance(member_id)  # D5
+        self.health = MembershipHealth(member_id, now)  # D6, D7
 
     # --- D1 and the lease clock, with D5 ---------------------------------------------------
 
@@ -250,8 +252,9 @@ class Ledger:
                 self._recovering[shard] = CLAIM_START
 
     def on_session_failed(self) -> None:
-        """A session could not be opened or broke: heartbeats fail (D5)."""
+        """A session could not be opened or broke: heartbeats fail (D5, D7)."""
         self.outage.session_failed()
+        self.health.failed()
 
     # --- membership ---------------------------------------------------------------------
 
@@ -259,13 +262,16 @@ class Ledger:
                   consumer_group: str) -> tuple[Heartbeat, SentHeartbeat, Actions]:
         """The heartbeat to send at `now`: first fence if the lease ran out (then it rejoins)."""
         actions = self.check_lease(now)
+        self.health.membership(self.in_group, now)
         request, sent = self.state.heartbeat(now, capacity=capacity, stream_prefix=stream_prefix,
                                              consumer_group=consumer_group)
         self.outage.heartbeat_sent(now)
         return request, sent, actions
 
-    def on_response(self, sent: SentHeartbeat, response: HeartbeatResponse) -> Actions:
-        """A heartbeat answer arrived (its lease counts from `sent.sent_at`)."""
+    def on_response(self, sent: SentHeartbeat, response: HeartbeatResponse,
+                    now: float | None = None) -> Actions:
+        """A heartbeat answer arrived at `now` (default: when it was sent); its lease counts
+        from `sent.sent_at`."""
         routing = response.routing
         if routing is not None:
             self.routed = True
@@ -275,6 +281,9 @@ class Ledger:
         actions = self._transition(*self.state.on_response(sent, response))
         accepted = self.state.last_accepted_sent_at == sent.sent_at
         self.outage.heartbeat_answered(accepted)
+        arrived = sent.sent_at if now is None else now
+        self.health.answered(arrived, response.status)
+        self.health.membership(self.in_group, arrived)
         if accepted and self._denied:
             self._readmit(sent.sent_at)
         return actions
@@ -286,6 +295,23 @@ class Ledger:
     def on_session_lost(self) -> None:
         """A new session reports the full holding."""
         self.state = self.state.on_session_lost()
+
+    @property
+    def in_group(self) -> bool:
+        """The member holds a member epoch its coordinator gave it (D6, D7): joined and
+        neither fenced nor left. A D5 outage keeps it in."""
+        state = self.state
+        return state.joined and state.member_epoch > 0 and not state.left
+
+    def health_verdict(self, now: float, coordinator_url: str = "the coordinator") -> HealthVerdict:
+        """D7 at `now`: in its group, or why not and whether a restart would cure it."""
+        health = self.health
+        health.membership(self.in_group, now)
+        if self.outage.heartbeats_failing(now, self.heartbeat_interval_ms):
+            health.failed()
+        return health.verdict(now, lease_ttl_ms=self.lease_ttl_ms,
+                              heartbeat_interval_ms=self.heartbeat_interval_ms,
+                              coordinator_url=coordinator_url)
 
     @property
     def left(self) -> bool:
@@ -300,6 +326,7 @@ class Ledger:
     def on_leave_requested(self, *, for_good: bool = False) -> Actions:
         """Shutdown: revoke everything; leave once drained (a static member with -2, S2,
         unless `for_good`)."""
+        self.health.stop()
         return self._transition(*self.state.on_leave_requested(for_good=for_good))
 
     def on_abandon(self, reason: str) -> Actions:

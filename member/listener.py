@@ -38,6 +38,7 @@ from collections.abc import Callable
 import trio
 
 from rsc.common.tls import TlsFailed
+from rsc.member.health import ListenerStatus, listener_status
 from rsc.member.ids import make_member_id
 from rsc.member.notices import Notices
 from rsc.member.policies import AckPolicy, RetryPolicy
@@ -82,6 +83,9 @@ class Listener:
                 except FieldValueError as exc:
                     raise ValueError(f"instance_id {instance_id!r}: {exc}") from None
         self.handler = handler
+        self._running = False
+        self._stopping = False
+        self._failure: str | None = None
         self.members = [
             Member(MemberConfig(coordinator_url=coordinator_url, redis_url=redis_url,
                                 stream_prefix=stream_prefix, consumer_group=consumer_group,
@@ -100,9 +104,20 @@ class Listener:
         """The decorated function stays callable."""
         return self.handler(*args, **kwargs)  # type: ignore[arg-type]
 
+    def status(self) -> ListenerStatus:
+        """D7, for a health or readiness probe: `ready` while every member is in its group
+        now; `healthy` unless a member is kept out of a group whose coordinator answers and
+        would admit it for longer than D6 allows (then a restart should cure it), or the
+        listener stopped on its own (`failure`); `reason` names the first member that is
+        not, and why. `to_json()` gives it as a health route returns it."""
+        return listener_status((member.status() for member in self.members),
+                               running=self._running, stopping=self._stopping,
+                               failure=self._failure)
+
     def stop(self, *, leave: bool = False) -> None:
         """Ask every member to drain, leave and return; static members leave for a while
         (-2, S2) unless `leave=True`."""
+        self._stopping = True
         for member in self.members:
             member.stop(leave=leave)
 
@@ -114,6 +129,7 @@ class Listener:
         coordinator's, TlsFailed when a wss:// coordinator's certificate does not verify,
         InstanceFenced when a newer member took over an instance id (S3).
         """
+        self._running, self._failure = True, None
         try:
             async with trio.open_nursery() as nursery:
                 for member in self.members:
@@ -122,8 +138,16 @@ class Listener:
         except BaseExceptionGroup as group:
             mismatch, rest = group.split((StoreMismatch, TlsFailed, InstanceFenced))
             if mismatch is None or rest is not None:
+                self._failure = repr(group)
                 raise
-            raise _first_leaf(mismatch) from None
+            failure = _first_leaf(mismatch)
+            self._failure = str(failure)
+            raise failure from None
+        except Exception as exc:
+            self._failure = str(exc)
+            raise
+        finally:
+            self._running = False
 
 
 def member_instance_ids(instance_id: str | None, concurrency: int) -> list[str | None]:

@@ -11,6 +11,15 @@ After every round trip the heartbeat shell asks `HeartbeatPacing.next_beat`:
   (D3); the first join taken after refusals resets the backoff and is said too;
 - D1: never later than the lease deadline (or the end of a D5 allowance), so a
   member with nothing to do still fences itself in time.
+
+And how long the shell waits on the coordinator (D5, D6):
+
+- a session that does not open within `connect_timeout_s` (twice the heartbeat
+  interval, 1 s to 10 s, always under the lease) is given up, and so is a heartbeat
+  unanswered after `answer_timeout_s` (the lease TTL, at least two intervals);
+- the next attempt waits `reconnect_delay_s`, doubling from 50 ms but never past one
+  heartbeat interval (nor 1 s), so a member whose coordinator answers again is back in
+  its group well within the fresh lease it was given.
 """
 
 from __future__ import annotations
@@ -23,6 +32,9 @@ import attrs
 from rsc.member.backoff import Backoff
 from rsc.member.ledger import Ledger
 from rsc.protocol import Status
+
+RECONNECT_FIRST_S = 0.05
+RECONNECT_MAX_S = 1.0
 
 
 def jittered(interval_ms: float, jitter: float, draw: Callable[[], float] = random.random) -> float:
@@ -55,6 +67,24 @@ class HeartbeatPacing:
         self._join_backoff = Backoff(join_retry_initial_s,
                                      max(join_retry_initial_s, join_retry_max_s), jitter=draw)
         self._refused = False  # a refusal was said and no join taken since
+        self._reconnect = Backoff(RECONNECT_FIRST_S, RECONNECT_MAX_S, jitter=draw)
+
+    def connect_timeout_s(self, ledger: Ledger) -> float:
+        """How long a session may take to open (then it failed: D5, and try again)."""
+        return min(10.0, max(1.0, 2 * ledger.heartbeat_interval_ms / 1000))
+
+    def answer_timeout_s(self, ledger: Ledger, request_timeout_s: float) -> float:
+        """How long a heartbeat waits for its answer before the session is given up."""
+        floor = 2 * ledger.heartbeat_interval_ms / 1000
+        return max(floor, min(request_timeout_s, ledger.lease_ttl_ms / 1000))
+
+    def reconnect_delay_s(self, ledger: Ledger) -> float:
+        """The wait before the next attempt at a session (D5: never past one interval)."""
+        return min(self._reconnect.next(), ledger.heartbeat_interval_ms / 1000)
+
+    def session_opened(self) -> None:
+        """A session opened: the next failure waits the shortest delay again."""
+        self._reconnect.reset()
 
     def next_beat(self, ledger: Ledger, now: float) -> NextBeat:
         """The wait after a heartbeat round trip at `now` (ms), given what the ledger holds."""

@@ -30,6 +30,7 @@ import trio
 from rsc.member.acker import run_acker
 from rsc.member.config import MemberConfig
 from rsc.member.core import AckObserver, EventCallback, InstanceFenced, MemberCore, ReadObserver
+from rsc.member.health import MemberStatus
 from rsc.member.heartbeat import leave, run_session
 from rsc.member.lag import poll_lag
 from rsc.member.ledger import Ledger
@@ -95,6 +96,19 @@ class Member:
     @property
     def stats(self) -> MemberStats:
         return self.core.stats
+
+    def status(self) -> MemberStatus:
+        """D7: is this member in its group now (`verdict.ready`), and if not, would a restart
+        cure it (`verdict.healthy` False)? What `rsc consume --health-port` answers `/readyz`
+        and `/healthz` by; with its epoch, shards and counters."""
+        core, ledger = self.core, self.core.ledger
+        state, stats = ledger.state, core.stats
+        return MemberStatus(
+            member_id=self.member_id, joined=ledger.in_group, member_epoch=state.member_epoch,
+            shards=tuple(sorted(state.holds)), leaving=state.leaving,
+            processed=stats.processed, failed=stats.failed, acked=stats.acked,
+            in_flight=sum(ledger.in_flight.values()),
+            verdict=ledger.health_verdict(core.clock(), self.config.coordinator_url))
 
     def stop(self, *, leave: bool = False) -> None:
         """Ask for a clean leave: stop reading, drain in-flight work, leave with epoch -1; a

@@ -65,10 +65,10 @@ class App:
         self.process = process
         self.base = f"http://127.0.0.1:{port}"
 
-    async def health(self) -> tuple[int, dict] | None:
+    async def health(self, path: str = "/health") -> tuple[int, dict] | None:
         try:
             async with httpx.AsyncClient(timeout=2) as client:
-                response = await client.get(f"{self.base}/health")
+                response = await client.get(f"{self.base}{path}")
         except httpx.HTTPError:
             return None
         return response.status_code, response.json()
@@ -146,6 +146,9 @@ async def test_fastapi_app_survives_a_reshard_and_a_killed_peer_and_leaves_on_si
         member = status["members"][0]
         assert member["joined"] and member["memberEpoch"] > 0 and member["processed"] > 0
         assert len(member["shards"]) == 8  # all of the new routing's shards
+        # D7 as the guide wires it: liveness and readiness probes of a member in its group
+        assert await survivor.health("/healthz") == (200, {"healthy": True, "reason": None})
+        assert await survivor.health("/readyz") == (200, {"ready": True, "reason": None})
         survivor.process.send_signal(signal.SIGINT)
         with trio.fail_after(20):
             code = await survivor.process.wait()

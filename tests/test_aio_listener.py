@@ -88,9 +88,9 @@ async def test_async_handler_consumes_in_key_order_on_the_loop_and_leaves(coordi
             seen.append((message.key, message.value))
 
         async with handle.running():
-            status = handle.status()
+            status = handle.status().to_json()
             await until(lambda: len(seen) >= total)
-        return {"joined": status, "after": handle.status()}
+        return {"joined": status, "after": handle.status().to_json()}
 
     result = await in_asyncio(main)
     assert sorted(int(v) for _, v in seen) == list(range(total))  # each once, none lost
@@ -193,9 +193,9 @@ async def test_stop_from_a_signal_handler_leaves(coordinator):
             pass
 
         async with handle.running():
-            joined = handle.status()
+            joined = handle.status().to_json()
             asyncio.get_running_loop().call_soon(handle.stop)
-            await until(lambda: not handle.status()["running"])  # drained and left
+            await until(lambda: not handle.status().to_json()["running"])  # drained and left
         with pytest.raises(RuntimeError, match="runs once"):
             async with handle.running():
                 pass
@@ -205,7 +205,7 @@ async def test_stop_from_a_signal_handler_leaves(coordinator):
             pass
 
         async with again.running():  # a new guest run on the same loop
-            rejoined = again.status()
+            rejoined = again.status().to_json()
         return [joined, rejoined]
 
     for status in await in_asyncio(main):
@@ -234,7 +234,7 @@ async def test_a_failing_handler_never_kills_the_workers_and_dead_letters(coordi
         async with handle.running():
             await until(lambda: len(good) >= total * 9 // 10
                         and handle.members[0].stats.dead_lettered >= total // 10)
-            return handle.status()
+            return handle.status().to_json()
 
     status = await in_asyncio(main)
     bad = {str(n) for n in range(total) if n % 10 == 3}
@@ -435,13 +435,13 @@ async def test_running_yields_while_the_coordinator_is_down_and_the_members_join
         coordinator = None
         try:
             async with handle.running(join_wait_s=0.2):
-                before = handle.status()  # the service is up, its member still joining
+                before = handle.status().to_json()  # the service is up, its member still joining
                 coordinator = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "rsc", "coordinator", "--redis-url", redis_url,
                     *FAST_FLAGS, "--port", str(port), cwd=ROOT,
                     stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-                await until(lambda: handle.status()["members"][0]["joined"])
-                after = handle.status()
+                await until(lambda: handle.status().to_json()["members"][0]["joined"])
+                after = handle.status().to_json()
         finally:
             if coordinator is not None:
                 coordinator.terminate()

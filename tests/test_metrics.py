@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from rsc.actors.metrics import CoordinatorMetrics, render_http_response, serve_metrics
+from rsc.actors.metrics import CoordinatorMetrics, routes, serve_metrics
+from rsc.common.probe_http import render_http_response
 
 GROUP = ("orders", "billing")
 
@@ -128,19 +129,19 @@ def test_http_response_routes_and_statuses():
     def body() -> bytes:
         return b"rsc_groups 1.0\n"
 
-    ok = render_http_response(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", body)
+    ok = render_http_response(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", routes(body))
     assert ok.startswith(b"HTTP/1.1 200 OK\r\n")
     assert b"Content-Type: text/plain; version=0.0.4" in ok
     assert ok.endswith(b"\r\n\r\nrsc_groups 1.0\n")
-    assert render_http_response(b"GET /metrics?x=1 HTTP/1.0\r\n\r\n", body).startswith(
+    assert render_http_response(b"GET /metrics?x=1 HTTP/1.0\r\n\r\n", routes(body)).startswith(
         b"HTTP/1.1 200")
-    head = render_http_response(b"HEAD /metrics HTTP/1.1\r\n\r\n", body)
+    head = render_http_response(b"HEAD /metrics HTTP/1.1\r\n\r\n", routes(body))
     assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n")
     assert b"Content-Length: 15" in head
-    assert render_http_response(b"GET / HTTP/1.1\r\n\r\n", body).startswith(b"HTTP/1.1 404")
-    assert render_http_response(b"POST /metrics HTTP/1.1\r\n\r\n", body).startswith(
+    assert render_http_response(b"GET / HTTP/1.1\r\n\r\n", routes(body)).startswith(b"HTTP/1.1 404")
+    assert render_http_response(b"POST /metrics HTTP/1.1\r\n\r\n", routes(body)).startswith(
         b"HTTP/1.1 405")
-    assert render_http_response(b"garbage\r\n\r\n", body).startswith(b"HTTP/1.1 400")
+    assert render_http_response(b"garbage\r\n\r\n", routes(body)).startswith(b"HTTP/1.1 400")
 
 
 async def http_get(port: int, path: str) -> bytes:

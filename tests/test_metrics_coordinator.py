@@ -103,23 +103,25 @@ async def http_status(port: int, path: str) -> int:
 
 def test_health_paths_answer_only_with_a_health_source():
     from rsc.actors.app import Readiness
-    from rsc.actors.metrics import render_http_response
+    from rsc.actors.metrics import routes
+    from rsc.common.probe_http import render_http_response
 
     readiness = Readiness()
     body = lambda: b"x 1\n"  # noqa: E731
-    assert render_http_response(b"GET /healthz HTTP/1.1\r\n\r\n", body).startswith(b"HTTP/1.1 404")
-    assert render_http_response(b"GET /healthz HTTP/1.1\r\n\r\n", body, readiness).startswith(
+    assert render_http_response(b"GET /healthz HTTP/1.1\r\n\r\n", routes(body)).startswith(
+        b"HTTP/1.1 404")
+    assert render_http_response(b"GET /healthz HTTP/1.1\r\n\r\n", routes(body, readiness)).startswith(
         b"HTTP/1.1 200")
-    not_ready = render_http_response(b"GET /readyz HTTP/1.1\r\n\r\n", body, readiness)
+    not_ready = render_http_response(b"GET /readyz HTTP/1.1\r\n\r\n", routes(body, readiness))
     assert not_ready.startswith(b"HTTP/1.1 503") and b"lease" in not_ready
     readiness.lease_held(True)
-    assert render_http_response(b"GET /readyz HTTP/1.1\r\n\r\n", body, readiness).startswith(
+    assert render_http_response(b"GET /readyz HTTP/1.1\r\n\r\n", routes(body, readiness)).startswith(
         b"HTTP/1.1 200")
     readiness.write_failed("StoreError: Redis is down")
-    failed = render_http_response(b"GET /readyz HTTP/1.1\r\n\r\n", body, readiness)
+    failed = render_http_response(b"GET /readyz HTTP/1.1\r\n\r\n", routes(body, readiness))
     assert failed.startswith(b"HTTP/1.1 503") and b"Redis is down" in failed
     readiness.write_succeeded()
-    head = render_http_response(b"HEAD /readyz HTTP/1.1\r\n\r\n", body, readiness)
+    head = render_http_response(b"HEAD /readyz HTTP/1.1\r\n\r\n", routes(body, readiness))
     assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n")
 
 

@@ -128,7 +128,7 @@ async def test_the_asyncio_host_listens_and_produces_through_a_wss_coordinator(
             received.append((message.key, message.value))
 
         async with handle.running():
-            joined = [member["joined"] for member in handle.status()["members"]]
+            joined = [member["joined"] for member in handle.status().to_json()["members"]]
             async with aio.open_producer(coordinator.url, redis_url, PREFIX,
                                          ca_file=certs.ca_file) as producer:
                 await producer.send_batch(RECORDS)

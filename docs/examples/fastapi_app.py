@@ -4,7 +4,9 @@
         uvicorn fastapi_app:app --port 8000
 
 Each message of prefix `orders` (group `billing`) is counted in the Redis hash
-`orders:handled` with an asyncio Redis client; GET /health reports the members.
+`orders:handled` with an asyncio Redis client. GET /healthz and GET /readyz give the
+listener's D7 verdicts for a liveness and a readiness probe (503 with the reason when not),
+GET /health reports the members.
 Ctrl-C (SIGINT) or SIGTERM stops uvicorn, whose lifespan exit drains in-flight
 messages and leaves the group.
 """
@@ -14,6 +16,7 @@ from contextlib import asynccontextmanager
 
 import redis.asyncio
 from fastapi import FastAPI, Response
+from fastapi.responses import JSONResponse
 
 from rsc.member.aio import listener
 
@@ -42,9 +45,26 @@ async def lifespan(app: FastAPI):
 app = FastAPI(lifespan=lifespan)
 
 
+@app.get("/healthz")
+async def healthz():
+    """Liveness: 503 only when a restart should cure it (a member kept out of its group
+    while the coordinator answers and would admit it, or the listener stopped on its own)."""
+    status = handle.status()
+    return JSONResponse({"healthy": status.healthy, "reason": status.reason or None},
+                        status_code=200 if status.healthy else 503)
+
+
+@app.get("/readyz")
+async def readyz():
+    """Readiness: 200 while every member is in its group now."""
+    status = handle.status()
+    return JSONResponse({"ready": status.ready, "reason": status.reason or None},
+                        status_code=200 if status.ready else 503)
+
+
 @app.get("/health")
 async def health(response: Response):
     status = handle.status()
-    if not status["running"]:
+    if not status.running:
         response.status_code = 503
-    return status
+    return status.to_json()

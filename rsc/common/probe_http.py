@@ -1,0 +1,116 @@
+"""The tiny HTTP server of the metrics and health ports (coordinator and `rsc consume`).
+
+A few fixed `GET` paths, each answered by a `Route` (a call returning status, body and
+content type), one short-lived connection per request, no threads: what Prometheus and
+Kubernetes probes need, nothing more. `render_http_response` is its pure core.
+
+- `GET` (or `HEAD`) of a known path: that route's answer (`HEAD` without the body);
+- another path: 404 naming the paths served; another method: 405; an unreadable request
+  line: 400. The connection is always closed after.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import trio
+
+MAX_REQUEST_HEAD_BYTES = 8192
+REQUEST_READ_TIMEOUT_S = 5.0
+TEXT = "text/plain; charset=utf-8"
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            503: "Service Unavailable"}
+
+
+@attrs.frozen
+class Answer:
+    """What one route answers."""
+
+    status: int
+    body: bytes
+    content_type: str = TEXT
+
+
+Route = Callable[[], Answer]
+
+
+def text(status: int, line: str) -> Answer:
+    """A one-line plain-text answer."""
+    return Answer(status, (line + "\n").encode("utf-8", "replace"))
+
+
+def probe(ok: bool, line: str) -> Answer:
+    """A probe's answer: 200 while `ok`, else 503; the line says why."""
+    return text(200 if ok else 503, line)
+
+
+def render_http_response(request_head: bytes, routes: Mapping[str, Route]) -> bytes:
+    """The whole HTTP/1.1 response to one request head (request line plus headers)."""
+    request_line = request_head.split(b"\r\n", 1)[0].decode("latin-1")
+    parts = request_line.split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+        return _http(text(400, "bad request"))
+    method, target, _version = parts
+    route = routes.get(target.split("?", 1)[0])
+    if route is None:
+        return _http(text(404, "not found; this port serves " + ", ".join(sorted(routes))))
+    if method not in ("GET", "HEAD"):
+        return _http(text(405, "method not allowed"), allow="GET, HEAD")
+    answer = route()
+    response = _http(answer)
+    if method == "HEAD":
+        return response[: len(response) - len(answer.body)]
+    return response
+
+
+def _http(answer: Answer, *, allow: str | None = None) -> bytes:
+    headers = [f"HTTP/1.1 {answer.status} {_REASONS.get(answer.status, '')}".rstrip(),
+               f"Content-Type: {answer.content_type}", f"Content-Length: {len(answer.body)}",
+               "Connection: close"]
+    if allow:
+        headers.append(f"Allow: {allow}")
+    return ("\r\n".join(headers) + "\r\n\r\n").encode("latin-1") + answer.body
+
+
+async def serve_http(routes: Mapping[str, Route], host: str, port: int, *,
+                     ssl_context: ssl.SSLContext | None = None,
+                     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve `routes` on host:port until cancelled; `task_status.started(bound_port)` once
+    listening (`port` 0 picks a free port). With `ssl_context` it is HTTPS (a failed TLS
+    handshake reads as a peer gone away)."""
+    sockets = await trio.open_tcp_listeners(port, host=host)
+    bound_port = int(sockets[0].socket.getsockname()[1])
+    listeners: list[Any] = sockets if ssl_context is None else [
+        trio.SSLListener(listener, ssl_context, https_compatible=True) for listener in sockets]
+
+    async def handle(stream: trio.abc.Stream) -> None:
+        async with stream:
+            with trio.move_on_after(REQUEST_READ_TIMEOUT_S):
+                head = await _read_request_head(stream)
+                if head is not None:
+                    try:
+                        await stream.send_all(render_http_response(head, routes))
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass  # the prober went away; nothing to tell it
+
+    task_status.started(bound_port)
+    await trio.serve_listeners(handle, listeners)
+
+
+async def _read_request_head(stream: trio.abc.Stream) -> bytes | None:
+    """Bytes up to the blank line ending the headers; None if the peer went away or sent junk."""
+    buffer = b""
+    while b"\r\n\r\n" not in buffer:
+        if len(buffer) > MAX_REQUEST_HEAD_BYTES:
+            return None
+        try:
+            chunk = await stream.receive_some(4096)
+        except trio.BrokenResourceError:
+            return None
+        if not chunk:
+            return None
+        buffer += chunk
+    return buffer
