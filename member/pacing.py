@@ -15,8 +15,9 @@ After every round trip the heartbeat shell asks `HeartbeatPacing.next_beat`:
 And how long the shell waits on the coordinator (D5, D6):
 
 - a session that does not open within `connect_timeout_s` (twice the heartbeat
-  interval, 1 s to 10 s, always under the lease) is given up, and so is a heartbeat
-  unanswered after `answer_timeout_s` (the lease TTL, at least two intervals);
+  interval, 1 s to 10 s) is given up, and so is a heartbeat unanswered after
+  `answer_timeout_s` (the lease less an interval and a second: 6 s at the defaults), so
+  one lost answer never costs the lease;
 - the next attempt waits `reconnect_delay_s`, doubling from 50 ms but never past one
   heartbeat interval (nor 1 s), so a member whose coordinator answers again is back in
   its group well within the fresh lease it was given.
@@ -74,9 +75,15 @@ class HeartbeatPacing:
         return min(10.0, max(1.0, 2 * ledger.heartbeat_interval_ms / 1000))
 
     def answer_timeout_s(self, ledger: Ledger, request_timeout_s: float) -> float:
-        """How long a heartbeat waits for its answer before the session is given up."""
-        floor = 2 * ledger.heartbeat_interval_ms / 1000
-        return max(floor, min(request_timeout_s, ledger.lease_ttl_ms / 1000))
+        """How long a heartbeat waits for its answer before the session is given up: long
+        enough for a metadata write the coordinator abandons (D4, a third of the lease), short
+        enough that a retry on a new session still lands inside the lease its last accepted
+        heartbeat (at most an interval older) gave (an answer lost on a half-open connection
+        must not fence the member): the lease less an interval and up to a second, at least
+        one interval."""
+        interval, lease = ledger.heartbeat_interval_ms, ledger.lease_ttl_ms
+        timeout_ms = max(interval, lease - interval - min(1000.0, interval))
+        return min(request_timeout_s, timeout_ms / 1000)
 
     def reconnect_delay_s(self, ledger: Ledger) -> float:
         """The wait before the next attempt at a session (D5: never past one interval)."""

@@ -49,6 +49,8 @@ LEASE_TTL_MS = 2000
 HEARTBEAT_MS = 300
 OUTAGE_S = 3 * LEASE_TTL_MS / 1000
 RATE_PER_S = 80
+TEST_TIMING = ("--tick-interval-ms", str(TICK_MS), "--lease-ttl-ms", str(LEASE_TTL_MS),
+               "--heartbeat-interval-ms", str(HEARTBEAT_MS))
 
 
 def now_s() -> float:
@@ -58,8 +60,9 @@ def now_s() -> float:
 class Coordinator:
     """`rsc coordinator` on a fixed port, so it can come back there; its stderr is kept."""
 
-    def __init__(self, redis_url: str) -> None:
+    def __init__(self, redis_url: str, timing: tuple[str, ...] = TEST_TIMING) -> None:
         self.redis_url = redis_url
+        self.timing = timing  # no flags: the shipped defaults
         self.port = free_port()
         self.url = f"ws://127.0.0.1:{self.port}"
         self.process: trio.Process | None = None
@@ -68,8 +71,7 @@ class Coordinator:
     async def start(self, nursery: trio.Nursery) -> None:
         self.process = await trio.lowlevel.open_process(
             [sys.executable, "-m", "rsc", "coordinator", "--redis-url", self.redis_url,
-             "--port", str(self.port), "--tick-interval-ms", str(TICK_MS),
-             "--lease-ttl-ms", str(LEASE_TTL_MS), "--heartbeat-interval-ms", str(HEARTBEAT_MS)],
+             "--port", str(self.port), *self.timing],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
         nursery.start_soon(self._collect, self.process)
         output = b""
@@ -151,10 +153,11 @@ class Consumer:
             await self.process.wait()
 
 
-async def spawn_consumer(name: str, url: str, redis_url: str, nursery: trio.Nursery) -> Consumer:
+async def spawn_consumer(name: str, url: str, redis_url: str, nursery: trio.Nursery,
+                         *extra: str) -> Consumer:
     process = await trio.lowlevel.open_process(
         [sys.executable, "-m", "rsc", "consume", PREFIX, GROUP, "--coordinator", url,
-         "--redis-url", redis_url, "--workers", "2", "--events"],
+         "--redis-url", redis_url, "--workers", "2", "--events", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
     consumer = Consumer(name, process)
@@ -265,16 +268,21 @@ class Rig:
 
 
 @contextlib.asynccontextmanager
-async def running_rig(redis_url: str, nursery: trio.Nursery) -> AsyncIterator[Rig]:
-    """Everything started and flowing (two stable members, the producer writing); stopped by
-    pid at the end, whatever happened."""
-    coordinator = Coordinator(redis_url)
+async def running_rig(redis_url: str, nursery: trio.Nursery, *,
+                      timing: tuple[str, ...] = TEST_TIMING, shards: int = SHARDS,
+                      static: bool = False) -> AsyncIterator[Rig]:
+    """Everything started and flowing (two stable members, static ones with instance ids
+    `pod-a` and `pod-b` if asked, the producer writing); stopped by pid at the end, whatever
+    happened. `timing` are the coordinator's timing flags (none: the shipped defaults)."""
+    coordinator = Coordinator(redis_url, timing)
     await coordinator.start(nursery)
     rig = Rig(coordinator)
     try:
-        rig.streams = await set_shards(coordinator.url, PREFIX, GROUP, SHARDS)
+        rig.streams = await set_shards(coordinator.url, PREFIX, GROUP, shards)
         for name in ("a", "b"):
-            rig.consumers.append(await spawn_consumer(name, coordinator.url, redis_url, nursery))
+            extra = ("--instance-id", f"pod-{name}") if static else ()
+            rig.consumers.append(await spawn_consumer(name, coordinator.url, redis_url, nursery,
+                                                      *extra))
         await wait_for_stable_members(coordinator.url, PREFIX, GROUP, 2)
         rig.producer = await spawn_producer(coordinator.url, redis_url, nursery)
         yield rig

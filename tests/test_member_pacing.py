@@ -86,3 +86,42 @@ def test_a_join_taken_without_refusals_says_nothing():
     ledger, pace = Ledger(MEMBER, capacity=4), pacing()
     exchange(ledger, respond(assigned=["a"]))
     assert not pace.next_beat(ledger, 0).join_taken
+
+
+# --- how long the shell waits on the coordinator (D5, D6) --------------------------------
+
+
+def ledger_with(interval_ms: int, lease_ms: int) -> Ledger:
+    """A member whose coordinator named these timings (its join answered)."""
+    ledger = Ledger(MEMBER, capacity=4)
+    exchange(ledger, respond(interval_ms=interval_ms, lease_ms=lease_ms))
+    return ledger
+
+
+def test_d6_a_session_that_does_not_open_is_given_up_within_two_intervals_and_10_s():
+    beat = pacing()
+    assert beat.connect_timeout_s(ledger_with(3000, 10_000)) == 6.0  # the shipped defaults
+    assert beat.connect_timeout_s(ledger_with(200, 1000)) == 1.0
+    assert beat.connect_timeout_s(ledger_with(30_000, 100_000)) == 10.0
+
+
+@pytest.mark.parametrize(("interval", "lease"), [(3000, 10_000), (200, 1000), (300, 2000),
+                                                 (500, 3000), (1000, 3000)])
+def test_d6_one_lost_answer_never_costs_the_lease(interval, lease):
+    """The last accepted heartbeat was sent at 0, the next at one interval (never later);
+    its answer is lost: the shell gives the session up, and the retry on a new session
+    (a reconnect delay never past an interval, a round trip) still lands inside the lease."""
+    ledger, beat = ledger_with(interval, lease), pacing()
+    given_up = interval + beat.answer_timeout_s(ledger, 10.0) * 1000
+    retried = given_up + beat.reconnect_delay_s(ledger) * 1000
+    assert retried < lease
+    assert beat.answer_timeout_s(ledger, 10.0) * 1000 >= min(interval, lease / 3), \
+        "a metadata write the coordinator abandons (D4) is answered before the member gives up"
+
+
+def test_d5_reconnects_are_never_more_than_an_interval_apart():
+    beat, ledger = pacing(), ledger_with(300, 2000)
+    delays = [beat.reconnect_delay_s(ledger) for _ in range(12)]
+    assert delays[0] < delays[3] and max(delays) <= 0.3
+    beat.session_opened()
+    assert beat.reconnect_delay_s(ledger) == delays[0]
