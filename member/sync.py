@@ -1,0 +1,101 @@
+"""The producer for plain threaded code: Django, Flask, Celery workers, scripts.
+
+    from rsc.member.sync import open_producer
+
+    producer = open_producer("ws://127.0.0.1:8765", "redis://127.0.0.1:6379/0", "orders")
+    entry_id = producer.send("customer-7", "paid")      # returns once Redis has it (D2)
+    producer.send_batch([("customer-9", "shipped"), ("customer-7", "refunded")])
+    producer.close()                                     # or `with open_producer(...) as producer:`
+
+It is the trio producer (`rsc.member.producer`) running in a loop of its own, in a daemon
+thread (rsc/common/trio_thread.py): every call blocks the calling thread until Redis has
+the records, with the same promise (D2: a lost coordinator session, a Redis error, a
+sealed or retired shard are retried or re-routed, never dropped). One producer is safe to
+share between threads: their calls run concurrently in its loop. A producer still open
+when the interpreter exits is closed then (`atexit`); calls after `close()` raise
+`ProducerClosed`. Not for asyncio code: use `rsc.member.aio.open_producer` there.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from rsc.common.trio_thread import LoopClosed, TrioThread
+from rsc.member.producer import Producer, RoutingTable
+from rsc.member.producer import open_producer as open_trio_producer
+
+__all__ = ["ProducerClosed", "SyncProducer", "open_producer"]
+
+_open: weakref.WeakSet[SyncProducer] = weakref.WeakSet()
+_open_lock = threading.Lock()
+
+
+class ProducerClosed(RuntimeError):
+    """The producer was closed (or failed to open): nothing more can be sent with it."""
+
+
+class SyncProducer:
+    """A producer for threaded code; build it with `open_producer`."""
+
+    def __init__(self, coordinator_url: str, redis_url: str, stream_prefix: str,
+                 **options: Any) -> None:
+        self.stream_prefix = stream_prefix
+        self._loop = TrioThread(f"rsc producer {stream_prefix}")
+        self._loop.start(lambda: open_trio_producer(coordinator_url, redis_url, stream_prefix,
+                                                    **options))
+        with _open_lock:
+            _open.add(self)
+
+    @property
+    def producer(self) -> Producer:
+        """The trio producer inside (its counters: `sent`, `retried`, `rerouted`)."""
+        producer: Producer = self._loop.opened
+        return producer
+
+    @property
+    def routing(self) -> RoutingTable | None:
+        return self.producer.routing
+
+    def send(self, key: str, value: str) -> str:
+        """Write one message; its stream entry id once Redis has it."""
+        return self.send_batch([(key, value)])[0]
+
+    def send_batch(self, records: Sequence[tuple[str, str]]) -> list[str]:
+        """Write (key, value) records in one pipeline; their ids once Redis has them all."""
+        try:
+            return self._loop.call(self.producer.send_batch, list(records))
+        except LoopClosed:
+            raise ProducerClosed(f"the producer of {self.stream_prefix!r} is closed") from None
+
+    def close(self) -> None:
+        """Close the coordinator session and the Redis connection (every finished call
+        delivered what it was given); idempotent."""
+        self._loop.close()
+        with _open_lock:
+            _open.discard(self)
+
+    def __enter__(self) -> SyncProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str,
+                  **options: Any) -> SyncProducer:
+    """A producer for threaded code, open: the arguments of `rsc.member.producer.open_producer`
+    (token, ca_file, ssl_context, routing_wait_s, ...). Use it as a context manager or call
+    `close()`; one left open is closed when the interpreter exits."""
+    return SyncProducer(coordinator_url, redis_url, stream_prefix, **options)
+
+
+@atexit.register
+def _close_open_producers() -> None:
+    with _open_lock:
+        producers = list(_open)
+    for producer in producers:
+        producer.close()
