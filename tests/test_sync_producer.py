@@ -17,8 +17,11 @@ PREFIX, GROUP = "sync", "billing"
 def entries(redis_url: str, streams: tuple[str, ...]) -> list[tuple[str, str]]:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        return [(fields["key"], fields["value"]) for stream in streams
-                for _, fields in client.xrange(stream)]
+        found: list[tuple[str, str]] = []
+        for stream in streams:
+            for _, fields in client.xrange(stream):  # type: ignore[union-attr]
+                found.append((fields["key"], fields["value"]))
+        return found
     finally:
         client.close()
 
