@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 import redis
@@ -15,13 +16,10 @@ PREFIX, GROUP = "sync", "billing"
 
 
 def entries(redis_url: str, streams: tuple[str, ...]) -> list[tuple[str, str]]:
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client: Any = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        found: list[tuple[str, str]] = []
-        for stream in streams:
-            for _, fields in client.xrange(stream):  # type: ignore[union-attr]
-                found.append((fields["key"], fields["value"]))
-        return found
+        return [(fields["key"], fields["value"]) for stream in streams
+                for _, fields in client.xrange(stream)]
     finally:
         client.close()
 
