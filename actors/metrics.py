@@ -33,6 +33,9 @@ process, as in tests, never share counters). The coordinator calls:
   `RetentionResult`s): `rsc_shard_length` per shard, entries trimmed by reason
   (`rsc_retention_removed_total`, `acked` or `cap`) and those no group had
   acked yet (`rsc_retention_unconsumed_removed_total`).
+- `follow_health(health)`: `rsc_coordinator_ready` and `rsc_coordinator_lease_held` read
+  `/readyz`'s verdict and whether this process holds the lease (D5) at scrape time, so an
+  alert can tell a waiting coordinator from a failing one (`serve_metrics` calls it).
 - Admission and supervision: `session_refused(reason)`
   (`rsc_sessions_refused_total{reason}`: max_sessions, max_connections,
   fd_exhausted), `handshake_timed_out()` (`rsc_handshakes_timed_out_total`),
@@ -183,6 +186,12 @@ class CoordinatorMetrics:
             "rsc_store_calls_abandoned",
             "Store calls (metadata writes, drain checks) abandoned past a third of the lease (D4)",
             ("call",), registry=registry)
+        self.ready = Gauge("rsc_coordinator_ready",
+                           "1 while /readyz answers 200: this coordinator holds the lease and its "
+                           "last metadata write succeeded", registry=registry)
+        self.lease_held = Gauge("rsc_coordinator_lease_held",
+                                "1 while this coordinator holds the coordinator lease of its Redis "
+                                "(D5); 0 while it waits for it", registry=registry)
         self._known_groups: set[tuple[str, str]] = set()
 
     def session_refused(self, reason: str) -> None:
@@ -209,6 +218,11 @@ class CoordinatorMetrics:
     def store_call_abandoned(self, call: str) -> None:
         """D4: a store call passed its deadline and was answered COORDINATOR_NOT_AVAILABLE."""
         self.store_calls_abandoned.labels(call).inc()
+
+    def follow_health(self, health: Health) -> None:
+        """Read `rsc_coordinator_ready` and `rsc_coordinator_lease_held` from `health` when scraped."""
+        self.ready.set_function(lambda: float(health.ready))
+        self.lease_held.set_function(lambda: float(health.holds_lease))
 
     def member_joined(self, group: Any) -> None:
         """A member joined or rejoined (memberEpoch 0)."""
@@ -326,10 +340,13 @@ class CoordinatorMetrics:
 
 
 class Health(Protocol):
-    """What `/readyz` asks (actors.app.Readiness): ready, and why not."""
+    """What `/readyz` asks (actors.app.Readiness): ready, holding the lease, and why not."""
 
     @property
     def ready(self) -> bool: ...
+
+    @property
+    def holds_lease(self) -> bool: ...
 
     def reason(self) -> str: ...
 
@@ -389,6 +406,8 @@ async def serve_metrics(metrics: CoordinatorMetrics, host: str, port: int, *,
     free port). One short-lived connection per scrape; no threads. With
     `ssl_context` it is HTTPS (a failed TLS handshake reads as a peer gone away).
     """
+    if health is not None:
+        metrics.follow_health(health)
     sockets = await trio.open_tcp_listeners(port, host=host)
     bound_port = int(sockets[0].socket.getsockname()[1])
     listeners: list[Any] = sockets if ssl_context is None else [
