@@ -16,6 +16,8 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 from tests.deploy_tools import ROOT, tool
 
 DOCKERFILE = ROOT / "Dockerfile"
@@ -165,3 +167,13 @@ def test_the_build_stage_copies_what_the_package_needs(tmp_path):
     for module in ("rsc/cli.py", "rsc/actors/app.py", "rsc/member/listener.py",
                    "rsc/protocol/codec.py", "rsc/console/static/index.html"):
         assert module in names, module
+
+
+def test_a_missing_tool_skips_here_and_fails_in_ci(monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no-such-tool is not installed"):
+        tool("no-such-tool")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI must have it"):
+        tool("no-such-tool")
+    assert tool("hadolint").endswith("hadolint")  # found beside this interpreter or on PATH
