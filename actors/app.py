@@ -37,6 +37,7 @@ from rsc.actors.admission import (
     raise_fd_limit,
 )
 from rsc.actors.config import CoordinatorConfig
+from rsc.actors.format_admin import FormatVersionAdmin
 from rsc.actors.group import GroupSettings
 from rsc.actors.lease import (
     LapseVerdict,
@@ -338,7 +339,8 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
         server = CoordinatorServer(router, nursery, admin_token=config.admin_token,
                                    member_token=config.member_token, admission=admission,
                                    max_frame_bytes=config.max_frame_bytes,
-                                   handshake_timeout_s=config.handshake_timeout_s)
+                                   handshake_timeout_s=config.handshake_timeout_s,
+                                   format_admin=FormatVersionAdmin(store, deadline_s=shard_work.deadline_s))
         bound = await nursery.start(_serve_websocket, server, config, admission, port, server_tls)
         nursery.start_soon(_lease_loop, config, store, readiness, continuity, lapsed)
         nursery.start_soon(_tick_loop, config, router, continuity, lapsed)

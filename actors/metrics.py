@@ -35,6 +35,9 @@ process, as in tests, never share counters). The coordinator calls:
   acked yet (`rsc_retention_unconsumed_removed_total`).
 - `report_unowned_shards(source)`: where `rsc_group_unowned_shards` (D7) is read at scrape
   time: `(prefix, group, count)` of every group with live members.
+- `follow_health(health)`: `rsc_coordinator_ready` and `rsc_coordinator_lease_held` read
+  `/readyz`'s verdict and whether this process holds the lease (D5) at scrape time, so an
+  alert can tell a waiting coordinator from a failing one (`serve_metrics` calls it).
 - Admission and supervision: `session_refused(reason)`
   (`rsc_sessions_refused_total{reason}`: max_sessions, max_connections,
   fd_exhausted), `handshake_timed_out()` (`rsc_handshakes_timed_out_total`),
@@ -210,6 +213,12 @@ class CoordinatorMetrics:
             "rsc_store_calls_abandoned",
             "Store calls (metadata writes, drain checks) abandoned past a third of the lease (D4)",
             ("call",), registry=registry)
+        self.ready = Gauge("rsc_coordinator_ready",
+                           "1 while /readyz answers 200: this coordinator holds the lease and its "
+                           "last metadata write succeeded", registry=registry)
+        self.lease_held = Gauge("rsc_coordinator_lease_held",
+                                "1 while this coordinator holds the coordinator lease of its Redis "
+                                "(D5); 0 while it waits for it", registry=registry)
         self._known_groups: set[tuple[str, str]] = set()
 
     def session_refused(self, reason: str) -> None:
@@ -236,6 +245,11 @@ class CoordinatorMetrics:
     def store_call_abandoned(self, call: str) -> None:
         """D4: a store call passed its deadline and was answered COORDINATOR_NOT_AVAILABLE."""
         self.store_calls_abandoned.labels(call).inc()
+
+    def follow_health(self, health: Health) -> None:
+        """Read `rsc_coordinator_ready` and `rsc_coordinator_lease_held` from `health` when scraped."""
+        self.ready.set_function(lambda: float(health.ready))
+        self.lease_held.set_function(lambda: float(health.holds_lease))
 
     def member_joined(self, group: Any) -> None:
         """A member joined or rejoined (memberEpoch 0)."""
@@ -357,10 +371,13 @@ class CoordinatorMetrics:
 
 
 class Health(Protocol):
-    """What `/readyz` asks (actors.app.Readiness): ready, and why not."""
+    """What `/readyz` asks (actors.app.Readiness): ready, holding the lease, and why not."""
 
     @property
     def ready(self) -> bool: ...
+
+    @property
+    def holds_lease(self) -> bool: ...
 
     def reason(self) -> str: ...
 
@@ -382,6 +399,8 @@ async def serve_metrics(metrics: CoordinatorMetrics, host: str, port: int, *,
                         task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Serve `routes(metrics.exposition, health)` on host:port until cancelled
     (rsc/common/probe_http.py); `task_status.started(bound_port)` once listening."""
+    if health is not None:
+        metrics.follow_health(health)
     await probe_http.serve_http(routes(metrics.exposition, health), host, port,
                                 ssl_context=ssl_context,
                                 task_status=task_status)

@@ -15,6 +15,13 @@
   a static member (S1) also `"instanceId"` and `"away"` (S2/S5); records without
   them are dynamic members.
 
+The whole store carries one metadata format version (like Kafka's
+`metadata.version`), kept by actors/store.py in `rsc:format-version`: format 1 is
+the layout above, and a store without the key is in it. The coordinator reads
+every format up to `LATEST_FORMAT_VERSION`, refuses to start on a newer one, and
+writes the format in use until an operator raises it (`setFormatVersion`), so a
+rollback to the release before works until then (`format_change` decides).
+
 The pure cores describe what changed as typed records in a `Changes`;
 `encode` turns it into hash fields, `replay` turns a hash back into a
 `PrefixSnapshot`, and `PrefixSnapshot.apply` folds committed changes into the
@@ -39,6 +46,63 @@ MIGRATION_FIELD = "migration"
 RETENTION_FIELD = "retention"
 GROUP_FIELD = "group:"
 MEMBER_FIELD = "member:"
+
+
+FORMAT_VERSIONS: Mapping[int, str] = {
+    1: "the prefix hashes, owner tokens and seal markers above (every release since 0.1.0)",
+}
+"""Every metadata format this code reads, with what it is; it writes the one in use."""
+LATEST_FORMAT_VERSION = max(FORMAT_VERSIONS)
+UNVERSIONED_FORMAT_VERSION = 1  # a store without a format version was written in format 1
+
+
+# --- format versions ---------------------------------------------------------------
+
+
+def stored_format_version(value: str | None) -> int:
+    """The format a store is in, from its format version value (None: none written, format 1);
+    ValueError naming the value when it is no format version."""
+    if value is None:
+        return UNVERSIONED_FORMAT_VERSION
+    text = value.strip()
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"holds {value!r}, which is no format version (a whole number >= 1)")
+    return int(text)
+
+
+def load_refusal(stored: int, latest: int = LATEST_FORMAT_VERSION) -> str | None:
+    """Why a coordinator that reads formats up to `latest` must not load a store in format
+    `stored` (None: it may). A newer format may hold records it would misread or drop."""
+    if stored <= latest:
+        return None
+    return (f"the store is in metadata format {stored}, and this coordinator reads "
+            f"{_formats(latest)}: run the release that raised it, or a newer one")
+
+
+def _formats(latest: int) -> str:
+    return "format 1" if latest == 1 else f"formats 1 to {latest}"
+
+
+@attrs.frozen
+class FormatChange:
+    """What `setFormatVersion` may do: `refusal` says why not (None: allowed); `changed` is
+    False when the store is already in the requested format (nothing to write)."""
+
+    refusal: str | None
+    changed: bool
+
+
+def format_change(current: int, requested: int, latest: int = LATEST_FORMAT_VERSION) -> FormatChange:
+    """Raising the store's format from `current` to `requested` (`latest`: the newest this
+    coordinator writes). A format is never lowered: records written in it may not fit an
+    older one, and the release that needs the older one cannot read them."""
+    if requested > latest:
+        return FormatChange(f"format {requested} is unknown to this coordinator, which writes "
+                            f"{_formats(latest)}: upgrade the coordinators first", False)
+    if requested < current:
+        return FormatChange(f"the store is in format {current}; a format version is never "
+                            f"lowered (restore a backup taken before it was raised instead)", False)
+    return FormatChange(None, requested != current)
 
 
 # --- records ---------------------------------------------------------------------

@@ -25,6 +25,7 @@ import trio
 from rsc.actors import latency
 from rsc.actors.actor import Collect, Envelope, Reply, SummariesRequest
 from rsc.actors.admission import Admission
+from rsc.actors.format_admin import FormatVersionAdmin
 from rsc.actors.group import malformed_join
 from rsc.actors.logs import log_event
 from rsc.actors.prefix_admission import REFUSALS, answer_without_state
@@ -125,8 +126,10 @@ class CoordinatorServer:
 
     def __init__(self, router: Router, nursery: trio.Nursery, *, admin_token: str | None,
                  member_token: str | None, admission: Admission | None = None,
-                 max_frame_bytes: int = 1 << 20, handshake_timeout_s: float = 10.0) -> None:
+                 max_frame_bytes: int = 1 << 20, handshake_timeout_s: float = 10.0,
+                 format_admin: FormatVersionAdmin | None = None) -> None:
         self.router = router
+        self.format_admin = format_admin  # the store-wide format version requests
         self.handshake_timeout_s = handshake_timeout_s
         self.nursery = nursery
         self.tokens = {"/v1/admin": admin_token, "/v1/member": member_token}
@@ -211,6 +214,10 @@ class CoordinatorServer:
         if isinstance(message, m.ListGroups):
             reply.resolve(m.Groups(request_id=message.request_id, status=Status.OK,
                                    groups=await self._list_groups()))
+            return
+        if isinstance(message, m.GetFormatVersion | m.SetFormatVersion):
+            reply.resolve(await self.format_admin.answer(message) if self.format_admin is not None
+                          else unavailable_response(message, "no store to ask"))
             return
         prefix = message.stream_prefix
         if prefix not in self.router.actors:

@@ -14,6 +14,10 @@ Blocking (redis-py's sync client); the actors call it through
   coordinator is fenced rather than overwriting a live one.
 - owner tokens `{shard}:owner:<group>` (value: memberId) that members' ack
   scripts check.
+- `rsc:format-version`: the metadata format of the whole store (actors/records.py
+  `FORMAT_VERSIONS`; absent: format 1). `load_all` refuses a newer format than this
+  code reads (`UnsupportedFormatVersion`) and writes the key when it is missing;
+  only `raise_format_version` changes it, and never lowers it.
 
 On a Redis Cluster (the URL names any node) every script call and pipelined
 command names keys of one slot: the metadata hash alone, or one shard's
@@ -35,12 +39,15 @@ import redis
 from rsc.actors.lease import Renewal
 from rsc.actors.records import (
     COORDINATOR_EPOCH_FIELD,
+    LATEST_FORMAT_VERSION,
     WRITE_SEQUENCE_FIELD,
     Changes,
     OwnerToken,
     PrefixSnapshot,
     encode,
+    load_refusal,
     replay,
+    stored_format_version,
 )
 from rsc.common.redis_connect import connect, is_cluster
 from rsc.protocol.routing import owner_key, seal_key
@@ -49,6 +56,7 @@ EPOCH_KEY = "rsc:coordinator:epoch"
 LEASE_KEY = "rsc:coordinator:lease"
 RELEASED_KEY = "rsc:coordinator:released"  # who released the lease last (a clean stop, D5)
 PREFIXES_KEY = "rsc:prefixes"
+FORMAT_VERSION_KEY = "rsc:format-version"
 _PLACEHOLDER_GROUP = "rsc:create"  # R1: makes an empty stream (XGROUP CREATE ... MKSTREAM), dropped
 
 # KEYS[1] meta hash, KEYS[2..] owner tokens; ARGV[1] our coordinator epoch; ARGV[2] the epoch
@@ -103,6 +111,17 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0
+"""
+
+# KEYS[1] format version; ARGV[1] the format to raise it to. Never lowers it (a late or
+# repeated raise is harmless: it only ever moves up); returns the format it was in.
+_RAISE_FORMAT_VERSION = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '1')
+if current == nil or tonumber(ARGV[1]) < current then
+  return redis.error_reply('LOWER the store is in format ' .. tostring(redis.call('GET', KEYS[1])))
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return current
 """
 
 
@@ -161,6 +180,10 @@ class CoordinatorAlreadyRunning(StoreError):
     """Another live coordinator holds the lease on this Redis."""
 
 
+class UnsupportedFormatVersion(StoreError):
+    """The store is in a metadata format this coordinator cannot read (newer, or unreadable)."""
+
+
 def meta_key(prefix: str) -> str:
     return f"rsc:meta:{{{prefix}}}"
 
@@ -178,6 +201,7 @@ class MetadataStore:
         self.lease_ms = lease_ms
         self.instance_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.coordinator_epoch = 0
+        self.format_version = LATEST_FORMAT_VERSION  # the store's, once load_all has read it
         # one server: the owner tokens join the hash's script; a cluster keeps them in the
         # shards' slots, so there they are a second step that the next checkpoint repairs
         self.atomic_owner_tokens = not is_cluster(self.client)
@@ -185,6 +209,7 @@ class MetadataStore:
         self._cas = self.client.register_script(_CAS_WRITE)
         self._renew = self.client.register_script(_RENEW_LEASE)
         self._release = self.client.register_script(_RELEASE_LEASE)
+        self._raise_format = self.client.register_script(_RAISE_FORMAT_VERSION)
 
     # --- coordinator lease ---------------------------------------------------------
 
@@ -288,9 +313,11 @@ class MetadataStore:
     # --- metadata ------------------------------------------------------------------
 
     def load_all(self) -> dict[str, PrefixSnapshot]:
-        """Every prefix's metadata, replayed from its hash."""
+        """Every prefix's metadata, replayed from its hash, once its format version is known
+        to be one this code reads (UnsupportedFormatVersion otherwise, before anything is read)."""
         try:
             prefixes: set[str] = self.client.smembers(PREFIXES_KEY)  # type: ignore[assignment]
+            self.format_version = self._check_format_version(fresh=not prefixes)
             result: dict[str, PrefixSnapshot] = {}
             for prefix in sorted(prefixes):
                 fields: dict[str, str] = self.client.hgetall(meta_key(prefix))  # type: ignore[assignment]
@@ -298,6 +325,36 @@ class MetadataStore:
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot load the metadata: {exc}") from exc
         return result
+
+    def _check_format_version(self, *, fresh: bool) -> int:
+        """The store's format version, refused when newer than this code reads. A store
+        without one gets it written: the latest format for an empty store, else format 1
+        (what wrote it); SET NX, so a concurrent raise is never overwritten."""
+        stored = self.client.get(FORMAT_VERSION_KEY)
+        if stored is None:
+            initial = LATEST_FORMAT_VERSION if fresh else stored_format_version(None)
+            self.client.set(FORMAT_VERSION_KEY, initial, nx=True)
+            stored = self.client.get(FORMAT_VERSION_KEY)
+        try:
+            version = stored_format_version(stored)
+        except ValueError as exc:
+            raise UnsupportedFormatVersion(f"{FORMAT_VERSION_KEY} {exc}") from None
+        refusal = load_refusal(version, LATEST_FORMAT_VERSION)
+        if refusal is not None:
+            raise UnsupportedFormatVersion(f"{refusal} ({FORMAT_VERSION_KEY} is {version})")
+        return version
+
+    def raise_format_version(self, version: int) -> int:
+        """Raise the store's format version to `version` (never lower: StoreError); the format
+        it was in. The caller checked that this code writes `version` (records.format_change)."""
+        try:
+            previous = int(self._raise_format(keys=[FORMAT_VERSION_KEY], args=[version]))
+        except redis.ResponseError as exc:
+            raise StoreError(str(exc).removeprefix("LOWER ")) from exc
+        except STORE_IO_ERRORS as exc:
+            raise StoreError(f"cannot write the format version: {exc}") from exc
+        self.format_version = version
+        return previous
 
     def load_prefix(self, prefix: str) -> PrefixSnapshot | None:
         """One prefix's metadata (None if it has none), to reload a failed actor."""

@@ -46,6 +46,10 @@ MESSAGE_TYPES: dict[str, type[m.Message]] = {
         m.OffsetsReset,
         m.SetRetention,
         m.RetentionChanged,
+        m.GetFormatVersion,
+        m.FormatVersion,
+        m.SetFormatVersion,
+        m.FormatVersionChanged,
         m.ErrorResponse,
     )
 }
@@ -54,7 +58,8 @@ MEMBER_REQUESTS: frozenset[str] = frozenset({m.Heartbeat.TYPE, m.GetRouting.TYPE
 ADMIN_REQUESTS: frozenset[str] = frozenset(
     cls.TYPE
     for cls in (m.ListGroups, m.DescribeGroup, m.SetShardCount, m.SetMaxConcurrency, m.RemoveMember,
-                m.DeleteGroup, m.ResetOffsets, m.SetRetention)
+                m.DeleteGroup, m.ResetOffsets, m.SetRetention, m.GetFormatVersion,
+                m.SetFormatVersion)
 )
 
 

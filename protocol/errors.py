@@ -23,6 +23,7 @@ class Status(enum.StrEnum):
     GROUP_LIMIT_REACHED = "GROUP_LIMIT_REACHED"
     UNRELEASED_INSTANCE_ID = "UNRELEASED_INSTANCE_ID"  # S4: another live member holds it
     FENCED_INSTANCE_ID = "FENCED_INSTANCE_ID"  # S3: a newer member took this instanceId over
+    UNSUPPORTED_FORMAT_VERSION = "UNSUPPORTED_FORMAT_VERSION"  # setFormatVersion refused
 
 
 class ProtocolError(Exception):

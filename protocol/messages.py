@@ -71,6 +71,10 @@ __all__ = [
     "camel",
     "check_name",
     "FieldValueError",
+    "FormatVersion",
+    "FormatVersionChanged",
+    "GetFormatVersion",
+    "SetFormatVersion",
 ]
 
 MAX_NAME_LENGTH = 200
@@ -643,6 +647,51 @@ class RetentionChanged(Response):
 
 
 @attrs.frozen(kw_only=True)
+class GetFormatVersion(Request):
+    """The metadata format version of the coordinator's store (docs/protocol.md, Admin)."""
+
+    TYPE: ClassVar[str] = "getFormatVersion"
+    request_id: int
+
+    def error(self, status: Status, error: str) -> FormatVersion:
+        return FormatVersion(request_id=self.request_id, status=status, error=error)
+
+
+@attrs.frozen(kw_only=True)
+class FormatVersion(Response):
+    """`formatVersion`: the format the store is in, and the newest this coordinator writes."""
+
+    TYPE: ClassVar[str] = "formatVersion"
+    request_id: int | None
+    status: Status
+    format_version: int | None = None
+    latest_format_version: int | None = None
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class SetFormatVersion(Request):
+    """Raise the store's metadata format version (never lower it)."""
+
+    TYPE: ClassVar[str] = "setFormatVersion"
+    request_id: int
+    format_version: int = attrs.field(validator=_at_least(1))
+
+    def error(self, status: Status, error: str) -> FormatVersionChanged:
+        return FormatVersionChanged(request_id=self.request_id, status=status, error=error)
+
+
+@attrs.frozen(kw_only=True)
+class FormatVersionChanged(Response):
+    TYPE: ClassVar[str] = "formatVersionChanged"
+    request_id: int | None
+    status: Status
+    format_version: int | None = None
+    previous_format_version: int | None = None
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class ErrorResponse(Response):
     """The reply to anything malformed (INVALID_REQUEST)."""
 
@@ -654,6 +703,7 @@ class ErrorResponse(Response):
 
 MemberRequest = Heartbeat | GetRouting
 AdminRequest = (ListGroups | DescribeGroup | SetShardCount | SetMaxConcurrency | RemoveMember
-                | DeleteGroup | ResetOffsets | SetRetention)
+                | DeleteGroup | ResetOffsets | SetRetention | GetFormatVersion | SetFormatVersion)
 AdminResponse = (Groups | GroupDescription | ShardCountChanged | MaxConcurrencyChanged
-                 | MemberRemoved | GroupDeleted | OffsetsReset | RetentionChanged)
+                 | MemberRemoved | GroupDeleted | OffsetsReset | RetentionChanged | FormatVersion
+                 | FormatVersionChanged)

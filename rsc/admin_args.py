@@ -9,6 +9,7 @@
     | watch PREFIX GROUP | delete-group PREFIX GROUP
     | set-retention PREFIX (--acked|--none) [--max-length N] [--max-age DURATION]
     | reset-offsets PREFIX GROUP (--to-earliest|--to-latest|--to-datetime ISO8601)
+    | format-version | set-format-version N
 
 The URL and token come from `RSC_COORDINATOR_URL` and `RSC_TOKEN` when the flags
 are absent, so a token stays out of `ps`. Pure: parsing, validation and the
@@ -32,10 +33,12 @@ from rsc.protocol.messages import (
     DeleteGroup,
     DescribeGroup,
     FieldValueError,
+    GetFormatVersion,
     ListGroups,
     RemoveMember,
     ResetOffsets,
     Retention,
+    SetFormatVersion,
     SetMaxConcurrency,
     SetRetention,
     SetShardCount,
@@ -159,6 +162,10 @@ def build_request(args: argparse.Namespace) -> AdminRequest:
                                 to="timestamp", timestamp_ms=args.to_datetime_ms)
         return ResetOffsets(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
                             to=args.to)
+    if name == "format-version":
+        return GetFormatVersion(request_id=0)
+    if name == "set-format-version":
+        return SetFormatVersion(request_id=0, format_version=args.format_version)
     raise FieldValueError(f"unknown admin command {name!r}")
 
 
@@ -307,5 +314,13 @@ def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> arg
                         type=_argument_type(parse_datetime_ms), default=None,
                         help="deliver from the first entry at or after this time (UTC unless "
                              "it names a zone)")
+    command("format-version", "show the metadata format version of the coordinator's store, and "
+                              "the newest the coordinator writes")
+    set_format = command("set-format-version", "raise the metadata format version of the store "
+                                               "once every coordinator runs a release that writes "
+                                               "it (releases before it cannot read the store then)")
+    set_format.add_argument("format_version", metavar="N", type=_argument_type(_positive_int),
+                            help="the format version to write from now on (never lower than "
+                                 "the one in use)")
     admin.set_defaults(run=run)
     return admin

@@ -46,6 +46,9 @@ from rsc.protocol import (
     DeleteGroup,
     DescribeGroup,
     ErrorResponse,
+    FormatVersion,
+    FormatVersionChanged,
+    GetFormatVersion,
     GroupDeleted,
     GroupDescription,
     Groups,
@@ -62,6 +65,7 @@ from rsc.protocol import (
     Retention,
     RetentionChanged,
     RetentionMode,
+    SetFormatVersion,
     SetMaxConcurrency,
     SetRetention,
     SetShardCount,
@@ -465,6 +469,15 @@ class AdminClient:
         """G3: move a memberless group's offsets to earliest, latest or a timestamp."""
         return await self.ask(ResetOffsets(request_id=0, stream_prefix=prefix,
                                            consumer_group=group, to=to, timestamp_ms=timestamp_ms))
+
+    async def format_version(self) -> FormatVersion:
+        """The store's metadata format version, and the newest the coordinator writes."""
+        return await self.ask(GetFormatVersion(request_id=0))
+
+    async def set_format_version(self, format_version: int) -> FormatVersionChanged:
+        """Raise the store's metadata format version (UNSUPPORTED_FORMAT_VERSION when the
+        coordinator does not write it, or it is lower than the one in use)."""
+        return await self.ask(SetFormatVersion(request_id=0, format_version=format_version))
 
 
 @asynccontextmanager

@@ -27,6 +27,8 @@ from rich.table import Table
 from rich.text import Text
 
 from rsc.protocol import (
+    FormatVersion,
+    FormatVersionChanged,
     GroupDeleted,
     GroupDescription,
     Groups,
@@ -661,6 +663,24 @@ def offsets_reset_view(response: Any) -> RenderableType:
     return Group(title, table)
 
 
+def format_version_view(response: Any) -> Text:
+    in_use, latest = field(response, "format_version"), field(response, "latest_format_version")
+    line = plain(f"metadata format version {in_use}")
+    if latest is not None and latest != in_use:
+        line.append(f" (this coordinator writes up to {latest}: set-format-version {latest} "
+                    "once no coordinator of an older release will run on this store)")
+    elif latest is not None:
+        line.append(" (the newest this coordinator writes)")
+    return line
+
+
+def format_version_changed_view(response: Any) -> Text:
+    now, before = field(response, "format_version"), field(response, "previous_format_version")
+    if now == before:
+        return plain(f"metadata format version {now}: unchanged")
+    return plain(f"metadata format version raised from {before} to {now}")
+
+
 def generic_view(response: Any) -> RenderableType:
     """Any response as a key/value grid (for response types this version has no view for)."""
     body = response if isinstance(response, Mapping) else attrs.asdict(response)
@@ -683,6 +703,8 @@ RESPONSE_VIEWS = {
     GroupDeleted.TYPE: group_deleted_view,
     RetentionChanged.TYPE: retention_changed_view,
     OffsetsReset.TYPE: offsets_reset_view,
+    FormatVersion.TYPE: format_version_view,
+    FormatVersionChanged.TYPE: format_version_changed_view,
 }
 
 

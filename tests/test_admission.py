@@ -310,4 +310,5 @@ async def test_10000_unknown_prefix_get_routing_calls_keep_rss_flat_and_write_no
     print(f"RSS before {before / 1e6:.1f} MB, after 10,000 unknown-prefix getRouting "
           f"{after / 1e6:.1f} MB ({(after - before) / 1e6:+.1f} MB)")
     assert after - before < 10 * 1024 * 1024
-    assert keys <= {"rsc:coordinator:epoch", "rsc:coordinator:lease", "rsc:store-id"}, keys
+    assert keys <= {"rsc:coordinator:epoch", "rsc:coordinator:lease", "rsc:store-id",
+                    "rsc:format-version"}, keys

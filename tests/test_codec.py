@@ -216,6 +216,24 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
 {"type": "retentionChanged", "requestId": 13, "status": "UNKNOWN_STREAM", "streamPrefix": "orders",
  "error": "stream prefix 'orders' has no routing yet"}
 """, m.RetentionChanged, {"retention": None}),
+    ("getFormatVersion", """
+{"type": "getFormatVersion", "requestId": 14}
+""", m.GetFormatVersion, {}),
+    ("formatVersion", """
+{"type": "formatVersion", "requestId": 14, "status": "OK", "formatVersion": 1,
+ "latestFormatVersion": 2}
+""", m.FormatVersion, {"error": None}),
+    ("setFormatVersion", """
+{"type": "setFormatVersion", "requestId": 15, "formatVersion": 2}
+""", m.SetFormatVersion, {}),
+    ("formatVersionChanged", """
+{"type": "formatVersionChanged", "requestId": 15, "status": "OK", "formatVersion": 2,
+ "previousFormatVersion": 1}
+""", m.FormatVersionChanged, {"error": None}),
+    ("formatVersionChanged UNSUPPORTED_FORMAT_VERSION", """
+{"type": "formatVersionChanged", "requestId": 15, "status": "UNSUPPORTED_FORMAT_VERSION",
+ "error": "format 3 is unknown to this coordinator, which writes formats 1 to 2"}
+""", m.FormatVersionChanged, {"formatVersion": None, "previousFormatVersion": None}),
     ("setShardCount", """
 {"type": "setShardCount", "requestId": 4, "streamPrefix": "orders", "consumerGroup": "billing",
  "shardCount": 8, "cutover": "ordered"}
@@ -497,6 +515,16 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
                               retention=retentions),
     m.RetentionChanged: st.builds(m.RetentionChanged, request_id=maybe_request_ids, status=statuses,
                                   stream_prefix=texts, retention=opt(retentions), error=opt(texts)),
+    m.GetFormatVersion: st.builds(m.GetFormatVersion, request_id=request_ids),
+    m.FormatVersion: st.builds(m.FormatVersion, request_id=maybe_request_ids, status=statuses,
+                               format_version=opt(st.integers(1, 2**31)),
+                               latest_format_version=opt(st.integers(1, 2**31)), error=opt(texts)),
+    m.SetFormatVersion: st.builds(m.SetFormatVersion, request_id=request_ids,
+                                  format_version=st.integers(1, 2**63)),
+    m.FormatVersionChanged: st.builds(m.FormatVersionChanged, request_id=maybe_request_ids,
+                                      status=statuses, format_version=opt(st.integers(1, 2**31)),
+                                      previous_format_version=opt(st.integers(1, 2**31)),
+                                      error=opt(texts)),
 }
 
 
@@ -669,7 +697,8 @@ def test_set_retention_rejects_bad_retention_naming_the_field(retention: dict[st
 def test_endpoint_sets() -> None:
     assert MEMBER_REQUESTS == {"heartbeat", "getRouting"}
     assert ADMIN_REQUESTS == {"listGroups", "describeGroup", "setShardCount", "setMaxConcurrency",
-                              "removeMember", "deleteGroup", "resetOffsets", "setRetention"}
+                              "removeMember", "deleteGroup", "resetOffsets", "setRetention",
+                              "getFormatVersion", "setFormatVersion"}
 
 
 OPTIONAL_IN = {"setShardCount": {"consumerGroup"}}  # G1: optional there, required elsewhere
