@@ -176,3 +176,14 @@ async def test_a_scraper_that_hangs_up_does_not_stop_the_server(nursery):
         await rude.send_all(b"GET /met")
         await rude.aclose()
         assert (await http_get(port, "/metrics")).startswith(b"HTTP/1.1 200")
+
+
+def test_the_coordinator_exports_its_process_and_its_build():
+    from rsc import __version__
+
+    text = CoordinatorMetrics().exposition().decode()
+    names = {line.split("{")[0].split(" ")[0] for line in text.splitlines()
+             if line and not line.startswith("#")}
+    assert {"process_cpu_seconds_total", "process_resident_memory_bytes",
+            "process_open_fds", "process_start_time_seconds"} <= names
+    assert 'rsc_build_info{python="' in text and f'version="{__version__}"' in text
