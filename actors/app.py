@@ -202,14 +202,19 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
         except Exception as exc:  # raised bare, as before the health port existed (not in a group)
             failure = exc
         finally:
+            released = False
             with trio.CancelScope(shield=True):
                 if store.coordinator_epoch:  # the lease was ours
                     try:
                         await trio.to_thread.run_sync(store.release)
+                        released = True
                     except Exception as exc:  # noqa: BLE001 - best effort on the way out
                         log_event(log, "coordinator.lease_not_released", level=logging.WARNING,
                                   error=str(exc))
                 store.close()
+            log_event(log, "coordinator.stopped", coordinator_epoch=store.coordinator_epoch,
+                      lease_released=released,
+                      error=None if failure is None else str(failure))
             outer.cancel_scope.cancel()
     if failure is not None:
         raise failure

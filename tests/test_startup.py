@@ -272,6 +272,7 @@ async def test_ctrl_c_on_rsc_coordinator_releases_the_lease_first(redis_url):
             logs += chunk
         assert await process.wait() == 0, bytes(logs)
     assert b"lease_not_released" not in logs and b"Traceback" not in logs, bytes(logs)
+    assert b"coordinator.stopped" in logs and b"lease_released=true" in logs, bytes(logs)
     client = redis.Redis.from_url(redis_url)
     try:
         assert not client.exists("rsc:coordinator:lease"), "released, not left to lapse"
