@@ -12,9 +12,10 @@ shards" is 4096; every table says which count it used.
 from __future__ import annotations
 
 import statistics
+import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ class Sizes:
     soak_churn: int = 50  # members that leave, and new ones that join, every soak_period_s
     soak_period_s: float = 10
     soak_sample_s: float = 30
+    steady_wss: bool = False  # steady: also each size over wss:// (the shipped GC mode), `--wss`
 
 
 FULL = Sizes(steady_members=(1000, 5000, 10000), steady_window_s=15, saturate_members=500, saturate_s=5,
@@ -64,6 +66,20 @@ QUICK = Sizes(steady_members=(200,), steady_window_s=6, saturate_members=100, sa
 
 def shards_for(wanted: int) -> int:
     return min(wanted, MAX_SHARDS)
+
+
+def make_certificate(folder: str) -> ServerTls:
+    """A CA and a certificate it signed for 127.0.0.1, as PEM files in `folder` (for wss://)."""
+    import trustme
+
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1", "localhost")
+    root = Path(folder)
+    ca.cert_pem.write_to_path(str(root / "ca.pem"))
+    for index, pem in enumerate(issued.cert_chain_pems):
+        pem.write_to_path(str(root / "server.pem"), append=index > 0)
+    issued.private_key_pem.write_to_path(str(root / "server.key"))
+    return ServerTls(str(root / "server.pem"), str(root / "server.key"), str(root / "ca.pem"))
 
 
 @contextmanager
@@ -123,17 +139,26 @@ def steady(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
                                      "loadgen lag p99 ms", "hb/s", "cores", "RSS MB",
                                      "GC/min", "GC s", "GC %", "max pause ms g0/g1/g2", "loadgen cores",
                                      "loadgen GC %", "expired", "sat. rps", "rps/core", "ratio rps/core"])
-    with progress.scenario("1 steady", steps=4 * len(sizes.steady_members) * len(sizes.gc_modes)):
+    runs = len(sizes.gc_modes) + (1 if sizes.steady_wss else 0)
+    with ExitStack() as stack, progress.scenario("1 steady", steps=4 * len(sizes.steady_members) * runs):
+        certificate = None
+        if sizes.steady_wss:
+            certificate = make_certificate(stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="rsc-bench-steady-")))
         for members in sizes.steady_members:
             for mode in sizes.gc_modes:
+                wss_run = None
                 try:
                     coordinator_run = _steady_run(progress, sizes, members, bare=False, gc_mode=mode)
+                    if certificate is not None and mode == sizes.gc_modes[0]:
+                        wss_run = _steady_run(progress, sizes, members, bare=False, gc_mode=mode,
+                                              tls=certificate)
                     bare_run = _steady_run(progress, sizes, members, bare=True, gc_mode=mode)
                 except Exception as exc:  # noqa: BLE001 - keep the sizes that did run
                     result.notes.append(f"@{members:,} GC {mode}: {type(exc).__name__}: {exc}")
                     result.error = f"@{members:,} GC {mode}: {type(exc).__name__}: {str(exc)[:200]}"
                     continue
-                _steady_rows(result, sizes, members, mode, coordinator_run, bare_run)
+                _steady_rows(result, sizes, members, mode, coordinator_run, bare_run, wss_run)
         if not result.data:
             return result
         _steady_targets(result, sizes)
@@ -164,16 +189,24 @@ def steady(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
 
 
 def _steady_rows(result: ScenarioResult, sizes: Sizes, members: int, mode: str,
-                 coordinator_run: dict[str, Any], bare_run: dict[str, Any]) -> None:
-    for run in (coordinator_run, bare_run):
+                 coordinator_run: dict[str, Any], bare_run: dict[str, Any],
+                 wss_run: dict[str, Any] | None = None) -> None:
+    served = [coordinator_run, bare_run] + ([wss_run] if wss_run is not None else [])
+    for run in served:
         cores = run["saturatedCpu"]["server"]["cpuCores"]
         run["perCore"] = run["saturated"]["perSecond"] / cores if cores else None
-    ratio = coordinator_run["saturated"]["perSecond"] / bare_run["saturated"]["perSecond"]
-    per_core_ratio = (coordinator_run["perCore"] / bare_run["perCore"]
-                      if coordinator_run["perCore"] and bare_run["perCore"] else None)
-    coordinator_run["ratio"] = ratio
-    coordinator_run["perCoreRatio"] = per_core_ratio
-    for label, run in (("coordinator", coordinator_run), ("bare websocket", bare_run)):
+    for run in served:
+        if run is bare_run:
+            continue
+        run["ratio"] = run["saturated"]["perSecond"] / bare_run["saturated"]["perSecond"]
+        run["perCoreRatio"] = (run["perCore"] / bare_run["perCore"]
+                               if run["perCore"] and bare_run["perCore"] else None)
+    rows = [("coordinator", coordinator_run), ("bare websocket", bare_run)]
+    if wss_run is not None:
+        wss_run["wssPerWsPerCore"] = (wss_run["perCore"] / coordinator_run["perCore"]
+                                      if wss_run["perCore"] and coordinator_run["perCore"] else None)
+        rows.insert(1, ("coordinator wss://", wss_run))
+    for label, run in rows:
         window, cpu, server_gc = run["window"], run["cpu"], run["gc"]["server"]
         result.rows.append([label, mode, members, window["p50Ms"], window["p99Ms"],
                             window["serverP99Ms"], window["loopLagP99Ms"],
@@ -183,8 +216,11 @@ def _steady_rows(result: ScenarioResult, sizes: Sizes, members: int, mode: str,
                             100 * server_gc["gcShare"], pauses_cell(server_gc),
                             cpu["load"]["cpuCores"], 100 * run["gc"]["load"]["gcShare"],
                             run["expiredTotal"], run["saturated"]["perSecond"], run["perCore"],
-                            per_core_ratio if label == "coordinator" else 1.0])
-    result.data.setdefault(str(members), {})[mode] = {"coordinator": coordinator_run, "bare": bare_run}
+                            run.get("perCoreRatio", 1.0)])
+    runs = {"coordinator": coordinator_run, "bare": bare_run}
+    if wss_run is not None:
+        runs["wss"] = wss_run
+    result.data.setdefault(str(members), {})[mode] = runs
 
 
 def _steady_targets(result: ScenarioResult, sizes: Sizes) -> None:
@@ -227,6 +263,16 @@ def _steady_targets(result: ScenarioResult, sizes: Sizes) -> None:
             gain = run["perCore"] / runs[other]["coordinator"]["perCore"]
             result.target(f"rps/core GC {shipped} vs {other} @{biggest:,}", "(no target)",
                           f"{gain:.2f}x", None)
+    wss = runs[shipped].get("wss")
+    if wss is not None:
+        result.target(f"wss / ws rps per CPU-second @{biggest:,} (GC {shipped})", "(no target)",
+                      "-" if wss["wssPerWsPerCore"] is None else f"{wss['wssPerWsPerCore']:.2f}x", None)
+        result.target(f"wss:// p99 heartbeat latency, RSS @{biggest:,} (GC {shipped})", "(no target)",
+                      f"{wss['window']['p99Ms']:.1f} ms (ws:// {p99:.1f} ms), "
+                      f"{wss['cpu']['server']['peakRssMb']:.0f} MB (ws:// {rss:.0f} MB)", None)
+        result.notes.append("wss:// rows (--wss): the same coordinator serving TLS with a trustme "
+                            "certificate, the load generator verifying it; its ratio column is "
+                            "against the bare (plain) server like the ws:// row's")
     if biggest < 10000:
         result.notes.append(f"small sizes: targets are for 10,000 members, measured at {biggest:,}")
 
@@ -255,7 +301,7 @@ def _steady_run(progress: Progressor, sizes: Sizes, members: int, *, bare: bool,
         loadgen.call("reset")
         sampler = Sampler(server=server, load=loadgen)
         spy = None if bare else py_spy(server.pid, sizes.steady_window_s,
-                                       f"coordinator-{members}-gc-{gc_mode}")
+                                       f"coordinator{'-wss' if tls else ''}-{members}-gc-{gc_mode}")
         _wait(progress, sizes.steady_window_s, sampler, f"{label} @{members:,}: steady window")
         if spy is not None:
             spy.wait(timeout=60)

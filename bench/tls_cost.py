@@ -19,23 +19,8 @@ import attrs
 
 from bench import membership
 from bench.report import Progressor, ScenarioResult
-from rsc.common.redis_server import ServerTls
 
 MEMBERS = 1000
-
-
-def make_certificate(folder: str) -> ServerTls:
-    """A CA and a certificate it signed for 127.0.0.1, as PEM files in `folder`."""
-    import trustme
-
-    ca = trustme.CA()
-    issued = ca.issue_cert("127.0.0.1", "localhost")
-    root = Path(folder)
-    ca.cert_pem.write_to_path(str(root / "ca.pem"))
-    for index, pem in enumerate(issued.cert_chain_pems):
-        pem.write_to_path(str(root / "server.pem"), append=index > 0)
-    issued.private_key_pem.write_to_path(str(root / "server.key"))
-    return ServerTls(str(root / "server.pem"), str(root / "server.key"), str(root / "ca.pem"))
 
 
 def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
@@ -47,7 +32,7 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
     runs: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="rsc-bench-tls-") as folder, \
             progress.scenario("tls", steps=4):
-        certificate = make_certificate(folder)
+        certificate = membership.make_certificate(folder)
         for scheme, tls in (("ws", None), ("wss", certificate)):
             runs[scheme] = membership._steady_run(progress, sizes, MEMBERS, bare=False, gc_mode=mode,
                                                   tls=tls)
