@@ -277,8 +277,26 @@ def _steady_targets(result: ScenarioResult, sizes: Sizes) -> None:
         result.notes.append(f"small sizes: targets are for 10,000 members, measured at {biggest:,}")
 
 
-def _steady_run(progress: Progressor, sizes: Sizes, members: int, *, bare: bool,
-                gc_mode: str, tls: ServerTls | None = None) -> dict[str, Any]:
+@attrs.define
+class SteadyServer:
+    """A server under `members` simulated members, joined, spread and settled (`steady_setup`)."""
+
+    label: str
+    members: int
+    shards: int | None
+    server: Server
+    loadgen: LoadGen
+    populated: dict[str, Any]
+    setup: Sampler
+    spy_name: str | None
+
+
+@contextmanager
+def steady_setup(progress: Progressor, sizes: Sizes, members: int, *, bare: bool, gc_mode: str,
+                 tls: ServerTls | None = None) -> Iterator[SteadyServer]:
+    """A fresh Redis and server (the coordinator, over wss:// with `tls`, or the bare one) and a
+    load generator with `members` members joined, their beats spread and settled; all stopped
+    after."""
     label = f"{'bare' if bare else 'coordinator'}{' wss' if tls else ''} GC {gc_mode}"
     progress.step(f"{label} @{members:,}: starting")
     shards = None if bare else shards_for(2 * members)
@@ -297,41 +315,60 @@ def _steady_run(progress: Progressor, sizes: Sizes, members: int, *, bare: bool,
         # measures the steady state after it (the same wait for the bare server)
         _wait(progress, sizes.settle_intervals * sizes.heartbeat_ms / 1000, setup,
               f"{label} @{members:,}: settling")
-        gc_before = {"server": server.gc_report(), "load": loadgen.call("gc")}
-        loadgen.call("reset")
-        sampler = Sampler(server=server, load=loadgen)
-        spy = None if bare else py_spy(server.pid, sizes.steady_window_s,
-                                       f"coordinator{'-wss' if tls else ''}-{members}-gc-{gc_mode}")
-        _wait(progress, sizes.steady_window_s, sampler, f"{label} @{members:,}: steady window")
-        if spy is not None:
-            spy.wait(timeout=60)
-        window = loadgen.call("stats")
-        cpu = sampler.result()
-        elapsed = time.perf_counter() - sampler.started
-        server_after = server.gc_report()
-        inside = latency.window(gc_before["server"]["requests"], server_after["requests"])
-        window["serverP50Ms"], window["serverP99Ms"] = (_ms(latency.quantile(inside, q))
-                                                        for q in (0.5, 0.99))
-        gc = {"server": gcstats.window(gc_before["server"], server_after, elapsed),
-              "load": gcstats.window(gc_before["load"], loadgen.call("gc"), elapsed)}
-        progress.note(f"{label} @{members:,}: saturating")
-        saturation_sampler = Sampler(server=server, load=loadgen)
-        saturated = loadgen.call("saturate", members=min(members, sizes.saturate_members),
-                                 seconds=sizes.saturate_s, timeout=120)
-        saturated_cpu = saturation_sampler.result()
-        saturated_gc = gcstats.window(gc_before["server"], server.gc_report(),
-                                      time.perf_counter() - sampler.started)
-        final = loadgen.call("stats")
-        progress.step(f"{label} @{members:,}: done")
-        return {"shards": shards, "gcMode": gc_mode, "setup": populated,
-                "setupServer": setup.result()["server"], "window": window, "cpu": cpu, "gc": gc,
-                "saturated": saturated, "saturatedCpu": saturated_cpu,
-                "gcThroughSaturation": saturated_gc, "expiredTotal": final["expiredTotal"],
-                "latencies": None}
+        yield SteadyServer(label, members, shards, server, loadgen, populated, setup,
+                           None if bare else f"coordinator{'-wss' if tls else ''}-{members}-gc-{gc_mode}")
     finally:
         for process in (loadgen, server, redis):
             if process is not None:
                 process.stop()
+
+
+def steady_measure(progress: Progressor, sizes: Sizes, steady: SteadyServer,
+                   gc_mode: str) -> dict[str, Any]:
+    """The steady window (latency, CPU, GC), then one closed-loop saturation."""
+    label, members, server, loadgen = steady.label, steady.members, steady.server, steady.loadgen
+    gc_before = {"server": server.gc_report(), "load": loadgen.call("gc")}
+    loadgen.call("reset")
+    sampler = Sampler(server=server, load=loadgen)
+    spy = None if steady.spy_name is None else py_spy(server.pid, sizes.steady_window_s,
+                                                      steady.spy_name)
+    _wait(progress, sizes.steady_window_s, sampler, f"{label} @{members:,}: steady window")
+    if spy is not None:
+        spy.wait(timeout=60)
+    window = loadgen.call("stats")
+    cpu = sampler.result()
+    elapsed = time.perf_counter() - sampler.started
+    server_after = server.gc_report()
+    inside = latency.window(gc_before["server"]["requests"], server_after["requests"])
+    window["serverP50Ms"], window["serverP99Ms"] = (_ms(latency.quantile(inside, q))
+                                                    for q in (0.5, 0.99))
+    gc = {"server": gcstats.window(gc_before["server"], server_after, elapsed),
+          "load": gcstats.window(gc_before["load"], loadgen.call("gc"), elapsed)}
+    progress.note(f"{label} @{members:,}: saturating")
+    saturated, saturated_cpu = saturate(sizes, steady)
+    saturated_gc = gcstats.window(gc_before["server"], server.gc_report(),
+                                  time.perf_counter() - sampler.started)
+    final = loadgen.call("stats")
+    progress.step(f"{label} @{members:,}: done")
+    return {"shards": steady.shards, "gcMode": gc_mode, "setup": steady.populated,
+            "setupServer": steady.setup.result()["server"], "window": window, "cpu": cpu, "gc": gc,
+            "saturated": saturated, "saturatedCpu": saturated_cpu,
+            "gcThroughSaturation": saturated_gc, "expiredTotal": final["expiredTotal"],
+            "latencies": None}
+
+
+def saturate(sizes: Sizes, steady: SteadyServer) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One closed-loop saturation: what the load generator got and the CPU the processes used."""
+    sampler = Sampler(server=steady.server, load=steady.loadgen)
+    saturated = steady.loadgen.call("saturate", members=min(steady.members, sizes.saturate_members),
+                                    seconds=sizes.saturate_s, timeout=120)
+    return saturated, sampler.result()
+
+
+def _steady_run(progress: Progressor, sizes: Sizes, members: int, *, bare: bool,
+                gc_mode: str, tls: ServerTls | None = None) -> dict[str, Any]:
+    with steady_setup(progress, sizes, members, bare=bare, gc_mode=gc_mode, tls=tls) as steady:
+        return steady_measure(progress, sizes, steady, gc_mode)
 
 
 def _ms(seconds: float | None) -> float | None:
