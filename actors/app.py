@@ -358,7 +358,8 @@ async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig,
                            task_status: trio.TaskStatus[int]) -> None:
     admitted = [AdmissionListener(listener, admission)
                 for listener in await trio.open_tcp_listeners(port, host=config.host)]
-    # with TLS the handshake runs inside the session's task, under the same handshake timeout
+    # with TLS each session's task runs its TLS itself (actors/ws_server.py): the TLS handshake
+    # inside the websocket handshake timeout, frames encrypted and written in place
     listeners: list[Any] = admitted if server_tls is None else [
         tls.TlsListener(listener, server_tls) for listener in admitted]
     async with trio.open_nursery() as nursery:

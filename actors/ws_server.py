@@ -16,6 +16,16 @@ stream and feeds wsproto itself (`receive_message`), and writes never wait:
   ever negotiated); what a client sends is parsed by wsproto, which turns
   protocol errors into close codes (1002, 1007).
 
+TLS (wss://) runs in the same task and the same writes: a connection accepted
+as rsc/common/tls.py's `TlsStream` is driven through actors/tls_transport.py's
+`TlsEngine` (an ssl.SSLObject between memory BIOs) over the raw socket stream.
+A frame is encrypted and written in place like a plain one; what a slow peer
+has not taken yet waits as plaintext and is encrypted in one go by the writer
+task (fewer, fuller records); the handshake runs inside `handshake`, under its
+timeout, and a plain HTTP request on the TLS port is answered 400 "use
+wss://". TLS ends the HTTPS way (trio's `https_compatible`): no close_notify is
+sent, and a peer's EOF without one is an ordinary end.
+
 The behaviour is trio-websocket's, held by tests/test_ws_server.py and the
 transport tests: a message over `max_message_bytes` (UTF-8 bytes for text) is
 answered with close 1009; a ping gets its pong; a peer's close is answered
@@ -30,6 +40,7 @@ from __future__ import annotations
 
 import collections
 import os
+import ssl
 import struct
 from collections.abc import Callable
 from typing import cast
@@ -49,6 +60,9 @@ from wsproto.events import (
     TextMessage,
 )
 from wsproto.utilities import RemoteProtocolError
+
+from rsc.actors.tls_transport import TlsEngine
+from rsc.common import tls
 
 RECEIVE_BYTES = 16384
 CLOSE_WAIT_S = 2.0  # after our close frame: how long the peer has to answer it
@@ -81,6 +95,10 @@ class ServerConnection:
 
     def __init__(self, stream: trio.abc.Stream, nursery: trio.Nursery, *,
                  max_message_bytes: int) -> None:
+        self._tls: TlsEngine | None = None
+        if isinstance(stream, tls.TlsStream):  # wss://: TLS here, over the socket stream
+            self._tls = TlsEngine(stream.context)
+            stream = stream.transport
         self._stream = stream
         self._nursery = nursery
         self._max = max_message_bytes
@@ -89,8 +107,9 @@ class ServerConnection:
         self._events: collections.deque[Event] = collections.deque()
         self._parts: list[str | bytes] = []
         self._size = 0
-        self._fd = _socket_fd(stream)  # None (TLS, or a test stream): every write goes by task
-        self._out: list[bytes] = []
+        self._fd = _socket_fd(stream)  # None (a test stream): every write goes by task
+        self._out: list[bytes] = []  # bytes for the socket, in order (TLS: ciphertext)
+        self._plain: list[bytes] = []  # TLS only: plaintext queued behind `_out`, not encrypted yet
         self.writing = False
         self._written: trio.Event | None = None
         self.on_written: Callable[[], None] | None = None  # called once the queue has gone out
@@ -273,6 +292,30 @@ class ServerConnection:
         self._write(proto.send(event))
 
     def _write(self, data: bytes) -> None:
+        if self._tls is not None:
+            encrypted = self._encrypt(data)
+            if not encrypted:
+                return
+            data = encrypted
+        self._write_raw(data)
+
+    def _encrypt(self, data: bytes) -> bytes | None:
+        """TLS: `data` as records to write now; None when it waits behind queued bytes (it is
+        encrypted by the writer, with whatever joins it) or the connection is broken."""
+        if self.broken:
+            return None
+        if self.writing:
+            self._plain.append(data)
+            return None
+        assert self._tls is not None
+        try:
+            return self._tls.encrypt(data)
+        except ssl.SSLError:
+            self._lost()
+            return None
+
+    def _write_raw(self, data: bytes) -> None:
+        """Bytes for the socket (TLS: ciphertext): written in place, or queued in order."""
         if self.broken:
             return
         if self.writing:
@@ -295,16 +338,22 @@ class ServerConnection:
         self._nursery.start_soon(self._writer)
 
     async def _writer(self) -> None:
-        out = self._out
+        out, plain = self._out, self._plain
         try:
-            while out and not self.broken:
+            while (out or plain) and not self.broken:
+                if plain:  # TLS: what waited as plaintext goes after the ciphertext before it
+                    assert self._tls is not None
+                    joined = plain[0] if len(plain) == 1 else b"".join(plain)
+                    plain.clear()
+                    out.append(self._tls.encrypt(joined))
                 data = out[0] if len(out) == 1 else b"".join(out)
                 out.clear()
                 await self._stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):  # ssl.SSLError too
             self.broken = True
         finally:
             out.clear()
+            plain.clear()
             self.writing = False
             written, self._written = self._written, None
             if written is not None:
@@ -315,19 +364,53 @@ class ServerConnection:
     async def _send_now(self, data: bytes) -> None:
         """Handshake answers: nothing else is queued yet, so they go out in place."""
         try:
+            if self._tls is not None:
+                data = self._tls.encrypt(data)
             await self._stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):  # ssl.SSLError too
             self.broken = True
 
     async def _receive(self) -> bytes | None:
+        """The next bytes from the peer (TLS: plaintext); b"" or None once it is gone."""
+        if self._tls is not None:
+            return await self._receive_tls(self._tls)
         try:
             return cast(bytes, await self._stream.receive_some(RECEIVE_BYTES))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return None
 
+    async def _receive_tls(self, engine: TlsEngine) -> bytes | None:
+        """Plaintext from the peer, driving the TLS handshake first; what TLS itself has to
+        send (handshake flights, key updates) goes out on the way, in order."""
+        while True:
+            try:
+                data = engine.read(RECEIVE_BYTES)
+            except ssl.SSLError as exc:
+                if not engine.handshaken and tls.is_plain_http(exc):
+                    await tls.refuse_plain_http(self._stream)  # a ws:// client: say wss://
+                self._lost()
+                return None
+            due = engine.data_to_send()
+            if due:
+                if self._proto is None:  # the handshakes: nothing else is queued, await it here
+                    try:
+                        await self._stream.send_all(due)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                        self._lost()
+                        return None
+                else:
+                    self._write_raw(due)
+            if data is not None:
+                return data
+            try:
+                received = await self._stream.receive_some(RECEIVE_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return None
+            engine.receive_data(received)
+
 
 def _socket_fd(stream: trio.abc.Stream) -> int | None:
-    """The descriptor of a plain TCP stream (direct writes); None for anything else (TLS)."""
+    """The descriptor of a TCP stream (direct writes); None for anything else (a test stream)."""
     sock = getattr(stream, "socket", None)
     if sock is None or os.name != "posix":  # a socket is a file descriptor only on POSIX
         return None

@@ -45,7 +45,7 @@ from rsc.common import gc_policy as gc_control
 Scenario = Callable[[Progressor, bool, Path], ScenarioResult]
 
 
-# set from the command line (--members, --gc, --soak-minutes): overrides of the membership sizes
+# set from the command line (--members, --wss, --gc, --soak-minutes): overrides of the membership sizes
 OVERRIDES: dict[str, Any] = {}
 
 
@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
                              "into DIR as collapsed stacks")
     parser.add_argument("--members", nargs="+", type=_positive, metavar="N",
                         help="steady: these member counts instead of the preset's")
+    parser.add_argument("--wss", action="store_true",
+                        help="steady: also run the coordinator over wss:// at each size (shipped GC "
+                             "mode; a trustme certificate the load generator verifies)")
     parser.add_argument("--gc", nargs="+", choices=gc_control.MODES, metavar="MODE",
                         help="steady: GC modes to compare, the first one is the shipped one "
                              f"(default: {' '.join(membership.FULL.gc_modes)}); soak: its first one")
@@ -112,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         procs.PY_SPY_DIR = str(args.py_spy)
     if args.members:
         OVERRIDES["steady_members"] = tuple(args.members)
+    if args.wss:
+        OVERRIDES["steady_wss"] = True
     if args.gc:
         OVERRIDES["gc_modes"] = tuple(dict.fromkeys(args.gc))
     if args.soak_minutes is not None:

@@ -12,9 +12,10 @@ shards" is 4096; every table says which count it used.
 from __future__ import annotations
 
 import statistics
+import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ class Sizes:
     soak_churn: int = 50  # members that leave, and new ones that join, every soak_period_s
     soak_period_s: float = 10
     soak_sample_s: float = 30
+    steady_wss: bool = False  # steady: also each size over wss:// (the shipped GC mode), `--wss`
 
 
 FULL = Sizes(steady_members=(1000, 5000, 10000), steady_window_s=15, saturate_members=500, saturate_s=5,
@@ -64,6 +66,20 @@ QUICK = Sizes(steady_members=(200,), steady_window_s=6, saturate_members=100, sa
 
 def shards_for(wanted: int) -> int:
     return min(wanted, MAX_SHARDS)
+
+
+def make_certificate(folder: str) -> ServerTls:
+    """A CA and a certificate it signed for 127.0.0.1, as PEM files in `folder` (for wss://)."""
+    import trustme
+
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1", "localhost")
+    root = Path(folder)
+    ca.cert_pem.write_to_path(str(root / "ca.pem"))
+    for index, pem in enumerate(issued.cert_chain_pems):
+        pem.write_to_path(str(root / "server.pem"), append=index > 0)
+    issued.private_key_pem.write_to_path(str(root / "server.key"))
+    return ServerTls(str(root / "server.pem"), str(root / "server.key"), str(root / "ca.pem"))
 
 
 @contextmanager
@@ -123,17 +139,26 @@ def steady(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
                                      "loadgen lag p99 ms", "hb/s", "cores", "RSS MB",
                                      "GC/min", "GC s", "GC %", "max pause ms g0/g1/g2", "loadgen cores",
                                      "loadgen GC %", "expired", "sat. rps", "rps/core", "ratio rps/core"])
-    with progress.scenario("1 steady", steps=4 * len(sizes.steady_members) * len(sizes.gc_modes)):
+    runs = len(sizes.gc_modes) + (1 if sizes.steady_wss else 0)
+    with ExitStack() as stack, progress.scenario("1 steady", steps=4 * len(sizes.steady_members) * runs):
+        certificate = None
+        if sizes.steady_wss:
+            certificate = make_certificate(stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="rsc-bench-steady-")))
         for members in sizes.steady_members:
             for mode in sizes.gc_modes:
+                wss_run = None
                 try:
                     coordinator_run = _steady_run(progress, sizes, members, bare=False, gc_mode=mode)
+                    if certificate is not None and mode == sizes.gc_modes[0]:
+                        wss_run = _steady_run(progress, sizes, members, bare=False, gc_mode=mode,
+                                              tls=certificate)
                     bare_run = _steady_run(progress, sizes, members, bare=True, gc_mode=mode)
                 except Exception as exc:  # noqa: BLE001 - keep the sizes that did run
                     result.notes.append(f"@{members:,} GC {mode}: {type(exc).__name__}: {exc}")
                     result.error = f"@{members:,} GC {mode}: {type(exc).__name__}: {str(exc)[:200]}"
                     continue
-                _steady_rows(result, sizes, members, mode, coordinator_run, bare_run)
+                _steady_rows(result, sizes, members, mode, coordinator_run, bare_run, wss_run)
         if not result.data:
             return result
         _steady_targets(result, sizes)
@@ -164,16 +189,24 @@ def steady(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
 
 
 def _steady_rows(result: ScenarioResult, sizes: Sizes, members: int, mode: str,
-                 coordinator_run: dict[str, Any], bare_run: dict[str, Any]) -> None:
-    for run in (coordinator_run, bare_run):
+                 coordinator_run: dict[str, Any], bare_run: dict[str, Any],
+                 wss_run: dict[str, Any] | None = None) -> None:
+    served = [coordinator_run, bare_run] + ([wss_run] if wss_run is not None else [])
+    for run in served:
         cores = run["saturatedCpu"]["server"]["cpuCores"]
         run["perCore"] = run["saturated"]["perSecond"] / cores if cores else None
-    ratio = coordinator_run["saturated"]["perSecond"] / bare_run["saturated"]["perSecond"]
-    per_core_ratio = (coordinator_run["perCore"] / bare_run["perCore"]
-                      if coordinator_run["perCore"] and bare_run["perCore"] else None)
-    coordinator_run["ratio"] = ratio
-    coordinator_run["perCoreRatio"] = per_core_ratio
-    for label, run in (("coordinator", coordinator_run), ("bare websocket", bare_run)):
+    for run in served:
+        if run is bare_run:
+            continue
+        run["ratio"] = run["saturated"]["perSecond"] / bare_run["saturated"]["perSecond"]
+        run["perCoreRatio"] = (run["perCore"] / bare_run["perCore"]
+                               if run["perCore"] and bare_run["perCore"] else None)
+    rows = [("coordinator", coordinator_run), ("bare websocket", bare_run)]
+    if wss_run is not None:
+        wss_run["wssPerWsPerCore"] = (wss_run["perCore"] / coordinator_run["perCore"]
+                                      if wss_run["perCore"] and coordinator_run["perCore"] else None)
+        rows.insert(1, ("coordinator wss://", wss_run))
+    for label, run in rows:
         window, cpu, server_gc = run["window"], run["cpu"], run["gc"]["server"]
         result.rows.append([label, mode, members, window["p50Ms"], window["p99Ms"],
                             window["serverP99Ms"], window["loopLagP99Ms"],
@@ -183,8 +216,11 @@ def _steady_rows(result: ScenarioResult, sizes: Sizes, members: int, mode: str,
                             100 * server_gc["gcShare"], pauses_cell(server_gc),
                             cpu["load"]["cpuCores"], 100 * run["gc"]["load"]["gcShare"],
                             run["expiredTotal"], run["saturated"]["perSecond"], run["perCore"],
-                            per_core_ratio if label == "coordinator" else 1.0])
-    result.data.setdefault(str(members), {})[mode] = {"coordinator": coordinator_run, "bare": bare_run}
+                            run.get("perCoreRatio", 1.0)])
+    runs = {"coordinator": coordinator_run, "bare": bare_run}
+    if wss_run is not None:
+        runs["wss"] = wss_run
+    result.data.setdefault(str(members), {})[mode] = runs
 
 
 def _steady_targets(result: ScenarioResult, sizes: Sizes) -> None:
@@ -227,12 +263,40 @@ def _steady_targets(result: ScenarioResult, sizes: Sizes) -> None:
             gain = run["perCore"] / runs[other]["coordinator"]["perCore"]
             result.target(f"rps/core GC {shipped} vs {other} @{biggest:,}", "(no target)",
                           f"{gain:.2f}x", None)
+    wss = runs[shipped].get("wss")
+    if wss is not None:
+        result.target(f"wss / ws rps per CPU-second @{biggest:,} (GC {shipped})", "(no target)",
+                      "-" if wss["wssPerWsPerCore"] is None else f"{wss['wssPerWsPerCore']:.2f}x", None)
+        result.target(f"wss:// p99 heartbeat latency, RSS @{biggest:,} (GC {shipped})", "(no target)",
+                      f"{wss['window']['p99Ms']:.1f} ms (ws:// {p99:.1f} ms), "
+                      f"{wss['cpu']['server']['peakRssMb']:.0f} MB (ws:// {rss:.0f} MB)", None)
+        result.notes.append("wss:// rows (--wss): the same coordinator serving TLS with a trustme "
+                            "certificate, the load generator verifying it; its ratio column is "
+                            "against the bare (plain) server like the ws:// row's")
     if biggest < 10000:
         result.notes.append(f"small sizes: targets are for 10,000 members, measured at {biggest:,}")
 
 
-def _steady_run(progress: Progressor, sizes: Sizes, members: int, *, bare: bool,
-                gc_mode: str, tls: ServerTls | None = None) -> dict[str, Any]:
+@attrs.define
+class SteadyServer:
+    """A server under `members` simulated members, joined, spread and settled (`steady_setup`)."""
+
+    label: str
+    members: int
+    shards: int | None
+    server: Server
+    loadgen: LoadGen
+    populated: dict[str, Any]
+    setup: Sampler
+    spy_name: str | None
+
+
+@contextmanager
+def steady_setup(progress: Progressor, sizes: Sizes, members: int, *, bare: bool, gc_mode: str,
+                 tls: ServerTls | None = None) -> Iterator[SteadyServer]:
+    """A fresh Redis and server (the coordinator, over wss:// with `tls`, or the bare one) and a
+    load generator with `members` members joined, their beats spread and settled; all stopped
+    after."""
     label = f"{'bare' if bare else 'coordinator'}{' wss' if tls else ''} GC {gc_mode}"
     progress.step(f"{label} @{members:,}: starting")
     shards = None if bare else shards_for(2 * members)
@@ -251,41 +315,60 @@ def _steady_run(progress: Progressor, sizes: Sizes, members: int, *, bare: bool,
         # measures the steady state after it (the same wait for the bare server)
         _wait(progress, sizes.settle_intervals * sizes.heartbeat_ms / 1000, setup,
               f"{label} @{members:,}: settling")
-        gc_before = {"server": server.gc_report(), "load": loadgen.call("gc")}
-        loadgen.call("reset")
-        sampler = Sampler(server=server, load=loadgen)
-        spy = None if bare else py_spy(server.pid, sizes.steady_window_s,
-                                       f"coordinator-{members}-gc-{gc_mode}")
-        _wait(progress, sizes.steady_window_s, sampler, f"{label} @{members:,}: steady window")
-        if spy is not None:
-            spy.wait(timeout=60)
-        window = loadgen.call("stats")
-        cpu = sampler.result()
-        elapsed = time.perf_counter() - sampler.started
-        server_after = server.gc_report()
-        inside = latency.window(gc_before["server"]["requests"], server_after["requests"])
-        window["serverP50Ms"], window["serverP99Ms"] = (_ms(latency.quantile(inside, q))
-                                                        for q in (0.5, 0.99))
-        gc = {"server": gcstats.window(gc_before["server"], server_after, elapsed),
-              "load": gcstats.window(gc_before["load"], loadgen.call("gc"), elapsed)}
-        progress.note(f"{label} @{members:,}: saturating")
-        saturation_sampler = Sampler(server=server, load=loadgen)
-        saturated = loadgen.call("saturate", members=min(members, sizes.saturate_members),
-                                 seconds=sizes.saturate_s, timeout=120)
-        saturated_cpu = saturation_sampler.result()
-        saturated_gc = gcstats.window(gc_before["server"], server.gc_report(),
-                                      time.perf_counter() - sampler.started)
-        final = loadgen.call("stats")
-        progress.step(f"{label} @{members:,}: done")
-        return {"shards": shards, "gcMode": gc_mode, "setup": populated,
-                "setupServer": setup.result()["server"], "window": window, "cpu": cpu, "gc": gc,
-                "saturated": saturated, "saturatedCpu": saturated_cpu,
-                "gcThroughSaturation": saturated_gc, "expiredTotal": final["expiredTotal"],
-                "latencies": None}
+        yield SteadyServer(label, members, shards, server, loadgen, populated, setup,
+                           None if bare else f"coordinator{'-wss' if tls else ''}-{members}-gc-{gc_mode}")
     finally:
         for process in (loadgen, server, redis):
             if process is not None:
                 process.stop()
+
+
+def steady_measure(progress: Progressor, sizes: Sizes, steady: SteadyServer,
+                   gc_mode: str) -> dict[str, Any]:
+    """The steady window (latency, CPU, GC), then one closed-loop saturation."""
+    label, members, server, loadgen = steady.label, steady.members, steady.server, steady.loadgen
+    gc_before = {"server": server.gc_report(), "load": loadgen.call("gc")}
+    loadgen.call("reset")
+    sampler = Sampler(server=server, load=loadgen)
+    spy = None if steady.spy_name is None else py_spy(server.pid, sizes.steady_window_s,
+                                                      steady.spy_name)
+    _wait(progress, sizes.steady_window_s, sampler, f"{label} @{members:,}: steady window")
+    if spy is not None:
+        spy.wait(timeout=60)
+    window = loadgen.call("stats")
+    cpu = sampler.result()
+    elapsed = time.perf_counter() - sampler.started
+    server_after = server.gc_report()
+    inside = latency.window(gc_before["server"]["requests"], server_after["requests"])
+    window["serverP50Ms"], window["serverP99Ms"] = (_ms(latency.quantile(inside, q))
+                                                    for q in (0.5, 0.99))
+    gc = {"server": gcstats.window(gc_before["server"], server_after, elapsed),
+          "load": gcstats.window(gc_before["load"], loadgen.call("gc"), elapsed)}
+    progress.note(f"{label} @{members:,}: saturating")
+    saturated, saturated_cpu = saturate(sizes, steady)
+    saturated_gc = gcstats.window(gc_before["server"], server.gc_report(),
+                                  time.perf_counter() - sampler.started)
+    final = loadgen.call("stats")
+    progress.step(f"{label} @{members:,}: done")
+    return {"shards": steady.shards, "gcMode": gc_mode, "setup": steady.populated,
+            "setupServer": steady.setup.result()["server"], "window": window, "cpu": cpu, "gc": gc,
+            "saturated": saturated, "saturatedCpu": saturated_cpu,
+            "gcThroughSaturation": saturated_gc, "expiredTotal": final["expiredTotal"],
+            "latencies": None}
+
+
+def saturate(sizes: Sizes, steady: SteadyServer) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One closed-loop saturation: what the load generator got and the CPU the processes used."""
+    sampler = Sampler(server=steady.server, load=steady.loadgen)
+    saturated = steady.loadgen.call("saturate", members=min(steady.members, sizes.saturate_members),
+                                    seconds=sizes.saturate_s, timeout=120)
+    return saturated, sampler.result()
+
+
+def _steady_run(progress: Progressor, sizes: Sizes, members: int, *, bare: bool,
+                gc_mode: str, tls: ServerTls | None = None) -> dict[str, Any]:
+    with steady_setup(progress, sizes, members, bare=bare, gc_mode=gc_mode, tls=tls) as steady:
+        return steady_measure(progress, sizes, steady, gc_mode)
 
 
 def _ms(seconds: float | None) -> float | None:

@@ -1,8 +1,8 @@
 """`python -m bench.tables RESULTS.json [--profile STACKS.txt]`: a run's tables as Markdown (for the README).
 
 Reads a results file written by `python -m bench` and prints the rows the
-README shows: per size and GC mode, the coordinator and the bare server side
-by side, with the GC figures of the steady window; then the soak line. With
+README shows: per size and GC mode, the coordinator (and over wss:// with
+`--wss`) and the bare server side by side, with the GC figures of the steady window; then the soak line. With
 `--profile`, also the top functions of a py-spy sample (`--py-spy DIR` of
 the bench writes them), by own time and including callees.
 """
@@ -34,10 +34,13 @@ def steady_markdown(scenario: dict[str, Any]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for size in sorted(scenario["data"], key=int):
         for mode, runs in scenario["data"][size].items():
-            for label, key in (("coordinator", "coordinator"), ("bare websocket", "bare")):
+            for label, key in (("coordinator", "coordinator"), ("coordinator wss://", "wss"),
+                               ("bare websocket", "bare")):
+                if key not in runs:
+                    continue  # wss:// only with --wss
                 run = runs[key]
                 window, gc = run["window"], run["gc"]["server"]
-                ratio = run.get("perCoreRatio") if key == "coordinator" else 1.0
+                ratio = run.get("perCoreRatio") if key != "bare" else 1.0
                 lines.append(
                     f"| {label} | {mode} | {int(size):,} | {_number(window['p50Ms'], 1)} "
                     f"| {_number(window['p99Ms'], 1)} | {_number(window.get('serverP99Ms'), 1)} "

@@ -12,13 +12,16 @@
 - `verify_server(url, context)`: a TLS handshake with a wss:// coordinator, once per
   process, raising `TlsFailed` with that line (trio-websocket reports a certificate it
   cannot verify only as a connect timeout).
-- `TlsListener`: the coordinator's side, TLS over its admitted connections; a plain
-  HTTP request (a ws:// client) is answered 400 "use wss://" at once.
+- `TlsListener`: the coordinator's side, TLS over its admitted connections: each one a
+  `TlsStream` naming its transport and context, which the coordinator's websocket
+  connection (actors/ws_server.py) drives itself, or a trio stream for anyone else; a plain
+  HTTP request (a ws:// client) is answered 400 "use wss://" at once (`refuse_plain_http`).
 - `redis_tls_options(url)`: the extra redis-py options of a rediss:// URL: the CA from
   $RSC_REDIS_CA_FILE when the URL's query names none (`ssl_ca_certs`, `ssl_certfile`,
   `ssl_keyfile` in the query are read by redis-py itself); every file named must exist.
 
-Apart from `verify_server` and `TlsListener` (trio streams), nothing here touches a socket.
+Apart from `verify_server`, `TlsListener` and `refuse_plain_http` (trio streams), nothing here
+touches a socket.
 """
 
 from __future__ import annotations
@@ -53,8 +56,11 @@ class TlsFailed(Exception):
 
 
 def server_context(cert_file: str, key_file: str) -> ssl.SSLContext:
-    """A server context holding `cert_file` (the chain, PEM) and its `key_file`."""
+    """A server context holding `cert_file` (the chain, PEM) and its `key_file`. A client's
+    renegotiation (TLS 1.2) is refused, so a handshake never starts again under a session
+    (actors/tls_transport.py encrypts without waiting on the peer)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.options |= ssl.OP_NO_RENEGOTIATION
     try:
         context.load_cert_chain(cert_file, key_file)
     except (OSError, ssl.SSLError) as exc:
@@ -221,8 +227,8 @@ PLAIN_ON_TLS = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnec
 
 
 class TlsListener(trio.abc.Listener[trio.abc.Stream]):
-    """Admitted connections wrapped in TLS (trio.SSLListener, but over any listener: the
-    websocket server only accepts a SocketListener inside that one)."""
+    """Admitted connections that speak TLS with `context` (trio.SSLListener, but over any
+    listener: the websocket server only accepts a SocketListener inside that one)."""
 
     def __init__(self, inner: trio.abc.Listener[trio.abc.Stream], context: ssl.SSLContext) -> None:
         self.inner = inner
@@ -236,12 +242,25 @@ class TlsListener(trio.abc.Listener[trio.abc.Stream]):
 
 
 class TlsStream(trio.abc.Stream):
-    """A server-side TLS stream that answers a plain HTTP request (a ws:// client) with a
-    400 saying to use wss:// (D3), instead of leaving it waiting for its handshake timeout."""
+    """An accepted connection that is to speak TLS with `context` over `transport`.
+
+    The coordinator's websocket connection takes `transport` and `context` and runs TLS in its
+    own task (actors/ws_server.py, actors/tls_transport.py). Used as a stream, it is a server-side
+    trio.SSLStream (made on first use) that answers a plain HTTP request (a ws:// client) with
+    a 400 saying to use wss:// (D3), instead of leaving it waiting for its handshake timeout.
+    """
 
     def __init__(self, transport: trio.abc.Stream, context: ssl.SSLContext) -> None:
         self.transport = transport
-        self.tls = trio.SSLStream(transport, context, server_side=True, https_compatible=True)
+        self.context = context
+        self._tls: trio.SSLStream[trio.abc.Stream] | None = None
+
+    @property
+    def tls(self) -> trio.SSLStream[trio.abc.Stream]:
+        if self._tls is None:
+            self._tls = trio.SSLStream(self.transport, self.context, server_side=True,
+                                       https_compatible=True)
+        return self._tls
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await self.tls.send_all(data)
@@ -254,17 +273,31 @@ class TlsStream(trio.abc.Stream):
             return await self.tls.receive_some(max_bytes)
         except trio.BrokenResourceError as exc:
             error = tls_failure(exc)
-            if error is not None and error.reason == "HTTP_REQUEST":
-                with trio.move_on_after(1):
-                    try:
-                        await self.transport.send_all(PLAIN_ON_TLS)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        pass
+            if error is not None and is_plain_http(error):
+                await refuse_plain_http(self.transport)
                 await trio.aclose_forcefully(self.transport)
             raise
 
     async def aclose(self) -> None:
-        await self.tls.aclose()
+        if self._tls is None:
+            await self.transport.aclose()
+        else:
+            await self._tls.aclose()
+
+
+def is_plain_http(error: ssl.SSLError) -> bool:
+    """The TLS handshake failed because the client spoke plain HTTP (a ws:// URL)."""
+    return error.reason == "HTTP_REQUEST"
+
+
+async def refuse_plain_http(transport: trio.abc.Stream) -> None:
+    """Answer a plain HTTP client of a TLS port with a 400 saying to use wss:// (D3); within 1 s,
+    and silently if it has gone."""
+    with trio.move_on_after(1):
+        try:
+            await transport.send_all(PLAIN_ON_TLS)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
 
 
 def redis_tls_options(url: str, environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
