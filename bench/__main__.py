@@ -24,6 +24,7 @@ from bench import (
     dataplane,
     hosts,
     hotpath,
+    latency,
     membership,
     prefixes,
     procs,
@@ -69,6 +70,7 @@ SCENARIOS: dict[str, Scenario] = {
     "tls": tls_cost.run,
     "hosts": hosts.run,
     "prefixes": prefixes.run,
+    "latency": latency.run,
 }
 
 
