@@ -28,6 +28,7 @@ from bench import (
     membership,
     prefixes,
     procs,
+    rebalance,
     resharding,
     rolling,
     tls_cost,
@@ -71,6 +72,7 @@ SCENARIOS: dict[str, Scenario] = {
     "hosts": hosts.run,
     "prefixes": prefixes.run,
     "latency": latency.run,
+    "rebalance": rebalance.run,
 }
 
 
