@@ -39,6 +39,7 @@ import attrs
 import redis
 import trio
 
+from bench.costs import RedisCalls, ThreadHops
 from bench.dataplane import _set_shards
 from bench.procs import BenchError, CommandChild, Redis, start_coordinator
 from bench.report import Progressor, ScenarioResult, fmt
@@ -167,7 +168,7 @@ def produce_plain(options: dict[str, Any]) -> None:
                     pass
                 window.sent_batch(phase, count, started)
             time.sleep(pacer.pause(time.monotonic()))
-        _answer(window.result())
+        _answer({**window.result(), "sentInAll": pacer.sent})
     client.close()
 
 
@@ -200,7 +201,7 @@ def produce_ours(options: dict[str, Any]) -> None:
                     await send(pacer.records(phase, count, str(time.time_ns())))
                     window.sent_batch(phase, count, started)
                 await trio.sleep(pacer.pause(time.monotonic()))
-            return window.result()
+            return {**window.result(), "sentInAll": pacer.sent}
 
     async def main() -> None:
         _answer({"ready": True})
@@ -266,6 +267,11 @@ def consume_ours(options: dict[str, Any]) -> None:
                             coordinator_url=options["url"], redis_url=options["redis_url"],
                             concurrency=MEMBERS, read_count=READ_COUNT, block_ms=BLOCK_MS,
                             on_event=on_event)
+        hops = ThreadHops()
+        with hops.counting():
+            await serve(listener, settled, hops)
+
+    async def serve(listener: Any, settled: trio.Event, hops: ThreadHops) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(listener.run)
             with trio.fail_after(60):
@@ -278,7 +284,9 @@ def consume_ours(options: dict[str, Any]) -> None:
                     with trio.move_on_after(command["wait_s"]):
                         await reached.wait()
                 latencies.target = 1 << 62
-                _answer(latencies.summary())
+                counted = hops.take()
+                counted.pop("other", None)  # this loop's own stdin reads
+                _answer({**latencies.summary(), "threadHops": counted})
             listener.stop()
 
     trio.run(main)
@@ -379,27 +387,38 @@ class Replica:
 
 
 def _measure(producer: CommandChild, consumer: CommandChild, row: dict[str, Any],
-             sizes: Sizes) -> dict[str, Any]:
+             sizes: Sizes, calls: RedisCalls) -> dict[str, Any]:
+    before = calls.snapshot()
     produced = producer.call("run", timeout=sizes.warmup_s + sizes.measure_s + 60, **row)
     consumed = consumer.call("collect", timeout=90, count=produced["sent"], wait_s=60)
     if consumed["count"] < produced["sent"]:
         raise BenchError(f"{producer.argv[3]}: consumers handled {consumed['count']} of "
                          f"{produced['sent']} measured messages within 60 s")
-    return {"producer": produced, "consumer": consumed}
+    return {"producer": produced, "consumer": consumed,
+            "redisCalls": RedisCalls.diff(before, calls.snapshot())}
 
 
 FIGURES = ("p50Ms", "p99Ms", "p999Ms", "maxMs")
+ROUND_TRIPS = ("xreadgroup", "xack")  # a consumer's round trips (our ack script runs one XACK)
 
 
-def _median_round(rounds: list[dict[str, Any]]) -> dict[str, float]:
+def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """Each figure's median over the rounds (a stall of the shared machine hits one round)."""
     def median(values: list[float]) -> float:
         ordered = sorted(values)
         middle = len(ordered) // 2
         return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
-    figures = {name: median([r["consumer"][name] for r in rounds]) for name in FIGURES}
+    figures: dict[str, Any] = {name: median([r["consumer"][name] for r in rounds]) for name in FIGURES}
     figures["perSecond"] = median([r["producer"]["perSecond"] for r in rounds])
+    in_all = sum(r["producer"]["sentInAll"] for r in rounds)  # warm-up included, as the counts are
+    for name in ROUND_TRIPS:
+        figures[f"{name}Per1k"] = 1000 * sum(r["redisCalls"].get(name, 0) for r in rounds) / in_all
+    hops: dict[str, int] = {}
+    for r in rounds:
+        for kind, count in r["consumer"].get("threadHops", {}).items():
+            hops[kind] = hops.get(kind, 0) + count
+    figures["threadHopsPer1k"] = {kind: round(1000 * count / in_all, 1) for kind, count in hops.items()}
     figures["messages"] = sum(r["producer"]["sent"] for r in rounds)
     for who in ("producer", "consumer"):  # CPU ms per 1,000 messages
         figures[f"{who}CpuMsPer1k"] = median([r[who]["cpuSeconds"] * 1e6 / r["producer"]["sent"]
@@ -418,6 +437,7 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
     if with_replica and sizes.replica_rate is not None:
         cases.append((sizes.replica_rate, 1))
     redis_server = Redis()
+    calls = RedisCalls(redis_server.url)
     coordinator = None
     children: list[CommandChild] = []
     replica: Replica | None = None
@@ -452,7 +472,7 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
                                       + (f", min-replicas {min_replicas}" if min_replicas else "")
                                       + f", round {round_ + 1}")
                         rounds.setdefault((side, rate, min_replicas), []).append(
-                            _measure(*pairs[side], row, sizes))
+                            _measure(*pairs[side], row, sizes, calls))
     finally:
         for child in children:
             child.stop()
@@ -460,6 +480,7 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
             replica.stop()
         if coordinator is not None:
             coordinator.stop()
+        calls.close()
         redis_server.stop()
     figures = {key: _median_round(value) for key, value in rounds.items()}
     ratios: dict[tuple[int, int], float] = {}
@@ -476,7 +497,18 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
             result.rows.append([label, rate, row["perSecond"], int(row["messages"]), row["p50Ms"],
                                 row["p99Ms"], row["p999Ms"], row["maxMs"], ratio,
                                 row["producerCpuMsPer1k"], row["consumerCpuMsPer1k"]])
+    for rate, min_replicas in cases:
+        ours, plain = figures[("ours", rate, min_replicas)], figures[("plain", rate, min_replicas)]
+        hops = ", ".join(f"{kind} {count:g}" for kind, count in sorted(ours["threadHopsPer1k"].items()))
+        result.notes.append(
+            f"{rate:,} msg/s{', min-replicas 1' if min_replicas else ''}, per 1,000 messages: "
+            f"XREADGROUP ours {ours['xreadgroupPer1k']:.0f} / plain {plain['xreadgroupPer1k']:.0f}, "
+            f"XACK ours {ours['xackPer1k']:.0f} / plain {plain['xackPer1k']:.0f}; our consumer's "
+            f"thread hops ({hops}); consumer CPU ms ours {ours['consumerCpuMsPer1k']:.0f} / plain "
+            f"{plain['consumerCpuMsPer1k']:.0f}")
     result.data = {"sizes": attrs.asdict(sizes),
+                   "figures": {f"{side}:{rate}:{replicas}": value
+                               for (side, rate, replicas), value in figures.items()},
                    "rounds": {f"{side}:{rate}:{replicas}": value
                               for (side, rate, replicas), value in rounds.items()},
                    "p99Ratios": {f"{rate}:{replicas}": value for (rate, replicas), value in ratios.items()}}
