@@ -268,8 +268,12 @@ async def _run_members(coordinator_url: str, redis_url: str, prefix: str, stream
     def on_event(member_id: str, event: Any) -> None:
         if listener is None:
             return
-        reading = [shard for member in listener.members for shard in member.state.reading()]
-        if (sorted(reading) == sorted(streams)
+        # every shard read, each member its share (the members join one by one: the first
+        # ones hold everything for a moment), nothing being revoked
+        share = len(streams) // len(listener.members)
+        readings = [member.state.reading() for member in listener.members]
+        if (sorted(shard for shards in readings for shard in shards) == sorted(streams)
+                and all(len(shards) >= share for shards in readings)
                 and not any(member.state.revoking() for member in listener.members)):
             settled.set()
 
