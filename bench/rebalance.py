@@ -36,6 +36,7 @@ import redis
 import trio
 from trio_websocket import open_websocket_url
 
+from bench.costs import ThreadHops
 from bench.procs import BenchError, CommandChild, Redis, start_coordinator
 from bench.report import Progressor, ScenarioResult
 from rsc.protocol.routing import shard_for_key
@@ -101,6 +102,7 @@ def members(options: dict[str, Any]) -> None:
     from rsc.member.reconcile import EventName
 
     held: dict[str, int] = {}  # shard -> when an `assigned` event last named it
+    revoking: dict[str, int] = {}  # shard -> when a `revoking` event last named it
     released: dict[str, int] = {}  # shard -> when a `revoked` event last named it
     delivered: dict[str, int] = {}  # shard -> its first message's handler start
     progress = trio.Event()
@@ -121,6 +123,9 @@ def members(options: dict[str, Any]) -> None:
             for shard in event.shards:
                 held[shard] = now
                 released.pop(shard, None)
+        elif event.name is EventName.REVOKING:
+            for shard in event.shards:
+                revoking[shard] = now
         elif event.name is EventName.REVOKED:
             for shard in event.shards:
                 released[shard] = now
@@ -139,6 +144,11 @@ def members(options: dict[str, Any]) -> None:
                             coordinator_url=options["url"], redis_url=options["redis_url"],
                             concurrency=options["members"], on_event=on_event)
         first = options["streams"]
+        hops = ThreadHops()
+        with hops.counting():
+            await serve(listener, first, hops)
+
+    async def serve(listener: Any, first: list[str], hops: ThreadHops) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(listener.run)
             share = len(first) // len(listener.members)
@@ -154,6 +164,7 @@ def members(options: dict[str, Any]) -> None:
                 raise BenchError(f"members hold {sum(s in held for s in first)} of {len(first)} "
                                  "shards, or not evenly, after 60 s")
             _answer({"ready": True})
+            hops.take()
             while True:
                 line = await trio.to_thread.run_sync(sys.stdin.readline)
                 command: dict[str, Any] = json.loads(line) if line else {"cmd": "exit"}
@@ -167,7 +178,10 @@ def members(options: dict[str, Any]) -> None:
                                       f"held, {sum(s in delivered for s in streams)} delivered, "
                                       f"{sum(s in released for s in old)} of {len(old)} old released"})
                     continue
-                _answer({"firstHeldNs": min(held[s] for s in streams),
+                counted = hops.take()
+                _answer({"claims": counted.get("claim", 0), "reads": counted.get("read", 0),
+                         "revokingNs": min((revoking[s] for s in old if s in revoking), default=None),
+                         "firstHeldNs": min(held[s] for s in streams),
                          "heldNs": max(held[s] for s in streams),
                          "firstDeliveredNs": min(delivered[s] for s in streams),
                          "deliveredNs": max(delivered[s] for s in streams),
@@ -220,9 +234,10 @@ async def _reshard(url: str, redis_url: str, child: CommandChild, old: list[str]
         lambda: child.call("expect", timeout=WAIT_S + 10, streams=streams, released=old,
                            wait_s=WAIT_S))
     seconds = {name: (times[f"{name}Ns"] - sent) / 1e9 if times[f"{name}Ns"] is not None else None
-               for name in ("firstHeld", "held", "firstDelivered", "delivered", "released")}
+               for name in ("revoking", "firstHeld", "held", "firstDelivered", "delivered", "released")}
     return {"streams": streams, "answerS": (answered - sent) / 1e9, "producedS": (produced - sent) / 1e9,
-            "refusalsFirst": refusals, **{f"{name}S": value for name, value in seconds.items()}}
+            "refusalsFirst": refusals, "claims": times["claims"], "reads": times["reads"],
+            **{f"{name}S": value for name, value in seconds.items()}}
 
 
 def _initial(url: str, count: int) -> list[str]:
@@ -266,8 +281,8 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
     result = ScenarioResult(
         "rebalance", f"{sizes.members} members, {sizes.small} -> {sizes.large} -> {sizes.small} shards, "
                      "no backlog (KIP-848's 10 consumers + 900 partitions)",
-        columns=["case", "timings", "answer s", "first held s", "all held s", "first delivered s",
-                 "all delivered s", "old released s"])
+        columns=["case", "timings", "answer s", "old revoking s", "old released s", "first held s",
+                 "all held s", "first delivered s", "all delivered s", "XAUTOCLAIM calls"])
     measured: dict[str, Any] = {}
     with progress.scenario("rebalance", steps=3 * len(sizes.timings)):
         for timings in sizes.timings:
@@ -277,8 +292,9 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
                             ("down", f"{sizes.large} -> {sizes.small}")):
             figures = measured[timings.name][step]
             result.rows.append([label, timings.name.split(" (")[0], figures["answerS"],
-                                figures["firstHeldS"], figures["heldS"], figures["firstDeliveredS"],
-                                figures["deliveredS"], figures["releasedS"]])
+                                figures["revokingS"], figures["releasedS"], figures["firstHeldS"],
+                                figures["heldS"], figures["firstDeliveredS"], figures["deliveredS"],
+                                figures["claims"]])
     result.data = {"sizes": attrs.asdict(sizes), "measured": measured}
     up = measured[SHIPPED.name]["up"]
     result.target(f"{sizes.small} -> {sizes.large} shards, every new shard held and delivered "
@@ -293,10 +309,13 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
         short = measured[SHORT.name]["up"]
         result.target(f"{sizes.small} -> {sizes.large}, short timings", "(reported)",
                       f"{short['deliveredS']:.2f} s (answer {short['answerS']:.2f} s)", None)
-    result.notes.append("times from the setShardCount request; held: the members' `assigned` events; "
-                        "delivered: one message per new shard written by our producer right after "
-                        "the answer, the last handler start; released: the old shards' `revoked` "
-                        "events (the next step waits for that migration to be COMPLETE, R4)")
+    result.notes.append("times from the setShardCount request; old revoking / released: the first "
+                        "`revoking` and the last `revoked` event naming an old shard (a member gets "
+                        "its new shards once it has released the old ones); held: the last `assigned` "
+                        "event naming a new shard; delivered: one message per new shard, written by "
+                        "our producer right after the answer, the last handler start; XAUTOCLAIM "
+                        "calls: the members' claim round trips in the step (one thread hop each); the "
+                        "next step waits for the migration to be COMPLETE (R4)")
     result.notes.append(f"{sizes.members} members in one child process (Listener concurrency "
                         f"{sizes.members}, default reads); coordinator and Redis fresh per timing")
     return result
