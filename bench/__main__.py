@@ -24,9 +24,11 @@ from bench import (
     dataplane,
     hosts,
     hotpath,
+    latency,
     membership,
     prefixes,
     procs,
+    rebalance,
     resharding,
     rolling,
     tls_cost,
@@ -69,6 +71,8 @@ SCENARIOS: dict[str, Scenario] = {
     "tls": tls_cost.run,
     "hosts": hosts.run,
     "prefixes": prefixes.run,
+    "latency": latency.run,
+    "rebalance": rebalance.run,
 }
 
 

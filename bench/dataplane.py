@@ -33,6 +33,7 @@ import redis
 import trio
 from trio_websocket import open_websocket_url
 
+from bench.costs import RedisCalls, ThreadHops, cpu_seconds, per_thousand
 from bench.procs import Redis, start_coordinator
 from bench.report import Progressor, ScenarioResult
 
@@ -88,7 +89,7 @@ def plain_consume(redis_url: str, streams: list[str], group: str, consumer: str,
     return started, finished
 
 
-def baseline(redis_url: str, name: str, shards: int, consumers: int, messages: int) -> dict[str, float]:
+def baseline(redis_url: str, name: str, shards: int, consumers: int, messages: int) -> dict[str, Any]:
     """Plain consumers (threads) on fresh streams: from the first read of any to the last ack of all."""
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     streams = [f"plain:{name}:{index}" for index in range(shards)]
@@ -104,12 +105,17 @@ def baseline(redis_url: str, name: str, shards: int, consumers: int, messages: i
         spans[index] = plain_consume(redis_url, mine, "g", f"c{index}", messages // consumers)
 
     threads = [threading.Thread(target=consume, args=(index,)) for index in range(consumers)]
+    calls = RedisCalls(redis_url)
+    before, cpu_before = calls.snapshot(), cpu_seconds()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    cpu, redis_calls = cpu_seconds() - cpu_before, RedisCalls.diff(before, calls.snapshot())
+    calls.close()
     elapsed = max(end for _, end in spans) - min(start for start, _ in spans)
-    return {"seconds": elapsed, "perSecond": messages / elapsed}
+    return {"seconds": elapsed, "perSecond": messages / elapsed, "cpuSeconds": cpu,
+            "redisCalls": redis_calls}
 
 
 async def _set_shards(url: str, prefix: str, count: int) -> list[str]:
@@ -246,11 +252,15 @@ async def _run_members(coordinator_url: str, redis_url: str, prefix: str, stream
         else:
             raise ValueError(f"unknown simulated work {simulate_work!r}")
 
+    cpu_at_end = 0.0
+    hops_at_end: dict[str, int] = {}
+
     def on_acked(member_id: str, count: int) -> None:
-        nonlocal acked, finished
+        nonlocal acked, finished, cpu_at_end, hops_at_end
         acked += count
         if acked >= expected and not all_acked.is_set():
             finished = trio.current_time()
+            cpu_at_end, hops_at_end = cpu_seconds(), hops.take()
             all_acked.set()
 
     listener: Any = None
@@ -258,8 +268,12 @@ async def _run_members(coordinator_url: str, redis_url: str, prefix: str, stream
     def on_event(member_id: str, event: Any) -> None:
         if listener is None:
             return
-        reading = [shard for member in listener.members for shard in member.state.reading()]
-        if (sorted(reading) == sorted(streams)
+        # every shard read, each member its share (the members join one by one: the first
+        # ones hold everything for a moment), nothing being revoked
+        share = len(streams) // len(listener.members)
+        readings = [member.state.reading() for member in listener.members]
+        if (sorted(shard for shards in readings for shard in shards) == sorted(streams)
+                and all(len(shards) >= share for shards in readings)
                 and not any(member.state.revoking() for member in listener.members)):
             settled.set()
 
@@ -267,6 +281,7 @@ async def _run_members(coordinator_url: str, redis_url: str, prefix: str, stream
                         redis_url=redis_url, concurrency=members, runtime_max_concurrency=workers,
                         read_count=READ_COUNT, on_event=on_event, ack_observer=on_acked)
     client = redis.Redis.from_url(redis_url, decode_responses=True)
+    calls, hops = RedisCalls(redis_url), ThreadHops()
     try:
         async with trio.open_nursery() as nursery:
 
@@ -281,21 +296,29 @@ async def _run_members(coordinator_url: str, redis_url: str, prefix: str, stream
             with trio.fail_after(60):
                 await settled.wait()
             concurrency = [member.stats.workers for member in listener.members]
-            started = trio.current_time()
-            await trio.to_thread.run_sync(_open_gate, client, streams)
-            with trio.fail_after(timeout):
-                await all_acked.wait()
+            redis_before = calls.snapshot()
+            with hops.counting():
+                hops.take()
+                cpu_at_start = cpu_seconds()
+                started = trio.current_time()
+                await trio.to_thread.run_sync(_open_gate, client, streams)
+                with trio.fail_after(timeout):
+                    await all_acked.wait()
+            redis_calls = RedisCalls.diff(redis_before, calls.snapshot())
             listener.stop()
         pending = sum(int(client.xpending(stream, "g")["pending"]) for stream in streams)
     finally:
         client.close()
+        calls.close()
     if simulate_work is not None and work_seen < messages:
         raise RuntimeError(f"only {work_seen} of {messages} handlers simulated their work")
     if probe.handled < expected or pending:
         raise RuntimeError(f"members handled {probe.handled} of {expected}, {pending} left pending")
     seconds = finished - started
+    hops_at_end.pop("other", None)  # the gate opening's own thread call
     return {"seconds": seconds, "perSecond": expected / seconds, "outOfOrder": probe.out_of_order,
-            "workers": concurrency}
+            "workers": concurrency, "cpuSeconds": cpu_at_end - cpu_at_start,
+            "redisCalls": redis_calls, "threadHops": hops_at_end}
 
 
 def member_run(coordinator_url: str, redis_url: str, prefix: str, shards: int, members: int,
@@ -383,6 +406,13 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
                   keyed["outOfOrder"] + keyed_sleep["outOfOrder"] == 0)
     result.target("workers used, key-ordered member (maxConcurrency)", str(sizes.keyed_workers),
                   ", ".join(map(str, keyed["workers"])), keyed["workers"] == [sizes.keyed_workers])
+    for label, plain, ours, count in (("1 shard, 1 member", plain_single, single, sizes.single_messages),
+                                      ("8 shards, 4 members", plain_fanout, fanout,
+                                       sizes.fanout_messages)):
+        result.notes.append(_cost_line(label, plain, ours, count))
+    result.data["costsPer1k"] = {
+        "single": _costs(plain_single, single, sizes.single_messages),
+        "fanout": _costs(plain_fanout, fanout, sizes.fanout_messages)}
     result.notes.append(f"read batch {READ_COUNT} on both sides; the member's 4 members run in this "
                         "process (one trio loop); plain 8-stream baseline: 4 threads x 2 streams")
     result.notes.append("both clocks: first read (plain) / gate opening (members settled, blocked in "
@@ -390,3 +420,28 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
     result.notes.append("key-ordered work is a simulated I/O wait (a parked task woken by one timer "
                         "task); trio.sleep costs ~40 us CPU each here, shown as an info row")
     return result
+
+
+# Redis commands of the data plane; the ack script's XACK (and GET) count under their own names
+DATA_COMMANDS = ("xreadgroup", "xack", "evalsha", "xautoclaim", "xinfo|groups")
+
+
+def _costs(plain: dict[str, Any], ours: dict[str, Any], messages: int) -> dict[str, Any]:
+    """Per 1,000 messages: CPU ms of this process, Redis commands, the members' thread hops."""
+    return {side: {"cpuMs": round(1e6 * figures["cpuSeconds"] / messages, 2),
+                   "redisCalls": per_thousand(figures["redisCalls"], messages, DATA_COMMANDS),
+                   "threadHops": per_thousand(figures.get("threadHops", {}), messages)}
+            for side, figures in (("plain", plain), ("ours", ours))}
+
+
+def _cost_line(label: str, plain: dict[str, Any], ours: dict[str, Any], messages: int) -> str:
+    costs = _costs(plain, ours, messages)
+
+    def calls(side: str) -> str:
+        return ", ".join(f"{name} {count:g}" for name, count in costs[side]["redisCalls"].items()
+                         if count)
+
+    hops = ", ".join(f"{kind} {count:g}" for kind, count in costs["ours"]["threadHops"].items())
+    return (f"{label}, per 1,000 messages: CPU ms plain {costs['plain']['cpuMs']:g}, ours "
+            f"{costs['ours']['cpuMs']:g}; Redis calls plain ({calls('plain')}), ours "
+            f"({calls('ours')}); our thread hops, one round trip each ({hops})")

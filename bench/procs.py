@@ -229,6 +229,49 @@ class LoadGen(Child):
         super().stop()
 
 
+class CommandChild(Child):
+    """`python -m MODULE ROLE OPTIONS-JSON`: prints one JSON line once ready, then answers
+    one JSON command per stdin line with one JSON line (bench/latency.py, bench/rebalance.py)."""
+
+    def __init__(self, module: str, role: str, options: dict[str, Any], *,
+                 ready_timeout: float = 60) -> None:
+        super().__init__([sys.executable, "-m", module, role, json.dumps(options)], stdin=True)
+        _drain_stderr_forever(self)
+        self.ready: dict[str, Any] = json.loads(self.readline(ready_timeout))
+
+    def stderr_tail(self) -> str:
+        return self._stderr_tail.decode(errors="replace")
+
+    def call(self, cmd: str, timeout: float, **fields: Any) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write((json.dumps({"cmd": cmd, **fields}) + "\n").encode())
+        self.process.stdin.flush()
+        result: dict[str, Any] = json.loads(self.readline(timeout))
+        if "error" in result:
+            raise BenchError(f"{self.argv[3]} {cmd}: {result['error']}")
+        return result
+
+    def stop(self) -> None:
+        if self.process.poll() is None and self.process.stdin is not None:
+            try:
+                self.process.stdin.write(b'{"cmd": "exit"}\n')
+                self.process.stdin.flush()
+                self.process.wait(timeout=20)
+            except (BrokenPipeError, subprocess.TimeoutExpired):
+                pass
+        super().stop()
+
+
+def run_child(module: str, role: str, options: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """`python -m MODULE ROLE OPTIONS-JSON` to its end; its last stdout line, as JSON."""
+    done = subprocess.run([sys.executable, "-m", module, role, json.dumps(options)],
+                          capture_output=True, text=True, timeout=timeout, env=_child_env())
+    if done.returncode != 0:
+        raise BenchError(f"{module} {role} failed: {done.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
 class Redis:
     """A private redis-server for one scenario."""
 
