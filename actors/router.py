@@ -38,6 +38,7 @@ from rsc.actors.prefix_admission import GroupBudget
 from rsc.actors.prefix_schedule import Schedule
 from rsc.actors.shard_work import ShardWork
 from rsc.actors.store import StoreFenced
+from rsc.common.backoff import Backoff, no_jitter
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 
@@ -79,7 +80,7 @@ class Router:
         self._in_flight: dict[str, collections.deque[Envelope]] = {}
         self._live: set[str] = set()  # prefixes whose actor is serving (not being reloaded)
         self._running: set[str] = set()  # prefixes whose actor has a task draining its mailbox
-        self._backoff: dict[str, float] = {}  # restart backoff of prefixes that failed lately
+        self._backoff: dict[str, Backoff] = {}  # restart backoff of prefixes that failed lately
         self._session_prefixes: dict[Any, set[str]] = {}  # where each session sent requests
         # getRouting subscriptions on prefixes that have no actor yet, until their session ends
         self._waiting_subscribers: dict[str, set[Any]] = {}
@@ -186,9 +187,11 @@ class Router:
                   error=f"{type(failure).__name__}: {failure}",
                   traceback="".join(traceback.format_exception(failure)))
         self._fail_in_flight(prefix, actor)
-        backoff = self._backoff.get(prefix, RESTART_BACKOFF_START_S)
+        backoff = self._backoff.get(prefix)
+        if backoff is None:
+            backoff = self._backoff[prefix] = Backoff(RESTART_BACKOFF_START_S, RESTART_BACKOFF_MAX_S,
+                                                      jitter=no_jitter)
         replacement = await self._reload_until_loaded(prefix, backoff)
-        self._backoff[prefix] = min(backoff * 2, RESTART_BACKOFF_MAX_S)
         replacement.take_over(actor)
         self._install(replacement)
         self._report(replacement)
@@ -210,10 +213,10 @@ class Router:
         actor.schedule = self.schedule
         self.schedule.report(actor.prefix, actor.activity(changed=True), now_ms())
 
-    async def _reload_until_loaded(self, prefix: str, backoff: float) -> PrefixActor:
+    async def _reload_until_loaded(self, prefix: str, backoff: Backoff) -> PrefixActor:
         """A fresh actor for `prefix` from Redis, retrying (with backoff) while Redis fails."""
         while True:
-            await trio.sleep(backoff)
+            await trio.sleep(backoff.next())
             if self.reload is None:
                 return self.make_actor(prefix)
             try:
@@ -223,7 +226,6 @@ class Router:
             except Exception as exc:  # noqa: BLE001 - Redis down or out of fds: try again
                 log_event(log, "prefix.reload_failed", level=logging.WARNING, prefix=prefix,
                           error=f"{type(exc).__name__}: {exc}")
-                backoff = min(backoff * 2, RESTART_BACKOFF_MAX_S)
 
     def _fail_in_flight(self, prefix: str, actor: PrefixActor) -> None:
         """Answer every request the failed actor held or had queued: COORDINATOR_NOT_AVAILABLE."""

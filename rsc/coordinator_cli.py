@@ -129,16 +129,13 @@ def _operator_error(exc: BaseException) -> BaseException | None:
     from rsc.actors.store import StoreError
     from rsc.common.redis_server import EmbeddedRedisError
     from rsc.common.tls import TlsConfigError
+    from rsc.common.errors import leaves
     from rsc.console import ConsoleError
 
-    if isinstance(exc, StoreError | EmbeddedRedisError | TlsConfigError | ConsoleError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _operator_error(inner)
-            if found is not None:
-                return found
-    return None
+    inside = leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return next((leaf for leaf in inside
+                 if isinstance(leaf, StoreError | EmbeddedRedisError | TlsConfigError | ConsoleError)),
+                None)
 
 
 def _configure_logging(level: str, fmt: str) -> None:

@@ -41,7 +41,7 @@ from rsc.admin_client import (
     open_admin_client,
 )
 from rsc.common import tls
-from rsc.common.errors import single_exception
+from rsc.common.errors import leaves, single_exception
 from rsc.console import views
 from rsc.console.http import (
     MAX_HEAD_BYTES,
@@ -208,7 +208,7 @@ _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionClosed)
 def went_away(exc: BaseException) -> bool:
     """True when `exc` (or every exception of its group) says the browser went away."""
     if isinstance(exc, BaseExceptionGroup):
-        return all(went_away(inner) for inner in exc.exceptions)
+        return all(isinstance(leaf, _GONE) for leaf in leaves(exc))
     return isinstance(exc, _GONE)
 
 
