@@ -127,9 +127,9 @@ def run(args: argparse.Namespace) -> int:
 def _operator_error(exc: BaseException) -> BaseException | None:
     """The store or embedded-redis error inside `exc` (nurseries wrap errors in groups)."""
     from rsc.actors.store import StoreError
+    from rsc.common.errors import leaves
     from rsc.common.redis_server import EmbeddedRedisError
     from rsc.common.tls import TlsConfigError
-    from rsc.common.errors import leaves
     from rsc.console import ConsoleError
 
     inside = leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
