@@ -522,7 +522,7 @@ def test_s5_the_static_session_timeout_flag_reaches_the_config(capsys):
     import pytest
 
     from rsc.actors.config import CoordinatorConfig
-    from rsc.coordinator_cli import add_parser, config_from_args
+    from rsc.commands.coordinator import add_parser, config_from_args
 
     parser = argparse.ArgumentParser(prog="rsc")
     add_parser(parser.add_subparsers(dest="command"))

@@ -222,7 +222,7 @@ def test_admission_flags_reach_the_config_and_bad_values_are_refused(capsys):
     import argparse
 
     from rsc.actors.config import CoordinatorConfig
-    from rsc.coordinator_cli import add_parser, config_from_args
+    from rsc.commands.coordinator import add_parser, config_from_args
 
     parser = argparse.ArgumentParser(prog="rsc")
     add_parser(parser.add_subparsers(dest="command"))
@@ -244,7 +244,7 @@ def test_admission_flags_reach_the_config_and_bad_values_are_refused(capsys):
 def test_tokens_come_from_the_environment_unless_a_flag_names_them(monkeypatch):
     import argparse
 
-    from rsc.coordinator_cli import add_parser, config_from_args
+    from rsc.commands.coordinator import add_parser, config_from_args
 
     monkeypatch.setenv("RSC_ADMIN_TOKEN", "admin-secret")
     monkeypatch.setenv("RSC_MEMBER_TOKEN", "member-secret")

@@ -28,7 +28,7 @@ import trio
 import trustme
 from trio_websocket import WebSocketConnection, open_websocket_url
 
-from rsc.admin_client import open_admin_client
+from rsc.admin.client import open_admin_client
 from rsc.common import tls
 from rsc.console import serve_console
 from tests.conftest import start_coordinator

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_server_stream
 
-from rsc.admin_client import (
+from rsc.admin.client import (
     AdminClient,
     AdminConnectError,
     SessionLost,

@@ -197,7 +197,7 @@ async def _serve_until_signal(config: CoordinatorConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m rsc.coordinator_cli ...`: `rsc coordinator ...` without loading the other commands."""
+    """`python -m rsc.commands.coordinator ...`: `rsc coordinator ...` without loading the other commands."""
     parser = argparse.ArgumentParser(prog="rsc")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["coordinator", *(sys.argv[1:] if argv is None else argv)])
