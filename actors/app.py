@@ -335,6 +335,7 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
             log_event(log, "prefix.restored", prefix=prefix, groups=len(actor.groups))
         server = CoordinatorServer(router, nursery, admin_token=config.admin_token,
                                    member_token=config.member_token, admission=admission,
+                                   metrics=metrics,
                                    max_frame_bytes=config.max_frame_bytes,
                                    handshake_timeout_s=config.handshake_timeout_s)
         bound = await nursery.start(_serve_websocket, server, config, admission, port, server_tls)
