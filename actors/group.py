@@ -517,7 +517,8 @@ class GroupMachine:
             self.effects.pushes.update(mid for mid, mb in members.items() if not mb.away)
         else:
             self.effects.pushes.update(mid for mid in changed if not self._is_away(mid))
-        self.effects.pushes.discard(cause)  # type: ignore[arg-type]
+        if cause is not None:
+            self.effects.pushes.discard(cause)
 
     def _reconcile(self, member: Member, now_ms: int) -> Status:
         """Move `member` towards its target (H3, H4, H5); the heart of CurrentAssignmentBuilder."""

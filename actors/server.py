@@ -18,7 +18,7 @@ import hmac
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import cast
 
 import attrs
 import trio
@@ -246,7 +246,7 @@ class CoordinatorServer:
             reply = await session.expect()
             reply.received = received
             try:
-                message = decode(text, allowed)
+                message = cast(m.Request, decode(text, allowed))  # `allowed` holds requests only
                 _check_before_lookup(message)
             except ProtocolError as exc:
                 reply.resolve(m.ErrorResponse(request_id=exc.request_id,
@@ -279,7 +279,7 @@ def authorized(headers: list[tuple[bytes, bytes]], token: str) -> bool:
     return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), token.encode())
 
 
-def _check_before_lookup(message: Any) -> None:
+def _check_before_lookup(message: m.Request) -> None:
     """Malformed requests that decode: INVALID_REQUEST typed `error`, before anything is looked up."""
     if isinstance(message, m.Heartbeat):
         invalid = malformed_join(message)

@@ -372,7 +372,7 @@ class StreamAdmin:
         delivered, or acts like `latest` when there is none. One pipelined round trip.
         """
         streams = list(streams)
-        args = [group, to, timestamp_ms or 0]
+        args: list[str | int] = [group, to, timestamp_ms or 0]
         try:
             results = MOVE_OFFSETS.run_on(self.client, [([stream], args) for stream in streams])
         except STORE_IO_ERRORS as exc:

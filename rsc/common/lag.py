@@ -15,7 +15,6 @@ the replies to `known_lag`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 
 def ends_commands(stream: str) -> list[tuple[str, ...]]:
@@ -24,10 +23,10 @@ def ends_commands(stream: str) -> list[tuple[str, ...]]:
             ("XREVRANGE", stream, "+", "-", "COUNT", "1")]
 
 
-def end_id(reply: Any) -> str | None:
+def end_id(reply: object) -> str | None:
     """The entry id of an XRANGE / XREVRANGE COUNT 1 reply (None: empty, or failed)."""
-    if isinstance(reply, Exception) or not reply:
-        return None
+    if not isinstance(reply, list | tuple) or not reply:
+        return None  # empty, or the read failed
     entry_id = reply[0][0]
     return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
@@ -38,21 +37,22 @@ def stream_id(entry_id: str) -> tuple[int, int]:
     return int(milliseconds), int(sequence or 0)
 
 
-def known_lag(redis_lag: Any, length: Any, last_delivered: str | None,
+def known_lag(redis_lag: int | str | None, length: object, last_delivered: str | None,
               first_id: str | None, last_id: str | None) -> int | None:
     """Redis's own lag, or what can be told without it (the module docstring)."""
     if redis_lag is not None:
         return int(redis_lag)
-    if isinstance(length, Exception) or length is None or last_delivered is None:
-        return None
-    if int(length) == 0 or (last_id is not None and stream_id(last_delivered) >= stream_id(last_id)):
+    if not isinstance(length, int) or last_delivered is None:
+        return None  # the length was not read, or its read failed
+    if length == 0 or (last_id is not None and stream_id(last_delivered) >= stream_id(last_id)):
         return 0
     if first_id is not None and stream_id(first_id) > stream_id(last_delivered):
-        return int(length)
+        return length
     return None
 
 
-def lag_from_ends(redis_lag: Any, last_delivered: str | None, ends: Sequence[Any]) -> int | None:
+def lag_from_ends(redis_lag: int | str | None, last_delivered: str | None,
+                  ends: Sequence[object]) -> int | None:
     """`known_lag` from the replies of `ends_commands` (length, first, last)."""
     length, first, last = ends
     return known_lag(redis_lag, length, last_delivered, end_id(first), end_id(last))

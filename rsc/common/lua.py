@@ -20,15 +20,22 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
+import redis
 from redis.exceptions import NoScriptError
 
-Command = tuple[str, Sequence[Any]]
+Client = redis.Redis | redis.RedisCluster
+"""One Redis server, or a Redis Cluster through its slot map."""
+
+Word = str | bytes | int | float
+"""One word of a command."""
+
+Command = tuple[str, Sequence[Word]]
 """One command: the key it routes by (on a cluster), and its words."""
 
 Execute = Callable[[Sequence[Command]], list[Any]]
-"""Send commands, return their replies in order, each error as a value."""
+"""Send commands, return their replies in order (Redis's, so Any), each error as a value."""
 
-Call = tuple[Sequence[str], Sequence[Any]]
+Call = tuple[Sequence[str], Sequence[Word]]
 """One script call: its KEYS and its ARGV."""
 
 
@@ -37,7 +44,7 @@ def script_text(name: str) -> str:
     return (resources.files("rsc.common") / "scripts" / f"{name}.lua").read_text(encoding="utf-8")
 
 
-def pipelined(client: Any) -> Execute:
+def pipelined(client: Client) -> Execute:
     """Commands sent in one pipeline of `client` (one server, or a cluster client's pipeline)."""
 
     def execute(commands: Sequence[Command]) -> list[Any]:
@@ -80,11 +87,11 @@ class Script:
                 results[index] = result
         return results
 
-    def run_on(self, client: Any, calls: Sequence[Call]) -> list[Any]:
+    def run_on(self, client: Client, calls: Sequence[Call]) -> list[Any]:
         """`run` in one pipeline of `client`, loading with its SCRIPT LOAD (every master)."""
         return self.run(calls, pipelined(client), client.script_load)
 
-    def call(self, client: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    def call(self, client: Client, keys: Sequence[str], args: Sequence[Word]) -> Any:
         """One call; its error reply raised."""
         [result] = self.run_on(client, [(keys, args)])
         if isinstance(result, Exception):
@@ -95,7 +102,7 @@ class Script:
         return f"Script({self.name!r}, sha={self.sha[:8]})"
 
 
-def load_all(client: Any, scripts: Sequence[Script]) -> None:
+def load_all(client: Client, scripts: Sequence[Script]) -> None:
     """Load `scripts` now (at start), so their first calls cost no NOSCRIPT round trip."""
     for script in scripts:
         client.script_load(script.text)

@@ -7,12 +7,10 @@ the member's ack script) ask here, once at start.
 
 from __future__ import annotations
 
-from typing import Any
-
-from rsc.common.redis_connect import is_cluster
+import redis
 
 
-def names_command(reply: Any) -> bool:
+def names_command(reply: object) -> bool:
     """Whether a `COMMAND INFO <name>` reply describes the command (an unknown one is nil).
 
     RESP2 gives a list with one entry per name asked (nil when unknown); a client that
@@ -20,13 +18,14 @@ def names_command(reply: Any) -> bool:
     """
     if isinstance(reply, dict):
         return any(value is not None for value in reply.values())
-    return bool(reply) and reply[0] is not None
+    return isinstance(reply, list | tuple) and bool(reply) and reply[0] is not None
 
 
-def supports_xackdel(client: Any) -> bool:
+def supports_xackdel(client: redis.Redis | redis.RedisCluster) -> bool:
     """Whether XACKDEL exists: `COMMAND INFO XACKDEL` names it, on every master of a cluster
     (the command names no key, so each master is asked). Redis errors are raised."""
-    servers = ([node.redis_connection for node in client.get_primaries()]
-               if is_cluster(client) else [client])
+    servers = ([node.redis_connection
+                for node in client.get_primaries()]  # type: ignore[no-untyped-call]  # redis-py's
+               if isinstance(client, redis.RedisCluster) else [client])
     return bool(servers) and all(names_command(server.execute_command("COMMAND INFO", "XACKDEL"))
                                  for server in servers)
