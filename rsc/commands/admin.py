@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from rsc.admin import args
 
     args.add_parser(subparsers, run=run)

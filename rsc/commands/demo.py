@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = subparsers.add_parser("demo", help="run a coordinator, producer and members on an "
                                              "embedded Redis")
     demo.add_argument("--duration", type=float, default=None,

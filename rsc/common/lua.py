@@ -32,8 +32,11 @@ Word = str | bytes | int | float
 Command = tuple[str, Sequence[Word]]
 """One command: the key it routes by (on a cluster), and its words."""
 
-Execute = Callable[[Sequence[Command]], list[Any]]
-"""Send commands, return their replies in order (Redis's, so Any), each error as a value."""
+Reply = Any
+"""What Redis answered to one command (its parsed reply, or the error as a value)."""
+
+Execute = Callable[[Sequence[Command]], list[Reply]]
+"""Send commands, return their replies in order, each error as a value."""
 
 Call = tuple[Sequence[str], Sequence[Word]]
 """One script call: its KEYS and its ARGV."""
@@ -47,7 +50,7 @@ def script_text(name: str) -> str:
 def pipelined(client: Client) -> Execute:
     """Commands sent in one pipeline of `client` (one server, or a cluster client's pipeline)."""
 
-    def execute(commands: Sequence[Command]) -> list[Any]:
+    def execute(commands: Sequence[Command]) -> list[Reply]:
         pipe = client.pipeline(transaction=False)
         for _, words in commands:
             pipe.execute_command(*words)
@@ -71,7 +74,7 @@ class Script:
         return [(keys[0], ("EVALSHA", self.sha, len(keys), *keys, *args)) for keys, args in calls]
 
     def run(self, calls: Sequence[Call], execute: Execute,
-            load: Callable[[str], Any]) -> list[Any]:
+            load: Callable[[str], object]) -> list[Reply]:
         """Run every call through `execute`; the calls Redis answered NOSCRIPT are sent again
         once `load` loaded the text. Replies in order, errors as values."""
         if not calls:
@@ -87,11 +90,11 @@ class Script:
                 results[index] = result
         return results
 
-    def run_on(self, client: Client, calls: Sequence[Call]) -> list[Any]:
+    def run_on(self, client: Client, calls: Sequence[Call]) -> list[Reply]:
         """`run` in one pipeline of `client`, loading with its SCRIPT LOAD (every master)."""
         return self.run(calls, pipelined(client), client.script_load)
 
-    def call(self, client: Client, keys: Sequence[str], args: Sequence[Word]) -> Any:
+    def call(self, client: Client, keys: Sequence[str], args: Sequence[Word]) -> Reply:
         """One call; its error reply raised."""
         [result] = self.run_on(client, [(keys, args)])
         if isinstance(result, Exception):
