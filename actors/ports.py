@@ -1,6 +1,6 @@
 """What the coordinator's shells need of their collaborators, as `typing.Protocol`s. Pure.
 
-Collaborators are typed here, never probed with `hasattr`: the Prometheus metrics
+Collaborators are typed here, never probed for their methods: the Prometheus metrics
 (actors/metrics.py `CoordinatorMetrics` has every method below), where an actor pushes
 for a session, and the reply slot a request is answered in (a session's, rsc's
 actors/server.py `Reply`, or one awaited inside the coordinator, `Collect`).
