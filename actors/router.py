@@ -16,9 +16,11 @@
   With a `schedule` (actors/prefix_schedule.py) only the prefixes it says are
   due get a tick (H6, H14, R2, T1, T2): idle prefixes cost nothing per tick.
 - Requests that name a prefix without an actor create nothing unless the
-  request may (A1, H13; actors/prefix_admission.py decides, the server asks):
+  request may (A1, H13; actors/prefix_admission.py decides, `route` asks):
   a `getRouting` subscription on an unknown prefix is kept here, only as long
   as its session.
+- The server asks, never reads: `route` a request, `list_groups`
+  (actors/listing.py), `forget` a closed session.
 """
 
 from __future__ import annotations
