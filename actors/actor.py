@@ -118,19 +118,30 @@ class PrefixActor:
     async def _handle_batch(self, batch: list[Envelope]) -> None:
         now = now_ms()
         machine = self.machine
-        self._report_returns(now)
+        if self.calls.abandoned or self.retention.ended():
+            self._report_returns(now)
         machine.store_id = self.identity.value
         answers: list[Answered] = []
         summaries: list[SummariesRequest] = []
+        delivery, metrics = self.delivery, self.metrics
         handling_started = time.perf_counter()
         for envelope in batch:
             request = envelope.request
             if isinstance(request, Tick):
                 machine.tick(request.now_ms, request.retention)
-            elif isinstance(request, SummariesRequest):
+                continue
+            if isinstance(request, SummariesRequest):
                 summaries.append(request)
-            else:
-                self._handle(machine, envelope, request, now, answers)
+                continue
+            started = trio.current_time()
+            answers.append((envelope.reply, machine.handle(request, now), envelope.session))
+            if isinstance(request, m.Heartbeat):
+                delivery.track((request.consumer_group, request.member_id),
+                               envelope.session if machine.pushes_to_session(request) else None)
+                if metrics is not None:
+                    metrics.observe_heartbeat_seconds(trio.current_time() - started)
+            elif isinstance(request, m.GetRouting) and request.subscribe and envelope.session:
+                delivery.subscribe(envelope.session)
         self.mailbox.measured(len(batch), time.perf_counter() - handling_started)
 
         # the machine's I/O, in the batch order it owns (actors/prefix.py); each outcome goes back
@@ -139,7 +150,7 @@ class PrefixActor:
         step: IORequest | None = next(flush, None)
         while step is not None:
             if isinstance(step, Deliver):
-                self.delivery.deliver(machine, step, answers, summaries, now_ms())
+                delivery.deliver(machine, step, answers, summaries, now_ms)
                 outcome = DONE
             else:
                 outcome = await self._run(step, deadline)
@@ -147,26 +158,16 @@ class PrefixActor:
                 step = flush.send(outcome)
             except StopIteration:
                 step = None
-        machine.mark_watches(self.delivery.watched())
-        if self.delivery.watches:
-            await self.delivery.refresh_watches(machine, now_ms, self._read_lag)
+        if delivery.watches:
+            machine.mark_watches(delivery.watched())
+            await delivery.refresh_watches(machine, now_ms, self._read_lag)
+        else:
+            machine.mark_watches(())
         if self.metrics is not None and machine.migration is not None:
             self.metrics.set_migration_progress(self.prefix, len(machine.migration.drained),
                                                 len(machine.migration.from_streams))
         if self.schedule is not None:
             self.schedule.report(self.prefix, self.activity(), now_ms())
-
-    def _handle(self, machine: PrefixMachine, envelope: Envelope, request: m.Request, now: int,
-                answers: list[Answered]) -> None:
-        started = trio.current_time()
-        answers.append((envelope.reply, machine.handle(request, now), envelope.session))
-        if isinstance(request, m.Heartbeat):
-            self.delivery.track((request.consumer_group, request.member_id),
-                                envelope.session if machine.pushes_to_session(request) else None)
-            if self.metrics is not None:
-                self.metrics.observe_heartbeat_seconds(trio.current_time() - started)
-        elif isinstance(request, m.GetRouting) and request.subscribe and envelope.session:
-            self.delivery.subscribe(envelope.session)
 
     def _report_returns(self, now: int) -> None:
         """Tell the machine what ended since the last batch: an abandoned call (D4), a pass."""
@@ -174,7 +175,7 @@ class PrefixActor:
         returned = self.calls.returned()
         if returned is not None and machine.abandoned_call_returned(landed=returned, now_ms=now):
             log_event(log, "store.write_landed_late", level=logging.WARNING, prefix=self.prefix)
-        if not self.retention.running:
+        if not self.retention.running:  # its end, or none ran: the machine hears it either way
             machine.retention_finished()
 
     async def _run(self, step: IORequest, deadline: float) -> Outcome:

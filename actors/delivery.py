@@ -50,7 +50,7 @@ class Delivery:
         self.watches: dict[Outbox, list[Watch]] = {}  # describeGroup with watch: true
 
     def deliver(self, machine: PrefixMachine, deliver: Deliver, answers: Sequence[Answered],
-                summaries: Sequence[SummariesRequest], now_ms: int) -> None:
+                summaries: Sequence[SummariesRequest], now_ms: Callable[[], int]) -> None:
         """Answer the batch (H12: as the machine resolves each), then push what committed."""
         durable = deliver.durable
         for reply, answer, session in answers:
@@ -60,7 +60,7 @@ class Delivery:
             if session is not None and machine.starts_watch(answer.request, response):
                 request = answer.request
                 assert isinstance(request, m.DescribeGroup) and isinstance(response, m.GroupDescription)
-                self.watches.setdefault(session, []).append(Watch(request, response, now_ms))
+                self.watches.setdefault(session, []).append(Watch(request, response, now_ms()))
         for summary in summaries:
             summary.answer(machine.summaries(deliver.totals))
         if deliver.committed is not None:

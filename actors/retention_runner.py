@@ -48,24 +48,35 @@ class RetentionRunner:
         self.metrics = metrics
         self.done = trio.Event()  # set while no pass runs
         self.done.set()
+        self._beside = False  # a pass was started beside the batches, its end not told yet
 
     @property
     def running(self) -> bool:
         return not self.done.is_set()
 
+    def ended(self) -> bool:
+        """True once when a pass started beside the batches is over (to tell the machine)."""
+        if self._beside and self.done.is_set():
+            self._beside = False
+            return True
+        return False
+
     def take_over(self, old: RetentionRunner) -> None:
         """A reload: the pass the replaced actor started is still waited for (T1)."""
         self.done = old.done
+        self._beside = not old.done.is_set()
 
     async def run(self, retention_pass: RetentionPass) -> Outcome:
         """Start the pass: RUNS_BESIDE when it goes on beside the batches, DONE when over."""
         if self.shard_work is not None:
             self.done = self.shard_work.retention(self.prefix, retention_pass)
+            self._beside = True
             return Outcome(RUNS_BESIDE)
         if self.background is None:
             await self._trim(retention_pass)
             return DONE
         self.done = trio.Event()
+        self._beside = True
         self.background.start_soon(self._trim_beside, retention_pass, self.done)
         return Outcome(RUNS_BESIDE)
 

@@ -61,6 +61,11 @@ class StoreCalls:
         self.readable = True  # the last shard read worked (to log outages once)
         self._abandoned: _Call | None = None
 
+    @property
+    def abandoned(self) -> bool:
+        """A call was abandoned and its return not reported yet."""
+        return self._abandoned is not None
+
     def returned(self) -> bool | None:
         """Whether the abandoned call returned, having worked (True) or not (False); None
         while none was abandoned or it still runs."""
