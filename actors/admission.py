@@ -19,11 +19,11 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from typing import Any
 
 import trio
 
 from rsc.actors.logs import log_event
+from rsc.actors.ports import SessionMetrics
 
 log = logging.getLogger("rsc.coordinator")
 
@@ -63,7 +63,8 @@ def connection_limit(max_sessions: int, fd_limit: int) -> int:
 class Admission:
     """Counts connections and sessions against their limits; the numbers the metrics show."""
 
-    def __init__(self, *, max_sessions: int, max_connections: int, metrics: Any = None,
+    def __init__(self, *, max_sessions: int, max_connections: int,
+                 metrics: SessionMetrics | None = None,
                  handshake_timeout_s: float = 10.0) -> None:
         self.max_sessions = max_sessions
         self.max_connections = max_connections
@@ -75,7 +76,7 @@ class Admission:
     def open_session(self) -> bool:
         """Admit one more session after its handshake; False past `--max-sessions` (503)."""
         if self.sessions >= self.max_sessions:
-            self._count("session_refused", "max_sessions")
+            self.refused("max_sessions")
             return False
         self.sessions += 1
         self._gauge()
@@ -85,14 +86,18 @@ class Admission:
         self.sessions -= 1
         self._gauge()
 
-    def _count(self, name: str, reason: str | None = None) -> None:
+    def refused(self, reason: str) -> None:
+        """A connection or session was refused (`reason`: the limit it hit)."""
         if self.metrics is not None:
-            method = getattr(self.metrics, name, None)
-            if method is not None:
-                method(reason) if reason is not None else method()
+            self.metrics.session_refused(reason)
+
+    def timed_out(self) -> None:
+        """A connection closed without finishing its handshake in time."""
+        if self.metrics is not None:
+            self.metrics.handshake_timed_out()
 
     def _gauge(self) -> None:
-        if self.metrics is not None and hasattr(self.metrics, "set_sessions"):
+        if self.metrics is not None:
             self.metrics.set_sessions(self.sessions, self.connections)
 
 
@@ -128,7 +133,7 @@ class TrackedStream(trio.abc.Stream):
             self._admission._gauge()
             age = trio.current_time() - self._accepted_at
             if not self._answered and age >= self._admission.handshake_timeout_s - 0.1:
-                self._admission._count("handshake_timed_out")
+                self._admission.timed_out()
         await self._stream.aclose()
 
 
@@ -159,7 +164,7 @@ class AdmissionListener(trio.abc.Listener[trio.abc.Stream]):
                 continue
             self._recovered()
             if self.admission.connections >= self.admission.max_connections:
-                self.admission._count("session_refused", "max_connections")
+                self.admission.refused("max_connections")
                 await trio.aclose_forcefully(stream)
                 continue
             self.admission.connections += 1
@@ -175,7 +180,7 @@ class AdmissionListener(trio.abc.Listener[trio.abc.Stream]):
     async def _out_of_descriptors(self, exc: OSError) -> None:
         """Refuse the waiting peer with the reserve fd, say so (rate-limited), back off."""
         self._shed += 1
-        self.admission._count("session_refused", "fd_exhausted")
+        self.admission.refused("fd_exhausted")
         now = trio.current_time()
         if self._shedding_since is None:
             self._shedding_since = self._last_reminder = now

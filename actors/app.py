@@ -57,16 +57,14 @@ from rsc.actors.shard_work import ShardWork
 from rsc.actors.store import LEASE_KEY, MetadataStore, StoreError, StoreFenced
 from rsc.common import gc_policy as gc_control
 from rsc.common import tls
+from rsc.common.lua import Script
 
 log = logging.getLogger("rsc.coordinator")
 
 REDIS_THREADS = 16  # worker threads for blocking Redis calls: bounds Redis connections (fds)
 OUTAGE_REMINDER_S = 10.0
 
-_DELETE_IF_HOLDER = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
+DELETE_IF_HOLDER = Script("delete_if_holder")  # a dead local coordinator's lease, if still its
 
 
 def coordinator_lease_ms(config: CoordinatorConfig) -> int:
@@ -343,6 +341,7 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
             log_event(log, "prefix.restored", prefix=prefix, groups=len(actor.groups))
         server = CoordinatorServer(router, nursery, admin_token=config.admin_token,
                                    member_token=config.member_token, admission=admission,
+                                   metrics=metrics,
                                    max_frame_bytes=config.max_frame_bytes,
                                    handshake_timeout_s=config.handshake_timeout_s,
                                    format_admin=FormatVersionAdmin(store, deadline_s=shard_work.deadline_s))
@@ -493,7 +492,7 @@ def take_over_dead_local_holder(store: MetadataStore) -> bool:
     else:
         return False
     started = time.monotonic()
-    taken = bool(store.client.eval(_DELETE_IF_HOLDER, 1, LEASE_KEY, holder))
+    taken = bool(DELETE_IF_HOLDER.call(store.client, [LEASE_KEY], [holder]))
     if taken:
         log_event(log, "coordinator.lease_taken_over", holder=str(holder),
                   ms=round((time.monotonic() - started) * 1000, 1))

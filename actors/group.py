@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 
 from rsc.actors.assignor import TargetAssignment
-from rsc.actors.records import GroupRecord, GroupSnapshot, MemberRecord, group_value, member_value
+from rsc.actors.records import GroupRecord, GroupSnapshot, MemberRecord
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import (
@@ -206,7 +206,7 @@ class GroupMachine:
             released |= member.held - owned - keep
         if released:
             self._release(member, released, now_ms, cause=member_id)
-        return self._respond(request, member, now_ms, routing, cause=member_id)
+        return self._respond(request, member, now_ms, routing)
 
     def tick(self, now_ms: int) -> None:
         """Expire leases (H6) and enforce the revoke timeout (H14).
@@ -325,7 +325,7 @@ class GroupMachine:
             member = self._replace(holder, request, now_ms)
         else:
             member = self._add(request, now_ms)
-        return self._respond(request, member, now_ms, routing, cause=member.member_id)
+        return self._respond(request, member, now_ms, routing)
 
     def _add(self, request: m.Heartbeat, now_ms: int) -> Member:
         """A new member (H1); with an instanceId it is static (S1)."""
@@ -517,7 +517,8 @@ class GroupMachine:
             self.effects.pushes.update(mid for mid, mb in members.items() if not mb.away)
         else:
             self.effects.pushes.update(mid for mid in changed if not self._is_away(mid))
-        self.effects.pushes.discard(cause)  # type: ignore[arg-type]
+        if cause is not None:
+            self.effects.pushes.discard(cause)
 
     def _reconcile(self, member: Member, now_ms: int) -> Status:
         """Move `member` towards its target (H3, H4, H5); the heart of CurrentAssignmentBuilder."""
@@ -551,7 +552,7 @@ class GroupMachine:
     # --- responses -------------------------------------------------------------
 
     def _respond(self, request: m.Heartbeat, member: Member, now_ms: int,
-                 routing: m.RoutingSummary | None, *, cause: str) -> m.HeartbeatResponse:
+                 routing: m.RoutingSummary | None) -> m.HeartbeatResponse:
         status = self._reconcile(member, now_ms)
         return self._response(request, member, status, routing)
 
@@ -708,19 +709,6 @@ class GroupMachine:
                             capacity=member.capacity, assigned=member.assigned,
                             revoking=member.revoking, target=self.target.of(member_id),
                             instance_id=member.instance_id, away=member.away)
-
-    def group_record(self) -> dict[str, Any]:
-        """The group record as JSON, the way the store writes it."""
-        return group_value(self.persistent_group())
-
-    def member_record(self, member_id: str) -> dict[str, Any]:
-        """A member's books as JSON, without its target (see `member_target`)."""
-        value = member_value(self.persistent_member(member_id))
-        del value["target"]
-        return value
-
-    def member_target(self, member_id: str) -> list[str]:
-        return sorted(self.target.targets.get(member_id, ()))
 
     def restore(self, record: GroupSnapshot, shards: Sequence[str], now_ms: int, *,
                 restart: bool) -> None:

@@ -19,7 +19,14 @@ one order this module owns:
 4. the lag reads of this batch's describes, the totals of listGroups;
 5. `Deliver`: answer every request (H12: what reveals state only once it is
    durable, `resolve`), push and log what committed;
-6. the retention pass, when due (T1..T3).
+6. the retention pass, when due (T1..T3), unless the last one still runs
+   beside the batches: then it is held until that one is over (T1).
+
+D4: while a store call the shell abandoned at its deadline still runs
+(`call_abandoned`), no I/O request is yielded: each fails at once as stalled
+(a batch that must write is refused, one that reveals nothing new is
+answered). Its return is reported (`abandoned_call_returned`): a checkpoint
+that landed after all is adopted.
 
 The decisions live in one module per reason to change, each with its own
 rule tests: routing and resharding (R1..R5, actors/prefix_routing.py), group
@@ -37,10 +44,11 @@ from collections.abc import Generator, Iterable, Mapping
 
 from rsc.actors.group import Effects, Event, GroupMachine, GroupSettings
 from rsc.actors.prefix_admission import Caps, GroupBudget
-from rsc.actors.prefix_durability import REVEALING, UNAVAILABLE, Durability
+from rsc.actors.prefix_durability import GATE_CLOSED, REVEALING, UNAVAILABLE, Durability
 from rsc.actors.prefix_io import (
     MIGRATION_RETIRED,
     ROUTING_CHANGED,
+    RUNS_BESIDE,
     Answer,
     AwaitRetention,
     Backlog,
@@ -243,19 +251,22 @@ class PrefixMachine:
         return {name: group.unowned_shards(now_ms) for name, group in self.groups.items()
                 if group.members}
 
-    def activity(self, *, watched: bool = False, repairing: bool = False) -> Activity:
+    def activity(self, *, watched: bool = False, changed: bool = False) -> Activity:
         """What the last batch left behind, for the coordinator's schedule of wakes
-        (actors/prefix_schedule.py): live members, a migration, a repair, the caps, and
-        whether the batch wrote the prefix's records (T1: what groups acked may move)."""
+        (actors/prefix_schedule.py): live members, a migration, a repair or an abandoned
+        call (D4), the caps, and whether the batch wrote the prefix's records or a pass is
+        held (T1: what groups acked may move; `changed` says so from outside)."""
         last = self.durability.last_checkpoint
         record = self.trimming.record
+        durability = self.durability
         return Activity(
             live=any(group.members for group in self.groups.values()),
             migrating=self.resharding.migration is not None, watched=watched,
-            repairing=repairing or self.durability.repair_pending or bool(self.lifecycle.destroy),
+            repairing=durability.gate_closed or durability.repair_pending
+            or bool(self.lifecycle.destroy),
             routed=self.resharding.routing is not None,
             caps=record.max_length is not None or record.max_age_ms is not None,
-            changed=last is not None and not last.empty)
+            changed=changed or self.trimming.held or (last is not None and not last.empty))
 
     # the rules the shell carries out per request, one call each (no wrapper on the hot path):
     # H10 where a member's pushes go, and which describe starts a watch
@@ -271,7 +282,7 @@ class PrefixMachine:
         stalled_at: int | None = None
         query = self.drain_query()
         if query is not None:
-            outcome = yield query
+            outcome = yield from self._io(query, now_ms)
             if outcome.ok:
                 self.drain_measured(outcome.value)
             elif outcome.stalled:  # D4: the store is stalled; this batch writes nothing
@@ -281,12 +292,14 @@ class PrefixMachine:
         durable = True
         if not checkpoint.empty:
             failed_at = stalled_at
-            if failed_at is None and must_wait(checkpoint):
-                outcome = yield AWAIT_RETENTION  # T1
-                if not outcome.ok:
+            if failed_at is None and must_wait(checkpoint) and self.trimming.running:
+                outcome = yield from self._io(AWAIT_RETENTION, now_ms)  # T1
+                if outcome.ok:
+                    self.trimming.finished()
+                else:
                     failed_at = max(now_ms, outcome.now_ms)
             if failed_at is None:
-                outcome = yield checkpoint
+                outcome = yield from self._io(checkpoint, now_ms)
                 if not outcome.ok:
                     failed_at = max(now_ms, outcome.now_ms)
             durable = failed_at is None
@@ -294,31 +307,70 @@ class PrefixMachine:
                 self.write_failed(checkpoint, failed_at)
             else:
                 for move in checkpoint.moves:  # G3
-                    outcome = yield move
+                    outcome = yield from self._io(move, now_ms)
                     if outcome.ok:
                         self.offsets_moved(move, outcome.value)
                 if checkpoint.cleanup is not None:  # G1
-                    outcome = yield checkpoint.cleanup
+                    outcome = yield from self._io(checkpoint.cleanup, now_ms)
                     if not outcome.ok:
                         self.cleanup_failed(checkpoint)
         for read in self.lag_reads():
-            outcome = yield read
+            outcome = yield from self._io(read, now_ms)
             self.lag_measured(read, outcome.value if outcome.ok else None)
         totals = None
         if summaries:
             totals_read = self.totals_read()
             if totals_read is not None:
-                outcome = yield totals_read
+                outcome = yield from self._io(totals_read, now_ms)
                 totals = outcome.value if outcome.ok else None
         yield Deliver(durable, self.committed(checkpoint) if durable else None, totals)
         retention_pass = self.retention_pass()
         if retention_pass is not None:
-            yield retention_pass
+            outcome = yield from self._io(retention_pass, now_ms)
+            self.trimming.ran(beside=outcome.ok and outcome.value == RUNS_BESIDE, sent=outcome.ok)
+
+    def _io(self, step: IORequest, now_ms: int) -> Generator[IORequest, Outcome, Outcome]:
+        """Yield `step` and return its outcome; D4: while an abandoned call runs nothing is
+        sent, the step fails at once as stalled."""
+        if self.durability.gate_closed:
+            return Outcome(error=GATE_CLOSED, stalled=True, now_ms=now_ms)
+        outcome = yield step
+        return outcome
+
+    # --- what the shell reports besides the outcomes ----------------------------------
+
+    @property
+    def store_open(self) -> bool:
+        """D4: whether anything may be sent for the prefix now (no abandoned call runs)."""
+        return not self.durability.gate_closed
+
+    def call_abandoned(self, call: Checkpoint | str) -> None:
+        """D4: the shell abandoned a store call at its deadline (a checkpoint, or what it
+        was); nothing is sent for the prefix until it returns."""
+        self.durability.call_abandoned(call)
+
+    def abandoned_call_returned(self, *, landed: bool, now_ms: int) -> bool:
+        """D4: the abandoned call returned, `landed` or not; True when it was a checkpoint
+        that landed after all, adopted now."""
+        adopted = self.durability.call_returned(landed=landed)
+        if adopted is not None:
+            self.adopt(adopted, now_ms)
+        return adopted is not None
+
+    def retention_started(self) -> None:
+        """T1: a pass of this prefix runs beside the batches (one started by the actor this
+        one replaced): the next pass and the checkpoints that must wait for it know."""
+        self.trimming.running = True
+
+    def retention_finished(self) -> None:
+        """T1: no pass of this prefix runs any more."""
+        self.trimming.finished()
 
     # --- reads the batch needs ---------------------------------------------------------
 
     def retention_pass(self) -> RetentionPass | None:
-        """T1..T3: the trim the shell should run now, every RETENTION_EVERY_TICKS ticks."""
+        """T1..T3: the trim the shell should run now, every RETENTION_EVERY_TICKS ticks (held
+        while the last one still runs)."""
         if not self.trimming.due(routed=self.routing is not None):
             return None
         return self.trimming.take_pass(self.live_streams(), tuple(self.groups))

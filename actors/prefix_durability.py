@@ -12,6 +12,10 @@
   from memory, by the next checkpoint (`repair`), so Redis matches memory once
   that one lands. A late write the shell sees land is adopted instead
   (`adopted`): Redis holds it, memory takes it as its rollback point.
+- D4, the gate: while a store call abandoned at its deadline still runs, nothing
+  else is sent for the prefix (`gate_closed`): its order with later calls is
+  unknown. The shell reports the abandoned call (`call_abandoned`) and its
+  return (`call_returned`); a checkpoint that landed then is adopted.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ REVEALING = frozenset({Status.OK, Status.REVOKE_PENDING, Status.SYNC_METADATA})
 
 UNAVAILABLE = "the metadata store cannot be written right now; retry with backoff"
 
+GATE_CLOSED = "the store has not answered a call abandoned earlier; retry with backoff"
+"""D4: why a step is not sent while an abandoned call still runs."""
+
 
 class Durability:
     """The rollback point, and the fields and owner tokens failed writes left unsure."""
@@ -41,6 +48,22 @@ class Durability:
         self._unsure_members: set[tuple[str, str]] = set()
         self._unsure_owners: set[tuple[str, str]] = set()
         self.last_checkpoint: Checkpoint | None = None
+        self._abandoned: Checkpoint | str | None = None  # D4: a store call past its deadline
+
+    @property
+    def gate_closed(self) -> bool:
+        """D4: a store call abandoned at its deadline still runs: nothing else is sent."""
+        return self._abandoned is not None
+
+    def call_abandoned(self, call: Checkpoint | str) -> None:
+        """D4: the shell abandoned this call (a checkpoint, or what it was) at its deadline."""
+        self._abandoned = call
+
+    def call_returned(self, *, landed: bool) -> Checkpoint | None:
+        """D4: the abandoned call returned; the gate opens. The checkpoint to adopt when it was
+        a metadata write that landed after all, else None."""
+        call, self._abandoned = self._abandoned, None
+        return call if landed and isinstance(call, Checkpoint) else None
 
     @property
     def repair_pending(self) -> bool:

@@ -43,6 +43,9 @@ class Outcome:
 DONE = Outcome()
 """The outcome of an I/O request that worked and returns nothing."""
 
+RUNS_BESIDE = "runs beside"
+"""A RetentionPass outcome's value: the pass was started and goes on beside the batches."""
+
 
 @attrs.frozen
 class Answer:
@@ -93,7 +96,9 @@ class RetentionPass:
 
     `acked` asks for the T1 trim (mode `acked` and at least one group); the caps
     apply in either mode (T2). A pass that trims nothing still measures the shards'
-    lengths (`rsc_shard_length`).
+    lengths (`rsc_shard_length`). Its outcome's value is `RUNS_BESIDE` when the pass
+    goes on beside the batches (the shell says when it ended: `retention_finished`),
+    anything else when it is over.
     """
 
     streams: tuple[str, ...]

@@ -9,6 +9,10 @@
   that creates consumer groups (at id 0) or moves offsets back waits for the
   pass that runs (`must_wait`), so no pass trims what a group it did not know
   has not acked.
+- T1: one pass at a time per prefix. A pass due while the last one still runs
+  beside the batches is held (`held`): it stays due and is taken once the shell
+  reports the running one over; a pass that could not be sent (the store is
+  stalled, D4) is held the same way.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ class Retention:
 
     record: RetentionRecord = attrs.field(factory=RetentionRecord)
     ticks: int = 0
+    running: bool = False  # a pass runs beside the batches (T1: the next one waits)
+    held: bool = False  # a pass came due and waits for the running one, or for the store
 
     def tick(self) -> None:
         self.ticks += 1
@@ -55,17 +61,33 @@ class Retention:
         self.ticks = max(self.ticks, RETENTION_EVERY_TICKS)
 
     def due(self, *, routed: bool) -> bool:
-        """T1/T2: a pass is due every RETENTION_EVERY_TICKS ticks on a prefix with routing."""
-        return routed and self.ticks >= RETENTION_EVERY_TICKS
+        """T1/T2: a pass is due every RETENTION_EVERY_TICKS ticks on a prefix with routing
+        (and a held one at once)."""
+        return routed and (self.ticks >= RETENTION_EVERY_TICKS or self.held)
 
-    def take_pass(self, streams: tuple[str, ...], groups: tuple[str, ...]) -> RetentionPass:
-        """T1..T3: the pass to run now, on `streams` for `groups`; the ticks start again."""
+    def take_pass(self, streams: tuple[str, ...], groups: tuple[str, ...]) -> RetentionPass | None:
+        """T1..T3: the pass to run now, on `streams` for `groups` (the ticks start again), or
+        None while the last one still runs (T1: held until it is over)."""
+        if self.running:
+            self.held = True
+            return None
         self.ticks = 0
+        self.held = False
         record = self.record
         # T3: `none` removes nothing because of acks; T1: a prefix with no group neither
         acked = record.mode == RetentionMode.ACKED and bool(groups)
         return RetentionPass(streams, groups, acked=acked, max_length=record.max_length,
                              max_age_ms=record.max_age_ms)
+
+    def ran(self, *, beside: bool, sent: bool) -> None:
+        """The taken pass ran to its end, or goes on `beside` the batches; one not `sent` (the
+        store is stalled, D4) is held."""
+        self.running = beside
+        self.held = not sent
+
+    def finished(self) -> None:
+        """The pass that ran beside the batches is over (or failed): the next may go."""
+        self.running = False
 
     def set(self, request: m.SetRetention, *, routed: bool, prefix: str) -> m.Response:
         """T3: the whole retention object is replaced; only a prefix with routing has one."""

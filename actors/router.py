@@ -16,9 +16,11 @@
   With a `schedule` (actors/prefix_schedule.py) only the prefixes it says are
   due get a tick (H6, H14, R2, T1, T2): idle prefixes cost nothing per tick.
 - Requests that name a prefix without an actor create nothing unless the
-  request may (A1, H13; actors/prefix_admission.py decides, the server asks):
+  request may (A1, H13; actors/prefix_admission.py decides, `route` asks):
   a `getRouting` subscription on an unknown prefix is kept here, only as long
   as its session.
+- The server asks, never reads: `route` a request, `list_groups`
+  (actors/listing.py), `forget` a closed session.
 """
 
 from __future__ import annotations
@@ -27,17 +29,20 @@ import collections
 import logging
 import traceback
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
 
 import trio
 
-from rsc.actors.actor import Envelope, PrefixActor, Tick, now_ms
+from rsc.actors.actor import PrefixActor, now_ms
+from rsc.actors.listing import list_groups
 from rsc.actors.logs import log_event
+from rsc.actors.mailbox import Envelope, Tick
+from rsc.actors.ports import Outbox, ReplySlot, RouterMetrics
 from rsc.actors.prefix import PrefixMachine
-from rsc.actors.prefix_admission import GroupBudget
+from rsc.actors.prefix_admission import GroupBudget, answer_without_state
 from rsc.actors.prefix_schedule import Schedule
 from rsc.actors.shard_work import ShardWork
 from rsc.actors.store import StoreFenced
+from rsc.common.backoff import Backoff, no_jitter
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 
@@ -49,7 +54,7 @@ STABLE_AFTER_S = 10.0  # an actor that ran this long without failing resets the 
 UNAVAILABLE = "the stream prefix is being reloaded from the metadata store; retry with backoff"
 
 
-def unavailable_response(request: Any, error: str = UNAVAILABLE) -> Any:
+def unavailable_response(request: object, error: str = UNAVAILABLE) -> m.Response:
     """COORDINATOR_NOT_AVAILABLE in `request`'s own response type (its `error()`); nothing
     is revealed. Only what is no protocol request gets an untyped `error` frame."""
     if isinstance(request, m.Request):
@@ -63,7 +68,7 @@ class Router:
 
     def __init__(self, nursery: trio.Nursery, make_actor: Callable[[str], PrefixActor], *,
                  reload: Callable[[str], Awaitable[PrefixActor]] | None = None,
-                 metrics: Any = None, budget: GroupBudget | None = None,
+                 metrics: RouterMetrics | None = None, budget: GroupBudget | None = None,
                  schedule: Schedule | None = None, shard_work: ShardWork | None = None) -> None:
         self.nursery = nursery
         self.shard_work = shard_work  # listGroups reads idle prefixes' totals in its pipelines
@@ -79,10 +84,8 @@ class Router:
         self._in_flight: dict[str, collections.deque[Envelope]] = {}
         self._live: set[str] = set()  # prefixes whose actor is serving (not being reloaded)
         self._running: set[str] = set()  # prefixes whose actor has a task draining its mailbox
-        self._backoff: dict[str, float] = {}  # restart backoff of prefixes that failed lately
-        self._session_prefixes: dict[Any, set[str]] = {}  # where each session sent requests
-        # getRouting subscriptions on prefixes that have no actor yet, until their session ends
-        self._waiting_subscribers: dict[str, set[Any]] = {}
+        self._backoff: dict[str, Backoff] = {}  # restart backoff of prefixes that failed lately
+        self._addresses = SessionIndex()
 
     # --- actors ----------------------------------------------------------------------
 
@@ -102,7 +105,7 @@ class Router:
         self.actors[actor.prefix] = actor
         self._in_flight.setdefault(actor.prefix, collections.deque())
         self._live.add(actor.prefix)
-        waiting = self._waiting_subscribers.pop(actor.prefix, None)
+        waiting = self._addresses.take_waiting(actor.prefix)
         if waiting:
             actor.subscribe(*waiting)
 
@@ -116,19 +119,40 @@ class Router:
         """Hand a request to the prefix's actor (waits while its mailbox is full)."""
         actor = self.actors[prefix]
         if prefix not in self._live:
-            _answer(envelope, unavailable_response(envelope.request))
+            envelope.fail(unavailable_response(envelope.request))
             return
         in_flight = self._in_flight[prefix]
-        while in_flight and _answered(in_flight[0]):
+        while in_flight and in_flight[0].answered:
             in_flight.popleft()
         in_flight.append(envelope)
         if envelope.session is not None:
-            self._session_prefixes.setdefault(envelope.session, set()).add(prefix)
+            self._addresses.sent(envelope.session, prefix)
         try:
             await actor.send_channel.send(envelope)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return  # the actor failed meanwhile: its supervisor answers what it held
         self._wake(prefix)
+
+    async def route(self, request: m.Request, reply: ReplySlot, session: Outbox | None) -> None:
+        """Hand a request naming a stream prefix to its actor; A1, H13: a prefix without an
+        actor holds nothing, and only a join or setShardCount within --max-groups starts one
+        (actors/prefix_admission.py), anything else is answered here."""
+        prefix = getattr(request, "stream_prefix")  # noqa: B009 - every request routed has one
+        if prefix not in self.actors:
+            if isinstance(request, m.GetRouting) and request.subscribe and session is not None:
+                self.subscribe_unknown(prefix, session)  # lives as long as its session
+            answered = answer_without_state(request, self.budget)
+            if answered is not None:
+                reply.resolve(answered)
+                return
+        self.actor(prefix, create=True)
+        await self.send(prefix, Envelope(request, reply, session))
+
+    async def list_groups(self) -> tuple[m.GroupSummary, ...]:
+        """Every prefix's groups, in prefix order (actors/listing.py: an idle prefix is read
+        where it stands, a busy one answers after its current batch is durable)."""
+        return await list_groups(sorted(self.actors), self.idle_machine, self.send,
+                                 self.shard_work)
 
     def idle_machine(self, prefix: str) -> PrefixMachine | None:
         """The prefix's machine when its actor is idle: serving, no batch running, nothing
@@ -136,18 +160,18 @@ class Router:
         it may be read without a batch (listGroups)."""
         actor = self.actors.get(prefix)
         if (actor is None or prefix not in self._live or prefix in self._running
-                or actor.send_channel.statistics().current_buffer_used):
+                or actor.mailbox.queued):
             return None
         return actor.machine
 
-    def subscribe_unknown(self, prefix: str, session: Any) -> None:
+    def subscribe_unknown(self, prefix: str, session: Outbox) -> None:
         """Keep a routing subscription for a prefix with no actor yet (lives with the session)."""
-        self._session_prefixes.setdefault(session, set()).add(prefix)
+        self._addresses.sent(session, prefix)
         actor = self.actors.get(prefix)
         if actor is not None:
             actor.subscribe(session)
         else:
-            self._waiting_subscribers.setdefault(prefix, set()).add(session)
+            self._addresses.wait(prefix, session)
 
     # --- supervision -----------------------------------------------------------------
 
@@ -173,22 +197,24 @@ class Router:
         if failure is None:
             self._running.discard(prefix)
             in_flight = self._in_flight[prefix]  # an idle prefix keeps no answered request
-            while in_flight and _answered(in_flight[0]):
+            while in_flight and in_flight[0].answered:
                 in_flight.popleft()
             if trio.current_time() - started >= STABLE_AFTER_S:
                 self._backoff.pop(prefix, None)
             return
         self._live.discard(prefix)
         self.restarts += 1
-        if self.metrics is not None and hasattr(self.metrics, "prefix_actor_restarted"):
+        if self.metrics is not None:
             self.metrics.prefix_actor_restarted(prefix)
         log_event(log, "prefix.actor_failed", level=logging.ERROR, prefix=prefix,
                   error=f"{type(failure).__name__}: {failure}",
                   traceback="".join(traceback.format_exception(failure)))
         self._fail_in_flight(prefix, actor)
-        backoff = self._backoff.get(prefix, RESTART_BACKOFF_START_S)
+        backoff = self._backoff.get(prefix)
+        if backoff is None:
+            backoff = self._backoff[prefix] = Backoff(RESTART_BACKOFF_START_S, RESTART_BACKOFF_MAX_S,
+                                                      jitter=no_jitter)
         replacement = await self._reload_until_loaded(prefix, backoff)
-        self._backoff[prefix] = min(backoff * 2, RESTART_BACKOFF_MAX_S)
         replacement.take_over(actor)
         self._install(replacement)
         self._report(replacement)
@@ -210,10 +236,10 @@ class Router:
         actor.schedule = self.schedule
         self.schedule.report(actor.prefix, actor.activity(changed=True), now_ms())
 
-    async def _reload_until_loaded(self, prefix: str, backoff: float) -> PrefixActor:
+    async def _reload_until_loaded(self, prefix: str, backoff: Backoff) -> PrefixActor:
         """A fresh actor for `prefix` from Redis, retrying (with backoff) while Redis fails."""
         while True:
-            await trio.sleep(backoff)
+            await trio.sleep(backoff.next())
             if self.reload is None:
                 return self.make_actor(prefix)
             try:
@@ -223,7 +249,6 @@ class Router:
             except Exception as exc:  # noqa: BLE001 - Redis down or out of fds: try again
                 log_event(log, "prefix.reload_failed", level=logging.WARNING, prefix=prefix,
                           error=f"{type(exc).__name__}: {exc}")
-                backoff = min(backoff * 2, RESTART_BACKOFF_MAX_S)
 
     def _fail_in_flight(self, prefix: str, actor: PrefixActor) -> None:
         """Answer every request the failed actor held or had queued: COORDINATOR_NOT_AVAILABLE."""
@@ -231,8 +256,8 @@ class Router:
         in_flight = self._in_flight.get(prefix, collections.deque())
         while in_flight:
             envelope = in_flight.popleft()
-            if not _answered(envelope):
-                _answer(envelope, unavailable_response(envelope.request))
+            if not envelope.answered:
+                envelope.fail(unavailable_response(envelope.request))
 
     # --- ticks and sessions ----------------------------------------------------------
 
@@ -257,33 +282,37 @@ class Router:
                 continue  # failing right now; its supervisor takes over
             self._wake(prefix)
 
-    def forget(self, session: Any) -> None:
+    def forget(self, session: Outbox) -> None:
         """Drop every reference to a closed session (called once, after its last reply)."""
-        for prefix in self._session_prefixes.pop(session, ()):
+        for prefix in self._addresses.forget(session):
             actor = self.actors.get(prefix)
             if actor is not None:
                 actor.forget_session(session)
-        for prefix in [p for p, waiting in self._waiting_subscribers.items() if session in waiting]:
-            waiting = self._waiting_subscribers[prefix]
+
+
+class SessionIndex:
+    """Which prefixes each session sent requests to (to forget it there), and the getRouting
+    subscriptions on prefixes that have no actor yet, until their session ends."""
+
+    def __init__(self) -> None:
+        self._prefixes: dict[Outbox, set[str]] = {}
+        self._waiting: dict[str, set[Outbox]] = {}
+
+    def sent(self, session: Outbox, prefix: str) -> None:
+        self._prefixes.setdefault(session, set()).add(prefix)
+
+    def wait(self, prefix: str, session: Outbox) -> None:
+        self._waiting.setdefault(prefix, set()).add(session)
+
+    def take_waiting(self, prefix: str) -> set[Outbox]:
+        """The subscribers waiting for `prefix`'s actor, which exists now."""
+        return self._waiting.pop(prefix, set())
+
+    def forget(self, session: Outbox) -> set[str]:
+        """Drop `session` everywhere; the prefixes whose actors may still know it."""
+        for prefix in [p for p, waiting in self._waiting.items() if session in waiting]:
+            waiting = self._waiting[prefix]
             waiting.discard(session)
             if not waiting:
-                del self._waiting_subscribers[prefix]
-
-
-def _answered(envelope: Envelope) -> bool:
-    reply = envelope.reply
-    if reply is None:
-        return True
-    if hasattr(reply, "done"):  # a Collect (listGroups)
-        return bool(reply.done.is_set())
-    return reply.message is not None
-
-
-def _answer(envelope: Envelope, response: Any) -> None:
-    reply = envelope.reply
-    if reply is None:
-        return
-    if hasattr(reply, "done"):  # a Collect: an empty answer from this prefix
-        reply.resolve(cast(Any, ()))
-    else:
-        reply.resolve(response)
+                del self._waiting[prefix]
+        return self._prefixes.pop(session, set())

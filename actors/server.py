@@ -18,17 +18,18 @@ import hmac
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import cast
 
+import attrs
 import trio
 
 from rsc.actors import latency
-from rsc.actors.actor import Collect, Envelope, Reply, SummariesRequest
 from rsc.actors.admission import Admission
 from rsc.actors.format_admin import FormatVersionAdmin
 from rsc.actors.group import malformed_join
 from rsc.actors.logs import log_event
-from rsc.actors.prefix_admission import REFUSALS, answer_without_state
+from rsc.actors.ports import SessionMetrics
+from rsc.actors.prefix_admission import REFUSALS
 from rsc.actors.router import Router, unavailable_response
 from rsc.actors.ws_server import ServerConnection
 from rsc.protocol import messages as m
@@ -39,6 +40,50 @@ log = logging.getLogger("rsc.coordinator")
 
 ENDPOINTS = {"/v1/member": MEMBER_REQUESTS, "/v1/admin": ADMIN_REQUESTS}
 MAX_IN_FLIGHT = 256  # per session: requests awaiting their response
+
+
+@attrs.define(eq=False, slots=True)
+class Reply:
+    """A response slot of a session: the session writes responses in request order as they
+    resolve. Every response a session gets goes through `resolve`, so A1's refusals are
+    counted here, in one place (`rsc_joins_refused_total`)."""
+
+    owner: Session
+    message: m.Message | None = None
+    is_push: bool = False
+    received: float = 0.0  # perf_counter when its request arrived (0: a push)
+
+    @property
+    def resolved(self) -> bool:
+        return self.message is not None
+
+    def resolve(self, message: m.Response) -> None:
+        self.message = message
+        refused = REFUSALS.get(message.status)
+        if refused is not None:
+            self.owner.refused(refused)
+        self.owner.wake()
+
+
+class Collect:
+    """A reply slot for a request from inside the coordinator (or a test): awaited, not sent."""
+
+    def __init__(self) -> None:
+        self.message: m.Response | None = None
+        self.done = trio.Event()
+
+    @property
+    def resolved(self) -> bool:
+        return self.done.is_set()
+
+    def resolve(self, message: m.Response) -> None:
+        self.message = message
+        self.done.set()
+
+    async def wait(self) -> m.Response:
+        await self.done.wait()
+        assert self.message is not None
+        return self.message
 
 
 class Session:
@@ -57,8 +102,10 @@ class Session:
     after the last actor that could register it is done with it.
     """
 
-    def __init__(self, connection: ServerConnection) -> None:
+    def __init__(self, connection: ServerConnection,
+                 metrics: SessionMetrics | None = None) -> None:
         self.connection = connection
+        self.metrics = metrics
         self.queue: collections.deque[Reply] = collections.deque()
         self.room = trio.Semaphore(MAX_IN_FLIGHT)  # requests awaiting their response
         self.closed = False
@@ -82,6 +129,11 @@ class Session:
             return
         self.queue.append(Reply(self, message, is_push=True))
         self.wake()
+
+    def refused(self, limit: str) -> None:
+        """A1: a request of this session was refused by a cap."""
+        if self.metrics is not None:
+            self.metrics.join_refused(limit)
 
     def wake(self) -> None:
         """Write every ready reply at the head of the queue, unless the connection is busy."""
@@ -126,6 +178,7 @@ class CoordinatorServer:
 
     def __init__(self, router: Router, nursery: trio.Nursery, *, admin_token: str | None,
                  member_token: str | None, admission: Admission | None = None,
+                 metrics: SessionMetrics | None = None,
                  max_frame_bytes: int = 1 << 20, handshake_timeout_s: float = 10.0,
                  format_admin: FormatVersionAdmin | None = None) -> None:
         self.router = router
@@ -135,6 +188,7 @@ class CoordinatorServer:
         self.tokens = {"/v1/admin": admin_token, "/v1/member": member_token}
         self.admission = admission or Admission(max_sessions=1 << 30, max_connections=1 << 30)
         self.max_frame_bytes = max_frame_bytes
+        self.metrics = metrics
 
     @property
     def sessions(self) -> int:
@@ -172,7 +226,7 @@ class CoordinatorServer:
             await connection.reject(503, f"the coordinator holds its limit of "
                                          f"{self.admission.max_sessions} sessions; retry later".encode())
             return
-        session = Session(connection)
+        session = Session(connection, self.metrics)
         try:
             await connection.accept()
             await self._read(session, allowed)
@@ -183,7 +237,7 @@ class CoordinatorServer:
     async def _read(self, session: Session, allowed: frozenset[str]) -> None:
         connection = session.connection
         text: str | bytes | None = None
-        message: Any = None
+        message: m.Request | None = None
         reply: Reply | None = None
         while True:
             # nothing of the last request stays referenced by this frame while it waits
@@ -195,7 +249,7 @@ class CoordinatorServer:
             reply = await session.expect()
             reply.received = received
             try:
-                message = decode(text, allowed)
+                message = cast(m.Request, decode(text, allowed))  # `allowed` holds requests only
                 _check_before_lookup(message)
             except ProtocolError as exc:
                 reply.resolve(m.ErrorResponse(request_id=exc.request_id,
@@ -210,68 +264,17 @@ class CoordinatorServer:
                     reply.resolve(unavailable_response(message, "the coordinator failed to handle "
                                                                 "this request; retry with backoff"))
 
-    async def _dispatch(self, message: Any, reply: Reply, session: Session) -> None:
+    async def _dispatch(self, message: m.Request, reply: Reply | Collect,
+                        session: Session | None) -> None:
         if isinstance(message, m.ListGroups):
             reply.resolve(m.Groups(request_id=message.request_id, status=Status.OK,
-                                   groups=await self._list_groups()))
+                                   groups=await self.router.list_groups()))
             return
         if isinstance(message, m.GetFormatVersion | m.SetFormatVersion):
             reply.resolve(await self.format_admin.answer(message) if self.format_admin is not None
                           else unavailable_response(message, "no store to ask"))
             return
-        prefix = message.stream_prefix
-        if prefix not in self.router.actors:
-            # A1, H13: a prefix without an actor holds nothing; only a join or setShardCount
-            # within --max-groups starts one, anything else is answered here
-            if isinstance(message, m.GetRouting) and message.subscribe:
-                self.router.subscribe_unknown(prefix, session)  # lives as long as its session
-            answered = answer_without_state(message, self.router.budget)
-            if answered is not None:
-                refused = REFUSALS.get(answered.status)
-                if refused is not None and self.router.metrics is not None:
-                    self.router.metrics.join_refused(refused)
-                reply.resolve(answered)
-                return
-        self.router.actor(prefix, create=True)
-        await self.router.send(prefix, Envelope(message, reply, session))
-
-
-    async def _list_groups(self) -> tuple[m.GroupSummary, ...]:
-        """Every prefix's groups, in prefix order. An idle prefix is read here (its state is
-        durable, actors/router.py `idle_machine`), its totals in pipelines shared with the
-        others; a busy one answers after its current batch is durable (SummariesRequest)."""
-        router = self.router
-        prefixes = sorted(router.actors)
-        idle: dict[str, Any] = {}
-        if router.shard_work is not None:
-            for prefix in prefixes:
-                machine = router.idle_machine(prefix)
-                if machine is not None:
-                    idle[prefix] = machine
-        reads = {prefix: machine.totals_read() for prefix, machine in idle.items()}
-        wanted = [(prefix, read) for prefix, read in reads.items() if read is not None]
-        totals: dict[str, Any] = {}
-        if wanted and router.shard_work is not None:
-            deadline = trio.current_time() + router.shard_work.deadline_s
-            values = await router.shard_work.totals_many(
-                [(read.streams, read.groups) for _, read in wanted], deadline)
-            totals = {prefix: value for (prefix, _), value in zip(wanted, values, strict=True)}
-        collects: dict[str, Collect] = {}
-        for prefix in prefixes:
-            if prefix in idle and router.idle_machine(prefix) is idle[prefix]:
-                continue  # still idle after the read: summarized below
-            collect = collects[prefix] = Collect()
-            await router.send(prefix, Envelope(SummariesRequest(), collect, None))
-        groups: list[m.GroupSummary] = []
-        for prefix in prefixes:
-            collect_or_none = collects.get(prefix)
-            if collect_or_none is None:
-                machine = idle[prefix]
-                groups.extend(machine.summaries(totals.get(prefix) if reads[prefix] else None))
-            else:
-                await collect_or_none.done.wait()
-                groups.extend(collect_or_none.message)
-        return tuple(groups)
+        await self.router.route(message, reply, session)
 
 
 def authorized(headers: list[tuple[bytes, bytes]], token: str) -> bool:
@@ -283,7 +286,7 @@ def authorized(headers: list[tuple[bytes, bytes]], token: str) -> bool:
     return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), token.encode())
 
 
-def _check_before_lookup(message: Any) -> None:
+def _check_before_lookup(message: m.Request) -> None:
     """Malformed requests that decode: INVALID_REQUEST typed `error`, before anything is looked up."""
     if isinstance(message, m.Heartbeat):
         invalid = malformed_join(message)

@@ -12,12 +12,12 @@ is actors/store.py's StreamAdmin.)
 
 Written against Redis 7.0 (XINFO GROUPS `lag` and `entries-read` exist since
 7.0). Differences in later servers are noted where they matter: XACKDEL
-(8.2) and the cases where `lag` is nil.
+(asked of the server, rsc/common/server_features.py) and the cases where `lag`
+is nil. The Lua scripts are files run by the one runner (rsc/common/lua.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -40,7 +40,9 @@ from rsc.actors.shard_reports import drain_report as drain_report
 from rsc.actors.shard_reports import drained_shards as drained_shards
 from rsc.actors.shard_reports import totals as totals
 from rsc.actors.store import STORE_IO_ERRORS, StoreError
-from rsc.common.redis_connect import is_cluster
+from rsc.common import server_features
+from rsc.common.lag import ends_commands, lag_from_ends
+from rsc.common.lua import Script, load_all
 
 STORE_ID_KEY = "rsc:store-id"
 
@@ -58,198 +60,15 @@ def _check_positive(name: str, value: int | None) -> None:
 
 # --- scripts ---------------------------------------------------------------------------
 
-# Stream ids are compared and incremented as decimal strings: Lua numbers are doubles,
-# and a 64-bit sequence does not fit one.
-_ID_HELPERS = """
-local function split(id)
-  local dash = string.find(id, '-', 1, true)
-  return string.sub(id, 1, dash - 1), string.sub(id, dash + 1)
-end
-local function num_less(a, b)
-  if #a ~= #b then return #a < #b end
-  return a < b
-end
-local function id_less(a, b)
-  local am, as = split(a)
-  local bm, bs = split(b)
-  if am ~= bm then return num_less(am, bm) end
-  return num_less(as, bs)
-end
-local function incr(digits)
-  local tail = ''
-  for i = #digits, 1, -1 do
-    local d = string.byte(digits, i) - 48
-    if d < 9 then return string.sub(digits, 1, i - 1) .. string.char(49 + d) .. tail end
-    tail = '0' .. tail
-  end
-  return '1' .. tail
-end
-local function next_id(id)
-  local ms, seq = split(id)
-  if seq == '18446744073709551615' then return incr(ms) .. '-0' end
-  return ms .. '-' .. incr(seq)
-end
-local function fields(flat)
-  local out = {}
-  for i = 1, #flat, 2 do out[flat[i]] = flat[i + 1] end
-  return out
-end
-local function groups_of(key)
-  local out = {}
-  for _, flat in ipairs(redis.call('XINFO', 'GROUPS', key)) do
-    local info = fields(flat)
-    out[info['name']] = info
-  end
-  return out
-end
--- the oldest id a group still needs: its first pending entry, else the one after its last-delivered
-local function needed(key, name, info)
-  if info['pending'] > 0 then
-    local first = redis.call('XPENDING', key, name, '-', '+', 1)
-    if #first > 0 then return first[1][1] end
-  end
-  return next_id(info['last-delivered-id'])
-end
--- how many entries lie between two XRANGE bounds (at most limit), page by page
-local function count_range(key, start, stop, limit)
-  local count = 0
-  while limit == nil or count < limit do
-    local page = 512
-    if limit ~= nil and limit - count < page then page = limit - count end
-    local batch = redis.call('XRANGE', key, start, stop, 'COUNT', page)
-    count = count + #batch
-    if #batch < page then break end
-    start = '(' .. batch[#batch][1]
-  end
-  return count
-end
-"""
-
-# KEYS[1] shard stream. ARGV[1] '1': trim what every group acked (T1); ARGV[2] max length or '';
-# ARGV[3] age cut id (entries below it go) or ''; ARGV[4..] the prefix's groups.
-# Returns {removed by acks, removed by caps, removed unconsumed, length after}.
-_RETENTION = _ID_HELPERS + """
-local key = KEYS[1]
-if redis.call('EXISTS', key) == 0 then return {0, 0, 0, 0} end
-local known = groups_of(key)
-local oldest = nil
-local complete = true
-for i = 4, #ARGV do
-  local info = known[ARGV[i]]
-  if info == nil then
-    complete = false
-  else
-    local id = needed(key, ARGV[i], info)
-    if oldest == nil or id_less(id, oldest) then oldest = id end
-  end
-end
--- a group with no consumer group here has read nothing: everything is unconsumed for it
-if not complete then oldest = '0-0' end
-local by_acks, by_caps, unconsumed = 0, 0, 0
-local below_oldest_gone = false
-if ARGV[1] == '1' and complete and oldest ~= nil then
-  by_acks = redis.call('XTRIM', key, 'MINID', oldest)
-  below_oldest_gone = true
-end
-if ARGV[3] ~= '' then
-  local cut = ARGV[3]
-  local lost = 0
-  if oldest ~= nil and id_less(oldest, cut) and not below_oldest_gone then
-    lost = count_range(key, oldest, '(' .. cut, nil)
-  end
-  local removed = redis.call('XTRIM', key, 'MINID', cut)
-  if below_oldest_gone and oldest ~= nil then lost = removed end
-  by_caps = by_caps + removed
-  unconsumed = unconsumed + lost
-end
-if ARGV[2] ~= '' then
-  local excess = redis.call('XLEN', key) - tonumber(ARGV[2])
-  if excess > 0 then
-    if oldest ~= nil then
-      local acked = 0
-      if not below_oldest_gone and oldest ~= '0-0' then
-        acked = count_range(key, '-', '(' .. oldest, excess)
-      end
-      unconsumed = unconsumed + excess - acked
-    end
-    by_caps = by_caps + redis.call('XTRIM', key, 'MAXLEN', ARGV[2])
-  end
-end
-return {by_acks, by_caps, unconsumed, redis.call('XLEN', key)}
-"""
-
-# KEYS[1] sealed shard stream; ARGV[1..] groups. Returns {undelivered, pending} per group.
-# An entry removed by retention counts as delivered: undelivered counts entries that still exist.
-_DRAIN = _ID_HELPERS + """
-local key = KEYS[1]
-local out = {}
-if redis.call('EXISTS', key) == 0 then
-  for i = 1, #ARGV do out[#out + 1] = 0; out[#out + 1] = 0 end
-  return out
-end
-local stream = fields(redis.call('XINFO', 'STREAM', key))
-local length = stream['length']
-local known = groups_of(key)
-for i = 1, #ARGV do
-  local info = known[ARGV[i]]
-  local undelivered, pending = length, 0
-  if info ~= nil then
-    pending = info['pending']
-    local last = info['last-delivered-id']
-    if length == 0 or not id_less(last, stream['last-entry'][1]) then
-      undelivered = 0
-    elseif id_less(last, stream['first-entry'][1]) then
-      undelivered = length
-    elseif info['lag'] then
-      -- trims only cut below first-entry <= last, and Redis reports nil lag when a deletion
-      -- lies after last: so lag counts exactly the entries after last that still exist
-      undelivered = info['lag']
-    else
-      undelivered = count_range(key, '(' .. last, '+', nil)
-    end
-  end
-  out[#out + 1] = undelivered
-  out[#out + 1] = pending
-end
-return out
-"""
-
-
-class _Script:
-    """A Lua script run by EVALSHA inside a caller's pipeline, loaded once per client.
-
-    redis-py's own pipeline scripts send SCRIPT EXISTS before every execute (a second round
-    trip); this loads on first use and again only when Redis answers NOSCRIPT (a restart).
-    """
-
-    def __init__(self, body: str) -> None:
-        self.body = body
-        self.sha = hashlib.sha1(body.encode()).hexdigest()
-
-    def run_all(self, client: redis.Redis, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
-        """Run the script once per (key, args), all in one pipeline; errors come back as values."""
-        for attempt in (1, 2):
-            pipe = client.pipeline(transaction=False)
-            for key, args in calls:
-                # EVALSHA by name: a cluster pipeline routes it by its key (evalsha() is refused there)
-                pipe.execute_command("EVALSHA", self.sha, 1, key, *args)
-            results = pipe.execute(raise_on_error=False)
-            if attempt == 1 and any(isinstance(r, redis.exceptions.NoScriptError) for r in results):
-                client.script_load(self.body)
-                continue
-            return results
-        raise AssertionError("unreachable")
-
-
-_retention_script = _Script(_RETENTION)
-_drain_script = _Script(_DRAIN)
+# per shard, atomically: read its state and act on it (rsc/common/scripts/*.lua say KEYS, ARGV)
+RETENTION_SCRIPT = Script("stream_ids", "retention")
+DRAIN_SCRIPT = Script("stream_ids", "drain")
 
 
 def load_scripts(client: redis.Redis) -> None:
     """Load every script now (at start), so the first call costs one round trip too."""
     try:
-        for script in (_retention_script, _drain_script):
-            client.script_load(script.body)
+        load_all(client, (RETENTION_SCRIPT, DRAIN_SCRIPT))
     except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot load the shard scripts: {exc}") from exc
 
@@ -270,16 +89,16 @@ def shard_lag(client: redis.Redis, streams: Sequence[str], group: str) -> list[S
     pending list is ordered by id, so its first entry is the oldest, with its idle time).
     A missing stream reads as empty; a missing consumer group as `last_delivered_id` None.
 
-    `lag` is Redis's own. On Redis 7.0 it is nil when the group's entries-read counter is
-    unknown and cannot be estimated: the group was created or moved (SETID) to an id strictly
-    inside the stream (a reset to a timestamp), or an entry after its last-delivered id was
-    deleted (XDEL). It is known again once the group reads up to the last entry. Entries
-    deleted by XACKDEL (Redis >= 8.2) leave the same kind of gap, so expect nil more often there.
+    `lag` follows the one lag rule (rsc/common/lag.py). Redis's own is nil on Redis 7.0 when
+    the group's entries-read counter is unknown and cannot be estimated: the group was
+    created or moved (SETID) to an id strictly inside the stream (a reset to a timestamp),
+    or an entry after its last-delivered id was deleted (XDEL). It is known again once the
+    group reads up to the last entry. Entries deleted by XACKDEL leave the same kind of gap,
+    so expect nil more often there.
     """
     try:
         pipe = client.pipeline(transaction=False)
         for stream in streams:
-            pipe.xlen(stream)
             pipe.xinfo_groups(stream)
             pipe.xpending_range(stream, group, "-", "+", 1)
             _queue_ends(pipe, stream)
@@ -288,7 +107,7 @@ def shard_lag(client: redis.Redis, streams: Sequence[str], group: str) -> list[S
         raise StoreError(f"cannot read shard lag: {exc}") from exc
     lags = []
     for index, stream in enumerate(streams):
-        length, infos, first_pending, first, last = results[5 * index: 5 * index + 5]
+        infos, first_pending, length, first, last = results[5 * index: 5 * index + 5]
         if isinstance(length, Exception):
             raise StoreError(f"cannot read the length of {stream}: {length}")
         info = None
@@ -302,49 +121,17 @@ def shard_lag(client: redis.Redis, streams: Sequence[str], group: str) -> list[S
         if not isinstance(first_pending, Exception) and first_pending:
             oldest = int(first_pending[0]["time_since_delivered"])
         last_delivered = _text(info["last-delivered-id"])
-        lag = known_lag(info.get("lag"), length, last_delivered, _end_id(first), _end_id(last))
+        lag = lag_from_ends(info.get("lag"), last_delivered, (length, first, last))
         lags.append(ShardLag(
             shard=stream, length=length, last_delivered_id=last_delivered,
             lag=lag, pending=int(info["pending"]), oldest_pending_ms=oldest))
     return lags
 
 
-def _id(entry_id: str) -> tuple[int, int]:
-    """A stream id as (milliseconds, sequence), for comparisons."""
-    milliseconds, _, sequence = entry_id.partition("-")
-    return int(milliseconds), int(sequence or 0)
-
-
 def _queue_ends(pipe: Any, stream: str) -> None:
-    """Queue the ids of the stream's first and last entries (for `known_lag`)."""
-    pipe.xrange(stream, "-", "+", count=1)
-    pipe.xrevrange(stream, "+", "-", count=1)
-
-
-def _end_id(reply: Any) -> str | None:
-    if isinstance(reply, Exception) or not reply:
-        return None
-    return _text(reply[0][0])
-
-
-def known_lag(redis_lag: Any, length: Any, last_delivered: str | None,
-              first_id: str | None, last_id: str | None) -> int | None:
-    """Redis's own lag, or what can be told without it.
-
-    Redis 7.x reports nil lag once entries were trimmed or deleted inside what the group has
-    not read (our `acked` retention does exactly that), or after a SETID into the stream. Two
-    cases still have an exact answer: the group has delivered the last entry (lag 0), or every
-    entry that is left comes after its last-delivered id (lag = length). Else None.
-    """
-    if redis_lag is not None:
-        return int(redis_lag)
-    if isinstance(length, Exception) or last_delivered is None:
-        return None
-    if int(length) == 0 or (last_id is not None and _id(last_delivered) >= _id(last_id)):
-        return 0
-    if first_id is not None and _id(first_id) > _id(last_delivered):
-        return int(length)
-    return None
+    """Queue what the lag rule needs of the stream besides Redis's lag (rsc/common/lag.py)."""
+    for command in ends_commands(stream):
+        pipe.execute_command(*command)
 
 
 def group_totals(client: redis.Redis, streams: Sequence[str],
@@ -386,7 +173,6 @@ def group_totals_many(client: redis.Redis, reads: Sequence[tuple[Sequence[str], 
         if needing:
             pipe = client.pipeline(transaction=False)
             for index in needing:
-                pipe.xlen(streams[index])
                 _queue_ends(pipe, streams[index])
             replies = pipe.execute(raise_on_error=False)
             ends = {index: tuple(replies[3 * n: 3 * n + 3])  # type: ignore[misc]
@@ -413,9 +199,8 @@ def _totals(groups: Sequence[str], shards: Sequence[tuple[Any, Any, Any, Any]]
         by_name = {} if isinstance(infos, Exception) else {_text(g["name"]): g for g in infos}
         for name in groups:
             info = by_name.get(name)
-            lags[name].append(None if info is None else known_lag(
-                info.get("lag"), length, _text(info["last-delivered-id"]), _end_id(first),
-                _end_id(last)))
+            lags[name].append(None if info is None else lag_from_ends(
+                info.get("lag"), _text(info["last-delivered-id"]), (length, first, last)))
             pending[name] += 0 if info is None else int(info["pending"])
     return {name: GroupTotals(lag=sum_known(lags[name]), pending=pending[name]) for name in groups}
 
@@ -456,16 +241,16 @@ def apply_retention_many(client: redis.Redis, calls: Sequence[RetentionCall],
                          now_ms: int) -> list[list[RetentionResult] | StoreError]:
     """`apply_retention` of many prefixes in ONE pipeline (T1..T3, each shard its own script);
     a pass with a failed shard comes back as its StoreError (the others still count)."""
-    scripts: list[tuple[str, Sequence[Any]]] = []
+    scripts: list[tuple[Sequence[str], Sequence[Any]]] = []
     for call in calls:
         _check_positive("max_length", call.max_length)
         _check_positive("max_age_ms", call.max_age_ms)
         cut = age_cut_id(call.max_age_ms, now_ms) if call.max_age_ms is not None else None
         args = ["1" if call.acked else "0",
                 "" if call.max_length is None else str(call.max_length), cut or "", *call.groups]
-        scripts.extend((stream, args) for stream in call.streams)
+        scripts.extend(([stream], args) for stream in call.streams)
     try:
-        results = _retention_script.run_all(client, scripts)
+        results = RETENTION_SCRIPT.run_on(client, scripts)
     except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot apply retention: {exc}") from exc
     out: list[list[RetentionResult] | StoreError] = []
@@ -501,16 +286,11 @@ def enforce_caps(client: redis.Redis, streams: Sequence[str], groups: Sequence[s
 
 
 def supports_xackdel(client: redis.Redis) -> bool:
-    """Whether the server has XACKDEL (Redis >= 8.2): `COMMAND INFO XACKDEL` names it.
-
-    On a cluster: every master has it (the command names no key, so each is asked)."""
-    servers = ([node.redis_connection for node in client.get_primaries()]  # type: ignore[attr-defined]
-               if is_cluster(client) else [client])
+    """Whether every master has XACKDEL (rsc/common/server_features.py asks the server)."""
     try:
-        replies = [server.execute_command("COMMAND INFO", "XACKDEL") for server in servers]
+        return server_features.supports_xackdel(client)
     except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot ask Redis for its commands: {exc}") from exc
-    return all(bool(reply) and reply[0] is not None for reply in replies)
 
 
 # --- drain -----------------------------------------------------------------------------
@@ -526,7 +306,7 @@ def drain_counts(client: redis.Redis, streams: Sequence[str],
     if not groups:
         return []
     try:
-        results = _drain_script.run_all(client, [(stream, list(groups)) for stream in streams])
+        results = DRAIN_SCRIPT.run_on(client, [([stream], list(groups)) for stream in streams])
     except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot read drain progress: {exc}") from exc
     _raise_errors("read drain progress", streams, results)

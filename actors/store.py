@@ -31,7 +31,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis
@@ -49,6 +49,7 @@ from rsc.actors.records import (
     replay,
     stored_format_version,
 )
+from rsc.common.lua import Command, Script, pipelined
 from rsc.common.redis_connect import connect, is_cluster
 from rsc.protocol.routing import owner_key, seal_key
 
@@ -59,103 +60,14 @@ PREFIXES_KEY = "rsc:prefixes"
 FORMAT_VERSION_KEY = "rsc:format-version"
 _PLACEHOLDER_GROUP = "rsc:create"  # R1: makes an empty stream (XGROUP CREATE ... MKSTREAM), dropped
 
-# KEYS[1] meta hash, KEYS[2..] owner tokens; ARGV[1] our coordinator epoch; ARGV[2] the epoch
-# field; ARGV[3] the write-sequence field; ARGV[4] this write's sequence number; ARGV[5] how many
-# hash fields follow; then field, value pairs ("" deletes); then one value per owner token
-# ("" deletes). The epoch fences an older coordinator; the sequence (D4) refuses a write of this
-# coordinator that arrives after a later one (an abandoned write Redis ran late). Standalone Redis
-# runs it with every owner token (one atomic step); a cluster passes the hash alone (one slot).
-_CAS_WRITE = """
-local current = redis.call('HGET', KEYS[1], ARGV[2])
-if current and tonumber(current) > tonumber(ARGV[1]) then
-  return redis.error_reply('FENCED coordinator epoch ' .. current .. ' owns ' .. KEYS[1])
-end
-if current and tonumber(current) == tonumber(ARGV[1]) then
-  local seq = redis.call('HGET', KEYS[1], ARGV[3])
-  if seq and tonumber(seq) >= tonumber(ARGV[4]) then
-    return redis.error_reply('STALE write ' .. ARGV[4] .. ' of ' .. KEYS[1] .. ' arrived after write ' .. seq)
-  end
-end
-redis.call('HSET', KEYS[1], ARGV[2], ARGV[1], ARGV[3], ARGV[4])
-local fields = tonumber(ARGV[5])
-for i = 6, 5 + 2 * fields, 2 do
-  if ARGV[i + 1] == '' then
-    redis.call('HDEL', KEYS[1], ARGV[i])
-  else
-    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
-  end
-end
-for k = 2, #KEYS do
-  local value = ARGV[5 + 2 * fields + k - 1]
-  if value == '' then
-    redis.call('DEL', KEYS[k])
-  else
-    redis.call('SET', KEYS[k], value)
-  end
-end
-return 1
-"""
-
-# KEYS[1] lease; ARGV[1] our id; ARGV[2] ttl ms
-_RENEW_LEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
-
-# KEYS[1] lease, KEYS[2] release marker; ARGV[1] our id; ARGV[2] how long the marker stays (ms)
-_RELEASE_LEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
-
-# KEYS[1] format version; ARGV[1] the format to raise it to. Never lowers it (a late or
-# repeated raise is harmless: it only ever moves up); returns the format it was in.
-_RAISE_FORMAT_VERSION = """
-local current = tonumber(redis.call('GET', KEYS[1]) or '1')
-if current == nil or tonumber(ARGV[1]) < current then
-  return redis.error_reply('LOWER the store is in format ' .. tostring(redis.call('GET', KEYS[1])))
-end
-redis.call('SET', KEYS[1], ARGV[1])
-return current
-"""
-
-
-# KEYS[1] stream; ARGV[1] group; ARGV[2] earliest | latest | timestamp; ARGV[3] timestamp ms.
-# Recreating the group at the new id drops its pending entries (XGROUP SETID alone keeps them).
-_MOVE_OFFSETS = """
-local id = '$'
-if ARGV[2] == 'earliest' then
-  id = '0-0'
-elseif ARGV[2] == 'timestamp' then
-  local first = redis.call('XRANGE', KEYS[1], ARGV[3], '+', 'COUNT', 1)
-  if #first > 0 then
-    local ms, seq = string.match(first[1][1], '^(%d+)-(%d+)$')
-    if seq ~= '0' then
-      id = ms .. '-' .. string.format('%.0f', tonumber(seq) - 1)
-    elseif ms ~= '0' then
-      id = string.format('%.0f', tonumber(ms) - 1) .. '-18446744073709551615'
-    else
-      id = '0-0'
-    end
-  end
-end
-redis.pcall('XGROUP', 'DESTROY', KEYS[1], ARGV[1])
-redis.call('XGROUP', 'CREATE', KEYS[1], ARGV[1], id, 'MKSTREAM')
-for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
-  local name, last
-  for i = 1, #group, 2 do
-    if group[i] == 'name' then name = group[i + 1] end
-    if group[i] == 'last-delivered-id' then last = group[i + 1] end
-  end
-  if name == ARGV[1] then return last end
-end
-return redis.error_reply('consumer group ' .. ARGV[1] .. ' missing after its reset')
-"""
+# the metadata hash's check-and-set (the epoch fences an older coordinator; the sequence, D4,
+# refuses a write of ours that arrives after a later one), the lease, and the offset moves (G3);
+# rsc/common/scripts/*.lua say their KEYS and ARGV
+CAS_WRITE = Script("cas_write")
+RENEW_LEASE = Script("renew_lease")
+RELEASE_LEASE = Script("release_lease")
+MOVE_OFFSETS = Script("move_offsets")
+RAISE_FORMAT_VERSION = Script("raise_format_version")
 
 
 STORE_IO_ERRORS = (redis.RedisError, OSError)
@@ -206,10 +118,6 @@ class MetadataStore:
         # shards' slots, so there they are a second step that the next checkpoint repairs
         self.atomic_owner_tokens = not is_cluster(self.client)
         self._sequence = itertools.count(1)  # D4: orders this coordinator's writes
-        self._cas = self.client.register_script(_CAS_WRITE)
-        self._renew = self.client.register_script(_RENEW_LEASE)
-        self._release = self.client.register_script(_RELEASE_LEASE)
-        self._raise_format = self.client.register_script(_RAISE_FORMAT_VERSION)
 
     # --- coordinator lease ---------------------------------------------------------
 
@@ -254,7 +162,7 @@ class MetadataStore:
         """Set the lease's TTL again if it is still ours; what the renewal found (D5: a lease
         found lapsed or taken is never silently taken back: the caller restarts)."""
         try:
-            renewed = self._renew(keys=[LEASE_KEY], args=[self.instance_id, self.lease_ms])
+            renewed = RENEW_LEASE.call(self.client, [LEASE_KEY], [self.instance_id, self.lease_ms])
             if renewed:
                 return Renewal.RENEWED
             holder = self.client.get(LEASE_KEY)
@@ -271,7 +179,7 @@ class MetadataStore:
                 return False
             if self.client.set(LEASE_KEY, self.instance_id, nx=True, px=self.lease_ms):
                 return True
-            return bool(self._renew(keys=[LEASE_KEY], args=[self.instance_id, self.lease_ms]))
+            return bool(RENEW_LEASE.call(self.client, [LEASE_KEY], [self.instance_id, self.lease_ms]))
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot take the coordinator lease again: {exc}") from exc
 
@@ -279,8 +187,8 @@ class MetadataStore:
         """Give the lease up (a clean stop) and mark the release, so that a waiting coordinator
         takes over at once (D5)."""
         try:
-            self._release(keys=[LEASE_KEY, RELEASED_KEY],
-                          args=[self.instance_id, max(60_000, 10 * self.lease_ms)])
+            RELEASE_LEASE.call(self.client, [LEASE_KEY, RELEASED_KEY],
+                               [self.instance_id, max(60_000, 10 * self.lease_ms)])
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot release the coordinator lease: {exc}") from exc
 
@@ -348,7 +256,7 @@ class MetadataStore:
         """Raise the store's format version to `version` (never lower: StoreError); the format
         it was in. The caller checked that this code writes `version` (records.format_change)."""
         try:
-            previous = int(self._raise_format(keys=[FORMAT_VERSION_KEY], args=[version]))
+            previous = int(RAISE_FORMAT_VERSION.call(self.client, [FORMAT_VERSION_KEY], [version]))
         except redis.ResponseError as exc:
             raise StoreError(str(exc).removeprefix("LOWER ")) from exc
         except STORE_IO_ERRORS as exc:
@@ -407,14 +315,20 @@ class MetadataStore:
                 raise StoreError(f"owner token write failed: {exc}") from exc
 
     def _write_hash(self, prefix: str, keys: list[str], args: list[Any]) -> None:
-        if is_cluster(self.client):  # two slots, and no scripts in a cluster pipeline
-            self.client.sadd(PREFIXES_KEY, prefix)
-            self._cas(keys=keys, args=args)
-            return
-        pipe = self.client.pipeline(transaction=False)
-        pipe.sadd(PREFIXES_KEY, prefix)
-        self._cas(keys=keys, args=args, client=pipe)
-        pipe.execute()
+        """The prefix joins the set of prefixes and its hash is written, in one pipeline (on a
+        cluster the two go to their own slots' nodes)."""
+        execute = pipelined(self.client)
+        joined: list[Any] = []
+
+        def with_prefix(commands: Sequence[Command]) -> list[Any]:
+            replies = execute([(PREFIXES_KEY, ("SADD", PREFIXES_KEY, prefix)), *commands])
+            joined.append(replies[0])
+            return replies[1:]
+
+        [written] = CAS_WRITE.run([(keys, args)], with_prefix, self.client.script_load)
+        for reply in (*joined, written):
+            if isinstance(reply, Exception):
+                raise reply
 
     def _write_owner_tokens(self, tokens: list[OwnerToken]) -> None:
         """The second step where the tokens cannot join the hash's script (a cluster)."""
@@ -464,7 +378,6 @@ class StreamAdmin:
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
-        self._move = client.register_script(_MOVE_OFFSETS)
 
     def seal(self, streams: Iterable[str]) -> None:
         """No write lands in these streams any more (the producer script checks the marker)."""
@@ -505,17 +418,14 @@ class StreamAdmin:
         delivered, or acts like `latest` when there is none. One pipelined round trip.
         """
         streams = list(streams)
+        args: list[str | int] = [group, to, timestamp_ms or 0]
         try:
-            if is_cluster(self.client):  # no scripts in a cluster pipeline: one call per shard
-                results = [self._move(keys=[stream], args=[group, to, timestamp_ms or 0])
-                           for stream in streams]
-            else:
-                pipe = self.client.pipeline(transaction=False)
-                for stream in streams:
-                    self._move(keys=[stream], args=[group, to, timestamp_ms or 0], client=pipe)
-                results = pipe.execute()
+            results = MOVE_OFFSETS.run_on(self.client, [([stream], args) for stream in streams])
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot move the offsets of {group!r}: {exc}") from exc
+        for result in results:
+            if isinstance(result, Exception):
+                raise StoreError(f"cannot move the offsets of {group!r}: {result}")
         return {stream: str(result) for stream, result in zip(streams, results, strict=True)}
 
     def retire(self, streams: Iterable[str], groups: Iterable[str]) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from bench.report import Progressor, ScenarioResult, pyplot
 from rsc.actors.assignor import TargetAssignment, assign
 from rsc.actors.group import GroupMachine, GroupSettings
+from rsc.actors.records import group_value, member_value
 from rsc.protocol import messages as m
 
 FULL_MEMBERS = (100, 1000, 10000)
@@ -71,8 +72,8 @@ def measure_group(members: int, shards: int) -> dict[str, float]:
 
     def checkpoint_fields() -> str:
         # what the prefix actor writes for this join: the group field and the changed members
-        fields = {"group": machine.group_record(),
-                  **{mid: {**machine.member_record(mid), "target": machine.member_target(mid)}
+        fields = {"group": group_value(machine.persistent_group()),
+                  **{mid: member_value(machine.persistent_member(mid))
                      for mid in effects.members_dirty if mid in machine.members}}
         return json.dumps(fields, separators=(",", ":"))
 

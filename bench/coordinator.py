@@ -14,7 +14,7 @@ import sys
 
 from bench.gcstats import install_signal_reporter, report
 from bench.loadgen import raise_fd_limit
-from rsc import coordinator_cli as cli
+from rsc.commands import coordinator as cli
 from rsc.common import gc_policy as gc_control
 
 

@@ -21,7 +21,7 @@ import trio
 
 from bench.procs import Redis, Sampler, start_coordinator
 from bench.report import Progressor, ScenarioResult, check
-from rsc.admin_client import open_admin_client
+from rsc.admin.client import open_admin_client
 from rsc.member.session import open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status

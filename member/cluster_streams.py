@@ -21,7 +21,6 @@ the oldest one, so the reader's one-read-ahead protocol holds unchanged.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,13 +31,14 @@ from redis.exceptions import (
     AskError,
     ClusterDownError,
     MovedError,
-    NoScriptError,
     TryAgainError,
 )
 
+from rsc.common.lua import Command
+from rsc.common.server_features import supports_xackdel
 from rsc.member.streams import (
-    _ACK_SCRIPT,
-    _PRODUCE_SCRIPT,
+    ACK_SCRIPT,
+    PRODUCE_SCRIPT,
     FlatEntry,
     ProduceOps,
     StreamOps,
@@ -47,7 +47,7 @@ from rsc.member.streams import (
     _unparsed_reply,
     ack_calls,
     acked_counts,
-    redis_version,
+    group_lags,
     write_result,
 )
 from rsc.protocol.routing import seal_key
@@ -57,8 +57,6 @@ RETRY_PAUSE_S = 0.05
 POLL_MIN_S = 0.002
 POLL_MAX_S = 0.05
 
-# (key the command routes by, the command's words)
-Command = tuple[str, Sequence[Any]]
 
 
 class NodeRouter:
@@ -215,33 +213,6 @@ class NodeRouter:
         return reply
 
 
-class ClusterScript:
-    """A Lua script run by EVALSHA through the router, loaded again where a node lacks it."""
-
-    def __init__(self, router: NodeRouter, text: str) -> None:
-        self.router = router
-        self.text = text
-        self.sha = hashlib.sha1(text.encode("utf-8")).hexdigest()
-
-    def run(self, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
-        """Once per (keys, args), pipelined per node; errors are returned, not raised."""
-        commands = [(keys[0], ("EVALSHA", self.sha, len(keys), *keys, *args)) for keys, args in calls]
-        results = self.router.execute(commands)
-        missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
-        if missing:  # a node restarted or promoted since: its script cache is empty
-            self.router.cluster.script_load(self.text)  # every master
-            for i, result in zip(missing, self.router.execute([commands[i] for i in missing]),
-                                 strict=True):
-                results[i] = result
-        return results
-
-
-def cluster_version(cluster: redis.RedisCluster) -> tuple[int, ...]:
-    """The lowest server version among the masters (XACKDEL only when every one has it)."""
-    versions = [redis_version(node.redis_connection) for node in cluster.get_primaries()]
-    return min(versions) if versions else (0,)
-
-
 class ClusterStreamOps(StreamOps):
     """`StreamOps` on a Redis Cluster: per-shard commands sent to the owning node."""
 
@@ -251,9 +222,8 @@ class ClusterStreamOps(StreamOps):
         self.client = client  # type: ignore[assignment]
         self.consumer_group = consumer_group
         self.consumer = consumer
-        self.use_xackdel = cluster_version(client) >= (8, 2) if use_xackdel is None else use_xackdel
+        self.use_xackdel = supports_xackdel(client) if use_xackdel is None else use_xackdel
         self.router = NodeRouter(client)
-        self._cluster_ack = ClusterScript(self.router, _ACK_SCRIPT)
         self._queued_reads: deque[tuple[tuple[str, ...], int, int]] = deque()
         self.reads_sent = 0
 
@@ -313,20 +283,11 @@ class ClusterStreamOps(StreamOps):
         calls = ack_calls(ids_by_shard, self.consumer, self.consumer_group, self.use_xackdel)
         if not calls:
             return {}
-        return acked_counts(calls, self._cluster_ack.run(calls))
+        return acked_counts(calls, ACK_SCRIPT.run(calls, self.router.execute,
+                                                  self.router.cluster.script_load))
 
     def lag(self, shards: Iterable[str]) -> dict[str, int | None]:
-        shards = list(shards)
-        lags: dict[str, int | None] = {}
-        replies = self.router.execute([(shard, ("XINFO GROUPS", shard)) for shard in shards])
-        for shard, groups in zip(shards, replies, strict=True):
-            lags[shard] = None
-            if isinstance(groups, list):
-                for group in groups:
-                    if group.get("name") == self.consumer_group:
-                        lag = group.get("lag")
-                        lags[shard] = int(lag) if lag is not None else None
-        return lags
+        return group_lags(self.router.execute, list(shards), self.consumer_group)
 
 
 class ClusterProduceOps(ProduceOps):
@@ -335,11 +296,11 @@ class ClusterProduceOps(ProduceOps):
     def __init__(self, client: redis.RedisCluster) -> None:
         self.client = client  # type: ignore[assignment]
         self.router = NodeRouter(client)
-        self._cluster_script = ClusterScript(self.router, _PRODUCE_SCRIPT)
 
     def write(self, records: Sequence[tuple[str, str, str]]) -> list[WriteResult]:
         """As `ProduceOps.write`; a redirection is followed, a lost node retried (NodeRouter)."""
         if not records:
             return []
         calls = [([shard, seal_key(shard)], [key, value]) for shard, key, value in records]
-        return [write_result(result) for result in self._cluster_script.run(calls)]
+        results = PRODUCE_SCRIPT.run(calls, self.router.execute, self.router.cluster.script_load)
+        return [write_result(result) for result in results]

@@ -3,15 +3,18 @@
 The trio shells call these through `trio.to_thread.run_sync`; everything that
 is not a blocking read is batched into one pipeline per call. Scripts:
 
-- ack: acks (XACK, or XACKDEL on Redis >= 8.2) only while the shard's owner
-  token names this member; otherwise acks nothing and returns NOT_OWNER.
+- ack: acks (XACK, or XACKDEL where the server has it) only while the shard's
+  owner token names this member; otherwise acks nothing and returns NOT_OWNER.
 - produce: XADD unless the shard's seal marker exists (fails with SEALED) or
   its stream does not (fails with MISSING: retired, or not this coordinator's Redis).
+
+The scripts are files run by the one runner (rsc/common/lua.py); XACKDEL is
+asked of the server (rsc/common/server_features.py); the lag follows the one
+lag rule (rsc/common/lag.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -19,11 +22,12 @@ from typing import Any
 import attrs
 import redis
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
+from rsc.common.lag import ends_commands, lag_from_ends
+from rsc.common.lua import Execute, Script, pipelined
 from rsc.common.redis_connect import connect as connect_any
-from rsc.common.redis_connect import is_cluster
+from rsc.common.server_features import supports_xackdel
 from rsc.member.producer_core import Refused
 from rsc.protocol.routing import owner_key, seal_key
 
@@ -35,33 +39,9 @@ STORE_ID_KEY = "rsc:store-id"  # written by the coordinator in its Redis (Produc
 KEY_FIELD = "key"
 VALUE_FIELD = "value"
 
-_ACK_SCRIPT = """
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then
-  return -1
-end
-if ARGV[3] == '1' then
-  local result = redis.call('XACKDEL', KEYS[1], ARGV[2], 'ACKED', 'IDS', #ARGV - 3,
-                            unpack(ARGV, 4))
-  local acked = 0
-  for _, code in ipairs(result) do
-    if code ~= -1 then acked = acked + 1 end
-  end
-  return acked
-end
-return redis.call('XACK', KEYS[1], ARGV[2], unpack(ARGV, 4))
-"""
-
-# a sealed version, or a retired one (its stream is deleted; the coordinator creates
-# every live shard stream, so a missing one is never written to: XADD would recreate it)
-_PRODUCE_SCRIPT = """
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  return redis.error_reply('SEALED ' .. KEYS[1])
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return redis.error_reply('MISSING ' .. KEYS[1])
-end
-return redis.call('XADD', KEYS[1], '*', 'key', ARGV[1], 'value', ARGV[2])
-"""
+# the owner-checking ack and the seal-checking produce (rsc/common/scripts/*.lua say KEYS, ARGV)
+ACK_SCRIPT = Script("ack")
+PRODUCE_SCRIPT = Script("produce")
 
 
 # one stream entry as the server sends it: [id, [field, value, ...]] (fields None if deleted)
@@ -83,44 +63,6 @@ class Entry:
     @property
     def value(self) -> str:
         return self.fields.get(VALUE_FIELD, "")
-
-
-class Script:
-    """A Lua script called by EVALSHA in pipelines, loaded once per client.
-
-    redis-py's own `Script` checks every pipeline with SCRIPT EXISTS first (one
-    more round trip per batch); this one loads at start and reloads only when
-    the server answers NOSCRIPT (restarted or flushed).
-    """
-
-    def __init__(self, client: redis.Redis, text: str) -> None:
-        self.text = text
-        self.sha = hashlib.sha1(text.encode("utf-8")).hexdigest()
-        self._loaded = False
-
-    def run(self, client: redis.Redis, calls: Sequence[tuple[Sequence[str], Sequence[str]]]
-            ) -> list[Any]:
-        """Run the script once per (keys, args) in one pipeline; errors are returned, not raised."""
-        if not calls:
-            return []
-        if not self._loaded:
-            client.script_load(self.text)
-            self._loaded = True
-        results = self._pipelined(client, calls)
-        missing = [index for index, result in enumerate(results) if isinstance(result, NoScriptError)]
-        if missing:
-            client.script_load(self.text)
-            for index, result in zip(missing, self._pipelined(client, [calls[i] for i in missing]),
-                                     strict=True):
-                results[index] = result
-        return results
-
-    def _pipelined(self, client: redis.Redis,
-                   calls: Sequence[tuple[Sequence[str], Sequence[str]]]) -> list[Any]:
-        pipe = client.pipeline(transaction=False)
-        for keys, args in calls:
-            pipe.evalsha(self.sha, len(keys), *keys, *args)
-        return list(pipe.execute(raise_on_error=False))
 
 
 def connect(redis_url: str, *, timeout_s: float | None = None,
@@ -189,20 +131,6 @@ def check_store_id(client: redis.Redis, expected: str, *, redis_url: str,
         raise StoreMismatch(store_mismatch_line(redis_url, own, coordinator_url, expected))
 
 
-def redis_version(client: redis.Redis) -> tuple[int, ...]:
-    """The server's version as integers, e.g. (7, 0, 15)."""
-    text = str(client.info("server")["redis_version"])
-    return tuple(int(part) for part in text.split(".") if part.isdigit())
-
-
-def supports_xackdel(client: redis.Redis) -> bool:
-    """XACKDEL exists from Redis 8.2 (on a cluster: on every master)."""
-    if is_cluster(client):
-        return all(redis_version(node.redis_connection) >= (8, 2)
-                   for node in client.get_primaries())  # type: ignore[attr-defined]
-    return redis_version(client) >= (8, 2)
-
-
 def ack_calls(ids_by_shard: Mapping[str, Sequence[str]], consumer: str, group: str,
               use_xackdel: bool) -> list[tuple[list[str], list[str]]]:
     """The owner-checked ack script's calls: (keys, args) per shard and chunk of ids."""
@@ -240,7 +168,6 @@ class StreamOps:
         self.consumer_group = consumer_group
         self.consumer = consumer
         self.use_xackdel = supports_xackdel(client) if use_xackdel is None else use_xackdel
-        self._ack_script = Script(client, _ACK_SCRIPT)
         # the same connections, replies as the server sent them (no per-entry tuples and dicts)
         self._unparsed = redis.Redis(connection_pool=client.connection_pool)
         for command in ("XREADGROUP", "XAUTOCLAIM"):
@@ -325,25 +252,37 @@ class StreamOps:
         calls = ack_calls(ids_by_shard, self.consumer, self.consumer_group, self.use_xackdel)
         if not calls:
             return {}
-        return acked_counts(calls, self._ack_script.run(self.client, calls))
+        return acked_counts(calls, ACK_SCRIPT.run_on(self.client, calls))
 
     def lag(self, shards: Iterable[str]) -> dict[str, int | None]:
-        """Entries not yet delivered to the group, per shard (XINFO GROUPS `lag`, Redis >= 7)."""
-        shards = list(shards)
-        if not shards:
-            return {}
-        pipe = self.client.pipeline(transaction=False)
-        for shard in shards:
-            pipe.xinfo_groups(shard)
-        lags: dict[str, int | None] = {}
-        for shard, groups in zip(shards, pipe.execute(raise_on_error=False), strict=True):
-            lags[shard] = None
-            if isinstance(groups, list):
-                for group in groups:
-                    if group.get("name") == self.consumer_group:
-                        lag = group.get("lag")
-                        lags[shard] = int(lag) if lag is not None else None
-        return lags
+        """Entries not yet delivered to the group, per shard (the lag rule, rsc/common/lag.py)."""
+        return group_lags(pipelined(self.client), list(shards), self.consumer_group)
+
+
+def group_lags(execute: Execute, shards: Sequence[str], group: str) -> dict[str, int | None]:
+    """`group`'s lag per shard by the one lag rule: Redis's XINFO GROUPS `lag`, or where it is
+    nil (after a trim inside what the group has not read) what the stream's ends tell, read
+    in a second round trip only for those shards. None: unknown, or no such consumer group."""
+    if not shards:
+        return {}
+    lags: dict[str, int | None] = {}
+    unknown: dict[str, str] = {}  # shard -> the group's last-delivered id, where Redis has no lag
+    replies = execute([(shard, ("XINFO GROUPS", shard)) for shard in shards])
+    for shard, infos in zip(shards, replies, strict=True):
+        lags[shard] = None
+        info = next((info for info in infos if info.get("name") == group), None) \
+            if isinstance(infos, list) else None
+        if info is None:
+            continue
+        if info.get("lag") is not None:
+            lags[shard] = int(info["lag"])
+        else:
+            unknown[shard] = str(info["last-delivered-id"])
+    if unknown:
+        ends = execute([(shard, command) for shard in unknown for command in ends_commands(shard)])
+        for index, (shard, last_delivered) in enumerate(unknown.items()):
+            lags[shard] = lag_from_ends(None, last_delivered, ends[3 * index: 3 * index + 3])
+    return lags
 
 
 def _unparsed_reply(response: Any, **options: Any) -> Any:
@@ -393,7 +332,6 @@ class ProduceOps:
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
-        self._script = Script(client, _PRODUCE_SCRIPT)
 
     def write(self, records: Sequence[tuple[str, str, str]]) -> list[WriteResult]:
         """XADD each (shard, key, value) in one pipeline; per record its id or why not.
@@ -403,7 +341,7 @@ class ProduceOps:
         if not records:
             return []
         calls = [([shard, seal_key(shard)], [key, value]) for shard, key, value in records]
-        return [write_result(result) for result in self._script.run(self.client, calls)]
+        return [write_result(result) for result in PRODUCE_SCRIPT.run_on(self.client, calls)]
 
     def add_raw(self, stream: str, fields: Mapping[str, str]) -> str:
         """A plain XADD (dead-letter stream)."""

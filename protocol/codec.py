@@ -76,7 +76,12 @@ class _ItemError(ValueError):
         self.cause = cause
 
 
-def _strict(expected: type, label: str):
+def _origin(annotation: Any) -> object:
+    """The unsubscripted form of a type annotation (`tuple` of `tuple[int, ...]`), or None."""
+    return typing.get_origin(annotation)
+
+
+def _strict(expected: type, label: str) -> Callable[[Any, Any], Any]:
     def structure(value: Any, _: Any) -> Any:
         if type(value) is not expected:
             raise _FieldError(f"expected {label}, got {_json_type(value)}")
@@ -131,8 +136,7 @@ def _make_converter() -> cattrs.Converter:
             raise _FieldError(f"unknown value {value!r}, expected one of {', '.join(map(repr, allowed))}")
         return value
 
-    conv.register_structure_hook_func(lambda t: typing.get_origin(t) is typing.Literal,
-                                      structure_literal)
+    conv.register_structure_hook_func(lambda t: _origin(t) is typing.Literal, structure_literal)
 
     def structure_tuple(value: Any, tuple_type: Any) -> Any:
         if not isinstance(value, list):
@@ -147,7 +151,7 @@ def _make_converter() -> cattrs.Converter:
         return tuple(items)
 
     conv.register_structure_hook_func(
-        lambda t: typing.get_origin(t) is tuple and typing.get_args(t)[1:] == (Ellipsis,),
+        lambda t: _origin(t) is tuple and typing.get_args(t)[1:] == (Ellipsis,),
         structure_tuple,
     )
 
@@ -165,7 +169,7 @@ def _make_converter() -> cattrs.Converter:
         return items
 
     conv.register_structure_hook_func(
-        lambda t: typing.get_origin(t) is dict and typing.get_args(t)[:1] == (str,),
+        lambda t: _origin(t) is dict and typing.get_args(t)[:1] == (str,),
         structure_mapping,
     )
 

@@ -6,10 +6,10 @@ One distribution namespace:
 - `rsc.actors`: the coordinator (pure group and prefix machines, trio shells, Redis store).
 - `rsc.member`: the data plane (listener API, member runtime, producer).
 - `rsc` itself: the composition layer, the only code that imports both sides:
-  `rsc.cli` (the `rsc` command), `rsc.admin_client` (admin session and requests),
-  `rsc.admin_args` (admin command line -> requests), `rsc.admin_views` (pure rich views),
-  `rsc.admin_cli` (admin runner), `rsc.admin_watch` (live watch), `rsc.demo`,
-  `rsc.coordinator_cli`. `rsc.common`: what both sides run (Redis connect, redis-server, TLS).
+  `rsc.cli` (the `rsc` command), `rsc.commands` (one module per console command:
+  coordinator, admin, demo), `rsc.admin` (the admin session, arguments, views, runner and
+  watch), `rsc.demo`, `rsc.console` (the web console). `rsc.common`: what both sides run
+  (Redis connect, redis-server, TLS, the Lua runner, backoff, the lag rule).
 
 Applications import the data plane from `rsc.member`:
 

@@ -37,9 +37,9 @@ from rich.text import Text
 
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
-from rsc.admin_cli import print_view
-from rsc.admin_client import AdminClient, AdminError, open_admin_client
-from rsc.admin_views import describe_view, format_age, shards_text
+from rsc.admin.cli import print_view
+from rsc.admin.client import AdminClient, AdminError, open_admin_client
+from rsc.admin.views import describe_view, format_age, shards_text
 from rsc.common.redis_server import EmbeddedRedis
 from rsc.console import console_url, serve_console
 from rsc.member.ids import make_member_id

@@ -142,7 +142,7 @@ class RscKit:
         return await asyncio.to_thread(loop.call, function, *args)
 
     async def _create_prefix(self, prefix: str, shards: int, group: str | None) -> None:
-        from rsc.admin_client import open_admin_client
+        from rsc.admin.client import open_admin_client
 
         async with open_admin_client(self.coordinator_url) as admin:
             await admin.set_shard_count(prefix, group, shards)

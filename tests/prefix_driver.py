@@ -11,6 +11,7 @@ from rsc.actors.group import GroupSettings
 from rsc.actors.prefix import PrefixMachine
 from rsc.actors.prefix_io import (
     DONE,
+    RUNS_BESIDE,
     AwaitRetention,
     Checkpoint,
     Committed,
@@ -21,6 +22,7 @@ from rsc.actors.prefix_io import (
     LagRead,
     MoveOffsets,
     Outcome,
+    RetentionPass,
 )
 from rsc.actors.records import encode, replay
 from rsc.actors.shard_reports import ShardLag
@@ -52,6 +54,8 @@ class Driver:
         self.steps: list[IORequest] = []  # the I/O requests of the last batch, in order
         self.moves_fail = False
         self.retention_running = False  # a pass runs past the store deadline (T1's wait stalls)
+        self.passes_beside = False  # retention passes go on beside the batches (RUNS_BESIDE)
+        self.abandon: type | None = None  # the I/O request of this kind passes its deadline (D4)
 
     def batch(self, requests: Sequence[m.Request], *, durable: bool = True,
               drained: Iterable[str] | None = None, report: DrainReport | None = None,
@@ -63,6 +67,8 @@ class Driver:
         either it fails, `stalled` when the store stalled), `durable` the checkpoint write,
         `lags` the describes' lag reads (without it they fail)."""
         machine = self.machine
+        if self.retention_running:
+            machine.retention_started()
         if tick:
             machine.tick(self.now)
         answers = [machine.handle(request, self.now) for request in requests]
@@ -93,6 +99,9 @@ class Driver:
                  durable: bool, stalled: bool,
                  lags: Mapping[str, list[ShardLag]] | None) -> Outcome:
         """What Redis answers to one I/O request of the machine (a fake hash takes checkpoints)."""
+        if self.abandon is not None and isinstance(step, self.abandon):  # the shell's D4 deadline
+            self.machine.call_abandoned(step if isinstance(step, Checkpoint) else type(step).__name__)
+            return Outcome(error="abandoned at the store deadline", stalled=True, now_ms=self.now)
         if isinstance(step, DrainQuery):
             drained, report = query_report
             if drained is not None:
@@ -121,6 +130,8 @@ class Driver:
             return Outcome(lags[step.group])
         if isinstance(step, AwaitRetention) and self.retention_running:
             return Outcome(error="a pass still runs", stalled=True, now_ms=self.now)
+        if isinstance(step, RetentionPass) and self.passes_beside:
+            return Outcome(RUNS_BESIDE)
         return DONE  # cleanup, totals, retention passes, delivery
 
     def one(self, request: m.Request, **options: object) -> m.Response:

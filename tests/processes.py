@@ -90,7 +90,7 @@ async def _measure(rounds: int) -> None:
     from rsc.common.redis_server import EmbeddedRedis
 
     with EmbeddedRedis() as redis_server:
-        for module in ("rsc", "rsc.coordinator_cli"):
+        for module in ("rsc", "rsc.commands.coordinator"):
             times = []
             for _ in range(rounds):
                 process, _url, elapsed = await spawn_coordinator_timed(

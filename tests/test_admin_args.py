@@ -8,7 +8,7 @@ import socket
 import pytest
 from trio_websocket import ConnectionRejected, ConnectionTimeout, HandshakeError
 
-from rsc.admin_args import (
+from rsc.admin.args import (
     add_parser,
     admin_token,
     build_request,
@@ -17,8 +17,8 @@ from rsc.admin_args import (
     parse_duration_ms,
     split_set_shards,
 )
-from rsc.admin_cli import run
-from rsc.admin_client import (
+from rsc.admin.cli import run
+from rsc.admin.client import (
     AdminConnectError,
     connect_failure,
     parse_coordinator_url,

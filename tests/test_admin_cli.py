@@ -22,9 +22,9 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
 
-from rsc.admin_args import add_parser
-from rsc.admin_cli import execute, run
-from rsc.admin_client import AdminError, open_admin_client
+from rsc.admin.args import add_parser
+from rsc.admin.cli import execute, run
+from rsc.admin.client import AdminError, open_admin_client
 from rsc.member.session import open_session
 from rsc.protocol import Heartbeat, HeartbeatResponse, Status, decode
 

@@ -9,10 +9,10 @@ import attrs
 import pytest
 import trio
 
-from rsc.admin_args import add_parser
-from rsc.admin_cli import error_line, run
-from rsc.admin_client import AdminConnectError, AdminError, check_answer, read_answer
-from rsc.admin_views import (
+from rsc.admin.args import add_parser
+from rsc.admin.cli import error_line, run
+from rsc.admin.client import AdminConnectError, AdminError, check_answer, read_answer
+from rsc.admin.views import (
     ShardRun,
     change_lines,
     describe_view,
@@ -27,7 +27,7 @@ from rsc.admin_views import (
     shard_runs,
     watch_signature,
 )
-from rsc.admin_watch import WatchState
+from rsc.admin.watch import WatchState
 from rsc.protocol import (
     DescribeGroup,
     ErrorResponse,

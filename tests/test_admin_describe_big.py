@@ -13,7 +13,7 @@ from typing import Any
 
 import trio
 
-from rsc.admin_client import open_admin_client
+from rsc.admin.client import open_admin_client
 from rsc.member.session import open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status

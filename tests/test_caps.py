@@ -8,14 +8,14 @@ from __future__ import annotations
 import redis
 import trio
 
-from rsc.actors.actor import Collect, PrefixActor
+from rsc.actors.actor import PrefixActor
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.group import GroupSettings
 from rsc.actors.metrics import CoordinatorMetrics
 from rsc.actors.prefix import GroupBudget
 from rsc.actors.router import Router
-from rsc.actors.server import CoordinatorServer
+from rsc.actors.server import Collect, CoordinatorServer
 from rsc.actors.store import MetadataStore, meta_key
 from rsc.member.session import open_session
 from rsc.protocol import messages as m
@@ -126,9 +126,8 @@ async def test_a1_heartbeats_and_refused_registrations_on_unknown_prefixes_start
 
     async def ask(message: m.Request) -> m.Response:
         slot = Collect()
-        await server._dispatch(message, slot, None)  # type: ignore[arg-type]
-        await slot.done.wait()
-        return slot.message
+        await server._dispatch(message, slot, None)
+        return await slot.wait()
 
     with trio.fail_after(20):
         for index in range(100):

@@ -20,15 +20,15 @@ import redis
 from redis.exceptions import RedisClusterException, TryAgainError
 
 from rsc.actors.records import COORDINATOR_EPOCH_FIELD, WRITE_SEQUENCE_FIELD
-from rsc.actors.store import _CAS_WRITE, meta_key
+from rsc.actors.store import CAS_WRITE, meta_key
 from rsc.common import redis_connect
 from rsc.common.redis_server import SLOTS, ClusterError, EmbeddedRedis, LocalCluster, server_binary
 from rsc.member.cluster_streams import ClusterProduceOps, ClusterStreamOps
 from rsc.member.ops import produce_ops, stream_ops
 from rsc.member.streams import (
-    _ACK_SCRIPT,
-    _PRODUCE_SCRIPT,
+    ACK_SCRIPT,
     NOT_OWNER,
+    PRODUCE_SCRIPT,
     Refused,
     StreamOps,
     supports_xackdel,
@@ -155,22 +155,22 @@ def test_producer_and_acker_scripts_run_on_the_cluster(cluster_url: str) -> None
         for shard in shards:
             client.xgroup_create(shard, GROUP, id="0", mkstream=True)
             client.set(owner_key(shard, GROUP), "member-a")
-        produced = {shard: client.eval(_PRODUCE_SCRIPT, 2, shard, seal_key(shard), "k", "v")
+        produced = {shard: PRODUCE_SCRIPT.call(client, [shard, seal_key(shard)], ["k", "v"])
                     for shard in shards}
         assert all(isinstance(entry_id, str) and "-" in entry_id for entry_id in produced.values())
         client.set(seal_key(shards[0]), "1")
         with pytest.raises(redis.ResponseError, match="SEALED"):
-            client.eval(_PRODUCE_SCRIPT, 2, shards[0], seal_key(shards[0]), "k", "v")
+            PRODUCE_SCRIPT.call(client, [shards[0], seal_key(shards[0])], ["k", "v"])
         for shard in shards:  # XREADGROUP names one stream: one slot per call
             reply: Any = client.xreadgroup(GROUP, "member-a", {shard: ">"}, count=10)
             assert [entry_id for _, entries in reply for entry_id, _ in entries] == [produced[shard]]
         xackdel = "1" if supports_xackdel(client.get_default_node().redis_connection) else "0"
-        acked = [client.eval(_ACK_SCRIPT, 2, shard, owner_key(shard, GROUP),
-                             "member-a", GROUP, xackdel, produced[shard]) for shard in shards]
+        acked = [ACK_SCRIPT.call(client, [shard, owner_key(shard, GROUP)],
+                                 ["member-a", GROUP, xackdel, produced[shard]]) for shard in shards]
         assert acked == [1] * SHARDS
         client.set(owner_key(shards[1], GROUP), "member-b")
-        assert client.eval(_ACK_SCRIPT, 2, shards[1], owner_key(shards[1], GROUP),
-                           "member-a", GROUP, xackdel, produced[shards[1]]) == NOT_OWNER
+        assert ACK_SCRIPT.call(client, [shards[1], owner_key(shards[1], GROUP)],
+                               ["member-a", GROUP, xackdel, produced[shards[1]]]) == NOT_OWNER
         assert all(client.xpending(shard, GROUP)["pending"] == 0 for shard in shards)
     finally:
         client.close()
@@ -180,12 +180,12 @@ def test_store_check_and_set_script_runs_on_the_cluster(cluster_url: str) -> Non
     client = redis_connect.connect(cluster_url, decode_responses=True)
     try:
         key, epoch, sequence = meta_key(PREFIX), COORDINATOR_EPOCH_FIELD, WRITE_SEQUENCE_FIELD
-        assert client.eval(_CAS_WRITE, 1, key, 5, epoch, sequence, 1, 1, "routing", '{"v":1}') == 1
+        assert CAS_WRITE.call(client, [key], [5, epoch, sequence, 1, 1, "routing", '{"v":1}']) == 1
         assert client.hgetall(key) == {epoch: "5", sequence: "1", "routing": '{"v":1}'}
         with pytest.raises(redis.ResponseError, match="FENCED"):
-            client.eval(_CAS_WRITE, 1, key, 4, epoch, sequence, 2, 1, "routing", '{"v":2}')
+            CAS_WRITE.call(client, [key], [4, epoch, sequence, 2, 1, "routing", '{"v":2}'])
         with pytest.raises(redis.ResponseError, match="STALE"):
-            client.eval(_CAS_WRITE, 1, key, 5, epoch, sequence, 1, 1, "routing", '{"v":3}')
+            CAS_WRITE.call(client, [key], [5, epoch, sequence, 1, 1, "routing", '{"v":3}'])
         assert client.hget(key, "routing") == '{"v":1}'
     finally:
         client.close()
@@ -196,7 +196,7 @@ def test_a_script_call_across_slots_is_refused(cluster_url: str) -> None:
     try:
         one, other = stream_key(PREFIX, 1, 0), stream_key(PREFIX, 1, 1)
         with pytest.raises((RedisClusterException, redis.ResponseError)):
-            client.eval(_PRODUCE_SCRIPT, 2, one, seal_key(other), "k", "v")
+            PRODUCE_SCRIPT.call(client, [one, seal_key(other)], ["k", "v"])
         assert client.exists(one) == 0
     finally:
         client.close()

@@ -16,9 +16,20 @@ from rsc.actors.group import GroupMachine, GroupSettings
 from rsc.actors.records import PrefixSnapshot, changes_of, encode, replay
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
-from rsc.protocol.vocabulary import JOIN_EPOCH, LEAVE_EPOCH, GroupState, MemberState, RevokeState
+from rsc.protocol.vocabulary import JOIN_EPOCH, LEAVE_EPOCH, GroupState, MemberState
+from tests.helpers.groups import (
+    GROUP,
+    PREFIX,
+    assigned,
+    pending,
+    report,
+    routing_of,
+    send,
+    settle,
+    target_of,
+    unchanged_by,
+)
 
-PREFIX, GROUP = "orders", "billing"
 SETTINGS = GroupSettings(heartbeat_interval_ms=3000, lease_ttl_ms=10_000, revoke_timeout_ms=60_000)
 LEASE = SETTINGS.lease_ttl_ms
 REVOKE_TIMEOUT = SETTINGS.revoke_timeout_ms
@@ -35,62 +46,12 @@ def new_group(shards: Iterable[str] = SHARDS) -> GroupMachine:
     return GroupMachine(PREFIX, GROUP, SETTINGS, tuple(shards))
 
 
-def routing_of(group: GroupMachine) -> m.RoutingSummary | None:
-    return m.RoutingSummary(version=1, shard_count=len(group.shards)) if group.shards else None
-
-
-def heartbeat(member_id: str, epoch: int, *, owned: Iterable[str] | None = None,
-              revoking: Iterable[str] = (), revoked: Iterable[str] = (),
-              capacity: int | None = None) -> m.Heartbeat:
-    entries = [m.RevokingShard(shard=s, state=RevokeState.REVOKING) for s in revoking]
-    entries += [m.RevokingShard(shard=s, state=RevokeState.REVOKED) for s in revoked]
-    return m.Heartbeat(
-        request_id=1, stream_prefix=PREFIX, consumer_group=GROUP, member_id=member_id,
-        member_epoch=epoch, capacity=capacity,
-        owned_shards=None if owned is None else tuple(owned), revoking_shards=tuple(entries))
-
-
-def send(group: GroupMachine, member_id: str, epoch: int, now: int = 0, **fields) -> m.HeartbeatResponse:
-    return group.heartbeat(heartbeat(member_id, epoch, **fields), now, routing_of(group))
-
-
 def join(group: GroupMachine, member_id: str, now: int = 0, capacity: int | None = None):
     return send(group, member_id, JOIN_EPOCH, now, owned=(), capacity=capacity)
 
 
 def epoch_of(group: GroupMachine, member_id: str) -> int:
     return group.members[member_id].member_epoch
-
-
-def report(group: GroupMachine, member_id: str, now: int = 0) -> m.HeartbeatResponse:
-    """A correct full heartbeat from a member that has drained everything it was asked to."""
-    member = group.members[member_id]
-    return send(group, member_id, member.member_epoch, now,
-                owned=sorted(member.held - member.revoking), revoked=sorted(member.revoking))
-
-
-def settle(group: GroupMachine, now: int = 0) -> None:
-    """Let every member report correctly until the group is STABLE."""
-    for _ in range(10):
-        for member_id in sorted(group.members):
-            report(group, member_id, now)
-        if group.state == GroupState.STABLE:
-            return
-    raise AssertionError("group did not settle")
-
-
-def target_of(group: GroupMachine, member_id: str) -> set[str]:
-    return set(group.target.of(member_id))
-
-
-def assigned(response: m.HeartbeatResponse) -> set[str]:
-    assert response.assignment is not None
-    return set(response.assignment.assigned_shards)
-
-
-def pending(response: m.HeartbeatResponse) -> set[str]:
-    assert response.assignment is not None
-    return set(response.assignment.pending_shards)
 
 
 def stable_group(*member_ids: str, shards: Iterable[str] = SHARDS, now: int = 0) -> GroupMachine:
@@ -112,19 +73,6 @@ def a_holds_all_then_b_joins() -> tuple[GroupMachine, set[str], set[str]]:
     assert kept and moving and kept | moving == set(SHARDS)
     group.take_effects()
     return group, kept, moving
-
-
-def unchanged_by(group: GroupMachine, action) -> object:
-    """Run `action`; assert it changed no persisted state, no lease and asked for no write or push."""
-    record = group.to_record()
-    leases = {mid: mb.last_heartbeat_ms for mid, mb in group.members.items()}
-    group.take_effects()
-    result = action()
-    assert group.to_record() == record
-    assert {mid: mb.last_heartbeat_ms for mid, mb in group.members.items()} == leases
-    effects = group.take_effects()
-    assert not effects.dirty and not effects.pushes and not effects.owner_changes
-    return result
 
 
 # --- malformed and rejected events ---------------------------------------------------

@@ -19,10 +19,19 @@ from rsc.protocol.vocabulary import (
     TEMPORARY_LEAVE_EPOCH,
     GroupState,
     MemberState,
-    RevokeState,
+)
+from tests.helpers.groups import (
+    GROUP,
+    PREFIX,
+    assigned,
+    heartbeat,
+    report,
+    send,
+    settle,
+    target_of,
+    unchanged_by,
 )
 
-PREFIX, GROUP = "orders", "billing"
 SESSION = 45_000
 SETTINGS = GroupSettings(heartbeat_interval_ms=3000, lease_ttl_ms=10_000, revoke_timeout_ms=60_000,
                          static_session_timeout_ms=SESSION)
@@ -34,20 +43,6 @@ def new_group(shards: Iterable[str] = SHARDS) -> GroupMachine:
     return GroupMachine(PREFIX, GROUP, SETTINGS, tuple(shards))
 
 
-def heartbeat(member_id: str, epoch: int, *, instance: str | None = None,
-              owned: Iterable[str] | None = None, revoked: Iterable[str] = (),
-              capacity: int | None = None) -> m.Heartbeat:
-    return m.Heartbeat(
-        request_id=1, stream_prefix=PREFIX, consumer_group=GROUP, member_id=member_id,
-        member_epoch=epoch, capacity=capacity, instance_id=instance,
-        owned_shards=None if owned is None else tuple(owned),
-        revoking_shards=tuple(m.RevokingShard(shard=s, state=RevokeState.REVOKED) for s in revoked))
-
-
-def send(group: GroupMachine, member_id: str, epoch: int, now: int = 0, **fields) -> m.HeartbeatResponse:
-    return group.heartbeat(heartbeat(member_id, epoch, **fields), now, None)
-
-
 def join(group: GroupMachine, member_id: str, instance: str | None = None, now: int = 0,
          capacity: int | None = None) -> m.HeartbeatResponse:
     return send(group, member_id, JOIN_EPOCH, now, instance=instance, owned=(), capacity=capacity)
@@ -55,31 +50,6 @@ def join(group: GroupMachine, member_id: str, instance: str | None = None, now: 
 
 def away(group: GroupMachine, member_id: str, now: int = 0, **fields) -> m.HeartbeatResponse:
     return send(group, member_id, TEMPORARY_LEAVE_EPOCH, now, owned=(), **fields)
-
-
-def report(group: GroupMachine, member_id: str, now: int = 0) -> m.HeartbeatResponse:
-    member = group.members[member_id]
-    return send(group, member_id, member.member_epoch, now,
-                owned=sorted(member.held - member.revoking), revoked=sorted(member.revoking))
-
-
-def settle(group: GroupMachine, now: int = 0) -> None:
-    for _ in range(10):
-        for member_id in sorted(group.members):
-            if not group.members[member_id].away:
-                report(group, member_id, now)
-        if group.state == GroupState.STABLE:
-            return
-    raise AssertionError("group did not settle")
-
-
-def assigned(response: m.HeartbeatResponse) -> set[str]:
-    assert response.assignment is not None
-    return set(response.assignment.assigned_shards)
-
-
-def target_of(group: GroupMachine, member_id: str) -> set[str]:
-    return set(group.target.of(member_id))
 
 
 def static_group(now: int = 0) -> GroupMachine:
@@ -91,19 +61,6 @@ def static_group(now: int = 0) -> GroupMachine:
     settle(group, now)
     group.take_effects()
     return group
-
-
-def unchanged_by(group: GroupMachine, action) -> object:
-    """Run `action`; assert it changed no persisted state, no lease and asked for no write or push."""
-    record = group.to_record()
-    leases = {mid: mb.last_heartbeat_ms for mid, mb in group.members.items()}
-    group.take_effects()
-    result = action()
-    assert group.to_record() == record
-    assert {mid: mb.last_heartbeat_ms for mid, mb in group.members.items()} == leases
-    effects = group.take_effects()
-    assert not effects.dirty and not effects.pushes and not effects.owner_changes
-    return result
 
 
 def assert_one_owner(group: GroupMachine) -> None:
@@ -522,7 +479,7 @@ def test_s5_the_static_session_timeout_flag_reaches_the_config(capsys):
     import pytest
 
     from rsc.actors.config import CoordinatorConfig
-    from rsc.coordinator_cli import add_parser, config_from_args
+    from rsc.commands.coordinator import add_parser, config_from_args
 
     parser = argparse.ArgumentParser(prog="rsc")
     add_parser(parser.add_subparsers(dest="command"))

@@ -9,19 +9,8 @@ from __future__ import annotations
 
 from rsc.actors.group import GroupMachine
 from rsc.protocol.vocabulary import TEMPORARY_LEAVE_EPOCH
-from tests.test_group_rules import (
-    GROUP,
-    LEASE,
-    PREFIX,
-    SETTINGS,
-    SHARDS,
-    a_holds_all_then_b_joins,
-    join,
-    report,
-    send,
-    stable_group,
-    target_of,
-)
+from tests.helpers.groups import GROUP, PREFIX, report, send, target_of
+from tests.test_group_rules import LEASE, SETTINGS, SHARDS, a_holds_all_then_b_joins, join, stable_group
 
 
 def test_d7_a_stable_group_has_no_unowned_shards_however_long_it_runs():

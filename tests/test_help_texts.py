@@ -8,8 +8,8 @@ import argparse
 import re
 from collections.abc import Iterator
 
-from rsc import coordinator_cli
 from rsc.cli import build_parser
+from rsc.commands import coordinator as coordinator_cli
 
 RULE_ID = re.compile(r"\b(?:H(?:1[0-4]|[1-9])|S[1-6]|R[1-5]|A1|G[1-3]|T[1-3]|D[1-5])\b")
 
@@ -25,7 +25,7 @@ def every_parser(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentP
 
 def help_texts() -> dict[str, str]:
     """`prog` -> the full `--help` text of every command of `rsc` (and of `python -m
-    rsc.coordinator_cli`, which builds its own parser)."""
+    rsc.commands.coordinator`, which builds its own parser)."""
     texts = {sub.prog: sub.format_help() for sub in every_parser(build_parser())}
     standalone = argparse.ArgumentParser(prog="rsc")
     coordinator_cli.add_parser(standalone.add_subparsers(dest="command", required=True))

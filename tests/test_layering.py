@@ -22,8 +22,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-COMPOSITION = {path.stem for path in (ROOT / "rsc").glob("*.py")} - {"__init__", "__main__"}
 LINKED = ("protocol", "actors", "member")  # rsc/<name> links to the top-level folder
+COMPOSITION = ({path.stem for path in (ROOT / "rsc").glob("*.py")}
+               | {path.parent.name for path in (ROOT / "rsc").glob("*/__init__.py")}) \
+    - {"__init__", "__main__", "common", *LINKED}
+"""rsc's composition modules and packages (rsc/cli.py, rsc/admin/, rsc/commands/, ...)."""
 FOLDERS = {"protocol": ROOT / "protocol", "actors": ROOT / "actors", "member": ROOT / "member",
            "common": ROOT / "rsc" / "common"}
 
@@ -46,7 +49,7 @@ def imported_modules(path: Path) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
-            if node.module == "rsc":  # `from rsc import demo` names a module of the package
+            if node.module == "rsc":  # `from rsc.commands import demo` names a module of the package
                 names.update(f"rsc.{alias.name}" for alias in node.names)
     return names
 
@@ -87,6 +90,8 @@ def test_the_check_catches_a_forbidden_import() -> None:
     assert forbidden("rsc.member.session", "actors")
     assert forbidden("rsc.actors.store", "member")
     assert forbidden("rsc.demo", "member")
+    assert forbidden("rsc.commands.coordinator", "actors")
+    assert forbidden("rsc.admin.client", "member")
     assert forbidden("redis", "protocol")
     assert forbidden("protocol.messages", "actors")
     assert forbidden("rsc.actors.store", "common")

@@ -19,7 +19,7 @@ import time
 
 import trio
 
-from rsc.admin_client import open_admin_client
+from rsc.admin.client import open_admin_client
 from rsc.common.redis_server import free_port
 from tests.processes import ROOT, stop
 from tests.test_member_support import set_shards, wait_for_stable_members

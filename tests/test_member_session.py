@@ -208,7 +208,7 @@ async def test_d6_a_handshake_nobody_answers_gives_up_at_the_connect_timeout():
 
 
 async def test_d6_the_admin_client_gives_up_on_a_silent_coordinator_too():
-    from rsc.admin_client import AdminConnectError, open_admin_client
+    from rsc.admin.client import AdminConnectError, open_admin_client
 
     listener, url = silent_listener()
     try:

@@ -11,20 +11,16 @@ from rsc.actors.metrics import CoordinatorMetrics
 from rsc.common.redis_server import free_port
 from rsc.member.session import SessionClosed, open_session
 from rsc.protocol import Heartbeat, HeartbeatResponse, Status
+from tests.helpers.http import http_get
 
 LABELS = {"prefix": "orders", "group": "billing"}
 
 
 async def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """GET /metrics like Prometheus does; every sample by (name, sorted labels)."""
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    async with stream:
-        await stream.send_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
-        response = b""
-        while chunk := await stream.receive_some(65536):
-            response += chunk
-    head, _, body = response.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200")
+    response = await http_get(port, "/metrics")
+    assert response.status == 200
+    body = response.body
     return {(item.name, tuple(sorted(item.labels.items()))): item.value
             for family in text_string_to_metric_families(body.decode())
             for item in family.samples}
@@ -92,13 +88,7 @@ async def test_counters_move_when_members_join_and_leave(redis_url, nursery):
 
 
 async def http_status(port: int, path: str) -> int:
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    async with stream:
-        await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
-        response = b""
-        while chunk := await stream.receive_some(65536):
-            response += chunk
-    return int(response.split(b" ", 2)[1])
+    return (await http_get(port, path)).status
 
 
 def test_health_paths_answer_only_with_a_health_source():

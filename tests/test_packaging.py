@@ -38,7 +38,8 @@ def test_the_wheel_holds_one_top_level_package(wheel: Path):
         assert f"rsc/{part}/__init__.py" in names, part
     assert not [name for name in names if "/bench/" in name or "/tests/" in name
                 or name.startswith(("bench/", "tests/"))]
-    assert "rsc/admin_views.py" in names and "rsc/demo.py" in names
+    assert "rsc/admin/views.py" in names and "rsc/commands/demo.py" in names
+    assert "rsc/common/scripts/ack.lua" in names  # the Lua scripts are package data
 
 
 def test_the_wheel_metadata_names_version_license_and_urls(wheel: Path):

@@ -52,8 +52,9 @@ def test_h12_the_batch_order_is_drain_wait_write_moves_cleanup_lag_deliver_then_
     migrating(driver)
     for _ in range(RETENTION_EVERY_TICKS - 1):
         driver.machine.tick(driver.now)
+    driver.machine.retention_started()  # a pass runs beside the batches (T1: the wait)
     # one batch with everything: a drain check is due (tick), a new group (create), a describe
-    # (lag), and the tenth tick (retention)
+    # (lag), and the tenth tick (retention, once the wait saw the running pass end)
     driver.batch([heartbeat("x", 0, owned=(), group="audit"), describe()], tick=True,
                  report={stream: {GROUP: (1, 0), "audit": (1, 0)} for stream in streams(1, 2)},
                  lags={GROUP: []})
@@ -66,6 +67,7 @@ def test_g1_g3_moves_and_cleanup_follow_the_checkpoint_that_landed():
     ok(driver.one(set_shards(2)))
     ok(driver.join("a"))
     ok(driver.one(heartbeat("a", LEAVE_EPOCH)))
+    driver.machine.retention_started()
     batch = driver.batch([reset_offsets(), delete_group()])
     assert kinds(driver) == [AwaitRetention, Checkpoint, MoveOffsets, DestroyConsumerGroups,
                              Deliver]
@@ -110,13 +112,17 @@ def test_d4_r2_a_drain_count_that_failed_otherwise_only_delays_the_drain():
 def test_t1_a_checkpoint_that_creates_consumer_groups_waits_for_the_running_pass():
     driver = Driver()
     ok(driver.one(set_shards(2)))
+    driver.machine.retention_started()
     ok(driver.join("x", group="audit"))  # a new group: its consumer groups start at id 0
     assert kinds(driver) == [AwaitRetention, Checkpoint, Deliver]
+    ok(driver.join("y", group="search"))  # the wait saw it end: no pass runs, none is waited for
+    assert kinds(driver) == [Checkpoint, Deliver]
 
 
 def test_t1_a_checkpoint_that_moves_offsets_waits_for_the_running_pass():
     driver = Driver()
     ok(driver.one(set_shards(2)))
+    driver.machine.retention_started()
     driver.one(reset_offsets())
     assert kinds(driver)[:2] == [AwaitRetention, Checkpoint]
 
@@ -193,3 +199,107 @@ def test_r4_a_retired_migration_is_said_by_what_committed():
     assert driver.machine.migration is None
     flags = [batch.committed.migration_retired for batch in retired if batch.committed]
     assert flags.count(True) == 1
+
+
+# --- T1: one retention pass at a time --------------------------------------------------------
+
+
+def pass_due(driver: Driver) -> None:
+    for _ in range(RETENTION_EVERY_TICKS - 1):
+        driver.machine.tick(driver.now)
+
+
+def test_t1_a_pass_due_while_the_last_one_runs_beside_is_held_until_it_is_over():
+    driver = Driver()
+    driver.passes_beside = True
+    ok(driver.one(set_shards(2)))
+    pass_due(driver)
+    driver.tick()
+    assert kinds(driver)[-1] is RetentionPass  # it runs beside the batches now
+    pass_due(driver)
+    driver.tick()
+    assert RetentionPass not in kinds(driver)  # due, but the last one still runs: held
+    assert driver.machine.activity().changed  # T1: the schedule brings it back
+    driver.batch([])
+    assert RetentionPass not in kinds(driver)
+    driver.machine.retention_finished()
+    driver.batch([])  # the held pass goes at once, without waiting for ten more ticks
+    assert kinds(driver) == [Deliver, RetentionPass]
+    driver.passes_beside = False
+    driver.batch([])
+    assert kinds(driver) == [Deliver]
+
+
+def test_t1_a_checkpoint_waits_only_while_a_pass_runs():
+    driver = Driver()
+    driver.passes_beside = True
+    ok(driver.one(set_shards(2)))
+    pass_due(driver)
+    driver.tick()  # a pass starts beside the batches
+    ok(driver.join("x", group="audit"))
+    assert kinds(driver) == [AwaitRetention, Checkpoint, Deliver]
+    ok(driver.join("y", group="search"))
+    assert kinds(driver) == [Checkpoint, Deliver]
+
+
+# --- D4: the gate of an abandoned call ------------------------------------------------------
+
+
+def test_d4_nothing_is_sent_for_the_prefix_while_an_abandoned_call_runs():
+    driver = Driver()
+    ok(driver.one(set_shards(2)))
+    ok(driver.join("a"))
+    driver.machine.call_abandoned("drain check")
+    assert not driver.machine.store_open
+    refused = driver.batch([heartbeat("b", 0, owned=())])
+    assert kinds(driver) == [Deliver]  # the write is never sent
+    assert refused.responses[0].status == Status.COORDINATOR_NOT_AVAILABLE
+    answered = driver.batch([m.GetRouting(request_id=5, stream_prefix="orders"), describe()],
+                            lags={GROUP: []})
+    assert kinds(driver) == [Deliver]  # no lag read either: the describe shows no shards
+    assert [r.status for r in answered.responses] == [Status.OK, Status.OK]
+    assert driver.machine.activity().repairing  # woken every tick until the call returns
+    assert not driver.machine.abandoned_call_returned(landed=True, now_ms=driver.now)
+    assert driver.machine.store_open
+    ok(driver.join("b"))
+    assert kinds(driver) == [Checkpoint, Deliver]
+
+
+def test_d4_a_late_write_that_landed_is_adopted_not_reverted():
+    driver = Driver()
+    ok(driver.one(set_shards(2)))
+    driver.abandon = Checkpoint
+    refused = driver.batch([heartbeat("a", 0, owned=())])
+    assert refused.responses[0].status == Status.COORDINATOR_NOT_AVAILABLE
+    assert "a" not in driver.machine.groups[GROUP].members  # rolled back meanwhile
+    driver.abandon = None
+    assert driver.machine.abandoned_call_returned(landed=True, now_ms=driver.now)
+    assert "a" in driver.machine.groups[GROUP].members  # Redis holds it: memory takes it
+    written = driver.batch([]).checkpoint  # the repair writes memory's values: the same
+    assert (GROUP, "a") in written.changes.members
+    assert written.changes.members[(GROUP, "a")] is not None
+
+
+def test_d4_a_late_write_that_did_not_land_is_written_again_by_the_next_checkpoint():
+    driver = Driver()
+    ok(driver.one(set_shards(2)))
+    driver.abandon = Checkpoint
+    driver.batch([heartbeat("a", 0, owned=())])
+    driver.abandon = None
+    assert not driver.machine.abandoned_call_returned(landed=False, now_ms=driver.now)
+    assert driver.machine.repair_pending and "a" not in driver.machine.groups[GROUP].members
+    driver.batch([])
+    assert kinds(driver) == [Checkpoint, Deliver]
+    assert not driver.machine.repair_pending
+
+
+def test_t1_d4_a_pass_not_sent_while_the_store_is_stalled_is_held():
+    driver = Driver()
+    ok(driver.one(set_shards(2)))
+    pass_due(driver)
+    driver.machine.call_abandoned("drain check")
+    driver.tick()
+    assert kinds(driver) == [Deliver]
+    driver.machine.abandoned_call_returned(landed=False, now_ms=driver.now)
+    driver.batch([])
+    assert kinds(driver) == [Deliver, RetentionPass]

@@ -16,22 +16,13 @@ import trio
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
 from rsc.common.redis_server import EmbeddedRedis, free_port
+from tests.helpers.http import http_get
 from tests.test_metrics_coordinator import http_status
 
 LEASE_MS = 3000
 TICK_MS = 100
 SOCKET_TIMEOUT_S = 5.0  # the metadata store's Redis client (actors/store.py)
 SLACK_S = 2.0  # scheduling on a shared 2-core machine; still well under the socket timeout
-
-
-async def http_body(port: int, path: str) -> bytes:
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    async with stream:
-        await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
-        response = b""
-        while chunk := await stream.receive_some(65536):
-            response += chunk
-    return response.split(b"\r\n\r\n", 1)[1]
 
 
 async def test_d4_readyz_turns_503_within_a_third_of_the_lease_of_a_redis_sigstop(nursery):
@@ -62,7 +53,7 @@ async def test_d4_readyz_turns_503_within_a_third_of_the_lease_of_a_redis_sigsto
                 while await http_status(metrics_port, "/readyz") != 503:
                     await trio.sleep(0.02)
             unready_after = trio.current_time() - stopped_at
-            assert b"lease renewal" in await http_body(metrics_port, "/readyz")
+            assert b"lease renewal" in (await http_get(metrics_port, "/readyz")).body
             assert await http_status(metrics_port, "/healthz") == 200
         finally:
             os.kill(pid, signal.SIGCONT)

@@ -11,7 +11,7 @@ import json
 import pytest
 from rich.console import Console, RenderableType
 
-from rsc.admin_views import (
+from rsc.admin.views import (
     change_lines,
     describe_view,
     display_name,

@@ -18,13 +18,15 @@ import redis
 import trio
 
 from rsc.actors import shard_ops
-from rsc.actors.actor import Collect, Envelope, PrefixActor, Tick, now_ms
+from rsc.actors.actor import PrefixActor, now_ms
 from rsc.actors.group import GroupSettings
 from rsc.actors.prefix import RETENTION_EVERY_TICKS
+from rsc.actors.server import Collect
 from rsc.actors.store import MetadataStore
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import JOIN_EPOCH
+from tests.helpers.actors import Served, serve
 
 PREFIX = "beside"
 # a long lease: the held pass must stay inside the store deadline (a third of it)
@@ -47,11 +49,8 @@ class HeldRetention:
         return self.real(*args, **kwargs)
 
 
-async def ask(actor: PrefixActor, request: Any) -> Any:
-    slot = Collect()
-    await actor.send_channel.send(Envelope(request, slot, None))
-    await slot.done.wait()
-    return slot.message
+async def ask(actor: Served, request: Any) -> Any:
+    return await actor.ask(request)
 
 
 def join(group: str, member_id: str) -> m.Heartbeat:
@@ -66,9 +65,9 @@ def beat(group: str, response: m.HeartbeatResponse) -> m.Heartbeat:
                        owned_shards=response.assignment.assigned_shards)
 
 
-async def make_a_pass_due(actor: PrefixActor) -> None:
+async def make_a_pass_due(actor: Served) -> None:
     for _ in range(RETENTION_EVERY_TICKS):
-        await actor.send_channel.send(Envelope(Tick(now_ms()), None, None))
+        await actor.tick()
     await ask(actor, m.GetRouting(request_id=3, stream_prefix=PREFIX))  # after the ticks' batch
 
 
@@ -79,10 +78,9 @@ async def wait_entered(held: HeldRetention) -> None:
 
 
 async def start_with_a_member(nursery: trio.Nursery, store: MetadataStore,
-                              shards: int) -> tuple[PrefixActor, m.HeartbeatResponse]:
+                              shards: int) -> tuple[Served, m.HeartbeatResponse]:
     """An actor whose passes run in `nursery`, routing of `shards`, member "a" of billing."""
-    actor = PrefixActor(PREFIX, store, SETTINGS, background=nursery)
-    nursery.start_soon(actor.run)
+    actor = serve(nursery, PrefixActor(PREFIX, store, SETTINGS, background=nursery))
     routed = await ask(actor, m.SetShardCount(request_id=5, stream_prefix=PREFIX,
                                               consumer_group="billing", shard_count=shards))
     assert routed.status == Status.OK
@@ -120,11 +118,11 @@ async def test_t1_heartbeats_are_answered_while_a_retention_pass_runs(store, mon
             for _ in range(3):
                 a = await ask(actor, beat("billing", a))
                 assert a.status == Status.OK
-        await make_a_pass_due(actor)  # due again while the first still runs: skipped
+        await make_a_pass_due(actor)  # due again while the first still runs: held
         assert held.calls == 1
         held.go.set()
         with trio.fail_after(10):
-            while not actor.trim_done.is_set():
+            while not actor.actor.retention.done.is_set():
                 await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
 
@@ -145,7 +143,7 @@ async def test_t1_a_new_group_waits_for_the_running_pass_and_keeps_its_entries(
         await make_a_pass_due(actor)
         await wait_entered(held)  # the pass is computed for billing alone, and held
         joined = Collect()
-        await actor.send_channel.send(Envelope(join("audit", "x"), joined, None))
+        await actor.send(join("audit", "x"), joined)
         assert not await audit_appears(client, shard)  # its consumer groups wait for the pass
         assert not joined.done.is_set()
         held.go.set()
@@ -157,7 +155,7 @@ async def test_t1_a_new_group_waits_for_the_running_pass_and_keeps_its_entries(
         later = client.xadd(shard, {"n": "late"})
         await make_a_pass_due(actor)
         with trio.fail_after(10):
-            while held.calls < 2 or not actor.trim_done.is_set():
+            while held.calls < 2 or not actor.actor.retention.done.is_set():
                 await trio.sleep(0.01)
         assert [entry_id for entry_id, _ in client.xrange(shard)] == [later]
         nursery.cancel_scope.cancel()
@@ -165,9 +163,9 @@ async def test_t1_a_new_group_waits_for_the_running_pass_and_keeps_its_entries(
 
 
 async def test_t1_a_pass_in_slices_trims_every_shard(store, redis_url, monkeypatch):
-    from rsc.actors import actor as actor_module
+    from rsc.actors import retention_runner
 
-    monkeypatch.setattr(actor_module, "RETENTION_SLICE", 2)  # five shards: three slices
+    monkeypatch.setattr(retention_runner, "RETENTION_SLICE", 2)  # five shards: three slices
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     async with trio.open_nursery() as nursery:
         actor, _ = await start_with_a_member(nursery, store, shards=5)
@@ -178,7 +176,7 @@ async def test_t1_a_pass_in_slices_trims_every_shard(store, redis_url, monkeypat
             assert client.xack(shard, "billing", *ids) == 3
         await make_a_pass_due(actor)
         with trio.fail_after(10):
-            while any(client.xlen(shard) for shard in shards) or not actor.trim_done.is_set():
+            while any(client.xlen(shard) for shard in shards) or not actor.actor.retention.done.is_set():
                 await trio.sleep(0.01)
         assert [client.xlen(shard) for shard in shards] == [0] * 5
         nursery.cancel_scope.cancel()
@@ -195,16 +193,16 @@ async def test_t1_an_actor_reloaded_during_a_pass_still_waits_for_it(store, redi
         old, _ = await start_with_a_member(nursery, store, shards=1)
         await make_a_pass_due(old)
         await wait_entered(held)
-        old.send_channel.close()  # the old actor is gone; its pass still runs
-        new = PrefixActor(PREFIX, store, SETTINGS, background=nursery)
+        old.actor.send_channel.close()  # the old actor is gone; its pass still runs
+        reloaded = PrefixActor(PREFIX, store, SETTINGS, background=nursery)
         snapshot = store.load_prefix(PREFIX)
         assert snapshot is not None
-        new.restore(snapshot, now_ms())
-        new.take_over(old)
-        nursery.start_soon(new.run)
+        reloaded.restore(snapshot, now_ms())
+        reloaded.take_over(old.actor)
+        new = serve(nursery, reloaded)
         (shard,) = new.machine.routing.streams  # type: ignore[union-attr]
         joined = Collect()
-        await new.send_channel.send(Envelope(join("audit", "x"), joined, None))
+        await new.send(join("audit", "x"), joined)
         assert not await audit_appears(client, shard)  # the predecessor's pass still runs
         assert not joined.done.is_set()
         held.go.set()

@@ -268,11 +268,6 @@ def test_t3_none_removes_nothing_because_of_acks(client: CountingRedis) -> None:
     assert entry_ids(client, SHARDS[0]) == ids
 
 
-def test_xackdel_detection_matches_the_server_version(client: CountingRedis) -> None:
-    version = tuple(int(part) for part in client.info("server")["redis_version"].split(".")[:2])
-    assert so.supports_xackdel(client) == (version >= (8, 2))
-
-
 def test_scripts_are_reloaded_after_redis_forgets_them(client: CountingRedis) -> None:
     two_groups_one_behind(client)
     assert so.trim_acked(client, SHARDS[:1], ["billing", "audit"]) == [4]
@@ -377,15 +372,6 @@ def test_a_client_without_decoded_responses_reads_the_same(redis_url: str) -> No
 
 
 # --- lag where Redis reports none -------------------------------------------------------
-
-
-def test_known_lag_keeps_redis_lag_and_tells_the_two_exact_cases_without_it():
-    assert so.known_lag(7, 10, "5-0", "1-0", "9-0") == 7
-    assert so.known_lag(None, 0, "5-0", None, None) == 0
-    assert so.known_lag(None, 4, "9-0", "6-0", "9-0") == 0, "the last entry was delivered"
-    assert so.known_lag(None, 4, "5-0", "6-0", "9-0") == 4, "everything left is undelivered"
-    assert so.known_lag(None, 4, "7-0", "6-0", "9-0") is None, "a gap inside: Redis cannot tell"
-    assert so.known_lag(None, 4, None, "6-0", "9-0") is None
 
 
 def test_lag_after_an_acked_trim_is_known_where_redis_says_nil(client):

@@ -17,22 +17,12 @@ import trio
 from rsc.common.redis_server import EmbeddedRedis, free_port
 from rsc.member.session import open_session
 from rsc.protocol import messages as m
+from tests.helpers.http import http_get
 from tests.processes import ROOT, spawn_coordinator, spawn_coordinator_timed, stop
 
 PREFIX, GROUP = "orders", "billing"
 LEASE_FLAGS = ("--lease-ttl-ms", "3000", "--heartbeat-interval-ms", "500")  # default tick: 3 s lease
 OVERLOADED_S = 2.0  # a restart slower than this leaves members too little of their lease
-
-
-async def http_get(port: int, path: str) -> tuple[int, bytes]:
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    async with stream:
-        await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        response = b""
-        while chunk := await stream.receive_some(65536):
-            response += chunk
-    head, _, body = response.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), body
 
 
 async def test_restart_after_sigkill_is_quick_because_the_dead_holder_lease_is_taken_over(redis_url):
@@ -84,7 +74,8 @@ async def test_d5_a_second_coordinator_waits_then_takes_over_when_the_holder_sto
         finally:
             client.close()
         assert holder is not None and holder.encode() in logs, "the line names the holder"
-        status, body = await http_get(metrics_port, "/readyz")
+        response = await http_get(metrics_port, "/readyz")
+        status, body = response.status, response.body
         assert status == 503 and b"waiting" in body
         assert second.returncode is None and first.returncode is None, "it waits, it does not exit"
         with trio.move_on_after(0) as nothing:
@@ -99,7 +90,7 @@ async def test_d5_a_second_coordinator_waits_then_takes_over_when_the_holder_sto
         out = bytearray()
         with trio.fail_after(20):
             await read_until(second.stdout, b"listening on ", out)
-            while (await http_get(metrics_port, "/readyz"))[0] != 200:
+            while (await http_get(metrics_port, "/readyz")).status != 200:
                 await trio.sleep(0.02)
     finally:
         await stop(first)
@@ -122,27 +113,28 @@ async def test_health_port_answers_before_listening_and_readyz_follows_the_store
         with trio.fail_after(30):
             while True:
                 try:
-                    status, _ = await http_get(metrics_port, "/healthz")
+                    status = (await http_get(metrics_port, "/healthz")).status
                     break
                 except OSError:
                     await trio.sleep(0.02)
             assert status == 200
-            status, body = await http_get(metrics_port, "/readyz")
+            response = await http_get(metrics_port, "/readyz")
+            status, body = response.status, response.body
             assert status == 503 and b"lease" in body
             client.delete("rsc:coordinator:lease")
             client.close()
             assert process.stdout is not None
             line = await process.stdout.receive_some(4096)
             assert line.startswith(b"listening on ")
-            while (await http_get(metrics_port, "/readyz"))[0] != 200:
+            while (await http_get(metrics_port, "/readyz")).status != 200:
                 await trio.sleep(0.02)
             store.stop()  # Redis goes away: not ready, still healthy
-            while (await http_get(metrics_port, "/readyz"))[0] != 503:
+            while (await http_get(metrics_port, "/readyz")).status != 503:
                 await trio.sleep(0.02)
-            assert (await http_get(metrics_port, "/healthz"))[0] == 200
+            assert (await http_get(metrics_port, "/healthz")).status == 200
             await trio.sleep(1)  # ten failed renewals
             store = EmbeddedRedis(port=store.port).start()
-            while (await http_get(metrics_port, "/readyz"))[0] != 200:
+            while (await http_get(metrics_port, "/readyz")).status != 200:
                 await trio.sleep(0.02)
     finally:
         await stop(process)
@@ -222,7 +214,7 @@ def test_admission_flags_reach_the_config_and_bad_values_are_refused(capsys):
     import argparse
 
     from rsc.actors.config import CoordinatorConfig
-    from rsc.coordinator_cli import add_parser, config_from_args
+    from rsc.commands.coordinator import add_parser, config_from_args
 
     parser = argparse.ArgumentParser(prog="rsc")
     add_parser(parser.add_subparsers(dest="command"))
@@ -244,7 +236,7 @@ def test_admission_flags_reach_the_config_and_bad_values_are_refused(capsys):
 def test_tokens_come_from_the_environment_unless_a_flag_names_them(monkeypatch):
     import argparse
 
-    from rsc.coordinator_cli import add_parser, config_from_args
+    from rsc.commands.coordinator import add_parser, config_from_args
 
     monkeypatch.setenv("RSC_ADMIN_TOKEN", "admin-secret")
     monkeypatch.setenv("RSC_MEMBER_TOKEN", "member-secret")

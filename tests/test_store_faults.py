@@ -2,7 +2,7 @@
 repair of a half-written checkpoint, and stalled writes abandoned at a third of the lease.
 
 The prefix actor is driven directly (requests in through its mailbox, answers out through
-`Collect` slots); faults are injected by store subclasses that fail or block one step.
+reply slots); faults are injected by store subclasses that fail or block one step.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import redis
 import trio
 
 from rsc.actors import shard_ops
-from rsc.actors.actor import Collect, Envelope, PrefixActor, Tick, now_ms
+from rsc.actors.actor import PrefixActor, Tick, now_ms
 from rsc.actors.group import GroupSettings
 from rsc.actors.records import Changes, GroupRecord, OwnerToken, replay
 from rsc.actors.store import MetadataStore, StoreError, StoreFenced, StoreStale, StreamAdmin, meta_key
@@ -24,6 +24,7 @@ from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.routing import owner_key
 from rsc.protocol.vocabulary import JOIN_EPOCH, MigrationState
+from tests.helpers.actors import Served, serve
 
 PREFIX, GROUP = "faults", "billing"
 LEASE_MS = 1500
@@ -176,20 +177,17 @@ def beat(response: m.HeartbeatResponse) -> m.Heartbeat:
                        owned_shards=response.assignment.assigned_shards)
 
 
-async def ask(actor: PrefixActor, request: Any) -> Any:
-    slot = Collect()
-    await actor.send_channel.send(Envelope(request, slot, None))
-    await slot.done.wait()
-    return slot.message
+async def ask(actor: Served, request: Any) -> Any:
+    return await actor.ask(request)
 
 
-async def tick(actor: PrefixActor) -> None:
+async def tick(actor: Served) -> None:
     await ask(actor, m.GetRouting(request_id=3, stream_prefix=PREFIX))  # a batch of its own
-    await actor.send_channel.send(Envelope(Tick(now_ms()), None, None))
+    await actor.tick()
     await ask(actor, m.GetRouting(request_id=4, stream_prefix=PREFIX))
 
 
-def assert_redis_matches_memory(redis_url: str, actor: PrefixActor) -> None:
+def assert_redis_matches_memory(redis_url: str, actor: Served) -> None:
     snapshot = replay(stored(redis_url))
     group = actor.machine.groups[GROUP]
     assert snapshot.groups[GROUP].group == group.persistent_group()
@@ -199,9 +197,8 @@ def assert_redis_matches_memory(redis_url: str, actor: PrefixActor) -> None:
         assert token(redis_url, shard) == group.owners.get(shard), shard
 
 
-async def start_actor(nursery: trio.Nursery, store: MetadataStore) -> PrefixActor:
-    actor = PrefixActor(PREFIX, store, SETTINGS)
-    nursery.start_soon(actor.run)
+async def start_actor(nursery: trio.Nursery, store: MetadataStore) -> Served:
+    actor = serve(nursery, PrefixActor(PREFIX, store, SETTINGS))
     routing = await ask(actor, m.SetShardCount(request_id=5, stream_prefix=PREFIX,
                                                consumer_group=GROUP, shard_count=4))
     assert routing.status == Status.OK
@@ -298,7 +295,7 @@ async def test_d4_a_stalled_write_is_abandoned_at_a_third_of_the_lease(redis_url
         # a member that only heartbeats is answered as usual (its batch only repairs)
         kept = await ask(actor, beat(a))
         assert kept.status == Status.OK and kept.member_epoch == a.member_epoch
-        assert actor.abandoned_calls == 1
+        assert actor.actor.calls.abandoned_calls == 1
         assert "b" not in actor.machine.groups[GROUP].members
         store.running.set()  # Redis answers again: the abandoned write lands and is adopted
         with trio.fail_after(5):
@@ -345,13 +342,11 @@ async def test_d4_a_stalled_drain_check_is_abandoned_and_its_batch_answered_unav
         assert actor.machine.migration.state == MigrationState.DRAINING
         stalled.running.clear()
         started = trio.current_time()
-        slot = Collect()
-        actor.send_channel.send_nowait(Envelope(Tick(now_ms()), None, None))  # one batch:
-        actor.send_channel.send_nowait(Envelope(join("b"), slot, None))  # a drain check, a join
-        await slot.done.wait()
-        assert slot.message.status == Status.COORDINATOR_NOT_AVAILABLE
+        actor.queue(Tick(now_ms()))  # one batch: a drain check, a join
+        refused = await ask(actor, join("b"))
+        assert refused.status == Status.COORDINATOR_NOT_AVAILABLE
         assert trio.current_time() - started <= LEASE_MS / 3000 + 0.3
-        assert actor.abandoned_calls == 1
+        assert actor.actor.calls.abandoned_calls == 1
         stalled.running.set()
         with trio.fail_after(5):
             while (await ask(actor, join("b"))).status != Status.OK:

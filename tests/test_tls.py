@@ -29,7 +29,7 @@ import redis
 import trio
 
 from rsc.actors.config import CoordinatorConfig
-from rsc.admin_client import open_admin_client
+from rsc.admin.client import open_admin_client
 from rsc.common import tls
 from rsc.common.redis_connect import connect, is_cluster
 from rsc.common.redis_server import EmbeddedRedis, LocalCluster, free_port

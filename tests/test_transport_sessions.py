@@ -150,6 +150,7 @@ async def test_a_response_that_cannot_be_encoded_closes_only_its_session_with_10
     connection = _Connection()
     session = Session(connection)  # type: ignore[arg-type]
     reply = await session.expect()
-    reply.resolve(object())  # type: ignore[arg-type]  # no message: encode fails
+    # an error text that is no string: encoding the response fails
+    reply.resolve(m.ErrorResponse(request_id=1, status=Status.OK, error=object()))  # type: ignore[arg-type]
     assert connection.closed_with == 1011 and session.closed  # type: ignore[attr-defined]
     assert connection.sent == []

@@ -62,7 +62,7 @@ def live_watch_count() -> int:
     actors of coordinators that earlier tests stopped are collected first)."""
     gc.collect()
     return sum(len(watches) for obj in gc.get_objects() if isinstance(obj, PrefixActor)
-               for watches in obj.watches.values())
+               for watches in obj.delivery.watches.values())
 
 
 async def test_watch_answers_then_pushes_a_join_and_a_removal(coordinator):

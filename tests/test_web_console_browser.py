@@ -26,7 +26,7 @@ import attrs
 import pytest
 import trio
 
-from rsc.admin_client import open_admin_client
+from rsc.admin.client import open_admin_client
 from rsc.protocol.messages import DescribeGroup, Request, SetShardCount
 
 ROOT = Path(__file__).resolve().parent.parent

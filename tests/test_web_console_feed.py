@@ -24,9 +24,10 @@ from trio_websocket import ConnectionRejected, WebSocketConnection, open_websock
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.metrics import CoordinatorMetrics
-from rsc.admin_client import open_admin_client
+from rsc.admin.client import open_admin_client
 from rsc.console import serve_console
 from tests.conftest import FAST
+from tests.helpers.http import http_get
 from tests.processes import ROOT
 
 WAIT_S = 10
@@ -62,15 +63,9 @@ async def console(redis_url: str, nursery: trio.Nursery) -> Console:
     return await start(nursery, redis_url)
 
 
-async def http_get(port: int, path: str, method: str = "GET") -> tuple[int, bytes]:
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    async with stream:
-        await stream.send_all(f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
-        received = b""
-        with trio.fail_after(WAIT_S):
-            while chunk := await stream.receive_some(65536):
-                received += chunk
-    return int(received.split(b" ", 2)[1]), received.split(b"\r\n\r\n", 1)[1]
+async def console_get(port: int, path: str, method: str = "GET") -> tuple[int, bytes]:
+    response = await http_get(port, path, method=method, host=f"127.0.0.1:{port}", timeout_s=WAIT_S)
+    return response.status, response.body
 
 
 @asynccontextmanager
@@ -104,10 +99,10 @@ async def wait_until(check: Any) -> None:
 async def test_pages_are_served_and_no_connection_reaches_the_coordinator_until_a_feed_opens(
         console: Console):
     for path in ("/", "/group?prefix=a&group=b", "/static/console.js", "/static/chart.js"):
-        status, body = await http_get(console.port, path)
+        status, body = await console_get(console.port, path)
         assert status == 200 and body, path
-    assert (await http_get(console.port, "/nope"))[0] == 404
-    assert (await http_get(console.port, "/", method="DELETE"))[0] == 405
+    assert (await console_get(console.port, "/nope"))[0] == 404
+    assert (await console_get(console.port, "/", method="DELETE"))[0] == 405
     assert console.gauge("rsc_connections") == 0 and console.gauge("rsc_sessions") == 0
     async with open_websocket_url(f"ws://127.0.0.1:{console.port}/ws") as websocket:
         assert console.gauge("rsc_sessions") == 0  # a feed dials the coordinator after its hello
@@ -168,7 +163,7 @@ async def test_a_page_is_told_when_the_coordinator_session_is_lost(console: Cons
         console.coordinator_scope.cancel()  # the coordinator stops; the console still serves
         lost = await frame_where(websocket, lambda body: body["type"] == "error")
         assert "closed the session" in lost["error"]
-    assert (await http_get(console.port, "/"))[0] == 200
+    assert (await console_get(console.port, "/"))[0] == 200
 
 
 async def test_a_page_of_another_origin_cannot_open_the_feed(console: Console):
@@ -188,7 +183,7 @@ async def test_a_bad_hello_gets_an_error_naming_the_field_and_the_console_keeps_
                                    "consumerGroup": "g"}) as websocket:
         answer = await frame(websocket)
         assert answer["type"] == "error" and "streamPrefix" in answer["error"]
-    assert (await http_get(console.port, "/"))[0] == 200
+    assert (await console_get(console.port, "/"))[0] == 200
 
 
 async def test_rsc_demo_prints_the_console_url_and_serves_the_console_there():
@@ -205,7 +200,7 @@ async def test_rsc_demo_prints_the_console_url_and_serves_the_console_there():
                 output += chunk
         url = re.search(r"web console at http://127\.0\.0\.1:(\d+)/", output.decode())
         assert url, output
-        status, body = await http_get(int(url.group(1)), "/")
+        status, body = await console_get(int(url.group(1)), "/")
         assert status == 200 and b"rsc console" in body
     finally:
         demo.terminate()

@@ -28,13 +28,13 @@ import trio
 import trustme
 from trio_websocket import WebSocketConnection, open_websocket_url
 
-from rsc.admin_client import open_admin_client
+from rsc.admin.client import open_admin_client
 from rsc.common import tls
 from rsc.console import serve_console
 from tests.conftest import start_coordinator
 from tests.conftest_tls import Certs
 from tests.processes import FAST_FLAGS, ROOT, stop
-from tests.test_web_console_feed import WAIT_S, frame, frame_where, http_get
+from tests.test_web_console_feed import WAIT_S, console_get, frame, frame_where
 
 PREFIX, GROUP = "orders", "billing"
 
@@ -147,7 +147,7 @@ async def test_without_metrics_tls_the_console_stays_plain_http_beside_a_wss_coo
         assert line == f"console at http://127.0.0.1:{port}/"
         async with open_admin_client(url, ca_file=certs.ca_file) as admin:
             await admin.set_shard_count(PREFIX, GROUP, 2)
-        status, body = await http_get(port, "/")
+        status, body = await console_get(port, "/")
         assert status == 200 and b"rsc console" in body
         async with overview_feed(f"ws://127.0.0.1:{port}/ws") as websocket:
             await assert_overview_names_the_group(websocket)  # its admin session is wss://

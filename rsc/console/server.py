@@ -34,14 +34,14 @@ from urllib.parse import urlsplit, urlunsplit
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_server_stream
 
-from rsc.admin_client import (
+from rsc.admin.client import (
     AdminClient,
     AdminConnectError,
     SessionLost,
     open_admin_client,
 )
 from rsc.common import tls
-from rsc.common.errors import single_exception
+from rsc.common.errors import leaves, single_exception
 from rsc.console import views
 from rsc.console.http import (
     MAX_HEAD_BYTES,
@@ -208,7 +208,7 @@ _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionClosed)
 def went_away(exc: BaseException) -> bool:
     """True when `exc` (or every exception of its group) says the browser went away."""
     if isinstance(exc, BaseExceptionGroup):
-        return all(went_away(inner) for inner in exc.exceptions)
+        return all(isinstance(leaf, _GONE) for leaf in leaves(exc))
     return isinstance(exc, _GONE)
 
 

@@ -1,7 +1,7 @@
 """`rsc admin`: run one admin command against the coordinator and print its answer.
 
-The arguments and requests are `rsc.admin_args`, the pictures `rsc.admin_views`,
-`watch` is `rsc.admin_watch`. This module is the runner: connect, send, print
+The arguments and requests are `rsc.admin.args`, the pictures `rsc.admin.views`,
+`watch` is `rsc.admin.watch`. This module is the runner: connect, send, print
 (a view, or with `--json` the raw response as one line), and turn every
 expected failure into one line on stderr and exit code 1 (D3), never a
 traceback.
@@ -17,15 +17,15 @@ from typing import Any, TextIO
 import trio
 from rich.console import Console, RenderableType
 
-from rsc.admin_args import admin_token, build_request, coordinator_url
-from rsc.admin_client import (
+from rsc.admin.args import admin_token, build_request, coordinator_url
+from rsc.admin.client import (
     AdminClient,
     AdminConnectError,
     AdminError,
     SessionLost,
     open_admin_client,
 )
-from rsc.admin_views import describe_view, plain_width, render_plain, response_view
+from rsc.admin.views import describe_view, plain_width, render_plain, response_view
 from rsc.protocol import GroupDescription
 from rsc.protocol.messages import AdminRequest, FieldValueError
 
@@ -89,7 +89,7 @@ async def _connect_and_run(args: argparse.Namespace, url: str, source: str,
     async with open_admin_client(url, token=admin_token(args), connect_timeout=args.timeout,
                                  url_source=source, ca_file=args.ca_file) as admin:
         if request is None:
-            from rsc.admin_watch import watch
+            from rsc.admin.watch import watch
 
             await watch(admin, args, console)
         else:

@@ -127,18 +127,15 @@ def run(args: argparse.Namespace) -> int:
 def _operator_error(exc: BaseException) -> BaseException | None:
     """The store or embedded-redis error inside `exc` (nurseries wrap errors in groups)."""
     from rsc.actors.store import StoreError
+    from rsc.common.errors import leaves
     from rsc.common.redis_server import EmbeddedRedisError
     from rsc.common.tls import TlsConfigError
     from rsc.console import ConsoleError
 
-    if isinstance(exc, StoreError | EmbeddedRedisError | TlsConfigError | ConsoleError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _operator_error(inner)
-            if found is not None:
-                return found
-    return None
+    inside = leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return next((leaf for leaf in inside
+                 if isinstance(leaf, StoreError | EmbeddedRedisError | TlsConfigError | ConsoleError)),
+                None)
 
 
 def _configure_logging(level: str, fmt: str) -> None:
@@ -200,7 +197,7 @@ async def _serve_until_signal(config: CoordinatorConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m rsc.coordinator_cli ...`: `rsc coordinator ...` without loading the other commands."""
+    """`python -m rsc.commands.coordinator ...`: `rsc coordinator ...` without loading the other commands."""
     parser = argparse.ArgumentParser(prog="rsc")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["coordinator", *(sys.argv[1:] if argv is None else argv)])

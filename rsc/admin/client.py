@@ -37,7 +37,7 @@ from trio_websocket import (
     WebSocketConnection,
 )
 
-from rsc.admin_args import DEFAULT_URL
+from rsc.admin.args import DEFAULT_URL
 from rsc.common import tls
 from rsc.common.errors import leaves, unwrap_single
 from rsc.common.ws_client import connect_websocket

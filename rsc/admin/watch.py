@@ -28,7 +28,7 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from rsc.admin_client import (
+from rsc.admin.client import (
     AdminClient,
     AdminError,
     SessionLost,
@@ -37,7 +37,7 @@ from rsc.admin_client import (
     decode_response,
     read_answer,
 )
-from rsc.admin_views import (
+from rsc.admin.views import (
     change_event_text,
     change_lines,
     describe_view,

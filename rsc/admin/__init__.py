@@ -1,0 +1,9 @@
+"""`rsc admin`: the operator's side of the coordinator's `/v1/admin` endpoint.
+
+- `rsc.admin.args`: pure: the command line, env defaults, durations and times, the request
+  each command sends;
+- `rsc.admin.client`: the admin websocket session, URL checks, one-line connect failures (D3);
+- `rsc.admin.views`: pure: rich views of every admin response;
+- `rsc.admin.cli`: the runner (connect, send, print a view or `--json`);
+- `rsc.admin.watch`: `watch`, server pushes with a polling fallback.
+"""

@@ -1,0 +1,21 @@
+"""`rsc demo`: its parser; the demo itself (rsc/demo.py) is imported only when it runs."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = subparsers.add_parser("demo", help="run a coordinator, producer and members on an "
+                                             "embedded Redis")
+    demo.add_argument("--duration", type=float, default=None,
+                      help="seconds to run before exiting (default: until Ctrl-C)")
+    demo.add_argument("--console-port", type=int, default=0,
+                      help="serve the web console on this port (default 0: a free one)")
+    demo.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rsc import demo
+
+    return demo.run(args)

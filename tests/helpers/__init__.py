@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: plain HTTP requests to a local port, group-rule builders."""

@@ -1,0 +1,47 @@
+"""mypy --strict covers the wire contract, rsc.common and the pure cores of the coordinator.
+
+pyproject.toml lists them in one `[[tool.mypy.overrides]]` with every per-module flag that
+`--strict` turns on; CI's `mypy .` applies it. This test keeps the list whole: a new pure
+core (or a new rsc.common module) cannot go unchecked.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+
+from tests.test_layering import ROOT, our_sources, pure_cores
+
+STRICT_FLAGS = {"disallow_any_generics", "disallow_subclassing_any", "disallow_untyped_calls",
+                "disallow_untyped_defs", "disallow_incomplete_defs", "check_untyped_defs",
+                "disallow_untyped_decorators", "warn_unused_ignores", "warn_return_any",
+                "no_implicit_reexport", "strict_equality", "extra_checks"}
+
+
+def strict_patterns() -> list[str]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    for override in config["tool"]["mypy"].get("overrides", []):
+        if STRICT_FLAGS <= {flag for flag, on in override.items() if on is True}:
+            return list(override["module"])
+    raise AssertionError("no [[tool.mypy.overrides]] turns on every --strict flag")
+
+
+def covered(module: str, patterns: list[str]) -> bool:
+    return any(module == pattern or (pattern.endswith(".*") and (
+        module == pattern[:-2] or fnmatch.fnmatch(module, pattern))) for pattern in patterns)
+
+
+def test_strict_typing_covers_protocol_common_and_every_pure_core_of_the_coordinator() -> None:
+    patterns = strict_patterns()
+    wanted = {module for module in our_sources()
+              if module.startswith(("rsc.protocol", "rsc.common"))}
+    wanted |= {module for module in pure_cores() if module.startswith("rsc.actors.")}
+    assert {"rsc.actors.group", "rsc.actors.prefix", "rsc.common.lua"} <= wanted
+    missing = sorted(module for module in wanted if not covered(module, patterns))
+    assert not missing, f"add to the strict mypy override in pyproject.toml: {missing}"
+
+
+def test_the_coverage_check_reads_patterns_as_mypy_does() -> None:
+    assert covered("rsc.common.lua", ["rsc.common.*"])
+    assert covered("rsc.common", ["rsc.common.*"])
+    assert not covered("rsc.actors.prefix_new", ["rsc.actors.prefix"])
