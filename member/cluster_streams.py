@@ -337,6 +337,10 @@ class ClusterProduceOps(ProduceOps):
         self.router = NodeRouter(client)
         self._cluster_script = ClusterScript(self.router, _PRODUCE_SCRIPT)
 
+    def prepare(self) -> None:
+        """Load the script on every master now (before a producer accepts input)."""
+        self.router.cluster.script_load(self._cluster_script.text)
+
     def write(self, records: Sequence[tuple[str, str, str]]) -> list[WriteResult]:
         """As `ProduceOps.write`; a redirection is followed, a lost node retried (NodeRouter)."""
         if not records:

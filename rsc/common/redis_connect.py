@@ -34,7 +34,12 @@ from typing import Any
 
 import attrs
 import redis
-from redis.sentinel import MasterNotFoundError, Sentinel, SentinelManagedConnection, SentinelManagedSSLConnection
+from redis.sentinel import (
+    MasterNotFoundError,
+    Sentinel,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
 
 from rsc.common.redact import redact_url, remember_secret
 from rsc.common.tls import REDIS_CA_FILE_ENV, REDIS_TLS_FILES, redis_tls_options
@@ -185,7 +190,8 @@ def connect(url: str, **options: Any) -> redis.Redis | redis.RedisCluster:
         options["password"] = env_password
         remember_secret(env_password)
     if parts.scheme in ("redis", "rediss") and "connection_class" not in options:
-        options["connection_class"] = FollowingSSLConnection if parts.scheme == "rediss" else FollowingConnection
+        options["connection_class"] = (FollowingSSLConnection if parts.scheme == "rediss"
+                                       else FollowingConnection)
     probe = redis.Redis.from_url(url, **options)
     try:
         enabled = str(probe.info("cluster").get("cluster_enabled", 0)) == "1"
@@ -298,14 +304,14 @@ class _Sentinel(Sentinel):
 class SentinelRedis(redis.Redis):
     """The master's client of a Sentinel URL; closing it closes the sentinels' clients too."""
 
-    sentinel: Sentinel | None = None
+    sentinel_manager: Sentinel | None = None
 
     def close(self) -> None:
         try:
             super().close()
         finally:
-            if self.sentinel is not None:
-                self.sentinel.close()
+            if self.sentinel_manager is not None:
+                self.sentinel_manager.close()
 
 
 def service_unknown(sentinel: Sentinel, service: str) -> bool:
@@ -356,5 +362,28 @@ def _connect_sentinel(target: SentinelTarget, options: dict[str, Any]) -> Sentin
         sentinel.close()
         raise
     client = sentinel.master_for(target.service, redis_class=SentinelRedis, **master_options)
-    client.sentinel = sentinel
+    client.sentinel_manager = sentinel
     return client  # type: ignore[no-any-return]
+
+
+# --- errors for people -------------------------------------------------------------------
+
+ACL_DOC = "docs/operations/redis.md"
+
+
+def is_access_error(exc: BaseException) -> bool:
+    """A refused password or user, or a command or key the user's ACL does not grant (K6):
+    a configuration error, never an outage."""
+    return isinstance(exc, redis.exceptions.NoPermissionError | redis.AuthenticationError
+                      | redis.exceptions.AuthorizationError | SentinelServiceUnknown)
+
+
+def error_text(exc: BaseException) -> str:
+    """`exc` as one line: a permission or credentials error says it is a configuration error."""
+    if isinstance(exc, redis.exceptions.NoPermissionError):
+        return f"{exc} (a configuration error: the Redis user lacks a permission; see {ACL_DOC})"
+    if isinstance(exc, redis.AuthenticationError | redis.exceptions.AuthorizationError):
+        return f"{exc} (a configuration error: the Redis user or password is refused)"
+    if isinstance(exc, SentinelServiceUnknown):
+        return f"{exc} (a configuration error)"
+    return str(exc)

@@ -33,6 +33,7 @@ their `url` is then `rediss://` with the CA in the query.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import random
 import shutil
@@ -692,7 +693,7 @@ class SentinelGroup:
             for node in self.data_nodes:
                 node.start()
             for node in self.data_nodes:
-                self._wait(deadline, f"{node.name} answers", lambda node=node: self._alive(node))
+                self._wait(deadline, f"{node.name} answers", functools.partial(self._alive, node))
             self._wait(deadline, "replicas linked to the primary", self._replicas_linked)
             for index in range(self.sentinels_wanted):
                 port = free_port()
