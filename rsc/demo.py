@@ -28,7 +28,6 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
-import redis
 import trio
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
