@@ -34,6 +34,8 @@ from typing import Any
 
 import attrs
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from redis.sentinel import (
     MasterNotFoundError,
     Sentinel,
@@ -50,6 +52,7 @@ PLAIN_SCHEMES = ("redis", "rediss", "unix")
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 SCHEMES = (*PLAIN_SCHEMES, *SENTINEL_SCHEMES)
 DEFAULT_SENTINEL_PORT = 26379
+SENTINEL_TIMEOUT_S = 2.0  # a sentinel that does not answer within this is passed over
 SENTINEL_FORM = "redis+sentinel://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]/SERVICE[/DB]"
 # query options a Sentinel URL may carry besides the sentinels' credentials
 _SENTINEL_QUERY = frozenset({"sentinel_username", "sentinel_password", *REDIS_TLS_FILES,
@@ -290,15 +293,22 @@ class _SentinelSSLConnection(_NamesDenials, SentinelManagedSSLConnection):
 
 class _Sentinel(Sentinel):
     """redis-py's Sentinel, telling an unknown SERVICE (a configuration error) from a master
-    that is down or being replaced (an outage: MasterNotFoundError, a ConnectionError)."""
+    that is down or being replaced, or sentinels that do not answer (an outage:
+    MasterNotFoundError, a ConnectionError), each said in one short line."""
 
     def discover_master(self, service_name: str) -> Any:
         try:
             return super().discover_master(service_name)
         except MasterNotFoundError:
-            if service_unknown(self, service_name):
+            answered, known = sentinel_view(self, service_name)
+            addresses = sentinel_addresses(self)
+            if answered and not known:
                 raise SentinelServiceUnknown(unknown_service_line(self, service_name)) from None
-            raise
+            if not answered:
+                raise MasterNotFoundError(f"No master found for {service_name!r}: no sentinel "
+                                          f"at {addresses} answers") from None
+            raise MasterNotFoundError(f"No master found for {service_name!r}: the sentinels at "
+                                      f"{addresses} name no live master now (a failover?)") from None
 
 
 class SentinelRedis(redis.Redis):
@@ -314,8 +324,8 @@ class SentinelRedis(redis.Redis):
                 self.sentinel_manager.close()
 
 
-def service_unknown(sentinel: Sentinel, service: str) -> bool:
-    """True when at least one sentinel answered and none of those knows `service`."""
+def sentinel_view(sentinel: Sentinel, service: str) -> tuple[bool, bool]:
+    """(whether any sentinel answered, whether one that answered knows `service`)."""
     answered = False
     for client in sentinel.sentinels:
         try:
@@ -324,13 +334,23 @@ def service_unknown(sentinel: Sentinel, service: str) -> bool:
             continue
         answered = True
         if service in masters:
-            return False
-    return answered
+            return True, True
+    return answered, False
+
+
+def service_unknown(sentinel: Sentinel, service: str) -> bool:
+    """True when at least one sentinel answered and none of those knows `service`."""
+    answered, known = sentinel_view(sentinel, service)
+    return answered and not known
+
+
+def sentinel_addresses(sentinel: Sentinel) -> str:
+    return ",".join("{host}:{port}".format_map(client.connection_pool.connection_kwargs)
+                    for client in sentinel.sentinels)
 
 
 def unknown_service_line(sentinel: Sentinel, service: str) -> str:
-    addresses = ",".join("{host}:{port}".format_map(client.connection_pool.connection_kwargs)
-                         for client in sentinel.sentinels)
+    addresses = sentinel_addresses(sentinel)
     return (f"no sentinel at {addresses} knows the service {service!r}: check the SERVICE of "
             f"the URL ({SENTINEL_FORM}) against `SENTINEL MASTERS`")
 
@@ -338,8 +358,14 @@ def unknown_service_line(sentinel: Sentinel, service: str) -> str:
 def _connect_sentinel(target: SentinelTarget, options: dict[str, Any]) -> SentinelRedis:
     remember_secret(target.password)
     remember_secret(target.sentinel_password)
-    sentinel_options = {name: value for name, value in options.items()
-                        if name.startswith("socket_") or name in ("decode_responses", "retry")}
+    # one try per sentinel and no backoff: redis-py's discovery goes on to the next sentinel,
+    # and the master's client retries as configured (a retry per sentinel would multiply it)
+    sentinel_options: dict[str, Any] = {"socket_timeout": SENTINEL_TIMEOUT_S,
+                                        "socket_connect_timeout": SENTINEL_TIMEOUT_S,
+                                        "retry": Retry(NoBackoff(), 0)}
+    sentinel_options.update({name: value for name, value in options.items()
+                             if name in ("socket_timeout", "socket_connect_timeout", "socket_keepalive")
+                             and value is not None})
     if target.sentinel_username:
         sentinel_options["username"] = target.sentinel_username
     if target.sentinel_password:

@@ -577,6 +577,7 @@ class SentinelNode:
 class SentinelGroup:
     """A primary, `replicas` replicas and `sentinels` sentinels (quorum `quorum`) on loopback
     free ports, for K1/K2/K5 tests: `url` is the `redis+sentinel://` URL of SERVICE `service`.
+    With `sentinels=0` and a `binary`, a primary and its replicas alone (`primary_url`).
 
     `password` protects the data nodes (requirepass, masterauth; the sentinels use it as
     auth-pass); `server_args` go to every data node. Short down-after and failover timeouts
@@ -587,7 +588,7 @@ class SentinelGroup:
                  service: str = "mymaster", binary: str | None = None, password: str | None = None,
                  down_after_ms: int = 1000, failover_timeout_ms: int = 3000,
                  server_args: list[str] | None = None) -> None:
-        found = binary or sentinel_binary()
+        found = binary or (sentinel_binary() if sentinels else server_binary())
         if found is None:
             raise EmbeddedRedisError("no redis-server that runs as a sentinel (--sentinel): "
                                      "install Debian's redis-server (apt-get install redis-server)")
@@ -606,6 +607,11 @@ class SentinelGroup:
     def sentinel_addresses(self) -> list[tuple[str, int]]:
         return [("127.0.0.1", node.port) for node in self.sentinel_nodes]
 
+    def primary_url(self, db: int = 0) -> str:
+        """The plain redis:// URL of the current master (its password in it, if any)."""
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.master_port()}/{db}"
+
     def url(self, db: int = 0, *, credentials: str = "", query: str = "") -> str:
         """The redis+sentinel:// URL (`credentials` e.g. "user:pass@", `query` e.g. "a=b")."""
         hosts = ",".join(f"{host}:{port}" for host, port in self.sentinel_addresses)
@@ -616,7 +622,14 @@ class SentinelGroup:
                            decode_responses=True, socket_timeout=5, socket_connect_timeout=2, **options)
 
     def master_port(self) -> int:
-        """The master's port as the first sentinel that answers names it."""
+        """The master's port as the first sentinel that answers names it (without sentinels:
+        the running data node whose ROLE is master)."""
+        if not self.sentinel_nodes:
+            for node in self.data_nodes:
+                if node.running:
+                    with self.node_client(node) as client:
+                        if str(client.execute_command("ROLE")[0]) == "master":
+                            return node.port
         for node in self.sentinel_nodes:
             if not node.running:
                 continue
