@@ -43,7 +43,7 @@ from rsc.actors.records import (
     replay,
 )
 from rsc.common.redact import redact_url
-from rsc.common.redis_connect import connect, error_text, is_cluster
+from rsc.common.redis_connect import connect, error_text, is_cluster, remember_script
 from rsc.protocol.routing import owner_key, seal_key
 
 EPOCH_KEY = "rsc:coordinator:epoch"
@@ -139,6 +139,9 @@ end
 return redis.error_reply('consumer group ' .. ARGV[1] .. ' missing after its reset')
 """
 
+
+for _script in (_CAS_WRITE, _RENEW_LEASE, _RELEASE_LEASE, _MOVE_OFFSETS):
+    remember_script(_script)  # a StoreError for a denial inside one names the command (K6)
 
 STORE_IO_ERRORS = (redis.RedisError, OSError)
 """Every way a store call can fail on I/O (a Redis error, a timeout, EMFILE, a reset socket):

@@ -21,7 +21,6 @@ the oldest one, so the reader's one-read-ahead protocol holds unchanged.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -36,6 +35,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
+from rsc.common.redis_connect import remember_script
 from rsc.member.streams import (
     _ACK_SCRIPT,
     _PRODUCE_SCRIPT,
@@ -221,7 +221,7 @@ class ClusterScript:
     def __init__(self, router: NodeRouter, text: str) -> None:
         self.router = router
         self.text = text
-        self.sha = hashlib.sha1(text.encode("utf-8")).hexdigest()
+        self.sha = remember_script(text)  # a denial inside it names the command (K6)
 
     def run(self, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
         """Once per (keys, args), pipelined per node; errors are returned, not raised."""

@@ -253,6 +253,8 @@ class Producer:
         routing = self.routing
         if routing is not None and self._store_checked:
             return routing
+        if not self._store_checked:  # K6: refused credentials are said before any routing wait
+            await self.ping()
         wait_s = math.inf if self._routing_wait_s is None else self._routing_wait_s
         backoff = Backoff(0.05, 1.0)
         with trio.move_on_after(wait_s):

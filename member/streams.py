@@ -11,7 +11,6 @@ is not a blocking read is batched into one pipeline per call. Scripts:
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -24,7 +23,7 @@ from redis.retry import Retry
 
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import connect as connect_any
-from rsc.common.redis_connect import is_cluster
+from rsc.common.redis_connect import is_cluster, remember_script
 from rsc.member.producer_core import Refused
 from rsc.protocol.routing import owner_key, seal_key
 
@@ -96,7 +95,7 @@ class Script:
 
     def __init__(self, client: redis.Redis, text: str) -> None:
         self.text = text
-        self.sha = hashlib.sha1(text.encode("utf-8")).hexdigest()
+        self.sha = remember_script(text)  # a denial inside it names the command (K6)
         self._loaded = False
 
     def run(self, client: redis.Redis, calls: Sequence[tuple[Sequence[str], Sequence[str]]]
@@ -202,11 +201,12 @@ def redis_version(client: redis.Redis) -> tuple[int, ...]:
 
 
 def supports_xackdel(client: redis.Redis) -> bool:
-    """XACKDEL exists from Redis 8.2 (on a cluster: on every master)."""
-    if is_cluster(client):
-        return all(redis_version(node.redis_connection) >= (8, 2)
-                   for node in client.get_primaries())  # type: ignore[attr-defined]
-    return redis_version(client) >= (8, 2)
+    """XACKDEL exists from Redis 8.2 (on a cluster: on every master): `COMMAND INFO XACKDEL`
+    names it (not INFO, which a member's least-privilege user lacks, K6)."""
+    servers = ([node.redis_connection for node in client.get_primaries()]  # type: ignore[attr-defined]
+               if is_cluster(client) else [client])
+    replies = [server.execute_command("COMMAND INFO", "XACKDEL") for server in servers]
+    return all(bool(reply) and reply[0] is not None for reply in replies)
 
 
 def ack_calls(ids_by_shard: Mapping[str, Sequence[str]], consumer: str, group: str,

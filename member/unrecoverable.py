@@ -16,7 +16,14 @@ from urllib.parse import unquote, urlsplit
 import redis
 
 from rsc.common.redact import redact_url
-from rsc.common.redis_connect import SentinelServiceUnknown, is_sentinel_url, parse_sentinel_url
+from rsc.common.redis_connect import (
+    SentinelServiceUnknown,
+    is_access_error,
+    is_permission_error,
+    is_sentinel_url,
+    parse_sentinel_url,
+    script_denial,
+)
 
 EXIT_UNRECOVERABLE = 2
 PERMANENT_HTTP_STATUS = frozenset({401, 403, 404})
@@ -55,8 +62,7 @@ def redis_url_problem(url: str) -> str | None:
 def redis_error_is_permanent(exc: BaseException) -> bool:
     """A Redis error that every retry would get again: a bad db index, a refused password or
     user, a missing ACL permission, an unknown Sentinel SERVICE (K6, K1)."""
-    if isinstance(exc, redis.exceptions.NoPermissionError | redis.AuthenticationError
-                  | redis.exceptions.AuthorizationError | SentinelServiceUnknown):
+    if is_access_error(exc):
         return True
     if not isinstance(exc, redis.ResponseError):
         return False
@@ -67,8 +73,10 @@ def redis_error_is_permanent(exc: BaseException) -> bool:
 def redis_unrecoverable_line(exc: BaseException, redis_url: str) -> str:
     """The line for a permanent Redis error, naming what to fix."""
     shown = redact_url(redis_url)
-    if isinstance(exc, redis.exceptions.NoPermissionError):
-        return (f"Redis at {shown} refuses this user a permission: {exc} (grant the role's ACL, "
+    if is_permission_error(exc):
+        called = script_denial(str(exc))
+        what = f"{exc} (the script's {called})" if called else str(exc)
+        return (f"Redis at {shown} refuses this user a permission: {what} (grant the role's ACL, "
                 "docs/operations/redis.md, or use another user in --redis-url / RSC_REDIS_URL)")
     if isinstance(exc, redis.AuthenticationError | redis.exceptions.AuthorizationError):
         return (f"Redis at {shown} refuses the credentials: {exc} (fix the user and password of "

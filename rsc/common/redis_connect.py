@@ -27,7 +27,9 @@ through here.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
@@ -243,8 +245,13 @@ class _NamesDenials:
     def send_command(self, *args: Any, **kwargs: Any) -> None:
         super().send_command(*args, **kwargs)  # type: ignore[misc]
         # after the send: a pipeline's packed send (below) clears it, a single command sets it
-        name = str(args[0]).upper() if args else ""
-        self._last_command = () if name in ("AUTH", "HELLO") else tuple(args[:2])
+        words = _text(args[0]).split() if args else []
+        if not words or words[0].upper() in ("AUTH", "HELLO"):
+            self._last_command = ()
+        elif len(words) == 1 and len(args) > 1 and _is_key_like(args[1]):
+            self._last_command = (words[0].upper(), _text(args[1]))  # the command and its key
+        else:
+            self._last_command = tuple(word.upper() for word in words)
 
     def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
         self._last_command = ()
@@ -258,6 +265,11 @@ class _NamesDenials:
                 raise
             called = " ".join(_text(part) for part in self._last_command)
             raise redis.exceptions.NoPermissionError(f"{exc} (command: {called})") from None
+
+
+def _is_key_like(part: Any) -> bool:
+    text = _text(part)
+    return 0 < len(text) <= 200 and not any(char.isspace() for char in text)
 
 
 def _text(part: Any) -> str:
@@ -397,16 +409,54 @@ def _connect_sentinel(target: SentinelTarget, options: dict[str, Any]) -> Sentin
 ACL_DOC = "docs/operations/redis.md"
 
 
+# what Redis answers when a script calls a command or key its user's ACL does not grant
+_SCRIPT_DENIALS = ("user executing the script can't", "No permissions to access")
+_SCRIPT_PLACE = re.compile(r"script: ([0-9a-f]{40}), on @user_script:(\d+)")
+_CALLED = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'(?:,\s*'([A-Z]+)')?")
+_scripts: dict[str, str] = {}
+
+
+def remember_script(text: str) -> str:
+    """Know a Lua script by its SHA1, so that a denial inside it names the command (K6)."""
+    sha = hashlib.sha1(text.encode("utf-8")).hexdigest()
+    _scripts[sha] = text
+    return sha
+
+
+def script_denial(text: str) -> str | None:
+    """The command a script was refused (e.g. "XACK", from the script's own line), if known."""
+    place = _SCRIPT_PLACE.search(text)
+    if place is None or place[1] not in _scripts:
+        return None
+    lines = _scripts[place[1]].splitlines()  # as sent: line 1 may be the empty first one
+    index = int(place[2]) - 1
+    called = _CALLED.search(lines[index]) if 0 <= index < len(lines) else None
+    if called is None:
+        return None
+    return " ".join(word.upper() for word in called.groups() if word)
+
+
+def is_permission_error(exc: BaseException) -> bool:
+    """NOPERM, or the same refusal inside a script (a plain error reply there)."""
+    if isinstance(exc, redis.exceptions.NoPermissionError):
+        return True
+    return isinstance(exc, redis.ResponseError) and any(text in str(exc) for text in _SCRIPT_DENIALS)
+
+
 def is_access_error(exc: BaseException) -> bool:
     """A refused password or user, or a command or key the user's ACL does not grant (K6):
     a configuration error, never an outage."""
-    return isinstance(exc, redis.exceptions.NoPermissionError | redis.AuthenticationError
-                      | redis.exceptions.AuthorizationError | SentinelServiceUnknown)
+    return is_permission_error(exc) or isinstance(
+        exc, redis.AuthenticationError | redis.exceptions.AuthorizationError | SentinelServiceUnknown)
 
 
 def error_text(exc: BaseException) -> str:
     """`exc` as one line: a permission or credentials error says it is a configuration error."""
-    if isinstance(exc, redis.exceptions.NoPermissionError):
+    if is_permission_error(exc):
+        called = script_denial(str(exc))
+        if called is not None:
+            return (f"{exc} (the script's {called}: a configuration error, the Redis user lacks a "
+                    f"permission; see {ACL_DOC})")
         return f"{exc} (a configuration error: the Redis user lacks a permission; see {ACL_DOC})"
     if isinstance(exc, redis.AuthenticationError | redis.exceptions.AuthorizationError):
         return f"{exc} (a configuration error: the Redis user or password is refused)"
