@@ -455,6 +455,13 @@ async def _peek(args: argparse.Namespace, urls: Endpoints) -> int:
     """`rsc consume PREFIX --peek`: the current routing's shards, read with XRANGE."""
     say = _line_writer("consume")
     out = StdoutLines(on_closed=lambda: None)
+    try:  # Redis first: refused credentials are a configuration error whatever the coordinator does
+        await trio.to_thread.run_sync(_ping, urls.redis_url)
+    except redis.RedisError as exc:
+        if redis_error_is_permanent(exc):
+            raise Unrecoverable(redis_unrecoverable_line(exc, urls.redis_url)) from exc
+        say(redis_problem(exc, urls.redis_url))
+        return 1
     try:
         async with open_session(urls.coordinator_url, "member", token=urls.token,
                                 connect_timeout=5.0) as session:
@@ -483,6 +490,14 @@ async def _peek(args: argparse.Namespace, urls: Endpoints) -> int:
         say(redis_problem(exc, urls.redis_url))
         return 1
     return 0
+
+
+def _ping(redis_url: str) -> None:
+    client = connect(redis_url, timeout_s=5.0, retries=False)
+    try:
+        client.ping()
+    finally:
+        client.close()
 
 
 def message_line(message: Message) -> str:
