@@ -202,3 +202,45 @@ async def test_k6_a_wrong_password_is_a_configuration_error_for_every_tool(acl_s
     done = await rsc("consume", PREFIX, GROUP, "--coordinator", "ws://127.0.0.1:9",
                      "--redis-url", noauth)
     assert done.returncode == 2 and b"refuses the credentials" in done.stderr, done.stderr
+
+
+async def test_k6_produce_keeps_what_it_accepted_and_says_why_until_the_permission_is_back(
+        acl_server, nursery):
+    """D2 wins once input was accepted: a revoked permission is said (not a silent retry), the
+    accepted lines are kept, and they land once the permission is granted again."""
+    server, admin = acl_server
+    coordinator = Coordinator(role_url(server, "rsc-coordinator"), TEST_TIMING)
+    await coordinator.start(nursery)
+    try:
+        streams = await set_shards(coordinator.url, PREFIX, GROUP, 1)
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "rsc", "produce", PREFIX, "--coordinator", coordinator.url,
+             "--redis-url", role_url(server, "rsc-producer")],
+            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        assert process.stdin is not None and process.stderr is not None
+        said = bytearray()
+
+        async def collect() -> None:
+            assert process.stderr is not None
+            async for chunk in process.stderr:
+                said.extend(chunk)
+
+        nursery.start_soon(collect)
+        await process.stdin.send_all(b"k\tfirst\n")
+        with trio.fail_after(20):
+            while admin.xlen(streams[0]) < 1:
+                await trio.sleep(0.05)
+        create_users(admin, drop=("rsc-producer", "+xadd"))
+        await process.stdin.send_all(b"k\tsecond\n")
+        with trio.fail_after(20):
+            while b"kept (D2)" not in said:
+                await trio.sleep(0.05)
+        assert process.returncode is None and admin.xlen(streams[0]) == 1
+        assert b"the script's XADD" in said
+        create_users(admin)
+        await process.stdin.aclose()
+        with trio.fail_after(30):
+            assert await process.wait() == 0, bytes(said)
+        assert admin.xlen(streams[0]) == 2
+    finally:
+        await coordinator.stop()
