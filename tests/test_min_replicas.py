@@ -115,7 +115,7 @@ async def test_k5_min_replicas_below_0_is_refused_with_a_clear_error(redis_url, 
 
 
 async def test_k5_wait_runs_on_the_connection_that_wrote(replicated_redis):
-    """WAIT on another connection would report every replica at once: the write's own counts."""
+    """WAIT counts the writes of its own connection: a shortfall is waited on there, again."""
     group: SentinelGroup = replicated_redis
     from rsc.member.streams import ProduceOps, connect
 
@@ -135,3 +135,22 @@ async def test_k5_wait_runs_on_the_connection_that_wrote(replicated_redis):
             assert other.execute_command("WAIT", 1, 100) == 0  # no replica attached at all
     finally:
         client.close()
+
+
+async def test_k5_the_asyncio_producer_takes_min_replicas_too(replicated_redis, nursery):
+    import asyncio
+
+    from rsc.member.aio import open_producer as open_aio_producer
+
+    group: SentinelGroup = replicated_redis
+    url = group.primary_url()
+    coordinator = await start_coordinator(nursery, url)
+    streams = await set_shards(coordinator.url, PREFIX, GROUP, 2)
+
+    async def main() -> int:
+        async with open_aio_producer(coordinator.url, url, PREFIX, min_replicas=1) as producer:
+            await producer.send_batch([(f"k{n}", f"aio-{n}") for n in range(20)])
+            return int(producer.producer.min_replicas)
+
+    assert await trio.to_thread.run_sync(lambda: asyncio.run(main())) == 1
+    assert entries(group, group.replica_nodes()[0].port, streams) == 20

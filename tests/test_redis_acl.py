@@ -30,6 +30,8 @@ from rsc.common.redis_server import EmbeddedRedis, server_binary
 from rsc.member.listener import Listener
 from rsc.member.policies import RetryPolicy
 from rsc.member.producer import open_producer
+from rsc.member.session import open_session
+from rsc.protocol import SetShardCount, Status
 from tests.processes import ROOT
 from tests.test_coordinator_outage import TEST_TIMING, Coordinator
 from tests.test_member_support import set_shards
@@ -242,5 +244,41 @@ async def test_k6_produce_keeps_what_it_accepted_and_says_why_until_the_permissi
         with trio.fail_after(30):
             assert await process.wait() == 0, bytes(said)
         assert admin.xlen(streams[0]) == 2
+    finally:
+        await coordinator.stop()
+
+
+async def test_k6_a_permission_lost_while_the_coordinator_runs_turns_readyz_503_with_the_reason(
+        acl_server, nursery):
+    import urllib.error
+    import urllib.request
+
+    from rsc.common.redis_server import free_port
+
+    server, admin = acl_server
+    metrics_port = free_port()
+    coordinator = Coordinator(role_url(server, "rsc-coordinator"),
+                              (*TEST_TIMING, "--metrics-port", str(metrics_port)))
+    await coordinator.start(nursery)
+
+    def readyz() -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/readyz", timeout=5) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as refused:
+            return refused.code, refused.read().decode()
+
+    try:
+        assert (await trio.to_thread.run_sync(readyz))[0] == 200
+        create_users(admin, drop=("rsc-coordinator", "+hset"))  # the metadata script's HSET
+        async with open_session(coordinator.url, "admin") as session:  # a metadata write: refused
+            refused = await session.request(SetShardCount(
+                request_id=0, stream_prefix=PREFIX, consumer_group=GROUP, shard_count=2))
+        assert refused.status is Status.COORDINATOR_NOT_AVAILABLE, refused
+        with trio.fail_after(20):
+            while (answer := await trio.to_thread.run_sync(readyz))[0] != 503:
+                await trio.sleep(0.1)
+        assert "configuration error" in answer[1] and "HSET" in answer[1], answer
+        assert coordinator.process is not None and coordinator.process.returncode is None
     finally:
         await coordinator.stop()
