@@ -47,7 +47,7 @@ def redis_url_problem(url: str) -> str | None:
         try:
             parse_sentinel_url(url)
         except ValueError as exc:
-            return f"bad Redis URL {exc}"
+            return f"bad Redis URL {redact_url(url)}: {exc}"
         return None
     parts = urlsplit(url)
     if parts.scheme not in ("redis", "rediss"):

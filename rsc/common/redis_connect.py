@@ -98,8 +98,8 @@ def check_redis_url(url: str) -> None:
     """ValueError naming what is wrong with `url` as a Redis URL (scheme, hosts, service, db)."""
     scheme = url_scheme(url)
     if scheme not in SCHEMES:
-        raise ValueError(f"{redact_url(url)}: a Redis URL starts with one of "
-                         f"{', '.join(s + '://' for s in SCHEMES)}")
+        raise ValueError(f"a Redis URL starts with one of {', '.join(s + '://' for s in SCHEMES)}"
+                         f", not {scheme + '://' if scheme else 'no scheme'}")
     if scheme in SENTINEL_SCHEMES:
         parse_sentinel_url(url)
 
@@ -110,10 +110,9 @@ def parse_sentinel_url(url: str, environ: Mapping[str, str] = os.environ) -> Sen
     Passwords absent from the URL come from RSC_REDIS_PASSWORD (the master's) and
     RSC_SENTINEL_PASSWORD (the sentinels'); an empty variable is unset.
     """
-    shown = redact_url(url)
     scheme, _, rest = url.partition("://")
     if scheme.lower() not in SENTINEL_SCHEMES:
-        raise ValueError(f"{shown}: not a Sentinel URL ({SENTINEL_FORM})")
+        raise ValueError(f"not a Sentinel URL ({SENTINEL_FORM})")
     rest, _, query_text = rest.partition("?")
     rest = rest.split("#", 1)[0]
     netloc, _, path = rest.partition("/")
@@ -123,18 +122,18 @@ def parse_sentinel_url(url: str, environ: Mapping[str, str] = os.environ) -> Sen
         user_text, colon, password_text = userinfo.partition(":")
         username = urllib.parse.unquote(user_text) or None
         password = urllib.parse.unquote(password_text) if colon and password_text else None
-    sentinels = tuple(_sentinel_address(part, shown) for part in hosts.split(","))
+    sentinels = tuple(_sentinel_address(part) for part in hosts.split(","))
     segments = [urllib.parse.unquote(part) for part in path.split("/")] if path else []
     if not segments or not segments[0]:
-        raise ValueError(f"{shown}: no SERVICE: the master's name as the sentinels know it "
+        raise ValueError(f"no SERVICE: the master's name as the sentinels know it "
                          f"({SENTINEL_FORM})")
     if len(segments) > 2 or (len(segments) == 2 and not segments[1].isdigit()):
-        raise ValueError(f"{shown}: after the SERVICE {segments[0]!r} only a db number may "
+        raise ValueError(f"after the SERVICE {segments[0]!r} only a db number may "
                          f"follow, got {'/'.join(segments[1:])!r} ({SENTINEL_FORM})")
     query: dict[str, str] = {}
     for name, values in urllib.parse.parse_qs(query_text, keep_blank_values=True).items():
         if name not in _SENTINEL_QUERY:
-            raise ValueError(f"{shown}: unknown query option {name!r} (known: "
+            raise ValueError(f"unknown query option {name!r} (known: "
                              f"{', '.join(sorted(_SENTINEL_QUERY))})")
         query[name] = values[-1]
     tls = scheme.lower() == "rediss+sentinel"
@@ -148,7 +147,7 @@ def parse_sentinel_url(url: str, environ: Mapping[str, str] = os.environ) -> Sen
             if (file := tls_options.get(name)) and not os.path.isfile(file):
                 raise ValueError(f"{name}: no such file {file!r}")
     elif tls_options:
-        raise ValueError(f"{shown}: TLS options need rediss+sentinel://")
+        raise ValueError("TLS options need rediss+sentinel://")
     return SentinelTarget(
         sentinels=sentinels, service=segments[0], db=int(segments[1]) if len(segments) == 2 else 0,
         username=username, password=password or environ.get(REDIS_PASSWORD_ENV) or None,
@@ -157,7 +156,7 @@ def parse_sentinel_url(url: str, environ: Mapping[str, str] = os.environ) -> Sen
         tls=tls, tls_options=tls_options)
 
 
-def _sentinel_address(text: str, shown: str) -> tuple[str, int]:
+def _sentinel_address(text: str) -> tuple[str, int]:
     text = text.strip()
     if text.startswith("["):  # [IPv6]:PORT
         host, _, port_text = text[1:].partition("]")
@@ -165,11 +164,11 @@ def _sentinel_address(text: str, shown: str) -> tuple[str, int]:
     else:
         host, _, port_text = text.rpartition(":") if ":" in text else (text, "", "")
     if not host:
-        raise ValueError(f"{shown}: a sentinel address is empty, expected HOST:PORT[,HOST:PORT...]")
+        raise ValueError("a sentinel address is empty, expected HOST:PORT[,HOST:PORT...]")
     if not port_text:
         return host, DEFAULT_SENTINEL_PORT
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ValueError(f"{shown}: sentinel {text!r}: the port {port_text!r} is not a port number")
+        raise ValueError(f"sentinel {text!r}: the port {port_text!r} is not a port number")
     return host, int(port_text)
 
 
