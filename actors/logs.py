@@ -45,6 +45,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Literal, TextIO
 
+from rsc.common.redact import redact_text
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 
@@ -145,11 +147,11 @@ class JsonFormatter(_StructuredFormatter):
     """One JSON object per record: ts, level, event and the event's fields."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return format_json_line(*self._parts(record))
+        return redact_text(format_json_line(*self._parts(record)))  # K7: the safety net
 
 
 class TextFormatter(_StructuredFormatter):
     """`ts LEVEL event key=value ...` per record."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return format_text_line(*self._parts(record))
+        return redact_text(format_text_line(*self._parts(record)))  # K7: the safety net

@@ -50,7 +50,8 @@ from rsc.actors.records import (
     stored_format_version,
 )
 from rsc.common.lua import Command, Script, pipelined
-from rsc.common.redis_connect import connect, is_cluster
+from rsc.common.redact import redact_url
+from rsc.common.redis_connect import connect, error_text, is_cluster
 from rsc.protocol.routing import owner_key, seal_key
 
 EPOCH_KEY = "rsc:coordinator:epoch"
@@ -68,7 +69,6 @@ RENEW_LEASE = Script("renew_lease")
 RELEASE_LEASE = Script("release_lease")
 MOVE_OFFSETS = Script("move_offsets")
 RAISE_FORMAT_VERSION = Script("raise_format_version")
-
 
 STORE_IO_ERRORS = (redis.RedisError, OSError)
 """Every way a store call can fail on I/O (a Redis error, a timeout, EMFILE, a reset socket):
@@ -104,12 +104,12 @@ class MetadataStore:
     """Reads and check-and-set writes of the per-prefix metadata hashes."""
 
     def __init__(self, redis_url: str, *, lease_ms: int) -> None:
-        self.redis_url = redis_url
-        try:  # one server, or a cluster through any one of its nodes
+        self.redis_url = redact_url(redis_url)  # as shown in lines and errors (K7)
+        try:  # one server, a cluster through any one of its nodes, or Sentinel's master
             self.client: Any = connect(redis_url, decode_responses=True,
                                        socket_timeout=5, socket_connect_timeout=5)
         except (redis.RedisError, ValueError) as exc:  # ValueError: a URL it cannot use
-            raise StoreError(f"cannot use Redis at {redis_url}: {exc}") from exc
+            raise StoreError(f"cannot use Redis at {self.redis_url}: {error_text(exc)}") from exc
         self.lease_ms = lease_ms
         self.instance_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.coordinator_epoch = 0
@@ -130,7 +130,7 @@ class MetadataStore:
         try:
             return self._acquire(wait_ms)
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot use Redis at {self.redis_url}: {exc}") from exc
+            raise StoreError(f"cannot use Redis at {self.redis_url}: {error_text(exc)}") from exc
 
     def _acquire(self, wait_ms: int) -> int:
         deadline = time.monotonic() + wait_ms / 1000
@@ -148,7 +148,7 @@ class MetadataStore:
         try:
             return self._try_acquire()
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot use Redis at {self.redis_url}: {exc}") from exc
+            raise StoreError(f"cannot use Redis at {self.redis_url}: {error_text(exc)}") from exc
 
     def _try_acquire(self) -> tuple[int | None, str | None]:
         if self.client.set(LEASE_KEY, self.instance_id, nx=True, px=self.lease_ms):
@@ -167,7 +167,7 @@ class MetadataStore:
                 return Renewal.RENEWED
             holder = self.client.get(LEASE_KEY)
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot renew the coordinator lease: {exc}") from exc
+            raise StoreError(f"cannot renew the coordinator lease: {error_text(exc)}") from exc
         return Renewal.LAPSED if holder is None else Renewal.TAKEN
 
     def retake(self) -> bool:
@@ -181,7 +181,7 @@ class MetadataStore:
                 return True
             return bool(RENEW_LEASE.call(self.client, [LEASE_KEY], [self.instance_id, self.lease_ms]))
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot take the coordinator lease again: {exc}") from exc
+            raise StoreError(f"cannot take the coordinator lease again: {error_text(exc)}") from exc
 
     def release(self) -> None:
         """Give the lease up (a clean stop) and mark the release, so that a waiting coordinator
@@ -190,7 +190,7 @@ class MetadataStore:
             RELEASE_LEASE.call(self.client, [LEASE_KEY, RELEASED_KEY],
                                [self.instance_id, max(60_000, 10 * self.lease_ms)])
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot release the coordinator lease: {exc}") from exc
+            raise StoreError(f"cannot release the coordinator lease: {error_text(exc)}") from exc
 
     def look(self) -> tuple[str | None, str | None]:
         """Who holds the lease (None: nobody) and whom the release marker names, in one round
@@ -201,7 +201,7 @@ class MetadataStore:
             pipe.get(RELEASED_KEY)
             holder, released = pipe.execute()
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot use Redis at {self.redis_url}: {exc}") from exc
+            raise StoreError(f"cannot use Redis at {self.redis_url}: {error_text(exc)}") from exc
         return (None if holder is None else str(holder)), (None if released is None else str(released))
 
     def lapse_facts(self) -> tuple[str | None, int | None]:
@@ -212,7 +212,7 @@ class MetadataStore:
             pipe.get(EPOCH_KEY)
             holder, epoch = pipe.execute()
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot use Redis at {self.redis_url}: {exc}") from exc
+            raise StoreError(f"cannot use Redis at {self.redis_url}: {error_text(exc)}") from exc
         return (None if holder is None else str(holder)), (None if epoch is None else int(epoch))
 
     def stalled(self, error: str) -> None:
@@ -231,7 +231,7 @@ class MetadataStore:
                 fields: dict[str, str] = self.client.hgetall(meta_key(prefix))  # type: ignore[assignment]
                 result[prefix] = replay(fields)
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot load the metadata: {exc}") from exc
+            raise StoreError(f"cannot load the metadata: {error_text(exc)}") from exc
         return result
 
     def _check_format_version(self, *, fresh: bool) -> int:
@@ -269,7 +269,7 @@ class MetadataStore:
         try:
             fields: dict[str, str] = self.client.hgetall(meta_key(prefix))  # type: ignore[assignment]
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot load the metadata of {prefix!r}: {exc}") from exc
+            raise StoreError(f"cannot load the metadata of {prefix!r}: {error_text(exc)}") from exc
         return replay(fields) if fields else None
 
     def write(self, prefix: str, changes: Changes, owners: Iterable[OwnerToken] = ()) -> None:
@@ -305,14 +305,14 @@ class MetadataStore:
                 raise StoreFenced(text) from exc
             if "STALE write" in text:
                 raise StoreStale(text) from exc
-            raise StoreError(text) from exc
+            raise StoreError(error_text(exc)) from exc
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"metadata write failed: {exc}") from exc
+            raise StoreError(f"metadata write failed: {error_text(exc)}") from exc
         if tokens and not atomic:
             try:
                 self._write_owner_tokens(tokens)
             except STORE_IO_ERRORS as exc:
-                raise StoreError(f"owner token write failed: {exc}") from exc
+                raise StoreError(f"owner token write failed: {error_text(exc)}") from exc
 
     def _write_hash(self, prefix: str, keys: list[str], args: list[Any]) -> None:
         """The prefix joins the set of prefixes and its hash is written, in one pipeline (on a
@@ -362,9 +362,9 @@ class MetadataStore:
                     pipe.xgroup_create(stream, group, id="0", mkstream=True)
             for result in pipe.execute(raise_on_error=False):
                 if isinstance(result, Exception) and "BUSYGROUP" not in str(result):
-                    raise StoreError(f"cannot create consumer group: {result}")
+                    raise StoreError(f"cannot create consumer group: {error_text(result)}")
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot create streams: {exc}") from exc
+            raise StoreError(f"cannot create streams: {error_text(exc)}") from exc
 
     def close(self) -> None:
         self.client.close()
@@ -387,14 +387,14 @@ class StreamAdmin:
                 pipe.set(seal_key(stream), "1")
             pipe.execute()
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot seal streams: {exc}") from exc
+            raise StoreError(f"cannot seal streams: {error_text(exc)}") from exc
 
     def unseal(self, streams: Iterable[str]) -> None:
         """Writes land again (a reshard whose metadata write failed sealed them)."""
         try:
             self.client.delete(*(seal_key(stream) for stream in streams))
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot unseal streams: {exc}") from exc
+            raise StoreError(f"cannot unseal streams: {error_text(exc)}") from exc
 
     def destroy_consumer_groups(self, streams: Iterable[str], groups: Iterable[str]) -> None:
         """G1: drop these consumer groups from these streams (a missing stream or group is fine)."""
@@ -406,9 +406,9 @@ class StreamAdmin:
                     pipe.xgroup_destroy(stream, group)
             for result in pipe.execute(raise_on_error=False):
                 if isinstance(result, Exception) and "requires the key to exist" not in str(result):
-                    raise StoreError(f"cannot delete consumer group: {result}")
+                    raise StoreError(f"cannot delete consumer group: {error_text(result)}")
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot delete consumer groups: {exc}") from exc
+            raise StoreError(f"cannot delete consumer groups: {error_text(exc)}") from exc
 
     def move_offsets(self, streams: Iterable[str], group: str, to: str,
                      timestamp_ms: int | None) -> dict[str, str]:
@@ -422,10 +422,10 @@ class StreamAdmin:
         try:
             results = MOVE_OFFSETS.run_on(self.client, [([stream], args) for stream in streams])
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot move the offsets of {group!r}: {exc}") from exc
+            raise StoreError(f"cannot move the offsets of {group!r}: {error_text(exc)}") from exc
         for result in results:
             if isinstance(result, Exception):
-                raise StoreError(f"cannot move the offsets of {group!r}: {result}")
+                raise StoreError(f"cannot move the offsets of {group!r}: {error_text(result)}")
         return {stream: str(result) for stream, result in zip(streams, results, strict=True)}
 
     def retire(self, streams: Iterable[str], groups: Iterable[str]) -> None:
@@ -439,5 +439,5 @@ class StreamAdmin:
                                      *(owner_key(stream, g) for g in groups))
             pipe.execute()
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot delete drained streams: {exc}") from exc
+            raise StoreError(f"cannot delete drained streams: {error_text(exc)}") from exc
 

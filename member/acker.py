@@ -23,6 +23,7 @@ from rsc.member.ledger import Verdict
 from rsc.member.ops import stream_ops
 from rsc.member.reconcile import NO_ACTIONS
 from rsc.member.streams import NOT_OWNER, StreamOps, connect
+from rsc.member.unrecoverable import check_permanent
 
 if TYPE_CHECKING:
     from rsc.member.core import MemberCore
@@ -76,6 +77,7 @@ async def _send(core: MemberCore, ops: StreamOps, batch: Taken) -> None:
             results = await trio.to_thread.run_sync(ops.ack, ids_by_shard)
             break
         except redis.RedisError as exc:
+            check_permanent(exc, core.config.redis_url)
             log.warning("member %s: ack failed, retrying: %r", core.member_id, exc)
             await trio.sleep(0.2)
     for shard, result in results.items():

@@ -34,6 +34,8 @@ from rsc.common import gc_policy as gc_control
 from rsc.common import probe_http
 from rsc.common.errors import unwrap_single
 from rsc.common.probe_http import Answer, Route
+from rsc.common.redact import redact_text, redact_url
+from rsc.common.redis_connect import SentinelServiceUnknown
 from rsc.member.health import ListenerStatus
 from rsc.member.listener import Listener, member_instance_ids
 from rsc.member.notices import REPEAT_S, Notices, redis_problem, then
@@ -137,13 +139,15 @@ def endpoints(args: argparse.Namespace, environ: Mapping[str, str]) -> Endpoints
     if not redis_url:
         raise BadConfig("no Redis URL: pass --redis-url or set RSC_REDIS_URL "
                         "(the coordinator's Redis)")
-    try:
-        connect(redis_url).close()
-    except ValueError as exc:
-        raise BadConfig(f"bad Redis URL {redis_url!r}: {exc}") from None
     problem = redis_url_problem(redis_url)
     if problem is not None:  # D3: redis-py would silently use db 0
         raise Unrecoverable(problem)
+    try:
+        connect(redis_url).close()
+    except ValueError as exc:
+        raise BadConfig(f"bad Redis URL {redact_url(redis_url)!r}: {exc}") from None
+    except SentinelServiceUnknown as exc:  # K1: no waiting makes the sentinels know it
+        raise Unrecoverable(redis_unrecoverable_line(exc, redis_url)) from None
     return Endpoints(coordinator_url=coordinator, redis_url=redis_url,
                      token=args.token or environ.get("RSC_TOKEN") or None,
                      ca_file=args.ca_file or environ.get("RSC_CA_FILE") or None)
@@ -171,6 +175,10 @@ def add_produce_parser(subparsers: argparse._SubParsersAction) -> None:
                         metavar="SECONDS",
                         help="after SIGTERM or Ctrl-C, keep delivering accepted lines this long "
                              f"(default {FLUSH_TIMEOUT_S:g}), then exit 1 naming what is left")
+    parser.add_argument("--min-replicas", type=_non_negative, default=0, metavar="N",
+                        help="a line counts as written only once N replicas hold it (Redis WAIT "
+                             "on the connection that wrote it); a shortfall waits, and is said "
+                             "every 15 s (default %(default)s: no wait)")
     parser.set_defaults(run=run_produce)
 
 
@@ -227,6 +235,16 @@ def _non_negative_seconds(text: str) -> float:
     return value
 
 
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -238,8 +256,8 @@ def _line_writer(tool: str, stream: TextIO | None = None) -> Callable[[str], Non
     """Print `rsc <tool>: <line>` on stderr, flushed (a closed stderr is ignored)."""
 
     def write(line: str) -> None:
-        try:
-            print(f"rsc {tool}: {line}", file=stream or sys.stderr, flush=True)
+        try:  # K7: the safety net, whatever the line quotes
+            print(redact_text(f"rsc {tool}: {line}"), file=stream or sys.stderr, flush=True)
         except (BrokenPipeError, ValueError):
             pass
 
@@ -303,11 +321,12 @@ def run_produce(args: argparse.Namespace) -> int:
         _line_writer("produce")(str(exc))
         return EXIT_UNRECOVERABLE
     _quiet_repeats(logging.getLogger("rsc.member"), "produce")
-    return _run("produce", _produce, args.prefix, urls, sys.stdin.fileno(), args.flush_timeout)
+    return _run("produce", _produce, args.prefix, urls, sys.stdin.fileno(), args.flush_timeout,
+                args.min_replicas)
 
 
 async def _produce(prefix: str, urls: Endpoints, input_fd: int,
-                   flush_timeout_s: float = FLUSH_TIMEOUT_S) -> int:
+                   flush_timeout_s: float = FLUSH_TIMEOUT_S, min_replicas: int = 0) -> int:
     say = _line_writer("produce")
     notices = Notices(say)
     counts = {"accepted": 0, "malformed": 0, "line": 0}
@@ -317,7 +336,8 @@ async def _produce(prefix: str, urls: Endpoints, input_fd: int,
     lines_in, lines_out = trio.open_memory_channel[tuple[str, str]](BUFFER_LINES)
     try:
         async with open_producer(urls.coordinator_url, urls.redis_url, prefix,
-                                 token=urls.token, notices=notices, ca_file=urls.ca_file) as producer:
+                                 token=urls.token, notices=notices, ca_file=urls.ca_file,
+                                 min_replicas=min_replicas) as producer:
 
             async def read_input() -> None:
                 async with lines_in:
@@ -333,6 +353,7 @@ async def _produce(prefix: str, urls: Endpoints, input_fd: int,
                             batch.append(lines_out.receive_nowait())
                         except (trio.WouldBlock, trio.EndOfChannel):
                             break
+                    producer.holds_input = True  # K6: from now on D2 keeps what was accepted
                     await producer.send_batch(batch)
 
             def on_signal(signum: int) -> None:
@@ -434,6 +455,13 @@ async def _peek(args: argparse.Namespace, urls: Endpoints) -> int:
     """`rsc consume PREFIX --peek`: the current routing's shards, read with XRANGE."""
     say = _line_writer("consume")
     out = StdoutLines(on_closed=lambda: None)
+    try:  # Redis first: refused credentials are a configuration error whatever the coordinator does
+        await trio.to_thread.run_sync(_ping, urls.redis_url)
+    except redis.RedisError as exc:
+        if redis_error_is_permanent(exc):
+            raise Unrecoverable(redis_unrecoverable_line(exc, urls.redis_url)) from exc
+        say(redis_problem(exc, urls.redis_url))
+        return 1
     try:
         async with open_session(urls.coordinator_url, "member", token=urls.token,
                                 connect_timeout=5.0) as session:
@@ -462,6 +490,14 @@ async def _peek(args: argparse.Namespace, urls: Endpoints) -> int:
         say(redis_problem(exc, urls.redis_url))
         return 1
     return 0
+
+
+def _ping(redis_url: str) -> None:
+    client = connect(redis_url, timeout_s=5.0, retries=False)
+    try:
+        client.ping()
+    finally:
+        client.close()
 
 
 def message_line(message: Message) -> str:
@@ -577,7 +613,7 @@ class ConsumeWatch:
                 self.notices.say("redis", then(redis_problem(exc, url), "retrying"))
             else:
                 self._redis_ok = True
-                self.notices.clear("redis", f"Redis at {url} answers again")
+                self.notices.clear("redis", f"Redis at {redact_url(url)} answers again")
                 self._check_ready()
             await trio.sleep(self._redis_interval_s)
 

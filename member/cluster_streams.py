@@ -297,6 +297,10 @@ class ClusterProduceOps(ProduceOps):
         self.client = client  # type: ignore[assignment]
         self.router = NodeRouter(client)
 
+    def prepare(self) -> None:
+        """Load the script on every master now (before a producer accepts input)."""
+        self.router.cluster.script_load(PRODUCE_SCRIPT.text)
+
     def write(self, records: Sequence[tuple[str, str, str]]) -> list[WriteResult]:
         """As `ProduceOps.write`; a redirection is followed, a lost node retried (NodeRouter)."""
         if not records:

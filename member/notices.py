@@ -20,6 +20,9 @@ from collections.abc import Callable
 
 import redis
 
+from rsc.common.redact import redact_url
+from rsc.common.redis_connect import ReplicaNow
+
 REPEAT_S = 15.0
 
 
@@ -58,7 +61,11 @@ def then(line: str, rest: str) -> str:
 
 
 def redis_problem(exc: BaseException, redis_url: str) -> str:
-    """One line for a Redis error: what happened at which URL, and the likely fix."""
+    """One line for a Redis error: what happened at which URL (its password masked, K7), and
+    the likely fix."""
+    redis_url = redact_url(redis_url)
+    if isinstance(exc, ReplicaNow | redis.ReadOnlyError):
+        return f"Redis at {redis_url} is a read-only replica now (a failover?)"
     if isinstance(exc, redis.TimeoutError):
         return f"Redis at {redis_url} does not answer (timeout): is it stopped or overloaded?"
     if isinstance(exc, redis.BusyLoadingError):
@@ -73,6 +80,4 @@ def redis_problem(exc: BaseException, redis_url: str) -> str:
         if code == errno.ECONNRESET or "reset by peer" in text:
             return f"Redis at {redis_url} reset the connection"
         return f"cannot reach Redis at {redis_url}: {text}"
-    if isinstance(exc, redis.ReadOnlyError):
-        return f"Redis at {redis_url} is a read-only replica (failover in progress?)"
     return f"Redis at {redis_url} answered an error: {exc}"

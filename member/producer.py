@@ -19,6 +19,17 @@ write the record to its new shard. Each problem is said through `notices`
 A write retried after an error may have landed the first time: that is the
 at-least-once duplicate counted in `retried`.
 
+With `min_replicas=N` (K5) a write counts as delivered only once Redis's WAIT, on
+the connection that wrote it, reports N replicas holding it: the batch is written
+and WAITed on in one round trip, a shortfall waits again on that connection (it
+does not write again) and is said every 15 s, and `send_batch` returns only then.
+On a Redis Cluster it is refused (ValueError) for now.
+
+A refused password or user, or a permission the Redis user lacks (K6), ends the
+producer with `Unrecoverable` while it holds nothing; once it was given messages
+(`holds_input`, set by `rsc produce` after its first accepted line) D2 wins: it
+keeps them, retries, and says why every 15 s.
+
 Before its first write the producer compares the `storeId` of the coordinator's
 routing with the one in its own Redis: a producer pointed at another Redis
 raises `StoreMismatch` instead of writing anything. A coordinator that sends no
@@ -38,6 +49,8 @@ import redis
 import trio
 
 from rsc.common.errors import unwrap_single
+from rsc.common.redact import redact_url
+from rsc.common.redis_connect import is_cluster
 from rsc.member.backoff import Backoff
 from rsc.member.notices import Notices, redis_problem, then
 from rsc.member.ops import produce_ops
@@ -50,7 +63,7 @@ from rsc.member.session import (
     check_coordinator_url,
     open_session,
 )
-from rsc.member.streams import StoreMismatch, check_store_id, connect
+from rsc.member.streams import StoreMismatch, WriteResult, check_store_id, connect
 from rsc.member.unrecoverable import (
     Unrecoverable,
     redis_error_is_permanent,
@@ -67,6 +80,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 REDIS_TIMEOUT_S = 5.0  # a stalled Redis is noticed (and said) after this long
+WAIT_TIMEOUT_MS = 1000  # one WAIT of min_replicas (K5); a shortfall waits again
 REQUEST_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 5.0
 
@@ -85,6 +99,16 @@ def _log_notice(line: str) -> None:
     log.warning("%s", line)
 
 
+def check_min_replicas(min_replicas: int, client: object) -> int:
+    """`min_replicas` if usable here; ValueError names what is wrong (K5)."""
+    if min_replicas < 0:
+        raise ValueError(f"min_replicas must be 0 or more, got {min_replicas}")
+    if min_replicas and is_cluster(client):
+        raise ValueError("min_replicas (--min-replicas) is not supported on a Redis Cluster yet: "
+                         "use 0 there")
+    return min_replicas
+
+
 class Producer:
     """Writes messages of one stream prefix; build it with `open_producer`.
 
@@ -95,10 +119,14 @@ class Producer:
     def __init__(self, coordinator_url: str, redis_url: str, stream_prefix: str, *,
                  client: redis.Redis, token: str | None = None, subscribe: bool = True,
                  routing_wait_s: float | None = None, notices: Notices | None = None,
-                 ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
+                 ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
+                 min_replicas: int = 0) -> None:
         self.coordinator_url = check_coordinator_url(coordinator_url)
         self._ca_file, self._ssl_context = ca_file, ssl_context  # for a wss:// coordinator
         self.redis_url = redis_url
+        self.shown_url = redact_url(redis_url)  # K7: what lines say
+        self.min_replicas = check_min_replicas(min_replicas, client)
+        self.holds_input = False  # K6: once True, a permanent Redis error is said, not raised
         self.stream_prefix = stream_prefix
         self.subscribe = subscribe
         self.notices = notices or Notices(_log_notice)
@@ -150,7 +178,10 @@ class Producer:
         while not delivery.done:
             writes = delivery.writes(await self.ready())
             try:
-                results = await trio.to_thread.run_sync(self._ops.write, writes)
+                if self.min_replicas:
+                    results = await self._write_replicated(writes)
+                else:
+                    results = await trio.to_thread.run_sync(self._ops.write, writes)
             except redis.RedisError as exc:
                 self._redis_failed(exc)
                 step = delivery.write_failed()
@@ -172,6 +203,24 @@ class Producer:
                 await trio.sleep(redis_backoff.next())
         return delivery.located()
 
+    async def _write_replicated(self, writes: list[tuple[str, str, str]]) -> list[WriteResult]:
+        """K5: write, then WAIT on that connection until `min_replicas` replicas hold it all."""
+        wanted = self.min_replicas
+        results, waiter = await trio.to_thread.run_sync(
+            self._ops.write_and_wait, writes, wanted, WAIT_TIMEOUT_MS)
+        try:
+            while waiter.replicas < wanted:
+                self.notices.say("replicas", (
+                    f"Redis at {self.shown_url}: {waiter.replicas} of the {wanted} replicas asked "
+                    f"for (--min-replicas) acknowledged the last write within {WAIT_TIMEOUT_MS} ms; "
+                    "the messages stay unconfirmed, waiting again (WAIT)"))
+                await trio.to_thread.run_sync(waiter.wait, wanted, WAIT_TIMEOUT_MS)
+        finally:
+            waiter.release()
+        self.notices.clear("replicas", f"Redis at {self.shown_url}: {waiter.replicas} replicas "
+                           "acknowledge the writes again")
+        return results
+
     def _refused_in_place(self, delivery: Delivery) -> None:
         """The coordinator still routes to shards this Redis refuses: say so (then retry)."""
         assert delivery.refusal is not None and delivery.routing is not None
@@ -184,7 +233,7 @@ class Producer:
             return
         if why is Refused.MISSING:
             line = (f"shard {stream} of routing version {version} does not exist in "
-                    f"{self.redis_url}: is --redis-url (RSC_REDIS_URL) the coordinator's Redis? "
+                    f"{self.shown_url}: is --redis-url (RSC_REDIS_URL) the coordinator's Redis? "
                     "retrying")
         else:
             line = (f"shard {stream} is sealed but the coordinator still routes version "
@@ -204,6 +253,8 @@ class Producer:
         routing = self.routing
         if routing is not None and self._store_checked:
             return routing
+        if not self._store_checked:  # K6: refused credentials are said before any routing wait
+            await self.ping()
         wait_s = math.inf if self._routing_wait_s is None else self._routing_wait_s
         backoff = Backoff(0.05, 1.0)
         with trio.move_on_after(wait_s):
@@ -260,6 +311,7 @@ class Producer:
             await self._redis_call(lambda: check_store_id(
                 self._ops.client, expected, redis_url=self.redis_url,
                 coordinator_url=self.coordinator_url))
+        await self._redis_call(self._ops.prepare)  # K6: a missing script permission said now
         self._store_checked = True
 
     # --- Redis -------------------------------------------------------------------------
@@ -283,11 +335,16 @@ class Producer:
 
     def _redis_failed(self, exc: BaseException) -> None:
         if redis_error_is_permanent(exc):  # D3: a bad db index never heals
-            raise Unrecoverable(redis_unrecoverable_line(exc, self.redis_url)) from exc
+            line = redis_unrecoverable_line(exc, self.redis_url)
+            if not self.holds_input:
+                raise Unrecoverable(line) from exc
+            # K6 after input was accepted: D2 wins, the accepted messages are kept
+            self.notices.say("redis", then(line, "retrying: the accepted messages are kept (D2)"))
+            return
         self.notices.say("redis", then(redis_problem(exc, self.redis_url), "retrying"))
 
     def _redis_ok(self) -> None:
-        self.notices.clear("redis", f"Redis at {self.redis_url} answers again")
+        self.notices.clear("redis", f"Redis at {self.shown_url} answers again")
 
     # --- the coordinator session ---------------------------------------------------------
 
@@ -338,15 +395,17 @@ class Producer:
 async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str, *,
                         token: str | None = None, routing_wait_s: float | None = None,
                         subscribe: bool = True, notices: Notices | None = None,
-                        ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None
-                        ) -> AsyncIterator[Producer]:
+                        ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
+                        min_replicas: int = 0) -> AsyncIterator[Producer]:
     """A producer with its coordinator session (kept open), routing and Redis connection.
 
     Returns at once, even while the coordinator or Redis is down: writes wait for
     routing (forever, or `routing_wait_s`) and retry Redis. `subscribe=False`
     makes a producer that only learns new routing when a write to a sealed
     version is refused (it still never loses a message). A malformed coordinator
-    or Redis URL raises ValueError. A wss:// coordinator is verified against `ssl_context`,
+    or Redis URL raises ValueError, and so does `min_replicas` below 0 (or above 0 on a
+    Redis Cluster). `min_replicas=N`: a message is delivered once N replicas hold it
+    (K5, WAIT). A wss:// coordinator is verified against `ssl_context`,
     else the system trust store and `ca_file` (default $RSC_CA_FILE); TlsFailed if it fails.
     """
     check_coordinator_url(coordinator_url)
@@ -354,7 +413,8 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
     try:
         producer = Producer(coordinator_url, redis_url, stream_prefix, client=client,
                             token=token, subscribe=subscribe, routing_wait_s=routing_wait_s,
-                            notices=notices, ca_file=ca_file, ssl_context=ssl_context)
+                            notices=notices, ca_file=ca_file, ssl_context=ssl_context,
+                            min_replicas=min_replicas)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(producer.keep_session)

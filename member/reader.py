@@ -26,6 +26,7 @@ from rsc.member.message import Queued, queued_entries
 from rsc.member.ops import stream_ops
 from rsc.member.reconcile import NO_ACTIONS
 from rsc.member.streams import StreamOps, connect
+from rsc.member.unrecoverable import check_permanent
 
 if TYPE_CHECKING:
     from rsc.member.core import MemberCore
@@ -78,12 +79,14 @@ class Reader:
                         try:
                             await self._recover_some(ops, recoverable[0])
                         except redis.RedisError as exc:
+                            check_permanent(exc, config.redis_url)
                             log.warning("member %s: claim failed: %r", core.member_id, exc)
                             await trio.sleep(RETRY_PAUSE_S)
                         continue
                 try:
                     await self._read_new(ops)
                 except redis.RedisError as exc:
+                    check_permanent(exc, config.redis_url)
                     log.warning("member %s: read failed: %r", core.member_id, exc)
                     ops.reset_reads()
                     self.read_ahead = None

@@ -27,6 +27,7 @@ from collections.abc import Callable
 import redis
 import trio
 
+from rsc.common.redact import redact_url
 from rsc.member.acker import run_acker
 from rsc.member.config import MemberConfig
 from rsc.member.core import AckObserver, EventCallback, InstanceFenced, MemberCore, ReadObserver
@@ -178,7 +179,7 @@ class Member:
                 with trio.move_on_after(backoff.next()):
                     await core.stop_requested.wait()
                 continue
-            core.notices.clear(REDIS_TOPIC, f"Redis at {url} answers again")
+            core.notices.clear(REDIS_TOPIC, f"Redis at {redact_url(url)} answers again")
             return result
         return None
 

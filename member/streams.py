@@ -25,7 +25,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from rsc.common.lag import ends_commands, lag_from_ends
-from rsc.common.lua import Execute, Script, pipelined
+from rsc.common.lua import Execute, Script, load_all, pipelined
+from rsc.common.redact import redact_url
 from rsc.common.redis_connect import connect as connect_any
 from rsc.common.server_features import supports_xackdel
 from rsc.member.producer_core import Refused
@@ -110,7 +111,7 @@ def store_mismatch_line(redis_url: str, own: str | None, coordinator_url: str,
                         expected: str) -> str:
     """The one line a producer or member exits with when its Redis is another one."""
     held = f"storeId {own!r}" if own is not None else "no storeId"
-    return (f"{redis_url} is not the coordinator's Redis: it holds {held}, the coordinator "
+    return (f"{redact_url(redis_url)} is not the coordinator's Redis: it holds {held}, the coordinator "
             f"at {coordinator_url} uses storeId {expected!r}; point --redis-url "
             "(RSC_REDIS_URL) at the coordinator's Redis")
 
@@ -326,12 +327,89 @@ def write_result(reply: object) -> WriteResult:
     return str(reply)
 
 
+class ReplicaWait:
+    """The connection that wrote a batch, held until WAIT reports enough replicas (K5).
+
+    WAIT counts the replicas holding every write made *on its connection*, so a
+    shortfall is waited on again here, on the same connection, never on another one
+    (which wrote nothing and would report every replica at once).
+    """
+
+    def __init__(self, client: redis.Redis, connection: Any, replicas: int) -> None:
+        self.client = client
+        self.connection = connection
+        self.replicas = replicas  # as the last WAIT reported
+
+    def wait(self, wanted: int, timeout_ms: int) -> int:
+        """WAIT once more on the writing connection; the replicas it reports."""
+        try:
+            self.connection.send_command("WAIT", wanted, timeout_ms)
+            self.replicas = int(self.client.parse_response(self.connection, "WAIT"))
+        except BaseException:
+            self.release(broken=True)
+            raise
+        return self.replicas
+
+    def release(self, *, broken: bool = False) -> None:
+        """Give the connection back to the pool (dropped first when `broken`)."""
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            if broken:
+                connection.disconnect()
+            self.client.connection_pool.release(connection)
+
+
 class ProduceOps:
     """Writes of a producer: XADD through the seal-checking script, pipelined, on one Redis
     (`rsc.member.ops.produce_ops` picks the cluster variant for a cluster client)."""
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
+
+    def write_and_wait(self, records: Sequence[tuple[str, str, str]], replicas: int,
+                       timeout_ms: int) -> tuple[list[WriteResult], ReplicaWait]:
+        """`write`, then WAIT for `replicas` on the connection that wrote, in one round trip.
+
+        The returned ReplicaWait holds that connection (release it): when it reports
+        fewer replicas than asked, wait on it again. An error of the round trip is raised.
+        """
+        load_all(self.client, [PRODUCE_SCRIPT])
+        connection = self.client.connection_pool.get_connection()
+        calls = [([shard, seal_key(shard)], [key, value]) for shard, key, value in records]
+        waiter = ReplicaWait(self.client, connection, 0)
+        try:
+            replies = self._send_on(connection, calls, replicas, timeout_ms)
+            missing = [index for index, reply in enumerate(replies[:-1])
+                       if isinstance(reply, redis.exceptions.NoScriptError)]
+            if missing:  # a restarted or promoted server: load it, write those again, WAIT again
+                self.client.script_load(PRODUCE_SCRIPT.text)
+                again = self._send_on(connection, [calls[i] for i in missing], replicas, timeout_ms)
+                for index, reply in zip(missing, again[:-1], strict=True):
+                    replies[index] = reply
+                replies[-1] = again[-1]
+        except BaseException:
+            waiter.release(broken=True)
+            raise
+        if isinstance(replies[-1], Exception):
+            waiter.release()
+            raise replies[-1]  # e.g. NOPERM for WAIT
+        waiter.replicas = int(replies[-1])
+        return [write_result(reply) for reply in replies[:-1]], waiter
+
+    def _send_on(self, connection: Any, calls: Sequence[tuple[Sequence[str], Sequence[str]]],
+                 replicas: int, timeout_ms: int) -> list[Any]:
+        """The script calls and a WAIT in one packet on `connection`; error replies in place."""
+        words: list[Sequence[Any]] = [("EVALSHA", PRODUCE_SCRIPT.sha, len(keys), *keys, *args)
+                                      for keys, args in calls]
+        words.append(("WAIT", replicas, timeout_ms))
+        connection.send_packed_command(connection.pack_commands(words))
+        replies: list[Any] = []
+        for command in words:
+            try:
+                replies.append(self.client.parse_response(connection, str(command[0])))
+            except redis.ResponseError as exc:
+                replies.append(exc)
+        return replies
 
     def write(self, records: Sequence[tuple[str, str, str]]) -> list[WriteResult]:
         """XADD each (shard, key, value) in one pipeline; per record its id or why not.
@@ -342,6 +420,10 @@ class ProduceOps:
             return []
         calls = [([shard, seal_key(shard)], [key, value]) for shard, key, value in records]
         return [write_result(result) for result in PRODUCE_SCRIPT.run_on(self.client, calls)]
+
+    def prepare(self) -> None:
+        """Load the script now (before a producer accepts input)."""
+        load_all(self.client, [PRODUCE_SCRIPT])
 
     def add_raw(self, stream: str, fields: Mapping[str, str]) -> str:
         """A plain XADD (dead-letter stream)."""

@@ -28,7 +28,6 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
-import redis
 import trio
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -40,6 +39,7 @@ from rsc.actors.config import CoordinatorConfig
 from rsc.admin.cli import print_view
 from rsc.admin.client import AdminClient, AdminError, open_admin_client
 from rsc.admin.views import describe_view, format_age, shards_text
+from rsc.common.redis_connect import connect
 from rsc.common.redis_server import EmbeddedRedis
 from rsc.console import console_url, serve_console
 from rsc.member.ids import make_member_id
@@ -123,7 +123,7 @@ def reconcile(produced: int, seen: set[tuple[str, str]], redelivered: int, undel
 
 def stream_backlog(redis_url: str, prefix: str, group: str) -> tuple[int, list[tuple[str, str]]]:
     """Blocking: the group's undelivered count and pending (stream, id) over the prefix's streams."""
-    client: Any = redis.Redis.from_url(redis_url, decode_responses=True)
+    client: Any = connect(redis_url, decode_responses=True)
     try:
         undelivered = 0
         pending: list[tuple[str, str]] = []

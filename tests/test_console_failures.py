@@ -440,8 +440,9 @@ async def test_d3_bad_redis_url_exits_1_with_one_line():
     code, lines = await run_tool("consume", "orders", "billing", "--redis-url",
                                  "http://127.0.0.1:6379")
     assert code == 1
-    assert lines == ["rsc consume: bad Redis URL 'http://127.0.0.1:6379': Redis URL must "
-                     "specify one of the following schemes (redis://, rediss://, unix://)"]
+    assert lines == ["rsc consume: bad Redis URL 'http://127.0.0.1:6379': a Redis URL starts with "
+                     "one of redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://, "
+                     "not http://"]
 
 
 async def test_d3_no_redis_url_at_all_exits_1_naming_flag_and_variable():

@@ -26,6 +26,7 @@ from rsc.admin.client import (
     open_admin_client,
 )
 from rsc.admin.views import describe_view, plain_width, render_plain, response_view
+from rsc.common.redact import redact_text
 from rsc.protocol import GroupDescription
 from rsc.protocol.messages import AdminRequest, FieldValueError
 
@@ -45,7 +46,7 @@ def execute(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         return 0 if args.admin_command == "watch" else 130
     except (AdminError, AdminConnectError, SessionLost, FieldValueError, ValueError,
             trio.TooSlowError, OSError) as exc:
-        print(error_line(exc, url, args.timeout), file=stderr, flush=True)
+        print(redact_text(error_line(exc, url, args.timeout)), file=stderr, flush=True)  # K7
         return 1
     return 0
 

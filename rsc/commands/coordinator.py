@@ -119,7 +119,9 @@ def run(args: argparse.Namespace) -> int:
         problem = _operator_error(exc)
         if problem is None:
             raise
-        print(f"rsc coordinator: {problem}", file=sys.stderr)
+        from rsc.common.redact import redact_text
+
+        print(redact_text(f"rsc coordinator: {problem}"), file=sys.stderr)  # K7: the safety net
         return 1
     return 0
 

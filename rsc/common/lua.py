@@ -15,13 +15,14 @@ or the member's per-node router on a cluster (member/cluster_streams.py).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
 import redis
 from redis.exceptions import NoScriptError
+
+from rsc.common.redis_connect import remember_script
 
 Client = redis.Redis | redis.RedisCluster
 """One Redis server, or a Redis Cluster through its slot map."""
@@ -67,7 +68,7 @@ class Script:
             raise ValueError("a script needs at least one file")
         self.name = names[-1]
         self.text = "\n".join(script_text(name) for name in names)
-        self.sha = hashlib.sha1(self.text.encode("utf-8")).hexdigest()
+        self.sha = remember_script(self.text)  # a denial inside it names the command (K6)
 
     def commands(self, calls: Sequence[Call]) -> list[Command]:
         """The EVALSHA commands of `calls`, each routed by its first key."""

@@ -1,4 +1,5 @@
-"""Start and stop private redis-servers: one (`EmbeddedRedis`) or a local cluster (`LocalCluster`).
+"""Start and stop private redis-servers: one (`EmbeddedRedis`), a local cluster (`LocalCluster`),
+or a primary with replicas and sentinels (`SentinelGroup`).
 
 Used by `rsc coordinator` without --redis-url, the demo, the tests and the bench.
 
@@ -32,6 +33,7 @@ their `url` is then `rediss://` with the CA in the query.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import random
 import shutil
@@ -193,10 +195,11 @@ class EmbeddedRedis:
     """A redis-server child process on a free loopback port (TLS only, with `tls`)."""
 
     def __init__(self, port: int | None = None, *, binary: str | None = None,
-                 tls: ServerTls | None = None) -> None:
+                 tls: ServerTls | None = None, args: list[str] | None = None) -> None:
         self.port = port or free_port()
         self.binary = binary or find_redis_server()
         self.tls = tls
+        self.args = list(args or [])  # more server options, e.g. ["--requirepass", "..."]
         self._dir = tempfile.mkdtemp(prefix="rsc-redis-")
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -206,7 +209,7 @@ class EmbeddedRedis:
 
     def start(self, timeout: float = 10.0) -> EmbeddedRedis:
         log = Path(self._dir) / "redis.log"
-        self.process = _spawn(self.binary, self.port, self._dir, log, self.tls, [])
+        self.process = _spawn(self.binary, self.port, self._dir, log, self.tls, self.args)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -225,7 +228,7 @@ class EmbeddedRedis:
                     context = ssl.create_default_context(cafile=self.tls.ca_file)
                     sock = context.wrap_socket(raw, server_hostname="127.0.0.1")
                 sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
+                return sock.recv(16).startswith((b"+PONG", b"-NOAUTH"))  # up (NOAUTH: a password)
         except OSError:
             return False
 
@@ -480,6 +483,306 @@ class LocalCluster:
         shutil.rmtree(self._root, ignore_errors=True)
 
     def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# --- Redis Sentinel: a primary, replicas and sentinels ---------------------------------------
+
+_sentinel_binaries: dict[str, bool] = {}
+
+
+def supports_sentinel(binary: str, timeout: float = 5.0) -> bool:
+    """Whether `binary` runs as a sentinel (`--sentinel` and `SENTINEL MYID` answered); cached."""
+    if binary in _sentinel_binaries:
+        return _sentinel_binaries[binary]
+    answered = False
+    with tempfile.TemporaryDirectory(prefix="rsc-sentinel-probe-") as folder:
+        port = free_port()
+        config = Path(folder) / "sentinel.conf"
+        config.write_text(f"port {port}\nbind 127.0.0.1\ndir {folder}\n")
+        try:
+            process = subprocess.Popen([binary, str(config), "--sentinel"], stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                       start_new_session=True, cwd=folder)
+        except OSError:
+            process = None
+        deadline = time.monotonic() + timeout
+        while process is not None and process.poll() is None and time.monotonic() < deadline:
+            try:
+                with redis.Redis(port=port, socket_timeout=0.5, socket_connect_timeout=0.2) as client:
+                    answered = bool(client.execute_command("SENTINEL", "MYID"))
+                    break
+            except redis.RedisError:
+                time.sleep(0.05)
+        _stop(process)
+    _sentinel_binaries[binary] = answered
+    return answered
+
+
+def sentinel_binary() -> str | None:
+    """A redis-server that runs as a sentinel: RSC_TEST_SERVER's, then the system's
+    (/usr/bin/redis-server), then redis-sentinel on PATH; None when none does."""
+    candidates: list[str] = []
+    try:
+        candidates.append(server_binary())
+    except EmbeddedRedisError:
+        pass
+    for name in ("/usr/bin/redis-server", shutil.which("redis-sentinel"), shutil.which("redis-server")):
+        if name and name not in candidates and os.path.isfile(name):
+            candidates.append(name)
+    return next((binary for binary in candidates if supports_sentinel(binary)), None)
+
+
+class SentinelNode:
+    """One server process of a `SentinelGroup` (a data node or a sentinel)."""
+
+    def __init__(self, binary: str, port: int, root: str, name: str, args: list[str],
+                 config: str | None = None) -> None:
+        self.binary, self.port, self.name = binary, port, name
+        self.dir = os.path.join(root, name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.args = args
+        self.config = config  # a sentinel's config file (it rewrites it)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log(self) -> Path:
+        return Path(self.dir) / "server.log"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        if self.config is not None:
+            with open(self.log.with_suffix(".out"), "wb") as startup:
+                self.process = subprocess.Popen(
+                    [self.binary, self.config, "--sentinel", "--logfile", str(self.log)],
+                    stdin=subprocess.DEVNULL, stdout=startup, stderr=subprocess.STDOUT,
+                    start_new_session=True, cwd=self.dir)
+        else:
+            self.process = _spawn(self.binary, self.port, self.dir, self.log, None, self.args)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        _stop(self.process, sig)
+        self.process = None
+
+    def tail(self) -> str:
+        return _startup_text(self.log)[-1500:]
+
+
+class SentinelGroup:
+    """A primary, `replicas` replicas and `sentinels` sentinels (quorum `quorum`) on loopback
+    free ports, for K1/K2/K5 tests: `url` is the `redis+sentinel://` URL of SERVICE `service`.
+    With `sentinels=0` and a `binary`, a primary and its replicas alone (`primary_url`).
+
+    `password` protects the data nodes (requirepass, masterauth; the sentinels use it as
+    auth-pass); `server_args` go to every data node. Short down-after and failover timeouts
+    make a failover take a few seconds. Every process is stopped by its pid.
+    """
+
+    def __init__(self, *, replicas: int = 1, sentinels: int = 3, quorum: int = 2,
+                 service: str = "mymaster", binary: str | None = None, password: str | None = None,
+                 down_after_ms: int = 1000, failover_timeout_ms: int = 3000,
+                 server_args: list[str] | None = None) -> None:
+        found = binary or (sentinel_binary() if sentinels else server_binary())
+        if found is None:
+            raise EmbeddedRedisError("no redis-server that runs as a sentinel (--sentinel): "
+                                     "install Debian's redis-server (apt-get install redis-server)")
+        self.binary = found
+        self.replicas_wanted, self.sentinels_wanted, self.quorum = replicas, sentinels, quorum
+        self.service, self.password = service, password
+        self.down_after_ms, self.failover_timeout_ms = down_after_ms, failover_timeout_ms
+        self.server_args = list(server_args or [])
+        self._root = tempfile.mkdtemp(prefix="rsc-sentinel-")
+        self.data_nodes: list[SentinelNode] = []
+        self.sentinel_nodes: list[SentinelNode] = []
+
+    # --- what tests use ----------------------------------------------------------------
+
+    @property
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", node.port) for node in self.sentinel_nodes]
+
+    def primary_url(self, db: int = 0) -> str:
+        """The plain redis:// URL of the current master (its password in it, if any)."""
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.master_port()}/{db}"
+
+    def url(self, db: int = 0, *, credentials: str = "", query: str = "") -> str:
+        """The redis+sentinel:// URL (`credentials` e.g. "user:pass@", `query` e.g. "a=b")."""
+        hosts = ",".join(f"{host}:{port}" for host, port in self.sentinel_addresses)
+        return f"redis+sentinel://{credentials}{hosts}/{self.service}/{db}" + (f"?{query}" if query else "")
+
+    def node_client(self, node: SentinelNode, **options: Any) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=node.port, password=self.password,
+                           decode_responses=True, socket_timeout=5, socket_connect_timeout=2, **options)
+
+    def master_port(self) -> int:
+        """The master's port as the first sentinel that answers names it (without sentinels:
+        the running data node whose ROLE is master)."""
+        if not self.sentinel_nodes:
+            for node in self.data_nodes:
+                if node.running:
+                    with self.node_client(node) as client:
+                        if str(client.execute_command("ROLE")[0]) == "master":
+                            return node.port
+        for node in self.sentinel_nodes:
+            if not node.running:
+                continue
+            try:
+                with self._sentinel_client(node) as client:
+                    address = client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)
+                    if address:
+                        return int(address[1])
+            except redis.RedisError:
+                continue
+        raise EmbeddedRedisError("no sentinel names a master")
+
+    def master(self) -> SentinelNode:
+        port = self.master_port()
+        return next(node for node in self.data_nodes if node.port == port)
+
+    def replica_nodes(self) -> list[SentinelNode]:
+        port = self.master_port()
+        return [node for node in self.data_nodes if node.port != port]
+
+    def kill_master(self, sig: int = signal.SIGKILL) -> SentinelNode:
+        """Stop the current master with `sig` (by pid); return it (start it again with `restart`)."""
+        node = self.master()
+        node.stop(sig)
+        return node
+
+    def restart(self, node: SentinelNode, timeout: float = 20.0) -> None:
+        """Start a stopped data node again on its port (the sentinels make it a replica)."""
+        node.start()
+        deadline = time.monotonic() + timeout
+        self._wait(deadline, f"{node.name} answers", lambda: bool(self.node_client(node).ping()))
+
+    def wait_failover(self, old_port: int, timeout: float = 30.0) -> int:
+        """Wait until every running sentinel names a master other than `old_port` and it answers
+        as a master; return its port."""
+        deadline = time.monotonic() + timeout
+
+        def switched() -> bool:
+            ports = set()
+            for node in self.sentinel_nodes:
+                if node.running:
+                    with self._sentinel_client(node) as client:
+                        address = client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME",
+                                                         self.service)
+                        ports.add(int(address[1]))
+            if len(ports) != 1 or old_port in ports:
+                return False
+            new = next(node for node in self.data_nodes if node.port in ports)
+            with self.node_client(new) as client:
+                return str(client.execute_command("ROLE")[0]) == "master"
+
+        self._wait(deadline, f"a failover away from port {old_port}", switched)
+        return self.master_port()
+
+    def wait_replicas_in_sync(self, timeout: float = 20.0) -> None:
+        """Every running replica's link to the master is up."""
+        deadline = time.monotonic() + timeout
+        self._wait(deadline, "replicas linked to the master", self._replicas_linked)
+
+    # --- start and stop ----------------------------------------------------------------
+
+    def start(self, timeout: float = 30.0) -> SentinelGroup:
+        deadline = time.monotonic() + timeout
+        try:
+            auth = ["--requirepass", self.password, "--masterauth", self.password] if self.password else []
+            common = ["--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0", *auth,
+                      *self.server_args]
+            primary = SentinelNode(self.binary, free_port(), self._root, "primary", common)
+            self.data_nodes.append(primary)
+            for index in range(self.replicas_wanted):
+                self.data_nodes.append(SentinelNode(
+                    self.binary, free_port(), self._root, f"replica{index + 1}",
+                    [*common, "--replicaof", "127.0.0.1", str(primary.port)]))
+            for node in self.data_nodes:
+                node.start()
+            for node in self.data_nodes:
+                self._wait(deadline, f"{node.name} answers", functools.partial(self._alive, node))
+            self._wait(deadline, "replicas linked to the primary", self._replicas_linked)
+            for index in range(self.sentinels_wanted):
+                port = free_port()
+                folder = os.path.join(self._root, f"sentinel{index + 1}")
+                os.makedirs(folder)
+                config = os.path.join(folder, "sentinel.conf")
+                lines = [f"port {port}", "bind 127.0.0.1", f"dir {folder}",
+                         f"sentinel monitor {self.service} 127.0.0.1 {primary.port} {self.quorum}",
+                         f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}",
+                         f"sentinel failover-timeout {self.service} {self.failover_timeout_ms}",
+                         f"sentinel parallel-syncs {self.service} 1"]
+                if self.password:
+                    lines.append(f"sentinel auth-pass {self.service} {self.password}")
+                Path(config).write_text("\n".join(lines) + "\n")
+                node = SentinelNode(self.binary, port, self._root, f"sentinel{index + 1}", [], config)
+                self.sentinel_nodes.append(node)
+                node.start()
+            self._wait(deadline, "every sentinel sees the master, its replicas and the other sentinels",
+                       self._sentinels_ready)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _sentinel_client(self, node: SentinelNode) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=node.port, decode_responses=True,
+                           socket_timeout=2, socket_connect_timeout=1)
+
+    def _alive(self, node: SentinelNode) -> bool:
+        if not node.running:
+            raise EmbeddedRedisError(f"{node.name} exited at start:\n{node.tail()}")
+        with self.node_client(node) as client:
+            return bool(client.ping())
+
+    def _replicas_linked(self) -> bool:
+        master_ports = set()
+        for node in self.data_nodes:
+            if not node.running:
+                continue
+            with self.node_client(node) as client:
+                info = client.info("replication")
+            if info.get("role") == "master":
+                master_ports.add(node.port)
+            elif info.get("master_link_status") != "up":
+                return False
+        return len(master_ports) == 1
+
+    def _sentinels_ready(self) -> bool:
+        for node in self.sentinel_nodes:
+            if not node.running:
+                raise EmbeddedRedisError(f"{node.name} exited at start:\n{node.tail()}")
+            with self._sentinel_client(node) as client:
+                state = client.sentinel_master(self.service)
+            if int(state.get("num-other-sentinels", 0)) != self.sentinels_wanted - 1:
+                return False
+            if int(state.get("num-slaves", 0)) != self.replicas_wanted:
+                return False
+        return True
+
+    def _wait(self, deadline: float, what: str, check: Callable[[], bool]) -> None:
+        while time.monotonic() < deadline:
+            try:
+                if check():
+                    return
+            except redis.RedisError:
+                pass
+            time.sleep(0.05)
+        tails = "\n".join(f"{node.name}: {node.tail()}" for node in self.data_nodes + self.sentinel_nodes)
+        raise EmbeddedRedisError(f"sentinel group not ready in time: {what}\n{tails[-3000:]}")
+
+    def stop(self) -> None:
+        for node in [*self.sentinel_nodes, *reversed(self.data_nodes)]:
+            node.stop()
+        shutil.rmtree(self._root, ignore_errors=True)
+
+    def __enter__(self) -> SentinelGroup:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

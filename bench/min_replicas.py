@@ -1,0 +1,69 @@
+"""The cost of `min_replicas=1` (K5) against 0, measured in the same run on the same Redis.
+
+A primary and one replica on loopback (rsc/common/redis_server.py `SentinelGroup` without
+sentinels), a coordinator process on the primary, one producer per setting in this process.
+Each round writes `--messages` messages in batches of `--batch` (one `send_batch` each, the
+unit a WAIT covers), with `min_replicas` 0 and 1 alternately, so drift on a shared machine
+hits both; it prints messages/s per setting (median over rounds) and their ratio.
+
+    python -m bench.min_replicas [--messages 20000] [--batch 100] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import trio
+
+from bench.dataplane import _set_shards
+from bench.procs import start_coordinator
+from rsc.common.redis_server import SentinelGroup, server_binary
+from rsc.member.producer import open_producer
+
+
+async def one_round(coordinator_url: str, redis_url: str, prefix: str, min_replicas: int,
+                    messages: int, batch: int) -> float:
+    """Messages per second of one producer writing `messages` in batches of `batch`."""
+    async with open_producer(coordinator_url, redis_url, prefix, min_replicas=min_replicas) as producer:
+        await producer.send_batch([("warm", "up")])
+        started = time.perf_counter()
+        for start in range(0, messages, batch):
+            await producer.send_batch([(f"k{n}", f"value-{n}") for n in range(start, min(start + batch,
+                                                                                       messages))])
+        return messages / (time.perf_counter() - started)
+
+
+async def measure(messages: int, batch: int, rounds: int) -> dict[str, object]:
+    with SentinelGroup(sentinels=0, replicas=1, binary=server_binary()) as group:
+        redis_url = group.primary_url()
+        coordinator = start_coordinator(redis_url)
+        try:
+            await _set_shards(coordinator.url, "bench", 8)
+            rates: dict[int, list[float]] = {0: [], 1: []}
+            for _ in range(rounds):
+                for setting in (0, 1):
+                    rates[setting].append(await one_round(coordinator.url, redis_url, "bench", setting,
+                                                          messages, batch))
+        finally:
+            coordinator.stop()
+    median = {setting: statistics.median(values) for setting, values in rates.items()}
+    return {"messages": messages, "batch": batch, "rounds": rounds,
+            "min_replicas_0_per_s": round(median[0]), "min_replicas_1_per_s": round(median[1]),
+            "ratio_1_to_0": round(median[1] / median[0], 3),
+            "rounds_per_s": {str(k): [round(v) for v in values] for k, values in rates.items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=20000)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    print(json.dumps(trio.run(measure, args.messages, args.batch, args.rounds)))
+
+
+if __name__ == "__main__":
+    main()
