@@ -42,7 +42,7 @@ import asyncio
 import contextvars
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -52,7 +52,7 @@ from rsc.member.aio_guest import GuestHost, HostStopped
 from rsc.member.aio_workers import AioWorkers
 from rsc.member.health import ListenerStatus, listener_status
 from rsc.member.listener import Listener
-from rsc.member.producer import Producer, RoutingTable
+from rsc.member.producer import Producer, Record, RoutingTable
 from rsc.member.producer import open_producer as open_trio_producer
 from rsc.member.runtime import Handler, InstanceFenced, Member, StoreMismatch
 
@@ -225,16 +225,17 @@ class AioProducer:
     def routing(self) -> RoutingTable | None:
         return self.producer.routing
 
-    async def send(self, key: str, value: str) -> str:
-        """Write one message; return its stream entry id."""
-        return (await self.send_batch([(key, value)]))[0]
+    async def send(self, key: str | bytes | None, value: str | bytes,
+                   headers: Mapping[str, str | bytes] | None = None) -> str:
+        """Write one message (as the trio producer's `send`); its entry id."""
+        return (await self.send_batch([(key, value, headers)]))[0]
 
-    async def send_batch(self, records: Sequence[tuple[str, str]]) -> list[str]:
-        """Write (key, value) records in one pipeline; return the ids once Redis has them."""
+    async def send_batch(self, records: Sequence[Record]) -> list[str]:
+        """Write (key, value[, headers]) records in one pipeline; return the ids once Redis has
+        them."""
         return await self._host.call(self.producer.send_batch, list(records))
 
-    async def send_batch_located(self, records: Sequence[tuple[str, str]]
-                                 ) -> list[tuple[str, str]]:
+    async def send_batch_located(self, records: Sequence[Record]) -> list[tuple[str, str]]:
         """Like `send_batch`, returning the (stream, entry id) where each record landed."""
         return await self._host.call(self.producer.send_batch_located, list(records))
 

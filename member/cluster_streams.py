@@ -44,6 +44,7 @@ from rsc.member.streams import (
     StreamOps,
     WriteResult,
     _by_stream,
+    _text,
     _unparsed_reply,
     ack_calls,
     acked_counts,
@@ -275,7 +276,7 @@ class ClusterStreamOps(StreamOps):
                           ) -> tuple[str, list[FlatEntry]]:
         reply = self.router.call(shard, "XAUTOCLAIM", shard, self.consumer_group, self.consumer,
                                  0, start, "COUNT", count)
-        return reply[0], [entry for entry in reply[1] if entry is not None]
+        return _text(reply[0]), [entry for entry in reply[1] if entry is not None]
 
     # --- acks and lag ------------------------------------------------------------------
 
@@ -301,10 +302,10 @@ class ClusterProduceOps(ProduceOps):
         """Load the script on every master now (before a producer accepts input)."""
         self.router.cluster.script_load(PRODUCE_SCRIPT.text)
 
-    def write(self, records: Sequence[tuple[str, str, str]]) -> list[WriteResult]:
+    def write(self, records: Sequence[tuple[str, list[bytes]]]) -> list[WriteResult]:
         """As `ProduceOps.write`; a redirection is followed, a lost node retried (NodeRouter)."""
         if not records:
             return []
-        calls = [([shard, seal_key(shard)], [key, value]) for shard, key, value in records]
+        calls = [([shard, seal_key(shard)], fields) for shard, fields in records]
         results = PRODUCE_SCRIPT.run(calls, self.router.execute, self.router.cluster.script_load)
         return [write_result(result) for result in results]

@@ -9,6 +9,7 @@ ledger first (D1), as a handler call is.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import attrs
@@ -77,11 +78,43 @@ NO_RETRY = RetryPolicy(max_deliveries=1)
 """A listener without a retry policy: one attempt, then the entry stays pending."""
 
 
-def dead_letter_fields(*, shard: str, entry_id: str, key: str, value: str, error: BaseException | None,
-                       attempts: int, consumer_group: str, member_id: str) -> dict[str, str]:
-    """The fields of a dead-letter entry: where the message came from, what it was, why it failed."""
-    return {"shard": shard, "id": entry_id, "key": key, "value": value, "error": repr(error),
-            "attempts": str(attempts), "consumerGroup": consumer_group, "memberId": member_id}
+def dead_letter_fields(message: DeadMessage, *, error: BaseException | None, attempts: int,
+                       consumer_group: str) -> dict[str, str | bytes]:
+    """The fields of a dead-letter entry: the message as it was (its key, value and headers
+    laid out as in a shard, docs/protocol.md M5: bytes kept, M1), where it came from, and why
+    it failed."""
+    fields: dict[str, str | bytes] = {}
+    if message.key_bytes is not None:
+        fields["key"] = message.key_bytes
+    fields["value"] = message.value_bytes
+    for name, data in message.headers.items():
+        fields["h:" + name] = data
+    fields.update({"shard": message.shard, "id": message.id, "error": repr(error),
+                   "attempts": str(attempts), "consumerGroup": consumer_group,
+                   "memberId": message.member_id})
+    return fields
+
+
+class DeadMessage(Protocol):
+    """What a dead letter records of a message (a handler's `Message`)."""
+
+    @property
+    def shard(self) -> str: ...
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def key_bytes(self) -> bytes | None: ...
+
+    @property
+    def value_bytes(self) -> bytes: ...
+
+    @property
+    def headers(self) -> Mapping[str, bytes]: ...
+
+    @property
+    def member_id(self) -> str: ...
 
 
 class MarkerStore(Protocol):

@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import math
 import ssl
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
@@ -52,9 +52,18 @@ from rsc.common.errors import unwrap_single
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import is_cluster
 from rsc.member.backoff import Backoff
+from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, MessageTooLarge
 from rsc.member.notices import Notices, redis_problem, then
 from rsc.member.ops import produce_ops
-from rsc.member.producer_core import Adoption, Delivery, Next, ProducerCore, Refused, RoutingTable
+from rsc.member.producer_core import (
+    Adoption,
+    Delivery,
+    Next,
+    ProducerCore,
+    Record,
+    Refused,
+    RoutingTable,
+)
 from rsc.member.session import (
     ResponseUndecodable,
     Session,
@@ -73,7 +82,8 @@ from rsc.member.unrecoverable import (
 from rsc.member.workqueue import Signal
 from rsc.protocol import GetRouting, Routing
 
-__all__ = ["Producer", "RoutingTable", "RoutingUnavailable", "StoreMismatch", "open_producer"]
+__all__ = ["MessageTooLarge", "Producer", "Record", "RoutingTable", "RoutingUnavailable", "StoreMismatch",
+           "open_producer"]
 
 log = logging.getLogger(__name__)
 
@@ -120,12 +130,16 @@ class Producer:
                  client: redis.Redis, token: str | None = None, subscribe: bool = True,
                  routing_wait_s: float | None = None, notices: Notices | None = None,
                  ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
-                 min_replicas: int = 0) -> None:
+                 min_replicas: int = 0,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.coordinator_url = check_coordinator_url(coordinator_url)
         self._ca_file, self._ssl_context = ca_file, ssl_context  # for a wss:// coordinator
         self.redis_url = redis_url
         self.shown_url = redact_url(redis_url)  # K7: what lines say
         self.min_replicas = check_min_replicas(min_replicas, client)
+        if max_message_bytes < 1:
+            raise ValueError(f"max_message_bytes must be 1 or more, got {max_message_bytes}")
+        self.max_message_bytes = max_message_bytes  # M4
         self.holds_input = False  # K6: once True, a permanent Redis error is said, not raised
         self.stream_prefix = stream_prefix
         self.subscribe = subscribe
@@ -162,17 +176,22 @@ class Producer:
 
     # --- writing ---------------------------------------------------------------------
 
-    async def send(self, key: str, value: str) -> str:
-        """Write one message; return its stream entry id."""
-        return (await self.send_batch([(key, value)]))[0]
+    async def send(self, key: str | bytes | None, value: str | bytes,
+                   headers: Mapping[str, str | bytes] | None = None) -> str:
+        """Write one message; return its stream entry id once Redis has it. Key and value are
+        str (sent as UTF-8) or bytes (M1); a key None is keyless, spread over the shards (M3);
+        `headers` maps text names to str or bytes (M2)."""
+        return (await self.send_batch([(key, value, headers)]))[0]
 
-    async def send_batch(self, records: Sequence[tuple[str, str]]) -> list[str]:
-        """Write (key, value) records in one pipeline; return once Redis has them all."""
+    async def send_batch(self, records: Sequence[Record]) -> list[str]:
+        """Write (key, value) or (key, value, headers) records in one pipeline; return their
+        ids once Redis has them all. Before anything is sent, TypeError names the first
+        malformed record and MessageTooLarge the first over `max_message_bytes` (M4)."""
         return [entry_id for _, entry_id in await self.send_batch_located(records)]
 
-    async def send_batch_located(self, records: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    async def send_batch_located(self, records: Sequence[Record]) -> list[tuple[str, str]]:
         """Like `send_batch`, returning the (stream, entry id) where each record landed."""
-        delivery = self._core.delivery(records)
+        delivery = self._core.delivery(records, self.max_message_bytes)
         redis_backoff = Backoff(0.05, 2.0)
         refused_backoff = Backoff(0.05, 2.0)
         while not delivery.done:
@@ -203,7 +222,7 @@ class Producer:
                 await trio.sleep(redis_backoff.next())
         return delivery.located()
 
-    async def _write_replicated(self, writes: list[tuple[str, str, str]]) -> list[WriteResult]:
+    async def _write_replicated(self, writes: list[tuple[str, list[bytes]]]) -> list[WriteResult]:
         """K5: write, then WAIT on that connection until `min_replicas` replicas hold it all."""
         wanted = self.min_replicas
         results, waiter = await trio.to_thread.run_sync(
@@ -396,7 +415,9 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
                         token: str | None = None, routing_wait_s: float | None = None,
                         subscribe: bool = True, notices: Notices | None = None,
                         ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
-                        min_replicas: int = 0) -> AsyncIterator[Producer]:
+                        min_replicas: int = 0,
+                        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+                        ) -> AsyncIterator[Producer]:
     """A producer with its coordinator session (kept open), routing and Redis connection.
 
     Returns at once, even while the coordinator or Redis is down: writes wait for
@@ -405,7 +426,8 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
     version is refused (it still never loses a message). A malformed coordinator
     or Redis URL raises ValueError, and so does `min_replicas` below 0 (or above 0 on a
     Redis Cluster). `min_replicas=N`: a message is delivered once N replicas hold it
-    (K5, WAIT). A wss:// coordinator is verified against `ssl_context`,
+    (K5, WAIT). `max_message_bytes` (1 MiB by default) refuses larger messages before
+    sending them (M4). A wss:// coordinator is verified against `ssl_context`,
     else the system trust store and `ca_file` (default $RSC_CA_FILE); TlsFailed if it fails.
     """
     check_coordinator_url(coordinator_url)
@@ -414,7 +436,7 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
         producer = Producer(coordinator_url, redis_url, stream_prefix, client=client,
                             token=token, subscribe=subscribe, routing_wait_s=routing_wait_s,
                             notices=notices, ca_file=ca_file, ssl_context=ssl_context,
-                            min_replicas=min_replicas)
+                            min_replicas=min_replicas, max_message_bytes=max_message_bytes)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(producer.keep_session)

@@ -21,11 +21,17 @@ shell does next:
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+import itertools
+from collections.abc import Mapping, Sequence
 
 import attrs
 
+from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, Outgoing, entry_fields, outgoing
 from rsc.protocol import HASH_NAME, Routing, Status, shard_for_key
+
+Record = tuple[str | bytes | None, str | bytes] | tuple[str | bytes | None, str | bytes,
+                                                        Mapping[str, str | bytes] | None]
+"""What an application sends: (key, value) or (key, value, headers); a key None is keyless."""
 
 
 @attrs.frozen
@@ -35,8 +41,11 @@ class RoutingTable:
     version: int
     streams: tuple[str, ...]
 
-    def stream_for(self, key: str) -> str:
-        """The shard stream a partition key goes to."""
+    def stream_for(self, key: str | bytes | None, spread: int = 0) -> str:
+        """The shard stream a partition key goes to; a keyless message (None) to shard
+        `spread` mod the count (the producer's round robin, M3)."""
+        if key is None:
+            return self.streams[spread % len(self.streams)]
         return self.streams[shard_for_key(key, len(self.streams))]
 
 
@@ -90,6 +99,7 @@ class ProducerCore:
         self.retried = 0  # record writes sent again after a Redis error (may have landed)
         self.rerouted = 0  # record writes refused by a sealed or retired shard
         self._no_routing = False  # said that the prefix has no routing; not yet over
+        self._spread = itertools.count()  # M3: keyless messages go round the shards
 
     def adopt(self, message: Routing) -> Adoption:
         """Take a routing message (an answer to getRouting, or a push); raises ValueError for
@@ -110,24 +120,43 @@ class ProducerCore:
             return Adoption.ARRIVED
         return Adoption.ADOPTED
 
-    def delivery(self, records: Sequence[tuple[str, str]]) -> Delivery:
-        """One batch to deliver; raises TypeError naming the first record that is not a
-        (key, value) pair of strings, before anything is written."""
-        return Delivery(self, records)
+    def delivery(self, records: Sequence[Record],
+                 limit: int = DEFAULT_MAX_MESSAGE_BYTES) -> Delivery:
+        """One batch to deliver. Before anything is written, TypeError names the first record
+        that is not (key, value[, headers]) of str or bytes (a key None is keyless, M3), and
+        MessageTooLarge the first over `limit` bytes as stored (M4)."""
+        return Delivery(self, [_checked(index, record, limit)
+                               for index, record in enumerate(records)])
+
+    def spread(self) -> int:
+        """The next turn of the keyless round robin (M3)."""
+        return next(self._spread)
+
+
+def _checked(index: int, record: Record, limit: int) -> Outgoing:
+    where = f"record {index}: "
+    if not isinstance(record, tuple | list) or len(record) not in (2, 3):
+        raise TypeError(f"{where}expected (key, value) or (key, value, headers), got {record!r}")
+    key, value, *rest = record
+    headers = rest[0] if rest else None
+    if headers is not None and not isinstance(headers, Mapping):
+        raise TypeError(f"{where}headers: expected a mapping of names to str or bytes, "
+                        f"got {type(headers).__name__}")
+    return outgoing(key, value, headers, limit=limit, where=where)
 
 
 class Delivery:
     """One `send_batch`: which records still need a write, and where each one landed."""
 
-    def __init__(self, core: ProducerCore, records: Sequence[tuple[str, str]]) -> None:
-        for index, record in enumerate(records):
-            if len(record) != 2 or not all(isinstance(part, str) for part in record):
-                raise TypeError(f"record {index}: expected (key, value) strings, got {record!r}")
+    def __init__(self, core: ProducerCore, records: Sequence[Outgoing]) -> None:
         self._core = core
         self._records = records
+        self._fields = [entry_fields(record) for record in records]
+        # a keyless record keeps its turn of the round robin when it is written again
+        self._spread = [core.spread() if record.key is None else 0 for record in records]
         self._placed: list[tuple[str, str] | None] = [None] * len(records)
         self._todo = list(range(len(records)))
-        self._writes: list[tuple[str, str, str]] = []
+        self._writes: list[tuple[str, list[bytes]]] = []
         self.routing: RoutingTable | None = None  # the routing of the last write
         self.failure: Exception | None = None  # a server error of the last write, to be said
         self.refusal: tuple[str, Refused] | None = None  # the first refusal of the last write
@@ -137,11 +166,13 @@ class Delivery:
         """Redis has every record."""
         return not self._todo
 
-    def writes(self, routing: RoutingTable) -> list[tuple[str, str, str]]:
-        """The (shard, key, value) writes of every record not yet in Redis, routed by `routing`."""
+    def writes(self, routing: RoutingTable) -> list[tuple[str, list[bytes]]]:
+        """The (shard, entry fields) writes of every record not yet in Redis, routed by
+        `routing` (docs/protocol.md M5)."""
         self.routing = routing
-        records = self._records
-        self._writes = [(routing.stream_for(records[i][0]), *records[i]) for i in self._todo]
+        records, fields, spread = self._records, self._fields, self._spread
+        self._writes = [(routing.stream_for(records[i].key, spread[i]), fields[i])
+                        for i in self._todo]
         return self._writes
 
     def write_failed(self) -> Next:
@@ -156,7 +187,7 @@ class Delivery:
         again: list[int] = []
         refusals: list[tuple[str, Refused]] = []
         failure: Exception | None = None
-        for index, (stream, _, _), result in zip(self._todo, self._writes, results, strict=True):
+        for index, (stream, _), result in zip(self._todo, self._writes, results, strict=True):
             if isinstance(result, str):
                 self._placed[index] = (stream, result)
                 continue

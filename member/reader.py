@@ -62,7 +62,7 @@ class Reader:
         core = self.core
         config = core.config
         await core.store_ok.wait()  # no read before the storeId check (runtime.py)
-        ops = stream_ops(connect(config.redis_url), config.consumer_group, core.member_id,
+        ops = stream_ops(connect(config.redis_url, decode=False), config.consumer_group, core.member_id,
                         use_xackdel=core.server_xackdel)
         try:
             while True:

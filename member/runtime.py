@@ -35,7 +35,7 @@ from rsc.member.health import MemberStatus
 from rsc.member.heartbeat import leave, run_session
 from rsc.member.lag import poll_lag
 from rsc.member.ledger import Ledger
-from rsc.member.message import Handler, Message, Queued, new_message, queued_entries
+from rsc.member.message import Handler, Message, Queued, queued_entries
 from rsc.member.notices import Notices, redis_problem, then
 from rsc.member.reader import Reader
 from rsc.member.reconcile import MemberState
@@ -52,7 +52,7 @@ from rsc.member.workers import Workers
 
 __all__ = ["AckObserver", "EventCallback", "Handler", "InstanceFenced", "Member", "MemberConfig",
            "Message",
-           "Queued", "ReadObserver", "StoreMismatch", "new_message", "queued_entries"]
+           "Queued", "ReadObserver", "StoreMismatch", "queued_entries"]
 
 REDIS_TOPIC = "redis"
 PROBE_TIMEOUT_S = 2.0  # start-up calls (XACKDEL probe, storeId) give up on a silent Redis

@@ -67,8 +67,9 @@ class Entry:
 
 
 def connect(redis_url: str, *, timeout_s: float | None = None,
-            retries: bool = True) -> redis.Redis:
-    """A sync client decoding replies as UTF-8 text (hiredis when installed).
+            retries: bool = True, decode: bool = True) -> redis.Redis:
+    """A sync client decoding replies as UTF-8 text (hiredis when installed); with
+    `decode=False` replies stay bytes (the reader's: messages are bytes, M1).
 
     `timeout_s` bounds connecting and every reply; `retries=False` makes the
     first connection error or timeout raise, for callers that retry themselves
@@ -82,8 +83,8 @@ def connect(redis_url: str, *, timeout_s: float | None = None,
         options.update(socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
     if not retries:
         options.update(retry=Retry(NoBackoff(), 0))
-    return connect_any(redis_url, decode_responses=True, socket_keepalive=True,  # type: ignore[return-value]
-                       **options)
+    return connect_any(redis_url, decode_responses=decode,  # type: ignore[return-value]
+                       socket_keepalive=True, **options)
 
 
 def read_store_id(client: redis.Redis) -> str | None:
@@ -246,7 +247,7 @@ class StreamOps:
         """`claim_pending` unparsed: (cursor, [[id, [field, value, ...] or None], ...])."""
         reply = self._unparsed.xautoclaim(shard, self.consumer_group, self.consumer,
                                           min_idle_time=0, start_id=start, count=count)
-        return reply[0], [entry for entry in reply[1] if entry is not None]
+        return _text(reply[0]), [entry for entry in reply[1] if entry is not None]
 
     def ack(self, ids_by_shard: Mapping[str, Sequence[str]]) -> dict[str, int]:
         """Ack entries per shard in one pipeline; a shard answers NOT_OWNER if not ours."""
@@ -294,9 +295,13 @@ def _by_stream(reply: Any) -> list[tuple[str, list[FlatEntry]]]:
     """An XREADGROUP reply as [(stream, entries)], from RESP2 (a list) or RESP3 (a map)."""
     if not reply:
         return []
-    if isinstance(reply, dict):
-        return list(reply.items())
-    return [(stream, entries) for stream, entries in reply]
+    items = reply.items() if isinstance(reply, dict) else reply
+    return [(stream.decode() if stream.__class__ is bytes else stream, entries)
+            for stream, entries in items]
+
+
+def _text(word: str | bytes) -> str:
+    return word.decode() if word.__class__ is bytes else word  # type: ignore[union-attr,return-value]
 
 
 def pairs(flat: Sequence[str] | Mapping[str, str] | None) -> dict[str, str]:
@@ -366,7 +371,7 @@ class ProduceOps:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
 
-    def write_and_wait(self, records: Sequence[tuple[str, str, str]], replicas: int,
+    def write_and_wait(self, records: Sequence[tuple[str, list[bytes]]], replicas: int,
                        timeout_ms: int) -> tuple[list[WriteResult], ReplicaWait]:
         """`write`, then WAIT for `replicas` on the connection that wrote, in one round trip.
 
@@ -375,7 +380,7 @@ class ProduceOps:
         """
         load_all(self.client, [PRODUCE_SCRIPT])
         connection = self.client.connection_pool.get_connection()
-        calls = [([shard, seal_key(shard)], [key, value]) for shard, key, value in records]
+        calls = [([shard, seal_key(shard)], fields) for shard, fields in records]
         waiter = ReplicaWait(self.client, connection, 0)
         try:
             replies = self._send_on(connection, calls, replicas, timeout_ms)
@@ -396,7 +401,7 @@ class ProduceOps:
         waiter.replicas = int(replies[-1])
         return [write_result(reply) for reply in replies[:-1]], waiter
 
-    def _send_on(self, connection: Any, calls: Sequence[tuple[Sequence[str], Sequence[str]]],
+    def _send_on(self, connection: Any, calls: Sequence[tuple[Sequence[str], Sequence[bytes]]],
                  replicas: int, timeout_ms: int) -> list[Any]:
         """The script calls and a WAIT in one packet on `connection`; error replies in place."""
         words: list[Sequence[Any]] = [("EVALSHA", PRODUCE_SCRIPT.sha, len(keys), *keys, *args)
@@ -411,21 +416,21 @@ class ProduceOps:
                 replies.append(exc)
         return replies
 
-    def write(self, records: Sequence[tuple[str, str, str]]) -> list[WriteResult]:
-        """XADD each (shard, key, value) in one pipeline; per record its id or why not.
+    def write(self, records: Sequence[tuple[str, list[bytes]]]) -> list[WriteResult]:
+        """XADD each (shard, entry fields) in one pipeline; per record its id or why not.
 
         An error of the whole round trip (connection, timeout) is raised.
         """
         if not records:
             return []
-        calls = [([shard, seal_key(shard)], [key, value]) for shard, key, value in records]
+        calls = [([shard, seal_key(shard)], fields) for shard, fields in records]
         return [write_result(result) for result in PRODUCE_SCRIPT.run_on(self.client, calls)]
 
     def prepare(self) -> None:
         """Load the script now (before a producer accepts input)."""
         load_all(self.client, [PRODUCE_SCRIPT])
 
-    def add_raw(self, stream: str, fields: Mapping[str, str]) -> str:
+    def add_raw(self, stream: str, fields: Mapping[str, str | bytes]) -> str:
         """A plain XADD (dead-letter stream)."""
         entry: dict[Any, Any] = dict(fields)
         return str(self.client.xadd(stream, entry))

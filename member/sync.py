@@ -21,11 +21,11 @@ from __future__ import annotations
 import atexit
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rsc.common.trio_thread import LoopClosed, TrioThread
-from rsc.member.producer import Producer, RoutingTable
+from rsc.member.producer import Producer, Record, RoutingTable
 from rsc.member.producer import open_producer as open_trio_producer
 
 __all__ = ["ProducerClosed", "SyncProducer", "open_producer"]
@@ -60,12 +60,14 @@ class SyncProducer:
     def routing(self) -> RoutingTable | None:
         return self.producer.routing
 
-    def send(self, key: str, value: str) -> str:
-        """Write one message; its stream entry id once Redis has it."""
-        return self.send_batch([(key, value)])[0]
+    def send(self, key: str | bytes | None, value: str | bytes,
+             headers: Mapping[str, str | bytes] | None = None) -> str:
+        """Write one message (as the trio producer's `send`); its entry id once Redis has it."""
+        return self.send_batch([(key, value, headers)])[0]
 
-    def send_batch(self, records: Sequence[tuple[str, str]]) -> list[str]:
-        """Write (key, value) records in one pipeline; their ids once Redis has them all."""
+    def send_batch(self, records: Sequence[Record]) -> list[str]:
+        """Write (key, value[, headers]) records in one pipeline; their ids once Redis has them
+        all."""
         try:
             return self._loop.call(self.producer.send_batch, list(records))
         except LoopClosed:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from rsc.member.ledger import Verdict
-from rsc.member.message import MESSAGE_SETTERS, Handler, Message, new_message
+from rsc.member.message import Handler, Message
 from rsc.member.ops import produce_ops
 from rsc.member.policies import NO_RETRY, AckPolicy, DeadLetter, RetryLater, dead_letter_fields
 from rsc.member.reconcile import NO_ACTIONS, Actions
@@ -81,10 +81,13 @@ class WorkerPool:
 
     log = log  # a handler's failures are logged here (each host its own logger)
 
-    def _failed(self, core: MemberCore, message: Message, attempt: int, error: BaseException) -> None:
+    def _failed(self, core: MemberCore, message: Message, attempt: int, error: BaseException, *,
+                final: bool) -> None:
+        """A handler call failed: one line per attempt, the traceback once, with the last."""
         core.stats.failed += 1
-        self.log.warning("member %s: handler failed on %s %s (attempt %d): %r", core.member_id,
-                         message.shard, message.id, attempt, error)
+        self.log.warning("member %s: handler failed on %s %s (attempt %d%s): %r", core.member_id,
+                         message.shard, message.id, attempt, ", the last" if final else "", error,
+                         exc_info=error if final else None)
 
     # --- the shared part -------------------------------------------------------------
 
@@ -124,8 +127,6 @@ class WorkerPool:
         traced = core.trace is not None
         allowed = Verdict.ALLOWED
         pop, wait, done = queue.pop, queue.wait, queue.done
-        set_shard, set_id, set_key, set_value, set_fields, set_member, set_attempt = MESSAGE_SETTERS
-        new = object.__new__
         config = core.config
         fast = self.is_async and config.retry is None and config.ack_policy is AckPolicy.AFTER
         since_checkpoint = 0
@@ -135,7 +136,7 @@ class WorkerPool:
                 since_checkpoint = 0
                 await wait(index)
                 continue
-            (shard, key), entry_id, fields, value, generation = entry
+            (shard, _order), entry_id, key, value, headers, generation = entry
             now = clock()
             verdict, actions = start_handler(shard, generation, now)  # D1, in one call
             if verdict is not allowed or traced:
@@ -143,14 +144,7 @@ class WorkerPool:
                 if verdict is not allowed:
                     done(entry)
                     continue
-            message = new(Message)  # as Message(...), without attrs' frozen __init__
-            set_shard(message, shard)
-            set_id(message, entry_id)
-            set_key(message, key)
-            set_value(message, value)
-            set_fields(message, fields)
-            set_member(message, member_id)
-            set_attempt(message, 1)
+            message = Message(shard, entry_id, key, value, member_id, headers, 1)
             core.busy += 1
             handled = False
             try:
@@ -162,7 +156,7 @@ class WorkerPool:
                     except BaseException as exc:  # noqa: BLE001 - a handler's failure is data
                         if stopping(exc):
                             raise
-                        failed(core, message, 1, exc)
+                        failed(core, message, 1, exc, final=True)
                 else:
                     handled = await self.process(message, generation)
                 if handled:  # the acker admits it again right before acking
@@ -229,12 +223,12 @@ class WorkerPool:
                 if self._stopping(exc):
                     raise
                 error = exc
-            self._failed(core, first, message.attempt, error)
             step = retry.after_failure(message.attempt)
+            self._failed(core, first, message.attempt, error,
+                         final=not isinstance(step, RetryLater))
             if isinstance(step, RetryLater):
                 await self._sleep(step.delay_s)
-                message = new_message(first.shard, first.id, first.key, first.value,
-                                      dict(first.fields), first.member_id, step.attempt)
+                message = message._replace(attempt=step.attempt)
                 continue
             if isinstance(step, DeadLetter):
                 if not self.admit(first.shard, generation, "dead letter"):
@@ -245,10 +239,8 @@ class WorkerPool:
 
     async def dead_letter(self, message: Message, step: DeadLetter, error: BaseException) -> None:
         core = self.core
-        fields = dead_letter_fields(shard=message.shard, entry_id=message.id, key=message.key,
-                                    value=message.value, error=error, attempts=step.attempts,
-                                    consumer_group=core.config.consumer_group,
-                                    member_id=core.member_id)
+        fields = dead_letter_fields(message, error=error, attempts=step.attempts,
+                                    consumer_group=core.config.consumer_group)
         await self._in_thread(self.dead_letters.add_raw, step.stream, fields)
         core.stats.dead_lettered += 1
 

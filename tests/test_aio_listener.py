@@ -85,7 +85,7 @@ async def test_async_handler_consumes_in_key_order_on_the_loop_and_leaves(coordi
             libraries.add(sniffio.current_async_library())
             tasks.add(asyncio.current_task() is not None)
             await asyncio.sleep(0)
-            seen.append((message.key, message.value))
+            seen.append((message.key or "", message.value))
 
         async with handle.running():
             status = handle.status().to_json()
@@ -114,7 +114,7 @@ async def test_sync_handler_runs_in_a_worker_thread(coordinator):
         @listener(PREFIX, GROUP, coordinator_url=url, redis_url=redis_url)
         def handle(message: Message) -> None:
             threads.add(threading.get_ident())
-            seen.append((message.key, message.value))
+            seen.append((message.key or "", message.value))
 
         async with handle.running():
             await until(lambda: len(seen) >= total)
@@ -301,7 +301,7 @@ async def test_producer_sends_and_a_listener_of_the_same_loop_consumes(coordinat
     async def main() -> tuple[str, list[str], list[tuple[str, str]]]:
         @listener(PREFIX, GROUP, coordinator_url=url, redis_url=redis_url)
         async def handle(message: Message) -> None:
-            seen.append((message.shard, message.id, message.key, message.value))
+            seen.append((message.shard, message.id, message.key or "", message.value))
 
         async with open_producer(url, redis_url, PREFIX) as producer, handle.running():
             solo = await producer.send("solo", "first")

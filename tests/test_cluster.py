@@ -34,6 +34,7 @@ from rsc.member.streams import (
     supports_xackdel,
 )
 from rsc.protocol.routing import owner_key, seal_key, stream_key
+from tests.test_member_support import entry
 
 pytestmark = pytest.mark.cluster
 
@@ -277,10 +278,10 @@ def test_cluster_ops_produce_read_ack_and_lag_across_the_masters(cluster_url: st
         shards = _cluster_shards(client)
         producer = produce_ops(client)  # the factories pick the cluster variants
         assert isinstance(producer, ClusterProduceOps)
-        ids = producer.write([(shard, f"k{i}", str(i)) for i, shard in enumerate(shards * 3)])
+        ids = producer.write([entry(shard, f"k{i}", str(i)) for i, shard in enumerate(shards * 3)])
         assert all(isinstance(entry_id, str) for entry_id in ids)
         client.set(seal_key(shards[0]), "1")
-        assert producer.write([(shards[0], "k", "v"), (shards[1], "k", "v")])[0] is Refused.SEALED
+        assert producer.write([entry(shards[0], "k", "v"), entry(shards[1], "k", "v")])[0] is Refused.SEALED
         ops = stream_ops(client, GROUP, "member-a")
         assert isinstance(ops, ClusterStreamOps)
         assert ops.lag(shards) == {shard: 3 + (shard == shards[1]) for shard in shards}
@@ -312,7 +313,7 @@ def test_cluster_read_waits_at_most_block_ms(cluster_url: str) -> None:
         assert ops.read_new_raw(shards, count=10, block_ms=300) == []
         assert 0.29 <= time.monotonic() - started < 1.5
         assert ops.read_new_raw(shards, count=10, block_ms=0) == []
-        ClusterProduceOps(client).write([(shards[3], "k", "v")])
+        ClusterProduceOps(client).write([entry(shards[3], "k", "v")])
         assert [shard for shard, _ in ops.read_new_raw(shards, count=10, block_ms=300)] == [shards[3]]
     finally:
         client.close()
@@ -322,7 +323,7 @@ def test_cluster_claim_pending_takes_over_another_members_entries(cluster_url: s
     client = _cluster_client(cluster_url)
     try:
         shard = _cluster_shards(client, 1)[0]
-        ClusterProduceOps(client).write([(shard, f"k{i}", "v") for i in range(5)])
+        ClusterProduceOps(client).write([entry(shard, f"k{i}", "v") for i in range(5)])
         ClusterStreamOps(client, GROUP, "member-a").read_new_raw([shard], count=10, block_ms=0)
         ops = ClusterStreamOps(client, GROUP, "member-b")
         cursor, claimed = ops.claim_pending_raw(shard, "0-0", count=10)
@@ -339,7 +340,7 @@ def test_a_slot_migration_is_followed_through_ask_and_moved(cluster_url: str,
         shards = _cluster_shards(client, 3)
         shard = shards[0]
         producer, ops = ClusterProduceOps(client), ClusterStreamOps(client, GROUP, "member-a")
-        producer.write([(s, "k", "before") for s in shards])
+        producer.write([entry(s, "k", "before") for s in shards])
         source = redis_cluster.node_of(shard)
         target = next(node for node in redis_cluster.masters() if node is not source)
         slot = client.keyslot(shard)
@@ -348,12 +349,12 @@ def test_a_slot_migration_is_followed_through_ask_and_moved(cluster_url: str,
             during = ops.read_new_raw(shards, count=10, block_ms=0)  # one key: ASKING, then read
             assert sorted(s for s, _ in during) == sorted(shards)
             # a script over two keys of a slot being migrated: TRYAGAIN until it ends
-            assert isinstance(producer.write([(shard, "k", "during")])[0], TryAgainError)
+            assert isinstance(producer.write([entry(shard, "k", "during")])[0], TryAgainError)
         finally:  # the session's cluster must come out of it whole
             for node in (target, source, *redis_cluster.masters()):
                 with node.client() as c:
                     c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
-        assert isinstance(producer.write([(shard, "k", "after")])[0], str)  # stale map: MOVED
+        assert isinstance(producer.write([entry(shard, "k", "after")])[0], str)  # stale map: MOVED
         after = ops.read_new_raw([shard], count=10, block_ms=0)
         ids: dict[str, list[str]] = {}
         for s, entries in during + after:
@@ -378,7 +379,8 @@ def test_shard_operations_run_per_shard_on_every_master(cluster_url: str,
     try:
         shards = _cluster_shards(client)
         assert len({redis_cluster.node_of(shard).port for shard in shards}) == 3
-        ClusterProduceOps(client).write([(shard, f"k{i}", "v") for i in range(5) for shard in shards])
+        ClusterProduceOps(client).write([entry(shard, f"k{i}", "v") for i in range(5)
+                                         for shard in shards])
         shard_ops.load_scripts(client)
         for node in redis_cluster.masters():  # a master without the scripts: loaded again
             with node.client() as plain:

@@ -3,14 +3,13 @@ chunked and script-cached acks, batching, and key order with real parallelism.""
 
 from __future__ import annotations
 
-import attrs
 import pytest
 import trio
 
 import rsc.member.streams as streams_module
 from rsc.member.listener import Listener
 from rsc.member.ordering import KeyOrderedQueue
-from rsc.member.runtime import Message, new_message, queued_entries
+from rsc.member.runtime import Message, queued_entries
 from rsc.member.streams import StreamOps, connect
 from rsc.protocol import owner_key
 from tests.test_member_support import pending_count, set_shards, write_messages
@@ -18,26 +17,33 @@ from tests.test_member_support import pending_count, set_shards, write_messages
 SHARD, GROUP = "{orders:v1:0}", "billing"
 
 
-def test_new_message_is_a_frozen_message_equal_to_one_built_normally():
-    fields = {"key": "k", "value": "v"}
-    fast = new_message("s", "1-0", "k", "v", fields, "m")
-    assert fast == Message(shard="s", id="1-0", key="k", value="v", fields=fields, member_id="m")
-    assert fast.attempt == 1 and type(fast) is Message
-    with pytest.raises(attrs.exceptions.FrozenInstanceError):
-        fast.value = "changed"  # type: ignore[misc]
+def test_a_message_is_immutable_and_gives_both_forms_of_key_and_value():
+    message = Message("s", "1-0", "clé".encode(), b"\xff\x00v", "m", {"trace": b"t"})
+    assert (message.key, message.key_bytes) == ("clé", "clé".encode())
+    assert message.value_bytes == b"\xff\x00v" and message.value == "\ufffd\x00v"
+    assert message.attempt == 1 and message.headers == {"trace": b"t"}
+    assert message.fields == {"key": "clé", "value": "\ufffd\x00v", "h:trace": "t"}
+    assert message._replace(attempt=2).attempt == 2 and message.attempt == 1
+    with pytest.raises(AttributeError):
+        message.value_bytes = b"changed"  # type: ignore[misc]
+    assert Message("s", "2-0", None, b"v", "m").key is None  # keyless (M3)
 
 
 def test_queued_entries_from_server_replies():
-    entries = [["1-0", ["key", "a", "value", "x"]],
-               ["2-0", ["value", "y", "key", "b"]],
-               ["3-0", ["key", "c", "value", "z", "extra", "e"]],
-               ["4-0", None],
+    entries = [[b"1-0", [b"key", b"a", b"value", b"x"]],
+               [b"2-0", [b"value", b"y", b"key", b"b"]],
+               [b"3-0", [b"key", b"c", b"value", b"z", b"h:trace", b"t"]],
+               [b"4-0", [b"value", b"keyless"]],
+               ["5-0", ["key", "d", "value", "text reply"]],
+               [b"6-0", None],
                [None, None]]
     assert queued_entries("s", entries, 7) == [
-        (("s", "a"), "1-0", {"key": "a", "value": "x"}, "x", 7),
-        (("s", "b"), "2-0", {"value": "y", "key": "b"}, "y", 7),
-        (("s", "c"), "3-0", {"key": "c", "value": "z", "extra": "e"}, "z", 7),
-        (("s", ""), "4-0", {}, "", 7),
+        (("s", b"a"), "1-0", b"a", b"x", {}, 7),
+        (("s", b"b"), "2-0", b"b", b"y", {}, 7),
+        (("s", b"c"), "3-0", b"c", b"z", {"trace": b"t"}, 7),
+        (("s", "4-0"), "4-0", None, b"keyless", {}, 7),  # keyless: ordered by nothing but itself
+        (("s", b"d"), "5-0", b"d", b"text reply", {}, 7),
+        (("s", "6-0"), "6-0", None, b"", {}, 7),
     ]
 
 
@@ -145,6 +151,7 @@ async def test_different_keys_run_in_parallel_and_each_key_in_order(coordinator)
 
     async def handle(message: Message) -> None:
         nonlocal most_at_once
+        assert message.key is not None
         assert message.key not in running, "one key runs one message at a time"
         running.add(message.key)
         most_at_once = max(most_at_once, len(running))

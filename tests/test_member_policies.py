@@ -45,9 +45,15 @@ def test_a_policy_that_cannot_run_is_refused_naming_the_field(options):
 
 
 def test_a_dead_letter_names_where_the_message_came_from_and_why_it_failed():
-    fields = dead_letter_fields(shard="{orders:v1:0}", entry_id="1-0", key="k", value="v",
-                                error=RuntimeError("cannot"), attempts=3, consumer_group="billing",
-                                member_id="m-1")
-    assert fields == {"shard": "{orders:v1:0}", "id": "1-0", "key": "k", "value": "v",
+    from rsc.member.message import Message
+
+    message = Message("{orders:v1:0}", "1-0", b"k", b"\xff v", "m-1", {"trace": b"t"})
+    fields = dead_letter_fields(message, error=RuntimeError("cannot"), attempts=3,
+                                consumer_group="billing")
+    assert fields == {"key": b"k", "value": b"\xff v", "h:trace": b"t",  # as in a shard (M1, M5)
+                      "shard": "{orders:v1:0}", "id": "1-0",
                       "error": "RuntimeError('cannot')", "attempts": "3",
                       "consumerGroup": "billing", "memberId": "m-1"}
+    keyless = dead_letter_fields(Message("s", "2-0", None, b"v", "m-1"), error=None, attempts=1,
+                                 consumer_group="billing")
+    assert "key" not in keyless and keyless["value"] == b"v"

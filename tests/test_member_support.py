@@ -40,6 +40,11 @@ async def wait_for_stable_members(url: str, prefix: str, group: str, members: in
                 await trio.sleep(0.05)
 
 
+def entry(shard: str, key: str, value: str) -> tuple[str, list[bytes]]:
+    """One write of ProduceOps: the shard and the entry's fields (docs/protocol.md M5)."""
+    return shard, [b"key", key.encode(), b"value", value.encode()]
+
+
 def write_messages(redis_url: str, streams: tuple[str, ...],
                    records: list[tuple[str, str]]) -> None:
     """XADD (key, value) records to their shards directly, in pipelines (test data setup)."""
@@ -48,7 +53,7 @@ def write_messages(redis_url: str, streams: tuple[str, ...],
         ops = produce_ops(client)  # a cluster client gets the cluster commands
         for start in range(0, len(records), 1000):
             chunk = records[start:start + 1000]
-            ops.write([(streams[shard_for_key(k, len(streams))], k, v) for k, v in chunk])
+            ops.write([entry(streams[shard_for_key(k, len(streams))], k, v) for k, v in chunk])
     finally:
         client.close()
 

@@ -31,7 +31,7 @@ from rsc.member.streams import (
 )
 from rsc.protocol import Routing, Status, seal_key, shard_for_key
 from tests.conftest import FAST, RunningCoordinator
-from tests.test_member_support import set_shards
+from tests.test_member_support import entry, set_shards
 from tests.test_producer_faults import RedisProcess
 
 
@@ -112,7 +112,7 @@ async def test_write_to_a_retired_stream_is_refused_not_recreated(redis_url):
     """A retired version's streams are deleted; a stale write must not bring one back."""
     client = connect(redis_url)
     try:
-        results = ProduceOps(client).write([("{orders:v1:0}", "k", "v")])
+        results = ProduceOps(client).write([entry("{orders:v1:0}", "k", "v")])
         assert results == [Refused.MISSING]
         assert client.exists("{orders:v1:0}") == 0
     finally:

@@ -34,6 +34,11 @@ def core_at(version: int = 1, streams: tuple[str, ...] = V1) -> ProducerCore:
     return core
 
 
+def fields(key: str, value: str) -> list[bytes]:
+    """A record's entry fields (docs/protocol.md M5)."""
+    return [b"key", key.encode(), b"value", value.encode()]
+
+
 def ids(count: int, start: int = 1) -> list[str]:
     return [f"{n}-0" for n in range(start, start + count)]
 
@@ -101,10 +106,10 @@ def test_d2_a_delivery_is_done_once_redis_has_every_record_where_it_landed():
     core = core_at()
     delivery = core.delivery(RECORDS)
     writes = delivery.writes(core.routing)
-    assert writes == [(V1[shard_for_key(key, 2)], key, value) for key, value in RECORDS]
+    assert writes == [(V1[shard_for_key(key, 2)], fields(key, value)) for key, value in RECORDS]
     assert delivery.on_results(ids(3)) is Next.DONE
     assert delivery.done and core.sent == 3
-    landed = [(stream, entry) for (stream, _, _), entry in zip(writes, ids(3), strict=True)]
+    landed = [(stream, entry) for (stream, _), entry in zip(writes, ids(3), strict=True)]
     assert delivery.located() == landed
 
 
@@ -125,7 +130,7 @@ def test_d2_a_record_the_server_failed_is_written_again_the_others_are_kept():
     failure = ConnectionError("READONLY")
     assert delivery.on_results(["1-0", failure, "3-0"]) is Next.REDIS_BACKOFF
     assert delivery.failure is failure and (core.sent, core.retried) == (2, 1)
-    assert [key for _, key, _ in delivery.writes(core.routing)] == ["b"]
+    assert [written for _, written in delivery.writes(core.routing)] == [fields("b", "2")]
     assert delivery.on_results(["2-0"]) is Next.DONE
     assert delivery.failure is None
     assert [entry for _, entry in delivery.located()] == ["1-0", "2-0", "3-0"], "in the order given"
@@ -143,8 +148,8 @@ def test_r5_a_refused_write_asks_for_routing_then_goes_to_its_shard_of_the_new_v
     assert core.rerouted == 2 and core.sent == 1 and core.retried == 0
     core.adopt(routing(2, V2))  # the answer to the refresh
     assert delivery.refreshed() is Next.REROUTE
-    assert delivery.writes(core.routing) == [(V2[shard_for_key("a", 4)], "a", "1"),
-                                             (V2[shard_for_key("c", 4)], "c", "3")]
+    assert delivery.writes(core.routing) == [(V2[shard_for_key("a", 4)], fields("a", "1")),
+                                             (V2[shard_for_key("c", 4)], fields("c", "3"))]
     assert delivery.on_results(["5-0", "6-0"]) is Next.DONE
     assert [stream.startswith("{orders:v2") for stream, _ in delivery.located()] == [
         True, False, True]
@@ -178,3 +183,35 @@ def test_r5_refusals_and_server_errors_in_one_write_re_route_first():
     delivery.writes(core.routing)
     assert delivery.on_results([Refused.SEALED, TimeoutError("t"), "3-0"]) is Next.REFRESH
     assert (core.rerouted, core.retried, core.sent) == (1, 1, 1)
+
+
+# --- M1..M4: what a record may be ----------------------------------------------------------------
+
+
+def test_m1_m2_bytes_and_headers_are_written_as_the_entry_fields():
+    core = core_at()
+    delivery = core.delivery([(b"\x00k", b"\xff", {"trace": "t1"})])
+    [(stream, written)] = delivery.writes(core.routing)
+    assert stream == V1[shard_for_key(b"\x00k", 2)]
+    assert written == [b"key", b"\x00k", b"value", b"\xff", b"h:trace", b"t1"]
+
+
+def test_m3_keyless_records_go_round_the_shards_and_keep_their_turn_when_written_again():
+    core = core_at()
+    delivery = core.delivery([(None, str(n)) for n in range(4)])
+    writes = delivery.writes(core.routing)
+    assert [stream for stream, _ in writes] == [V1[0], V1[1], V1[0], V1[1]]
+    assert all(written[0] == b"value" for _, written in writes), "no key field"
+    delivery.write_failed()
+    assert delivery.writes(core.routing) == writes, "the same shards on a retry"
+    following = core.delivery([(None, "next")]).writes(core.routing)
+    assert following[0][0] == V1[0], "the round robin goes on"
+
+
+def test_m4_a_record_over_the_limit_is_refused_by_number_before_anything_is_written():
+    from rsc.member.entry import MessageTooLarge
+
+    core = core_at()
+    with pytest.raises(MessageTooLarge, match="record 1: message of 11 bytes"):
+        core.delivery([("a", "1"), ("a", "x" * 10)], limit=10)
+    assert (core.sent, core.retried) == (0, 0)

@@ -36,7 +36,7 @@ class Record:
     sealed_at: dict[str, tuple[int, int]] = attrs.field(factory=dict)  # old stream -> last id at seal
 
     async def handle(self, message: Message) -> None:
-        self.processed.append((message.shard, message.id, message.key, message.value))
+        self.processed.append((message.shard, message.id, message.key or "", message.value))
 
 
 def parse_id(text: str) -> tuple[int, int]:
