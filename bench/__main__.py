@@ -26,6 +26,7 @@ from bench import (
     hotpath,
     latency,
     membership,
+    min_replicas,
     prefixes,
     procs,
     rebalance,
@@ -71,6 +72,7 @@ SCENARIOS: dict[str, Scenario] = {
     "tls": tls_cost.run,
     "hosts": hosts.run,
     "prefixes": prefixes.run,
+    "replicas": min_replicas.run,
     "latency": latency.run,
     "rebalance": rebalance.run,
 }

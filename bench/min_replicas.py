@@ -15,11 +15,13 @@ import argparse
 import json
 import statistics
 import time
+from pathlib import Path
 
 import trio
 
 from bench.dataplane import _set_shards
 from bench.procs import start_coordinator
+from bench.report import Progressor, ScenarioResult
 from rsc.common.redis_server import SentinelGroup, server_binary
 from rsc.member.producer import open_producer
 
@@ -67,3 +69,27 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
+    """The `replicas` scenario of `python -m bench`: K5's cost, in the targets table."""
+    result = ScenarioResult("replicas", "K5: producer throughput with --min-replicas 1 against 0",
+                            columns=["messages", "batch", "min-replicas 0 msg/s",
+                                     "min-replicas 1 msg/s", "1 / 0"])
+    messages, rounds = (4000, 3) if quick else (20000, 5)
+    rows = []
+    with progress.scenario("replicas", steps=2):
+        for batch in (100, 1):
+            progress.step(f"batch {batch}")
+            count = messages if batch > 1 else messages // 10
+            measured = trio.run(measure, count, batch, rounds)
+            rows.append(measured)
+            result.rows.append([count, batch, measured["min_replicas_0_per_s"],
+                                measured["min_replicas_1_per_s"], measured["ratio_1_to_0"]])
+    result.data = {"rows": rows}
+    for measured in rows:
+        result.target(f"--min-replicas 1 / 0, batches of {measured['batch']}", "(reported)",
+                      f"{measured['ratio_1_to_0']:.2f}x", None)
+    result.notes.append("a local replica on loopback: WAIT costs one round trip per batch here; "
+                        "over a network it costs the replica's replication lag")
+    return result
