@@ -24,7 +24,7 @@ from rsc.member.notices import Notices
 from rsc.member.producer import open_producer
 from tests.conftest import start_coordinator
 from tests.processes import ROOT
-from tests.test_member_support import set_shards
+from tests.test_member_support import entry, set_shards
 
 PREFIX, GROUP = "replicated", "readers"
 
@@ -125,7 +125,7 @@ async def test_k5_wait_runs_on_the_connection_that_wrote(replicated_redis):
         ops = ProduceOps(client)
         replica = group.replica_nodes()[0]
         replica.stop()
-        results, waiter = ops.write_and_wait([("{s}:v1:0", "k", "v")], 1, 200)
+        results, waiter = ops.write_and_wait([entry("{s}:v1:0", "k", "v")], 1, 200)
         try:
             assert isinstance(results[0], str) and waiter.replicas == 0
             assert waiter.wait(1, 200) == 0  # still none: the same connection's write
