@@ -20,6 +20,11 @@ Before its first read each member checks that its Redis is the coordinator's
 caller that checked already). A join refused by a coordinator cap is retried
 with backoff and said once as a warning (and a `join refused` event).
 
+`codec=` (rsc/member/codecs.py: "json", a pydantic model or a msgspec Struct class, or a
+codec object) decodes each value before the handler, which then takes the value, or the
+value and the message; a value that does not decode goes to the retry policy's dead-letter
+stream with the error named, without retries in place.
+
 Static membership (S1..S6): `instance_id="pod-0"` makes the members static (with
 `concurrency=N`, member `i` uses `pod-0-i`). Then `stop()` leaves for a while
 (memberEpoch -2, S2): the group keeps the shards for a member that comes back
@@ -39,6 +44,7 @@ import trio
 
 from rsc.common.errors import leaves
 from rsc.common.tls import TlsFailed
+from rsc.member.codecs import AnyHandler, codec_for, typed_handler
 from rsc.member.health import ListenerStatus, listener_status
 from rsc.member.ids import make_member_id
 from rsc.member.notices import Notices
@@ -59,7 +65,7 @@ from rsc.protocol.messages import FieldValueError, check_name
 class Listener:
     """N members of one group running one handler."""
 
-    def __init__(self, handler: Handler, *, stream_prefix: str, consumer_group: str,
+    def __init__(self, handler: AnyHandler, *, stream_prefix: str, consumer_group: str,
                  coordinator_url: str, redis_url: str, concurrency: int = 1,
                  runtime_max_concurrency: int = 4, ack_policy: AckPolicy = AckPolicy.AFTER,
                  retry: RetryPolicy | None = None, token: str | None = None,
@@ -70,7 +76,7 @@ class Listener:
                  ack_observer: AckObserver | None = None,
                  check_store_id: bool = True, notices: Notices | None = None,
                  ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
-                 instance_id: str | None = None) -> None:
+                 instance_id: str | None = None, codec: object | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if runtime_max_concurrency < 1:
@@ -84,6 +90,7 @@ class Listener:
                 except FieldValueError as exc:
                     raise ValueError(f"instance_id {instance_id!r}: {exc}") from None
         self.handler = handler
+        run: Handler = handler if codec is None else typed_handler(handler, codec_for(codec))
         self._running = False
         self._stopping = False
         self._failure: str | None = None
@@ -96,7 +103,7 @@ class Listener:
                                 read_count=read_count, block_ms=block_ms,
                                 check_store_id=check_store_id, ca_file=ca_file,
                                 ssl_context=ssl_context),
-                   handler, on_event=on_event, read_observer=read_observer,
+                   run, on_event=on_event, read_observer=read_observer,
                    ack_observer=ack_observer, notices=notices)
             for member_id, instance in zip(ids[:concurrency], instances, strict=False)
         ]
@@ -163,10 +170,10 @@ def member_instance_ids(instance_id: str | None, concurrency: int) -> list[str |
 
 
 def listener(stream_prefix: str, consumer_group: str, **options: object
-             ) -> Callable[[Handler], Listener]:
+             ) -> Callable[[AnyHandler], Listener]:
     """Decorator form of `Listener`: `@listener("orders", "billing", coordinator_url=..., ...)`."""
 
-    def wrap(handler: Handler) -> Listener:
+    def wrap(handler: AnyHandler) -> Listener:
         return Listener(handler, stream_prefix=stream_prefix, consumer_group=consumer_group,
                         **options)  # type: ignore[arg-type]
 

@@ -41,9 +41,9 @@ from __future__ import annotations
 import logging
 import math
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
-from typing import TypeVar
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, TypeVar, cast
 
 import redis
 import trio
@@ -52,6 +52,7 @@ from rsc.common.errors import unwrap_single
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import is_cluster
 from rsc.member.backoff import Backoff
+from rsc.member.codecs import Codec, codec_for, encode_records
 from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, MessageTooLarge
 from rsc.member.notices import Notices, redis_problem, then
 from rsc.member.ops import produce_ops
@@ -83,7 +84,7 @@ from rsc.member.workqueue import Signal
 from rsc.protocol import GetRouting, Routing
 
 __all__ = ["MessageTooLarge", "Producer", "Record", "RoutingTable", "RoutingUnavailable", "StoreMismatch",
-           "open_producer"]
+           "TypedRecord", "open_producer"]
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,12 @@ REDIS_TIMEOUT_S = 5.0  # a stalled Redis is noticed (and said) after this long
 WAIT_TIMEOUT_MS = 1000  # one WAIT of min_replicas (K5); a shortfall waits again
 REQUEST_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 5.0
+
+
+TypedRecord = (tuple[str | bytes | None, Any]
+               | tuple[str | bytes | None, Any, Mapping[str, str | bytes] | None])
+"""A record of a producer with a codec: (key, value[, headers]), the value what the codec
+encodes (without a codec: str or bytes, a `Record`)."""
 
 
 class RoutingUnavailable(Exception):
@@ -131,7 +138,9 @@ class Producer:
                  routing_wait_s: float | None = None, notices: Notices | None = None,
                  ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
                  min_replicas: int = 0,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 codec: object | None = None) -> None:
+        self.codec: Codec | None = None if codec is None else codec_for(codec)
         self.coordinator_url = check_coordinator_url(coordinator_url)
         self._ca_file, self._ssl_context = ca_file, ssl_context  # for a wss:// coordinator
         self.redis_url = redis_url
@@ -176,21 +185,36 @@ class Producer:
 
     # --- writing ---------------------------------------------------------------------
 
-    async def send(self, key: str | bytes | None, value: str | bytes,
+    async def send(self, key: str | bytes | None, value: Any,
                    headers: Mapping[str, str | bytes] | None = None) -> str:
         """Write one message; return its stream entry id once Redis has it. Key and value are
-        str (sent as UTF-8) or bytes (M1); a key None is keyless, spread over the shards (M3);
-        `headers` maps text names to str or bytes (M2)."""
+        str (sent as UTF-8) or bytes (M1), the value anything the `codec` encodes if there is
+        one; a key None is keyless, spread over the shards (M3); `headers` maps text names to
+        str or bytes (M2)."""
         return (await self.send_batch([(key, value, headers)]))[0]
 
-    async def send_batch(self, records: Sequence[Record]) -> list[str]:
+    async def send_batch(self, records: Sequence[TypedRecord]) -> list[str]:
         """Write (key, value) or (key, value, headers) records in one pipeline; return their
         ids once Redis has them all. Before anything is sent, TypeError names the first
-        malformed record and MessageTooLarge the first over `max_message_bytes` (M4)."""
+        malformed record (or value the codec cannot encode) and MessageTooLarge the first
+        over `max_message_bytes` (M4)."""
         return [entry_id for _, entry_id in await self.send_batch_located(records)]
 
-    async def send_batch_located(self, records: Sequence[Record]) -> list[tuple[str, str]]:
+    async def send_batch_located(self, records: Sequence[TypedRecord]) -> list[tuple[str, str]]:
         """Like `send_batch`, returning the (stream, entry id) where each record landed."""
+        with self.outgoing(records) as ready:
+            return await self.deliver(ready)
+
+    @contextmanager
+    def outgoing(self, records: Sequence[TypedRecord]) -> Iterator[Sequence[Record]]:
+        """The records as they are written: each value through the codec. The sync and
+        asyncio producers enter it in the caller's thread or task, then `deliver`."""
+        yield cast("Sequence[Record]", records if self.codec is None
+                   else encode_records(self.codec, records))
+
+    async def deliver(self, records: Sequence[Record]) -> list[tuple[str, str]]:
+        """Write records as `outgoing` gave them; the (stream, entry id) of each once Redis
+        has them all (D2)."""
         delivery = self._core.delivery(records, self.max_message_bytes)
         redis_backoff = Backoff(0.05, 2.0)
         refused_backoff = Backoff(0.05, 2.0)
@@ -416,8 +440,8 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
                         subscribe: bool = True, notices: Notices | None = None,
                         ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
                         min_replicas: int = 0,
-                        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-                        ) -> AsyncIterator[Producer]:
+                        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                        codec: object | None = None) -> AsyncIterator[Producer]:
     """A producer with its coordinator session (kept open), routing and Redis connection.
 
     Returns at once, even while the coordinator or Redis is down: writes wait for
@@ -427,7 +451,8 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
     or Redis URL raises ValueError, and so does `min_replicas` below 0 (or above 0 on a
     Redis Cluster). `min_replicas=N`: a message is delivered once N replicas hold it
     (K5, WAIT). `max_message_bytes` (1 MiB by default) refuses larger messages before
-    sending them (M4). A wss:// coordinator is verified against `ssl_context`,
+    sending them (M4). `codec=` ("json", a pydantic model or msgspec Struct class, a codec:
+    rsc/member/codecs.py) encodes each value. A wss:// coordinator is verified against `ssl_context`,
     else the system trust store and `ca_file` (default $RSC_CA_FILE); TlsFailed if it fails.
     """
     check_coordinator_url(coordinator_url)
@@ -436,7 +461,8 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
         producer = Producer(coordinator_url, redis_url, stream_prefix, client=client,
                             token=token, subscribe=subscribe, routing_wait_s=routing_wait_s,
                             notices=notices, ca_file=ca_file, ssl_context=ssl_context,
-                            min_replicas=min_replicas, max_message_bytes=max_message_bytes)
+                            min_replicas=min_replicas, max_message_bytes=max_message_bytes,
+                            codec=codec)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(producer.keep_session)

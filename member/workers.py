@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from rsc.member.codecs import DecodeFailed
 from rsc.member.ledger import Verdict
 from rsc.member.message import Handler, Message
 from rsc.member.ops import produce_ops
@@ -223,7 +224,8 @@ class WorkerPool:
                 if self._stopping(exc):
                     raise
                 error = exc
-            step = retry.after_failure(message.attempt)
+            step = (retry.after_permanent_failure(message.attempt)
+                    if isinstance(error, DecodeFailed) else retry.after_failure(message.attempt))
             self._failed(core, first, message.attempt, error,
                          final=not isinstance(step, RetryLater))
             if isinstance(step, RetryLater):
