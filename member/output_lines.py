@@ -1,17 +1,22 @@
 """`rsc consume`'s output: one JSON line per message on stdout, one per member event on stderr.
 
+A message's key and value print as text when they are valid UTF-8, else as base64
+(`keyBase64`, `valueBase64`); a keyless message has `"key": null`; headers print
+when there are any.
+
 A closed stdout pipe (`| head -1`) stops the consumer cleanly: the message that
 could not be printed raises `PipeClosed`, so it is not acked.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import select
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TextIO
 
 import trio
@@ -22,9 +27,36 @@ from rsc.member.runtime import Message
 
 def message_line(message: Message) -> str:
     """The stdout line of one processed message."""
-    return json.dumps({"shard": message.shard, "id": message.id, "key": message.key,
-                       "value": message.value, "memberId": message.member_id},
-                      separators=(",", ":"), ensure_ascii=False)
+    return json_line(message.shard, message.id, message.key_bytes, message.value_bytes,
+                     message.headers, message.member_id)
+
+
+def json_line(shard: str, entry_id: str, key: bytes | None, value: bytes,
+              headers: Mapping[str, bytes], member_id: str | None) -> str:
+    """One message as a JSON line: `key` and `value` as text when they are valid UTF-8, else
+    `keyBase64` / `valueBase64` (M1); `"key": null` for a keyless message (M3); `headers`
+    when it has any (M2), as `headersBase64` when one of them is not valid UTF-8."""
+    obj: dict[str, object] = {"shard": shard, "id": entry_id}
+    if key is None:
+        obj["key"] = None
+    else:
+        _text_or_base64(obj, "key", key)
+    _text_or_base64(obj, "value", value)
+    if headers:
+        try:
+            obj["headers"] = {name: data.decode("utf-8") for name, data in headers.items()}
+        except UnicodeDecodeError:
+            obj["headersBase64"] = {name: base64.b64encode(data).decode("ascii")
+                                    for name, data in headers.items()}
+    obj["memberId"] = member_id
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def _text_or_base64(obj: dict[str, object], name: str, data: bytes) -> None:
+    try:
+        obj[name] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        obj[f"{name}Base64"] = base64.b64encode(data).decode("ascii")
 
 
 def event_line(member_id: str, event: Event) -> str:

@@ -21,8 +21,10 @@ from rsc.commands.member_tool import (
     dispatch_signals,
     non_negative,
     non_negative_seconds,
+    positive,
     run_tool,
 )
+from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES
 
 if TYPE_CHECKING:
     from rsc.member.tool_config import Endpoints
@@ -34,7 +36,8 @@ FLUSH_TIMEOUT_S = 30.0  # how long a SIGTERM or Ctrl-C keeps delivering (D2)
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "produce", help="write stdin lines (key<TAB>value or JSON {key, value}) to a prefix")
+        "produce", help="write stdin lines (key<TAB>value, or JSON {key, value} with valueBase64, "
+                        "keyBase64, headers) to a prefix")
     parser.add_argument("prefix", help="stream prefix")
     add_endpoint_flags(parser)
     parser.add_argument("--flush-timeout", type=non_negative_seconds, default=FLUSH_TIMEOUT_S,
@@ -45,6 +48,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="a line counts as written only once N replicas hold it (Redis WAIT "
                              "on the connection that wrote it); a shortfall waits, and is said "
                              "every 15 s (default %(default)s: no wait)")
+    parser.add_argument("--max-message-bytes", type=positive, default=DEFAULT_MAX_MESSAGE_BYTES,
+                        metavar="N",
+                        help="refuse a message whose key, value and headers take more than N "
+                             "bytes: reported like a malformed line, and skipped "
+                             "(default %(default)s: 1 MiB)")
     parser.set_defaults(run=run)
 
 
@@ -63,17 +71,19 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_UNRECOVERABLE
     quiet_repeats(logging.getLogger("rsc.member"), "produce")
     return run_tool("produce", produce, args.prefix, urls, sys.stdin.fileno(), args.flush_timeout,
-                    args.min_replicas)
+                    args.min_replicas, args.max_message_bytes)
 
 
 async def produce(prefix: str, urls: Endpoints, input_fd: int,
-                  flush_timeout_s: float = FLUSH_TIMEOUT_S, min_replicas: int = 0) -> int:
+                  flush_timeout_s: float = FLUSH_TIMEOUT_S, min_replicas: int = 0,
+                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> int:
     import trio
 
     from rsc.common.errors import unwrap_single
     from rsc.member.input_lines import read_lines
     from rsc.member.notices import Notices
     from rsc.member.producer import open_producer
+    from rsc.member.producer_core import Record
     from rsc.member.tool_output import exit_now, line_writer
 
     say = line_writer("produce")
@@ -82,17 +92,18 @@ async def produce(prefix: str, urls: Endpoints, input_fd: int,
     interrupted: list[int] = []
     reading = trio.CancelScope()
     flushing = trio.CancelScope()  # D2: after a signal, delivering lasts --flush-timeout
-    lines_in, lines_out = trio.open_memory_channel[tuple[str, str]](BUFFER_LINES)
+    lines_in, lines_out = trio.open_memory_channel[Record](BUFFER_LINES)
     try:
         async with open_producer(urls.coordinator_url, urls.redis_url, prefix,
                                  token=urls.token, notices=notices, ca_file=urls.ca_file,
-                                 min_replicas=min_replicas) as producer:
+                                 min_replicas=min_replicas,
+                                 max_message_bytes=max_message_bytes) as producer:
 
             async def read_input() -> None:
                 async with lines_in:
                     with reading:
                         await producer.ready()  # routing once, and the right Redis: then read
-                        await read_lines(input_fd, lines_in, counts, say)
+                        await read_lines(input_fd, lines_in, counts, say, limit=max_message_bytes)
 
             async def write_output() -> None:
                 async for first in lines_out:
