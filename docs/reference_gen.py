@@ -4,7 +4,7 @@
     python docs/reference_gen.py --check  # exit 1 naming each stale page
 
 docs/reference/cli.md comes from the real argument parsers (`rsc.cli.build_parser`, which
-holds rsc/commands/coordinator.py, rsc/admin/args.py, member/cli.py and the demo's flags);
+holds rsc/commands/coordinator.py, produce.py, consume.py, rsc/admin/args.py and the demo's flags);
 docs/reference/metrics.md from the coordinator's registry (actors/metrics.py) and the
 members' collector (member/metrics.py). The mkdocs hook (docs/hooks.py) and
 tests/test_docs_reference.py run the check, so a flag or metric added without
