@@ -299,7 +299,10 @@ async def test_k4_redis_sigkilled_and_restarted_empty_consumption_resumes_withou
         fed_after_rewrite = producer.fed
         await wait_for(lambda: any(t > rewritten_at for c in consumers for t, _ in c.handled), 30,
                        "consumption resumed after the rewrite")
-        resumed_s = min(t for c in consumers for t, _ in c.handled if t > killed_at) - killed_at
+        await wait_for(lambda: any(int(message["value"]) >= fed_before for c in consumers
+                                   for _, message in c.handled), 30, "a line fed after the kill")
+        resumed_s = min(t for c in consumers for t, message in c.handled
+                        if int(message["value"]) >= fed_before) - killed_at
         client = client_of(server)
         assert client.get(STORE_ID_KEY) == store_id  # the same storeId, no admin command
         assert int(client.get(EPOCH_KEY)) > epoch
