@@ -370,3 +370,48 @@ def test_k3_owner_records_are_written_back(redis_url):
 
 def client_of_url(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, decode_responses=True)
+
+
+# --- K5: the coordinator's metadata writes wait for replicas -------------------------------
+
+
+async def test_k5_coordinator_min_replicas_answers_unavailable_until_a_replica_holds_the_write(
+        nursery):
+    from rsc.protocol import SetShardCount, ShardCountChanged
+    from rsc.protocol.errors import Status
+
+    primary = OwnRedis(binary=server_binary()).start()
+    replica: OwnRedis | None = None
+    try:
+        coordinator = await start_coordinator(nursery, primary.url, min_replicas=1)
+
+        async def set_count(count: int) -> ShardCountChanged:
+            async with open_session(coordinator.url, "admin") as session:
+                response = await session.request(SetShardCount(
+                    request_id=0, stream_prefix=PREFIX, consumer_group=GROUP, shard_count=count))
+            assert isinstance(response, ShardCountChanged), response
+            return response
+
+        refused = await set_count(2)  # no replica: WAIT counts 0 within the D4 budget
+        assert refused.status == Status.COORDINATOR_NOT_AVAILABLE, refused
+        replica = OwnRedis(binary=server_binary(),
+                           args=["--replicaof", "127.0.0.1", str(primary.port)]).start()
+        client = client_of(primary)
+        with trio.fail_after(20):
+            while int(client.info("replication")["connected_slaves"]) < 1:
+                await trio.sleep(0.05)
+        client.close()
+        with trio.fail_after(20):
+            while (answer := await set_count(2)).status != Status.OK:
+                await trio.sleep(0.1)  # the repair of the refused write lands first
+        assert answer.routing is not None and answer.routing.shard_count == 2
+        replica_client = client_of(replica)
+        with trio.fail_after(5):  # the replica holds what was revealed (WAIT counted it)
+            while replay(replica_client.hgetall(meta_key(PREFIX))).routing is None:
+                await trio.sleep(0.05)
+        replica_client.close()
+        await coordinator.stop()
+    finally:
+        if replica is not None:
+            replica.stop()
+        primary.stop()
