@@ -415,3 +415,49 @@ async def test_k5_coordinator_min_replicas_answers_unavailable_until_a_replica_h
         if replica is not None:
             replica.stop()
         primary.stop()
+
+
+async def test_k3_d5_a_waiting_coordinator_does_not_take_over_while_the_holder_writes_back(
+        nursery, caplog):
+    """D5: the waiting coordinator waits a full lease TTL of absence; the holder of a store
+    restarted empty writes its lease back within a tick, so it stays the only one (H3)."""
+    from rsc.actors.store import LEASE_KEY
+
+    caplog.set_level("WARNING", logger="rsc.coordinator")
+    server = OwnRedis(binary=server_binary()).start()
+    try:
+        first = await start_coordinator(nursery, server.url)
+        await set_shards(first.url, PREFIX, GROUP, 2)
+        client = client_of(server)
+        holder, epoch = client.get(LEASE_KEY), int(client.get(EPOCH_KEY))
+        client.close()
+        second: list[object] = []
+
+        async def run_second() -> None:
+            second.append(await start_coordinator(nursery, server.url))
+
+        nursery.start_soon(run_second)
+        await wait_for(lambda: any(r.getMessage() == "coordinator.waiting" for r in caplog.records),
+                       10, "the second coordinator waiting for the lease")
+        server.kill()
+        server.start()  # empty
+        client = client_of(server)
+        with trio.fail_after(10):
+            while int(client.get(EPOCH_KEY) or 0) <= epoch or not client.hgetall(meta_key(PREFIX)):
+                await trio.sleep(0.02)
+        # two lease TTLs: the waiting one would have taken over by then had the key stayed absent
+        with trio.move_on_after(2 * first.config.lease_ttl_ms / 1000):
+            while True:
+                assert client.get(LEASE_KEY) in (holder, None), "another coordinator took the lease"
+                assert not second
+                await trio.sleep(0.02)
+        assert client.get(LEASE_KEY) == holder and not second
+        assert any(r.getMessage() == "store.went_back" for r in caplog.records)
+        await first.stop()  # a clean stop: the waiting one takes over, restoring what was written
+        await wait_for(lambda: bool(second), 10, "the second coordinator taking over")
+        described = await describe(second[0].url)  # type: ignore[attr-defined]
+        assert described.routing is not None and described.routing.shard_count == 2
+        client.close()
+        await second[0].stop()  # type: ignore[attr-defined]
+    finally:
+        server.stop()
