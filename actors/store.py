@@ -451,16 +451,17 @@ class MetadataStore:
             for key in keys:
                 pipe.get(key)
                 pipe.set(key, value)
-            for prefix in prefixes:
-                pipe.hmget(meta_key(prefix), [COORDINATOR_EPOCH_FIELD, WRITE_SEQUENCE_FIELD])
+            for prefix in prefixes:  # HGET twice: the coordinator's ACL (K6) has no HMGET
+                pipe.hget(meta_key(prefix), COORDINATOR_EPOCH_FIELD)
+                pipe.hget(meta_key(prefix), WRITE_SEQUENCE_FIELD)
             replies = pipe.execute()
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot check the store: {error_text(exc)}") from exc
         epoch, stored_id = replies[0], replies[1]
         marks = {key: replies[2 + 2 * index] for index, key in enumerate(keys)}
         hashes_at = 2 + 2 * len(keys)
-        hashes = {prefix: (reply[0], reply[1])
-                  for prefix, reply in zip(prefixes, replies[hashes_at:], strict=True)}
+        hashes = {prefix: (replies[hashes_at + 2 * index], replies[hashes_at + 2 * index + 1])
+                  for index, prefix in enumerate(prefixes)}
         observed = Observed(epoch=None if epoch is None else int(epoch), store_id=stored_id,
                             marks=marks, hashes=hashes)
         reason = went_back(expected, observed, instance_id=self.instance_id, epoch=witness.epoch,

@@ -461,3 +461,28 @@ async def test_k3_d5_a_waiting_coordinator_does_not_take_over_while_the_holder_w
         await second[0].stop()  # type: ignore[attr-defined]
     finally:
         server.stop()
+
+
+def test_k3_on_a_redis_cluster_each_master_carries_a_marker(cluster_url, redis_cluster):
+    """The failover of one master's node to a replica that was behind shows in its marker."""
+    from rsc.actors.records import Changes
+    from rsc.actors.store import MetadataStore
+
+    store = MetadataStore(cluster_url, lease_ms=2000)
+    try:
+        store.acquire(2000)
+        keys = store.mark_keys()
+        assert len({redis_cluster.node_of(key).port for key in keys}) == len(redis_cluster.masters()) == len(keys)
+        changes = Changes()
+        changes.groups["g"] = GroupRecord(group_epoch=1, assignment_epoch=1)
+        store.write("p", changes)
+        assert store.check_went_back(None) is None  # writes the markers
+        assert store.check_went_back(None) is None  # finds them
+        client = redis.RedisCluster.from_url(cluster_url, decode_responses=True)
+        client.delete(keys[1])  # that master's shard went back
+        assert store.check_went_back(None) == f"the marker {keys[1]} is missing"
+        client.delete(meta_key("p"))
+        assert store.check_went_back(None) == "the metadata of prefix 'p' is missing"
+        client.close()
+    finally:
+        store.close()
