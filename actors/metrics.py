@@ -182,6 +182,10 @@ class CoordinatorMetrics:
                                GROUP_LABELS, registry=registry)
         self.rebalances = Counter("rsc_rebalances", "Target assignment recomputations",
                                   GROUP_LABELS, registry=registry)
+        self.store_went_back = Counter("rsc_store_went_back",
+                                       "Times the store was found to have lost writes of this "
+                                       "coordinator and was written back from memory (K3, K4)",
+                                       registry=registry)
         self.heartbeat_seconds = Histogram("rsc_heartbeat_handling_seconds",
                                            "Time to handle one heartbeat",
                                            buckets=_FAST_BUCKETS, registry=registry)
@@ -343,6 +347,10 @@ class CoordinatorMetrics:
                 metric.remove(*labels)
             except KeyError:
                 pass
+
+    def observe_store_went_back(self) -> None:
+        """The store lost writes and the coordinator wrote everything back (K3, K4)."""
+        self.store_went_back.inc()
 
     def observe_heartbeat_seconds(self, seconds: float) -> None:
         """Time from receiving a heartbeat to having its response ready."""

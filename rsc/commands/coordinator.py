@@ -65,6 +65,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--metrics-tls", action="store_true",
                         help="serve the metrics, health and console ports over HTTPS with the same "
                              "certificate")
+    parser.add_argument("--min-replicas", type=_not_negative_int,
+                        default=os.environ.get("RSC_MIN_REPLICAS") or "0",
+                        help="every metadata write waits (Redis WAIT, within a third of the lease) "
+                             "until this many replicas hold it; fewer is a failed write, answered "
+                             "COORDINATOR_NOT_AVAILABLE (default: $RSC_MIN_REPLICAS, else 0)")
     parser.add_argument("--no-push", dest="push", action="store_false",
                         help="do not push assignmentChanged hints (members poll)")
     parser.add_argument("--keep-drained-streams", action="store_true",
@@ -87,6 +92,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _not_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
     return CoordinatorConfig(
         redis_url=args.redis_url, host=args.host, port=args.port,
@@ -99,6 +114,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         keep_drained_streams=args.keep_drained_streams, max_sessions=args.max_sessions,
         max_groups=args.max_groups, max_group_size=args.max_group_size,
         tls_cert=args.tls_cert, tls_key=args.tls_key, metrics_tls=args.metrics_tls,
+        min_replicas=args.min_replicas,
     )
 
 
