@@ -50,6 +50,10 @@ def build() -> argparse.ArgumentParser:
     return parser
 
 
+def _sub(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    return dict(env_config.all_parsers(parser))[name]
+
+
 def test_a_flag_is_named_rsc_plus_its_name_and_documented_names_are_kept():
     assert variable_name("--lease-ttl-ms") == "RSC_LEASE_TTL_MS"
     assert variable_name("--log-format") == "RSC_LOG_FORMAT"
@@ -63,29 +67,27 @@ def test_actions_positionals_and_a_commands_own_flags_are_not_configuration():
     parser = build()
     top = [flag.option for flag in configuration_flags(parser)]
     assert top == []  # --help and --version are actions
-    serve = parser._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
+    serve = _sub(parser, "rsc serve")
     options = [flag.option for flag in configuration_flags(serve)]
     assert options == ["--lease-ttl-ms", "--max-groups", "--log-format", "--redis-url", "--no-push",
                        "--events"]
-    client = parser._subparsers._group_actions[0].choices["client"]  # type: ignore[union-attr]
-    remove = client._subparsers._group_actions[0].choices["remove"]  # type: ignore[union-attr]
+    remove = _sub(parser, "rsc client remove")
     assert configuration_flags(remove) == []
 
 
 def _flag(parser: argparse.ArgumentParser, command: str, option: str) -> env_config.Flag:
-    sub = parser._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
-    return next(flag for flag in configuration_flags(sub) if flag.option == option)
+    return next(flag for flag in configuration_flags(_sub(parser, command)) if flag.option == option)
 
 
 def test_values_convert_with_the_flags_own_type_and_choices():
     parser = build()
-    assert convert(_flag(parser, "serve", "--lease-ttl-ms"), "2500") == 2500
-    assert convert(_flag(parser, "serve", "--log-format"), "json") == "json"
-    assert convert(_flag(parser, "serve", "--redis-url"), "redis://h:1/0") == "redis://h:1/0"
+    assert convert(_flag(parser, "rsc serve", "--lease-ttl-ms"), "2500") == 2500
+    assert convert(_flag(parser, "rsc serve", "--log-format"), "json") == "json"
+    assert convert(_flag(parser, "rsc serve", "--redis-url"), "redis://h:1/0") == "redis://h:1/0"
     for word, pushed in (("1", False), ("true", False), ("YES", False), ("0", True), ("no", True)):
-        assert convert(_flag(parser, "serve", "--no-push"), word) is pushed
-    assert convert(_flag(parser, "serve", "--events"), "on") is True
-    assert convert(_flag(parser, "serve", "--events"), "off") is False
+        assert convert(_flag(parser, "rsc serve", "--no-push"), word) is pushed
+    assert convert(_flag(parser, "rsc serve", "--events"), "on") is True
+    assert convert(_flag(parser, "rsc serve", "--events"), "off") is False
 
 
 @pytest.mark.parametrize("option, text, says", [
@@ -96,7 +98,7 @@ def test_values_convert_with_the_flags_own_type_and_choices():
 ])
 def test_a_value_that_does_not_parse_is_one_line_naming_the_variable(option, text, says):
     with pytest.raises(EnvironmentValueError) as caught:
-        convert(_flag(build(), "serve", option), text)
+        convert(_flag(build(), "rsc serve", option), text)
     assert str(caught.value).startswith(says)
     assert "\n" not in str(caught.value)
     assert caught.value.variable.startswith("RSC_")
@@ -104,8 +106,7 @@ def test_a_value_that_does_not_parse_is_one_line_naming_the_variable(option, tex
 
 def test_a_given_flag_wins_and_an_empty_variable_is_unset():
     parser = build()
-    sub = parser._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
-    flags = configuration_flags(sub)
+    flags = configuration_flags(_sub(parser, "rsc serve"))
     environ = {"RSC_LEASE_TTL_MS": "2000", "RSC_MAX_GROUPS": "", "RSC_REDIS_URL": "  ",
                "RSC_EVENTS": "1"}
     values = environment_values(flags, {"events"}, environ)
@@ -137,7 +138,7 @@ def test_parse_args_reads_only_the_chosen_commands_variables():
 def test_parse_args_leaves_the_parsers_defaults_as_they_were():
     parser = build()
     parse_args(parser, ["serve"], {"RSC_LEASE_TTL_MS": "2000"})
-    assert _flag(parser, "serve", "--lease-ttl-ms").action.default == 10000
+    assert _flag(parser, "rsc serve", "--lease-ttl-ms").action.default == 10000
 
 
 def test_parse_args_exits_2_with_one_line_for_a_bad_variable(capsys):
