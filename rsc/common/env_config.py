@@ -238,3 +238,32 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
             setattr(namespace, flag.action.dest, saved[id(flag.action)])
     setattr(namespace, FROM_ENVIRONMENT, sources)
     return namespace
+
+
+class Variable(NamedTuple):
+    """A variable that is not a flag's: its name, who reads it, what it means, its default."""
+
+    name: str
+    read_by: str
+    meaning: str
+    default: str
+
+
+OTHER_VARIABLES = (
+    Variable("RSC_REDIS_PASSWORD", "every tool and API that takes a Redis URL",
+             "the Redis password when the URL has none (K7); the URL's wins", "none"),
+    Variable("RSC_SENTINEL_PASSWORD", "the same, for a `redis+sentinel://` URL",
+             "the sentinels' password when the query has no `sentinel_password=` (K1)", "none"),
+    Variable("RSC_REDIS_CA_FILE", "the same, for a `rediss://` URL",
+             "the CA file when the URL's query names none", "none"),
+    Variable("RSC_GC", "`rsc coordinator`, `rsc consume`",
+             "`tuned` or `default` (Python's own garbage collector settings)", "`tuned`"),
+    Variable("POD_IP", "members", "the first part of generated memberIds",
+             "the host's primary address"),
+    Variable("RSC_TEST_SERVER", "the test suite", "which redis-server binary the tests start", ""),
+    Variable("RSC_FAULTS_OUT", "the test suite",
+             "append one JSON row per outage scenario to this file", ""),
+    Variable("RSC_MEMBER_TRACE", "the test suite", "a member process writes its steps to this path", ""),
+    Variable("RSC_MEMBER_FAULT", "the test suite", "`no-rejoin`: a fenced member never rejoins", ""),
+)
+"""Variables read directly, not through a flag (listed in docs/reference/configuration.md)."""

@@ -31,13 +31,16 @@ EXIT_CODES: dict[str, tuple[tuple[str, str], ...]] = {
     "rsc produce": (
         (str(EXIT_OK), "every line is in Redis (with `--min-replicas N`: and on N replicas)"),
         (str(EXIT_FAILED), "a malformed input line (reported with its number and skipped, the rest "
-                           "is sent), a bad URL, or a different Redis than the coordinator's"),
+                           "is sent), a bad URL, a different Redis than the coordinator's, or "
+                           "accepted lines still undelivered when `--flush-timeout` ran out after "
+                           "a signal"),
         (str(EXIT_UNRECOVERABLE), "what waiting cannot heal (D3): the coordinator refused the token "
                                   "or the path (HTTP 401, 403 or 404), Redis credentials or a "
                                   "permission before any input was accepted (K6), an unknown "
                                   "Sentinel service, a certificate that does not verify; also "
                                   + USAGE),
-        ("128 + N", "stopped by signal N"),
+        ("128 + N", "stopped by signal N (SIGTERM, Ctrl-C) once every accepted line was written"),
+        (str(EXIT_INTERRUPTED), "a second Ctrl-C (exits at once, naming the lines not written)"),
     ),
     "rsc consume": (
         (str(EXIT_OK), "drained and left (Ctrl-C, SIGTERM, closed stdout, `--max-messages` "
