@@ -85,6 +85,7 @@ def configure_logging(level: str = "info", fmt: LogFormat = "text",
         handler.addFilter(log_filter)
     root.addHandler(handler)
     root.setLevel(parse_level(level))
+    logging.captureWarnings(True)  # a library's warning is a log line too, in the same format
 
 
 def tool_log(tool: str) -> logging.Logger:
