@@ -126,11 +126,10 @@ def render_cli() -> str:
     lines = [
         GENERATED, "",
         "# Command line reference", "",
-        "Every command and flag of `rsc`, generated from its argument parsers. A flag that is",
-        "absent falls back to the environment where its description says so "
-        "(`RSC_COORDINATOR_URL`,",
-        "`RSC_REDIS_URL`, `RSC_TOKEN`, `RSC_ADMIN_TOKEN`, `RSC_MEMBER_TOKEN`); see",
-        "[Configuration](configuration.md) for the environment and the exit codes.", "",
+        "Every command and flag of `rsc`, generated from its argument parsers. A configuration",
+        "flag that is absent comes from its `RSC_<FLAG>` variable when that is set (the list, per",
+        "command, and the exit codes are in [Configuration](configuration.md#environment-variables)).",
+        "",
     ]
     for section in _walk("rsc", "Redis Stream Coordinator", parser):
         lines += section
