@@ -5,7 +5,8 @@
 The composition layer: one module per command (`rsc.commands.coordinator`,
 `rsc.commands.produce`, `rsc.commands.consume` with its `--peek` in `rsc.commands.peek`,
 `rsc.commands.admin`, `rsc.commands.demo`), each adding its parser; a command's runner is
-imported only when it is chosen.
+imported only when it is chosen. Every configuration flag may come from its `RSC_*`
+variable (rsc/common/env_config.py).
 """
 
 from __future__ import annotations
@@ -31,5 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse `argv` (default: sys.argv) and run the chosen subcommand; its exit code."""
-    args = build_parser().parse_args(argv)
+    from rsc.common.env_config import parse_args
+
+    args = parse_args(build_parser(), argv)
     return int(args.run(args) or 0)
