@@ -43,7 +43,7 @@ import math
 import ssl
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis
 import trio
@@ -82,6 +82,9 @@ from rsc.member.unrecoverable import (
 )
 from rsc.member.workqueue import Signal
 from rsc.protocol import GetRouting, Routing
+
+if TYPE_CHECKING:
+    from rsc.member.otel import ProducerTracing
 
 __all__ = ["MessageTooLarge", "Producer", "Record", "RoutingTable", "RoutingUnavailable", "StoreMismatch",
            "TypedRecord", "open_producer"]
@@ -139,8 +142,13 @@ class Producer:
                  ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
                  min_replicas: int = 0,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 codec: object | None = None) -> None:
+                 codec: object | None = None, tracing: object = False) -> None:
         self.codec: Codec | None = None if codec is None else codec_for(codec)
+        self._tracing: ProducerTracing | None = None
+        if tracing is not False and tracing is not None:
+            from rsc.member.otel import ProducerTracing  # the [otel] extra, imported when asked
+
+            self._tracing = ProducerTracing(stream_prefix, tracing)
         self.coordinator_url = check_coordinator_url(coordinator_url)
         self._ca_file, self._ssl_context = ca_file, ssl_context  # for a wss:// coordinator
         self.redis_url = redis_url
@@ -207,10 +215,16 @@ class Producer:
 
     @contextmanager
     def outgoing(self, records: Sequence[TypedRecord]) -> Iterator[Sequence[Record]]:
-        """The records as they are written: each value through the codec. The sync and
-        asyncio producers enter it in the caller's thread or task, then `deliver`."""
-        yield cast("Sequence[Record]", records if self.codec is None
-                   else encode_records(self.codec, records))
+        """The records as they are written: each value through the codec, and with `tracing`
+        the batch's span (current meanwhile) and its context in the headers. The sync and
+        asyncio producers enter it in the caller's thread or task (whose span is the
+        parent), then `deliver`."""
+        encoded = records if self.codec is None else encode_records(self.codec, records)
+        if self._tracing is None:
+            yield cast("Sequence[Record]", encoded)
+            return
+        with self._tracing.sending(encoded) as traced:
+            yield traced
 
     async def deliver(self, records: Sequence[Record]) -> list[tuple[str, str]]:
         """Write records as `outgoing` gave them; the (stream, entry id) of each once Redis
@@ -441,7 +455,8 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
                         ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
                         min_replicas: int = 0,
                         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                        codec: object | None = None) -> AsyncIterator[Producer]:
+                        codec: object | None = None, tracing: object = False
+                        ) -> AsyncIterator[Producer]:
     """A producer with its coordinator session (kept open), routing and Redis connection.
 
     Returns at once, even while the coordinator or Redis is down: writes wait for
@@ -452,7 +467,9 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
     Redis Cluster). `min_replicas=N`: a message is delivered once N replicas hold it
     (K5, WAIT). `max_message_bytes` (1 MiB by default) refuses larger messages before
     sending them (M4). `codec=` ("json", a pydantic model or msgspec Struct class, a codec:
-    rsc/member/codecs.py) encodes each value. A wss:// coordinator is verified against `ssl_context`,
+    rsc/member/codecs.py) encodes each value. `tracing=True` (the `[otel]` extra,
+    rsc/member/otel.py) writes each batch in an OpenTelemetry producer span whose context
+    goes into the messages' headers (`traceparent`). A wss:// coordinator is verified against `ssl_context`,
     else the system trust store and `ca_file` (default $RSC_CA_FILE); TlsFailed if it fails.
     """
     check_coordinator_url(coordinator_url)
@@ -462,7 +479,7 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
                             token=token, subscribe=subscribe, routing_wait_s=routing_wait_s,
                             notices=notices, ca_file=ca_file, ssl_context=ssl_context,
                             min_replicas=min_replicas, max_message_bytes=max_message_bytes,
-                            codec=codec)
+                            codec=codec, tracing=tracing)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(producer.keep_session)
