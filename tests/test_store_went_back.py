@@ -329,6 +329,7 @@ async def test_k4_redis_sigkilled_and_restarted_empty_consumption_resumes_withou
             "double_owner_windows": double_owner_windows(consumers),
             "fenced": sum(len(c.named("fenced")) for c in consumers),
             "store_id_unchanged": True,
+            "fenced_reasons": sorted({str(e.get("reason")) for c in consumers for e in c.named("fenced")}),
         }
         report("redis restarted empty", **row)
         assert row["lost_after_rewrite"] == 0, row
@@ -472,7 +473,8 @@ def test_k3_on_a_redis_cluster_each_master_carries_a_marker(cluster_url, redis_c
     try:
         store.acquire(2000)
         keys = store.mark_keys()
-        assert len({redis_cluster.node_of(key).port for key in keys}) == len(redis_cluster.masters()) == len(keys)
+        nodes = {redis_cluster.node_of(key).port for key in keys}
+        assert len(nodes) == len(redis_cluster.masters()) == len(keys)
         changes = Changes()
         changes.groups["g"] = GroupRecord(group_epoch=1, assignment_epoch=1)
         store.write("p", changes)
