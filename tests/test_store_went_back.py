@@ -488,3 +488,43 @@ def test_k3_on_a_redis_cluster_each_master_carries_a_marker(cluster_url, redis_c
         client.close()
     finally:
         store.close()
+
+
+async def test_k4_readyz_stays_503_until_the_store_is_written_back(nursery, caplog):
+    """From the moment the coordinator noticed the outage, /readyz says ready only once the
+    write-back landed (its line is logged before readiness turns); the counter counts it."""
+    from rsc.common.redis_server import free_port
+    from tests.helpers.http import http_get
+    from tests.test_metrics_coordinator import http_status
+
+    caplog.set_level("WARNING", logger="rsc.coordinator")
+    server = OwnRedis(binary=server_binary()).start()
+    try:
+        port = free_port()
+        coordinator = await start_coordinator(nursery, server.url, metrics_port=port)
+        await set_shards(coordinator.url, PREFIX, GROUP, 2)
+        with trio.fail_after(10):
+            while await http_status(port, "/readyz") != 200:
+                await trio.sleep(0.02)
+        server.kill()
+        with trio.fail_after(10):
+            while await http_status(port, "/readyz") != 503:
+                await trio.sleep(0.02)
+        server.start()  # empty
+
+        def written_back() -> bool:
+            return any(r.getMessage() == "store.went_back" for r in caplog.records)
+
+        polls = 0
+        with trio.fail_after(10):
+            while (status := await http_status(port, "/readyz")) != 200:
+                polls += 1
+                assert status == 503
+                await trio.sleep(0.01)
+        assert written_back(), "/readyz said ready before the store was written back"
+        assert polls > 0
+        metrics = (await http_get(port, "/metrics")).body.decode()
+        assert "rsc_store_went_back_total 1.0" in metrics
+        await coordinator.stop()
+    finally:
+        server.stop()
