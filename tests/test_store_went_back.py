@@ -528,3 +528,17 @@ async def test_k4_readyz_stays_503_until_the_store_is_written_back(nursery, capl
         await coordinator.stop()
     finally:
         server.stop()
+
+
+def test_k4_rsc_describe_shows_when_the_store_went_back():
+    from rsc.admin.views import describe_view, render_plain
+    from rsc.protocol.errors import Status
+
+    description = GroupDescription(request_id=0, status=Status.OK, stream_prefix="p",
+                                   consumer_group="g", group_epoch=1, assignment_epoch=1)
+    assert "store went back" not in render_plain(describe_view(description))
+    went_back = GroupDescription(request_id=0, status=Status.OK, stream_prefix="p",
+                                 consumer_group="g", group_epoch=1, assignment_epoch=1,
+                                 store_went_back_at_ms=1_796_000_000_000)
+    assert "store went back  2026-11-30 00:53:20 UTC: written back from the coordinator's memory" \
+        in render_plain(describe_view(went_back))
