@@ -542,3 +542,14 @@ def test_k4_rsc_describe_shows_when_the_store_went_back():
                                  store_went_back_at_ms=1_796_000_000_000)
     assert "store went back  2026-11-30 00:53:20 UTC: written back from the coordinator's memory" \
         in render_plain(describe_view(went_back))
+
+
+def test_k4_the_console_group_page_carries_when_the_store_went_back():
+    from rsc.console import views
+
+    base = {"streamPrefix": "p", "consumerGroup": "g", "members": [], "shards": []}
+    assert views.group_view(base)["storeWentBackAtMs"] is None
+    assert views.group_view({**base, "storeWentBackAtMs": 1_796_000_000_000})["storeWentBackAtMs"] \
+        == 1_796_000_000_000
+    script = (Path(views.__file__).parent / "static" / "console.js").read_text()
+    assert "view.storeWentBackAtMs" in script and '"Store went back"' in script
