@@ -564,3 +564,36 @@ def test_k4_the_console_group_page_carries_when_the_store_went_back():
         == 1_796_000_000_000
     script = (Path(views.__file__).parent / "static" / "console.js").read_text()
     assert "view.storeWentBackAtMs" in script and '"Store went back"' in script
+
+
+async def test_d5_a_waiting_coordinator_waits_out_a_redis_restart(nursery, caplog):
+    """Once Redis answered it, a standby waits through its restart instead of exiting."""
+    caplog.set_level("WARNING", logger="rsc.coordinator")
+    server = OwnRedis(binary=server_binary()).start()
+    try:
+        first = await start_coordinator(nursery, server.url)
+        second: list[object] = []
+        failed: list[BaseException] = []
+
+        async def run_second() -> None:
+            try:
+                second.append(await start_coordinator(nursery, server.url))
+            except BaseException as exc:  # noqa: BLE001 - the test says it
+                failed.append(exc)
+                raise
+
+        nursery.start_soon(run_second)
+        await wait_for(lambda: any(r.getMessage() == "coordinator.waiting" for r in caplog.records),
+                       10, "the second coordinator waiting for the lease")
+        server.kill()
+        with trio.move_on_after(0.5):  # down for several of its polls (no answer at all)
+            while not failed:
+                await trio.sleep(0.02)
+        assert not failed, failed
+        server.start()
+        await first.stop()  # the standby takes over on the same store
+        await wait_for(lambda: bool(second) or bool(failed), 15, "the standby taking over")
+        assert not failed and second
+        await second[0].stop()  # type: ignore[attr-defined]
+    finally:
+        server.stop()
