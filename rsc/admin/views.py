@@ -15,6 +15,7 @@ default, so the views work whether or not the protocol carries them.
 
 from __future__ import annotations
 
+import datetime
 import io
 import os
 import re
@@ -373,7 +374,16 @@ def describe_header(description: GroupDescription) -> Table:
     blocking = blocking_text(migration)
     if blocking is not None:
         grid.add_row(Text("blocked by", style=BLOCKING_STYLE), blocking)
+    went_back = field(description, "store_went_back_at_ms")
+    if went_back is not None:  # K3: shown only once it happened
+        grid.add_row(Text("store went back", style="yellow"), Text(store_went_back_text(went_back)))
     return grid
+
+
+def store_went_back_text(at_ms: int) -> str:
+    """K3: when the coordinator last wrote a store that went back or lost everything back."""
+    at = datetime.datetime.fromtimestamp(at_ms / 1000, tz=datetime.UTC)
+    return f"{at:%Y-%m-%d %H:%M:%S} UTC: written back from the coordinator's memory"
 
 
 def _columns(table: Table, columns: Iterable[tuple[str, str]], *, fold: Iterable[str] = ()) -> None:

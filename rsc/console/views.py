@@ -300,6 +300,7 @@ def group_view(description: Mapping[str, Any]) -> dict[str, Any]:
         "lag": _sum(shard["lag"] for shard in shards),
         "pending": _sum(shard["pending"] for shard in shards),
         "laggiest": laggiest_shard(shards),
+        "storeWentBackAtMs": description.get("storeWentBackAtMs"),  # K3, K4: null if never
     }
 
 

@@ -354,6 +354,11 @@
     } else {
       fact(facts, "Laggiest shard", "none (no lag, nothing pending)");
     }
+    if (view.storeWentBackAtMs !== null && view.storeWentBackAtMs !== undefined) {
+      // K3, K4: the coordinator wrote a store that went back or lost everything back
+      fact(facts, "Store went back", `${new Date(view.storeWentBackAtMs).toISOString()}: ` +
+        "written back from the coordinator's memory");
+    }
 
     renderMigration(view);
     renderMembers(view);
