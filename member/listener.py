@@ -38,6 +38,7 @@ from collections.abc import Callable
 import trio
 
 from rsc.common.tls import TlsFailed
+from rsc.member.budget import ReadBudget
 from rsc.member.health import ListenerStatus, listener_status
 from rsc.member.ids import make_member_id
 from rsc.member.notices import Notices
@@ -69,7 +70,7 @@ class Listener:
                  ack_observer: AckObserver | None = None,
                  check_store_id: bool = True, notices: Notices | None = None,
                  ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
-                 instance_id: str | None = None) -> None:
+                 instance_id: str | None = None, read_budget: ReadBudget | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if runtime_max_concurrency < 1:
@@ -96,7 +97,7 @@ class Listener:
                                 check_store_id=check_store_id, ca_file=ca_file,
                                 ssl_context=ssl_context),
                    handler, on_event=on_event, read_observer=read_observer,
-                   ack_observer=ack_observer, notices=notices)
+                   ack_observer=ack_observer, notices=notices, read_budget=read_budget)
             for member_id, instance in zip(ids[:concurrency], instances, strict=False)
         ]
 

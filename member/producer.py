@@ -78,6 +78,7 @@ from rsc.member.unrecoverable import (
     redis_error_is_permanent,
     redis_unrecoverable_line,
     refusal_is_permanent,
+    tls_checked,
 )
 from rsc.member.workqueue import Signal
 from rsc.protocol import GetRouting, Routing
@@ -344,7 +345,7 @@ class Producer:
         backoff = Backoff(0.05, 2.0)
         while True:
             try:
-                result = await trio.to_thread.run_sync(call)
+                result = await trio.to_thread.run_sync(tls_checked, call, self.redis_url)
             except redis.RedisError as exc:
                 self._redis_failed(exc)
                 await trio.sleep(backoff.next())
