@@ -1,4 +1,6 @@
-"""How many more entries a member's reader may take (`rsc consume --max-messages N`); pure.
+"""How many more entries a member's reader may take (`rsc consume --max-messages N`).
+
+Pure: no I/O.
 
 A reader with a budget reads no more than is left of it: XREADGROUP's COUNT (which
 counts per stream) and the shards of one read are cut so that one read cannot return
@@ -40,11 +42,15 @@ class ReadBudget:
         self.read, self.given_back = handled, 0
 
 
-def read_shape(shards: tuple[str, ...], count: int, left: int | None) -> tuple[tuple[str, ...], int]:
+def read_shape(shards: tuple[str, ...], count: int, left: int | None,
+               turn: int = 0) -> tuple[tuple[str, ...], int]:
     """The shards of one XREADGROUP and its COUNT (per stream) so that it returns at most
-    `left` entries (None: no limit): fewer shards when fewer entries are left than shards."""
+    `left` entries (None: no limit): fewer shards when fewer entries are left than shards,
+    taken in turn from `turn` (the reader counts its reads), so an empty shard first in
+    line does not keep the others from being read."""
     if left is None or not shards:
         return shards, count
     if left < len(shards):
-        return shards[:left], 1
+        start = turn % len(shards)
+        return (shards[start:] + shards[:start])[:left], 1
     return shards, max(1, min(count, left // len(shards)))

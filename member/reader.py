@@ -48,6 +48,7 @@ class Reader:
     def __init__(self, core: MemberCore) -> None:
         self.core = core
         self.read_ahead: ReadAhead | None = None
+        self.reads = 0  # reads sent: whose turn it is when a budget allows fewer shards than held
 
     def _lease_checked(self) -> None:
         actions = self.core.ledger.check_lease(self.core.clock())
@@ -172,7 +173,8 @@ class Reader:
         if budget is not None:  # --max-messages: no more than is left, and nothing ahead
             ahead = False
             if send_first:
-                send_first, count = read_shape(send_first, count, budget.left())
+                send_first, count = read_shape(send_first, count, budget.left(), self.reads)
+                self.reads += 1
                 shards = send_first
         ahead_generations = {s: ledger.generation(s) for s in readable} if ahead else None
 

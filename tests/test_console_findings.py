@@ -60,10 +60,18 @@ def test_a_read_budget_counts_what_was_read_and_what_was_given_back():
     ((), 100, 3, ((), 100)),
 ])
 def test_one_read_never_returns_more_than_is_left(shards, count, left, expected):
-    got_shards, got_count = read_shape(shards, count, left)
+    got_shards, got_count = read_shape(shards, count, left, turn=0)
     assert (got_shards, got_count) == expected
     if left is not None:
         assert len(got_shards) * got_count <= max(left, 0) or not got_shards  # COUNT is per stream
+
+
+def test_fewer_shards_than_held_are_taken_in_turn_so_none_is_starved():
+    shards = ("a", "b", "c")
+    assert [read_shape(shards, 100, 1, turn)[0] for turn in range(4)] == [
+        ("a",), ("b",), ("c",), ("a",)]
+    assert [read_shape(shards, 100, 2, turn)[0] for turn in range(3)] == [
+        ("a", "b"), ("b", "c"), ("c", "a")]
 
 
 # --- pure: a Redis URL where the coordinator's goes -----------------------------------------
@@ -168,19 +176,24 @@ async def test_consume_peek_verifies_a_wss_coordinator_against_ca_file(
 # --- --max-messages reads no more than it needs ------------------------------------------
 
 
-@pytest.mark.parametrize("concurrency", ["1", "2"])
-async def test_max_messages_leaves_nothing_pending_in_the_group(coordinator, concurrency):
+@pytest.mark.parametrize(("concurrency", "backlog", "wanted"), [
+    ("1", 500, "5"), ("2", 500, "5"),
+    ("1", 7, "7"),  # every entry: the last ones sit in one shard, after the others are empty
+])
+async def test_max_messages_leaves_nothing_pending_in_the_group(coordinator, concurrency, backlog,
+                                                                wanted):
     streams = await set_shards(coordinator.url, "orders", "billing", 4)
-    fill(coordinator.redis_url, streams, 500)
+    fill(coordinator.redis_url, streams[-1:], 3)
+    fill(coordinator.redis_url, streams, backlog - 3)
     consume = await spawn_tool("consume", "orders", "billing", "--coordinator", coordinator.url,
-                               "--redis-url", coordinator.redis_url, "--max-messages", "5",
+                               "--redis-url", coordinator.redis_url, "--max-messages", wanted,
                                "--concurrency", concurrency, "--workers", "8",
                                stdout=subprocess.PIPE)
     assert consume.process.stdout is not None
     with trio.fail_after(60):
         out = await read_all(consume.process.stdout)
         assert await consume.finish() == 0, consume.lines
-    assert len(out.splitlines()) == 5
+    assert len(out.splitlines()) == int(wanted)
     assert_no_traceback(consume)
     client = redis.Redis.from_url(coordinator.redis_url, decode_responses=True)
     try:
@@ -192,4 +205,4 @@ async def test_max_messages_leaves_nothing_pending_in_the_group(coordinator, con
     finally:
         client.close()
     assert pending == 0, per_consumer  # the 5 it printed were acked; nothing else was delivered
-    assert read == 5  # the group handed out exactly the 5 it handled
+    assert read == int(wanted)  # the group handed out exactly what it handled
