@@ -46,6 +46,7 @@ import trio
 
 from rsc.common.errors import leaves
 from rsc.common.tls import TlsFailed
+from rsc.member.budget import ReadBudget
 from rsc.member.codecs import AnyHandler, codec_for, typed_handler
 from rsc.member.health import ListenerStatus, listener_status
 from rsc.member.ids import make_member_id
@@ -79,7 +80,7 @@ class Listener:
                  check_store_id: bool = True, notices: Notices | None = None,
                  ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
                  instance_id: str | None = None, codec: object | None = None,
-                 tracing: object = False) -> None:
+                 tracing: object = False, read_budget: ReadBudget | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if runtime_max_concurrency < 1:
@@ -112,7 +113,7 @@ class Listener:
                                 check_store_id=check_store_id, ca_file=ca_file,
                                 ssl_context=ssl_context),
                    run, on_event=on_event, read_observer=read_observer,
-                   ack_observer=ack_observer, notices=notices)
+                   ack_observer=ack_observer, notices=notices, read_budget=read_budget)
             for member_id, instance in zip(ids[:concurrency], instances, strict=False)
         ]
 

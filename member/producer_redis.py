@@ -24,6 +24,7 @@ from rsc.member.unrecoverable import (
     Unrecoverable,
     redis_error_is_permanent,
     redis_unrecoverable_line,
+    tls_checked,
 )
 
 T = TypeVar("T")
@@ -101,7 +102,7 @@ class ProducerRedis:
         backoff = Backoff(0.05, 2.0)
         while True:
             try:
-                result = await trio.to_thread.run_sync(call)
+                result = await trio.to_thread.run_sync(tls_checked, call, self.redis_url)
             except redis.RedisError as exc:
                 self.failed(exc)
                 await trio.sleep(backoff.next())
