@@ -10,6 +10,7 @@ each adding its parser; a command's runner is imported only when it is chosen.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rsc import __version__
 
@@ -32,4 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Parse `argv` (default: sys.argv) and run the chosen subcommand; its exit code."""
     args = build_parser().parse_args(argv)
-    return int(args.run(args) or 0)
+    from rsc.common.extras import MissingExtra
+
+    try:
+        return int(args.run(args) or 0)
+    except MissingExtra as exc:  # a library-only install: say which extra to install
+        print(f"rsc {args.command}: {exc}", file=sys.stderr)
+        return 2
