@@ -167,14 +167,25 @@ USER_APP = textwrap.dedent("""
 USER_TYPES = textwrap.dedent("""
     from rsc.member.listener import Listener, listener
     from rsc.member.message import Message
+    from rsc.member.sync import open_producer
 
     @listener("orders", "billing", coordinator_url="ws://127.0.0.1:8765",
               redis_url="redis://127.0.0.1:6379/0")
     async def handle(message: Message) -> None:
         print(message.value.upper(), message.attempt + 1)
 
+    @listener("orders", "audit", coordinator_url="ws://127.0.0.1:8765",
+              redis_url="redis://127.0.0.1:6379/0", codec="json")
+    def audit(order: dict[str, int], message: Message) -> None:
+        print(order["id"] + 1, message.key)
+
     def ready(running: Listener) -> bool:
         return running.status().ready
+
+    def publish() -> str:
+        with open_producer("ws://127.0.0.1:8765", "redis://127.0.0.1:6379/0", "orders",
+                           codec="json") as producer:
+            return producer.send("k", {"id": 1})
 
     reveal_type(handle)
 """)
