@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import trio
 
-from rsc.member.listener import Listener
 from rsc.member.message import Message
 from rsc.member.otel import SYSTEM, traced_handler, with_headers
 from tests.processes import ROOT
@@ -99,7 +98,6 @@ def test_tracing_without_the_extra_names_it():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT, timeout=60)
     assert "pip install 'redis-stream-coordinator[otel]'" in done.stdout, done.stderr
-    assert Listener  # the import above is the one the child makes
 
 
 async def test_the_asyncio_host_traces_with_a_provider_of_its_own(coordinator):
