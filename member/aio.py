@@ -48,6 +48,7 @@ from typing import Any
 
 import trio
 
+from rsc.common.errors import leaves
 from rsc.member.aio_guest import GuestHost, HostStopped
 from rsc.member.aio_workers import AioWorkers
 from rsc.member.codecs import AnyHandler
@@ -196,12 +197,8 @@ class AioListener:
             mismatch, rest = group.split((StoreMismatch, InstanceFenced))
             if mismatch is None or rest is not None:
                 raise
-            raise _first_leaf(mismatch) from None
+            raise leaves(mismatch)[0] from None
 
-
-def _first_leaf(group: BaseExceptionGroup) -> BaseException:
-    first = group.exceptions[0]
-    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def listener(stream_prefix: str, consumer_group: str, **options: Any

@@ -44,6 +44,7 @@ from collections.abc import Callable
 
 import trio
 
+from rsc.common.errors import leaves
 from rsc.common.tls import TlsFailed
 from rsc.member.codecs import AnyHandler, codec_for, typed_handler
 from rsc.member.health import ListenerStatus, listener_status
@@ -155,7 +156,7 @@ class Listener:
             if mismatch is None or rest is not None:
                 self._failure = repr(group)
                 raise
-            failure = _first_leaf(mismatch)
+            failure = leaves(mismatch)[0]
             self._failure = str(failure)
             raise failure from None
         except Exception as exc:
@@ -174,10 +175,6 @@ def member_instance_ids(instance_id: str | None, concurrency: int) -> list[str |
         return [instance_id]
     return [f"{instance_id}-{index}" for index in range(concurrency)]
 
-
-def _first_leaf(group: BaseExceptionGroup) -> BaseException:
-    first = group.exceptions[0]
-    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def listener(stream_prefix: str, consumer_group: str, **options: object

@@ -12,13 +12,14 @@ same JSON lines as `rsc consume` (with `memberId` null), up to N of them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import trio
 
-from rsc.member.streams import connect, pairs
+from rsc.member.entry import read_fields
+from rsc.member.output_lines import json_line
+from rsc.member.streams import connect
 from rsc.protocol import GetRouting, Routing, Status
 
 PEEK_CHUNK = 500
@@ -47,16 +48,18 @@ class MessageQuota:
         return self.limit is not None and self.taken >= self.limit
 
 
-def peek_line(shard: str, entry_id: str, fields: dict[str, str]) -> str:
-    """A peeked entry, in the shape of `rsc consume`'s lines (no member handled it)."""
-    return json.dumps({"shard": shard, "id": entry_id, "key": fields.get("key", ""),
-                       "value": fields.get("value", ""), "memberId": None},
-                      separators=(",", ":"), ensure_ascii=False)
+def peek_line(shard: str, entry_id: str | bytes, fields: Any) -> str:
+    """A peeked entry (fields as the server sent them), in the shape of `rsc consume`'s
+    lines (no member handled it)."""
+    key, value, headers = read_fields(fields)
+    if entry_id.__class__ is bytes:
+        entry_id = entry_id.decode()  # type: ignore[union-attr]
+    return json_line(shard, str(entry_id), key, value, headers, None)
 
 
-def _next_id(entry_id: str) -> str:
+def _next_id(entry_id: str | bytes) -> str:
     """The smallest id after `entry_id` (XRANGE's exclusive start, Redis 6.2+ has `(`)."""
-    return f"({entry_id}"
+    return f"({entry_id.decode() if isinstance(entry_id, bytes) else entry_id}"
 
 
 def read_shards(client: Any, streams: tuple[str, ...], limit: int | None) -> Iterator[str]:
@@ -70,7 +73,7 @@ def read_shards(client: Any, streams: tuple[str, ...], limit: int | None) -> Ite
             if not entries:
                 break
             for entry_id, fields in entries:
-                yield peek_line(stream, entry_id, pairs(fields))
+                yield peek_line(stream, entry_id, fields)
                 if left is not None:
                     left -= 1
             start = _next_id(entries[-1][0])
@@ -83,7 +86,7 @@ async def peek(prefix: str, *, routing: Routing, redis_url: str, limit: int | No
     """Print up to `limit` entries of the routing's shards; how many were printed."""
     if routing.status != Status.OK:
         raise ValueError(f"no routing for {prefix!r}")
-    client = connect(redis_url, timeout_s=10.0)
+    client = connect(redis_url, timeout_s=10.0, decode=False)  # M1: entries are bytes
     printed = 0
     try:
         lines = read_shards(client, tuple(routing.streams or ()), limit)

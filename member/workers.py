@@ -130,6 +130,7 @@ class WorkerPool:
         pop, wait, done = queue.pop, queue.wait, queue.done
         config = core.config
         fast = self.is_async and config.retry is None and config.ack_policy is AckPolicy.AFTER
+        new_message = tuple.__new__  # Message's fields in order, without its Python __new__
         since_checkpoint = 0
         while True:
             entry = pop(index)
@@ -145,7 +146,7 @@ class WorkerPool:
                 if verdict is not allowed:
                     done(entry)
                     continue
-            message = Message(shard, entry_id, key, value, member_id, headers, 1)
+            message = new_message(Message, (shard, entry_id, key, value, member_id, headers, 1))
             core.busy += 1
             handled = False
             try:

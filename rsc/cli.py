@@ -3,8 +3,10 @@
     rsc coordinator | produce | consume | admin | demo   (rsc --version)
 
 The composition layer: one module per command (`rsc.commands.coordinator`,
-`rsc.commands.admin`, `rsc.commands.demo`; `produce` and `consume` in `rsc.member.cli`),
-each adding its parser; a command's runner is imported only when it is chosen.
+`rsc.commands.produce`, `rsc.commands.consume` with its `--peek` in `rsc.commands.peek`,
+`rsc.commands.admin`, `rsc.commands.demo`), each adding its parser; a command's runner is
+imported only when it is chosen. Every configuration flag may come from its `RSC_*`
+variable (rsc/common/env_config.py).
 """
 
 from __future__ import annotations
@@ -16,15 +18,14 @@ from rsc import __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from rsc.commands import admin, coordinator, demo
-    from rsc.member import cli as member_cli
+    from rsc.commands import admin, consume, coordinator, demo, produce
 
     parser = argparse.ArgumentParser(prog="rsc", description="Redis Stream Coordinator")
     parser.add_argument("--version", action="version", version=f"rsc {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     coordinator.add_parser(commands)
-    member_cli.add_produce_parser(commands)
-    member_cli.add_consume_parser(commands)
+    produce.add_parser(commands)
+    consume.add_parser(commands)
     admin.add_parser(commands)
     demo.add_parser(commands)
     return parser
@@ -32,9 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse `argv` (default: sys.argv) and run the chosen subcommand; its exit code."""
-    args = build_parser().parse_args(argv)
+    from rsc.common.env_config import parse_args
     from rsc.common.extras import MissingExtra
 
+    args = parse_args(build_parser(), argv)
     try:
         return int(args.run(args) or 0)
     except MissingExtra as exc:  # a library-only install: say which extra to install

@@ -17,7 +17,7 @@ import signal
 import sys
 
 from rsc.member.aio import listener
-from rsc.member.cli import event_line, message_line
+from rsc.member.output_lines import event_line, message_line
 from rsc.member.reconcile import Event
 from rsc.member.runtime import Message
 from tests.test_member_sigstop import (

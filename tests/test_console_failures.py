@@ -22,11 +22,12 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
 
 from rsc.common.redis_server import free_port
-from rsc.member.cli import BadConfig, ConsumeWatch, Endpoints, endpoints
+from rsc.member.consume_watch import ConsumeWatch
 from rsc.member.notices import Notices, redis_problem, then
 from rsc.member.producer import StoreMismatch, open_producer
 from rsc.member.session import BadCoordinatorUrl, check_coordinator_url, refused, session_url
 from rsc.member.streams import STORE_ID_KEY
+from rsc.member.tool_config import BadConfig, Endpoints, endpoints
 from rsc.protocol import Routing, Status, shard_for_key
 from tests.processes import ROOT
 from tests.test_member_support import set_shards

@@ -15,7 +15,7 @@ from trio_websocket import ConnectionClosed, serve_websocket
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
 from rsc.common.redis_server import free_port
-from rsc.member.cli import LineSplitter, MalformedLine, parse_line
+from rsc.member.input_lines import LineSplitter, MalformedLine, parse_line
 from rsc.member.notices import Notices
 from rsc.member.producer import RoutingUnavailable, open_producer
 from rsc.member.streams import (

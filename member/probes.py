@@ -1,0 +1,61 @@
+"""`rsc consume`'s metrics and health ports (D7): the routes, and serving them on a port."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+
+import trio
+
+from rsc.common import probe_http
+from rsc.common.probe_http import Answer, Route
+from rsc.member.health import ListenerStatus
+from rsc.member.listener import Listener
+from rsc.member.tool_config import BadConfig
+
+
+def health_routes(status: Callable[[], ListenerStatus]) -> dict[str, Route]:
+    """D7: `GET /healthz` 200 unless a restart should cure a member (503 with the reason),
+    `GET /readyz` 200 while every member is in its group (503 with the reason)."""
+    def healthz() -> Answer:
+        verdict = status()
+        return probe_http.probe(verdict.healthy, verdict.reason if not verdict.healthy else "ok")
+
+    def readyz() -> Answer:
+        verdict = status()
+        return probe_http.probe(verdict.ready, verdict.reason or "ready")
+
+    return {"/healthz": healthz, "/readyz": readyz}
+
+
+def metrics_route(consumers: Callable[[], Listener]) -> Route:
+    """Prometheus text of the members' stats, read at scrape time."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+
+    from rsc.member.metrics import MemberCollector
+
+    registry = CollectorRegistry()
+    registry.register(MemberCollector(lambda: [member.stats for member in consumers().members]))
+    return lambda: Answer(200, generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4)
+
+
+async def serve_probes(nursery: trio.Nursery, routes: dict[str, Route], host: str, port: int,
+                       what: str) -> None:
+    """Serve `routes` on host:port; BadConfig naming the flags when the port cannot be had."""
+    try:
+        await nursery.start(functools.partial(probe_http.serve_http, routes, host, port))
+    except OSError as exc:
+        raise BadConfig(f"cannot serve {what} on {host}:{port}: {exc.strerror or exc} "
+                        f"(pick another --{what}-port or --{what}-host)") from None
+
+
+def env_port(name: str) -> int | None:
+    """A port from the environment (empty: unset); BadConfig naming the variable otherwise."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise BadConfig(f"{name}={text!r} is not a port (0-65535)")
+    return int(text)

@@ -1,0 +1,60 @@
+"""Where `rsc produce` and `rsc consume` connect: flags first, then the environment.
+
+URLs and the token come from the flags, else from RSC_COORDINATOR_URL (default
+ws://127.0.0.1:8765), RSC_REDIS_URL, RSC_TOKEN and RSC_CA_FILE, so they stay out
+of `ps`. What no retry can fix is `BadConfig` (exit 1) or `Unrecoverable` (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+
+import attrs
+
+from rsc.common.redact import redact_url
+from rsc.common.redis_connect import SentinelServiceUnknown
+from rsc.member.session import BadCoordinatorUrl, check_coordinator_url
+from rsc.member.streams import connect
+from rsc.member.unrecoverable import Unrecoverable, redis_unrecoverable_line, redis_url_problem
+
+DEFAULT_COORDINATOR_URL = "ws://127.0.0.1:8765"
+
+
+class BadConfig(ValueError):
+    """A URL or setting no retry can fix; its text is the line to print."""
+
+
+@attrs.frozen
+class Endpoints:
+    """Where a console tool connects, from its flags or the environment."""
+
+    coordinator_url: str
+    redis_url: str
+    token: str | None
+    ca_file: str | None = None  # what a wss:// coordinator is verified against, beside the system store
+
+
+def endpoints(args: argparse.Namespace, environ: Mapping[str, str]) -> Endpoints:
+    """Flags first, then RSC_COORDINATOR_URL / RSC_REDIS_URL / RSC_TOKEN; BadConfig if unusable."""
+    coordinator = args.coordinator or environ.get("RSC_COORDINATOR_URL") or DEFAULT_COORDINATOR_URL
+    try:
+        coordinator = check_coordinator_url(coordinator)
+    except BadCoordinatorUrl as exc:
+        raise BadConfig(str(exc)) from None
+    redis_url = args.redis_url or environ.get("RSC_REDIS_URL")
+    if not redis_url:
+        raise BadConfig("no Redis URL: pass --redis-url or set RSC_REDIS_URL "
+                        "(the coordinator's Redis)")
+    problem = redis_url_problem(redis_url)
+    if problem is not None:  # D3: redis-py would silently use db 0
+        raise Unrecoverable(problem)
+    try:
+        connect(redis_url).close()
+    except ValueError as exc:
+        raise BadConfig(f"bad Redis URL {redact_url(redis_url)!r}: {exc}") from None
+    except SentinelServiceUnknown as exc:  # K1: no waiting makes the sentinels know it
+        raise Unrecoverable(redis_unrecoverable_line(exc, redis_url)) from None
+    return Endpoints(coordinator_url=coordinator, redis_url=redis_url,
+                     token=args.token or environ.get("RSC_TOKEN") or None,
+                     ca_file=args.ca_file or environ.get("RSC_CA_FILE") or None)

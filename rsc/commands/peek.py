@@ -1,0 +1,82 @@
+"""`rsc consume PREFIX --peek`: the current routing's shards, read with XRANGE (member/peek.py).
+
+Joins no group and acks nothing; the same JSON lines as `rsc consume`, with
+`memberId` null. Every failure is one line and exit 1 (exit 2 for what waiting
+cannot heal).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import redis
+import trio
+
+from rsc.commands.member_tool import run_tool
+from rsc.member.notices import redis_problem
+from rsc.member.output_lines import PipeClosed, StdoutLines
+from rsc.member.peek import peek, routing_request
+from rsc.member.producer import no_routing_line
+from rsc.member.session import ResponseUndecodable, SessionClosed, SessionRefused, open_session
+from rsc.member.streams import connect
+from rsc.member.tool_config import Endpoints
+from rsc.member.tool_output import line_writer
+from rsc.member.unrecoverable import (
+    Unrecoverable,
+    redis_error_is_permanent,
+    redis_unrecoverable_line,
+    refusal_is_permanent,
+)
+from rsc.protocol import Routing, Status
+
+
+def run(args: argparse.Namespace, urls: Endpoints) -> int:
+    return run_tool("consume", _peek, args, urls)
+
+
+async def _peek(args: argparse.Namespace, urls: Endpoints) -> int:
+    say = line_writer("consume")
+    out = StdoutLines(on_closed=lambda: None)
+    try:  # Redis first: refused credentials are a configuration error whatever the coordinator does
+        await trio.to_thread.run_sync(_ping, urls.redis_url)
+    except redis.RedisError as exc:
+        if redis_error_is_permanent(exc):
+            raise Unrecoverable(redis_unrecoverable_line(exc, urls.redis_url)) from exc
+        say(redis_problem(exc, urls.redis_url))
+        return 1
+    try:
+        async with open_session(urls.coordinator_url, "member", token=urls.token,
+                                connect_timeout=5.0) as session:
+            with trio.fail_after(10):
+                routing = await session.request(routing_request(args.prefix))
+    except SessionRefused as exc:
+        if refusal_is_permanent(exc.status_code):
+            raise Unrecoverable(exc.line) from exc
+        say(exc.line)
+        return 1
+    except (SessionClosed, ResponseUndecodable, trio.TooSlowError) as exc:
+        say(getattr(exc, "line", None) or f"the coordinator at {urls.coordinator_url} did not "
+            "answer in time")
+        return 1
+    if not isinstance(routing, Routing) or routing.status != Status.OK:
+        say(no_routing_line(args.prefix))
+        return 1
+    try:
+        await peek(args.prefix, routing=routing, redis_url=urls.redis_url,
+                   limit=args.max_messages, write=out.write)
+    except PipeClosed:
+        return 0
+    except redis.RedisError as exc:
+        if redis_error_is_permanent(exc):
+            raise Unrecoverable(redis_unrecoverable_line(exc, urls.redis_url)) from exc
+        say(redis_problem(exc, urls.redis_url))
+        return 1
+    return 0
+
+
+def _ping(redis_url: str) -> None:
+    client = connect(redis_url, timeout_s=5.0, retries=False)
+    try:
+        client.ping()
+    finally:
+        client.close()

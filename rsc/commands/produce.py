@@ -1,0 +1,152 @@
+"""`rsc produce PREFIX`: stdin lines to a prefix's shards (docs/protocol.md, Command line).
+
+Fails loudly (D3): every expected failure is one line on stderr, said when it starts,
+again every 15 s while it lasts, and when it is over; it never exits for what a retry
+can fix. The first Ctrl-C (or SIGTERM) stops reading and delivers what was accepted
+for up to --flush-timeout; a second one exits at once. The runner's imports are made
+only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from typing import TYPE_CHECKING
+
+from rsc.commands.member_tool import (
+    add_endpoint_flags,
+    dispatch_signals,
+    non_negative,
+    non_negative_seconds,
+    positive,
+    run_tool,
+)
+from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES
+
+if TYPE_CHECKING:
+    from rsc.member.tool_config import Endpoints
+
+BUFFER_LINES = 10_000  # accepted lines not yet in Redis, at most (plus one batch)
+WRITE_BATCH = 500
+FLUSH_TIMEOUT_S = 30.0  # how long a SIGTERM or Ctrl-C keeps delivering (D2)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "produce", help="write stdin lines (key<TAB>value, or JSON {key, value} with valueBase64, "
+                        "keyBase64, headers) to a prefix")
+    parser.add_argument("prefix", help="stream prefix")
+    add_endpoint_flags(parser)
+    parser.add_argument("--flush-timeout", type=non_negative_seconds, default=FLUSH_TIMEOUT_S,
+                        metavar="SECONDS",
+                        help="after SIGTERM or Ctrl-C, keep delivering accepted lines this long "
+                             f"(default {FLUSH_TIMEOUT_S:g}), then exit 1 naming what is left")
+    parser.add_argument("--min-replicas", type=non_negative, default=0, metavar="N",
+                        help="a line counts as written only once N replicas hold it (Redis WAIT "
+                             "on the connection that wrote it); a shortfall waits, and is said "
+                             "every 15 s (default %(default)s: no wait)")
+    parser.add_argument("--max-message-bytes", type=positive, default=DEFAULT_MAX_MESSAGE_BYTES,
+                        metavar="N",
+                        help="refuse a message whose key, value and headers take more than N "
+                             "bytes: reported like a malformed line, and skipped "
+                             "(default %(default)s: 1 MiB)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rsc.member.tool_config import BadConfig, endpoints
+    from rsc.member.tool_output import line_writer, quiet_repeats
+    from rsc.member.unrecoverable import EXIT_UNRECOVERABLE, Unrecoverable
+
+    try:
+        urls = endpoints(args, os.environ)
+    except BadConfig as exc:
+        line_writer("produce")(str(exc))
+        return 1
+    except Unrecoverable as exc:
+        line_writer("produce")(str(exc))
+        return EXIT_UNRECOVERABLE
+    quiet_repeats(logging.getLogger("rsc.member"), "produce")
+    return run_tool("produce", produce, args.prefix, urls, sys.stdin.fileno(), args.flush_timeout,
+                    args.min_replicas, args.max_message_bytes)
+
+
+async def produce(prefix: str, urls: Endpoints, input_fd: int,
+                  flush_timeout_s: float = FLUSH_TIMEOUT_S, min_replicas: int = 0,
+                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> int:
+    import trio
+
+    from rsc.common.errors import unwrap_single
+    from rsc.member.input_lines import read_lines
+    from rsc.member.notices import Notices
+    from rsc.member.producer import open_producer
+    from rsc.member.producer_core import Record
+    from rsc.member.tool_output import exit_now, line_writer
+
+    say = line_writer("produce")
+    notices = Notices(say)
+    counts = {"accepted": 0, "malformed": 0, "line": 0}
+    interrupted: list[int] = []
+    reading = trio.CancelScope()
+    flushing = trio.CancelScope()  # D2: after a signal, delivering lasts --flush-timeout
+    lines_in, lines_out = trio.open_memory_channel[Record](BUFFER_LINES)
+    try:
+        async with open_producer(urls.coordinator_url, urls.redis_url, prefix,
+                                 token=urls.token, notices=notices, ca_file=urls.ca_file,
+                                 min_replicas=min_replicas,
+                                 max_message_bytes=max_message_bytes) as producer:
+
+            async def read_input() -> None:
+                async with lines_in:
+                    with reading:
+                        await producer.ready()  # routing once, and the right Redis: then read
+                        await read_lines(input_fd, lines_in, counts, say, limit=max_message_bytes)
+
+            async def write_output() -> None:
+                async for first in lines_out:
+                    batch = [first]
+                    while len(batch) < WRITE_BATCH:
+                        try:
+                            batch.append(lines_out.receive_nowait())
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                    producer.holds_input = True  # K6: from now on D2 keeps what was accepted
+                    await producer.send_batch(batch)
+
+            def on_signal(signum: int) -> None:
+                if interrupted:
+                    exit_now(say, f"exiting at once: {counts['accepted'] - producer.sent} "
+                             "accepted lines not written")
+                interrupted.append(signum)
+                say(f"draining: reading no more input, {counts['accepted'] - producer.sent} "
+                    f"accepted lines left to write for up to {flush_timeout_s:g} s "
+                    "(Ctrl-C again to exit at once)")
+                reading.cancel()
+                flushing.deadline = trio.current_time() + flush_timeout_s
+
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(dispatch_signals, signals, on_signal)
+                    with flushing:
+                        async with trio.open_nursery() as work:
+                            work.start_soon(read_input)
+                            work.start_soon(write_output)
+                    nursery.cancel_scope.cancel()
+            if flushing.cancelled_caught:
+                left = counts["accepted"] - producer.sent
+                say(f"flush timeout: {left} accepted lines not delivered after "
+                    f"{flush_timeout_s:g} s (sent {producer.sent})")
+                return 1
+            summary = (f"sent {producer.sent}, retried {producer.retried}, "
+                       f"rerouted {producer.rerouted}")
+            if counts["malformed"]:
+                summary += f", malformed {counts['malformed']}"
+            say(summary)
+    except BaseExceptionGroup as group:
+        unwrap_single(group)
+    if interrupted:
+        return 128 + interrupted[0]
+    return 1 if counts["malformed"] else 0
