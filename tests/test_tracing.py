@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import trio
 
-from rsc.member.listener import Listener
 from rsc.member.message import Message
 from rsc.member.otel import SYSTEM, traced_handler, with_headers
 from tests.processes import ROOT
@@ -99,4 +98,50 @@ def test_tracing_without_the_extra_names_it():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT, timeout=60)
     assert "pip install 'redis-stream-coordinator[otel]'" in done.stdout, done.stderr
-    assert Listener  # the import above is the one the child makes
+
+
+async def test_the_asyncio_host_traces_with_a_provider_of_its_own(coordinator):
+    """`tracing=<provider>` (not the global one), the asyncio producer and listener: the
+    caller's span is the producer span's parent, the consumer span its child and link."""
+    import asyncio
+
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from rsc.member import aio
+
+    url, redis_url = coordinator.url, coordinator.redis_url
+    await set_shards(url, "aiotraced", "billing", 2)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    async def main() -> None:
+        seen: list[str] = []
+
+        @aio.listener("aiotraced", "billing", coordinator_url=url, redis_url=redis_url,
+                      codec="json", tracing=provider)
+        async def handle(value: dict[str, int]) -> None:
+            seen.append(str(value["n"]))
+
+        async with aio.open_producer(url, redis_url, "aiotraced", codec="json",
+                                     tracing=provider) as producer:
+            with provider.get_tracer("shop").start_as_current_span("checkout"):
+                await producer.send_batch([(f"k{n}", {"n": n}) for n in range(3)])
+        async with handle.running():
+            async with asyncio.timeout(30):
+                while len(seen) < 3:
+                    await asyncio.sleep(0.02)
+
+    await trio.to_thread.run_sync(lambda: asyncio.run(main()))
+    spans = exporter.get_finished_spans()
+    checkout = next(span for span in spans if span.name == "checkout")
+    send = next(span for span in spans if span.name == "send aiotraced")
+    consumed = [span for span in spans if span.name == "process aiotraced"]
+    assert send.parent is not None and send.parent.span_id == checkout.context.span_id
+    assert len(consumed) == 3
+    for span in consumed:
+        assert span.context.trace_id == checkout.context.trace_id
+        assert span.parent is not None and span.parent.span_id == send.context.span_id
+        assert [link.context.span_id for link in span.links] == [send.context.span_id]
