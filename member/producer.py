@@ -53,6 +53,7 @@ from rsc.common.redact import redact_url
 from rsc.common.redis_connect import is_cluster
 from rsc.member.backoff import Backoff
 from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, MessageTooLarge
+from rsc.member.native_streams import native_produce_ops
 from rsc.member.notices import Notices, redis_problem, then
 from rsc.member.ops import produce_ops
 from rsc.member.producer_core import (
@@ -147,6 +148,7 @@ class Producer:
         self._core = ProducerCore()
         self._token = token
         self._ops = produce_ops(client)
+        self._native = native_produce_ops(client)  # writes without a thread hop, one server
         self._routing_wait_s = routing_wait_s
         self._session: Session | None = None
         self._changed = Signal()
@@ -200,7 +202,8 @@ class Producer:
                 if self.min_replicas:
                     results = await self._write_replicated(writes)
                 else:
-                    results = await trio.to_thread.run_sync(self._ops.write, writes)
+                    results = await self._native.write(writes) if self._native is not None \
+                        else await trio.to_thread.run_sync(self._ops.write, writes)
             except redis.RedisError as exc:
                 self._redis_failed(exc)
                 step = delivery.write_failed()
@@ -432,6 +435,7 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
     """
     check_coordinator_url(coordinator_url)
     client = connect(redis_url, timeout_s=REDIS_TIMEOUT_S, retries=False)
+    producer: Producer | None = None
     try:
         producer = Producer(coordinator_url, redis_url, stream_prefix, client=client,
                             token=token, subscribe=subscribe, routing_wait_s=routing_wait_s,
@@ -445,4 +449,8 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
         except BaseExceptionGroup as group:
             unwrap_single(group)
     finally:
-        client.close()
+        try:
+            if producer is not None and producer._native is not None:
+                await producer._native.aclose()
+        finally:
+            client.close()
