@@ -288,6 +288,10 @@ class Producer:
     def _adopt(self, message: Routing) -> None:
         self._follower.adopt(message)
 
+    async def aclose(self) -> None:
+        """Close what the producer opened itself (its trio-driven Redis connection)."""
+        await self._redis.aclose()
+
 
 @asynccontextmanager
 async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str, *,
@@ -315,6 +319,7 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
     """
     check_coordinator_url(coordinator_url)
     client = connect(redis_url, timeout_s=REDIS_TIMEOUT_S, retries=False)
+    producer: Producer | None = None
     try:
         producer = Producer(coordinator_url, redis_url, stream_prefix, client=client,
                             token=token, subscribe=subscribe, routing_wait_s=routing_wait_s,
@@ -329,4 +334,8 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
         except BaseExceptionGroup as group:
             unwrap_single(group)
     finally:
-        client.close()
+        try:
+            if producer is not None:
+                await producer.aclose()
+        finally:
+            client.close()

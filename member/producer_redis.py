@@ -17,6 +17,7 @@ import trio
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import is_cluster
 from rsc.member.backoff import Backoff
+from rsc.member.native_streams import native_produce_ops
 from rsc.member.notices import Notices, redis_problem, then
 from rsc.member.ops import produce_ops
 from rsc.member.streams import WriteResult, check_store_id
@@ -54,13 +55,21 @@ class ProducerRedis:
         self.store_checked = False
         self._notices = notices
         self._ops = produce_ops(client)
+        self._native = native_produce_ops(client)  # writes without a thread hop, one server
 
     async def write(self, writes: list[tuple[str, list[bytes]]]) -> Any:
         """One pipeline of writes (XADDs through the seal-checking script); their results.
         With `min_replicas`, returned only once that many replicas hold them (WAIT)."""
         if self.min_replicas:
             return await self._write_replicated(writes)
+        if self._native is not None:
+            return await self._native.write(writes)
         return await trio.to_thread.run_sync(self._ops.write, writes)
+
+    async def aclose(self) -> None:
+        """Close the trio-driven connection (the redis-py client is its opener's to close)."""
+        if self._native is not None:
+            await self._native.aclose()
 
     async def _write_replicated(self, writes: list[tuple[str, list[bytes]]]) -> list[WriteResult]:
         """K5: write, then WAIT on that connection until `min_replicas` replicas hold it all."""
