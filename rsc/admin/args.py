@@ -277,6 +277,9 @@ def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> arg
                         help="remove the static member holding this instanceId instead")
     watch = command("watch", "follow a group live: a line per change (server pushes)")
     group_arguments(watch)
+    watch.add_argument("--table", action="store_true",
+                       help="show the group's view too: redrawn in place on a terminal, after "
+                            "each change line into a pipe (default: change lines only)")
     watch.add_argument("--interval", type=_argument_type(_positive_float),
                        default=DEFAULT_WATCH_INTERVAL_S,
                        help="seconds between polls, used only with a coordinator that does not "
