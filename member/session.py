@@ -33,9 +33,8 @@ from trio_websocket import (
     WebSocketConnection,
 )
 
+from rsc.common.coordinator_url import handshake_hint, host_port, shown, url_problem
 from rsc.common.errors import unwrap_single
-from rsc.common.redact import redact_url
-from rsc.common.redis_connect import SCHEMES as REDIS_SCHEMES
 from rsc.common.tls import forget_server, verify_server, websocket_context
 from rsc.common.ws_client import connect_websocket
 from rsc.common.ws_session import ClientSession, Undecodable
@@ -108,45 +107,13 @@ def _closed_reason(exc: ConnectionClosed | None) -> str:
     return "session closed" if exc is None else f"connection closed: {exc.reason}"
 
 
-ENDPOINT_HINTS = {
-    400: "the coordinator serves TLS on this port: use wss://",
-    401: "missing or wrong token (pass --token or set RSC_TOKEN)",
-    404: "no such endpoint: give the coordinator as ws://HOST:PORT; the tools add /v1/{endpoint}",
-    503: "the coordinator is at its session limit (--max-sessions)",
-}
-
-
 def check_coordinator_url(url: str) -> str:
-    """`url` without a trailing slash, or BadCoordinatorUrl naming what is wrong with it."""
-    shown = url.rstrip("/")
-    if "://" not in url:
-        raise BadCoordinatorUrl(
-            f"bad coordinator URL {url!r}: no scheme; write ws://{url.lstrip('/')}")
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme in ("http", "https"):
-        secure = "s" if parts.scheme == "https" else ""
-        raise BadCoordinatorUrl(
-            f"bad coordinator URL {url!r}: the coordinator speaks WebSocket; "
-            f"write ws{secure}://{parts.netloc}{parts.path.rstrip('/')}")
-    if parts.scheme.lower() in REDIS_SCHEMES:
-        raise BadCoordinatorUrl(
-            f"bad coordinator URL {redact_url(url)!r}: that is a Redis URL; the coordinator URL is "
-            "the ws://HOST:PORT that `rsc coordinator` prints as `listening on ...` (its own port, "
-            "8765 by default), and Redis goes in --redis-url (RSC_REDIS_URL)")
-    if parts.scheme not in ("ws", "wss"):
-        raise BadCoordinatorUrl(
-            f"bad coordinator URL {url!r}: scheme {parts.scheme!r}; use ws:// or wss://")
-    try:
-        port = parts.port
-    except ValueError:
-        port_text = parts.netloc.rpartition(":")[2]
-        raise BadCoordinatorUrl(
-            f"bad coordinator URL {url!r}: port {port_text} is not in 1-65535") from None
-    if port == 0:
-        raise BadCoordinatorUrl(f"bad coordinator URL {url!r}: port 0 is not in 1-65535")
-    if not parts.hostname:
-        raise BadCoordinatorUrl(f"bad coordinator URL {url!r}: no host")
-    return shown
+    """`url` without a trailing slash, or BadCoordinatorUrl naming what is wrong with it
+    (rsc/common/coordinator_url.py decides)."""
+    problem = url_problem(url)
+    if problem is not None:
+        raise BadCoordinatorUrl(f"bad coordinator URL {shown(url)!r}: {problem}")
+    return url.rstrip("/")
 
 
 def session_url(url: str, endpoint: Literal["member", "admin"]) -> str:
@@ -164,12 +131,14 @@ def coordinator_base(url: str, endpoint: Literal["member", "admin"]) -> str:
     return url.rstrip("/").removesuffix(f"/v1/{endpoint}")
 
 
-def refused(url: str, endpoint: Literal["member", "admin"], status_code: int) -> SessionRefused:
+def refused(url: str, endpoint: Literal["member", "admin"], status_code: int, *,
+            token_given: bool = False) -> SessionRefused:
     """The error for a handshake answered with HTTP `status_code`."""
     target = session_url(url, endpoint)
     reason = f"{target} refused the session: HTTP {status_code}"
-    hint = ENDPOINT_HINTS.get(status_code)
-    line = f"{reason}: {hint.format(endpoint=endpoint)}" if hint else reason
+    hint = handshake_hint(status_code, endpoint=endpoint, hostport=host_port(url),
+                          token_given=token_given)
+    line = f"{reason}: {hint}" if hint else reason
     return SessionRefused(reason, status_code=status_code, line=line)
 
 
@@ -247,7 +216,7 @@ async def open_session(
     except ConnectionRejected as exc:
         if connected:
             raise
-        raise refused(url, endpoint, exc.status_code) from exc
+        raise refused(url, endpoint, exc.status_code, token_given=bool(token)) from exc
     except (HandshakeError, OSError, trio.TooSlowError) as exc:
         if connected:
             raise

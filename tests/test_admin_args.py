@@ -251,11 +251,11 @@ def all_attempts_failed(*errors: OSError) -> HandshakeError:
                           "coordinator needs its admin token: pass --token or set RSC_TOKEN)"),
     (rejected(401), "t", "ws://h:1/v1/admin refused the session: HTTP 401 Unauthorized (the token "
                          "from --token or RSC_TOKEN is not the coordinator's admin token)"),
-    (rejected(404), None, "ws://h:1/v1/admin refused the session: HTTP 404 Not Found (the admin "
-                          "endpoint is /v1/admin: give --url as ws://HOST:PORT, for example "
-                          "ws://h:1)"),
+    (rejected(404), None, "ws://h:1/v1/admin refused the session: HTTP 404 Not Found (no such "
+                          "endpoint: give the coordinator as ws://HOST:PORT, for example "
+                          "ws://h:1; the tools add /v1/admin)"),
     (rejected(503), None, "ws://h:1/v1/admin refused the session: HTTP 503 Service Unavailable "
-                          "(the coordinator is at its session limit, --max-sessions; try again "
+                          "(the coordinator is at its session limit (--max-sessions); try again "
                           "later)"),
     (rejected(500), None, "ws://h:1/v1/admin refused the session: HTTP 500 (is ws://h:1 a "
                           "coordinator?)"),

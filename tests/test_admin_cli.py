@@ -480,9 +480,9 @@ async def test_d3_wrong_path_is_404_with_the_right_one(coordinator):
     url = coordinator.url
     code, out, err, _ = await rsc_admin_process("--url", f"{url}/admin", "list")
     assert (code, out) == (1, "")
-    assert err == (f"error: {url}/admin/v1/admin refused the session: HTTP 404 Not Found (the "
-                   f"admin endpoint is /v1/admin: give --url as ws://HOST:PORT, for example "
-                   f"{url})\n")
+    assert err == (f"error: {url}/admin/v1/admin refused the session: HTTP 404 Not Found (no "
+                   f"such endpoint: give the coordinator as ws://HOST:PORT, for example "
+                   f"{url}; the tools add /v1/admin)\n")
 
 
 async def test_d3_coordinator_at_its_session_limit_is_503(nursery):
@@ -498,7 +498,7 @@ async def test_d3_coordinator_at_its_session_limit_is_503(nursery):
     code, out, err, _ = await rsc_admin_process("--url", f"ws://127.0.0.1:{port}", "list")
     assert (code, out) == (1, "")
     assert err == (f"error: ws://127.0.0.1:{port}/v1/admin refused the session: HTTP 503 Service "
-                   "Unavailable (the coordinator is at its session limit, --max-sessions; try "
+                   "Unavailable (the coordinator is at its session limit (--max-sessions); try "
                    "again later)\n")
 
 

@@ -165,7 +165,7 @@ async def test_d3_wrong_token_is_401_with_the_token_hint_and_exit_2(tool, tools,
                           "--redis-url", coordinator.redis_url)
     line = await process.line(f"rsc {tool}: ws://")
     expected = (f"rsc {tool}: {coordinator.url}/v1/member refused the session: HTTP 401: "
-                "missing or wrong token (pass --token or set RSC_TOKEN)")
+                "the token from --token or RSC_TOKEN is not the coordinator's member token")
     assert line == expected  # D3: a refused token never heals: no retrying
     assert await process.finish() == 2
     assert process.lines == [expected]
@@ -187,8 +187,8 @@ async def test_d3_a_path_on_the_url_is_404_with_the_right_path_and_exit_2(tools,
                           "--redis-url", coordinator.redis_url)
     line = await produce.line("rsc produce: ws://")
     assert line == (f"rsc produce: {coordinator.url}/rsc/v1/member refused the session: "
-                    "HTTP 404: no such endpoint: give the coordinator as ws://HOST:PORT; "
-                    "the tools add /v1/member")
+                    "HTTP 404: no such endpoint: give the coordinator as ws://HOST:PORT, for "
+                    f"example {coordinator.url}; the tools add /v1/member")
     assert await produce.finish() == 2
     assert len(produce.lines) == 1
     assert_no_traceback(produce)
@@ -420,12 +420,12 @@ async def test_d3_consume_on_a_prefix_without_routing_says_how_to_create_it(tool
 
 
 BAD_URLS = [
-    ("http://127.0.0.1:8765", "bad coordinator URL 'http://127.0.0.1:8765': the coordinator "
-     "speaks WebSocket; write ws://127.0.0.1:8765"),
-    ("127.0.0.1:8765", "bad coordinator URL '127.0.0.1:8765': no scheme; write "
+    ("http://127.0.0.1:8765", "bad coordinator URL 'http://127.0.0.1:8765': the scheme is "
+     "http://, the coordinator speaks WebSocket: use ws://127.0.0.1:8765"),
+    ("127.0.0.1:8765", "bad coordinator URL '127.0.0.1:8765': it has no scheme; write it as "
      "ws://127.0.0.1:8765"),
     ("ws://127.0.0.1:99999", "bad coordinator URL 'ws://127.0.0.1:99999': port 99999 is not "
-     "in 1-65535"),
+     "in 1..65535"),
 ]
 
 
@@ -570,7 +570,7 @@ def test_flags_win_over_the_environment_which_wins_over_the_default():
 
 
 @pytest.mark.parametrize(("url", "message"), BAD_URLS + [
-    ("ws://:8765", "no host"), ("ftp://h:1", "scheme 'ftp'"), ("ws://h:0", "port 0")])
+    ("ws://:8765", "no host"), ("ftp://h:1", "the scheme is ftp://"), ("ws://h:0", "port 0")])
 def test_bad_coordinator_urls_name_what_is_wrong(url, message):
     with pytest.raises(BadCoordinatorUrl) as raised:
         check_coordinator_url(url)

@@ -138,7 +138,8 @@ async def test_unreachable_coordinator_line_asks_whether_it_runs_there():
 
 
 @pytest.mark.parametrize(("status", "hint"), [
-    (404, "no such endpoint: give the coordinator as ws://HOST:PORT; the tools add /v1/member"),
+    (404, "no such endpoint: give the coordinator as ws://HOST:PORT, for example "
+          "ws://{hostport}; the tools add /v1/member"),
     (503, "the coordinator is at its session limit (--max-sessions)")])
 async def test_refused_handshake_names_the_status_and_the_fix(nursery, status, hint):
     async def refuse(request: WebSocketRequest) -> None:
@@ -150,6 +151,7 @@ async def test_refused_handshake_names_the_status_and_the_fix(nursery, status, h
         async with open_session(url, "member"):
             pass  # pragma: no cover
     assert raised.value.status_code == status
+    hint = hint.format(hostport=f"127.0.0.1:{server.port}")
     assert raised.value.line == f"{url}/v1/member refused the session: HTTP {status}: {hint}"
 
 

@@ -217,7 +217,7 @@ async def test_a_ws_client_of_a_wss_coordinator_is_told_at_once_to_use_wss(
         async with open_session(plain, "member"):
             pass
     assert refused.value.line == (f"{plain}/v1/member refused the session: HTTP 400: the coordinator "
-                                  "serves TLS on this port: use wss://")
+                                  f"serves TLS on this port: use {coordinator.url}")
     code, lines = await run_tool("admin", "--url", plain, "list")
     assert (code, lines) == (1, [f"error: {plain}/v1/admin refused the session: HTTP 400 "
                                  f"(the coordinator serves TLS on this port: use "

@@ -38,6 +38,7 @@ from trio_websocket import (
 
 from rsc.admin.args import DEFAULT_URL
 from rsc.common import tls
+from rsc.common.coordinator_url import handshake_hint, shown, url_problem
 from rsc.common.errors import leaves, unwrap_single
 from rsc.common.ws_client import connect_websocket
 from rsc.common.ws_session import ClientSession, Undecodable
@@ -153,29 +154,17 @@ def parse_coordinator_url(url: str, source: str = "--url") -> CoordinatorURL:
     other than `/` or `/v1/admin` is kept (the coordinator then refuses it with 404).
     """
     def bad(problem: str) -> AdminConnectError:
-        return AdminConnectError(f"invalid coordinator URL {url!r} (from {source}): {problem}")
+        return AdminConnectError(f"invalid coordinator URL {shown(url)!r} (from {source}): {problem}")
 
-    if "://" not in url:
-        return_hint = f"ws://{url}" if url else DEFAULT_URL
-        raise bad(f"it has no scheme; write it as {return_hint}")
-    scheme, _, rest = url.partition("://")
-    if scheme.lower() not in ("ws", "wss"):
-        raise bad(f"the scheme is {scheme}://, the coordinator speaks WebSocket: use "
-                  f"ws://{rest.split('/')[0] or '127.0.0.1:8765'}")
+    problem = url_problem(url)
+    if problem is not None:
+        raise bad(problem)
+    scheme = url.partition("://")[0]
     parts = urlsplit(url)
     match = _NETLOC.match(parts.netloc.rpartition("@")[2])
-    if not match:
-        raise bad("it has no host; for example ws://127.0.0.1:8765")
+    assert match is not None  # url_problem checked the host
     port_text = match["port"]
-    default_port = 443 if scheme.lower() == "wss" else 80
-    if port_text is None or port_text == "":
-        port = default_port
-    elif not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        raise bad(f"port {port_text} is not in 1..65535")
-    else:
-        port = int(port_text)
-    if parts.query or parts.fragment:
-        raise bad("it must not have a query or fragment")
+    port = int(port_text) if port_text else (443 if scheme.lower() == "wss" else 80)
     path = parts.path.rstrip("/")
     base = f"{scheme.lower()}://{parts.netloc}{path if path != ADMIN_PATH else ''}"
     endpoint = f"{scheme.lower()}://{parts.netloc}{path if path.endswith(ADMIN_PATH) else path + ADMIN_PATH}"
@@ -193,20 +182,11 @@ def connect_failure(coordinator: CoordinatorURL, exc: BaseException, *, token: s
         status = exc.status_code
         reason = f"HTTP {status} {_HTTP_REASONS.get(status, '')}".rstrip()
         where = f"{coordinator.endpoint} refused the session: {reason}"
-        if status == 401:
-            if token:
-                return (f"{where} (the token from --token or RSC_TOKEN is not the coordinator's "
-                        "admin token)")
-            return f"{where} (the coordinator needs its admin token: pass --token or set RSC_TOKEN)"
-        if status == 404:
-            return (f"{where} (the admin endpoint is {ADMIN_PATH}: give --url as ws://HOST:PORT, "
-                    f"for example ws://{_hostport(coordinator)})")
-        if status == 400:
-            return f"{where} (the coordinator serves TLS on this port: use wss://{_hostport(coordinator)})"
+        hint = handshake_hint(status, endpoint="admin", hostport=_hostport(coordinator),
+                              token_given=bool(token))
         if status == 503:
-            return (f"{where} (the coordinator is at its session limit, --max-sessions; "
-                    "try again later)")
-        return f"{where} (is {coordinator.base} a coordinator?)"
+            hint = f"{hint}; try again later"
+        return f"{where} ({hint or f'is {coordinator.base} a coordinator?'})"
     cannot = f"cannot connect to {coordinator.base}"
     if isinstance(exc, ConnectionTimeout | trio.TooSlowError):
         return (f"{cannot}: no answer within {timeout:g}s (is a coordinator listening there? "
