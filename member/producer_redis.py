@@ -56,14 +56,18 @@ class ProducerRedis:
         self._notices = notices
         self._ops = produce_ops(client)
         self._native = native_produce_ops(client)  # writes without a thread hop, one server
+        self._native_busy = trio.Lock()
 
     async def write(self, writes: list[tuple[str, list[bytes]]]) -> Any:
         """One pipeline of writes (XADDs through the seal-checking script); their results.
         With `min_replicas`, returned only once that many replicas hold them (WAIT)."""
         if self.min_replicas:
             return await self._write_replicated(writes)
-        if self._native is not None:
-            return await self._native.write(writes)
+        if self._native is not None and not self._native_busy.locked():
+            # one trio connection carries one caller's round trip at a time; a concurrent
+            # caller (the sync producer's threads, several tasks) takes the pooled client
+            async with self._native_busy:
+                return await self._native.write(writes)
         return await trio.to_thread.run_sync(self._ops.write, writes)
 
     async def aclose(self) -> None:
