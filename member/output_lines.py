@@ -64,10 +64,10 @@ def _text_or_base64(obj: dict[str, object], name: str, data: bytes) -> None:
 def event_line(member_id: str, event: Event, ts: str | None = None) -> str:
     """The stderr line of one member event (`--events`): a JSON object that, like every log
     line, carries a UTC timestamp and a level (rsc/common/logs.py)."""
-    return json.dumps({"ts": ts or utc_timestamp(time.time()), "level": "INFO",
-                       "event": event.name, "memberId": member_id,
+    return json.dumps({"event": event.name, "memberId": member_id,
                        "memberEpoch": event.member_epoch, "shards": list(event.shards),
-                       "reason": event.reason}, separators=(",", ":"), ensure_ascii=False)
+                       "reason": event.reason, "ts": ts or utc_timestamp(time.time()),
+                       "level": "INFO"}, separators=(",", ":"), ensure_ascii=False)
 
 
 class PipeClosed(Exception):
