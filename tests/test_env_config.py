@@ -191,3 +191,13 @@ def test_every_variable_the_deployment_examples_set_is_one_the_tools_read():
     assert any(name == "RSC_NO_EMBEDDED_REDIS" for _file, name in named)
     unknown = sorted((file, name) for file, name in named if name not in known)
     assert unknown == [], f"set by a deployment example, read by no tool: {unknown}"
+
+
+def test_help_shows_the_real_defaults(capsys):
+    from rsc.cli import build_parser
+
+    with pytest.raises(SystemExit) as caught:
+        parse_args(build_parser(), ["coordinator", "--help"], {"RSC_PORT": "9999"})
+    assert caught.value.code == 0
+    out = capsys.readouterr().out
+    assert "(default 8765)" in out and "object at" not in out
