@@ -10,6 +10,7 @@ at once. The runner's imports are made only when the command runs.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -88,20 +89,21 @@ def run(args: argparse.Namespace) -> int:
                 except FieldValueError as exc:
                     raise BadConfig(f"--instance-id {instance_id!r}: {exc}") from None
     except BadConfig as exc:
-        line_writer("consume")(str(exc))
+        line_writer("consume")(str(exc), level=logging.ERROR)
         return 1
     except Unrecoverable as exc:
-        line_writer("consume")(str(exc))
+        line_writer("consume")(str(exc), level=logging.ERROR)
         return EXIT_UNRECOVERABLE
     if args.peek:
         if args.group is not None:
-            line_writer("consume")("--peek joins no group: give PREFIX alone")
+            line_writer("consume")("--peek joins no group: give PREFIX alone", level=logging.ERROR)
             return EXIT_UNRECOVERABLE
         from rsc.commands import peek
 
         return peek.run(args, urls)
     if args.group is None:
-        line_writer("consume")("a consumer GROUP is needed (or --peek to look without one)")
+        line_writer("consume")("a consumer GROUP is needed (or --peek to look without one)",
+                               level=logging.ERROR)
         return EXIT_UNRECOVERABLE
     gc_control.install()  # the coordinator's GC policy for this member process (RSC_GC)
     return run_tool("consume", _consume, args, urls)

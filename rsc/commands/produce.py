@@ -67,10 +67,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         urls = endpoints(args, os.environ)
     except BadConfig as exc:
-        line_writer("produce")(str(exc))
+        line_writer("produce")(str(exc), level=logging.ERROR)
         return 1
     except Unrecoverable as exc:
-        line_writer("produce")(str(exc))
+        line_writer("produce")(str(exc), level=logging.ERROR)
         return EXIT_UNRECOVERABLE
     return run_tool("produce", produce, args.prefix, urls, sys.stdin.fileno(), args.flush_timeout,
                     args.min_replicas, args.max_message_bytes)
