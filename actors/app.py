@@ -321,11 +321,13 @@ async def _wait_for_lease(config: CoordinatorConfig, store: ReportingStore, read
     poll_s = min(0.25, max(0.02, config.tick_interval_ms / 4000))
     takeover = Takeover(lease_ttl_ms=config.lease_ttl_ms)
     last_said: float | None = None
+    looked = False  # Redis answered this coordinator's look at least once
     while True:
         try:
             await trio.to_thread.run_sync(take_over_dead_local_holder, store)
         except Exception as exc:  # noqa: BLE001 - best effort: the look says what is wrong
-            log_event(log, "coordinator.lease_takeover_skipped", error=str(exc))
+            log_event(log, "coordinator.lease_takeover_skipped", level=logging.DEBUG,
+                      error=str(exc))  # debug: during an outage it fails every poll
         try:
             holder, released = await trio.to_thread.run_sync(store.look)
             if holder == store.instance_id:  # still ours: an epoch of this process that ended
@@ -338,10 +340,14 @@ async def _wait_for_lease(config: CoordinatorConfig, store: ReportingStore, read
                 if epoch is not None:
                     return epoch, takeover.waited_on is not None
         except StoreError as exc:
-            if above is None:
-                raise  # at start: exit 1 (D3)
-            holder = None  # K3: Redis flaps while the store is written back: keep trying
+            if above is None and not looked:
+                raise  # Redis unreachable at start: exit 1 (D3)
+            # once Redis answered, an outage while waiting (a standby's holder's store
+            # restarting, K4) or while writing back (K3) is waited out
+            holder = None
             readiness.lease_held(False, str(exc))
+        else:
+            looked = True
         named = holder or takeover.waited_on
         state = "holds" if holder is not None else "let its lease lapse; waiting a lease TTL for"
         readiness.lease_held(False, f"waiting: coordinator {named} {state} the lease")

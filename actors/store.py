@@ -468,6 +468,7 @@ class MetadataStore:
                            store_id=store_id)
         if reason is None:
             witness.marks_written(keys, count)
+            witness.settled(expected)
         return reason
 
     def rewrite(self, memory: dict[str, PrefixSnapshot]) -> dict[str, int]:

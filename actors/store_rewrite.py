@@ -11,7 +11,8 @@ prefix's last confirmed metadata write. Every tick, after renewing its lease, it
 them back with the epoch key and the store id (`observed`); `went_back` says why the
 store lost writes (None: it did not). Replication and RDB snapshots keep the order of
 writes, so a lost write of any kind also loses the marker written after it, or the
-prefix's later sequence.
+prefix's later sequence: a prefix's sequence is read back once, at the first tick after
+its write, and from then on the marker written at that tick covers it.
 
 Writing back. `prefix_rewrite` turns what the coordinator holds of a prefix (its
 rollback point: everything confirmed, so everything any answer revealed, H12) and what
@@ -114,6 +115,17 @@ class Witness:
 
     def expected(self) -> Expected:
         return Expected(marks=self._marks, sequences=self._sequences)
+
+    def settled(self, checked: Expected) -> None:
+        """The check that took `checked` found everything and wrote the markers again: each
+        write it checked was confirmed before those markers landed, so from now on the
+        markers cover it (Redis keeps the order of writes) and only later writes are read
+        back one by one. A tick reads the prefixes written since the last one, not all."""
+        sequences = dict(self._sequences)
+        for prefix, sequence in checked.sequences.items():
+            if sequences.get(prefix) == sequence:
+                del sequences[prefix]
+        self._sequences = sequences
 
 
 def went_back(expected: Expected, observed: Observed, *, instance_id: str, epoch: int,

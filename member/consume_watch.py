@@ -30,6 +30,7 @@ from rsc.member.unrecoverable import (
     redis_error_is_permanent,
     redis_unrecoverable_line,
     refusal_is_permanent,
+    tls_checked,
 )
 from rsc.protocol import GetRouting, Routing, Status
 
@@ -74,7 +75,7 @@ class ConsumeWatch:
         url = self.urls.redis_url
         while True:
             try:
-                await trio.to_thread.run_sync(self._client.ping)
+                await trio.to_thread.run_sync(tls_checked, self._client.ping, url)
             except redis.RedisError as exc:
                 if redis_error_is_permanent(exc):  # D3: a bad db index never heals
                     raise Unrecoverable(redis_unrecoverable_line(exc, url)) from exc
@@ -153,9 +154,9 @@ class ConsumeWatch:
         backoff = Backoff(0.05, 2.0)
         while True:
             try:
-                await trio.to_thread.run_sync(lambda: check_store_id(
+                await trio.to_thread.run_sync(tls_checked, lambda: check_store_id(
                     self._client, expected, redis_url=self.urls.redis_url,
-                    coordinator_url=self.urls.coordinator_url))
+                    coordinator_url=self.urls.coordinator_url), self.urls.redis_url)
                 return
             except redis.RedisError as exc:
                 if redis_error_is_permanent(exc):  # D3: a bad db index never heals

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import trio
 
 from rsc.member.ackbook import AckBook
+from rsc.member.budget import ReadBudget
 from rsc.member.config import MemberConfig
 from rsc.member.ledger import AckFlushRule, Ledger
 from rsc.member.message import Queued, order_key
@@ -76,8 +77,10 @@ class MemberCore:
     def __init__(self, config: MemberConfig, *, on_event: EventCallback | None = None,
                  read_observer: ReadObserver | None = None,
                  ack_observer: AckObserver | None = None,
-                 trace: HandlerTrace | None = None, notices: Notices | None = None) -> None:
+                 trace: HandlerTrace | None = None, notices: Notices | None = None,
+                 read_budget: ReadBudget | None = None) -> None:
         self.config = config
+        self.read_budget = read_budget  # at most this many entries read (--max-messages)
         self.member_id = config.member_id
         self.on_event = on_event
         self.read_observer = read_observer
@@ -120,10 +123,10 @@ class MemberCore:
     def apply(self, actions: Actions) -> None:
         """Do what the ledger decided; refresh the gauges."""
         ledger, queue, stats = self.ledger, self.queue, self.stats
-        for shard in actions.abandon:
-            queue.drop_shard(shard)
-        for shard in actions.revoke:
-            queue.drop_shard(shard)
+        for shard in (*actions.abandon, *actions.revoke):
+            dropped = queue.drop_shard(shard)
+            if self.read_budget is not None and dropped:
+                self.read_budget.give_back(len(dropped))
         workers = ledger.workers()
         if queue.workers != workers:
             queue.set_workers(workers)

@@ -23,7 +23,9 @@ with backoff and said once as a warning (and a `join refused` event).
 `codec=` (rsc/member/codecs.py: "json", a pydantic model or a msgspec Struct class, or a
 codec object) decodes each value before the handler, which then takes the value, or the
 value and the message; a value that does not decode goes to the retry policy's dead-letter
-stream with the error named, without retries in place.
+stream with the error named, without retries in place. `tracing=True` (the `[otel]` extra,
+rsc/member/otel.py) runs each handler call in an OpenTelemetry consumer span linked to the
+producer's.
 
 Static membership (S1..S6): `instance_id="pod-0"` makes the members static (with
 `concurrency=N`, member `i` uses `pod-0-i`). Then `stop()` leaves for a while
@@ -44,6 +46,7 @@ import trio
 
 from rsc.common.errors import leaves
 from rsc.common.tls import TlsFailed
+from rsc.member.budget import ReadBudget
 from rsc.member.codecs import AnyHandler, codec_for, typed_handler
 from rsc.member.health import ListenerStatus, listener_status
 from rsc.member.ids import make_member_id
@@ -76,7 +79,8 @@ class Listener:
                  ack_observer: AckObserver | None = None,
                  check_store_id: bool = True, notices: Notices | None = None,
                  ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
-                 instance_id: str | None = None, codec: object | None = None) -> None:
+                 instance_id: str | None = None, codec: object | None = None,
+                 tracing: object = False, read_budget: ReadBudget | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if runtime_max_concurrency < 1:
@@ -91,6 +95,11 @@ class Listener:
                     raise ValueError(f"instance_id {instance_id!r}: {exc}") from None
         self.handler = handler
         run: Handler = handler if codec is None else typed_handler(handler, codec_for(codec))
+        if tracing is not False and tracing is not None:
+            from rsc.member.otel import traced_handler  # the [otel] extra, imported when asked
+
+            run = traced_handler(run, stream_prefix=stream_prefix,
+                                 consumer_group=consumer_group, tracing=tracing)
         self._running = False
         self._stopping = False
         self._failure: str | None = None
@@ -104,7 +113,7 @@ class Listener:
                                 check_store_id=check_store_id, ca_file=ca_file,
                                 ssl_context=ssl_context),
                    run, on_event=on_event, read_observer=read_observer,
-                   ack_observer=ack_observer, notices=notices)
+                   ack_observer=ack_observer, notices=notices, read_budget=read_budget)
             for member_id, instance in zip(ids[:concurrency], instances, strict=False)
         ]
 

@@ -8,7 +8,9 @@ The same commands as `StreamOps` (streams.py) sends through redis-py, with the s
 - acks: the owner-checking ack script (rsc/common/scripts/ack.lua) by EVALSHA, every call in
   one write; where Redis answers NOSCRIPT the script is loaded and those calls sent again
   (as rsc/common/lua.py's runner does); a shard not ours answers NOT_OWNER.
-Claims, lag and the rest stay on `StreamOps`. `native_ops` says None for a Cluster, a
+- a producer's writes (`NativeProduceOps`, without --min-replicas): the seal-checking produce
+  script, the records of one batch in one write, each reply read as `ProduceOps.write` does.
+Claims, lag, WAIT (K5) and the rest stay on redis-py. `native_ops` says None for a Cluster, a
 Sentinel URL or a unix socket: the reader and the acker then use `StreamOps` in a thread.
 """
 
@@ -19,8 +21,19 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from rsc.common.lua import Call, Script
 from rsc.common.trio_redis import Settings, TrioRedis, settings_of
-from rsc.member.streams import ACK_SCRIPT, FlatEntry, _by_stream, ack_calls, acked_counts
+from rsc.member.streams import (
+    ACK_SCRIPT,
+    PRODUCE_SCRIPT,
+    FlatEntry,
+    WriteResult,
+    _by_stream,
+    ack_calls,
+    acked_counts,
+    write_result,
+)
+from rsc.protocol.routing import seal_key
 
 
 class NativeStreamOps:
@@ -71,22 +84,59 @@ class NativeStreamOps:
             return {}
         if self._acks is None or self._acks.closed:
             self._acks = await TrioRedis.open(self.settings, decode=True)
-        connection = self._acks
-        commands = [command for _, command in ACK_SCRIPT.commands(calls)]
-        results: list[Any] = await connection.execute(commands)
-        missing = [index for index, result in enumerate(results) if isinstance(result, NoScriptError)]
-        if missing:  # a restarted or promoted server: load it, send those again
-            await connection.call("SCRIPT", "LOAD", ACK_SCRIPT.text)
-            again = await connection.execute([commands[index] for index in missing])
-            for index, result in zip(missing, again, strict=True):
-                results[index] = result
-        return acked_counts(calls, results)
+        return acked_counts(calls, await run_script(self._acks, ACK_SCRIPT, calls))
 
     async def aclose(self) -> None:
         for connection in (self._reads, self._acks):
             if connection is not None:
                 await connection.aclose()
         self._reads = self._acks = None
+
+
+async def run_script(connection: TrioRedis, script: Script, calls: Sequence[Call]) -> list[Any]:
+    """`script`'s calls by EVALSHA in one write; the calls Redis answered NOSCRIPT (a restarted
+    or promoted server) are sent again once it is loaded. Replies in order, errors as values."""
+    commands = [command for _, command in script.commands(calls)]
+    results: list[Any] = await connection.execute(commands)
+    missing = [index for index, result in enumerate(results) if isinstance(result, NoScriptError)]
+    if missing:
+        await connection.call("SCRIPT", "LOAD", script.text)
+        again = await connection.execute([commands[index] for index in missing])
+        for index, result in zip(missing, again, strict=True):
+            results[index] = result
+    return results
+
+
+class NativeProduceOps:
+    """A producer's writes (without --min-replicas) through the seal-checking produce script,
+    over one trio connection: `ProduceOps.write` without its thread hop."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._connection: TrioRedis | None = None
+
+    async def write(self, records: Sequence[tuple[str, list[bytes]]]) -> list[WriteResult]:
+        """XADD each (shard, entry fields) in one round trip; per record its id or why not.
+
+        An error of the whole round trip (connection, timeout) is raised."""
+        if not records:
+            return []
+        if self._connection is None or self._connection.closed:
+            self._connection = await TrioRedis.open(self.settings, decode=True)
+        calls = [([shard, seal_key(shard)], fields) for shard, fields in records]
+        return [write_result(reply) for reply in
+                await run_script(self._connection, PRODUCE_SCRIPT, calls)]
+
+    async def aclose(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await connection.aclose()
+
+
+def native_produce_ops(client: Any) -> NativeProduceOps | None:
+    """Native writes to the server `client` talks to, None where only redis-py can."""
+    settings = settings_of(client)
+    return None if settings is None else NativeProduceOps(settings)
 
 
 def native_ops(client: Any, consumer_group: str, consumer: str, *,

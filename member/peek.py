@@ -1,9 +1,11 @@
 """`rsc consume PREFIX --peek` and `--max-messages N` (docs/protocol.md, Command line).
 
 `--max-messages N` stops a consumer after N messages handled and acked: the
-quota (`MessageQuota`, pure) lets N handler calls print; any later one raises
-`QuotaReached` before printing, so its entry is neither shown nor acked and
-stays pending for the next owner (nothing goes into a pipe nobody reads).
+quota (`MessageQuota`, pure) lets N handler calls print, and the members' read
+budget (member/budget.py) reads no more than N entries, so none is left pending.
+Should a later one still come (a safety net), it raises `QuotaReached` before
+printing: it is neither shown nor acked, and stays pending for the next owner
+(nothing goes into a pipe nobody reads).
 
 `--peek` joins no group and acks nothing: it asks the coordinator for the
 prefix's current routing and reads its shard streams with XRANGE, printing the

@@ -17,11 +17,13 @@ the last batch.
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING
 
 import redis
 import trio
 
+from rsc.member.budget import read_shape
 from rsc.member.message import Queued, queued_entries
 from rsc.member.native_streams import NativeStreamOps, native_ops
 from rsc.member.ops import stream_ops
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RETRY_PAUSE_S = 0.2
+BUDGET_LOOK_S = 0.5
 
 # a read sent ahead, not yet answered: (shards, their generations, when it was sent)
 ReadAhead = tuple[tuple[str, ...], dict[str, int], float]
@@ -46,6 +49,7 @@ class Reader:
     def __init__(self, core: MemberCore) -> None:
         self.core = core
         self.read_ahead: ReadAhead | None = None
+        self.reads = 0  # reads sent: whose turn it is when a budget allows fewer shards than held
 
     def _lease_checked(self) -> None:
         actions = self.core.ledger.check_lease(self.core.clock())
@@ -56,7 +60,12 @@ class Reader:
         core = self.core
         self._lease_checked()
         now = core.clock()
-        return core.queue.has_room and bool(core.ledger.recoverable(now) or core.ledger.readable(now))
+        return (core.queue.has_room and self._budget_left() != 0
+                and bool(core.ledger.recoverable(now) or core.ledger.readable(now)))
+
+    def _budget_left(self) -> int | None:
+        budget = self.core.read_budget
+        return None if budget is None else budget.left()
 
     async def run(self) -> None:
         """Read until cancelled."""
@@ -73,8 +82,10 @@ class Reader:
                     while not self._can_work():
                         core.reader_waiting = True
                         core.queue.room_wanted = True
-                        try:
-                            await core.reader_wake.wait()
+                        try:  # a budget another member gives back wakes nobody here: look again
+                            with trio.move_on_after(BUDGET_LOOK_S if self._budget_left() == 0
+                                                    else math.inf):
+                                await core.reader_wake.wait()
                         finally:
                             core.reader_waiting = False
                     recoverable = core.ledger.recoverable(core.clock())
@@ -119,6 +130,11 @@ class Reader:
         if start is None:
             return
         count = core.config.read_count
+        left = self._budget_left()
+        if left is not None:
+            count = min(count, left)
+            if count < 1:
+                return
 
         def claim() -> tuple[str, list[Queued]]:
             cursor, entries = ops.claim_pending_raw(shard, start, count=count)
@@ -131,8 +147,13 @@ class Reader:
         finally:
             self._observe(frozenset({shard}), started)
             self._reads_in_progress(frozenset())
+        budget = core.read_budget
+        if budget is not None:
+            budget.took(len(messages))
         if ledger.claimed(shard, generation, cursor):
             core.queue.push_many(messages)
+        elif budget is not None:
+            budget.give_back(len(messages))
 
     async def _read_new(self, ops: StreamOps, native: NativeStreamOps | None = None) -> None:
         """Receive one XREADGROUP reply, sending the next read first when it will be wanted.
@@ -155,6 +176,13 @@ class Reader:
         # ahead only when the reader would read again at once anyway (as `_can_work`)
         ahead = (bool(readable) and readable == shards and not ledger.recovering()
                  and core.queue.has_room)
+        budget = core.read_budget
+        if budget is not None:  # --max-messages: no more than is left, and nothing ahead
+            ahead = False
+            if send_first:
+                send_first, count = read_shape(send_first, count, budget.left(), self.reads)
+                self.reads += 1
+                shards = send_first
         ahead_generations = {s: ledger.generation(s) for s in readable} if ahead else None
 
         def read() -> list[tuple[str, list[Queued]]]:
@@ -195,5 +223,9 @@ class Reader:
             self._observe(frozenset(shards), sent_at)
             self._reads_in_progress(in_progress)
         for shard, messages in batches:
+            if budget is not None:
+                budget.took(len(messages))
             if ledger.still_reading(shard, generations[shard]):
                 core.queue.push_many(messages)
+            elif budget is not None:
+                budget.give_back(len(messages))

@@ -29,6 +29,7 @@ import trio
 
 from rsc.common.redact import redact_url
 from rsc.member.acker import run_acker
+from rsc.member.budget import ReadBudget
 from rsc.member.config import MemberConfig
 from rsc.member.core import AckObserver, EventCallback, InstanceFenced, MemberCore, ReadObserver
 from rsc.member.health import MemberStatus
@@ -47,6 +48,7 @@ from rsc.member.unrecoverable import (
     Unrecoverable,
     redis_error_is_permanent,
     redis_unrecoverable_line,
+    tls_checked,
 )
 from rsc.member.workers import Workers
 
@@ -72,12 +74,12 @@ class Member:
                  on_event: EventCallback | None = None,
                  read_observer: ReadObserver | None = None,
                  ack_observer: AckObserver | None = None,
-                 notices: Notices | None = None) -> None:
+                 notices: Notices | None = None, read_budget: ReadBudget | None = None) -> None:
         self.config = config
         self.handler = handler
         self.core = MemberCore(config, on_event=on_event, read_observer=read_observer,
                                ack_observer=ack_observer, trace=HandlerTrace.from_environment(),
-                               notices=notices)
+                               notices=notices, read_budget=read_budget)
         self.make_workers: Callable[..., Workers] = Workers  # (core, handler, misc client)
 
     @property
@@ -171,7 +173,7 @@ class Member:
         backoff = Backoff(0.05, self.config.redis_retry_max_s)
         while not core.stop_requested.is_set():
             try:
-                result = await trio.to_thread.run_sync(call, client)
+                result = await trio.to_thread.run_sync(tls_checked, lambda: call(client), url)
             except redis.RedisError as exc:
                 if redis_error_is_permanent(exc):  # D3: a bad db index never heals
                     raise Unrecoverable(redis_unrecoverable_line(exc, url)) from exc

@@ -34,6 +34,8 @@ from trio_websocket import (
 )
 
 from rsc.common.errors import unwrap_single
+from rsc.common.redact import redact_url
+from rsc.common.redis_connect import SCHEMES as REDIS_SCHEMES
 from rsc.common.tls import forget_server, verify_server, websocket_context
 from rsc.common.ws_client import connect_websocket
 from rsc.common.ws_session import ClientSession, Undecodable
@@ -126,6 +128,11 @@ def check_coordinator_url(url: str) -> str:
         raise BadCoordinatorUrl(
             f"bad coordinator URL {url!r}: the coordinator speaks WebSocket; "
             f"write ws{secure}://{parts.netloc}{parts.path.rstrip('/')}")
+    if parts.scheme.lower() in REDIS_SCHEMES:
+        raise BadCoordinatorUrl(
+            f"bad coordinator URL {redact_url(url)!r}: that is a Redis URL; the coordinator URL is "
+            "the ws://HOST:PORT that `rsc coordinator` prints as `listening on ...` (its own port, "
+            "8765 by default), and Redis goes in --redis-url (RSC_REDIS_URL)")
     if parts.scheme not in ("ws", "wss"):
         raise BadCoordinatorUrl(
             f"bad coordinator URL {url!r}: scheme {parts.scheme!r}; use ws:// or wss://")

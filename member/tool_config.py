@@ -8,6 +8,7 @@ of `ps`. What no retry can fix is `BadConfig` (exit 1) or `Unrecoverable` (exit 
 from __future__ import annotations
 
 import argparse
+import urllib.parse
 from collections.abc import Mapping
 
 import attrs
@@ -55,6 +56,26 @@ def endpoints(args: argparse.Namespace, environ: Mapping[str, str]) -> Endpoints
         raise BadConfig(f"bad Redis URL {redact_url(redis_url)!r}: {exc}") from None
     except SentinelServiceUnknown as exc:  # K1: no waiting makes the sentinels know it
         raise Unrecoverable(redis_unrecoverable_line(exc, redis_url)) from None
+    if _same_address(coordinator, redis_url):
+        raise BadConfig(f"the coordinator URL {coordinator} is the address of the Redis server "
+                        f"of --redis-url ({redact_url(redis_url)}): the coordinator listens on its "
+                        "own port (it prints `listening on ws://HOST:PORT` when it starts, 8765 by "
+                        "default)")
     return Endpoints(coordinator_url=coordinator, redis_url=redis_url,
                      token=args.token or environ.get("RSC_TOKEN") or None,
                      ca_file=args.ca_file or environ.get("RSC_CA_FILE") or None)
+
+
+def _same_address(coordinator_url: str, redis_url: str) -> bool:
+    """Whether a coordinator URL names the host and port of a plain Redis URL."""
+    redis_parts = urllib.parse.urlsplit(redis_url)
+    if redis_parts.scheme.lower() not in ("redis", "rediss"):
+        return False  # a socket path or sentinels: no one port to mistake
+    coordinator_parts = urllib.parse.urlsplit(coordinator_url)
+    try:
+        redis_port = redis_parts.port or 6379
+        coordinator_port = coordinator_parts.port or (443 if coordinator_parts.scheme == "wss" else 80)
+    except ValueError:
+        return False
+    return (coordinator_port == redis_port
+            and (coordinator_parts.hostname or "").lower() == (redis_parts.hostname or "").lower())

@@ -12,6 +12,7 @@ variable (rsc/common/env_config.py).
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rsc import __version__
 
@@ -33,6 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Parse `argv` (default: sys.argv) and run the chosen subcommand; its exit code."""
     from rsc.common.env_config import parse_args
+    from rsc.common.extras import MissingExtra
 
     args = parse_args(build_parser(), argv)
-    return int(args.run(args) or 0)
+    try:
+        return int(args.run(args) or 0)
+    except MissingExtra as exc:  # a library-only install: say which extra to install
+        print(f"rsc {args.command}: {exc}", file=sys.stderr)
+        return 2

@@ -124,6 +124,14 @@ def test_k3_the_witness_takes_what_it_expects_before_the_reads():
     witness.write_confirmed("p", 3)  # a slower confirmation of an earlier write
     assert expected == Expected(marks={}, sequences={})  # taken before: unchanged
     assert witness.expected() == Expected(marks={"k": 1}, sequences={"p": 4})
+    checked = witness.expected()
+    witness.write_confirmed("q", 5)
+    witness.settled(checked)  # the markers written with that check cover p's write from now on
+    assert witness.expected() == Expected(marks={"k": 1}, sequences={"q": 5})
+    checked = witness.expected()
+    witness.write_confirmed("q", 6)  # confirmed after the check was sent: read back next time
+    witness.settled(checked)
+    assert witness.expected().sequences == {"q": 6}
 
 
 def test_k3_marks_round_trip_and_the_new_epoch_is_above_both():
@@ -223,6 +231,8 @@ async def test_k3_a_rollback_to_an_rdb_saved_earlier_is_written_back_under_a_new
         coordinator = await start_coordinator(nursery, server.url)
         streams = await set_shards(coordinator.url, PREFIX, GROUP, 2)
         client = client_of(server)
+        for stream in streams:  # undelivered entries: the reshard below stays DRAINING (G2)
+            client.xadd(stream, {"key": "k", "value": "v"})
         epoch = int(client.get(EPOCH_KEY))
         store_id = client.get(STORE_ID_KEY)
         assert client.save()  # the point the store will go back to: routing v1, 2 shards
@@ -329,6 +339,7 @@ async def test_k4_redis_sigkilled_and_restarted_empty_consumption_resumes_withou
             "double_owner_windows": double_owner_windows(consumers),
             "fenced": sum(len(c.named("fenced")) for c in consumers),
             "store_id_unchanged": True,
+            "fenced_reasons": sorted({str(e.get("reason")) for c in consumers for e in c.named("fenced")}),
         }
         report("redis restarted empty", **row)
         assert row["lost_after_rewrite"] == 0, row
@@ -472,7 +483,8 @@ def test_k3_on_a_redis_cluster_each_master_carries_a_marker(cluster_url, redis_c
     try:
         store.acquire(2000)
         keys = store.mark_keys()
-        assert len({redis_cluster.node_of(key).port for key in keys}) == len(redis_cluster.masters()) == len(keys)
+        nodes = {redis_cluster.node_of(key).port for key in keys}
+        assert len(nodes) == len(redis_cluster.masters()) == len(keys)
         changes = Changes()
         changes.groups["g"] = GroupRecord(group_epoch=1, assignment_epoch=1)
         store.write("p", changes)
@@ -481,8 +493,107 @@ def test_k3_on_a_redis_cluster_each_master_carries_a_marker(cluster_url, redis_c
         client = redis.RedisCluster.from_url(cluster_url, decode_responses=True)
         client.delete(keys[1])  # that master's shard went back
         assert store.check_went_back(None) == f"the marker {keys[1]} is missing"
+        store.write("p", changes)  # a write after the last markers: read back by itself
         client.delete(meta_key("p"))
         assert store.check_went_back(None) == "the metadata of prefix 'p' is missing"
         client.close()
     finally:
         store.close()
+
+
+async def test_k4_readyz_stays_503_until_the_store_is_written_back(nursery, caplog):
+    """From the moment the coordinator noticed the outage, /readyz says ready only once the
+    write-back landed (its line is logged before readiness turns); the counter counts it."""
+    from rsc.common.redis_server import free_port
+    from tests.helpers.http import http_get
+    from tests.test_metrics_coordinator import http_status
+
+    caplog.set_level("WARNING", logger="rsc.coordinator")
+    server = OwnRedis(binary=server_binary()).start()
+    try:
+        port = free_port()
+        coordinator = await start_coordinator(nursery, server.url, metrics_port=port)
+        await set_shards(coordinator.url, PREFIX, GROUP, 2)
+        with trio.fail_after(10):
+            while await http_status(port, "/readyz") != 200:
+                await trio.sleep(0.02)
+        server.kill()
+        with trio.fail_after(10):
+            while await http_status(port, "/readyz") != 503:
+                await trio.sleep(0.02)
+        server.start()  # empty
+
+        def written_back() -> bool:
+            return any(r.getMessage() == "store.went_back" for r in caplog.records)
+
+        polls = 0
+        with trio.fail_after(10):
+            while (status := await http_status(port, "/readyz")) != 200:
+                polls += 1
+                assert status == 503
+                await trio.sleep(0.01)
+        assert written_back(), "/readyz said ready before the store was written back"
+        assert polls > 0
+        metrics = (await http_get(port, "/metrics")).body.decode()
+        assert "rsc_store_went_back_total 1.0" in metrics
+        await coordinator.stop()
+    finally:
+        server.stop()
+
+
+def test_k4_rsc_describe_shows_when_the_store_went_back():
+    from rsc.admin.views import describe_view, render_plain
+    from rsc.protocol.errors import Status
+
+    description = GroupDescription(request_id=0, status=Status.OK, stream_prefix="p",
+                                   consumer_group="g", group_epoch=1, assignment_epoch=1)
+    assert "store went back" not in render_plain(describe_view(description))
+    went_back = GroupDescription(request_id=0, status=Status.OK, stream_prefix="p",
+                                 consumer_group="g", group_epoch=1, assignment_epoch=1,
+                                 store_went_back_at_ms=1_796_000_000_000)
+    assert "store went back  2026-11-30 00:53:20 UTC: written back from the coordinator's memory" \
+        in render_plain(describe_view(went_back))
+
+
+def test_k4_the_console_group_page_carries_when_the_store_went_back():
+    from rsc.console import views
+
+    base = {"streamPrefix": "p", "consumerGroup": "g", "members": [], "shards": []}
+    assert views.group_view(base)["storeWentBackAtMs"] is None
+    assert views.group_view({**base, "storeWentBackAtMs": 1_796_000_000_000})["storeWentBackAtMs"] \
+        == 1_796_000_000_000
+    script = (Path(views.__file__).parent / "static" / "console.js").read_text()
+    assert "view.storeWentBackAtMs" in script and '"Store went back"' in script
+
+
+async def test_d5_a_waiting_coordinator_waits_out_a_redis_restart(nursery, caplog):
+    """Once Redis answered it, a standby waits through its restart instead of exiting."""
+    caplog.set_level("WARNING", logger="rsc.coordinator")
+    server = OwnRedis(binary=server_binary()).start()
+    try:
+        first = await start_coordinator(nursery, server.url)
+        second: list[object] = []
+        failed: list[BaseException] = []
+
+        async def run_second() -> None:
+            try:
+                second.append(await start_coordinator(nursery, server.url))
+            except BaseException as exc:  # noqa: BLE001 - the test says it
+                failed.append(exc)
+                raise
+
+        nursery.start_soon(run_second)
+        await wait_for(lambda: any(r.getMessage() == "coordinator.waiting" for r in caplog.records),
+                       10, "the second coordinator waiting for the lease")
+        server.kill()
+        with trio.move_on_after(0.5):  # down for several of its polls (no answer at all)
+            while not failed:
+                await trio.sleep(0.02)
+        assert not failed, failed
+        server.start()
+        await first.stop()  # the standby takes over on the same store
+        await wait_for(lambda: bool(second) or bool(failed), 15, "the standby taking over")
+        assert not failed and second
+        await second[0].stop()  # type: ignore[attr-defined]
+    finally:
+        server.stop()

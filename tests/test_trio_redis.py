@@ -11,9 +11,11 @@ import trio
 from rsc.common.redis_connect import ReplicaNow
 from rsc.common.redis_server import EmbeddedRedis
 from rsc.common.trio_redis import TrioRedis, settings_of
-from rsc.member.native_streams import NativeStreamOps, native_ops
+from rsc.member.native_streams import NativeStreamOps, native_ops, native_produce_ops
+from rsc.member.producer_core import Refused
 from rsc.member.streams import NOT_OWNER, connect
 from rsc.protocol import owner_key
+from rsc.protocol.routing import seal_key
 
 SHARD, GROUP = "{orders:v1:0}", "billing"
 
@@ -156,3 +158,34 @@ def test_no_native_connection_for_a_cluster_or_sentinel_client(redis_url):
         assert settings_of(plain) is None
     finally:
         plain.close()
+
+
+async def test_native_writes_refuse_a_sealed_or_missing_shard_and_reload_the_script(redis_url):
+    client = connect(redis_url)
+    client.xgroup_create(SHARD, GROUP, id="0", mkstream=True)
+    sealed = "{orders:v1:1}"
+    client.xgroup_create(sealed, GROUP, id="0", mkstream=True)
+    client.set(seal_key(sealed), "1")
+    ops = native_produce_ops(client)
+    assert ops is not None
+    try:
+        client.script_flush()  # NOSCRIPT first: loaded, sent again
+        results = await ops.write([(SHARD, [b"key", b"k", b"value", b"v"]),
+                                   (sealed, [b"value", b"v"]),
+                                   ("{orders:v1:9}", [b"value", b"v"])])
+        assert isinstance(results[0], str) and results[1:] == [Refused.SEALED, Refused.MISSING]
+        assert client.xlen(SHARD) == 1 and client.xlen(sealed) == 0
+    finally:
+        await ops.aclose()
+        client.close()
+
+
+async def test_a_reply_later_than_the_clients_timeout_is_a_timeout_error(redis_url):
+    client = connect(redis_url, timeout_s=0.2)
+    settings = settings_of(client)
+    client.close()
+    assert settings is not None and settings.reply_timeout_s == 0.2
+    connection = await TrioRedis.open(settings, decode=True)
+    with pytest.raises(redis.TimeoutError):
+        await connection.call("BLPOP", "nothing-here", 5)
+    assert connection.closed

@@ -203,3 +203,21 @@ async def test_the_asyncio_host_hands_msgspec_structs_with_their_messages(coordi
     assert sorted((refund.order, key, headers["n"]) for refund, key, headers in seen) == [
         (n, f"o{n}", str(n).encode()) for n in range(6)]
     assert all(type(refund) is Refund and refund.reason == "late" for refund, _, _ in seen)
+
+
+async def test_the_testing_kit_sends_models_to_a_typed_handler(rsc_kit):
+    prefix = rsc_kit.unique("kitorders")
+    received: list[Order] = []
+
+    async def handle(order: Order) -> None:
+        received.append(order)
+
+    listener = Listener(handle, stream_prefix=prefix, consumer_group=GROUP,
+                        coordinator_url=rsc_kit.coordinator_url, redis_url=rsc_kit.redis_url,
+                        codec=Order)
+    await rsc_kit.create_prefix(prefix, shards=2)
+    await rsc_kit.send(prefix, [("c1", Order(id=1, amount=5)), ("c2", {"id": 2, "amount": 6})],
+                       codec=Order)
+    await rsc_kit.run_until(listener, handled=2)
+    assert sorted(received, key=lambda order: order.id) == [Order(id=1, amount=5),
+                                                            Order(id=2, amount=6)]

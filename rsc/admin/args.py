@@ -255,7 +255,8 @@ def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> arg
         parser.add_argument("prefix", metavar="PREFIX", help="stream prefix")
         parser.add_argument("group", metavar="GROUP", help="consumer group")
 
-    command("list", "list every group with state, epoch, members, shards, lag and pending")
+    command("list", "list every group with state, epoch, members, shards and backlog "
+                    "(undelivered and unacked entries)")
     describe = command("describe", "show a group: epochs, routing, migration, members, shards")
     group_arguments(describe)
     describe.add_argument("--shards", action="store_true", default=None,
@@ -285,8 +286,12 @@ def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> arg
                         help="memberId as shown by describe")
     remove.add_argument("--instance-id", default=None, metavar="ID",
                         help="remove the static member holding this instanceId instead")
-    watch = command("watch", "follow a group live: a line per change (server pushes)")
+    watch = command("watch", "follow a group live: a timestamped line per change of members, "
+                             "epochs, state, assignment, routing or migration (server pushes)")
     group_arguments(watch)
+    watch.add_argument("--table", action="store_true",
+                       help="show the group's view too: redrawn in place on a terminal, after "
+                            "each change line into a pipe (default: change lines only)")
     watch.add_argument("--interval", type=_argument_type(_positive_float),
                        default=DEFAULT_WATCH_INTERVAL_S,
                        help="seconds between polls, used only with a coordinator that does not "

@@ -34,7 +34,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="consumer group (not with --peek)")
     add_endpoint_flags(parser)
     parser.add_argument("--max-messages", type=positive, default=None, metavar="N",
-                        help="stop after N messages handled and acked (then leave, exit 0); "
+                        help="stop after N messages handled and acked (then leave, exit 0), "
+                             "reading no more entries than that (none left pending); "
                              "with --peek: print at most N")
     own_argument(parser.add_argument("--peek", action="store_true",
                         help="print what the shards hold (XRANGE over the current routing) "
@@ -115,6 +116,7 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
 
     from rsc.common.errors import unwrap_single
     from rsc.member.backoff import Backoff
+    from rsc.member.budget import ReadBudget
     from rsc.member.consume_watch import ConsumeWatch
     from rsc.member.listener import Listener
     from rsc.member.notices import Notices, redis_problem, then
@@ -137,6 +139,7 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
     member_ids: list[str] | None = None
     instance_id = args.instance_id or os.environ.get("RSC_INSTANCE_ID") or None  # S1
     quota = MessageQuota(args.max_messages)
+    budget = ReadBudget(args.max_messages) if args.max_messages is not None else None
 
     def on_event(member_id: str, event: Event) -> None:
         try:
@@ -155,6 +158,8 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
             stopping.set()
 
     def make_listener() -> Listener:
+        if budget is not None:  # new members: only what was handled is out of the budget
+            budget.restart(quota.taken)
         return Listener(
             handle, stream_prefix=args.prefix, consumer_group=args.group,
             coordinator_url=urls.coordinator_url, redis_url=urls.redis_url, token=urls.token,
@@ -162,7 +167,8 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
             member_ids=member_ids, on_event=on_event if args.events else None,
             check_store_id=False, ca_file=urls.ca_file,  # ConsumeWatch checked the store
             # one line per problem, whoever of the watch and members sees it
-            notices=notices, instance_id=instance_id)
+            notices=notices, instance_id=instance_id,
+            read_budget=budget)  # --max-messages N: read no more than N (nothing left pending)
 
     consumers = make_listener()
     member_ids = [member.member_id for member in consumers.members]

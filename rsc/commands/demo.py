@@ -19,6 +19,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run(args: argparse.Namespace) -> int:
+    from rsc.common.extras import require
+
+    require("rich", extra="cli", feature="`rsc demo` (its live view)")
     from rsc import demo
 
     return demo.run(args)

@@ -26,6 +26,7 @@ from rsc.member.unrecoverable import (
     redis_error_is_permanent,
     redis_unrecoverable_line,
     refusal_is_permanent,
+    tls_checked,
 )
 from rsc.protocol import Routing, Status
 
@@ -38,7 +39,7 @@ async def _peek(args: argparse.Namespace, urls: Endpoints) -> int:
     say = line_writer("consume")
     out = StdoutLines(on_closed=lambda: None)
     try:  # Redis first: refused credentials are a configuration error whatever the coordinator does
-        await trio.to_thread.run_sync(_ping, urls.redis_url)
+        await trio.to_thread.run_sync(tls_checked, lambda: _ping(urls.redis_url), urls.redis_url)
     except redis.RedisError as exc:
         if redis_error_is_permanent(exc):
             raise Unrecoverable(redis_unrecoverable_line(exc, urls.redis_url)) from exc
@@ -46,7 +47,7 @@ async def _peek(args: argparse.Namespace, urls: Endpoints) -> int:
         return 1
     try:
         async with open_session(urls.coordinator_url, "member", token=urls.token,
-                                connect_timeout=5.0) as session:
+                                connect_timeout=5.0, ca_file=urls.ca_file) as session:
             with trio.fail_after(10):
                 routing = await session.request(routing_request(args.prefix))
     except SessionRefused as exc:

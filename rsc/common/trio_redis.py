@@ -52,6 +52,7 @@ class Settings:
     password: str | None = None
     tls: ssl.SSLContext | None = None
     connect_timeout_s: float = CONNECT_TIMEOUT_S
+    reply_timeout_s: float | None = None  # each reply (redis-py's socket_timeout); None: none
 
     @property
     def address(self) -> str:
@@ -76,7 +77,8 @@ def settings_of(client: Any) -> Settings | None:
     return Settings(host=str(options.get("host") or "localhost"), port=int(options.get("port") or 6379),
                     db=int(options.get("db") or 0), username=username or None,
                     password=password or None, tls=tls,
-                    connect_timeout_s=float(options.get("socket_connect_timeout") or CONNECT_TIMEOUT_S))
+                    connect_timeout_s=float(options.get("socket_connect_timeout") or CONNECT_TIMEOUT_S),
+                    reply_timeout_s=options.get("socket_timeout"))
 
 
 def _credentials(given: Sequence[str]) -> tuple[str | None, str | None]:
@@ -185,15 +187,20 @@ class TrioRedis:
         reader = self._reader
         try:
             reply = reader.gets()
-            while reply is False:
-                data = await self._stream.receive_some(RECEIVE_SIZE)
-                if not data:
-                    raise redis.ConnectionError(
-                        f"Connection to {self.settings.address} closed by server")
-                reader.feed(bytes(data))
-                reply = reader.gets()
+            if reply is False:
+                timeout = self.settings.reply_timeout_s
+                with trio.fail_after(float("inf") if timeout is None else timeout):
+                    while reply is False:
+                        data = await self._stream.receive_some(RECEIVE_SIZE)
+                        if not data:
+                            raise redis.ConnectionError(
+                                f"Connection to {self.settings.address} closed by server")
+                        reader.feed(bytes(data))
+                        reply = reader.gets()
         except BaseException as exc:
             await self.aclose()
+            if isinstance(exc, trio.TooSlowError):
+                raise redis.TimeoutError(f"Timeout reading from {self.settings.address}") from None
             if isinstance(exc, (OSError, trio.BrokenResourceError, trio.ClosedResourceError,
                                 hiredis.ProtocolError)):
                 raise redis.ConnectionError(
