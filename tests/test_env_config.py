@@ -149,7 +149,7 @@ def test_parse_args_exits_2_with_one_line_for_a_bad_variable(capsys):
     assert len(err) == 1 and "RSC_LEASE_TTL_MS='soon'" in err[0] and " ERROR " in err[0]
 
 
-def test_every_configuration_flag_of_rsc_has_a_distinct_documented_kind_of_name():
+def test_the_variables_of_rsc_include_the_documented_names_and_no_admin_command_flag():
     from rsc.cli import build_parser
 
     seen: dict[str, set[str]] = {}
