@@ -197,6 +197,9 @@ def render_metrics() -> str:
         "registers `rsc.member.metrics.MemberCollector` itself; see "
         "[Operations](../operations/index.md#metrics)).", "",
         *_table(_member_metrics()),
+        "`rsc consume --metrics-port P` also serves the `process_*` metrics and `rsc_build_info` "
+        "of its",
+        "process, as the coordinator does (`rsc.common.process_metrics`).", "",
         "What to alert on is in [Operations](../operations/index.md#what-to-alert-on).",
     ]
     return "\n".join(lines).rstrip() + "\n"

@@ -16,11 +16,13 @@ import os
 import select
 import stat
 import sys
+import time
 from collections.abc import Callable, Mapping
 from typing import TextIO
 
 import trio
 
+from rsc.common.log_lines import utc_timestamp
 from rsc.member.reconcile import Event
 from rsc.member.runtime import Message
 
@@ -59,11 +61,13 @@ def _text_or_base64(obj: dict[str, object], name: str, data: bytes) -> None:
         obj[f"{name}Base64"] = base64.b64encode(data).decode("ascii")
 
 
-def event_line(member_id: str, event: Event) -> str:
-    """The stderr line of one member event (`--events`)."""
+def event_line(member_id: str, event: Event, ts: str | None = None) -> str:
+    """The stderr line of one member event (`--events`): a JSON object that, like every log
+    line, carries a UTC timestamp and a level (rsc/common/logs.py)."""
     return json.dumps({"event": event.name, "memberId": member_id,
                        "memberEpoch": event.member_epoch, "shards": list(event.shards),
-                       "reason": event.reason}, separators=(",", ":"), ensure_ascii=False)
+                       "reason": event.reason, "ts": ts or utc_timestamp(time.time()),
+                       "level": "INFO"}, separators=(",", ":"), ensure_ascii=False)
 
 
 class PipeClosed(Exception):

@@ -30,14 +30,17 @@ def health_routes(status: Callable[[], ListenerStatus]) -> dict[str, Route]:
 
 
 def metrics_route(consumers: Callable[[], Listener]) -> Route:
-    """Prometheus text of the members' stats, read at scrape time."""
+    """Prometheus text of the members' stats, read at scrape time, with `process_*` and
+    `rsc_build_info`."""
     from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
+    from rsc.common.process_metrics import register_process_metrics
     from rsc.member.metrics import MemberCollector
 
     registry = CollectorRegistry()
     registry.register(MemberCollector(lambda: [member.stats for member in consumers().members]))
+    register_process_metrics(registry, "rsc consume process")  # process_*, rsc_build_info
     return lambda: Answer(200, generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4)
 
 

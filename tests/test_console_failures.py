@@ -29,7 +29,7 @@ from rsc.member.session import BadCoordinatorUrl, check_coordinator_url, refused
 from rsc.member.streams import STORE_ID_KEY
 from rsc.member.tool_config import BadConfig, Endpoints, endpoints
 from rsc.protocol import Routing, Status, shard_for_key
-from tests.processes import ROOT
+from tests.processes import ROOT, log_message
 from tests.test_member_support import set_shards
 
 LINE_WAIT_S = 10  # "within a few seconds", with a slow shared machine's start-up on top
@@ -44,7 +44,8 @@ class Tool:
 
     @property
     def lines(self) -> list[str]:
-        return self.stderr.decode(errors="replace").splitlines()
+        """Its stderr lines, each without the `ts LEVEL ` of a text log line."""
+        return [log_message(line) for line in self.stderr.decode(errors="replace").splitlines()]
 
     async def line(self, starting: str, timeout: float = LINE_WAIT_S) -> str:
         """The first stderr line that starts with `starting`, waiting for it."""
@@ -100,7 +101,7 @@ async def run_tool(*args: str, stdin: bytes = b"", env: dict[str, str] | None = 
         result = await trio.run_process(
             [sys.executable, "-m", "rsc", *args], stdin=stdin, capture_stdout=True,
             capture_stderr=True, check=False, cwd=ROOT, env=env or tool_env())
-    return result.returncode, result.stderr.decode().splitlines()
+    return result.returncode, [log_message(line) for line in result.stderr.decode().splitlines()]
 
 
 @pytest.fixture

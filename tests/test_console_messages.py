@@ -21,7 +21,7 @@ import trio
 from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES
 from rsc.member.input_lines import MalformedLine, is_blank, parse_line
 from rsc.member.output_lines import json_line
-from tests.processes import ROOT
+from tests.processes import ROOT, log_message
 from tests.test_console_failures import assert_no_traceback, spawn_tool, tool_env
 from tests.test_member_support import set_shards
 
@@ -129,7 +129,7 @@ async def produce(coordinator, prefix: str, stdin: bytes, *extra: str) -> tuple[
             [sys.executable, "-m", "rsc", "produce", prefix, "--coordinator", coordinator.url,
              "--redis-url", coordinator.redis_url, *extra], stdin=stdin, capture_stdout=True,
             capture_stderr=True, check=False, cwd=ROOT, env=tool_env())
-    return result.returncode, result.stderr.decode().splitlines()
+    return result.returncode, [log_message(line) for line in result.stderr.decode().splitlines()]
 
 
 async def consume_lines(coordinator, *args: str) -> list[dict]:

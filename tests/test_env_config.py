@@ -149,7 +149,7 @@ def test_parse_args_exits_2_with_one_line_for_a_bad_variable(capsys):
     assert len(err) == 1 and "RSC_LEASE_TTL_MS='soon'" in err[0] and " ERROR " in err[0]
 
 
-def test_every_configuration_flag_of_rsc_has_a_distinct_documented_kind_of_name():
+def test_the_variables_of_rsc_include_the_documented_names_and_no_admin_command_flag():
     from rsc.cli import build_parser
 
     seen: dict[str, set[str]] = {}
@@ -174,3 +174,30 @@ def test_admin_reads_its_url_from_the_environment_and_says_so():
     given = parse_args(build_parser(), ["admin", "--url", "ws://g:1", "list"],
                        {"RSC_COORDINATOR_URL": "ws://h:9"})
     assert coordinator_url(given, {}) == ("ws://g:1", "--url")
+
+
+def test_every_variable_the_deployment_examples_set_is_one_the_tools_read():
+    import re
+    from pathlib import Path
+
+    from rsc.cli import build_parser
+
+    root = Path(__file__).resolve().parent.parent
+    known = {flag.variable for _name, sub in env_config.all_parsers(build_parser())
+             for flag in configuration_flags(sub)} | {v.name for v in env_config.OTHER_VARIABLES}
+    files = [root / "Dockerfile", *sorted((root / "deploy").rglob("*.yaml"))]
+    named = {(path.name, name) for path in files
+             for name in re.findall(r"\bRSC_[A-Z0-9_]+\b", path.read_text(encoding="utf-8"))}
+    assert any(name == "RSC_NO_EMBEDDED_REDIS" for _file, name in named)
+    unknown = sorted((file, name) for file, name in named if name not in known)
+    assert unknown == [], f"set by a deployment example, read by no tool: {unknown}"
+
+
+def test_help_shows_the_real_defaults(capsys):
+    from rsc.cli import build_parser
+
+    with pytest.raises(SystemExit) as caught:
+        parse_args(build_parser(), ["coordinator", "--help"], {"RSC_PORT": "9999"})
+    assert caught.value.code == 0
+    out = capsys.readouterr().out
+    assert "(default 8765)" in out and "object at" not in out

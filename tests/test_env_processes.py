@@ -119,3 +119,30 @@ async def test_no_embedded_redis_without_a_url_exits_1_with_one_line():
         assert result.returncode == 1, lines
         assert len(lines) == 1 and "no Redis URL" in lines[0] and "RSC_REDIS_URL" in lines[0], lines
         assert result.stdout == b""  # nothing started, nothing listening
+
+
+async def test_the_consumers_metrics_port_serves_process_metrics_and_build_info(coordinator):
+    metrics_port = await free_port()
+    env = clean_environment(RSC_COORDINATOR_URL=coordinator.url, RSC_REDIS_URL=coordinator.redis_url,
+                            RSC_METRICS_PORT=str(metrics_port))
+    process = await trio.lowlevel.open_process([*RSC, "consume", "orders", "billing"],
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                               env=env, cwd=ROOT)
+
+    def scrape() -> str | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as answer:
+                return answer.read().decode()
+        except OSError:
+            return None  # not listening yet
+
+    try:
+        with trio.fail_after(30):
+            while (text := await trio.to_thread.run_sync(scrape)) is None:
+                assert process.poll() is None, "rsc consume exited"
+                await trio.sleep(0.1)
+    finally:
+        await stop(process)
+    names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if not line.startswith("#")}
+    assert {"process_open_fds", "process_resident_memory_bytes", "process_cpu_seconds_total",
+            "rsc_build_info"} <= names, sorted(names)

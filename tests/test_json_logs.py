@@ -80,3 +80,34 @@ async def test_text_lines_carry_a_utc_timestamp_and_a_level_too():
     bad = await run(["coordinator"], clean_environment(RSC_MAX_GROUPS="0"))
     [line] = bad.stderr.decode().splitlines()
     assert TEXT_LINE.match(line) and "RSC_MAX_GROUPS='0'" in line, line
+
+
+async def test_produce_consume_and_peek_write_only_json_lines(redis_url):
+    env = clean_environment(RSC_LOG_FORMAT="json", RSC_REDIS_URL=redis_url,
+                            RSC_PORT=str(await free_port()), RSC_TICK_INTERVAL_MS="50")
+    coordinator, url = await start_coordinator(env)
+    try:
+        tool_env = clean_environment(RSC_LOG_FORMAT="json", RSC_COORDINATOR_URL=url,
+                                     RSC_REDIS_URL=redis_url, RSC_TIMEOUT="10")
+        assert (await run(["admin", "set-shards", "orders", "billing", "2"], tool_env)).returncode == 0
+        produce = await run(["produce", "orders"], tool_env, stdin=b"k1\tv1\nnot a line\nk2\tv2\n")
+        records = json_records(produce.stderr)
+        assert produce.returncode == 1  # the malformed line
+        assert any("line 2" in record["event"] and record["level"] == "WARNING" for record in records)
+        assert any(record["event"].startswith("rsc produce: sent 2") for record in records), records
+        consume = await run(["consume", "orders", "billing", "--max-messages", "2", "--events"],
+                            tool_env)
+        assert consume.returncode == 0, consume.stderr
+        events = [record["event"] for record in json_records(consume.stderr)]
+        assert "joined" in events and "left" in events  # --events lines carry ts and level too
+        assert len(consume.stdout.decode().splitlines()) == 2
+        peek = await run(["consume", "orders", "--peek"], tool_env)
+        assert peek.returncode == 0 and json_records(peek.stderr) == []
+        nowhere = await run(["consume", "nowhere", "--peek"], tool_env)
+        [line] = json_records(nowhere.stderr)
+        assert nowhere.returncode == 1 and line["level"] == "WARNING", line
+        refused = await run(["produce", "orders", "--redis-url", "http://nowhere"], tool_env)
+        [line] = json_records(refused.stderr)
+        assert refused.returncode == 1 and "bad Redis URL" in line["event"], line
+    finally:
+        await stop(coordinator)

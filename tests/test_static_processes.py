@@ -30,7 +30,7 @@ from rsc.member.session import open_session
 from rsc.protocol import DescribeGroup, GroupDescription, GroupState, Heartbeat, HeartbeatResponse
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import TEMPORARY_LEAVE_EPOCH, MemberState
-from tests.processes import ROOT, spawn_coordinator
+from tests.processes import ROOT, log_message, spawn_coordinator
 from tests.test_member_support import pending_count, set_shards, write_messages
 
 PREFIX = "static"
@@ -434,7 +434,7 @@ async def test_s3_a_replaced_member_gets_fenced_instance_id_and_stops_for_good(r
         assert code == 1
         fenced = [line for line in old.lines if "FENCED_INSTANCE_ID" in line]
         assert len(fenced) == 1 and "instanceId 'pod-0'" in fenced[0], old.lines
-        assert fenced[0].startswith("rsc consume: ")
+        assert log_message(fenced[0]).startswith("rsc consume: ")
         assert "instance fenced" in old.event_names()
         assert "joined" not in old.event_names()[1:], "it never rejoins"
         after = await describe(coordinator.url, group)

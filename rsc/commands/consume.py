@@ -17,6 +17,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from rsc.commands.member_tool import add_endpoint_flags, dispatch_signals, positive, run_tool
+from rsc.common.env_config import own_argument
+from rsc.common.logs import add_logging_arguments
 
 if TYPE_CHECKING:
     import trio
@@ -35,9 +37,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="stop after N messages handled and acked (then leave, exit 0), "
                              "reading no more entries than that (none left pending); "
                              "with --peek: print at most N")
-    parser.add_argument("--peek", action="store_true",
+    own_argument(parser.add_argument("--peek", action="store_true",
                         help="print what the shards hold (XRANGE over the current routing) "
-                             "without joining a group or acking anything")
+                             "without joining a group or acking anything"))
     parser.add_argument("--concurrency", type=positive, default=1,
                         help="members to run (default 1)")
     parser.add_argument("--workers", type=positive, default=4,
@@ -65,6 +67,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--leave-on-exit", action="store_true",
                         help="static members: leave the group for real on SIGTERM (epoch -1, "
                              "a scale-down) instead of for a while (epoch -2)")
+    add_logging_arguments(parser)
     parser.set_defaults(run=run)
 
 
@@ -72,10 +75,11 @@ def run(args: argparse.Namespace) -> int:
     from rsc.common import gc_policy as gc_control
     from rsc.member.listener import member_instance_ids
     from rsc.member.tool_config import BadConfig, endpoints
-    from rsc.member.tool_output import line_writer, quiet_repeats
+    from rsc.member.tool_output import line_writer, setup_logging
     from rsc.member.unrecoverable import EXIT_UNRECOVERABLE, Unrecoverable
     from rsc.protocol.messages import FieldValueError, check_name
 
+    setup_logging("consume", args.log_level, args.log_format)
     try:
         urls = endpoints(args, os.environ)
         instance_id = args.instance_id or os.environ.get("RSC_INSTANCE_ID") or None
@@ -86,22 +90,22 @@ def run(args: argparse.Namespace) -> int:
                 except FieldValueError as exc:
                     raise BadConfig(f"--instance-id {instance_id!r}: {exc}") from None
     except BadConfig as exc:
-        line_writer("consume")(str(exc))
+        line_writer("consume")(str(exc), level=logging.ERROR)
         return 1
     except Unrecoverable as exc:
-        line_writer("consume")(str(exc))
+        line_writer("consume")(str(exc), level=logging.ERROR)
         return EXIT_UNRECOVERABLE
     if args.peek:
         if args.group is not None:
-            line_writer("consume")("--peek joins no group: give PREFIX alone")
+            line_writer("consume")("--peek joins no group: give PREFIX alone", level=logging.ERROR)
             return EXIT_UNRECOVERABLE
         from rsc.commands import peek
 
         return peek.run(args, urls)
     if args.group is None:
-        line_writer("consume")("a consumer GROUP is needed (or --peek to look without one)")
+        line_writer("consume")("a consumer GROUP is needed (or --peek to look without one)",
+                               level=logging.ERROR)
         return EXIT_UNRECOVERABLE
-    quiet_repeats(logging.getLogger("rsc.member"), "consume")
     gc_control.install()  # the coordinator's GC policy for this member process (RSC_GC)
     return run_tool("consume", _consume, args, urls)
 

@@ -9,6 +9,7 @@ heal exits 2.
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -73,19 +74,19 @@ def run_tool(tool: str, main: Callable[..., Awaitable[int]], *args: object) -> i
     except KeyboardInterrupt:  # before the signal handlers were installed
         return EXIT_INTERRUPTED
     except (StoreMismatch, BadConfig, BadCoordinatorUrl, InstanceFenced) as exc:
-        say(str(exc))
+        say(str(exc), level=logging.ERROR)
         return 1
     except TlsFailed as exc:  # D3: a certificate that does not verify cannot heal by waiting
-        say(exc.line)
+        say(exc.line, level=logging.ERROR)
         return EXIT_UNRECOVERABLE
     except Unrecoverable as exc:  # D3: what waiting cannot heal
-        say(str(exc))
+        say(str(exc), level=logging.ERROR)
         return EXIT_UNRECOVERABLE
     except BaseExceptionGroup as group:
         found = unrecoverable_in(group)
         if found is None:
             raise
-        say(str(found))
+        say(str(found), level=logging.ERROR)
         return EXIT_UNRECOVERABLE
 
 

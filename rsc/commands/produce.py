@@ -24,6 +24,7 @@ from rsc.commands.member_tool import (
     positive,
     run_tool,
 )
+from rsc.common.logs import add_logging_arguments
 from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES
 
 if TYPE_CHECKING:
@@ -53,23 +54,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="refuse a message whose key, value and headers take more than N "
                              "bytes: reported like a malformed line, and skipped "
                              "(default %(default)s: 1 MiB)")
+    add_logging_arguments(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from rsc.member.tool_config import BadConfig, endpoints
-    from rsc.member.tool_output import line_writer, quiet_repeats
+    from rsc.member.tool_output import line_writer, setup_logging
     from rsc.member.unrecoverable import EXIT_UNRECOVERABLE, Unrecoverable
 
+    setup_logging("produce", args.log_level, args.log_format)
     try:
         urls = endpoints(args, os.environ)
     except BadConfig as exc:
-        line_writer("produce")(str(exc))
+        line_writer("produce")(str(exc), level=logging.ERROR)
         return 1
     except Unrecoverable as exc:
-        line_writer("produce")(str(exc))
+        line_writer("produce")(str(exc), level=logging.ERROR)
         return EXIT_UNRECOVERABLE
-    quiet_repeats(logging.getLogger("rsc.member"), "produce")
     return run_tool("produce", produce, args.prefix, urls, sys.stdin.fileno(), args.flush_timeout,
                     args.min_replicas, args.max_message_bytes)
 
@@ -144,7 +146,7 @@ async def produce(prefix: str, urls: Endpoints, input_fd: int,
                        f"rerouted {producer.rerouted}")
             if counts["malformed"]:
                 summary += f", malformed {counts['malformed']}"
-            say(summary)
+            say(summary, level=logging.INFO)
     except BaseExceptionGroup as group:
         unwrap_single(group)
     if interrupted:

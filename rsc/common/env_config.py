@@ -12,7 +12,8 @@ an on/off flag takes `1/0`, `true/false`, `yes/no`, `on/off`; a value that does 
 `EnvironmentValueError` whose text is one line naming the variable.
 
 `parse_args(parser, argv, environ)` is the one entry point the tools use: argparse parses
-`argv`, then each configuration flag of the chosen parsers that was not given takes its
+`argv` (a second parse, with a marker for each default, tells which flags were given), then each
+configuration flag of the chosen parsers that was not given takes its
 variable's value, converted by the flag's own `type` and checked against its `choices`. A bad
 variable prints `rsc: <line>` on stderr (a log line in the format asked for) and exits with
 argparse's usage code, 2; a parser marked with `own_usage_errors` (`rsc admin`) reports it
@@ -199,16 +200,17 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
     """`parser.parse_args(argv)`, then the environment for each configuration flag not given."""
     environ = os.environ if environ is None else environ
     flags = [flag for _name, sub in all_parsers(parser) for flag in configuration_flags(sub)]
+    namespace = parser.parse_args(argv)  # usage errors, --help and --version as ever
     saved = {id(flag.action): flag.action.default for flag in flags}
-    for flag in flags:  # a flag still holding the marker after parsing was not given
+    for flag in flags:  # parsed again: a flag still holding the marker was not given
         flag.action.default = _UNSET
     try:
-        namespace = parser.parse_args(argv)
+        marked = parser.parse_args(argv)
     finally:
         for flag in flags:
             flag.action.default = saved[id(flag.action)]
     chosen = [flag for sub in _chosen_parsers(parser, namespace) for flag in configuration_flags(sub)]
-    given = {flag.action.dest for flag in chosen if getattr(namespace, flag.action.dest, None) is not _UNSET}
+    given = {flag.action.dest for flag in chosen if getattr(marked, flag.action.dest, None) is not _UNSET}
     try:
         values = environment_values(chosen, given, environ)
     except EnvironmentValueError as exc:
@@ -222,20 +224,9 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
               file=sys.stderr, flush=True)
         sys.exit(USAGE_EXIT)
     sources: dict[str, str] = {}
-    for flag in chosen:
-        dest = flag.action.dest
-        if getattr(namespace, dest, None) is not _UNSET:
-            continue
-        if dest in values:
-            value, sources[dest] = values[dest]
-        else:
-            value = saved[id(flag.action)]
-            if isinstance(value, str) and callable(flag.action.type) and value is not None:
-                value = flag.action.type(value)  # argparse converts a string default
+    for dest, (value, variable) in values.items():
         setattr(namespace, dest, value)
-    for flag in flags:  # a flag of a parser that was not chosen: its ordinary default
-        if getattr(namespace, flag.action.dest, None) is _UNSET:
-            setattr(namespace, flag.action.dest, saved[id(flag.action)])
+        sources[dest] = variable
     setattr(namespace, FROM_ENVIRONMENT, sources)
     return namespace
 
