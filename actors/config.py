@@ -19,6 +19,11 @@ def _positive(_instance: object, attribute: attrs.Attribute, value: float) -> No
         raise ValueError(f"{attribute.name.replace('_', '-')} must be positive, got {value}")
 
 
+def _not_negative(_instance: object, attribute: attrs.Attribute, value: int) -> None:
+    if value < 0:
+        raise ValueError(f"{attribute.name.replace('_', '-')} must be 0 or more, got {value}")
+
+
 @attrs.frozen(kw_only=True)
 class CoordinatorConfig:
     redis_url: str | None = None
@@ -45,6 +50,8 @@ class CoordinatorConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     metrics_tls: bool = False
+    # K5: every metadata write waits (WAIT, within D4's budget) for this many replicas
+    min_replicas: int = attrs.field(default=0, validator=_not_negative)
 
     def __attrs_post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):

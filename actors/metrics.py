@@ -57,20 +57,19 @@ Prometheus text format from a trio task, and with `health` (actors.app.Readiness
 
 from __future__ import annotations
 
-import importlib.metadata
-import platform
 import ssl
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import trio
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
 from rsc.actors import latency
 from rsc.common import probe_http
 from rsc.common.probe_http import Answer, Route
+from rsc.common.process_metrics import register_process_metrics
 
 GROUP_LABELS = ("prefix", "group")
 
@@ -78,14 +77,6 @@ _FAST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
                  0.25, 0.5, 1.0, 2.5)
 _REVOKE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
-
-
-def _version() -> str:
-    """The installed distribution's version (`rsc --version`), `unknown` outside an install."""
-    try:
-        return importlib.metadata.version("redis-stream-coordinator")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def group_labels(group: Any) -> tuple[str, str]:
@@ -150,10 +141,7 @@ class CoordinatorMetrics:
         registry.register(_RequestLatency())
         self._unowned = _UnownedShards()
         registry.register(self._unowned)
-        ProcessCollector(registry=registry)  # process_cpu_seconds_total, process_resident_memory...
-        build = Gauge("rsc_build_info", "The coordinator's version and Python (always 1)",
-                      ("version", "python"), registry=registry)
-        build.labels(_version(), platform.python_version()).set(1)
+        register_process_metrics(registry, "coordinator")  # process_*, rsc_build_info
         self.groups = Gauge("rsc_groups", "Groups known to the coordinator", registry=registry)
         self.members = Gauge("rsc_group_members", "Live members of a group", GROUP_LABELS,
                              registry=registry)
@@ -182,6 +170,10 @@ class CoordinatorMetrics:
                                GROUP_LABELS, registry=registry)
         self.rebalances = Counter("rsc_rebalances", "Target assignment recomputations",
                                   GROUP_LABELS, registry=registry)
+        self.store_went_back = Counter("rsc_store_went_back",
+                                       "Times the store was found to have lost writes of this "
+                                       "coordinator and was written back from memory (K3, K4)",
+                                       registry=registry)
         self.heartbeat_seconds = Histogram("rsc_heartbeat_handling_seconds",
                                            "Time to handle one heartbeat",
                                            buckets=_FAST_BUCKETS, registry=registry)
@@ -343,6 +335,10 @@ class CoordinatorMetrics:
                 metric.remove(*labels)
             except KeyError:
                 pass
+
+    def observe_store_went_back(self) -> None:
+        """The store lost writes and the coordinator wrote everything back (K3, K4)."""
+        self.store_went_back.inc()
 
     def observe_heartbeat_seconds(self, seconds: float) -> None:
         """Time from receiving a heartbeat to having its response ready."""

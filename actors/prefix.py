@@ -42,6 +42,8 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Mapping
 
+import attrs
+
 from rsc.actors.group import Effects, Event, GroupMachine, GroupSettings
 from rsc.actors.prefix_admission import Caps, GroupBudget
 from rsc.actors.prefix_durability import GATE_CLOSED, REVEALING, UNAVAILABLE, Durability
@@ -134,6 +136,7 @@ class PrefixMachine:
         self.described = Described()
         self.groups: dict[str, GroupMachine] = {}
         self.store_id: str | None = None  # this Redis's rsc:store-id, set by the shell
+        self.store_went_back_at_ms: int | None = None  # K3: set by the shell, None: never
         self.durability = Durability()
         # H12: the response to send once the checkpoint landed or not (bound here: one call
         # per answer on the hot path)
@@ -594,12 +597,13 @@ class PrefixMachine:
             assert isinstance(unknown, m.GroupDescription)
             return unknown
         routing, migration = self.routing, self.migration
-        return describe(
+        described = describe(
             request, group, now_ms, lags,
             routing=routing_summary(routing, self.store_id, self.retention) if routing else None,
             migration=migration_description(migration, self.blocking) if migration else None,
             versions=self.shard_versions(), heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
             retention=retention_message(self.retention))
+        return attrs.evolve(described, store_went_back_at_ms=self.store_went_back_at_ms)
 
     # --- requests --------------------------------------------------------------------
 

@@ -14,6 +14,10 @@ Blocking (redis-py's sync client); the actors call it through
   coordinator is fenced rather than overwriting a live one.
 - owner tokens `{shard}:owner:<group>` (value: memberId) that members' ack
   scripts check.
+- `rsc:store-mark` (on a Redis Cluster `rsc:store-mark:{<tag>}`, one per master): the
+  marker a running coordinator writes again every tick, with the write sequences of
+  its prefixes' last confirmed writes what `check_went_back` reads back to notice a
+  store that lost writes (K3, actors/store_rewrite.py); `rewrite` writes everything back.
 - `rsc:format-version`: the metadata format of the whole store (actors/records.py
   `FORMAT_VERSIONS`; absent: format 1). `load_all` refuses a newer format than this
   code reads (`UnsupportedFormatVersion`) and writes the key when it is missing;
@@ -27,6 +31,7 @@ hash tag; the cluster client sends each to its node and follows MOVED/ASK.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import socket
 import time
@@ -37,6 +42,7 @@ from typing import Any
 import redis
 
 from rsc.actors.lease import Renewal
+from rsc.actors.logs import log_event
 from rsc.actors.records import (
     COORDINATOR_EPOCH_FIELD,
     LATEST_FORMAT_VERSION,
@@ -49,6 +55,16 @@ from rsc.actors.records import (
     replay,
     stored_format_version,
 )
+from rsc.actors.store_rewrite import (
+    MARK_KEY,
+    Observed,
+    Witness,
+    mark_key,
+    mark_value,
+    prefix_rewrite,
+    went_back,
+    went_back_epoch,
+)
 from rsc.common.lua import Command, Script, pipelined
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import connect, error_text, is_cluster
@@ -56,6 +72,7 @@ from rsc.protocol.routing import owner_key, seal_key
 
 EPOCH_KEY = "rsc:coordinator:epoch"
 LEASE_KEY = "rsc:coordinator:lease"
+STORE_ID_KEY = "rsc:store-id"  # actors/shard_ops.py writes it
 RELEASED_KEY = "rsc:coordinator:released"  # who released the lease last (a clean stop, D5)
 PREFIXES_KEY = "rsc:prefixes"
 FORMAT_VERSION_KEY = "rsc:format-version"
@@ -69,6 +86,10 @@ RENEW_LEASE = Script("renew_lease")
 RELEASE_LEASE = Script("release_lease")
 MOVE_OFFSETS = Script("move_offsets")
 RAISE_FORMAT_VERSION = Script("raise_format_version")
+
+log = logging.getLogger("rsc.coordinator")
+
+SHORTFALL_REMINDER_S = 15.0  # K5: one line per this long while replicas are missing
 
 STORE_IO_ERRORS = (redis.RedisError, OSError)
 """Every way a store call can fail on I/O (a Redis error, a timeout, EMFILE, a reset socket):
@@ -103,7 +124,8 @@ def meta_key(prefix: str) -> str:
 class MetadataStore:
     """Reads and check-and-set writes of the per-prefix metadata hashes."""
 
-    def __init__(self, redis_url: str, *, lease_ms: int) -> None:
+    def __init__(self, redis_url: str, *, lease_ms: int, min_replicas: int = 0,
+                 wait_timeout_ms: int = 1000) -> None:
         self.redis_url = redact_url(redis_url)  # as shown in lines and errors (K7)
         try:  # one server, a cluster through any one of its nodes, or Sentinel's master
             self.client: Any = connect(redis_url, decode_responses=True,
@@ -118,6 +140,16 @@ class MetadataStore:
         # shards' slots, so there they are a second step that the next checkpoint repairs
         self.atomic_owner_tokens = not is_cluster(self.client)
         self._sequence = itertools.count(1)  # D4: orders this coordinator's writes
+        self.witness = Witness(self.instance_id, 0)  # K3: what the store must still hold
+        # K5: every metadata write is WAITed for by this many replicas, within D4's budget
+        if min_replicas < 0:
+            raise ValueError(f"--min-replicas must be 0 or more, got {min_replicas}")
+        if min_replicas and not self.atomic_owner_tokens:
+            raise StoreError("--min-replicas is not supported on a Redis Cluster yet: "
+                             "give 0, or point --redis-url at a server with replicas")
+        self.min_replicas = min_replicas
+        self.wait_timeout_ms = max(1, wait_timeout_ms)
+        self._shortfall_said = -SHORTFALL_REMINDER_S
 
     # --- coordinator lease ---------------------------------------------------------
 
@@ -150,9 +182,25 @@ class MetadataStore:
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot use Redis at {self.redis_url}: {error_text(exc)}") from exc
 
-    def _try_acquire(self) -> tuple[int | None, str | None]:
-        if self.client.set(LEASE_KEY, self.instance_id, nx=True, px=self.lease_ms):
-            self.coordinator_epoch = int(self.client.incr(EPOCH_KEY))
+    def try_acquire_above(self, own: int) -> tuple[int | None, str | None]:
+        """K3: `try_acquire` by a coordinator whose store went back: its new epoch is the larger
+        of a fresh increment and `own` plus one (written back to the epoch key too), so that
+        every write of the rolled-back store, and every late write of its own, is fenced."""
+        try:
+            return self._try_acquire(above=own)
+        except STORE_IO_ERRORS as exc:
+            raise StoreError(f"cannot use Redis at {self.redis_url}: {error_text(exc)}") from exc
+
+    def _try_acquire(self, above: int | None = None) -> tuple[int | None, str | None]:
+        # the key free, or still this process's own (an epoch of it that ended, K3)
+        if self.client.set(LEASE_KEY, self.instance_id, nx=True, px=self.lease_ms) or \
+                RENEW_LEASE.call(self.client, [LEASE_KEY], [self.instance_id, self.lease_ms]):
+            epoch = int(self.client.incr(EPOCH_KEY))
+            if above is not None and epoch <= above:
+                epoch = went_back_epoch(epoch, above)
+                self.client.set(EPOCH_KEY, epoch)  # nobody else INCRs: the lease is ours
+            self.coordinator_epoch = epoch
+            self.witness = Witness(self.instance_id, epoch)
             return self.coordinator_epoch, None
         holder = self.client.get(LEASE_KEY)
         holder = holder.decode() if isinstance(holder, bytes) else holder
@@ -299,6 +347,7 @@ class MetadataStore:
                 args.append(token.member_id or "")
         try:
             self._write_hash(prefix, keys, args)
+            self.witness.write_confirmed(prefix, sequence)  # K3: the store must keep it
         except redis.ResponseError as exc:
             text = str(exc)  # in a pipeline redis-py puts "Command # 2 (...) caused error:" first
             if "FENCED coordinator epoch" in text:
@@ -319,16 +368,42 @@ class MetadataStore:
         cluster the two go to their own slots' nodes)."""
         execute = pipelined(self.client)
         joined: list[Any] = []
+        waited: list[Any] = []
+        wait: list[Command] = ([(PREFIXES_KEY, ("WAIT", self.min_replicas, self.wait_timeout_ms))]
+                               if self.min_replicas else [])
 
         def with_prefix(commands: Sequence[Command]) -> list[Any]:
-            replies = execute([(PREFIXES_KEY, ("SADD", PREFIXES_KEY, prefix)), *commands])
+            # K5: WAIT on the connection that wrote, in the same pipeline (one server only)
+            replies = execute([(PREFIXES_KEY, ("SADD", PREFIXES_KEY, prefix)), *commands, *wait])
             joined.append(replies[0])
+            if wait:
+                waited.append(replies[-1])
+                return replies[1:-1]
             return replies[1:]
 
         [written] = CAS_WRITE.run([(keys, args)], with_prefix, self.client.script_load)
         for reply in (*joined, written):
             if isinstance(reply, Exception):
                 raise reply
+        if wait:
+            self._check_replicas(waited[-1])
+
+    def _check_replicas(self, reply: Any) -> None:
+        """K5: fewer replicas than `min_replicas` acknowledged the write within the WAIT's time:
+        the write counts as failed (D4: it may have landed; the next checkpoint repairs it)."""
+        if isinstance(reply, Exception):
+            raise reply
+        acknowledged = int(reply)
+        if acknowledged >= self.min_replicas:
+            return
+        problem = (f"only {acknowledged} of the {self.min_replicas} replicas asked for "
+                   f"(--min-replicas) acknowledged a metadata write within {self.wait_timeout_ms} ms")
+        now = time.monotonic()
+        if now - self._shortfall_said >= SHORTFALL_REMINDER_S:
+            self._shortfall_said = now
+            log_event(log, "store.replicas_short", level=logging.WARNING,
+                      acknowledged=acknowledged, wanted=self.min_replicas, redis=self.redis_url)
+        raise StoreError(problem)
 
     def _write_owner_tokens(self, tokens: list[OwnerToken]) -> None:
         """The second step where the tokens cannot join the hash's script (a cluster)."""
@@ -340,10 +415,103 @@ class MetadataStore:
                 pipe.set(owner_key(token.shard, token.group), token.member_id)
         pipe.execute()
 
+    # --- K3, K4: a store that went back ------------------------------------------------
+
+    def mark_keys(self) -> list[str]:
+        """The marker keys: one on a server; on a Redis Cluster one in the slots of each master
+        (a failover of any master's node to a replica that was behind shows there)."""
+        if self.atomic_owner_tokens:
+            return [MARK_KEY]
+        masters = {node.name for node in self.client.get_primaries()}
+        slots = self.client.nodes_manager.slots_cache
+        found: dict[str, str] = {}
+        for tag in range(1 << 16):
+            key = mark_key(str(tag))
+            nodes = slots.get(self.client.keyslot(key))
+            if nodes and nodes[0].name in masters:
+                found.setdefault(nodes[0].name, key)
+                if len(found) == len(masters):
+                    break
+        return sorted(found.values())
+
+    def check_went_back(self, store_id: str | None) -> str | None:
+        """K3, once a tick while the lease is ours: read back what the store must hold, and
+        write the markers again. Why the store lost writes of this coordinator (None: it did
+        not). One pipelined round trip (per node on a cluster)."""
+        witness = self.witness
+        expected = witness.expected()  # before the reads: anything in it landed before them
+        prefixes = sorted(expected.sequences)
+        keys = self.mark_keys()
+        count = witness.next_count()
+        value = mark_value(self.instance_id, witness.epoch, count)
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.get(EPOCH_KEY)
+            pipe.get(STORE_ID_KEY)
+            for key in keys:
+                pipe.get(key)
+                pipe.set(key, value)
+            for prefix in prefixes:  # HGET twice: the coordinator's ACL (K6) has no HMGET
+                pipe.hget(meta_key(prefix), COORDINATOR_EPOCH_FIELD)
+                pipe.hget(meta_key(prefix), WRITE_SEQUENCE_FIELD)
+            replies = pipe.execute()
+        except STORE_IO_ERRORS as exc:
+            raise StoreError(f"cannot check the store: {error_text(exc)}") from exc
+        epoch, stored_id = replies[0], replies[1]
+        marks = {key: replies[2 + 2 * index] for index, key in enumerate(keys)}
+        hashes_at = 2 + 2 * len(keys)
+        hashes = {prefix: (replies[hashes_at + 2 * index], replies[hashes_at + 2 * index + 1])
+                  for index, prefix in enumerate(prefixes)}
+        observed = Observed(epoch=None if epoch is None else int(epoch), store_id=stored_id,
+                            marks=marks, hashes=hashes)
+        reason = went_back(expected, observed, instance_id=self.instance_id, epoch=witness.epoch,
+                           store_id=store_id)
+        if reason is None:
+            witness.marks_written(keys, count)
+            witness.settled(expected)
+        return reason
+
+    def rewrite(self, memory: dict[str, PrefixSnapshot]) -> dict[str, int]:
+        """K3, K4: write back everything memory holds, under this (new) coordinator epoch:
+        the format version, then per prefix its streams and Redis consumer groups, seal
+        markers, and its whole hash with every owner record (actors/store_rewrite.py). What
+        it wrote, counted (for the `store.went_back` line)."""
+        done = {"prefixes": 0, "groups": 0, "members": 0, "owner_records": 0,
+                "streams_recreated": 0, "consumer_groups_created": 0, "sealed": 0}
+        admin = StreamAdmin(self.client)
+        try:
+            self.client.set(FORMAT_VERSION_KEY, self.format_version)
+            for prefix, snapshot in sorted(memory.items()):
+                stored: dict[str, str] = self.client.hgetall(meta_key(prefix))  # type: ignore[assignment]
+                plan = prefix_rewrite(snapshot, stored)
+                if plan.streams:
+                    pipe = self.client.pipeline(transaction=False)
+                    for stream in plan.streams:
+                        pipe.exists(stream)
+                    done["streams_recreated"] += sum(1 for found in pipe.execute() if not found)
+                    done["consumer_groups_created"] += self.create_consumer_groups(
+                        plan.streams, plan.groups)
+                if plan.dropped_groups:
+                    admin.destroy_consumer_groups(plan.streams, plan.dropped_groups)
+                if plan.unsealed:
+                    admin.unseal(plan.unsealed)
+                if plan.sealed:
+                    admin.seal(plan.sealed)
+                self.write(prefix, plan.changes, plan.owners)
+                done["prefixes"] += 1
+                done["groups"] += len(plan.groups)
+                done["members"] += plan.members
+                done["owner_records"] += sum(1 for token in plan.owners if token.member_id)
+                done["sealed"] += len(plan.sealed)
+        except STORE_IO_ERRORS as exc:
+            raise StoreError(f"cannot write the metadata back: {error_text(exc)}") from exc
+        return done
+
     # --- streams -------------------------------------------------------------------
 
-    def create_consumer_groups(self, streams: Iterable[str], groups: Iterable[str]) -> None:
-        """Each stream exists and has every group, created at id 0 (BUSYGROUP is fine).
+    def create_consumer_groups(self, streams: Iterable[str], groups: Iterable[str]) -> int:
+        """Each stream exists and has every group, created at id 0 (BUSYGROUP is fine); how many
+        consumer groups were created (not there before).
 
         R1: the streams exist even when there is no group yet (a prefix given shards
         before any member joined), so producers can write to them at once: an empty
@@ -351,7 +519,8 @@ class MetadataStore:
         """
         streams, groups = list(streams), list(groups)
         if not streams:
-            return
+            return 0
+        created = 0
         try:
             pipe = self.client.pipeline(transaction=False)
             for stream in streams:
@@ -363,8 +532,10 @@ class MetadataStore:
             for result in pipe.execute(raise_on_error=False):
                 if isinstance(result, Exception) and "BUSYGROUP" not in str(result):
                     raise StoreError(f"cannot create consumer group: {error_text(result)}")
+                created += result is True
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot create streams: {error_text(exc)}") from exc
+        return created if groups else 0
 
     def close(self) -> None:
         self.client.close()

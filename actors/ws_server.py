@@ -39,7 +39,6 @@ reset.
 from __future__ import annotations
 
 import collections
-import os
 import ssl
 import struct
 from collections.abc import Callable
@@ -62,6 +61,7 @@ from wsproto.events import (
 from wsproto.utilities import RemoteProtocolError
 
 from rsc.actors.tls_transport import TlsEngine
+from rsc.actors.ws_outbox import Outbox
 from rsc.common import tls
 
 RECEIVE_BYTES = 16384
@@ -100,20 +100,13 @@ class ServerConnection:
             self._tls = TlsEngine(stream.context)
             stream = stream.transport
         self._stream = stream
-        self._nursery = nursery
         self._max = max_message_bytes
         self._handshake: WSConnection | None = WSConnection(ConnectionType.SERVER)
         self._proto: Connection | None = None  # after the handshake: the frame protocol only
         self._events: collections.deque[Event] = collections.deque()
         self._parts: list[str | bytes] = []
         self._size = 0
-        self._fd = _socket_fd(stream)  # None (a test stream): every write goes by task
-        self._out: list[bytes] = []  # bytes for the socket, in order (TLS: ciphertext)
-        self._plain: list[bytes] = []  # TLS only: plaintext queued behind `_out`, not encrypted yet
-        self.writing = False
-        self._written: trio.Event | None = None
-        self.on_written: Callable[[], None] | None = None  # called once the queue has gone out
-        self.broken = False  # the stream failed or was closed: nothing more is written
+        self._outbox = Outbox(stream, nursery, self._tls)
         self.close_code: int | None = None  # set once either side closed
 
     # --- handshake --------------------------------------------------------------------
@@ -188,7 +181,7 @@ class ServerConnection:
                 # backpressure: what the peer's last bytes asked for (pongs, close answers) has
                 # not gone out yet, so read no more until it has: a peer that floods without
                 # reading holds one read's worth of answers here, not an unbounded queue
-                await self._all_written()
+                await self._outbox.all_written()
                 continue
             data = await self._receive()
             if not data:
@@ -197,12 +190,6 @@ class ServerConnection:
             proto.receive_data(data)
             events.extend(proto.events())
         return None
-
-    async def _all_written(self) -> None:
-        while self.writing and not self.broken:
-            if self._written is None:
-                self._written = trio.Event()
-            await self._written.wait()
 
     def _message(self, event: TextMessage | BytesMessage) -> str | bytes | None:
         data: str | bytes = event.data if isinstance(event.data, str | bytes) else bytes(event.data)
@@ -245,7 +232,30 @@ class ServerConnection:
     def _lost(self) -> None:
         if self.close_code is None:
             self.close_code = ABNORMAL
-        self.broken = True
+        self._outbox.broken = True
+
+    # the session's view of the outgoing side (actors/server.py)
+    @property
+    def writing(self) -> bool:
+        """Frames wait for the writer task: hold back more replies, read nothing more."""
+        return self._outbox.writing
+
+    @property
+    def broken(self) -> bool:
+        """The stream failed or was closed: nothing more is written."""
+        return self._outbox.broken
+
+    @property
+    def on_written(self) -> Callable[[], None] | None:
+        return self._outbox.on_written
+
+    @on_written.setter
+    def on_written(self, callback: Callable[[], None] | None) -> None:
+        self._outbox.on_written = callback
+
+    def queued_bytes(self) -> int:
+        """What waits for the writer task (tests: the backpressure bound)."""
+        return sum(map(len, self._outbox.out)) + sum(map(len, self._outbox.plain))
 
     # --- frames out -------------------------------------------------------------------
 
@@ -270,11 +280,9 @@ class ServerConnection:
             with trio.move_on_after(CLOSE_WAIT_S):
                 if proto is not None and proto.state is ConnectionState.LOCAL_CLOSING and not self.broken:
                     await self._await_peer_close(proto)
-                await self._all_written()
+                await self._outbox.all_written()
         finally:  # cancelled too (the coordinator stops): the stream is closed all the same
-            self.broken = True
-            self._fd = None  # never written again: the number may soon name another socket
-            await trio.aclose_forcefully(self._stream)
+            await self._outbox.aclose()
 
     async def _await_peer_close(self, proto: Connection) -> None:
         while proto.state is ConnectionState.LOCAL_CLOSING:
@@ -292,83 +300,13 @@ class ServerConnection:
         self._write(proto.send(event))
 
     def _write(self, data: bytes) -> None:
-        if self._tls is not None:
-            encrypted = self._encrypt(data)
-            if not encrypted:
-                return
-            data = encrypted
-        self._write_raw(data)
-
-    def _encrypt(self, data: bytes) -> bytes | None:
-        """TLS: `data` as records to write now; None when it waits behind queued bytes (it is
-        encrypted by the writer, with whatever joins it) or the connection is broken."""
-        if self.broken:
-            return None
-        if self.writing:
-            self._plain.append(data)
-            return None
-        assert self._tls is not None
-        try:
-            return self._tls.encrypt(data)
-        except ssl.SSLError:
+        outbox = self._outbox
+        outbox.write(data)
+        if outbox.broken:
             self._lost()
-            return None
-
-    def _write_raw(self, data: bytes) -> None:
-        """Bytes for the socket (TLS: ciphertext): written in place, or queued in order."""
-        if self.broken:
-            return
-        if self.writing:
-            self._out.append(data)
-            return
-        fd = self._fd
-        if fd is not None:
-            try:
-                sent = os.write(fd, data)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError:
-                self.broken = True
-                return
-            if sent == len(data):
-                return
-            data = data[sent:]
-        self._out.append(data)
-        self.writing = True
-        self._nursery.start_soon(self._writer)
-
-    async def _writer(self) -> None:
-        out, plain = self._out, self._plain
-        try:
-            while (out or plain) and not self.broken:
-                if plain:  # TLS: what waited as plaintext goes after the ciphertext before it
-                    assert self._tls is not None
-                    joined = plain[0] if len(plain) == 1 else b"".join(plain)
-                    plain.clear()
-                    out.append(self._tls.encrypt(joined))
-                data = out[0] if len(out) == 1 else b"".join(out)
-                out.clear()
-                await self._stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):  # ssl.SSLError too
-            self.broken = True
-        finally:
-            out.clear()
-            plain.clear()
-            self.writing = False
-            written, self._written = self._written, None
-            if written is not None:
-                written.set()
-        if self.on_written is not None and not self.broken:
-            self.on_written()
 
     async def _send_now(self, data: bytes) -> None:
-        """Handshake answers: nothing else is queued yet, so they go out in place."""
-        try:
-            if self._tls is not None:
-                data = self._tls.encrypt(data)
-            await self._stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):  # ssl.SSLError too
-            self.broken = True
+        await self._outbox.send_now(data)
 
     async def _receive(self) -> bytes | None:
         """The next bytes from the peer (TLS: plaintext); b"" or None once it is gone."""
@@ -399,7 +337,7 @@ class ServerConnection:
                         self._lost()
                         return None
                 else:
-                    self._write_raw(due)
+                    self._outbox.write_raw(due)
             if data is not None:
                 return data
             try:
@@ -408,14 +346,3 @@ class ServerConnection:
                 return None
             engine.receive_data(received)
 
-
-def _socket_fd(stream: trio.abc.Stream) -> int | None:
-    """The descriptor of a TCP stream (direct writes); None for anything else (a test stream)."""
-    sock = getattr(stream, "socket", None)
-    if sock is None or os.name != "posix":  # a socket is a file descriptor only on POSIX
-        return None
-    try:
-        fd = sock.fileno()
-    except (AttributeError, OSError):
-        return None
-    return fd if isinstance(fd, int) and fd >= 0 else None

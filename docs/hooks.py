@@ -1,6 +1,6 @@
 """mkdocs hook: refuse to build the site while a generated reference page is stale.
 
-docs/reference/cli.md and docs/reference/metrics.md are generated from the code by
+docs/reference/cli.md, metrics.md and the tables of configuration.md are generated from the code by
 docs/reference_gen.py; `mkdocs build` fails naming the stale page and the command to run.
 """
 

@@ -20,6 +20,7 @@ import trio
 
 from rsc.member.ackbook import Taken
 from rsc.member.ledger import Verdict
+from rsc.member.native_streams import NativeStreamOps, native_ops
 from rsc.member.ops import stream_ops
 from rsc.member.reconcile import NO_ACTIONS
 from rsc.member.streams import NOT_OWNER, StreamOps, connect
@@ -42,6 +43,8 @@ async def run_acker(core: MemberCore) -> None:
     config, acks, parking = core.config, core.acks, core.acker_parking
     ops = stream_ops(connect(config.redis_url), config.consumer_group, core.member_id,
                     use_xackdel=core.server_xackdel)
+    native = native_ops(ops.client, config.consumer_group, core.member_id,
+                        use_xackdel=ops.use_xackdel)
     linger = core.ack_rule.linger_ms / 1000
     try:
         while True:
@@ -51,12 +54,15 @@ async def run_acker(core: MemberCore) -> None:
                 with trio.move_on_after(linger):
                     while not _due(core):
                         await parking.park()
-            await _send(core, ops, acks.take(core.ack_rule.batch))
+            await _send(core, ops, acks.take(core.ack_rule.batch), native)
     finally:
+        if native is not None:
+            await native.aclose()
         ops.client.close()
 
 
-async def _send(core: MemberCore, ops: StreamOps, batch: Taken) -> None:
+async def _send(core: MemberCore, ops: StreamOps, batch: Taken,
+                native: NativeStreamOps | None = None) -> None:
     ledger = core.ledger
     while True:
         ids_by_shard: dict[str, list[str]] = {}
@@ -74,7 +80,13 @@ async def _send(core: MemberCore, ops: StreamOps, batch: Taken) -> None:
                 buffer.refused = True  # no longer ours: stays pending for the next owner
         ops.use_xackdel = core.use_xackdel()  # the prefix's retention, as last heard
         try:
-            results = await trio.to_thread.run_sync(ops.ack, ids_by_shard)
+            if native is not None:
+                native.use_xackdel = ops.use_xackdel
+                # as the thread's round trip was: not cut short by a cancellation
+                with trio.CancelScope(shield=True):
+                    results = await native.ack(ids_by_shard)
+            else:
+                results = await trio.to_thread.run_sync(ops.ack, ids_by_shard)
             break
         except redis.RedisError as exc:
             check_permanent(exc, core.config.redis_url)

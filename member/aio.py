@@ -48,13 +48,15 @@ from typing import Any
 
 import trio
 
+from rsc.common.errors import leaves
 from rsc.member.aio_guest import GuestHost, HostStopped
 from rsc.member.aio_workers import AioWorkers
+from rsc.member.codecs import AnyHandler
 from rsc.member.health import ListenerStatus, listener_status
 from rsc.member.listener import Listener
-from rsc.member.producer import Producer, Record, RoutingTable
+from rsc.member.producer import Producer, RoutingTable, TypedRecord
 from rsc.member.producer import open_producer as open_trio_producer
-from rsc.member.runtime import Handler, InstanceFenced, Member, StoreMismatch
+from rsc.member.runtime import InstanceFenced, Member, StoreMismatch
 
 __all__ = ["AioListener", "AioProducer", "HostStopped", "StoreMismatch", "listener",
            "open_producer"]
@@ -77,7 +79,7 @@ class _Started:
 class AioListener:
     """N members of one group running one handler, hosted by the running asyncio loop."""
 
-    def __init__(self, handler: Handler, **options: Any) -> None:
+    def __init__(self, handler: AnyHandler, **options: Any) -> None:
         self.handler = handler
         self._listener = Listener(handler, **options)  # checks the arguments, builds the members
         self._used = False
@@ -195,19 +197,15 @@ class AioListener:
             mismatch, rest = group.split((StoreMismatch, InstanceFenced))
             if mismatch is None or rest is not None:
                 raise
-            raise _first_leaf(mismatch) from None
+            raise leaves(mismatch)[0] from None
 
-
-def _first_leaf(group: BaseExceptionGroup) -> BaseException:
-    first = group.exceptions[0]
-    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def listener(stream_prefix: str, consumer_group: str, **options: Any
-             ) -> Callable[[Handler], AioListener]:
+             ) -> Callable[[AnyHandler], AioListener]:
     """Decorator form of `AioListener`: `@listener("orders", "billing", coordinator_url=...)`."""
 
-    def wrap(handler: Handler) -> AioListener:
+    def wrap(handler: AnyHandler) -> AioListener:
         return AioListener(handler, stream_prefix=stream_prefix, consumer_group=consumer_group,
                            **options)
 
@@ -225,19 +223,22 @@ class AioProducer:
     def routing(self) -> RoutingTable | None:
         return self.producer.routing
 
-    async def send(self, key: str | bytes | None, value: str | bytes,
+    async def send(self, key: str | bytes | None, value: Any,
                    headers: Mapping[str, str | bytes] | None = None) -> str:
         """Write one message (as the trio producer's `send`); its entry id."""
         return (await self.send_batch([(key, value, headers)]))[0]
 
-    async def send_batch(self, records: Sequence[Record]) -> list[str]:
+    async def send_batch(self, records: Sequence[TypedRecord]) -> list[str]:
         """Write (key, value[, headers]) records in one pipeline; return the ids once Redis has
         them."""
-        return await self._host.call(self.producer.send_batch, list(records))
+        return [entry_id for _, entry_id in await self.send_batch_located(records)]
 
-    async def send_batch_located(self, records: Sequence[Record]) -> list[tuple[str, str]]:
-        """Like `send_batch`, returning the (stream, entry id) where each record landed."""
-        return await self._host.call(self.producer.send_batch_located, list(records))
+    async def send_batch_located(self, records: Sequence[TypedRecord]) -> list[tuple[str, str]]:
+        """Like `send_batch`, returning the (stream, entry id) where each record landed. The
+        values go through the producer's `codec=` (if any) in the calling task."""
+        producer = self.producer
+        with producer.outgoing(records) as ready:
+            return await self._host.call(producer.deliver, list(ready))
 
 
 @asynccontextmanager

@@ -56,7 +56,7 @@ class Outgoing:
 def as_bytes(data: str | bytes, what: str) -> bytes:
     """`data` as bytes (a str as its UTF-8); TypeError naming `what` for anything else."""
     if data.__class__ is bytes:
-        return data  # type: ignore[return-value]
+        return data
     if isinstance(data, str):
         return data.encode("utf-8")
     if isinstance(data, bytes | bytearray | memoryview):

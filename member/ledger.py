@@ -193,6 +193,13 @@ class Ledger:
     def start_handler(self, shard: str, generation: int, now: float) -> tuple[Verdict, Actions]:
         """`admit` for a handler call, counted in flight when allowed (one call on the hot
         path; the worker or the acker finishes it)."""
+        state = self.state
+        hold = state.holds.get(shard)
+        if hold is not None and hold.generation == generation and state.member_epoch > JOIN_EPOCH:
+            sent_at = state.last_accepted_sent_at  # D1 in line: `admit`'s first answer
+            if sent_at is not None and now - sent_at < (state.lease_ttl_ms or self.default_lease_ttl_ms):
+                self._in_flight[shard] += 1
+                return _ALLOWED
         decision = self.admit(shard, generation, now)
         if decision is _ALLOWED:
             self._in_flight[shard] += 1

@@ -20,6 +20,13 @@ Before its first read each member checks that its Redis is the coordinator's
 caller that checked already). A join refused by a coordinator cap is retried
 with backoff and said once as a warning (and a `join refused` event).
 
+`codec=` (rsc/member/codecs.py: "json", a pydantic model or a msgspec Struct class, or a
+codec object) decodes each value before the handler, which then takes the value, or the
+value and the message; a value that does not decode goes to the retry policy's dead-letter
+stream with the error named, without retries in place. `tracing=True` (the `[otel]` extra,
+rsc/member/otel.py) runs each handler call in an OpenTelemetry consumer span linked to the
+producer's.
+
 Static membership (S1..S6): `instance_id="pod-0"` makes the members static (with
 `concurrency=N`, member `i` uses `pod-0-i`). Then `stop()` leaves for a while
 (memberEpoch -2, S2): the group keeps the shards for a member that comes back
@@ -37,8 +44,10 @@ from collections.abc import Callable
 
 import trio
 
+from rsc.common.errors import leaves
 from rsc.common.tls import TlsFailed
 from rsc.member.budget import ReadBudget
+from rsc.member.codecs import AnyHandler, codec_for, typed_handler
 from rsc.member.health import ListenerStatus, listener_status
 from rsc.member.ids import make_member_id
 from rsc.member.notices import Notices
@@ -59,7 +68,7 @@ from rsc.protocol.messages import FieldValueError, check_name
 class Listener:
     """N members of one group running one handler."""
 
-    def __init__(self, handler: Handler, *, stream_prefix: str, consumer_group: str,
+    def __init__(self, handler: AnyHandler, *, stream_prefix: str, consumer_group: str,
                  coordinator_url: str, redis_url: str, concurrency: int = 1,
                  runtime_max_concurrency: int = 4, ack_policy: AckPolicy = AckPolicy.AFTER,
                  retry: RetryPolicy | None = None, token: str | None = None,
@@ -70,7 +79,8 @@ class Listener:
                  ack_observer: AckObserver | None = None,
                  check_store_id: bool = True, notices: Notices | None = None,
                  ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
-                 instance_id: str | None = None, read_budget: ReadBudget | None = None) -> None:
+                 instance_id: str | None = None, codec: object | None = None,
+                 tracing: object = False, read_budget: ReadBudget | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if runtime_max_concurrency < 1:
@@ -84,6 +94,12 @@ class Listener:
                 except FieldValueError as exc:
                     raise ValueError(f"instance_id {instance_id!r}: {exc}") from None
         self.handler = handler
+        run: Handler = handler if codec is None else typed_handler(handler, codec_for(codec))
+        if tracing is not False and tracing is not None:
+            from rsc.member.otel import traced_handler  # the [otel] extra, imported when asked
+
+            run = traced_handler(run, stream_prefix=stream_prefix,
+                                 consumer_group=consumer_group, tracing=tracing)
         self._running = False
         self._stopping = False
         self._failure: str | None = None
@@ -96,7 +112,7 @@ class Listener:
                                 read_count=read_count, block_ms=block_ms,
                                 check_store_id=check_store_id, ca_file=ca_file,
                                 ssl_context=ssl_context),
-                   handler, on_event=on_event, read_observer=read_observer,
+                   run, on_event=on_event, read_observer=read_observer,
                    ack_observer=ack_observer, notices=notices, read_budget=read_budget)
             for member_id, instance in zip(ids[:concurrency], instances, strict=False)
         ]
@@ -141,7 +157,7 @@ class Listener:
             if mismatch is None or rest is not None:
                 self._failure = repr(group)
                 raise
-            failure = _first_leaf(mismatch)
+            failure = leaves(mismatch)[0]
             self._failure = str(failure)
             raise failure from None
         except Exception as exc:
@@ -161,16 +177,12 @@ def member_instance_ids(instance_id: str | None, concurrency: int) -> list[str |
     return [f"{instance_id}-{index}" for index in range(concurrency)]
 
 
-def _first_leaf(group: BaseExceptionGroup) -> BaseException:
-    first = group.exceptions[0]
-    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
-
 
 def listener(stream_prefix: str, consumer_group: str, **options: object
-             ) -> Callable[[Handler], Listener]:
+             ) -> Callable[[AnyHandler], Listener]:
     """Decorator form of `Listener`: `@listener("orders", "billing", coordinator_url=..., ...)`."""
 
-    def wrap(handler: Handler) -> Listener:
+    def wrap(handler: AnyHandler) -> Listener:
         return Listener(handler, stream_prefix=stream_prefix, consumer_group=consumer_group,
                         **options)  # type: ignore[arg-type]
 

@@ -73,6 +73,13 @@ class RetryPolicy:
             return DeadLetter(stream=self.dead_letter_stream, attempts=attempt)
         return LeavePending(attempts=attempt)
 
+    def after_permanent_failure(self, attempt: int) -> DeadLetter | LeavePending:
+        """What follows a failure that another attempt would repeat (a value that does not
+        decode): no retry in place, the dead-letter stream if there is one."""
+        if self.dead_letter_stream is not None:
+            return DeadLetter(stream=self.dead_letter_stream, attempts=attempt)
+        return LeavePending(attempts=attempt)
+
 
 NO_RETRY = RetryPolicy(max_deliveries=1)
 """A listener without a retry policy: one attempt, then the entry stays pending."""

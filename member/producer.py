@@ -39,24 +39,20 @@ raises `StoreMismatch` instead of writing anything. A coordinator that sends no
 from __future__ import annotations
 
 import logging
-import math
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
-from typing import TypeVar
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 import trio
 
 from rsc.common.errors import unwrap_single
-from rsc.common.redact import redact_url
-from rsc.common.redis_connect import is_cluster
 from rsc.member.backoff import Backoff
+from rsc.member.codecs import Codec, codec_for, encode_records
 from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, MessageTooLarge
-from rsc.member.notices import Notices, redis_problem, then
-from rsc.member.ops import produce_ops
+from rsc.member.notices import Notices
 from rsc.member.producer_core import (
-    Adoption,
     Delivery,
     Next,
     ProducerCore,
@@ -64,67 +60,45 @@ from rsc.member.producer_core import (
     Refused,
     RoutingTable,
 )
-from rsc.member.session import (
-    ResponseUndecodable,
-    Session,
-    SessionClosed,
-    SessionRefused,
-    check_coordinator_url,
-    open_session,
+from rsc.member.producer_redis import ProducerRedis
+from rsc.member.producer_routing import (
+    REQUEST_TIMEOUT_S,
+    RoutingFollower,
+    RoutingUnavailable,
+    no_routing_line,
 )
-from rsc.member.streams import StoreMismatch, WriteResult, check_store_id, connect
-from rsc.member.unrecoverable import (
-    Unrecoverable,
-    redis_error_is_permanent,
-    redis_unrecoverable_line,
-    refusal_is_permanent,
-    tls_checked,
-)
-from rsc.member.workqueue import Signal
-from rsc.protocol import GetRouting, Routing
+from rsc.member.session import check_coordinator_url
+from rsc.member.streams import StoreMismatch, connect
+from rsc.protocol import Routing
+
+if TYPE_CHECKING:
+    from rsc.member.otel import ProducerTracing
 
 __all__ = ["MessageTooLarge", "Producer", "Record", "RoutingTable", "RoutingUnavailable", "StoreMismatch",
-           "open_producer"]
+           "TypedRecord", "no_routing_line", "open_producer"]
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 REDIS_TIMEOUT_S = 5.0  # a stalled Redis is noticed (and said) after this long
-WAIT_TIMEOUT_MS = 1000  # one WAIT of min_replicas (K5); a shortfall waits again
-REQUEST_TIMEOUT_S = 10.0
-CONNECT_TIMEOUT_S = 5.0
-
-
-class RoutingUnavailable(Exception):
-    """The coordinator has no routing for the prefix (no shards yet) within the wait."""
-
-
-def no_routing_line(stream_prefix: str) -> str:
-    """The line for a prefix that has no routing (no shards) yet."""
-    return (f"prefix {stream_prefix!r} has no routing yet: create its shards with "
-            f"`rsc admin set-shards {stream_prefix} N`; waiting")
 
 
 def _log_notice(line: str) -> None:
     log.warning("%s", line)
 
 
-def check_min_replicas(min_replicas: int, client: object) -> int:
-    """`min_replicas` if usable here; ValueError names what is wrong (K5)."""
-    if min_replicas < 0:
-        raise ValueError(f"min_replicas must be 0 or more, got {min_replicas}")
-    if min_replicas and is_cluster(client):
-        raise ValueError("min_replicas (--min-replicas) is not supported on a Redis Cluster yet: "
-                         "use 0 there")
-    return min_replicas
+TypedRecord = (tuple[str | bytes | None, Any]
+               | tuple[str | bytes | None, Any, Mapping[str, str | bytes] | None])
+"""A record of a producer with a codec: (key, value[, headers]), the value what the codec
+encodes (without a codec: str or bytes, a `Record`)."""
 
 
 class Producer:
     """Writes messages of one stream prefix; build it with `open_producer`.
 
-    The decisions (which routing to write with, what each write's result means)
-    are the pure `ProducerCore`'s (producer_core.py); this shell does the I/O.
+    The decisions (which routing to write with, what each write's result means) are the
+    pure `ProducerCore`'s (producer_core.py); the coordinator side is `RoutingFollower`
+    (producer_routing.py), the Redis side `ProducerRedis` (producer_redis.py); this shell
+    encodes, traces and delivers.
     """
 
     def __init__(self, coordinator_url: str, redis_url: str, stream_prefix: str, *,
@@ -132,28 +106,54 @@ class Producer:
                  routing_wait_s: float | None = None, notices: Notices | None = None,
                  ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
                  min_replicas: int = 0,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
-        self.coordinator_url = check_coordinator_url(coordinator_url)
-        self._ca_file, self._ssl_context = ca_file, ssl_context  # for a wss:// coordinator
-        self.redis_url = redis_url
-        self.shown_url = redact_url(redis_url)  # K7: what lines say
-        self.min_replicas = check_min_replicas(min_replicas, client)
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 codec: object | None = None, tracing: object = False) -> None:
+        self.codec: Codec | None = None if codec is None else codec_for(codec)
+        self._tracing: ProducerTracing | None = None
+        if tracing is not False and tracing is not None:
+            from rsc.member.otel import ProducerTracing  # the [otel] extra, imported when asked
+
+            self._tracing = ProducerTracing(stream_prefix, tracing)
         if max_message_bytes < 1:
             raise ValueError(f"max_message_bytes must be 1 or more, got {max_message_bytes}")
         self.max_message_bytes = max_message_bytes  # M4
-        self.holds_input = False  # K6: once True, a permanent Redis error is said, not raised
-        self.stream_prefix = stream_prefix
-        self.subscribe = subscribe
         self.notices = notices or Notices(_log_notice)
         self._core = ProducerCore()
-        self._token = token
-        self._ops = produce_ops(client)
-        self._routing_wait_s = routing_wait_s
-        self._session: Session | None = None
-        self._changed = Signal()
-        self._store_checked = False
+        self._follower = RoutingFollower(
+            coordinator_url, stream_prefix, self._core, self.notices, token=token,
+            subscribe=subscribe, routing_wait_s=routing_wait_s, ca_file=ca_file,
+            ssl_context=ssl_context)
+        self._redis = ProducerRedis(client, redis_url, self.notices, min_replicas=min_replicas)
         # the refusal last said ((why, routing version), line): repeated as the same line
         self._refusal_said: tuple[tuple[Refused, int], str] | None = None
+        self.keep_session = self._follower.keep_session
+        self.ping = self._redis.ping
+
+    @property
+    def stream_prefix(self) -> str:
+        return self._follower.stream_prefix
+
+    @property
+    def coordinator_url(self) -> str:
+        return self._follower.coordinator_url
+
+    @property
+    def redis_url(self) -> str:
+        return self._redis.redis_url
+
+    @property
+    def min_replicas(self) -> int:
+        return self._redis.min_replicas
+
+    @property
+    def holds_input(self) -> bool:
+        """K6: once True (`rsc produce` accepted a line), a permanent Redis error is said and
+        retried, not raised: the accepted messages are kept (D2)."""
+        return self._redis.holds_input
+
+    @holds_input.setter
+    def holds_input(self, holds: bool) -> None:
+        self._redis.holds_input = holds
 
     @property
     def routing(self) -> RoutingTable | None:
@@ -177,42 +177,61 @@ class Producer:
 
     # --- writing ---------------------------------------------------------------------
 
-    async def send(self, key: str | bytes | None, value: str | bytes,
+    async def send(self, key: str | bytes | None, value: Any,
                    headers: Mapping[str, str | bytes] | None = None) -> str:
         """Write one message; return its stream entry id once Redis has it. Key and value are
-        str (sent as UTF-8) or bytes (M1); a key None is keyless, spread over the shards (M3);
-        `headers` maps text names to str or bytes (M2)."""
+        str (sent as UTF-8) or bytes (M1), the value anything the `codec` encodes if there is
+        one; a key None is keyless, spread over the shards (M3); `headers` maps text names to
+        str or bytes (M2)."""
         return (await self.send_batch([(key, value, headers)]))[0]
 
-    async def send_batch(self, records: Sequence[Record]) -> list[str]:
+    async def send_batch(self, records: Sequence[TypedRecord]) -> list[str]:
         """Write (key, value) or (key, value, headers) records in one pipeline; return their
         ids once Redis has them all. Before anything is sent, TypeError names the first
-        malformed record and MessageTooLarge the first over `max_message_bytes` (M4)."""
+        malformed record (or value the codec cannot encode) and MessageTooLarge the first
+        over `max_message_bytes` (M4)."""
         return [entry_id for _, entry_id in await self.send_batch_located(records)]
 
-    async def send_batch_located(self, records: Sequence[Record]) -> list[tuple[str, str]]:
+    async def send_batch_located(self, records: Sequence[TypedRecord]) -> list[tuple[str, str]]:
         """Like `send_batch`, returning the (stream, entry id) where each record landed."""
+        with self.outgoing(records) as ready:
+            return await self.deliver(ready)
+
+    @contextmanager
+    def outgoing(self, records: Sequence[TypedRecord]) -> Iterator[Sequence[Record]]:
+        """The records as they are written: each value through the codec, and with `tracing`
+        the batch's span (current meanwhile) and its context in the headers. The sync and
+        asyncio producers enter it in the caller's thread or task (whose span is the
+        parent), then `deliver`."""
+        encoded = records if self.codec is None else encode_records(self.codec, records)
+        if self._tracing is None:
+            yield cast("Sequence[Record]", encoded)
+            return
+        with self._tracing.sending(encoded) as traced:
+            yield traced
+
+    async def deliver(self, records: Sequence[Record]) -> list[tuple[str, str]]:
+        """Write records as `outgoing` gave them; the (stream, entry id) of each once Redis
+        has them all (D2)."""
         delivery = self._core.delivery(records, self.max_message_bytes)
         redis_backoff = Backoff(0.05, 2.0)
         refused_backoff = Backoff(0.05, 2.0)
+        store = self._redis
         while not delivery.done:
             writes = delivery.writes(await self.ready())
             try:
-                if self.min_replicas:
-                    results = await self._write_replicated(writes)
-                else:
-                    results = await trio.to_thread.run_sync(self._ops.write, writes)
+                results = await store.write(writes)
             except redis.RedisError as exc:
-                self._redis_failed(exc)
+                store.failed(exc)
                 step = delivery.write_failed()
             else:
                 step = delivery.on_results(results)
                 if delivery.failure is not None:
-                    self._redis_failed(delivery.failure)
+                    store.failed(delivery.failure)
                 else:
-                    self._redis_ok()
+                    store.answered()
             if step is Next.REFRESH:
-                await self._ask_routing(wait_s=2.0)
+                await self._follower.ask(wait_s=2.0)
                 step = delivery.refreshed()
             if step is Next.REROUTE:
                 self.notices.clear("store")
@@ -222,24 +241,6 @@ class Producer:
             elif step is Next.REDIS_BACKOFF:
                 await trio.sleep(redis_backoff.next())
         return delivery.located()
-
-    async def _write_replicated(self, writes: list[tuple[str, list[bytes]]]) -> list[WriteResult]:
-        """K5: write, then WAIT on that connection until `min_replicas` replicas hold it all."""
-        wanted = self.min_replicas
-        results, waiter = await trio.to_thread.run_sync(
-            self._ops.write_and_wait, writes, wanted, WAIT_TIMEOUT_MS)
-        try:
-            while waiter.replicas < wanted:
-                self.notices.say("replicas", (
-                    f"Redis at {self.shown_url}: {waiter.replicas} of the {wanted} replicas asked "
-                    f"for (--min-replicas) acknowledged the last write within {WAIT_TIMEOUT_MS} ms; "
-                    "the messages stay unconfirmed, waiting again (WAIT)"))
-                await trio.to_thread.run_sync(waiter.wait, wanted, WAIT_TIMEOUT_MS)
-        finally:
-            waiter.release()
-        self.notices.clear("replicas", f"Redis at {self.shown_url}: {waiter.replicas} replicas "
-                           "acknowledge the writes again")
-        return results
 
     def _refused_in_place(self, delivery: Delivery) -> None:
         """The coordinator still routes to shards this Redis refuses: say so (then retry)."""
@@ -253,8 +254,8 @@ class Producer:
             return
         if why is Refused.MISSING:
             line = (f"shard {stream} of routing version {version} does not exist in "
-                    f"{self.shown_url}: is --redis-url (RSC_REDIS_URL) the coordinator's Redis? "
-                    "retrying")
+                    f"{self._redis.shown_url}: is --redis-url (RSC_REDIS_URL) the coordinator's "
+                    "Redis? retrying")
         else:
             line = (f"shard {stream} is sealed but the coordinator still routes version "
                     f"{version} to it; retrying")
@@ -271,144 +272,25 @@ class Producer:
         if one was given, and StoreMismatch when this Redis is another one.
         """
         routing = self.routing
-        if routing is not None and self._store_checked:
+        if routing is not None and self._redis.store_checked:
             return routing
-        if not self._store_checked:  # K6: refused credentials are said before any routing wait
-            await self.ping()
-        wait_s = math.inf if self._routing_wait_s is None else self._routing_wait_s
-        backoff = Backoff(0.05, 1.0)
-        with trio.move_on_after(wait_s):
-            while self.routing is None:
-                await self._ask_routing(wait_s=2.0, unless_known=True)
-                if self.routing is None:
-                    with trio.move_on_after(backoff.next()):
-                        await self._changed.wait()
-        if self.routing is None:
-            raise RoutingUnavailable(f"no routing for stream prefix {self.stream_prefix!r}")
-        await self._check_store()
-        return self.routing
+        if not self._redis.store_checked:  # K6: refused credentials are said before any routing wait
+            await self._redis.ping()
+        routing = await self._follower.first_routing()
+        await self._redis.check_store(self._core.store_id, self.coordinator_url)
+        return self.routing or routing
 
     async def refresh(self) -> RoutingTable | None:
         """Ask the coordinator for the current routing now (waits for a session up to 10 s)."""
-        await self._ask_routing(wait_s=REQUEST_TIMEOUT_S)
+        await self._follower.ask(wait_s=REQUEST_TIMEOUT_S)
         return self.routing
 
-    async def _ask_routing(self, *, wait_s: float, unless_known: bool = False) -> None:
-        """One getRouting on the current session, waiting up to `wait_s` for one to be open
-        (`unless_known`: not if some routing arrived meanwhile)."""
-        with trio.move_on_after(wait_s):
-            while self._session is None or self._session.closed:
-                await self._changed.wait()
-            if unless_known and self.routing is not None:
-                return
-            try:
-                await self._request_routing(self._session)
-            except (SessionClosed, ResponseUndecodable, trio.TooSlowError):
-                pass  # the session keeper says so and reconnects
-
-    async def _request_routing(self, session: Session) -> None:
-        with trio.fail_after(REQUEST_TIMEOUT_S):
-            response = await session.request(GetRouting(
-                request_id=0, stream_prefix=self.stream_prefix, subscribe=self.subscribe))
-        if isinstance(response, Routing):
-            self._adopt(response)
-
     def _adopt(self, message: Routing) -> None:
-        adoption = self._core.adopt(message)
-        if adoption is Adoption.NO_ROUTING:
-            self.notices.say("routing", no_routing_line(self.stream_prefix))
-        elif adoption is Adoption.ARRIVED and (table := self._core.routing) is not None:
-            self.notices.clear("routing", f"prefix {self.stream_prefix!r} has routing now: "
-                               f"version {table.version}, {len(table.streams)} shards")
-        self._changed.fire()
+        self._follower.adopt(message)
 
-    async def _check_store(self) -> None:
-        """Refuse to write into a Redis whose storeId is not the coordinator's."""
-        if self._store_checked:
-            return
-        expected = self._core.store_id
-        if expected is not None:
-            await self._redis_call(lambda: check_store_id(
-                self._ops.client, expected, redis_url=self.redis_url,
-                coordinator_url=self.coordinator_url))
-        await self._redis_call(self._ops.prepare)  # K6: a missing script permission said now
-        self._store_checked = True
-
-    # --- Redis -------------------------------------------------------------------------
-
-    async def ping(self) -> None:
-        """Return once Redis answers (saying so while it does not)."""
-        await self._redis_call(lambda: self._ops.client.ping())
-
-    async def _redis_call(self, call: Callable[[], T]) -> T:
-        """`call()` in a thread, retried with backoff while Redis fails."""
-        backoff = Backoff(0.05, 2.0)
-        while True:
-            try:
-                result = await trio.to_thread.run_sync(tls_checked, call, self.redis_url)
-            except redis.RedisError as exc:
-                self._redis_failed(exc)
-                await trio.sleep(backoff.next())
-                continue
-            self._redis_ok()
-            return result
-
-    def _redis_failed(self, exc: BaseException) -> None:
-        if redis_error_is_permanent(exc):  # D3: a bad db index never heals
-            line = redis_unrecoverable_line(exc, self.redis_url)
-            if not self.holds_input:
-                raise Unrecoverable(line) from exc
-            # K6 after input was accepted: D2 wins, the accepted messages are kept
-            self.notices.say("redis", then(line, "retrying: the accepted messages are kept (D2)"))
-            return
-        self.notices.say("redis", then(redis_problem(exc, self.redis_url), "retrying"))
-
-    def _redis_ok(self) -> None:
-        self.notices.clear("redis", f"Redis at {self.shown_url} answers again")
-
-    # --- the coordinator session ---------------------------------------------------------
-
-    async def keep_session(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                           ) -> None:
-        """Keep a coordinator session open (reopened with backoff), adopting routing pushes."""
-        task_status.started()
-        backoff = Backoff(0.05, 2.0)
-        url = self.coordinator_url
-        while True:
-            try:
-                async with open_session(url, "member", token=self._token,
-                                        connect_timeout=CONNECT_TIMEOUT_S, ca_file=self._ca_file,
-                                        ssl_context=self._ssl_context) as session:
-                    if self.subscribe or self.routing is None:
-                        await self._request_routing(session)
-                    self._session = session  # usable by writers once routing was asked for
-                    self._changed.fire()
-                    self.notices.clear("coordinator", f"connected to the coordinator at {url}")
-                    backoff.reset()
-                    async for push in session.pushes:
-                        if isinstance(push, Routing) and push.stream_prefix == self.stream_prefix:
-                            self._adopt(push)
-                    reason = session.close_reason or "connection closed"
-                    self._session_trouble(f"lost the coordinator session at {url} ({reason})")
-            except SessionRefused as exc:
-                if refusal_is_permanent(exc.status_code):  # D3: a wrong token never heals
-                    raise Unrecoverable(exc.line) from exc
-                self._session_trouble(exc.line)
-            except SessionClosed as exc:
-                self._session_trouble(exc.line)
-            except (ResponseUndecodable, trio.TooSlowError) as exc:
-                self._session_trouble(f"the coordinator at {url} did not answer in time or "
-                                      f"answered garbage ({exc or type(exc).__name__})")
-            finally:
-                self._session = None
-            await trio.sleep(backoff.next())
-
-    def _session_trouble(self, line: str) -> None:
-        if self.routing is None:
-            suffix = "retrying (a producer needs routing once: waiting for it)"
-        else:
-            suffix = f"retrying (writing with routing version {self.routing.version} meanwhile)"
-        self.notices.say("coordinator", then(line, suffix))
+    async def aclose(self) -> None:
+        """Close what the producer opened itself (its trio-driven Redis connection)."""
+        await self._redis.aclose()
 
 
 @asynccontextmanager
@@ -417,7 +299,8 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
                         subscribe: bool = True, notices: Notices | None = None,
                         ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
                         min_replicas: int = 0,
-                        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+                        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                        codec: object | None = None, tracing: object = False
                         ) -> AsyncIterator[Producer]:
     """A producer with its coordinator session (kept open), routing and Redis connection.
 
@@ -428,16 +311,21 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
     or Redis URL raises ValueError, and so does `min_replicas` below 0 (or above 0 on a
     Redis Cluster). `min_replicas=N`: a message is delivered once N replicas hold it
     (K5, WAIT). `max_message_bytes` (1 MiB by default) refuses larger messages before
-    sending them (M4). A wss:// coordinator is verified against `ssl_context`,
+    sending them (M4). `codec=` ("json", a pydantic model or msgspec Struct class, a codec:
+    rsc/member/codecs.py) encodes each value. `tracing=True` (the `[otel]` extra,
+    rsc/member/otel.py) writes each batch in an OpenTelemetry producer span whose context
+    goes into the messages' headers (`traceparent`). A wss:// coordinator is verified against `ssl_context`,
     else the system trust store and `ca_file` (default $RSC_CA_FILE); TlsFailed if it fails.
     """
     check_coordinator_url(coordinator_url)
     client = connect(redis_url, timeout_s=REDIS_TIMEOUT_S, retries=False)
+    producer: Producer | None = None
     try:
         producer = Producer(coordinator_url, redis_url, stream_prefix, client=client,
                             token=token, subscribe=subscribe, routing_wait_s=routing_wait_s,
                             notices=notices, ca_file=ca_file, ssl_context=ssl_context,
-                            min_replicas=min_replicas, max_message_bytes=max_message_bytes)
+                            min_replicas=min_replicas, max_message_bytes=max_message_bytes,
+                            codec=codec, tracing=tracing)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(producer.keep_session)
@@ -446,4 +334,8 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
         except BaseExceptionGroup as group:
             unwrap_single(group)
     finally:
-        client.close()
+        try:
+            if producer is not None:
+                await producer.aclose()
+        finally:
+            client.close()

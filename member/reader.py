@@ -25,6 +25,7 @@ import trio
 
 from rsc.member.budget import read_shape
 from rsc.member.message import Queued, queued_entries
+from rsc.member.native_streams import NativeStreamOps, native_ops
 from rsc.member.ops import stream_ops
 from rsc.member.reconcile import NO_ACTIONS
 from rsc.member.streams import StreamOps, connect
@@ -73,6 +74,8 @@ class Reader:
         await core.store_ok.wait()  # no read before the storeId check (runtime.py)
         ops = stream_ops(connect(config.redis_url, decode=False), config.consumer_group, core.member_id,
                         use_xackdel=core.server_xackdel)
+        native = native_ops(ops.client, config.consumer_group, core.member_id,
+                            use_xackdel=ops.use_xackdel)
         try:
             while True:
                 if self.read_ahead is None:  # never park with a read in flight
@@ -95,15 +98,19 @@ class Reader:
                             await trio.sleep(RETRY_PAUSE_S)
                         continue
                 try:
-                    await self._read_new(ops)
+                    await self._read_new(ops, native)
                 except redis.RedisError as exc:
                     check_permanent(exc, config.redis_url)
                     log.warning("member %s: read failed: %r", core.member_id, exc)
+                    if native is not None:
+                        await native.reset_reads()
                     ops.reset_reads()
                     self.read_ahead = None
                     core.apply(core.ledger.read_failed())
                     await trio.sleep(RETRY_PAUSE_S)
         finally:
+            if native is not None:
+                await native.aclose()
             ops.client.close()
 
     def _observe(self, shards: frozenset[str], started: float) -> None:
@@ -148,7 +155,7 @@ class Reader:
         elif budget is not None:
             budget.give_back(len(messages))
 
-    async def _read_new(self, ops: StreamOps) -> None:
+    async def _read_new(self, ops: StreamOps, native: NativeStreamOps | None = None) -> None:
         """Receive one XREADGROUP reply, sending the next read first when it will be wanted.
 
         The shards of a read in flight count as being read until its reply is in.
@@ -188,12 +195,26 @@ class Reader:
             return [(shard, queued_entries(shard, entries, generations[shard]))
                     for shard, entries in ops.receive_read()]
 
+        async def read_natively(native: NativeStreamOps) -> list[tuple[str, list[Queued]]]:
+            if send_first:
+                await native.send_read(send_first, count=count, block_ms=block_ms)
+            if ahead:
+                await native.send_read(readable, count=count, block_ms=block_ms)
+            if not native.reads_sent:
+                return []
+            return [(shard, queued_entries(shard, entries, generations[shard]))
+                    for shard, entries in await native.receive_read()]
+
         self._reads_in_progress(frozenset(shards) | frozenset(readable if ahead else ()))
         ahead_sent_at = trio.current_time()
         try:
-            batches = await trio.to_thread.run_sync(read)
+            if native is not None:
+                batches = await read_natively(native)
+            else:
+                batches = await trio.to_thread.run_sync(read)
         finally:
-            if ahead_generations is not None and ops.reads_sent:
+            reads_sent = native.reads_sent if native is not None else ops.reads_sent
+            if ahead_generations is not None and reads_sent:
                 self.read_ahead = (readable, ahead_generations, ahead_sent_at)
                 in_progress = frozenset(readable)
             else:

@@ -16,7 +16,6 @@ raise `SessionClosed` and `pushes` ends.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import socket
 import ssl
@@ -39,12 +38,12 @@ from rsc.common.redact import redact_url
 from rsc.common.redis_connect import SCHEMES as REDIS_SCHEMES
 from rsc.common.tls import forget_server, verify_server, websocket_context
 from rsc.common.ws_client import connect_websocket
+from rsc.common.ws_session import ClientSession, Undecodable
 from rsc.member.backoff import Backoff as Backoff  # re-exported: the shells import it from here
 from rsc.protocol import Message, ProtocolError, decode, encode
 
 log = logging.getLogger(__name__)
 
-PUSH_BUFFER = 1024
 
 
 class SessionClosed(Exception):
@@ -79,33 +78,13 @@ class ResponseUndecodable(Exception):
     """The coordinator answered a request with a frame that does not decode."""
 
 
-@attrs.define
-class _Waiter:
-    done: trio.Event = attrs.field(factory=trio.Event)
-    response: Message | None = None
-    error: BaseException | None = None
-
-
-class Session:
-    """An open websocket session; build it with `open_session`."""
+class Session(ClientSession[Message]):
+    """An open websocket session (rsc/common/ws_session.py read as protocol messages); build it
+    with `open_session`."""
 
     def __init__(self, websocket: WebSocketConnection) -> None:
-        self._websocket = websocket
-        self._request_ids = itertools.count(1)
-        self._waiting: dict[int, _Waiter] = {}
-        self._send_lock = trio.Lock()
-        self._closed_because: str | None = None
-        self._push_sender, self.pushes = trio.open_memory_channel[Message](PUSH_BUFFER)
-
-    @property
-    def close_reason(self) -> str | None:
-        """Why the session ended (None while it is open)."""
-        return self._closed_because
-
-    @property
-    def closed(self) -> bool:
-        """True once the connection is lost or the session was closed."""
-        return self._closed_because is not None
+        super().__init__(websocket, read=_read_message, lost=SessionClosed,
+                         undecodable=ResponseUndecodable, closed_reason=_closed_reason)
 
     async def request(self, message: Message) -> Message:
         """Send `message` with a fresh requestId and return the response carrying that id.
@@ -113,75 +92,20 @@ class Session:
         Raises SessionClosed when the connection is lost before the response
         arrives, and ResponseUndecodable when the response does not decode.
         """
-        if self._closed_because is not None:
-            raise SessionClosed(self._closed_because)
-        request_id = next(self._request_ids)
-        waiter = _Waiter()
-        self._waiting[request_id] = waiter
-        try:
-            async with self._send_lock:
-                try:
-                    await self._websocket.send_message(
-                        encode(attrs.evolve(message, request_id=request_id))  # type: ignore[misc]
-                    )
-                except ConnectionClosed as exc:
-                    self._close(f"connection closed: {exc.reason}")
-            await waiter.done.wait()
-        finally:
-            self._waiting.pop(request_id, None)
-        if waiter.error is not None:
-            raise waiter.error
-        assert waiter.response is not None
-        return waiter.response
+        return await self.exchange(
+            lambda request_id: encode(attrs.evolve(message, request_id=request_id)))  # type: ignore[misc]
 
-    async def receive_loop(self) -> None:
-        """Deliver every incoming frame to its waiter or to `pushes`, until the connection ends."""
-        try:
-            while True:
-                try:
-                    text = await self._websocket.get_message()
-                except ConnectionClosed as exc:
-                    self._close(f"connection closed: {exc.reason}")
-                    return
-                self._deliver(text)
-        finally:
-            self._close("session closed")
 
-    def _deliver(self, text: str | bytes) -> None:
-        try:
-            message = decode(text)
-        except ProtocolError as exc:
-            waiter = self._waiting.get(exc.request_id) if exc.request_id is not None else None
-            if waiter is None:
-                log.warning("ignoring an undecodable frame from the coordinator: %s", exc.message)
-                return
-            waiter.error = ResponseUndecodable(exc.message)
-            waiter.done.set()
-            return
-        request_id = getattr(message, "request_id", None)
-        if request_id is None:
-            try:
-                self._push_sender.send_nowait(message)
-            except trio.WouldBlock:
-                log.warning("push buffer full; dropping %s", message.TYPE)
-            except trio.ClosedResourceError:
-                pass
-            return
-        waiter = self._waiting.get(request_id)
-        if waiter is None:
-            return  # the requester was cancelled; nobody wants this answer any more
-        waiter.response = message
-        waiter.done.set()
+def _read_message(text: str | bytes) -> tuple[int | None, Message]:
+    try:
+        message = decode(text)
+    except ProtocolError as exc:
+        raise Undecodable(exc.message, exc.request_id) from None
+    return getattr(message, "request_id", None), message
 
-    def _close(self, reason: str) -> None:
-        if self._closed_because is not None:
-            return
-        self._closed_because = reason
-        for waiter in self._waiting.values():
-            if not waiter.done.is_set():
-                waiter.error = SessionClosed(reason)
-                waiter.done.set()
-        self._push_sender.close()
+
+def _closed_reason(exc: ConnectionClosed | None) -> str:
+    return "session closed" if exc is None else f"connection closed: {exc.reason}"
 
 
 ENDPOINT_HINTS = {
@@ -318,7 +242,7 @@ async def open_session(
                 try:
                     yield session
                 finally:
-                    session._close("session closed")
+                    session.close("session closed")
                     nursery.cancel_scope.cancel()
     except ConnectionRejected as exc:
         if connected:

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rsc.common.trio_thread import LoopClosed, TrioThread
-from rsc.member.producer import Producer, Record, RoutingTable
+from rsc.member.producer import Producer, RoutingTable, TypedRecord
 from rsc.member.producer import open_producer as open_trio_producer
 
 __all__ = ["ProducerClosed", "SyncProducer", "open_producer"]
@@ -60,18 +60,21 @@ class SyncProducer:
     def routing(self) -> RoutingTable | None:
         return self.producer.routing
 
-    def send(self, key: str | bytes | None, value: str | bytes,
+    def send(self, key: str | bytes | None, value: Any,
              headers: Mapping[str, str | bytes] | None = None) -> str:
         """Write one message (as the trio producer's `send`); its entry id once Redis has it."""
         return self.send_batch([(key, value, headers)])[0]
 
-    def send_batch(self, records: Sequence[Record]) -> list[str]:
+    def send_batch(self, records: Sequence[TypedRecord]) -> list[str]:
         """Write (key, value[, headers]) records in one pipeline; their ids once Redis has them
-        all."""
+        all. The values go through the producer's `codec=` (if any) on the calling thread."""
+        producer = self.producer
         try:
-            return self._loop.call(self.producer.send_batch, list(records))
+            with producer.outgoing(records) as ready:
+                located = self._loop.call(producer.deliver, list(ready))
         except LoopClosed:
             raise ProducerClosed(f"the producer of {self.stream_prefix!r} is closed") from None
+        return [entry_id for _, entry_id in located]
 
     def close(self) -> None:
         """Close the coordinator session and the Redis connection (every finished call

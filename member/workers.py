@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
 
+from rsc.member.codecs import DecodeFailed
+from rsc.member.core import monotonic_ms
 from rsc.member.ledger import Verdict
 from rsc.member.message import Handler, Message
 from rsc.member.ops import produce_ops
@@ -129,6 +132,8 @@ class WorkerPool:
         pop, wait, done = queue.pop, queue.wait, queue.done
         config = core.config
         fast = self.is_async and config.retry is None and config.ack_policy is AckPolicy.AFTER
+        monotonic, own_clock = time.monotonic, clock is monotonic_ms
+        new_message = tuple.__new__  # Message's fields in order, without its Python __new__
         since_checkpoint = 0
         while True:
             entry = pop(index)
@@ -137,14 +142,14 @@ class WorkerPool:
                 await wait(index)
                 continue
             (shard, _order), entry_id, key, value, headers, generation = entry
-            now = clock()
+            now = monotonic() * 1000.0 if own_clock else clock()  # monotonic_ms, in line
             verdict, actions = start_handler(shard, generation, now)  # D1, in one call
             if verdict is not allowed or traced:
                 decided("handler", shard, generation, now, verdict, actions)
                 if verdict is not allowed:
                     done(entry)
                     continue
-            message = Message(shard, entry_id, key, value, member_id, headers, 1)
+            message = new_message(Message, (shard, entry_id, key, value, member_id, headers, 1))
             core.busy += 1
             handled = False
             try:
@@ -223,7 +228,8 @@ class WorkerPool:
                 if self._stopping(exc):
                     raise
                 error = exc
-            step = retry.after_failure(message.attempt)
+            step = (retry.after_permanent_failure(message.attempt)
+                    if isinstance(error, DecodeFailed) else retry.after_failure(message.attempt))
             self._failed(core, first, message.attempt, error,
                          final=not isinstance(step, RetryLater))
             if isinstance(step, RetryLater):

@@ -544,6 +544,7 @@ class GroupDescription(Response):
     current_assignment: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
     shards: tuple[ShardDescription, ...] = ()
     retention: Retention | None = None
+    store_went_back_at_ms: int | None = None  # K3: when the store last went back (unix ms)
     error: str | None = None
 
 

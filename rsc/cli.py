@@ -5,12 +5,14 @@
 The composition layer: one module per command (`rsc.commands.coordinator`,
 `rsc.commands.produce`, `rsc.commands.consume` with its `--peek` in `rsc.commands.peek`,
 `rsc.commands.admin`, `rsc.commands.demo`), each adding its parser; a command's runner is
-imported only when it is chosen.
+imported only when it is chosen. Every configuration flag may come from its `RSC_*`
+variable (rsc/common/env_config.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rsc import __version__
 
@@ -31,5 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse `argv` (default: sys.argv) and run the chosen subcommand; its exit code."""
-    args = build_parser().parse_args(argv)
-    return int(args.run(args) or 0)
+    from rsc.common.env_config import parse_args
+    from rsc.common.extras import MissingExtra
+
+    args = parse_args(build_parser(), argv)
+    try:
+        return int(args.run(args) or 0)
+    except MissingExtra as exc:  # a library-only install: say which extra to install
+        print(f"rsc {args.command}: {exc}", file=sys.stderr)
+        return 2

@@ -22,7 +22,6 @@ import functools
 import logging
 import math
 import signal
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +38,8 @@ from rsc.actors.config import CoordinatorConfig
 from rsc.admin.cli import print_view
 from rsc.admin.client import AdminClient, AdminError, open_admin_client
 from rsc.admin.views import describe_view, format_age, shards_text
+from rsc.common.exit_codes import EXIT_FAILED, EXIT_OK
+from rsc.common.logs import configure_logging, log_event, tool_log
 from rsc.common.redis_connect import connect
 from rsc.common.redis_server import EmbeddedRedis
 from rsc.console import console_url, serve_console
@@ -276,16 +277,16 @@ def demo_view(state: DemoState) -> RenderableType:
 def run(args: argparse.Namespace) -> int:
     """Entry point of `rsc demo`: 0 after a clean stop, 1 when something could not start."""
     console = Console(highlight=False)
-    logging.getLogger().setLevel(logging.ERROR)  # the view shows progress, not a wall of logs
+    configure_logging(getattr(args, "log_level", "error"), getattr(args, "log_format", "text"))
     try:
         trio.run(functools.partial(run_demo, args.duration, console,
                                    console_port=getattr(args, "console_port", 0)))
     except KeyboardInterrupt:
         return 0
     except Exception as exc:  # noqa: BLE001 - one clear line for whatever stopped the demo
-        print(f"rsc demo: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+        log_event(tool_log("demo"), f"rsc demo: {type(exc).__name__}: {exc}", level=logging.ERROR)
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 async def run_demo(duration_s: float | None, console: Console, *,

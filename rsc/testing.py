@@ -113,9 +113,12 @@ class RscKit:
         register that group too."""
         await self._in_kit(self._create_prefix, prefix, shards, group)
 
-    async def send(self, prefix: str, records: Sequence[tuple[str, str]]) -> list[str]:
-        """Produce (key, value) records to `prefix`; their entry ids once Redis has them."""
-        ids: list[str] = await self._in_kit(self._send, prefix, list(records))
+    async def send(self, prefix: str, records: Sequence[tuple[Any, ...]], *,
+                   codec: object | None = None) -> list[str]:
+        """Produce (key, value[, headers]) records to `prefix`; their entry ids once Redis has
+        them. With `codec=` (as a producer's: "json", a pydantic model or msgspec Struct class)
+        the values are encoded first."""
+        ids: list[str] = await self._in_kit(self._send, prefix, list(records), codec)
         return ids
 
     async def run_until(self, listener: Any, *, handled: int, timeout: float = 10.0) -> None:
@@ -147,10 +150,11 @@ class RscKit:
         async with open_admin_client(self.coordinator_url) as admin:
             await admin.set_shard_count(prefix, group, shards)
 
-    async def _send(self, prefix: str, records: list[tuple[str, str]]) -> list[str]:
+    async def _send(self, prefix: str, records: list[Any], codec: object | None) -> list[str]:
         from rsc.member.producer import open_producer
 
-        async with open_producer(self.coordinator_url, self.redis_url, prefix) as producer:
+        async with open_producer(self.coordinator_url, self.redis_url, prefix,
+                                 codec=codec) as producer:
             ids: list[str] = await producer.send_batch(records)
             return ids
 

@@ -8,6 +8,7 @@ SIGKILL, so the lease of the killed one is still in Redis) and prints it.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -105,3 +106,11 @@ async def _measure(rounds: int) -> None:
 
 if __name__ == "__main__":
     trio.run(_measure, int(sys.argv[1]) if len(sys.argv) > 1 else 5)
+
+
+LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
+
+
+def log_message(line: str) -> str:
+    """A text log line without its `ts LEVEL ` prefix (rsc/common/logs.py); other lines as they are."""
+    return LOG_PREFIX.sub("", line, count=1)

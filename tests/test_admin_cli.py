@@ -198,16 +198,23 @@ async def test_watch_json_prints_one_line_per_change(coordinator_factory, nurser
     assert third["maxConcurrency"] == 5 and third["groupEpoch"] > first["groupEpoch"]
 
 
-async def test_watch_text_shows_the_group_until_its_duration_ends(coordinator):
+async def test_watch_table_shows_the_group_until_its_duration_ends(coordinator):
     with trio.fail_after(20):
         await rsc_admin(coordinator.url, "set-shards", "orders", "billing", "3")
+        code, text, err = await rsc_admin(coordinator.url, "watch", "orders", "billing", "--table",
+                                          "--interval", "0.05", "--duration", "0.3")
+        assert code == 0 and err == ""
+        assert text.splitlines()[0].startswith(f"watching orders / billing on {coordinator.url} (")
+        assert text.count("group           orders / billing") == 1, \
+            "unchanged polls are not printed again"
+        assert "version 1, 3 shards" in text
         code, text, err = await rsc_admin(coordinator.url, "watch", "orders", "billing",
                                           "--interval", "0.05", "--duration", "0.3")
     assert code == 0 and err == ""
-    assert text.splitlines()[0].startswith(f"watching orders / billing on {coordinator.url} (")
-    assert text.count("group           orders / billing") == 1, \
-        "unchanged polls are not printed again"
-    assert "version 1, 3 shards" in text
+    header, first = text.splitlines()
+    assert header.startswith(f"watching orders / billing on {coordinator.url} (")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ  group EMPTY at epoch \d+, 0 member\(s\)",
+                        first), "without --table: one line per change, no table"
 
 
 async def test_watch_waits_for_a_group_that_does_not_exist_yet(coordinator):
@@ -365,7 +372,7 @@ async def test_watch_follows_pushes_until_the_group_is_deleted(nursery):
         assert (code, err) == (0, "")
         lines = text.splitlines()
         assert lines[0] == f"watching orders / billing on {fake.url} (server pushes); Ctrl-C to stop"
-        events = [line.split("  ", 1)[1] for line in lines if re.match(r"^\d\d:\d\d:\d\d  ", line)]
+        events = [line.split("  ", 1)[1] for line in lines if re.match(r"^[-\dT:]+Z  ", line)]
         assert events == ["group EMPTY at epoch 1, 0 member(s)",
                           "group epoch 1 -> 2; assignment epoch 1 -> 2; state EMPTY -> STABLE; "
                           "member member-a joined",

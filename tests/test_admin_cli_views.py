@@ -29,6 +29,7 @@ from rsc.admin.views import (
 )
 from rsc.admin.watch import WatchState
 from rsc.protocol import (
+    BlockingGroup,
     DescribeGroup,
     ErrorResponse,
     GroupDescription,
@@ -104,14 +105,14 @@ def test_describe_has_one_row_per_member_with_its_shards():
     assert "UNRELEASED_SHARDS" in fast and "1.4s" in fast
     assert "v1:1*" in fast, "a target shard not held yet is marked"
     assert text.index("10.0.0.7-4242-0-aaaa") < text.index("10.0.0.8-77-0-bbbb")
-    for column in ("member", "epoch", "state", "capacity", "heartbeat", "assigned", "pending",
+    for column in ("member", "epoch", "state", "capacity", "heartbeat", "assigned", "waiting",
                    "revoking", "target"):
         assert column in lines_with(text, "heartbeat")[0]
 
 
 def test_describe_summarises_where_target_and_current_differ():
     text = render_plain(describe_view(description()))
-    assert ("target differs from current: 1 shard(s) pending, 1 shard(s) to release, "
+    assert ("target differs from current: 1 shard(s) waiting, 1 shard(s) to release, "
             "1 member(s) behind assignment epoch 9 (* in target, not held yet; "
             "! held, not in target)") in text
 
@@ -146,7 +147,7 @@ def test_describe_highlights_differences_on_a_terminal():
     with console.capture() as capture:
         console.print(describe_view(description()))
     styled = capture.get()
-    assert "\x1b[1;33mv1:1*" in styled  # pending target shard: bold yellow
+    assert "\x1b[1;33mv1:1*" in styled  # a waiting target shard: bold yellow
     assert "\x1b[1;31mv1:1" in styled  # revoking shard: bold red
 
 
@@ -262,12 +263,15 @@ def test_change_lines_name_what_changed():
         "member 10.0.0.7-4242-0-aaaa left or expired",
         "member 10.0.0.8-77-0-bbbb UNRELEASED_SHARDS -> STABLE",
         "member 10.0.0.8-77-0-bbbb got v1:1", "migration: none"]
-    assert change_lines(None, before) == ["group RECONCILING at epoch 9, 2 member(s)"]
+    assert change_lines(None, before) == [
+        "group RECONCILING at epoch 9, 2 member(s): 10.0.0.7-4242-0-aaaa, 10.0.0.8-77-0-bbbb"]
     busy = with_lag()
-    calmer = Extended(busy, shards=[shard_entry(0, lag=3, pending=1, oldest=50)])
-    assert change_lines(busy, calmer) == ["backlog lag 3, pending 1 (oldest pending 50ms)"]
+    calmer = Extended(busy, shards=[*busy.shards[:-1], {**busy.shards[-1], "lag": 3}])
     longer = Extended(busy, shards=[*busy.shards[:-1], {**busy.shards[-1], "length": 9}])
-    assert change_lines(busy, longer) == ["shard lengths or offsets changed"]
+    for figures_only in (calmer, longer):  # only seen by --json, which prints no lines
+        assert change_lines(busy, figures_only) == ["backlog figures changed"]
+    handed = Extended(busy, shards=[*busy.shards[:-1], {**busy.shards[-1], "owner": "m9"}])
+    assert change_lines(busy, handed) == ["owner of v2:3 - -> m9"]
 
 
 def test_check_answer_raises_admin_error_for_every_non_ok_status():
@@ -377,18 +381,28 @@ def with_lag(shards: list[dict] | None = None, **extra) -> Extended:
                     **extra)
 
 
-def test_describe_shows_a_row_per_shard_with_owner_length_lag_and_pending():
+def test_describe_shows_a_row_per_shard_with_owner_length_and_backlog():
     text = render_plain(describe_view(with_lag()))
     [header] = [line for line in text.splitlines() if line.startswith("┃ shard")]
     assert header.split("┃")[1:-1] == [
         " shard ", " version ", " owner                ", " length ", " last delivered  ",
-        " lag ", " pending ", " oldest pending "]
+        " backlog ", " undelivered ", " unacked ", " oldest unacked "]
     [old] = lines_with(text, "1733040000000-1 ")[:1]
     assert old.split("│")[1:-1] == [" v1:1  ", "       1 ", " 10.0.0.7-4242-0-aaaa ", "   1204 ",
-                                    " 1733040000000-1 ", "  17 ", "       4 ", "          820ms "]
+                                    " 1733040000000-1 ", "      21 ", "          17 ",
+                                    "       4 ", "          820ms "]
     [unowned] = lines_with(text, "1733040000000-3")
     assert " none " in unowned
-    assert "backlog         lag 17, pending 4 (oldest pending 820ms)" in text
+    assert "backlog         21 (undelivered 17, unacked 4; oldest unacked 820ms)" in text
+
+
+def test_a_group_that_read_ahead_shows_its_unacked_entries_as_backlog():
+    """Issue 34: members read ahead without acking: 0 undelivered is not 'caught up'."""
+    ahead = with_lag(shards=[shard_entry(0, lag=0, pending=1679, oldest=4200),
+                             shard_entry(1, lag=21, pending=0)])
+    text = render_plain(describe_view(ahead))
+    assert "backlog         1700 (undelivered 21, unacked 1679; oldest unacked 4.2s)" in text
+    assert "lag 0" not in text and "pending" not in text.replace("pendingShards", "")
 
 
 def test_describe_marks_overdue_members():
@@ -402,7 +416,7 @@ def test_describe_marks_overdue_members():
 def test_describe_names_the_groups_a_migration_waits_on():
     text = render_plain(describe_view(with_lag()))
     [line] = lines_with(text, "blocked by")
-    assert "waiting on x:y (120 undelivered, 3 pending)" in line
+    assert "waiting on x:y (120 undelivered, 3 unacked)" in line
     assert text.index("blocked by") < text.index("members (2)"), "shown before the tables"
 
 
@@ -419,13 +433,16 @@ def test_many_shards_are_summed_unless_asked_for():
     text = render_plain(describe_view(many))
     assert "40 shards (describe --shards for one row per shard)" in text
     assert "last delivered" not in text
-    assert "backlog         lag 40, pending 0" in text
+    assert "backlog         40 (undelivered 40, unacked 0)" in text
     assert len(lines_with(render_plain(describe_view(many, shards=True)), "1733040000000-")) == 40
 
 
 def test_unknown_lag_on_any_shard_makes_the_sum_unknown():
-    text = render_plain(describe_view(with_lag(shards=[shard_entry(0, lag=None), shard_entry(1)])))
-    assert "backlog         lag -, pending 0" in text
+    text = render_plain(describe_view(with_lag(shards=[shard_entry(0, lag=None, pending=5),
+                                                       shard_entry(1, pending=2)])))
+    assert "backlog         >= 7 (undelivered unknown, unacked 7)" in text
+    [unknown] = lines_with(text, "1733040000000-0")
+    assert unknown.split("│")[6:8] == ["    >= 5 ", "           - "]
 
 
 def test_describe_without_the_new_fields_still_renders():
@@ -442,8 +459,9 @@ def test_describe_fits_80_columns_without_truncated_headers(width):
     assert max(len(line) for line in text.splitlines()) <= width
     assert "…" not in text, "no column header or cell cut to an ellipsis"
     headers = " ".join(line for line in text.splitlines() if line.startswith("┃"))
-    for column in ("member", "epoch", "state", "capacity", "heartbeat", "assigned", "pending",
-                   "revoking", "target", "shard", "owner", "length", "last id", "lag", "oldest"):
+    for column in ("member", "epoch", "state", "capacity", "heartbeat", "assigned", "waiting",
+                   "revoking", "target", "shard", "owner", "last id", "backlog", "undelivered",
+                   "unacked", "oldest"):
         assert f" {column} " in headers, column
     assert len(lines_with(text, "UNRELEASED_SHARDS")) == 1
 
@@ -455,18 +473,19 @@ def test_a_group_without_members_fits_80_columns():
     assert "no members" in text and "…" not in text
 
 
-def test_list_shows_lag_and_pending_when_the_coordinator_gives_them():
+def test_list_shows_the_backlog_when_the_coordinator_gives_it():
     groups = decode(json.dumps({"type": "groups", "requestId": 1, "status": "OK", "groups": [
         {"streamPrefix": "orders", "consumerGroup": "billing", "groupEpoch": 7, "members": 3,
          "shards": 4, "state": "STABLE"}]}))
     entry = Extended(groups.groups[0], lag=1746, pending=12)
     text = render_plain(groups_view(Extended(groups, groups=(entry,))))
     [row] = lines_with(text, "billing")
-    assert row.split("│")[7:9] == [" 1746 ", "      12 "]
-    assert "lag" in lines_with(text, "prefix")[0]
+    assert [cell.strip() for cell in row.split("│")[7:10]] == ["1758", "1746", "12"]
+    assert [cell.strip() for cell in lines_with(text, "prefix")[0].split("┃")[7:10]] == [
+        "backlog", "undelivered", "unacked"]
     older = {"groups": [{key: value for key, value in entry.items() if key not in ("lag", "pending")}
                         for entry in json.loads(encode(groups))["groups"]]}
-    assert "lag" not in render_plain(groups_view(older)), "no empty columns without them"
+    assert "backlog" not in render_plain(groups_view(older)), "no empty columns without them"
 
 
 def test_plain_output_follows_columns_when_set():
@@ -570,3 +589,52 @@ def test_s5_remove_member_view_names_the_removed_member():
                             consumer_group="billing", member_id="m-[red]1", group_epoch=5)
     assert render_plain(member_removed_view(removed)).strip() == (
         "removed member m-[red]1 from orders / billing (group epoch 5)")
+
+
+def test_watch_counts_no_backlog_figure_as_a_change_unless_json():
+    """Issue 34: lengths, offsets, backlog and blocking counts move every second: no line."""
+    busy = decode(json.dumps({**RECONCILING, "shards": [
+        shard_entry(0, lag=5, pending=2, oldest=30), shard_entry(1)]}))
+    assert isinstance(busy, GroupDescription) and busy.shards
+    moved = attrs.evolve(busy, shards=(
+        attrs.evolve(busy.shards[0], length=2000, lag=0, pending=9, last_delivered_id="9-9"),
+        busy.shards[1]))
+    assert watch_signature(busy) == watch_signature(moved)
+    assert watch_signature(busy, figures=True) != watch_signature(moved, figures=True)
+    lines = WatchState()
+    json_lines = WatchState(figures=True)
+    for state in (lines, json_lines):
+        assert state.record(busy, "t0") is True
+    assert lines.record(moved, "t1") is False and not lines.differs(moved)
+    assert json_lines.record(moved, "t1") is True
+    handed = attrs.evolve(moved, shards=(attrs.evolve(moved.shards[0], owner=None),
+                                         moved.shards[1]))
+    assert lines.record(handed, "t2") is True
+    assert lines.lines == ["owner of v2:0 10.0.0.8-77-0-bbbb -> -"]
+
+
+def test_watch_names_a_migration_starting_or_stopping_to_wait_on_a_group():
+    base = decode(json.dumps(RECONCILING))
+    assert isinstance(base, GroupDescription) and base.migration is not None
+    blocked = attrs.evolve(base, migration=attrs.evolve(base.migration, blocking_groups=(
+        BlockingGroup(consumer_group="audit", undelivered=120, pending=3),)))
+    fewer = attrs.evolve(blocked, migration=attrs.evolve(blocked.migration, blocking_groups=(
+        BlockingGroup(consumer_group="audit", undelivered=7, pending=0),)))
+    assert watch_signature(blocked) == watch_signature(fewer), "counts are not changes"
+    assert change_lines(base, blocked) == ["migration waits on group audit"]
+    assert change_lines(blocked, base) == ["migration no longer waits on group audit"]
+
+
+def test_watch_names_member_capacity_epoch_and_recovery():
+    before = decode(json.dumps(RECONCILING))
+    assert isinstance(before, GroupDescription)
+    member = attrs.evolve(before.members[0], overdue=True)
+    late = attrs.evolve(before, members=(member, before.members[1]))
+    back = attrs.evolve(before, members=(attrs.evolve(
+        member, overdue=False, capacity=4, member_epoch=member.member_epoch + 1),
+        before.members[1]))
+    assert change_lines(late, back) == [
+        "member 10.0.0.8-77-0-bbbb heartbeats again",
+        "member 10.0.0.8-77-0-bbbb capacity 2 -> 4"]
+    bumped = attrs.evolve(late, members=(attrs.evolve(member, member_epoch=10), late.members[1]))
+    assert change_lines(late, bumped) == ["member 10.0.0.8-77-0-bbbb epoch 9 -> 10"]

@@ -311,4 +311,4 @@ async def test_10000_unknown_prefix_get_routing_calls_keep_rss_flat_and_write_no
           f"{after / 1e6:.1f} MB ({(after - before) / 1e6:+.1f} MB)")
     assert after - before < 10 * 1024 * 1024
     assert keys <= {"rsc:coordinator:epoch", "rsc:coordinator:lease", "rsc:store-id",
-                    "rsc:format-version"}, keys
+                    "rsc:format-version", "rsc:store-mark"}, keys  # the mark: K3

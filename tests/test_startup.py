@@ -233,24 +233,20 @@ def test_admission_flags_reach_the_config_and_bad_values_are_refused(capsys):
         CoordinatorConfig(max_groups=0)
 
 
-def test_tokens_come_from_the_environment_unless_a_flag_names_them(monkeypatch):
+def test_tokens_come_from_the_environment_unless_a_flag_names_them():
     import argparse
 
     from rsc.commands.coordinator import add_parser, config_from_args
+    from rsc.common.env_config import parse_args
 
-    monkeypatch.setenv("RSC_ADMIN_TOKEN", "admin-secret")
-    monkeypatch.setenv("RSC_MEMBER_TOKEN", "member-secret")
+    environ = {"RSC_ADMIN_TOKEN": "admin-secret", "RSC_MEMBER_TOKEN": "member-secret"}
     parser = argparse.ArgumentParser(prog="rsc")
     add_parser(parser.add_subparsers(dest="command"))
-    config = config_from_args(parser.parse_args(["coordinator"]))
+    config = config_from_args(parse_args(parser, ["coordinator"], environ))
     assert (config.admin_token, config.member_token) == ("admin-secret", "member-secret")
-    flagged = config_from_args(parser.parse_args(["coordinator", "--admin-token", "other"]))
+    flagged = config_from_args(parse_args(parser, ["coordinator", "--admin-token", "other"], environ))
     assert (flagged.admin_token, flagged.member_token) == ("other", "member-secret")
-    monkeypatch.delenv("RSC_ADMIN_TOKEN")
-    monkeypatch.delenv("RSC_MEMBER_TOKEN")
-    parser = argparse.ArgumentParser(prog="rsc")
-    add_parser(parser.add_subparsers(dest="command"))
-    unset = config_from_args(parser.parse_args(["coordinator"]))
+    unset = config_from_args(parse_args(parser, ["coordinator"], {}))
     assert (unset.admin_token, unset.member_token) == (None, None)
 
 

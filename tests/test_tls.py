@@ -39,7 +39,7 @@ from rsc.member.session import SessionRefused, open_session
 from rsc.protocol import ShardCountChanged
 from tests.conftest import RunningCoordinator, start_coordinator
 from tests.conftest_tls import Certs
-from tests.processes import spawn_coordinator, stop
+from tests.processes import log_message, spawn_coordinator, stop
 from tests.test_console_failures import assert_no_traceback, run_tool, spawn_tool, tool_env
 
 PREFIX, GROUP = "orders", "billing"
@@ -247,11 +247,11 @@ async def test_a_bad_certificate_stops_rsc_coordinator_with_one_line(certs, redi
     code, lines = await run_tool("coordinator", "--redis-url", redis_url, "--port", "0",
                                  "--tls-cert", certs.cert_file, "--tls-key", certs.ca_file)
     assert code == 1
-    assert lines[-1].startswith(f"rsc coordinator: cannot use --tls-cert {certs.cert_file} with "
+    assert log_message(lines[-1]).startswith(f"rsc coordinator: cannot use --tls-cert {certs.cert_file} with "
                                 f"--tls-key {certs.ca_file}: ")
     assert_no_traceback(lines)
     code, lines = await run_tool("coordinator", "--redis-url", redis_url, "--tls-cert", certs.cert_file)
-    assert (code, lines[-1]) == (1, "rsc coordinator: --tls-cert and --tls-key go together: "
+    assert (code, log_message(lines[-1])) == (1, "rsc coordinator: --tls-cert and --tls-key go together: "
                                     "give both or neither")
 
 

@@ -1,4 +1,4 @@
-"""mypy --strict covers the wire contract, rsc.common and the pure cores of the coordinator.
+"""mypy --strict covers the wire contract, rsc.common and the pure cores of the coordinator and member.
 
 pyproject.toml lists them in one `[[tool.mypy.overrides]]` with every per-module flag that
 `--strict` turns on; CI's `mypy .` applies it. This test keeps the list whole: a new pure
@@ -31,12 +31,12 @@ def covered(module: str, patterns: list[str]) -> bool:
         module == pattern[:-2] or fnmatch.fnmatch(module, pattern))) for pattern in patterns)
 
 
-def test_strict_typing_covers_protocol_common_and_every_pure_core_of_the_coordinator() -> None:
+def test_strict_typing_covers_protocol_common_and_every_pure_core() -> None:
     patterns = strict_patterns()
     wanted = {module for module in our_sources()
               if module.startswith(("rsc.protocol", "rsc.common"))}
-    wanted |= {module for module in pure_cores() if module.startswith("rsc.actors.")}
-    assert {"rsc.actors.group", "rsc.actors.prefix", "rsc.common.lua"} <= wanted
+    wanted |= {module for module in pure_cores() if module.startswith(("rsc.actors.", "rsc.member."))}
+    assert {"rsc.actors.group", "rsc.actors.prefix", "rsc.common.lua", "rsc.member.ledger"} <= wanted
     missing = sorted(module for module in wanted if not covered(module, patterns))
     assert not missing, f"add to the strict mypy override in pyproject.toml: {missing}"
 

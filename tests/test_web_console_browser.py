@@ -294,18 +294,24 @@ def same_document(tab: Tab) -> bool:
 # --- tests ------------------------------------------------------------------------------
 
 
-def test_the_overview_shows_every_group_with_members_lag_and_pending(scenario: Orders, tab: Tab):
+def test_the_overview_shows_every_group_with_members_and_backlog(scenario: Orders, tab: Tab):
     coordinator = scenario.coordinator
     response = tab.page.goto(coordinator.console)
     assert response is not None and response.status == 200
     billing = overview_row(tab, "orders", "billing")
     audit = overview_row(tab, "orders", "audit")
     expect()(billing).to_have_count(1, timeout=WAIT_MS)
-    # prefix, group, state, group epoch, members, shards, lag, pending, migration
+    # prefix, group, state, group epoch, members, shards, backlog, undelivered, unacked, migration
+    headers = tab.page.locator("#groups thead th")
+    expect()(headers.nth(6)).to_have_text("Backlog")
+    expect()(headers.nth(7)).to_have_text("Undelivered")
+    expect()(headers.nth(8)).to_have_text("Unacked")
     expect()(billing.locator("td:nth-child(5)")).to_have_text("2", timeout=WAIT_MS)
-    assert cells(billing)[5:8] == ["4", "0", "0"]
+    assert cells(billing)[5:9] == ["4", "0", "0", "0"]
     expect()(audit.locator("td:nth-child(7)")).to_have_text("1,500", timeout=WAIT_MS)
-    assert cells(audit)[2] == "EMPTY" and cells(audit)[4] == "0" and cells(audit)[7] == "0"
+    assert cells(audit)[2] == "EMPTY" and cells(audit)[4] == "0"
+    assert cells(audit)[7:9] == ["1,500", "0"], "registered, never read: all of it undelivered"
+    expect()(tab.page.locator("#summary")).to_contain_text("backlog 1,500 (undelivered 1,500, unacked 0)")
     total = tab.page.locator("#groups tfoot td")
     expect()(total.nth(6)).to_have_text("1,500")
     expect()(total.nth(4)).to_have_text("2")
@@ -317,8 +323,8 @@ def test_the_overview_shows_every_group_with_members_lag_and_pending(scenario: O
     expect()(etl.locator("td:nth-child(7)")).to_have_text("2,345", timeout=WAIT_MS)
     expect()(total.nth(6)).to_have_text("3,845", timeout=WAIT_MS)
 
-    tab.page.locator("#groups th[data-key=lag] button").click()  # ascending, then descending
-    tab.page.locator("#groups th[data-key=lag] button").click()
+    tab.page.locator("#groups th[data-key=backlog] button").click()  # ascending, then descending
+    tab.page.locator("#groups th[data-key=backlog] button").click()
     first = tab.page.locator("#groups tbody tr").first
     expect()(first.get_by_role("link")).to_have_text("etl")
     tab.page.fill("#filter", "aud")
@@ -351,7 +357,7 @@ def test_the_group_page_lists_members_and_every_shard_with_its_owner(scenario: O
     for shard in described["shards"]:
         shown = cells(row(tab, "shards", shard["shard"]))
         assert shown[0] == shard["shard"] and shown[2] == shard["owner"]  # owner on the same row
-        assert shown[4] == "0" and shown[5] == "0"
+        assert shown[4:7] == ["0", "0", "0"]  # backlog, undelivered, unacked
     expect()(tab.page.locator("#migration")).to_be_hidden()
     expect()(tab.page.locator("#lag-chart polyline").first).to_be_attached(timeout=WAIT_MS)
     tab.no_errors()
@@ -405,7 +411,7 @@ def test_a_reshard_shows_up_live_with_the_group_that_blocks_it(scenario: Orders,
     assert same_document(tab)
 
     tab.page.goto(coordinator.console)
-    expect()(overview_row(tab, "orders", "billing").locator("td:nth-child(9)")).to_contain_text(
+    expect()(overview_row(tab, "orders", "billing").locator("td:nth-child(10)")).to_contain_text(
         "blocked by audit", timeout=WAIT_MS)
     tab.no_errors()
 

@@ -28,7 +28,7 @@ from rsc.admin.client import open_admin_client
 from rsc.console import serve_console
 from tests.conftest import FAST
 from tests.helpers.http import http_get
-from tests.processes import ROOT
+from tests.processes import ROOT, log_message
 
 WAIT_S = 10
 
@@ -223,7 +223,7 @@ async def test_a_taken_console_port_stops_the_coordinator_with_one_line(redis_ur
     finally:
         taken.close()
     assert result.returncode == 1
-    last = result.stderr.decode().strip().splitlines()[-1]
+    last = log_message(result.stderr.decode().strip().splitlines()[-1])
     assert last.startswith(f"rsc coordinator: cannot serve the console on http://127.0.0.1:{port}/: "), last
     assert "Traceback" not in result.stderr.decode()
 

@@ -175,10 +175,11 @@ def test_the_overview_has_a_row_per_group_with_its_prefix_migration_and_totals()
         [("clicks", "etl"), ("orders", "audit"), ("orders", "billing")]
     billing = view["rows"][2]
     assert (billing["members"], billing["lag"], billing["pending"], billing["blocked"]) == (2, 1234, 3, True)
+    assert billing["backlog"] == 1237, "undelivered plus unacked"
     assert billing["migration"] == "v1 -> v2 DRAINING 1/3 drained, blocked by audit, billing"
     assert view["rows"][0]["migration"] == "-"
     assert view["totals"] == {"groups": 3, "prefixes": 2, "members": 3, "shards": 20, "lag": None,
-                              "pending": 3}  # lag unknown on one shard: the sum is unknown
+                              "pending": 3, "backlog": None}  # lag unknown on one shard
 
 
 def test_a_prefix_past_the_watch_limit_says_not_watched_instead_of_guessing():
@@ -246,15 +247,20 @@ def test_every_shard_of_the_live_versions_has_its_owner_and_figures_on_its_row()
                                          ("{orders:v2:1}", "m-b", 90, 70, 0, None)]
     assert view["shards"][0]["revokingFrom"] == "m-b" and view["shards"][1]["revokingFrom"] is None
     assert (view["lag"], view["pending"], view["routingVersion"], view["shardCount"]) == (77, 1, 2, 2)
+    assert view["backlog"] == 78 and [s["backlog"] for s in view["shards"]] == [8, 70]
     assert view["retention"] == {"mode": "acked", "maxLength": None, "maxAgeMs": None}
     assert view["migration"]["blockingGroups"][0]["consumerGroup"] == "audit"
 
 
-def test_the_laggiest_shard_is_the_one_with_most_lag_then_most_pending():
+def test_the_laggiest_shard_is_the_one_with_the_largest_backlog_then_most_undelivered():
     assert views.laggiest_shard(DESCRIPTION["shards"]) == {"shard": "{orders:v2:1}", "owner": "m-b",
-                                                           "lag": 70, "pending": 0}
+                                                           "lag": 70, "pending": 0, "backlog": 70}
     tied = [{"shard": "a", "lag": 5, "pending": 0}, {"shard": "b", "lag": 5, "pending": 2}]
     assert views.laggiest_shard(tied)["shard"] == "b"
+    read_ahead = [{"shard": "a", "lag": 5, "pending": 0}, {"shard": "b", "lag": 0, "pending": 9}]
+    assert views.laggiest_shard(read_ahead)["shard"] == "b", "unacked entries are behind too"
+    even = [{"shard": "a", "lag": 0, "pending": 5}, {"shard": "b", "lag": 5, "pending": 0}]
+    assert views.laggiest_shard(even)["shard"] == "b"
     assert views.laggiest_shard([{"shard": "a", "lag": 0, "pending": 0}]) is None
     assert views.laggiest_shard([{"shard": "a", "lag": None, "pending": 0}]) is None
 

@@ -12,8 +12,9 @@
     | format-version | set-format-version N
 
 The URL and token come from `RSC_COORDINATOR_URL` and `RSC_TOKEN` when the flags
-are absent, so a token stays out of `ps`. Pure: parsing, validation and the
-protocol request each command sends (`build_request`); no I/O.
+are absent, so a token stays out of `ps` (like every flag of `rsc admin` itself, through
+rsc/common/env_config.py; a command's own flags never come from the environment). Pure:
+parsing, validation and the protocol request each command sends (`build_request`); no I/O.
 """
 
 from __future__ import annotations
@@ -24,9 +25,13 @@ import math
 import os
 import re
 import sys
+import types
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
+from rsc.common.env_config import FROM_ENVIRONMENT, command_arguments, own_usage_errors
+from rsc.common.exit_codes import EXIT_FAILED
+from rsc.common.log_lines import add_logging_arguments, plain_line, requested_format
 from rsc.protocol.messages import (
     MAX_SHARD_COUNT,
     AdminRequest,
@@ -114,8 +119,8 @@ def split_set_shards(values: list[str]) -> tuple[str | None, int]:
 def coordinator_url(args: argparse.Namespace, environ: Mapping[str, str] = os.environ
                     ) -> tuple[str, str]:
     """The coordinator URL and where it came from: --url, RSC_COORDINATOR_URL, or the default."""
-    if args.url is not None:
-        return args.url, "--url"
+    if args.url is not None:  # given, or filled from RSC_COORDINATOR_URL (rsc/common/env_config.py)
+        return args.url, getattr(args, FROM_ENVIRONMENT, {}).get("url", "--url")
     if environ.get(URL_ENV):
         return environ[URL_ENV], URL_ENV
     return DEFAULT_URL, "the default"
@@ -170,12 +175,14 @@ def build_request(args: argparse.Namespace) -> AdminRequest:
 
 
 class AdminArgumentParser(argparse.ArgumentParser):
-    """Usage errors of an admin command: one line on stderr, exit code 1."""
+    """Usage errors of `rsc admin` and its commands: one line on stderr, exit code 1."""
 
     def error(self, message: str) -> NoReturn:
-        print(f"error: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr,
-              flush=True)
-        sys.exit(1)
+        line = f"error: {self.prog}: {message} (see {self.prog} --help)"
+        if requested_format(sys.argv[1:], os.environ) == "json":
+            line = plain_line("json", "ERROR", "usage", status=None, message=line)
+        print(line, file=sys.stderr, flush=True)
+        sys.exit(EXIT_FAILED)
 
 
 def _argument_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -234,9 +241,12 @@ def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> arg
                             f"(default: {DEFAULT_TIMEOUT_S:g})")
     commands = admin.add_subparsers(dest="admin_command", required=True, metavar="COMMAND",
                                     parser_class=AdminArgumentParser)
+    add_logging_arguments(admin, default_level="warning")
+    admin.error = types.MethodType(AdminArgumentParser.error, admin)  # type: ignore[method-assign]
+    own_usage_errors(admin)
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
-        parser = commands.add_parser(name, help=help_text, description=help_text)
+        parser = command_arguments(commands.add_parser(name, help=help_text, description=help_text))
         parser.add_argument("--json", action="store_true",
                             help="print the raw response as one JSON line")
         return parser
@@ -245,7 +255,8 @@ def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> arg
         parser.add_argument("prefix", metavar="PREFIX", help="stream prefix")
         parser.add_argument("group", metavar="GROUP", help="consumer group")
 
-    command("list", "list every group with state, epoch, members, shards, lag and pending")
+    command("list", "list every group with state, epoch, members, shards and backlog "
+                    "(undelivered and unacked entries)")
     describe = command("describe", "show a group: epochs, routing, migration, members, shards")
     group_arguments(describe)
     describe.add_argument("--shards", action="store_true", default=None,
@@ -275,8 +286,12 @@ def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> arg
                         help="memberId as shown by describe")
     remove.add_argument("--instance-id", default=None, metavar="ID",
                         help="remove the static member holding this instanceId instead")
-    watch = command("watch", "follow a group live: a line per change (server pushes)")
+    watch = command("watch", "follow a group live: a timestamped line per change of members, "
+                             "epochs, state, assignment, routing or migration (server pushes)")
     group_arguments(watch)
+    watch.add_argument("--table", action="store_true",
+                       help="show the group's view too: redrawn in place on a terminal, after "
+                            "each change line into a pipe (default: change lines only)")
     watch.add_argument("--interval", type=_argument_type(_positive_float),
                        default=DEFAULT_WATCH_INTERVAL_S,
                        help="seconds between polls, used only with a coordinator that does not "

@@ -26,6 +26,8 @@ from rsc.admin.client import (
     open_admin_client,
 )
 from rsc.admin.views import describe_view, plain_width, render_plain, response_view
+from rsc.common.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from rsc.common.logs import LogFormat, configure_logging, format_line
 from rsc.common.redact import redact_text
 from rsc.protocol import GroupDescription
 from rsc.protocol.messages import AdminRequest, FieldValueError
@@ -38,17 +40,24 @@ def run(args: argparse.Namespace) -> int:
 
 def execute(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     """Run an admin command writing to the given streams; 0 on success, 1 on any error."""
+    log_format: LogFormat = "json" if getattr(args, "log_format", "text") == "json" else "text"
+    configure_logging(getattr(args, "log_level", "warning"), log_format, stream=stderr)
     url, source = coordinator_url(args)
     console = make_console(stdout)
     try:
         trio.run(_connect_and_run, args, url, source, console)
     except KeyboardInterrupt:
-        return 0 if args.admin_command == "watch" else 130
+        return EXIT_OK if args.admin_command == "watch" else EXIT_INTERRUPTED
     except (AdminError, AdminConnectError, SessionLost, FieldValueError, ValueError,
             trio.TooSlowError, OSError) as exc:
-        print(redact_text(error_line(exc, url, args.timeout)), file=stderr, flush=True)  # K7
-        return 1
-    return 0
+        line = error_line(exc, url, args.timeout)
+        if log_format == "json":  # {"ts", "level", "status", "message"} (docs/protocol.md)
+            status = exc.status if isinstance(exc, AdminError) else None
+            line = format_line("json", "ERROR", "admin.failed",
+                               status=getattr(status, "value", status), message=line)
+        print(redact_text(line), file=stderr, flush=True)  # K7
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def error_line(exc: BaseException, url: str, timeout: float) -> str:

@@ -17,7 +17,6 @@ A coordinator that cannot be reached or refuses the session raises
 from __future__ import annotations
 
 import errno
-import itertools
 import json
 import re
 import socket
@@ -41,6 +40,7 @@ from rsc.admin.args import DEFAULT_URL
 from rsc.common import tls
 from rsc.common.errors import leaves, unwrap_single
 from rsc.common.ws_client import connect_websocket
+from rsc.common.ws_session import ClientSession, Undecodable
 from rsc.protocol import (
     Cutover,
     DeleteGroup,
@@ -307,87 +307,44 @@ def check_answer(request: Answered[ResponseT], response: Response) -> ResponseT:
 # --- the session ------------------------------------------------------------------------
 
 
-@attrs.define(eq=False)
-class _Waiter:
-    done: trio.Event = attrs.field(factory=trio.Event)
-    body: dict[str, Any] | None = None
-
-
-class AdminSession:
-    """One admin websocket: requests matched to their answers by requestId, and pushes (raw JSON)."""
+class AdminSession(ClientSession[dict[str, Any]]):
+    """One admin websocket (rsc/common/ws_session.py read as raw JSON objects): requests matched
+    to their answers by requestId, and pushes."""
 
     def __init__(self, websocket: WebSocketConnection, coordinator: CoordinatorURL) -> None:
         self.coordinator = coordinator
-        self._websocket = websocket
-        self._ids = itertools.count(1)
-        self._waiting: dict[int, _Waiter] = {}
-        self._lost: str | None = None
-        self._push_sender, self.pushes = trio.open_memory_channel[dict[str, Any]](PUSH_BUFFER)
+        super().__init__(websocket, read=_read_object, lost=SessionLost, undecodable=SessionLost,
+                         closed_reason=self._closed_reason, push_buffer=PUSH_BUFFER,
+                         warn_dropped_pushes=False)  # watch keeps only the latest state anyway
 
     async def request(self, request: Request) -> dict[str, Any]:
         """Send `request` with a fresh requestId (its own is ignored); the JSON object of its answer.
 
         FieldValueError (nothing sent) when the coordinator would refuse a field of it.
         """
-        if self._lost is not None:
-            raise SessionLost(self._lost)
-        request_id = next(self._ids)
-        text = json.dumps({**request_body(request), "requestId": request_id}, ensure_ascii=False)
-        waiter = _Waiter()
-        self._waiting[request_id] = waiter
-        try:
-            try:
-                await self._websocket.send_message(text)
-            except ConnectionClosed as exc:
-                self._lose(exc)
-            await waiter.done.wait()
-        finally:
-            self._waiting.pop(request_id, None)
-        if waiter.body is None:
-            raise SessionLost(self._lost or "session closed")
-        return waiter.body
+        body = request_body(request)
+        return await self.exchange(lambda request_id: json.dumps(
+            {**body, "requestId": request_id}, ensure_ascii=False))
 
-    async def receive_loop(self) -> None:
-        try:
-            while True:
-                try:
-                    text = await self._websocket.get_message()
-                except ConnectionClosed as exc:
-                    self._lose(exc)
-                    return
-                self._deliver(text)
-        finally:
-            self._lose(None)
-
-    def _deliver(self, text: str | bytes) -> None:
-        try:
-            body = json.loads(text)
-        except ValueError:
-            return  # not ours to interpret; the request it answered times out
-        if not isinstance(body, dict):
-            return
-        request_id = body.get("requestId")
-        if request_id is None:
-            try:
-                self._push_sender.send_nowait(body)
-            except (trio.WouldBlock, trio.ClosedResourceError):
-                pass  # watch keeps only the latest state anyway
-            return
-        waiter = self._waiting.get(request_id) if type(request_id) is int else None
-        if waiter is not None:
-            waiter.body = body
-            waiter.done.set()
-
-    def _lose(self, exc: ConnectionClosed | None) -> None:
-        if self._lost is not None:
-            return
+    def _closed_reason(self, exc: ConnectionClosed | None) -> str:
         reason = exc.reason if exc is not None else None
         detail = f" (code {reason.code}{': ' + reason.reason if reason and reason.reason else ''})" \
             if reason is not None else ""
-        self._lost = f"the coordinator at {self.coordinator.base} closed the session{detail}"
-        for waiter in self._waiting.values():
-            waiter.done.set()
-        self._push_sender.close()
+        return f"the coordinator at {self.coordinator.base} closed the session{detail}"
+
+
+def _read_object(text: str | bytes) -> tuple[int | None, dict[str, Any]]:
+    """An answer or push as its JSON object; its requestId when it has one."""
+    try:
+        body = json.loads(text)
+    except ValueError as exc:
+        raise Undecodable(f"not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise Undecodable(f"not a JSON object: {type(body).__name__}")
+    request_id = body.get("requestId")
+    if request_id is not None and type(request_id) is not int:
+        raise Undecodable(f"requestId {request_id!r} is not an integer")
+    return request_id, body
 
 
 class AdminClient:

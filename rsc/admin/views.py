@@ -15,6 +15,7 @@ default, so the views work whether or not the protocol carries them.
 
 from __future__ import annotations
 
+import datetime
 import io
 import os
 import re
@@ -26,6 +27,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderR
 from rich.table import Table
 from rich.text import Text
 
+from rsc.common.lag import backlog, backlog_floor, total_backlog
 from rsc.protocol import (
     FormatVersion,
     FormatVersionChanged,
@@ -57,7 +59,7 @@ GROUP_STATE_STYLES: dict[str, str] = {GroupState.STABLE: "green", GroupState.REC
                                       GroupState.EMPTY: "dim"}
 MEMBER_STATE_STYLES: dict[str, str] = {MemberState.STABLE: "green", MemberState.UNRELEASED_SHARDS: "yellow",
                                        MemberState.UNREVOKED_SHARDS: "red", MemberState.AWAY: "cyan"}
-PENDING_STYLE = "bold yellow"
+WAITING_STYLE = "bold yellow"
 REVOKING_STYLE = "bold red"
 BEHIND_STYLE = "yellow"
 BLOCKING_STYLE = "bold red"
@@ -174,7 +176,7 @@ def _fold(items: list[tuple[int, int, bool]]) -> list[tuple[int, tuple[int, int]
 
 
 def shards_text(shards: Iterable[str], prefix: str, highlighted: frozenset[str] = frozenset(),
-                style: str = PENDING_STYLE, marker: str = "") -> Text:
+                style: str = WAITING_STYLE, marker: str = "") -> Text:
     """Shard labels separated by spaces; highlighted ones in `style` and suffixed by `marker`.
 
     `-` when there are none. The marker keeps the highlight visible in plain text.
@@ -249,7 +251,7 @@ def blocking_text(migration: Any) -> Text | None:
             text.append(", ", style=BLOCKING_STYLE)
         text.append(display_name(text_value(field(entry, "consumer_group"))), style=BLOCKING_STYLE)
         text.append(f" ({format_count(field(entry, 'undelivered'))} undelivered, "
-                    f"{format_count(field(entry, 'pending'))} pending)", style=BLOCKING_STYLE)
+                    f"{format_count(field(entry, 'pending'))} unacked)", style=BLOCKING_STYLE)
     text.append(" (consume them, or delete-group an abandoned group)", style="dim")
     return text
 
@@ -291,17 +293,31 @@ def max_concurrency_summary(max_concurrency: int | None) -> str:
     return f"{max_concurrency} (min with each member's capacity)"
 
 
+def format_backlog(undelivered: int | None, unacked: int | None) -> str:
+    """A backlog figure (rsc/common/lag.py): `1700`, or `>= 1679` when Redis cannot tell
+    the undelivered part."""
+    total = backlog(undelivered, unacked)
+    if total is not None:
+        return str(total)
+    return f">= {backlog_floor(undelivered, unacked)}"
+
+
 def lag_summary(shards: Sequence[Any]) -> Text:
-    """Sums over the shards: undelivered (lag), pending and the oldest pending age."""
+    """Sums over the shards: the backlog, its undelivered and unacked parts and the oldest
+    unacked entry's age: `1700 (undelivered 21, unacked 1679; oldest unacked 4.2s)`."""
     lags = [field(shard, "lag") for shard in shards]
-    lag = None if any(value is None for value in lags) else sum(lags)
-    pending = sum(field(shard, "pending", 0) for shard in shards)
+    undelivered = None if any(value is None for value in lags) else sum(lags)
+    unacked = sum(field(shard, "pending", 0) for shard in shards)
     ages = [field(shard, "oldest_pending_ms") for shard in shards]
     oldest = max((age for age in ages if age is not None), default=None)
-    text = Text(f"lag {format_count(lag)}, pending {pending}",
-                style="yellow" if (lag or pending) else "")
+    total = total_backlog([(field(shard, "lag"), field(shard, "pending", 0)) for shard in shards])
+    text = Text(format_backlog(undelivered, unacked),
+                style="yellow" if (total is None or total) else "")
+    text.append(f" (undelivered {'unknown' if undelivered is None else undelivered}, "
+                f"unacked {unacked}")
     if oldest is not None:
-        text.append(f" (oldest pending {format_age(oldest)})")
+        text.append(f"; oldest unacked {format_age(oldest)}")
+    text.append(")")
     return text
 
 
@@ -318,21 +334,21 @@ def is_behind(description: GroupDescription, member: MemberDescription) -> bool:
 def reconciliation_summary(description: GroupDescription) -> Text:
     """Where target and current assignment differ, in one line.
 
-    Pending: in a member's target, not held yet. To release: held (assigned or
+    Waiting: in a member's target, not held yet. To release: held (assigned or
     revoking) but no longer in its target, whether or not the member was told yet.
     """
     if not description.members:
         return Text("no members", style="dim")
-    pending = sum(len(frozenset(member.target_shards) - held_shards(member))
+    waiting = sum(len(frozenset(member.target_shards) - held_shards(member))
                   for member in description.members)
     to_release = sum(len(held_shards(member) - frozenset(member.target_shards))
                      for member in description.members)
     behind = sum(1 for member in description.members if is_behind(description, member))
-    if not (pending or to_release or behind):
+    if not (waiting or to_release or behind):
         return Text("current assignment = target: every member holds exactly its target",
                     style="green")
     text = Text("target differs from current: ", style="bold")
-    parts = [(pending, f"{pending} shard(s) pending", PENDING_STYLE),
+    parts = [(waiting, f"{waiting} shard(s) waiting", WAITING_STYLE),
              (to_release, f"{to_release} shard(s) to release", REVOKING_STYLE),
              (behind, f"{behind} member(s) behind assignment epoch "
                       f"{description.assignment_epoch}", BEHIND_STYLE)]
@@ -341,7 +357,7 @@ def reconciliation_summary(description: GroupDescription) -> Text:
         if position:
             text.append(", ")
         text.append(label, style=style)
-    legend = [f"{NOT_HELD_MARKER} in target, not held yet"] if pending else []
+    legend = [f"{NOT_HELD_MARKER} in target, not held yet"] if waiting else []
     legend += [f"{NOT_TARGET_MARKER} held, not in target"] if to_release else []
     if legend:
         text.append(f" ({'; '.join(legend)})", style="dim")
@@ -373,7 +389,16 @@ def describe_header(description: GroupDescription) -> Table:
     blocking = blocking_text(migration)
     if blocking is not None:
         grid.add_row(Text("blocked by", style=BLOCKING_STYLE), blocking)
+    went_back = field(description, "store_went_back_at_ms")
+    if went_back is not None:  # K3: shown only once it happened
+        grid.add_row(Text("store went back", style="yellow"), Text(store_went_back_text(went_back)))
     return grid
+
+
+def store_went_back_text(at_ms: int) -> str:
+    """K3: when the coordinator last wrote a store that went back or lost everything back."""
+    at = datetime.datetime.fromtimestamp(at_ms / 1000, tz=datetime.UTC)
+    return f"{at:%Y-%m-%d %H:%M:%S} UTC: written back from the coordinator's memory"
 
 
 def _columns(table: Table, columns: Iterable[tuple[str, str]], *, fold: Iterable[str] = ()) -> None:
@@ -410,7 +435,7 @@ def _member_cells(description: GroupDescription, member: MemberDescription) -> d
         "heartbeat": heartbeat_text(member),
         "assigned": shards_text(member.assigned_shards, prefix, not_in_target,
                                 style=REVOKING_STYLE, marker=NOT_TARGET_MARKER),
-        "pending": shards_text(member.pending_shards, prefix, frozenset(member.pending_shards)),
+        "waiting": shards_text(member.pending_shards, prefix, frozenset(member.pending_shards)),
         "revoking": shards_text(member.revoking_shards, prefix, frozenset(member.revoking_shards),
                                 style=REVOKING_STYLE),
         "target": shards_text(member.target_shards, prefix, not_held_yet, marker=NOT_HELD_MARKER),
@@ -419,10 +444,10 @@ def _member_cells(description: GroupDescription, member: MemberDescription) -> d
 
 MEMBER_COLUMNS = (("member", "left"), ("epoch", "right"), ("state", "left"),
                   ("capacity", "right"), ("heartbeat", "right"), ("assigned", "left"),
-                  ("pending", "left"), ("revoking", "left"), ("target", "left"))
+                  ("waiting", "left"), ("revoking", "left"), ("target", "left"))
 NARROW_MEMBER_COLUMNS = (("member", "left"), ("epoch", "right"), ("state", "left"),
                          ("capacity", "right"), ("heartbeat", "right"))
-NARROW_SHARD_COLUMNS = (("member", "left"), ("assigned", "left"), ("pending", "left"),
+NARROW_SHARD_COLUMNS = (("member", "left"), ("assigned", "left"), ("waiting", "left"),
                         ("revoking", "left"), ("target", "left"))
 
 
@@ -497,15 +522,16 @@ def members_table(description: GroupDescription, columns: Sequence[tuple[str, st
 
 
 SHARD_COLUMNS = (("shard", "left"), ("version", "right"), ("owner", "left"), ("length", "right"),
-                 ("last delivered", "left"), ("lag", "right"), ("pending", "right"),
-                 ("oldest pending", "right"))
-NARROW_SHARD_TABLE_COLUMNS = (("shard", "left"), ("owner", "left"), ("length", "right"),
-                              ("last id", "left"), ("lag", "right"), ("pending", "right"),
-                              ("oldest", "right"))
+                 ("last delivered", "left"), ("backlog", "right"), ("undelivered", "right"),
+                 ("unacked", "right"), ("oldest unacked", "right"))
+NARROW_SHARD_TABLE_COLUMNS = (("shard", "left"), ("owner", "left"), ("last id", "left"),
+                              ("backlog", "right"), ("undelivered", "right"),
+                              ("unacked", "right"), ("oldest", "right"))
 
 
 def shards_table(description: GroupDescription, narrow: bool = False) -> Table:
-    """One row per shard of the live versions: owner, length, last-delivered id, lag, pending."""
+    """One row per shard of the live versions: owner, length, last-delivered id, backlog and
+    its undelivered and unacked parts."""
     shards = field(description, "shards", ())
     columns = NARROW_SHARD_TABLE_COLUMNS if narrow else SHARD_COLUMNS
     table = Table(title=f"shards ({len(shards)})", title_justify="left", header_style="bold",
@@ -522,12 +548,14 @@ def shards_table(description: GroupDescription, narrow: bool = False) -> Table:
             "owner": name_text(owner) if owner is not None else Text("none", style="dim"),
             "length": Text(format_count(field(shard, "length"))),
             "last delivered": name_text(format_count(field(shard, "last_delivered_id"))),
-            "lag": Text(format_count(lag), style="yellow" if lag else ""),
-            "pending": Text(format_count(pending), style="yellow" if pending else ""),
-            "oldest pending": Text(format_age(field(shard, "oldest_pending_ms"))),
+            "backlog": Text(format_backlog(lag, pending),
+                            style="yellow" if (lag is None or lag or pending) else ""),
+            "undelivered": Text(format_count(lag), style="yellow" if lag else ""),
+            "unacked": Text(format_count(pending), style="yellow" if pending else ""),
+            "oldest unacked": Text(format_age(field(shard, "oldest_pending_ms"))),
         }
         cells["last id"] = cells["last delivered"]
-        cells["oldest"] = cells["oldest pending"]
+        cells["oldest"] = cells["oldest unacked"]
         table.add_row(*(cells[name] for name, _ in columns))
     return table
 
@@ -586,7 +614,8 @@ def describe_view(description: GroupDescription, shards: bool | None = None,
 
 
 def groups_view(groups: Any) -> RenderableType:
-    """The `list` view: one row per group, with lag and pending where the coordinator gives them."""
+    """The `list` view: one row per group, with its backlog (undelivered, unacked) where the
+    coordinator gives them."""
     entries = field(groups, "groups", ())
     if not entries:
         return Text("no groups", style="dim")
@@ -596,7 +625,7 @@ def groups_view(groups: Any) -> RenderableType:
     columns = [("prefix", "left"), ("group", "left"), ("state", "left"),
                ("group epoch", "right"), ("members", "right"), ("shards", "right")]
     if with_lag:
-        columns += [("lag", "right"), ("pending", "right")]
+        columns += [("backlog", "right"), ("undelivered", "right"), ("unacked", "right")]
     _columns(table, columns, fold=("prefix", "group"))
     for entry in sorted(entries, key=lambda g: (field(g, "stream_prefix"), field(g, "consumer_group"))):
         state = text_value(field(entry, "state"))
@@ -606,7 +635,9 @@ def groups_view(groups: Any) -> RenderableType:
                Text(format_count(field(entry, "members"))),
                Text(format_count(field(entry, "shards")))]
         if with_lag:
-            row += [Text(format_count(field(entry, "lag"))), Text(format_count(field(entry, "pending")))]
+            undelivered, unacked = field(entry, "lag"), field(entry, "pending")
+            row += [Text(format_backlog(undelivered, unacked)), Text(format_count(undelivered)),
+                    Text(format_count(unacked))]
         table.add_row(*row)
     return table
 
@@ -736,22 +767,41 @@ def watch_header(url: str, prefix: str, group: str, mode: str) -> Text:
                  Text(f" ({mode}); Ctrl-C to stop", style="dim"))
 
 
-def watch_signature(description: GroupDescription) -> GroupDescription:
-    """What counts as a change for `watch`: everything but the request id and the ages."""
+MEMBERS_NAMED_FIRST = 5  # watch's first line names the members up to this many
+SHARD_FIGURES = ("length", "last_delivered_id", "lag", "pending", "oldest_pending_ms")
+"""A shard's moving figures: `watch` shows them in its table, never as a change line."""
+
+
+def watch_signature(description: GroupDescription, figures: bool = False) -> GroupDescription:
+    """What counts as a change for `watch`: everything but the request id and the ages.
+
+    Without `figures` the shards' lengths, offsets and backlog and the blocking groups'
+    counts are left out too: they move with every entry produced or acked, and a line a
+    second saying so is noise. Members, epochs, state, assignment, routing, migration,
+    retention and maxConcurrency stay.
+    """
     members = tuple(attrs.evolve(member, last_heartbeat_ms_ago=None, away_ms=None)
                     for member in description.members)
     changes: dict[str, Any] = {"request_id": None, "members": members}
     shards = field(description, "shards", ())
-    if shards and attrs.has(type(shards[0])) and "oldest_pending_ms" in attrs.fields_dict(type(shards[0])):
-        changes["shards"] = tuple(attrs.evolve(shard, oldest_pending_ms=None) for shard in shards)
+    if shards and attrs.has(type(shards[0])):
+        moving = SHARD_FIGURES if not figures else ("oldest_pending_ms",)
+        blank = {name: None for name in moving if name in attrs.fields_dict(type(shards[0]))}
+        changes["shards"] = tuple(attrs.evolve(shard, **blank) for shard in shards)
+    migration = description.migration
+    if not figures and migration is not None and attrs.has(type(migration)):
+        changes["migration"] = attrs.evolve(migration, blocking_groups=tuple(
+            attrs.evolve(entry, undelivered=None, pending=0) for entry in migration.blocking_groups))
     return attrs.evolve(description, **changes)
 
 
 def change_lines(before: GroupDescription | None, after: GroupDescription) -> list[str]:
     """What changed between two descriptions of a group, one short phrase per change."""
     if before is None:
+        names = sorted(display_name(member.member_id) for member in after.members)
+        listed = f": {', '.join(names)}" if names and len(names) <= MEMBERS_NAMED_FIRST else ""
         return [f"group {text_value(after.state)} at epoch {after.group_epoch}, "
-                f"{len(after.members)} member(s)"]
+                f"{len(after.members)} member(s){listed}"]
     lines: list[str] = []
     if before.group_epoch != after.group_epoch:
         lines.append(f"group epoch {before.group_epoch} -> {after.group_epoch}")
@@ -780,18 +830,51 @@ def change_lines(before: GroupDescription | None, after: GroupDescription) -> li
         lines += _member_changes(member_id, old[member_id], new[member_id], after.stream_prefix)
     if before.routing != after.routing and after.routing is not None:
         lines.append(f"routing: {routing_summary(after)}")
-    if before.migration != after.migration:
+    if migration_summary(before.migration) != migration_summary(after.migration):
         lines.append(f"migration: {migration_summary(after.migration)}")
+    lines += _blocking_changes(before.migration, after.migration)
     if retention_of(before) != retention_of(after):
         lines.append(f"retention: {retention_summary(retention_of(after))}")
     if before.max_concurrency != after.max_concurrency:
         lines.append(f"maxConcurrency: {max_concurrency_summary(after.max_concurrency)}")
-    before_shards, after_shards = field(before, "shards", ()), field(after, "shards", ())
-    if lag_summary(before_shards).plain != lag_summary(after_shards).plain:
-        lines.append(f"backlog {lag_summary(after_shards).plain}")
     if not lines:
-        lines.append("shard lengths or offsets changed")
+        lines += _other_changes(before, after)
     return lines
+
+
+def _other_changes(before: GroupDescription, after: GroupDescription) -> list[str]:
+    """Changes no phrase above names (shard owners, member epochs), named briefly."""
+    owners = {field(shard, "shard"): field(shard, "owner") for shard in field(before, "shards", ())}
+    moved = [shard for shard in field(after, "shards", ())
+             if owners.get(field(shard, "shard"), field(shard, "owner")) != field(shard, "owner")]
+    if moved:
+        prefix = after.stream_prefix
+        return [f"owner of {short_shard(text_value(field(shard, 'shard')), prefix)} "
+                f"{text_value(owners[field(shard, 'shard')])} -> "
+                f"{text_value(field(shard, 'owner'))}" for shard in moved]
+    def figures(description: GroupDescription) -> list[tuple[Any, ...]]:
+        return [tuple(field(shard, name) for name in SHARD_FIGURES)
+                for shard in field(description, "shards", ())]
+    epochs = {member.member_id: member.member_epoch for member in before.members}
+    bumped = [f"member {display_name(member.member_id)} epoch {epochs[member.member_id]} -> "
+              f"{member.member_epoch}" for member in sorted(after.members, key=lambda m: m.member_id)
+              if epochs.get(member.member_id, member.member_epoch) != member.member_epoch]
+    if bumped:
+        return bumped
+    if figures(before) != figures(after):
+        return ["backlog figures changed"]  # a change only where figures count (watch --json)
+    return ["assignment details changed (describe shows them)"]
+
+
+def _blocking_changes(before: Any, after: Any) -> list[str]:
+    """Groups a migration starts or stops waiting on (G2); their counts are not changes."""
+    def names(migration: Any) -> set[str]:
+        return {text_value(field(entry, "consumer_group"))
+                for entry in field(migration, "blocking_groups", ())}
+    old, new = names(before), names(after)
+    return ([f"migration waits on group {display_name(name)}" for name in sorted(new - old)]
+            + [f"migration no longer waits on group {display_name(name)}"
+               for name in sorted(old - new)])
 
 
 def _member_changes(member_id: str, old: MemberDescription, new: MemberDescription,
@@ -809,6 +892,10 @@ def _member_changes(member_id: str, old: MemberDescription, new: MemberDescripti
         yield f"member {name} released {shards_text(released, prefix).plain}"
     if field(new, "overdue", False) and not field(old, "overdue", False):
         yield f"member {name} is overdue (no heartbeat for {format_age(new.last_heartbeat_ms_ago)})"
+    elif field(old, "overdue", False) and not field(new, "overdue", False):
+        yield f"member {name} heartbeats again"
+    if old.capacity != new.capacity:
+        yield f"member {name} capacity {format_count(old.capacity)} -> {format_count(new.capacity)}"
 
 
 def change_event_text(clock: str, lines: Sequence[str]) -> Text:

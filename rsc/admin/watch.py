@@ -8,10 +8,15 @@ answers it and never pushes (found by one plain describe after a quiet
 while that shows a change, and no push of it within PUSH_GRACE_S), is polled
 every `--interval` instead. A group that does not exist yet is waited for.
 
-Output: a header naming the coordinator's URL and the mode, then per change
-one line (time and what changed) and the group's view; on a terminal the
-view redraws in place under the header with the latest change lines;
-`--json` prints each description as one raw JSON line.
+Output: a header naming the coordinator's URL and the mode, then one line per
+change (UTC time and what changed, terse). Only meaningful changes count:
+members joining, leaving or changing state, epochs, assignment, routing,
+migration, retention, maxConcurrency; the shards' lengths, offsets and backlog
+move all the time and are never a line of their own. `--table` adds the group's
+view: on a terminal it redraws in place under the header with the latest change
+lines (its figures kept current), into a pipe it follows each change line.
+`--json` prints each description whose content changed, figures included, as one
+raw JSON line.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ def polling(interval: float) -> str:
 class WatchState:
     """What `watch` has shown so far; decides whether a description is a change (pure)."""
 
+    figures: bool = False  # shard figures count as changes (--json)
     last: GroupDescription | None = None
     shown: GroupDescription | None = None
     waiting_shown: bool = False
@@ -78,7 +84,7 @@ class WatchState:
             first_wait = not self.waiting_shown
             self.waiting_shown = True
             return first_wait
-        signature = watch_signature(description)
+        signature = watch_signature(description, self.figures)
         if signature == self.last:
             return False
         self.lines = change_lines(self.shown, description)
@@ -92,10 +98,15 @@ class WatchState:
 
     def differs(self, description: GroupDescription) -> bool:
         """True when `description` is not what was shown last (a change no push carried)."""
-        return watch_signature(description) != self.last
+        return watch_signature(description, self.figures) != self.last
 
     def enough(self, limit: int | None) -> bool:
         return limit is not None and self.changes >= limit
+
+
+def utc_clock() -> str:
+    """The time stamp of a change line: UTC, to the second (`2026-12-03T13:44:53Z`)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def probe_after_s(interval: float) -> float:
@@ -104,16 +115,18 @@ def probe_after_s(interval: float) -> float:
 
 
 class WatchDisplay:
-    """Prints what watch sees: Live redraws on a terminal, lines into a pipe, or raw JSON."""
+    """Prints what watch sees: change lines (with the table after each into a pipe when
+    --table), the table redrawn in place on a terminal with --table, or raw JSON."""
 
     def __init__(self, console: Console, args: argparse.Namespace, url: str) -> None:
         self.console = console
         self.args = args
         self.url = url
         self.mode = PUSHES
+        self.table = bool(getattr(args, "table", False))
         self.live = Live(console=console, auto_refresh=False) \
-            if console.is_terminal and not args.json else None
-        self.state = WatchState()
+            if console.is_terminal and self.table and not args.json else None
+        self.state = WatchState(figures=bool(args.json))
         self.current: RenderableType = waiting_view(args.prefix, args.group)
 
     def __enter__(self) -> WatchDisplay:
@@ -158,25 +171,31 @@ class WatchDisplay:
 
     def show(self, description: GroupDescription | None, raw: dict[str, Any] | None) -> bool:
         """Record a description (None: unknown group); print it when it is a change."""
-        if not self.state.record(description, time.strftime("%H:%M:%S")):
-            return False
-        self.current = waiting_view(self.args.prefix, self.args.group) if description is None \
-            else describe_view(description)
+        changed = self.state.record(description, utc_clock())
+        if changed or description is not None:  # the table's figures move without a change
+            self.current = waiting_view(self.args.prefix, self.args.group) \
+                if description is None else describe_view(description)
         if self.live is not None:
-            self._redraw()
-        elif self.args.json:
+            if changed or description is not None:
+                self._redraw()
+            return changed
+        if not changed:
+            return False
+        if self.args.json:
             if raw is not None and description is not None:
                 self.console.file.write(_json_line(raw))
                 self.console.file.flush()
+        elif description is None:
+            self._line(plain(utc_clock(), "  ", waiting_view(self.args.prefix, self.args.group)))
         else:
-            if description is not None:
-                self._line(self.state.events[-1])
-            self._plain(self.current)
-            self._plain(Text(""))
+            self._line(self.state.events[-1])
+            if self.table:
+                self._plain(self.current)
+                self._plain(Text(""))
         return True
 
     def deleted(self) -> None:
-        line = plain(time.strftime("%H:%M:%S"), "  group ",
+        line = plain(utc_clock(), "  group ",
                      group_text(self.args.prefix, self.args.group), " was deleted; watch ends")
         if self.live is not None:
             self.state.events.append(line)

@@ -12,6 +12,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run(args: argparse.Namespace) -> int:
+    from rsc.common.extras import require
+
+    require("rich", extra="cli", feature="`rsc admin` (its tables)")
     from rsc.admin import cli
 
     return cli.run(args)

@@ -4,20 +4,28 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
+import logging
 import signal
 import sys
 from typing import Any
 
 from rsc.actors.config import DEFAULT_MAX_GROUP_SIZE, DEFAULT_MAX_GROUPS, CoordinatorConfig
+from rsc.common.env_config import parse_args
+from rsc.common.exit_codes import EXIT_FAILED, EXIT_OK
+from rsc.common.logs import add_logging_arguments, configure_logging, log_event
+
+log = logging.getLogger("rsc.coordinator")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     defaults = CoordinatorConfig()
     parser = subparsers.add_parser("coordinator", help="run the group coordinator")
-    parser.add_argument("--redis-url", default=os.environ.get("RSC_REDIS_URL") or None,
+    parser.add_argument("--redis-url", default=None,
                         help="Redis for metadata (default: $RSC_REDIS_URL, else start an embedded "
-                             "redis-server)")
+                             "redis-server unless --no-embedded-redis)")
+    parser.add_argument("--no-embedded-redis", action="store_true",
+                        help="without a Redis URL, exit 1 instead of starting a throw-away "
+                             "redis-server (deployments set it: a missing URL is a mistake)")
     parser.add_argument("--host", default=defaults.host,
                         help="address to listen on, for sessions and the metrics port (default %(default)s)")
     parser.add_argument("--port", type=int, default=defaults.port,
@@ -38,9 +46,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="how long the shards of a static member that went away wait for it to "
                              "come back before they move to others (default %(default)s)")
     # tokens may come from the environment so they stay out of `ps` (docs/protocol.md, Transport)
-    parser.add_argument("--admin-token", default=os.environ.get("RSC_ADMIN_TOKEN") or None,
+    parser.add_argument("--admin-token", default=None,
                         help="require this bearer token on /v1/admin (default: $RSC_ADMIN_TOKEN)")
-    parser.add_argument("--member-token", default=os.environ.get("RSC_MEMBER_TOKEN") or None,
+    parser.add_argument("--member-token", default=None,
                         help="require this bearer token on /v1/member (default: $RSC_MEMBER_TOKEN)")
     parser.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes,
                         help="largest message accepted, in UTF-8 bytes; a larger one closes the "
@@ -58,22 +66,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="serve Prometheus metrics, /healthz and /readyz on this port (0 picks one)")
     parser.add_argument("--console-port", type=int, default=None,
                         help="serve the read-only web console on this port (0 picks one)")
-    parser.add_argument("--tls-cert", default=os.environ.get("RSC_TLS_CERT") or None, metavar="FILE",
+    parser.add_argument("--tls-cert", default=None, metavar="FILE",
                         help="serve wss:// with this certificate chain, PEM (default: $RSC_TLS_CERT)")
-    parser.add_argument("--tls-key", default=os.environ.get("RSC_TLS_KEY") or None, metavar="FILE",
+    parser.add_argument("--tls-key", default=None, metavar="FILE",
                         help="the private key of --tls-cert, PEM (default: $RSC_TLS_KEY)")
     parser.add_argument("--metrics-tls", action="store_true",
                         help="serve the metrics, health and console ports over HTTPS with the same "
                              "certificate")
+    parser.add_argument("--min-replicas", type=_not_negative_int,
+                        default=0,
+                        help="every metadata write waits (Redis WAIT, within a third of the lease) "
+                             "until this many replicas hold it; fewer is a failed write, answered "
+                             "COORDINATOR_NOT_AVAILABLE (default: 0)")
     parser.add_argument("--no-push", dest="push", action="store_false",
                         help="do not push assignmentChanged hints (members poll)")
     parser.add_argument("--keep-drained-streams", action="store_true",
                         help="keep a resharded prefix's old streams instead of deleting them")
-    parser.add_argument("--log-level", default="info",
-                        help="debug, info, warning or error (default %(default)s)")
-    parser.add_argument("--log-format", choices=("text", "json"), default="text",
-                        help="text: `ts LEVEL event key=value ...`; json: one object per line "
-                             "(default %(default)s)")
+    add_logging_arguments(parser)
     parser.set_defaults(run=run)
 
 
@@ -84,6 +93,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _not_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
 
 
@@ -99,16 +118,21 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         keep_drained_streams=args.keep_drained_streams, max_sessions=args.max_sessions,
         max_groups=args.max_groups, max_group_size=args.max_group_size,
         tls_cert=args.tls_cert, tls_key=args.tls_key, metrics_tls=args.metrics_tls,
+        min_replicas=args.min_replicas,
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    _configure_logging(args.log_level, args.log_format)
+    configure_logging(args.log_level, args.log_format)
     try:
         config = config_from_args(args)
     except ValueError as exc:  # flags that do not go together
-        print(f"rsc coordinator: {exc}", file=sys.stderr)
-        return 1
+        _fail(str(exc))
+        return EXIT_FAILED
+    if config.redis_url is None and args.no_embedded_redis:
+        _fail("no Redis URL: pass --redis-url or set RSC_REDIS_URL (--no-embedded-redis "
+              "refuses to start a throw-away redis-server)")
+        return EXIT_FAILED
     import trio
 
     try:
@@ -119,11 +143,13 @@ def run(args: argparse.Namespace) -> int:
         problem = _operator_error(exc)
         if problem is None:
             raise
-        from rsc.common.redact import redact_text
+        _fail(str(problem))  # redacted by the formatter (K7: the safety net)
+        return EXIT_FAILED
+    return EXIT_OK
 
-        print(redact_text(f"rsc coordinator: {problem}"), file=sys.stderr)  # K7: the safety net
-        return 1
-    return 0
+
+def _fail(problem: str) -> None:
+    log_event(log, f"rsc coordinator: {problem}", level=logging.ERROR)
 
 
 def _operator_error(exc: BaseException) -> BaseException | None:
@@ -140,12 +166,6 @@ def _operator_error(exc: BaseException) -> BaseException | None:
                 None)
 
 
-def _configure_logging(level: str, fmt: str) -> None:
-    from rsc.actors.logs import configure_logging
-
-    configure_logging(level, "json" if fmt == "json" else "text")
-
-
 async def _main(config: CoordinatorConfig) -> None:
     if config.redis_url is not None:
         await _serve_until_signal(config)
@@ -156,8 +176,8 @@ async def _main(config: CoordinatorConfig) -> None:
     from rsc.common.redis_server import EmbeddedRedis
 
     embedded = await trio.to_thread.run_sync(lambda: EmbeddedRedis().start())
-    print(f"no --redis-url given: started a private redis-server at {embedded.url}; "
-          "its data is lost on exit", file=sys.stderr, flush=True)
+    log_event(log, f"no --redis-url given: started a private redis-server at {embedded.url}; "
+              "its data is lost on exit", level=logging.WARNING, redis=embedded.url)
     try:
         await _serve_until_signal(attrs.evolve(config, redis_url=embedded.url))
     finally:
@@ -202,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m rsc.commands.coordinator ...`: `rsc coordinator ...` without loading the other commands."""
     parser = argparse.ArgumentParser(prog="rsc")
     add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["coordinator", *(sys.argv[1:] if argv is None else argv)])
+    args = parse_args(parser, ["coordinator", *(sys.argv[1:] if argv is None else argv)])
     return int(args.run(args) or 0)
 
 

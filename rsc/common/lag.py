@@ -56,3 +56,37 @@ def lag_from_ends(redis_lag: int | str | None, last_delivered: str | None,
     """`known_lag` from the replies of `ends_commands` (length, first, last)."""
     length, first, last = ends
     return known_lag(redis_lag, length, last_delivered, end_id(first), end_id(last))
+
+
+# --- the backlog: what the operator tools display --------------------------------------
+#
+# Display words (docs/reference/glossary): *undelivered* is the lag above (entries the group
+# has not read yet), *unacked* is Redis's pending count (entries read by a member and not
+# acked yet: the wire's `pending`), and the *backlog* is both together: what the group still
+# has to finish. A group whose members read far ahead has 0 undelivered and a large backlog.
+
+
+def backlog(undelivered: int | None, unacked: int | None) -> int | None:
+    """Undelivered plus unacked entries; None when either is unknown (Redis could not tell)."""
+    if undelivered is None or unacked is None:
+        return None
+    if undelivered < 0 or unacked < 0:
+        raise ValueError(f"entry counts cannot be negative: undelivered {undelivered}, "
+                         f"unacked {unacked}")
+    return undelivered + unacked
+
+
+def backlog_floor(undelivered: int | None, unacked: int | None) -> int:
+    """What the backlog is at least: the known parts (unknown ones count 0)."""
+    return (undelivered or 0) + (unacked or 0)
+
+
+def total_backlog(shards: Sequence[tuple[int | None, int | None]]) -> int | None:
+    """The backlog of several shards, each `(undelivered, unacked)`; None if any is unknown."""
+    total = 0
+    for undelivered, unacked in shards:
+        part = backlog(undelivered, unacked)
+        if part is None:
+            return None
+        total += part
+    return total

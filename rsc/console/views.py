@@ -7,11 +7,13 @@
 - `group_view(description)`: a group page: members, shards of the live versions with their
   owners, migration progress with its blocking groups (G2), the laggiest shard.
 - `Throttle`: at most `MAX_SENDS_PER_SECOND` frames to a page; the latest state wins.
-- `LagHistory`: the lag and pending each group showed while pages followed it, so a page
+- `LagHistory`: the undelivered and unacked counts each group showed while pages followed it, so a page
   opened later (or reloaded) draws the minutes before it.
 - `refused_status(text)`: the HTTP status in an admin handshake failure (401: ask for a token).
 
 Figures stay integers (or None where Redis cannot tell); the page formats them as `1,234`.
+The wire's `lag` and `pending` keep their names in what the page receives; the page shows
+them as *undelivered* and *unacked*, and `backlog` (rsc/common/lag.py) is both together.
 Names are passed as they are: the page sets them as text, never as markup.
 """
 
@@ -24,6 +26,7 @@ from typing import Any, Final
 
 import attrs
 
+from rsc.common.lag import backlog
 from rsc.protocol.messages import FieldValueError, check_name
 
 MAX_SENDS_PER_SECOND: Final = 10
@@ -225,6 +228,7 @@ def overview(groups: Sequence[Mapping[str, Any]],
                      "state": entry.get("state"), "groupEpoch": entry.get("groupEpoch"),
                      "members": entry.get("members"), "shards": entry.get("shards"),
                      "lag": entry.get("lag"), "pending": entry.get("pending"),
+                     "backlog": backlog(entry.get("lag"), entry.get("pending")),
                      "migration": migration,
                      "blocked": bool(summary and summary["blockingGroups"])})
     rows.sort(key=lambda row: (row["streamPrefix"], row["consumerGroup"]))
@@ -232,10 +236,12 @@ def overview(groups: Sequence[Mapping[str, Any]],
 
 
 def totals(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Totals over rows: groups, prefixes, members, shards, lag and pending (None if unknown)."""
+    """Totals over rows: groups, prefixes, members, shards, backlog, undelivered (`lag`) and
+    unacked (`pending`); None if unknown."""
     return {"groups": len(rows), "prefixes": len({row["streamPrefix"] for row in rows}),
             "members": _sum(row["members"] for row in rows),
             "shards": _sum(row["shards"] for row in rows),
+            "backlog": _sum(row["backlog"] for row in rows),
             "lag": _sum(row["lag"] for row in rows),
             "pending": _sum(row["pending"] for row in rows)}
 
@@ -283,6 +289,7 @@ def group_view(description: Mapping[str, Any]) -> dict[str, Any]:
             "shard": shard_id, "version": shard.get("version"), "owner": shard.get("owner"),
             "revokingFrom": revoking.get(shard_id), "length": shard.get("length"),
             "lag": shard.get("lag"), "pending": shard.get("pending"),
+            "backlog": backlog(shard.get("lag"), shard.get("pending")),
             "oldestPendingMs": shard.get("oldestPendingMs"),
             "lastDeliveredId": shard.get("lastDeliveredId"),
         })
@@ -297,23 +304,28 @@ def group_view(description: Mapping[str, Any]) -> dict[str, Any]:
         "retention": description.get("retention") or routing.get("retention"),
         "members": members, "shards": shards,
         "migration": migration_summary(description.get("migration")),
+        "backlog": _sum(shard["backlog"] for shard in shards),
         "lag": _sum(shard["lag"] for shard in shards),
         "pending": _sum(shard["pending"] for shard in shards),
         "laggiest": laggiest_shard(shards),
+        "storeWentBackAtMs": description.get("storeWentBackAtMs"),  # K3, K4: null if never
     }
 
 
 def laggiest_shard(shards: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The shard with the most lag (ties: most pending, then first in routing order); None if
-    no shard has lag or pending."""
+    """The shard most behind: the largest backlog (ties: most undelivered, then first in
+    routing order); None if no shard has anything undelivered or unacked."""
+    def rank(shard: Mapping[str, Any]) -> tuple[int, int]:
+        undelivered = shard.get("lag") or 0
+        return undelivered + (shard.get("pending") or 0), undelivered
     best: Mapping[str, Any] | None = None
     for shard in shards:
-        key = (shard.get("lag") or 0, shard.get("pending") or 0)
-        if key == (0, 0):
+        if rank(shard) == (0, 0):
             continue
-        if best is None or key > (best.get("lag") or 0, best.get("pending") or 0):
+        if best is None or rank(shard) > rank(best):
             best = shard
     if best is None:
         return None
     return {"shard": best.get("shard"), "owner": best.get("owner"), "lag": best.get("lag"),
-            "pending": best.get("pending")}
+            "pending": best.get("pending"),
+            "backlog": backlog(best.get("lag"), best.get("pending"))}

@@ -233,8 +233,8 @@
     }
     const all = state.overview.totals;
     $("summary").textContent = `${num(all.groups)} group(s) in ${num(all.prefixes)} prefix(es): ` +
-      `${num(all.members)} member(s), ${num(all.shards)} shard(s), lag ${num(all.lag)}, ` +
-      `pending ${num(all.pending)}`;
+      `${num(all.members)} member(s), ${num(all.shards)} shard(s), backlog ${num(all.backlog)} ` +
+      `(undelivered ${num(all.lag)}, unacked ${num(all.pending)})`;
     const rows = shownRows();
     const body = document.querySelector("#groups tbody");
     clear(body);
@@ -248,6 +248,7 @@
       cell(tr, num(row.groupEpoch), "num");
       cell(tr, num(row.members), "num");
       cell(tr, num(row.shards), "num");
+      cell(tr, num(row.backlog), "num");
       cell(tr, num(row.lag), "num");
       cell(tr, num(row.pending), "num");
       cell(tr, row.migration, row.blocked ? "blocked" : "");
@@ -262,6 +263,7 @@
     cell(tr, "");
     cell(tr, num(sumOf(rows, "members")), "num");
     cell(tr, num(sumOf(rows, "shards")), "num");
+    cell(tr, num(sumOf(rows, "backlog")), "num");
     cell(tr, num(sumOf(rows, "lag")), "num");
     cell(tr, num(sumOf(rows, "pending")), "num");
     cell(tr, "");
@@ -343,16 +345,22 @@
     fact(facts, "Max concurrency", view.maxConcurrency === null ? "members' capacity" :
       num(view.maxConcurrency));
     fact(facts, "Retention", retentionText(view.retention));
-    fact(facts, "Lag", num(view.lag));
-    fact(facts, "Pending", num(view.pending));
+    fact(facts, "Backlog", `${num(view.backlog)} (undelivered ${num(view.lag)}, ` +
+      `unacked ${num(view.pending)})`);
     if (view.laggiest) {
       const span = document.createElement("span");
       span.className = "ids";
-      span.textContent = `${view.laggiest.shard}: lag ${num(view.laggiest.lag)}, pending ` +
-        `${num(view.laggiest.pending)}, owner ${view.laggiest.owner || "none"}`;
-      fact(facts, "Laggiest shard", span);
+      span.textContent = `${view.laggiest.shard}: backlog ${num(view.laggiest.backlog)} ` +
+        `(undelivered ${num(view.laggiest.lag)}, unacked ${num(view.laggiest.pending)}), ` +
+        `owner ${view.laggiest.owner || "none"}`;
+      fact(facts, "Most behind", span);
     } else {
-      fact(facts, "Laggiest shard", "none (no lag, nothing pending)");
+      fact(facts, "Most behind", "none (nothing undelivered, nothing unacked)");
+    }
+    if (view.storeWentBackAtMs !== null && view.storeWentBackAtMs !== undefined) {
+      // K3, K4: the coordinator wrote a store that went back or lost everything back
+      fact(facts, "Store went back", `${new Date(view.storeWentBackAtMs).toISOString()}: ` +
+        "written back from the coordinator's memory");
     }
 
     renderMigration(view);
@@ -433,6 +441,7 @@
       }
       cell(tr, owner, "id");
       cell(tr, num(shard.length), "num");
+      cell(tr, num(shard.backlog), "num");
       cell(tr, num(shard.lag), "num");
       cell(tr, num(shard.pending), "num");
       cell(tr, shard.oldestPendingMs === null || shard.oldestPendingMs === undefined ? "-" :
@@ -475,8 +484,8 @@
     const lag = state.history.map(([t, l]) => [t, l]);
     const pending = state.history.map(([t, , p]) => [t, p]);
     window.RscChart.draw($("lag-chart"), [
-      {name: "lag", cls: "lag", points: lag},
-      {name: "pending", cls: "pending", points: pending},
+      {name: "undelivered", cls: "lag", points: lag},
+      {name: "unacked", cls: "pending", points: pending},
     ], {now: now, windowMs: windowMs});
   }
 

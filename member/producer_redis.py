@@ -1,0 +1,134 @@
+"""The producer's Redis side: writes (with WAIT under K5), the storeId check, retries said once.
+
+`ProducerRedis` runs the producer's Redis calls in a thread and says through `notices` what
+goes wrong (once, then slowly, then that it is over). A permanent error (a refused password,
+a missing permission: K6) ends a producer that holds nothing with `Unrecoverable`; once it
+holds input (`holds_input`, D2 wins) it is said and retried like any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import redis
+import trio
+
+from rsc.common.redact import redact_url
+from rsc.common.redis_connect import is_cluster
+from rsc.member.backoff import Backoff
+from rsc.member.native_streams import native_produce_ops
+from rsc.member.notices import Notices, redis_problem, then
+from rsc.member.ops import produce_ops
+from rsc.member.streams import WriteResult, check_store_id
+from rsc.member.unrecoverable import (
+    Unrecoverable,
+    redis_error_is_permanent,
+    redis_unrecoverable_line,
+    tls_checked,
+)
+
+T = TypeVar("T")
+
+WAIT_TIMEOUT_MS = 1000  # one WAIT of min_replicas (K5); a shortfall waits again
+
+
+def check_min_replicas(min_replicas: int, client: object) -> int:
+    """`min_replicas` if usable here; ValueError names what is wrong (K5)."""
+    if min_replicas < 0:
+        raise ValueError(f"min_replicas must be 0 or more, got {min_replicas}")
+    if min_replicas and is_cluster(client):
+        raise ValueError("min_replicas (--min-replicas) is not supported on a Redis Cluster yet: "
+                         "use 0 there")
+    return min_replicas
+
+
+class ProducerRedis:
+    """See the module text."""
+
+    def __init__(self, client: redis.Redis, redis_url: str, notices: Notices, *,
+                 min_replicas: int) -> None:
+        self.redis_url = redis_url
+        self.shown_url = redact_url(redis_url)  # K7: what lines say
+        self.min_replicas = check_min_replicas(min_replicas, client)
+        self.holds_input = False  # K6: once True, a permanent Redis error is said, not raised
+        self.store_checked = False
+        self._notices = notices
+        self._ops = produce_ops(client)
+        self._native = native_produce_ops(client)  # writes without a thread hop, one server
+
+    async def write(self, writes: list[tuple[str, list[bytes]]]) -> Any:
+        """One pipeline of writes (XADDs through the seal-checking script); their results.
+        With `min_replicas`, returned only once that many replicas hold them (WAIT)."""
+        if self.min_replicas:
+            return await self._write_replicated(writes)
+        if self._native is not None:
+            return await self._native.write(writes)
+        return await trio.to_thread.run_sync(self._ops.write, writes)
+
+    async def aclose(self) -> None:
+        """Close the trio-driven connection (the redis-py client is its opener's to close)."""
+        if self._native is not None:
+            await self._native.aclose()
+
+    async def _write_replicated(self, writes: list[tuple[str, list[bytes]]]) -> list[WriteResult]:
+        """K5: write, then WAIT on that connection until `min_replicas` replicas hold it all."""
+        wanted = self.min_replicas
+        results, waiter = await trio.to_thread.run_sync(
+            self._ops.write_and_wait, writes, wanted, WAIT_TIMEOUT_MS)
+        try:
+            while waiter.replicas < wanted:
+                self._notices.say("replicas", (
+                    f"Redis at {self.shown_url}: {waiter.replicas} of the {wanted} replicas asked "
+                    f"for (--min-replicas) acknowledged the last write within {WAIT_TIMEOUT_MS} ms; "
+                    "the messages stay unconfirmed, waiting again (WAIT)"))
+                await trio.to_thread.run_sync(waiter.wait, wanted, WAIT_TIMEOUT_MS)
+        finally:
+            waiter.release()
+        self._notices.clear("replicas", f"Redis at {self.shown_url}: {waiter.replicas} replicas "
+                            "acknowledge the writes again")
+        return results
+
+    async def check_store(self, expected: str | None, coordinator_url: str) -> None:
+        """Refuse to write into a Redis whose storeId is not the coordinator's (`expected`;
+        None: an older coordinator, nothing to compare); load the scripts (K6: a missing
+        permission is said now)."""
+        if self.store_checked:
+            return
+        if expected is not None:
+            await self.call(lambda: check_store_id(
+                self._ops.client, expected, redis_url=self.redis_url,
+                coordinator_url=coordinator_url))
+        await self.call(self._ops.prepare)
+        self.store_checked = True
+
+    async def ping(self) -> None:
+        """Return once Redis answers (saying so while it does not)."""
+        await self.call(lambda: self._ops.client.ping())
+
+    async def call(self, call: Callable[[], T]) -> T:
+        """`call()` in a thread, retried with backoff while Redis fails."""
+        backoff = Backoff(0.05, 2.0)
+        while True:
+            try:
+                result = await trio.to_thread.run_sync(tls_checked, call, self.redis_url)
+            except redis.RedisError as exc:
+                self.failed(exc)
+                await trio.sleep(backoff.next())
+                continue
+            self.answered()
+            return result
+
+    def failed(self, exc: BaseException) -> None:
+        """Say a Redis failure (raise Unrecoverable for a permanent one while holding nothing)."""
+        if redis_error_is_permanent(exc):  # D3: a bad db index never heals
+            line = redis_unrecoverable_line(exc, self.redis_url)
+            if not self.holds_input:
+                raise Unrecoverable(line) from exc
+            # K6 after input was accepted: D2 wins, the accepted messages are kept
+            self._notices.say("redis", then(line, "retrying: the accepted messages are kept (D2)"))
+            return
+        self._notices.say("redis", then(redis_problem(exc, self.redis_url), "retrying"))
+
+    def answered(self) -> None:
+        self._notices.clear("redis", f"Redis at {self.shown_url} answers again")
