@@ -7,7 +7,9 @@ counts per stream) and the shards of one read are cut so that one read cannot re
 more, and no read is sent ahead. So a consumer that stops after N messages leaves
 nothing delivered but unhandled in its group's pending list. Entries read but never
 handled here (a revoked shard's queue, a read for a shard no longer held) are given
-back; members of one `rsc consume` share one budget.
+back (so the run still ends); members of one `rsc consume` share one budget. What a
+member read for a shard it then lost stays pending for the shard's new owner: with
+several members that rebalance while they start, a few entries can be left so.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """`rsc produce`'s input: stdin lines, `key<TAB>value` or a JSON object, read into a bounded channel.
 
-A JSON line may carry bytes as base64 (`valueBase64`, `keyBase64`, M1), `headers` (M2),
+A JSON line may carry bytes as base64 (`valueBase64`, `keyBase64`, M1), `headers` (M2;
+`headersBase64` for bytes),
 and no key or `"key": null` for a keyless message (M3); a message over the size limit
 (M4) is refused like a malformed line.
 
@@ -70,14 +71,27 @@ def _json_record(line: str) -> Record:
     else:
         raise MalformedLine("a JSON line needs an object with 'key' and 'value' "
                             "(or 'valueBase64'; no key: a keyless message)")
-    headers = obj.get("headers")
-    if headers is None:
-        return (key, value)
-    if not isinstance(headers, dict) or not all(
-            isinstance(name, str) and name and isinstance(text, str)
-            for name, text in headers.items()):
-        raise MalformedLine("'headers' must be an object of non-empty names to string values")
+    headers = _headers(obj)
     return (key, value, headers) if headers else (key, value)
+
+
+def _headers(obj: dict[str, Any]) -> dict[str, str | bytes] | None:
+    """`headers` (text values) or `headersBase64` (bytes, what `rsc consume` prints for a
+    header that is not UTF-8), not both."""
+    text, encoded = obj.get("headers"), obj.get("headersBase64")
+    if text is not None and encoded is not None:
+        raise MalformedLine("give 'headers' or 'headersBase64', not both")
+    name = "headers" if encoded is None else "headersBase64"
+    headers = text if encoded is None else encoded
+    if headers is None:
+        return None
+    if not isinstance(headers, dict) or not all(
+            isinstance(header, str) and header and isinstance(data, str)
+            for header, data in headers.items()):
+        raise MalformedLine(f"'{name}' must be an object of non-empty names to string values")
+    if encoded is None:
+        return dict(headers)
+    return {header: _base64(data, f"headersBase64[{header!r}]") for header, data in headers.items()}
 
 
 def _text_or_base64(obj: dict[str, Any], name: str) -> str | bytes | None:

@@ -39,6 +39,8 @@ def test_a_json_line_may_give_bytes_as_base64_and_text_headers():
         b"\xff\x00k", b"\x80v", {"traceparent": "00-ab", "n": "1"})
     assert parse_line('{"key": "k", "valueBase64": ""}') == ("k", b"")
     assert parse_line('{"key": "k", "value": "v", "headers": {}}') == ("k", "v")
+    assert parse_line(json.dumps({"key": "k", "value": "v", "headersBase64": {"b": b64(b"\xfe")}})
+                      ) == ("k", "v", {"b": b"\xfe"})  # what consume prints for such a header
 
 
 def test_no_key_or_a_null_key_is_keyless_and_an_empty_key_is_a_key():
@@ -56,6 +58,9 @@ def test_no_key_or_a_null_key_is_keyless_and_an_empty_key_is_a_key():
     ('{"key": "k", "value": "v", "headers": {"n": 1}}', "'headers'"),
     ('{"key": "k", "value": "v", "headers": ["n"]}', "'headers'"),
     ('{"key": "k", "value": "v", "headers": {"": "x"}}', "'headers'"),
+    ('{"key": "k", "value": "v", "headers": {"a": "x"}, "headersBase64": {"b": "eA=="}}',
+     "not both"),
+    ('{"key": "k", "value": "v", "headersBase64": {"b": "x!"}}', r"'headersBase64\['b'\]' is not base64"),
     ('{"key": 1, "value": "v"}', "'key' must be a string or null"),
     ('{"key": "k"}', "'value'"),
 ])
@@ -109,12 +114,23 @@ def random_messages(rng: random.Random, count: int) -> list[dict]:
         value = rng.randbytes(rng.randrange(0, 300))
         obj: dict = {"valueBase64": b64(value), "headers": {"n": str(n), "traceparent":
                                                             f"00-{rng.randbytes(16).hex()}-01"}}
+        if n % 10 == 0:  # a binary header: the whole set goes as base64
+            obj["headersBase64"] = {name: b64(text.encode()) for name, text in obj.pop("headers").items()}
+            obj["headersBase64"]["bin"] = b64(b"\xff\xfe" + rng.randbytes(4))
         if n % 3 == 0:
             obj["keyBase64"] = b64(rng.randbytes(rng.randrange(1, 20)))
         else:
             obj["key"] = f"key-{n % 17}"
         messages.append(obj)
     return messages
+
+
+def headers_of(line: dict) -> tuple:
+    """A line's headers as sorted (name, bytes) pairs, whichever form it gives them in."""
+    if "headersBase64" in line:
+        return tuple(sorted((name, base64.b64decode(data))
+                            for name, data in line["headersBase64"].items()))
+    return tuple(sorted((name, text.encode()) for name, text in line.get("headers", {}).items()))
 
 
 def decoded(line: dict, name: str) -> bytes | None:
@@ -155,16 +171,17 @@ async def test_200_binary_values_with_headers_round_trip_byte_for_byte(coordinat
 
     def expected(obj: dict) -> tuple:
         key = base64.b64decode(obj["keyBase64"]) if "keyBase64" in obj else obj["key"].encode()
-        return key, base64.b64decode(obj["valueBase64"]), obj["headers"]
+        return key, base64.b64decode(obj["valueBase64"]), headers_of(obj)
 
     want = sorted(expected(obj) for obj in sent)
     peeked = await consume_lines(coordinator, "orders", "--peek")
     consumed = await consume_lines(coordinator, "orders", "billing", "--max-messages", "200")
     for lines in (peeked, consumed):
-        got = sorted((decoded(line, "key"), decoded(line, "value"), line["headers"])
+        got = sorted((decoded(line, "key"), decoded(line, "value"), headers_of(line))
                      for line in lines)
         assert got == want
     assert any("valueBase64" in line for line in consumed)  # binary values really were binary
+    assert sum("headersBase64" in line for line in consumed) == 20  # and so were 20 headers
     assert {line["memberId"] is None for line in peeked} == {True}
 
 

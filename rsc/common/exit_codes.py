@@ -30,14 +30,18 @@ EXIT_CODES: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "rsc produce": (
         (str(EXIT_OK), "every line is in Redis (with `--min-replicas N`: and on N replicas)"),
-        (str(EXIT_FAILED), "a malformed input line (reported with its number and skipped, the rest "
-                           "is sent), a bad URL, a different Redis than the coordinator's, or "
+        (str(EXIT_FAILED), "a malformed input line or a message over `--max-message-bytes` "
+                           "(reported with its number and skipped, the rest is sent; a blank line "
+                           "is skipped), a bad URL (a Redis URL as the coordinator's included), a "
+                           "different Redis than the coordinator's, or "
                            "accepted lines still undelivered when `--flush-timeout` ran out after "
                            "a signal"),
         (str(EXIT_UNRECOVERABLE), "what waiting cannot heal (D3): the coordinator refused the token "
                                   "or the path (HTTP 401, 403 or 404), Redis credentials or a "
                                   "permission before any input was accepted (K6), an unknown "
-                                  "Sentinel service, a certificate that does not verify; also "
+                                  "Sentinel service, a certificate that does not verify (the "
+                                  "coordinator's or Redis's), a TLS handshake Redis refuses, a "
+                                  "`redis://` URL to a TLS port; also "
                                   + USAGE),
         ("128 + N", "stopped by signal N (SIGTERM, Ctrl-C) once every accepted line was written"),
         (str(EXIT_INTERRUPTED), "a second Ctrl-C (exits at once, naming the lines not written)"),
@@ -45,11 +49,13 @@ EXIT_CODES: dict[str, tuple[tuple[str, str], ...]] = {
     "rsc consume": (
         (str(EXIT_OK), "drained and left (Ctrl-C, SIGTERM, closed stdout, `--max-messages` "
                        "reached)"),
-        (str(EXIT_FAILED), "a bad URL, or a different Redis than the coordinator's"),
+        (str(EXIT_FAILED), "a bad URL (a Redis URL as the coordinator's included), or a different "
+                           "Redis than the coordinator's"),
         (str(EXIT_UNRECOVERABLE), "what waiting cannot heal (D3): the coordinator refused the token "
                                   "or the path (HTTP 401, 403 or 404), Redis credentials or a "
                                   "permission, an unknown Sentinel service, a certificate that does "
-                                  "not verify; also " + USAGE),
+                                  "not verify (the coordinator's or Redis's), a TLS handshake Redis "
+                                  "refuses, a `redis://` URL to a TLS port; also " + USAGE),
         (str(EXIT_INTERRUPTED), "a second Ctrl-C (stopped without draining)"),
     ),
     "rsc admin": (
