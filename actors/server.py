@@ -110,7 +110,7 @@ class Session:
         self.room = trio.Semaphore(MAX_IN_FLIGHT)  # requests awaiting their response
         self.closed = False
         self._on_idle: Callable[[], None] | None = None
-        connection.on_written = self.wake
+        connection.when_written(self.wake)
 
     async def expect(self) -> Reply:
         """The slot of the next request's response (waits while MAX_IN_FLIGHT are pending)."""

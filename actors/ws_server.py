@@ -245,12 +245,8 @@ class ServerConnection:
         """The stream failed or was closed: nothing more is written."""
         return self._outbox.broken
 
-    @property
-    def on_written(self) -> Callable[[], None] | None:
-        return self._outbox.on_written
-
-    @on_written.setter
-    def on_written(self, callback: Callable[[], None] | None) -> None:
+    def when_written(self, callback: Callable[[], None]) -> None:
+        """Call `callback` each time the writer task has sent everything queued."""
         self._outbox.on_written = callback
 
     def queued_bytes(self) -> int:

@@ -22,6 +22,9 @@ class _Connection:
         self.broken = False
         self.on_written = None
 
+    def when_written(self, callback) -> None:
+        self.on_written = callback
+
     def send_text(self, text: str) -> None:
         self.sent.append(text)
 
@@ -139,7 +142,7 @@ async def test_replies_wait_while_the_connection_is_busy_and_go_in_order_once_it
     assert connection.sent == []  # held here: the slots are not given back yet
     assert session.room.value == MAX_IN_FLIGHT - 3
     connection.writing = False
-    session.wake()  # what the connection calls once its queue went out (on_written)
+    session.wake()  # what the connection calls once its queue went out (when_written)
     assert [json.loads(text)["requestId"] for text in connection.sent] == [1, 2]
     replies[2].resolve(_ok(3))
     assert [json.loads(text)["requestId"] for text in connection.sent] == [1, 2, 3, 9]

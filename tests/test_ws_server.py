@@ -692,7 +692,7 @@ def queued(connection: ServerConnection) -> int:
 async def test_a_peer_that_does_not_read_gets_the_rest_by_task_in_order(scheme, certs, nursery):
     connection, peer, client, number = await socket_session(nursery, scheme, certs, buffer=4096)
     written: list[bool] = []
-    connection.on_written = lambda: written.append(True)
+    connection.when_written(lambda: written.append(True))
     texts = [json.dumps({"n": n, "pad": "x" * 500}) for n in range(400)]  # about 200 KB
     for text in texts:
         connection.send_text(text)
