@@ -249,9 +249,6 @@ class ServerConnection:
         """Call `callback` each time the writer task has sent everything queued."""
         self._outbox.on_written = callback
 
-    def queued_bytes(self) -> int:
-        """What waits for the writer task (tests: the backpressure bound)."""
-        return sum(map(len, self._outbox.out)) + sum(map(len, self._outbox.plain))
 
     # --- frames out -------------------------------------------------------------------
 
@@ -341,4 +338,3 @@ class ServerConnection:
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 return None
             engine.receive_data(received)
-

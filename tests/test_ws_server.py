@@ -685,7 +685,7 @@ async def socket_session(nursery: trio.Nursery, scheme: str, certs: Certs, *, bu
 def queued(connection: ServerConnection) -> int:
     """Bytes the connection holds for a peer that is not reading (TLS: before and after
     encryption)."""
-    return connection.queued_bytes()
+    return connection._outbox.queued_bytes()
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
