@@ -69,8 +69,8 @@ async def _send(core: MemberCore, ops: StreamOps, batch: Taken,
         now = core.clock()
         for buffer, ids, _ in batch:
             verdict, actions = ledger.admit(buffer.shard, buffer.generation, now)
-            if core.trace is not None:
-                core.trace.admission("ack", ledger, buffer.shard, buffer.generation, now,
+            if core.observers.trace is not None:
+                core.observers.trace.admission("ack", ledger, buffer.shard, buffer.generation, now,
                                      verdict)
             if actions is not NO_ACTIONS:
                 core.apply(actions)
@@ -98,8 +98,8 @@ async def _send(core: MemberCore, ops: StreamOps, batch: Taken,
             core.apply(ledger.on_ack_refused(shard))
         else:
             core.stats.acked += result
-            if core.ack_observer is not None:
-                core.ack_observer(core.member_id, result)
+            if core.observers.ack_observer is not None:
+                core.observers.ack_observer(core.member_id, result)
     for buffer, ids, complete in batch:
         if results.get(buffer.shard) == NOT_OWNER:
             buffer.refused = True

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 
+import attrs
 import trio
 
 from rsc.member.ackbook import AckBook
@@ -71,8 +72,42 @@ class AckerParking:
             self.parked = False
 
 
+@attrs.define(eq=False)
+class Lifecycle:
+    """Where one member is in its life, for every shell to wait on: joined, asked to stop,
+    left, and why it stops on its own."""
+
+    stop_requested: trio.Event = attrs.field(factory=trio.Event)
+    leave_for_good: bool = False  # S2: a static member's stop leaves with -1, not -2
+    joined: trio.Event = attrs.field(factory=trio.Event)
+    left: trio.Event = attrs.field(factory=trio.Event)
+    store_ok: trio.Event = attrs.field(factory=trio.Event)  # the storeId checked (or none): reads may start
+    fatal: BaseException | None = None  # why the member stops on its own (after leaving)
+
+
+@attrs.define(eq=False)
+class Observers:
+    """What the embedding application watches (events, reads, acks, handler traces)."""
+
+    on_event: EventCallback | None = None
+    read_observer: ReadObserver | None = None
+    ack_observer: AckObserver | None = None
+    trace: HandlerTrace | None = None
+
+
+@attrs.define(eq=False)
+class ReaderSignal:
+    """How the other shells wake the reader: `wake` fires; `waiting` says it waits for a
+    shard's in-flight work before a fresh claim."""
+
+    wake: Signal = attrs.field(factory=Signal)
+    waiting: bool = False
+
+
 class MemberCore:
-    """The shared books of one member's heartbeat, reader, worker and acker shells."""
+    """What one member's heartbeat, reader, worker and acker shells share: the ledger and the
+    books it decides with, the work queue, and three small parts owned by topic: the
+    member's `life`, the reader's wake-up (`reader`) and the application's `observers`."""
 
     def __init__(self, config: MemberConfig, *, on_event: EventCallback | None = None,
                  read_observer: ReadObserver | None = None,
@@ -82,10 +117,9 @@ class MemberCore:
         self.config = config
         self.read_budget = read_budget  # at most this many entries read (--max-messages)
         self.member_id = config.member_id
-        self.on_event = on_event
-        self.read_observer = read_observer
-        self.ack_observer = ack_observer
-        self.trace = trace
+        self.observers = Observers(on_event, read_observer, ack_observer, trace)
+        self.life = Lifecycle()
+        self.reader = ReaderSignal()
         self.clock = monotonic_ms
         self.ledger = Ledger(config.member_id, capacity=config.capacity,
                              default_heartbeat_interval_ms=config.default_heartbeat_interval_ms,
@@ -100,16 +134,8 @@ class MemberCore:
         self.acker_parking = AckerParking()
         self.busy = 0  # workers holding a work item
         self.changed = Signal()  # state transitions (and pushes) only, never per message
-        self.reader_wake = Signal()
-        self.reader_waiting = False
         self.heartbeat_due = True
-        self.stop_requested = trio.Event()
-        self.leave_for_good = False  # S2: a static member's stop leaves with -1, not -2
-        self.joined = trio.Event()
-        self.left = trio.Event()
-        self.store_ok = trio.Event()  # the storeId was checked (or there is none): reads may start
         self.server_xackdel = False  # the member's Redis has XACKDEL (>= 8.2)
-        self.fatal: BaseException | None = None  # why the member stops on its own (after leaving)
         # problem lines: said once, repeated slowly, cleared (a console tool passes its own)
         self.notices = notices if notices is not None else Notices(self._warn)
 
@@ -137,16 +163,16 @@ class MemberCore:
             self.heartbeat_due = True
         for event in actions.events:
             if event.name is EventName.JOINED:
-                self.joined.set()
+                self.life.joined.set()
             elif event.name is EventName.INSTANCE_FENCED:  # S3: stop for good, say why
-                self.fatal = InstanceFenced(self.config.instance_id or "", event.reason or "")
-                self.stop_requested.set()
+                self.life.fatal = InstanceFenced(self.config.instance_id or "", event.reason or "")
+                self.life.stop_requested.set()
             elif event.name is EventName.FENCED:
                 stats.fences += 1
                 log.warning("member %s fenced, stops %s: %s", self.member_id,
                             ", ".join(event.shards) or "no shards", event.reason)
-            if self.on_event is not None:
-                self.on_event(self.member_id, event)
+            if self.observers.on_event is not None:
+                self.observers.on_event(self.member_id, event)
         self.changed.fire()
         self.wake_reader()
 
@@ -155,10 +181,10 @@ class MemberCore:
         actions = self.ledger.finished(shard, count)
         if actions is not NO_ACTIONS:
             self.apply(actions)
-        elif self.reader_waiting and self.ledger.is_idle(shard):
+        elif self.reader.waiting and self.ledger.is_idle(shard):
             self.wake_reader()  # a fresh claim may wait for in-flight work to finish
 
     def wake_reader(self) -> None:
-        self.reader_waiting = False  # one wakeup is enough: it re-checks what it can do
+        self.reader.waiting = False  # one wakeup is enough: it re-checks what it can do
         self.queue.room_wanted = False
-        self.reader_wake.fire()
+        self.reader.wake.fire()

@@ -81,7 +81,7 @@ async def _run_session(core: MemberCore) -> None:
                              jitter=config.heartbeat_jitter,
                              join_retry_initial_s=config.join_retry_initial_s,
                              join_retry_max_s=config.join_retry_max_s)
-    while not core.left.is_set():
+    while not core.life.left.is_set():
         try:
             async with open_session(config.coordinator_url, "member", token=config.token,
                                     ca_file=config.ca_file, ssl_context=config.ssl_context,
@@ -99,8 +99,8 @@ async def _run_session(core: MemberCore) -> None:
             core.ledger.on_session_failed()
             core.changed.fire()  # wakes the D5 watcher
             core.apply(core.ledger.check_lease(core.clock()))
-            if core.ledger.done_without_session(core.stop_requested.is_set()):
-                core.left.set()
+            if core.ledger.done_without_session(core.life.stop_requested.is_set()):
+                core.life.left.set()
                 return
             await trio.sleep(pacing.reconnect_delay_s(core.ledger))
 
@@ -168,8 +168,8 @@ async def _heartbeat_loop(core: MemberCore, session: Session, pacing: HeartbeatP
         core.heartbeat_due = False
         state = ledger.state
         if faults.no_rejoin and state.incarnation and state.member_epoch == JOIN_EPOCH \
-                and not core.stop_requested.is_set():
-            await core.stop_requested.wait()  # a test's fault: fenced, and never back (D6, D7)
+                and not core.life.stop_requested.is_set():
+            await core.life.stop_requested.wait()  # a test's fault: fenced, and never back (D6, D7)
         request, sent, actions = ledger.heartbeat(
             core.clock(), capacity=config.capacity, stream_prefix=config.stream_prefix,
             consumer_group=config.consumer_group)
@@ -186,7 +186,7 @@ async def _heartbeat_loop(core: MemberCore, session: Session, pacing: HeartbeatP
             gc_control.freeze_after_startup()  # no-ops unless the process installed the policy
             gc_control.on_tick()
             if ledger.left:
-                core.left.set()
+                core.life.left.set()
                 return
         beat = pacing.next_beat(ledger, core.clock())
         if beat.join_refused is not None:
@@ -204,10 +204,10 @@ async def leave(core: MemberCore) -> None:
     """Stop reading, drain in-flight work, then leave with epoch -1, or -2 for a static member
     unless asked to leave for good (S2; bounded in time)."""
     config, ledger = core.config, core.ledger
-    core.apply(ledger.on_leave_requested(for_good=core.leave_for_good))
+    core.apply(ledger.on_leave_requested(for_good=core.life.leave_for_good))
     with trio.move_on_after(config.drain_timeout_s):
         await core.changed.wait_until(lambda: not ledger.state.holds)
     if ledger.state.holds:
         core.apply(ledger.on_abandon("drain timed out on leave"))
     with trio.move_on_after(config.leave_timeout_s):
-        await core.left.wait()
+        await core.life.left.wait()

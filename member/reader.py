@@ -71,7 +71,7 @@ class Reader:
         """Read until cancelled."""
         core = self.core
         config = core.config
-        await core.store_ok.wait()  # no read before the storeId check (runtime.py)
+        await core.life.store_ok.wait()  # no read before the storeId check (runtime.py)
         ops = stream_ops(connect(config.redis_url, decode=False), config.consumer_group, core.member_id,
                         use_xackdel=core.server_xackdel)
         native = native_ops(ops.client, config.consumer_group, core.member_id,
@@ -80,14 +80,14 @@ class Reader:
             while True:
                 if self.read_ahead is None:  # never park with a read in flight
                     while not self._can_work():
-                        core.reader_waiting = True
+                        core.reader.waiting = True
                         core.queue.room_wanted = True
                         try:  # a budget another member gives back wakes nobody here: look again
                             with trio.move_on_after(BUDGET_LOOK_S if self._budget_left() == 0
                                                     else math.inf):
-                                await core.reader_wake.wait()
+                                await core.reader.wake.wait()
                         finally:
-                            core.reader_waiting = False
+                            core.reader.waiting = False
                     recoverable = core.ledger.recoverable(core.clock())
                     if recoverable:
                         try:
@@ -114,8 +114,8 @@ class Reader:
             ops.client.close()
 
     def _observe(self, shards: frozenset[str], started: float) -> None:
-        if self.core.read_observer is not None:
-            self.core.read_observer(self.core.member_id, shards, started, trio.current_time())
+        if self.core.observers.read_observer is not None:
+            self.core.observers.read_observer(self.core.member_id, shards, started, trio.current_time())
 
     def _reads_in_progress(self, shards: frozenset[str]) -> None:
         actions = self.core.ledger.reads_in_progress(shards)

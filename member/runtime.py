@@ -117,8 +117,8 @@ class Member:
         """Ask for a clean leave: stop reading, drain in-flight work, leave with epoch -1; a
         static member leaves with -2 and the group keeps its shards for it (S2), unless
         `leave=True` asks for a real leave (a scale-down)."""
-        self.core.leave_for_good = self.core.leave_for_good or leave
-        self.core.stop_requested.set()
+        self.core.life.leave_for_good = self.core.life.leave_for_good or leave
+        self.core.life.stop_requested.set()
 
     async def run(self, *, task_status: trio.TaskStatus[Member] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until `stop()` has drained and left; `started` once the first join is accepted
@@ -138,7 +138,7 @@ class Member:
                 return
             core.server_xackdel = server_xackdel
             if not config.check_store_id:
-                core.store_ok.set()
+                core.life.store_ok.set()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(run_session, core)
                 nursery.start_soon(self._check_store, probe)
@@ -147,15 +147,15 @@ class Member:
                 nursery.start_soon(run_acker, core)
                 nursery.start_soon(poll_lag, core)
                 with trio.CancelScope() as join_wait:
-                    nursery.start_soon(_cancel_on, core.stop_requested, join_wait)
+                    nursery.start_soon(_cancel_on, core.life.stop_requested, join_wait)
                     await core.changed.wait_until(self._started)
-                if core.fatal is None:
+                if core.life.fatal is None:
                     task_status.started(self)
-                await core.stop_requested.wait()
+                await core.life.stop_requested.wait()
                 await leave(core)
                 nursery.cancel_scope.cancel()
-            if core.fatal is not None:
-                raise core.fatal
+            if core.life.fatal is not None:
+                raise core.life.fatal
         finally:
             misc_client.close()
             probe.close()
@@ -163,7 +163,7 @@ class Member:
     def _started(self) -> bool:
         """Joined, and the storeId checked if the join's routing named one."""
         core = self.core
-        return core.joined.is_set() and (core.store_ok.is_set() or not core.ledger.routed)
+        return core.life.joined.is_set() and (core.life.store_ok.is_set() or not core.ledger.routed)
 
     async def _until_redis_answers(self, client: redis.Redis,
                                    call: Callable[[redis.Redis], bool]) -> bool | None:
@@ -171,7 +171,7 @@ class Member:
         rate-limited warning); None when `stop()` came first."""
         core, url = self.core, self.config.redis_url
         backoff = Backoff(0.05, self.config.redis_retry_max_s)
-        while not core.stop_requested.is_set():
+        while not core.life.stop_requested.is_set():
             try:
                 result = await trio.to_thread.run_sync(tls_checked, lambda: call(client), url)
             except redis.RedisError as exc:
@@ -179,7 +179,7 @@ class Member:
                     raise Unrecoverable(redis_unrecoverable_line(exc, url)) from exc
                 core.notices.say(REDIS_TOPIC, then(redis_problem(exc, url), "retrying"))
                 with trio.move_on_after(backoff.next()):
-                    await core.stop_requested.wait()
+                    await core.life.stop_requested.wait()
                 continue
             core.notices.clear(REDIS_TOPIC, f"Redis at {redact_url(url)} answers again")
             return result
@@ -189,7 +189,7 @@ class Member:
         """Before the first read: the first storeId a heartbeat routing carries must be the
         one in this member's Redis; on a mismatch the member stops (leaves, then raises)."""
         core, config = self.core, self.config
-        if core.store_ok.is_set():
+        if core.life.store_ok.is_set():
             return
         ledger = core.ledger
         await core.changed.wait_until(lambda: ledger.routed)
@@ -204,10 +204,10 @@ class Member:
                 if await self._until_redis_answers(client, check) is None:
                     return
             except StoreMismatch as exc:
-                core.fatal = exc
-                core.stop_requested.set()
+                core.life.fatal = exc
+                core.life.stop_requested.set()
                 return
-        core.store_ok.set()
+        core.life.store_ok.set()
         core.changed.fire()
         core.wake_reader()
 

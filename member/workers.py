@@ -106,8 +106,8 @@ class WorkerPool:
     def _decided(self, what: str, shard: str, generation: int, now: float, verdict: Verdict,
                  actions: Actions) -> None:
         core = self.core
-        if core.trace is not None:
-            core.trace.admission(what, core.ledger, shard, generation, now, verdict)
+        if core.observers.trace is not None:
+            core.observers.trace.admission(what, core.ledger, shard, generation, now, verdict)
         if actions is not NO_ACTIONS:
             self._apply(actions)
 
@@ -127,7 +127,7 @@ class WorkerPool:
         clock = core.clock
         decided, finish, wake_acker = self._decided, self._finish, self._wake_acker
         checkpoint, stopping, failed = self._checkpoint, self._stopping, self._failed
-        traced = core.trace is not None
+        traced = core.observers.trace is not None
         allowed = Verdict.ALLOWED
         pop, wait, done = queue.pop, queue.wait, queue.done
         config = core.config

@@ -173,7 +173,7 @@ async def test_join_refused_by_a_cap_holds_nothing_retries_with_backoff_and_says
     nursery.start_soon(member.run)
     await wait_for(lambda: recorder.handled == ["after-the-refusals"])
     member.stop()
-    await wait_for(lambda: member.core.left.is_set())
+    await wait_for(lambda: member.core.life.left.is_set())
 
     refused = [request for _, request in coordinator.requests[:refusals]]
     assert all(r.member_epoch == JOIN_EPOCH and r.owned_shards == () for r in refused)
@@ -214,12 +214,12 @@ async def test_members_sharing_notices_say_a_refused_join_once_while_others_are_
     nursery.start_soon(inside.run)
     nursery.start_soon(outside.run)
     await wait_for(lambda: sum(r.member_id == kept_out for _, r in coordinator.requests) >= 6)
-    assert inside.core.joined.is_set() and not outside.core.joined.is_set()
+    assert inside.core.life.joined.is_set() and not outside.core.life.joined.is_set()
     assert outside.state.holds == {}
     assert len(lines) == 1 and kept_out in lines[0] and "GROUP_MAX_SIZE_REACHED" in lines[0], lines
     inside.stop()
     outside.stop()
-    await wait_for(lambda: inside.core.left.is_set() and outside.core.left.is_set())
+    await wait_for(lambda: inside.core.life.left.is_set() and outside.core.life.left.is_set())
     client.close()
 
 
@@ -254,7 +254,7 @@ async def test_listener_of_two_members_raises_one_store_mismatch_and_starts_noth
     with trio.fail_after(15), pytest.raises(StoreMismatch, match="is not the coordinator's Redis"):
         await consumers.run()
     assert recorder.handled == []
-    assert not consumers.members[1].core.joined.is_set()  # the first one stopped the start
+    assert not consumers.members[1].core.life.joined.is_set()  # the first one stopped the start
     client.close()
 
 
@@ -266,7 +266,7 @@ async def test_matching_store_id_lets_the_member_read(redis_url, scripted, nurse
     nursery.start_soon(member.run)
     await wait_for(lambda: recorder.handled == ["read-me"])
     member.stop()
-    await wait_for(lambda: member.core.left.is_set())
+    await wait_for(lambda: member.core.life.left.is_set())
     client.close()
 
 
@@ -283,7 +283,7 @@ async def test_redis_down_at_start_is_retried_with_backoff_and_said(scripted, ca
     try:
         await wait_for(lambda: any(f"cannot reach Redis at {server.url}" in line
                                    for line in warnings_of(caplog)))
-        assert not member.core.joined.is_set()
+        assert not member.core.life.joined.is_set()
         await trio.to_thread.run_sync(server.start)
         client = prepare(server.url, "after-redis-came")
         await wait_for(lambda: recorder.handled == ["after-redis-came"])
@@ -291,7 +291,7 @@ async def test_redis_down_at_start_is_retried_with_backoff_and_said(scripted, ca
         assert sum("cannot reach Redis" in line for line in lines) == 1, lines
         assert f"Redis at {server.url} answers again" in lines
         member.stop()
-        await wait_for(lambda: member.core.left.is_set())
+        await wait_for(lambda: member.core.life.left.is_set())
         client.close()
     finally:
         server.stop()
@@ -308,7 +308,7 @@ async def test_stop_while_redis_is_down_at_start_returns(scripted):
             nursery.start_soon(consumers.run)
             await wait_for(lambda: member.core.notices.active("redis"))
             consumers.stop()
-    assert not member.core.joined.is_set()
+    assert not member.core.life.joined.is_set()
 
 
 # --- retention: what an ack does ---------------------------------------------------------------
@@ -332,7 +332,7 @@ async def consume_and_ack(redis_url: str, scripted: Any, nursery: trio.Nursery,
     nursery.start_soon(member.run)
     await wait_for(lambda: len(recorder.handled) == 2 and member.stats.acked == 2)
     member.stop()
-    await wait_for(lambda: member.core.left.is_set())
+    await wait_for(lambda: member.core.life.left.is_set())
     assert client.xinfo_groups(SHARD)[0]["pending"] == 0
     return client
 
