@@ -23,6 +23,7 @@ its replies could no longer be matched to their commands.
 
 from __future__ import annotations
 
+import socket
 import ssl
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -125,7 +126,9 @@ class TrioRedis:
         """Connect, authenticate and select the database; errors as described above."""
         try:
             with trio.fail_after(settings.connect_timeout_s):
-                stream: trio.abc.Stream = await trio.open_tcp_stream(settings.host, settings.port)
+                tcp = await trio.open_tcp_stream(settings.host, settings.port)
+                tcp.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # as redis-py's members
+                stream: trio.abc.Stream = tcp
                 if settings.tls is not None:
                     stream = trio.SSLStream(stream, settings.tls, server_hostname=settings.host,
                                             https_compatible=True)
