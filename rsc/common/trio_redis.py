@@ -171,8 +171,7 @@ class TrioRedis:
             raise redis.ConnectionError(f"connection to {self.settings.address} is closed")
         if not commands:
             return
-        pack: Any = hiredis.pack_command
-        data = b"".join(pack(tuple(command)) for command in commands)
+        data = b"".join(_pack(tuple(command)) for command in commands)
         self._sent.extend(_named(command) for command in commands)
         try:
             await self._stream.send_all(data)
@@ -242,6 +241,18 @@ class TrioRedis:
         self.closed = True
         self._sent.clear()
         await trio.aclose_forcefully(self._stream)
+
+
+def pack_command(command: Sequence[Word]) -> bytes:
+    """One command in RESP (hiredis' `pack_command` where its version has it)."""
+    parts = [b"*%d\r\n" % len(command)]
+    for word in command:
+        data = word if isinstance(word, bytes) else str(word).encode("utf-8")
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+_pack: Any = getattr(hiredis, "pack_command", None) or pack_command
 
 
 def _named(command: Sequence[Word]) -> tuple[str, ...]:
