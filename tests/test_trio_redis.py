@@ -189,3 +189,11 @@ async def test_a_reply_later_than_the_clients_timeout_is_a_timeout_error(redis_u
     with pytest.raises(redis.TimeoutError):
         await connection.call("BLPOP", "nothing-here", 5)
     assert connection.closed
+
+
+def test_the_fallback_packer_writes_what_hiredis_writes():
+    import hiredis
+
+    from rsc.common.trio_redis import pack_command
+    command = ("EVALSHA", "ab" * 20, 2, "{k}", b"\xff\x00", "é", 1.5)
+    assert pack_command(command) == hiredis.pack_command(command)

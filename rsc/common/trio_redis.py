@@ -23,6 +23,7 @@ its replies could no longer be matched to their commands.
 
 from __future__ import annotations
 
+import socket
 import ssl
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -125,7 +126,9 @@ class TrioRedis:
         """Connect, authenticate and select the database; errors as described above."""
         try:
             with trio.fail_after(settings.connect_timeout_s):
-                stream: trio.abc.Stream = await trio.open_tcp_stream(settings.host, settings.port)
+                tcp = await trio.open_tcp_stream(settings.host, settings.port)
+                tcp.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # as redis-py's members
+                stream: trio.abc.Stream = tcp
                 if settings.tls is not None:
                     stream = trio.SSLStream(stream, settings.tls, server_hostname=settings.host,
                                             https_compatible=True)
@@ -168,8 +171,7 @@ class TrioRedis:
             raise redis.ConnectionError(f"connection to {self.settings.address} is closed")
         if not commands:
             return
-        pack: Any = hiredis.pack_command
-        data = b"".join(pack(tuple(command)) for command in commands)
+        data = b"".join(_pack(tuple(command)) for command in commands)
         self._sent.extend(_named(command) for command in commands)
         try:
             await self._stream.send_all(data)
@@ -239,6 +241,18 @@ class TrioRedis:
         self.closed = True
         self._sent.clear()
         await trio.aclose_forcefully(self._stream)
+
+
+def pack_command(command: Sequence[Word]) -> bytes:
+    """One command in RESP (hiredis' `pack_command` where its version has it)."""
+    parts = [b"*%d\r\n" % len(command)]
+    for word in command:
+        data = word if isinstance(word, bytes) else str(word).encode("utf-8")
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+_pack: Any = getattr(hiredis, "pack_command", None) or pack_command
 
 
 def _named(command: Sequence[Word]) -> tuple[str, ...]:
