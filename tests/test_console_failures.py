@@ -587,7 +587,7 @@ def test_good_coordinator_urls_pass_and_the_endpoint_path_is_not_doubled():
 
 
 def test_refusal_lines_carry_the_fix_and_keep_the_status_in_the_reason():
-    assert refused("ws://h:1", "member", 401).line.endswith("(pass --token or set RSC_TOKEN)")
+    assert refused("ws://h:1", "member", 401).line.endswith("pass --token or set RSC_TOKEN")
     assert str(refused("ws://h:1", "admin", 401)) == "ws://h:1/v1/admin refused the session: HTTP 401"
     assert "/v1/admin" in refused("ws://h:1/x", "admin", 404).line
     assert refused("ws://h:1", "member", 418).line.endswith("HTTP 418")

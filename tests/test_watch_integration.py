@@ -14,7 +14,7 @@ import trio
 
 from rsc.actors.actor import PrefixActor
 from rsc.actors.shard_ops import STORE_ID_KEY, ensure_store_id
-from rsc.member.session import Session, open_session
+from rsc.member.session import Session, SessionClosed, open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import JOIN_EPOCH, LEAVE_EPOCH
@@ -180,7 +180,7 @@ async def test_routing_and_heartbeat_routing_carry_the_store_id_of_the_redis(coo
                     async with open_session(coordinator.url, "member") as member:
                         again = await member.request(m.GetRouting(request_id=0, stream_prefix=PREFIX))
                     break
-                except OSError:
+                except (OSError, SessionClosed):  # refused while the write-back runs
                     await trio.sleep(0.05)
         assert isinstance(again, m.Routing) and again.store_id == stored
     finally:
