@@ -241,7 +241,8 @@ async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admi
     went_back: WentBack | None = None  # K3: what to write back, kept until it landed
     while True:
         epoch, others = await _wait_for_lease(
-            config, store, readiness, lease_ms, above=went_back.epoch if went_back else None)
+            config, store, readiness, lease_ms, above=went_back.epoch if went_back else None,
+            reached=started)
         if went_back is not None and others:
             log_event(log, "store.rewrite_dropped", level=logging.WARNING,
                       reason="another coordinator held the lease meanwhile: its state wins",
@@ -307,7 +308,8 @@ class EpochState:
 
 
 async def _wait_for_lease(config: CoordinatorConfig, store: ReportingStore, readiness: Readiness,
-                          lease_ms: int, *, above: int | None = None) -> tuple[int, bool]:
+                          lease_ms: int, *, above: int | None = None,
+                          reached: bool = False) -> tuple[int, bool]:
     """D5: take the coordinator lease, waiting while another live coordinator holds it (not
     listening, `/readyz` 503, one line every 10 s naming the holder). A holder that stops
     marks its release (taken within a poll, well inside a tick); one that died on this host
@@ -315,13 +317,15 @@ async def _wait_for_lease(config: CoordinatorConfig, store: ReportingStore, read
     (actors/lease.py `Takeover`).
 
     With `above` (K3: the store went back under that epoch) the new epoch is above it.
+    `reached`: this coordinator served before (a lapse, not a start): a Redis that fails now
+    (down, restarting, a replica after a failover: K2) is waited out, never an exit.
     Returns the new epoch, and whether another coordinator held the lease meanwhile.
     Readiness stays 503 until the epoch restored or wrote back its prefixes.
     """
     poll_s = min(0.25, max(0.02, config.tick_interval_ms / 4000))
     takeover = Takeover(lease_ttl_ms=config.lease_ttl_ms)
     last_said: float | None = None
-    looked = False  # Redis answered this coordinator's look at least once
+    looked = reached  # Redis answered this coordinator (this call's look, or an earlier epoch)
     while True:
         try:
             await trio.to_thread.run_sync(take_over_dead_local_holder, store)

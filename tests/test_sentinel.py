@@ -179,3 +179,33 @@ async def wait_linked(replica: redis.Redis, timeout: float = 20) -> None:
     with trio.fail_after(timeout):
         while replica.info("replication").get("master_link_status") != "up":
             await trio.sleep(0.05)
+
+
+async def test_k2_a_coordinator_whose_server_stays_a_replica_past_its_lease_waits_it_out(nursery):
+    """The lease lapses while the coordinator's address serves a replica (K2 longer than a
+    lease): the coordinator waits for a master again instead of exiting (D5), then serves."""
+    binary = server_binary()
+    with EmbeddedRedis(binary=binary) as first:
+        with EmbeddedRedis(binary=binary, args=["--replicaof", "127.0.0.1", str(first.port)]) as second:
+            coordinator = await start_coordinator(nursery, first.url)
+            await set_shards(coordinator.url, PREFIX, GROUP, 2)
+            a, b = (redis.Redis(port=server.port) for server in (first, second))
+            await wait_linked(b)
+            b.execute_command("REPLICAOF", "NO", "ONE")
+            a.execute_command("REPLICAOF", "127.0.0.1", str(second.port))
+            await wait_linked(a)
+            lease_s = coordinator.config.lease_ttl_ms / 1000
+            with trio.fail_after(20):  # the lease runs out while `first` is a replica
+                while a.get("rsc:coordinator:lease") is not None:
+                    await trio.sleep(0.05)
+            await trio.sleep(lease_s)  # a lease more as a replica: the waiting coordinator's case
+            assert not coordinator.stopped.is_set(), "a replica at the address is waited out"
+            a.execute_command("REPLICAOF", "NO", "ONE")
+            b.execute_command("REPLICAOF", "127.0.0.1", str(first.port))
+            with trio.fail_after(20):
+                while a.get("rsc:coordinator:lease") is None:
+                    await trio.sleep(0.05)
+            await set_shards(coordinator.url, PREFIX, GROUP, 3)  # serving again
+            assert not coordinator.stopped.is_set()
+            a.close()
+            b.close()
