@@ -16,6 +16,8 @@ import asyncio
 import signal
 import sys
 
+import pytest
+
 from rsc.member.aio import listener
 from rsc.member.output_lines import event_line, message_line
 from rsc.member.reconcile import Event
@@ -25,6 +27,8 @@ from tests.test_member_sigstop import (
     handler_starts_after_pauses,
     lost_and_duplicates,
 )
+
+pytestmark = pytest.mark.faults  # the fault step of .ci/run: python -m pytest -q -m faults
 
 PREFIX, GROUP = "faults", "aio-sigstop"
 WORK_MS = 20

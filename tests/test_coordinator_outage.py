@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
+import pytest
 import redis
 import trio
 
@@ -41,6 +42,8 @@ from rsc.member.session import open_session
 from rsc.protocol import DescribeGroup, GroupDescription
 from tests.processes import ROOT
 from tests.test_member_support import set_shards, wait_for_stable_members
+
+pytestmark = pytest.mark.faults  # the fault step of .ci/run: python -m pytest -q -m faults
 
 PREFIX, GROUP = "outage", "billing"
 SHARDS = 4

@@ -24,10 +24,13 @@ import time
 from pathlib import Path
 
 import attrs
+import pytest
 import trio
 
 from tests.processes import ROOT, spawn_coordinator
 from tests.test_member_support import pending_count, set_shards, write_messages
+
+pytestmark = pytest.mark.faults  # the fault step of .ci/run: python -m pytest -q -m faults
 
 PREFIX, GROUP = "faults", "sigstop"
 SHARDS = 4

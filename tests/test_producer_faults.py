@@ -34,6 +34,8 @@ from tests.processes import ROOT
 from tests.test_console_failures import Tool, tool_env
 from tests.test_member_support import set_shards
 
+pytestmark = pytest.mark.faults  # the fault step of .ci/run: python -m pytest -q -m faults
+
 PREFIX = "faults"
 GROUP = "billing"
 

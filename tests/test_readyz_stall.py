@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
 import trio
 
 from rsc.actors.app import serve
@@ -18,6 +19,8 @@ from rsc.actors.config import CoordinatorConfig
 from rsc.common.redis_server import EmbeddedRedis, free_port
 from tests.helpers.http import http_get
 from tests.test_metrics_coordinator import http_status
+
+pytestmark = pytest.mark.faults  # the fault step of .ci/run: python -m pytest -q -m faults
 
 LEASE_MS = 3000
 TICK_MS = 100

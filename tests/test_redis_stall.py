@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
 import trio
 
 from rsc.actors.store import MetadataStore
@@ -27,6 +28,8 @@ from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import JOIN_EPOCH
 from tests.conftest import start_coordinator
 from tests.sim_member import SimMember, assert_no_shard_held_twice
+
+pytestmark = pytest.mark.faults  # the fault step of .ci/run: python -m pytest -q -m faults
 
 PREFIX, GROUP, OTHER = "stall", "billing", "audit"
 LEASE_MS = 1500

@@ -25,6 +25,7 @@ import sys
 from collections import Counter
 from typing import Any
 
+import pytest
 import trio
 
 from rsc.common.redis_server import SentinelGroup
@@ -45,6 +46,8 @@ from tests.test_coordinator_outage import (
     wait_for,
 )
 from tests.test_member_support import set_shards, wait_for_stable_members
+
+pytestmark = pytest.mark.faults  # the fault step of .ci/run: python -m pytest -q -m faults
 
 RATE_PER_S = 200
 RESUME_LIMIT_S = 20.0

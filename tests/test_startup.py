@@ -20,6 +20,8 @@ from rsc.protocol import messages as m
 from tests.helpers.http import http_get
 from tests.processes import ROOT, spawn_coordinator, spawn_coordinator_timed, stop
 
+pytestmark = pytest.mark.faults  # the fault step of .ci/run: python -m pytest -q -m faults
+
 PREFIX, GROUP = "orders", "billing"
 LEASE_FLAGS = ("--lease-ttl-ms", "3000", "--heartbeat-interval-ms", "500")  # default tick: 3 s lease
 OVERLOADED_S = 2.0  # a restart slower than this leaves members too little of their lease

@@ -24,6 +24,7 @@ import sys
 import time
 
 import attrs
+import pytest
 import trio
 
 from rsc.member.session import open_session
@@ -32,6 +33,8 @@ from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import TEMPORARY_LEAVE_EPOCH, MemberState
 from tests.processes import ROOT, log_message, spawn_coordinator
 from tests.test_member_support import pending_count, set_shards, write_messages
+
+pytestmark = pytest.mark.faults  # the fault step of .ci/run: python -m pytest -q -m faults
 
 PREFIX = "static"
 SHARDS = 8

@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import redis
 import trio
 
@@ -67,6 +68,8 @@ from tests.test_coordinator_outage import (
 )
 from tests.test_member_support import set_shards, wait_for_stable_members
 from tests.test_sentinel_faults import FedProducer, double_owner_windows
+
+pytestmark = pytest.mark.faults  # the fault step of .ci/run: python -m pytest -q -m faults
 
 ME = "host-1-abcd"
 
