@@ -58,6 +58,7 @@ from rsc.actors.lease import (
     waiting_line,
 )
 from rsc.actors.logs import log_event
+from rsc.actors.ports import StoreMetrics
 from rsc.actors.prefix_admission import GroupBudget
 from rsc.actors.prefix_schedule import Schedule
 from rsc.actors.records import PrefixSnapshot
@@ -439,12 +440,12 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
 
 
 async def _write_back(store: ReportingStore, went_back: WentBack, identity: StoreIdentity,
-                      metrics: Any) -> None:
+                      metrics: StoreMetrics | None) -> None:
     """K3, K4: everything memory held written back under this new epoch; one line says what."""
     started = time.monotonic()
     done = await trio.to_thread.run_sync(store.rewrite, went_back.memory)
     identity.went_back_at_ms = int(time.time() * 1000)
-    if metrics is not None and hasattr(metrics, "observe_store_went_back"):
+    if metrics is not None:
         metrics.observe_store_went_back()
     log_event(log, "store.went_back", level=logging.WARNING, reason=went_back.reason,
               previous_epoch=went_back.epoch, coordinator_epoch=store.coordinator_epoch,

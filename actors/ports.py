@@ -59,6 +59,12 @@ class RouterMetrics(Protocol):
     def prefix_actor_restarted(self, prefix: str) -> None: ...
 
 
+class StoreMetrics(Protocol):
+    """K3, K4: what the coordinator counts of its store."""
+
+    def observe_store_went_back(self) -> None: ...
+
+
 class SessionMetrics(Protocol):
     """A1: what the server counts of sessions and of the requests they sent."""
 

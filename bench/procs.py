@@ -192,8 +192,40 @@ def start_bare(gc_mode: str | None = None) -> Server:
     return Server([sys.executable, "-m", "bench.bare", "--port", "0"], gc_mode=gc_mode)
 
 
-class LoadGen(Child):
+class CommandedChild(Child):
+    """A child process that answers one JSON command per stdin line with one JSON line, and
+    leaves on `{"cmd": "exit"}`."""
+
+    name = "child"
+
+    def stderr_tail(self) -> str:
+        return self._stderr_tail.decode(errors="replace")
+
+    def send_command(self, command: dict[str, Any], timeout: float,
+                     on_wait: Callable[[], None] | None = None) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write((json.dumps(command) + "\n").encode())
+        self.process.stdin.flush()
+        result: dict[str, Any] = json.loads(self.readline(timeout, on_wait))
+        if "error" in result:
+            raise BenchError(f"{self.name} {command['cmd']}: {result['error']}")
+        return result
+
+    def stop(self) -> None:
+        if self.process.poll() is None and self.process.stdin is not None:
+            try:
+                self.process.stdin.write(b'{"cmd": "exit"}\n')
+                self.process.stdin.flush()
+                self.process.wait(timeout=20)
+            except (BrokenPipeError, subprocess.TimeoutExpired):
+                pass
+        super().stop()
+
+
+class LoadGen(CommandedChild):
     """The load-generator process (bench/loadgen.py), driven one JSON command at a time."""
+
+    name = "load generator"
 
     def __init__(self, url: str, prefix: str = "bench", group: str = "g",
                  gc_mode: str | None = None, ca_file: str | None = None) -> None:
@@ -203,63 +235,26 @@ class LoadGen(Child):
         ready = json.loads(self.readline(30))
         self.fd_limit = ready.get("fdLimit")
 
-    def stderr_tail(self) -> str:
-        return self._stderr_tail.decode(errors="replace")
-
     def call(self, cmd: str, timeout: float = 300, on_wait: Callable[[], None] | None = None,
              **fields: Any) -> dict[str, Any]:
-        assert self.process.stdin is not None
         # the load generator's own wait (convergence) ends a little before ours does
-        command = {"cmd": cmd, "timeout": max(1.0, timeout - 5), **fields}
-        self.process.stdin.write((json.dumps(command) + "\n").encode())
-        self.process.stdin.flush()
-        result: dict[str, Any] = json.loads(self.readline(timeout, on_wait))
-        if "error" in result:
-            raise BenchError(f"load generator {cmd}: {result['error']}")
-        return result
-
-    def stop(self) -> None:
-        if self.process.poll() is None and self.process.stdin is not None:
-            try:
-                self.process.stdin.write(b'{"cmd": "exit"}\n')
-                self.process.stdin.flush()
-                self.process.wait(timeout=20)
-            except (BrokenPipeError, subprocess.TimeoutExpired):
-                pass
-        super().stop()
+        return self.send_command({"cmd": cmd, "timeout": max(1.0, timeout - 5), **fields},
+                                 timeout, on_wait)
 
 
-class CommandChild(Child):
+class CommandChild(CommandedChild):
     """`python -m MODULE ROLE OPTIONS-JSON`: prints one JSON line once ready, then answers
     one JSON command per stdin line with one JSON line (bench/latency.py, bench/rebalance.py)."""
 
     def __init__(self, module: str, role: str, options: dict[str, Any], *,
                  ready_timeout: float = 60) -> None:
         super().__init__([sys.executable, "-m", module, role, json.dumps(options)], stdin=True)
+        self.name = role
         _drain_stderr_forever(self)
         self.ready: dict[str, Any] = json.loads(self.readline(ready_timeout))
 
-    def stderr_tail(self) -> str:
-        return self._stderr_tail.decode(errors="replace")
-
     def call(self, cmd: str, timeout: float, **fields: Any) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        self.process.stdin.write((json.dumps({"cmd": cmd, **fields}) + "\n").encode())
-        self.process.stdin.flush()
-        result: dict[str, Any] = json.loads(self.readline(timeout))
-        if "error" in result:
-            raise BenchError(f"{self.argv[3]} {cmd}: {result['error']}")
-        return result
-
-    def stop(self) -> None:
-        if self.process.poll() is None and self.process.stdin is not None:
-            try:
-                self.process.stdin.write(b'{"cmd": "exit"}\n')
-                self.process.stdin.flush()
-                self.process.wait(timeout=20)
-            except (BrokenPipeError, subprocess.TimeoutExpired):
-                pass
-        super().stop()
+        return self.send_command({"cmd": cmd, **fields}, timeout)
 
 
 def run_child(module: str, role: str, options: dict[str, Any], timeout: float) -> dict[str, Any]:

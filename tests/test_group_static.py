@@ -490,6 +490,6 @@ def test_s5_the_static_session_timeout_flag_reaches_the_config(capsys):
     assert defaults.static_session_timeout_ms == GroupSettings().static_session_timeout_ms == 45_000
     with pytest.raises(SystemExit):
         parser.parse_args(["coordinator", "--static-session-timeout-ms", "0"])
-    assert "--static-session-timeout-ms: must be at least 1, got 0" in capsys.readouterr().err
+    assert "--static-session-timeout-ms: must be >= 1, got 0" in capsys.readouterr().err
     with pytest.raises(ValueError, match="static-session-timeout-ms must be positive"):
         CoordinatorConfig(static_session_timeout_ms=0)

@@ -230,7 +230,7 @@ def test_admission_flags_reach_the_config_and_bad_values_are_refused(capsys):
     for flag in ("--max-sessions", "--max-groups", "--max-group-size"):
         with pytest.raises(SystemExit):
             parser.parse_args(["coordinator", flag, "0"])
-        assert f"{flag}: must be at least 1, got 0" in capsys.readouterr().err
+        assert f"{flag}: must be >= 1, got 0" in capsys.readouterr().err
     with pytest.raises(ValueError, match="max-groups must be positive"):
         CoordinatorConfig(max_groups=0)
 

@@ -16,7 +16,8 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from rsc.commands.member_tool import add_endpoint_flags, dispatch_signals, positive, run_tool
+from rsc.commands.arg_types import positive
+from rsc.commands.member_tool import add_endpoint_flags, dispatch_signals, run_tool
 from rsc.common.env_config import own_argument
 from rsc.common.logs import add_logging_arguments
 

@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from rsc.actors.config import DEFAULT_MAX_GROUP_SIZE, DEFAULT_MAX_GROUPS, CoordinatorConfig
+from rsc.commands.arg_types import non_negative, positive
 from rsc.common.env_config import parse_args
 from rsc.common.exit_codes import EXIT_FAILED, EXIT_OK
 from rsc.common.logs import add_logging_arguments, configure_logging, log_event
@@ -41,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--revoke-timeout-ms", type=int, default=defaults.revoke_timeout_ms,
                         help="a member still holding a shard it was asked to give up after this long "
                              "is removed from its group (default %(default)s)")
-    parser.add_argument("--static-session-timeout-ms", type=_positive_int,
+    parser.add_argument("--static-session-timeout-ms", type=positive,
                         default=defaults.static_session_timeout_ms,
                         help="how long the shards of a static member that went away wait for it to "
                              "come back before they move to others (default %(default)s)")
@@ -53,13 +54,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes,
                         help="largest message accepted, in UTF-8 bytes; a larger one closes the "
                              "session with code 1009 (default %(default)s)")
-    parser.add_argument("--max-sessions", type=_positive_int, default=None,
+    parser.add_argument("--max-sessions", type=positive, default=None,
                         help="open sessions allowed; past it a handshake gets HTTP 503 "
                              "(default: 80%% of the fd limit, raised to the hard limit at start)")
-    parser.add_argument("--max-groups", type=_positive_int, default=DEFAULT_MAX_GROUPS,
+    parser.add_argument("--max-groups", type=positive, default=DEFAULT_MAX_GROUPS,
                         help="groups allowed; past it a join gets GROUP_LIMIT_REACHED "
                              f"(default {DEFAULT_MAX_GROUPS})")
-    parser.add_argument("--max-group-size", type=_positive_int, default=DEFAULT_MAX_GROUP_SIZE,
+    parser.add_argument("--max-group-size", type=positive, default=DEFAULT_MAX_GROUP_SIZE,
                         help="members per group; past it a join gets GROUP_MAX_SIZE_REACHED "
                              f"(default {DEFAULT_MAX_GROUP_SIZE})")
     parser.add_argument("--metrics-port", type=int, default=None,
@@ -73,7 +74,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--metrics-tls", action="store_true",
                         help="serve the metrics, health and console ports over HTTPS with the same "
                              "certificate")
-    parser.add_argument("--min-replicas", type=_not_negative_int,
+    parser.add_argument("--min-replicas", type=non_negative,
                         default=0,
                         help="every metadata write waits (Redis WAIT, within a third of the lease) "
                              "until this many replicas hold it; fewer is a failed write, answered "
@@ -84,26 +85,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="keep a resharded prefix's old streams instead of deleting them")
     add_logging_arguments(parser)
     parser.set_defaults(run=run)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _not_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
 
 
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:

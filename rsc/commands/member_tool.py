@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from rsc.member.tool_config import DEFAULT_COORDINATOR_URL
@@ -27,33 +26,6 @@ def add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ca-file", default=None, metavar="FILE",
                         help="CA certificates (PEM) a wss:// coordinator is verified against, beside "
                              "the system trust store (default: $RSC_CA_FILE)")
-
-
-def non_negative_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value >= 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds from 0, got {text!r}")
-    return value
-
-
-def non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def run_tool(tool: str, main: Callable[..., Awaitable[int]], *args: object) -> int:

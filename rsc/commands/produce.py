@@ -16,14 +16,8 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from rsc.commands.member_tool import (
-    add_endpoint_flags,
-    dispatch_signals,
-    non_negative,
-    non_negative_seconds,
-    positive,
-    run_tool,
-)
+from rsc.commands.arg_types import non_negative, non_negative_seconds, positive
+from rsc.commands.member_tool import add_endpoint_flags, dispatch_signals, run_tool
 from rsc.common.logs import add_logging_arguments
 from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES
 
