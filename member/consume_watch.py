@@ -13,6 +13,7 @@ import trio
 
 from rsc.common.errors import unwrap_single
 from rsc.common.redact import redact_url
+from rsc.member.health import may_take_messages
 from rsc.member.notices import REPEAT_S, Notices, redis_problem, then
 from rsc.member.producer import no_routing_line
 from rsc.member.session import (
@@ -68,7 +69,9 @@ class ConsumeWatch:
             self._client.close()
 
     def _check_ready(self) -> None:
-        if self._redis_ok and (self._store_checked or self._routed):
+        # before routing it is not known whether the coordinator names a storeId to check
+        if may_take_messages(reached=self._redis_ok, store_checked=self._store_checked,
+                     store_to_check=not self._routed):
             self.ready.set()
 
     async def _watch_redis(self) -> None:

@@ -15,6 +15,10 @@ a probe should make of that depends on why:
 `MembershipHealth` is fed by the ledger: every heartbeat sent, every answer, every failed
 session; `verdict` is the one place readiness and health are decided, for `rsc consume`'s
 health port and the listeners' `status()` alike.
+
+`may_take_messages` is the one rule of when a member, `rsc consume` or a producer may begin taking or
+writing messages: once it reached what it needs (its group, its Redis, its routing) and its
+Redis is known to be the coordinator's: the storeId checked, or none to check.
 """
 
 from __future__ import annotations
@@ -28,6 +32,13 @@ from rsc.protocol import Status
 
 REFUSALS = frozenset({Status.GROUP_MAX_SIZE_REACHED, Status.GROUP_LIMIT_REACHED,
                       Status.UNRELEASED_INSTANCE_ID})
+
+
+def may_take_messages(*, reached: bool, store_checked: bool, store_to_check: bool) -> bool:
+    """Messages may be taken (or written): `reached` (joined; Redis answers; routing known)
+    and this Redis is the coordinator's: its storeId `store_checked`, or no `store_to_check`
+    (an older coordinator names none; see the module text)."""
+    return reached and (store_checked or not store_to_check)
 
 
 @attrs.frozen

@@ -51,6 +51,7 @@ from rsc.common.errors import unwrap_single
 from rsc.member.backoff import Backoff
 from rsc.member.codecs import Codec, codec_for, encode_records
 from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, MessageTooLarge
+from rsc.member.health import may_take_messages
 from rsc.member.notices import Notices
 from rsc.member.producer_core import (
     Delivery,
@@ -272,7 +273,8 @@ class Producer:
         if one was given, and StoreMismatch when this Redis is another one.
         """
         routing = self.routing
-        if routing is not None and self._redis.store_checked:
+        if routing is not None and may_take_messages(reached=True, store_checked=self._redis.store_checked,
+                                             store_to_check=True):
             return routing
         if not self._redis.store_checked:  # K6: refused credentials are said before any routing wait
             await self._redis.ping()

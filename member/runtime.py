@@ -32,7 +32,7 @@ from rsc.member.acker import run_acker
 from rsc.member.budget import ReadBudget
 from rsc.member.config import MemberConfig
 from rsc.member.core import AckObserver, EventCallback, InstanceFenced, MemberCore, ReadObserver
-from rsc.member.health import MemberStatus
+from rsc.member.health import MemberStatus, may_take_messages
 from rsc.member.heartbeat import leave, run_session
 from rsc.member.lag import poll_lag
 from rsc.member.ledger import Ledger
@@ -163,7 +163,8 @@ class Member:
     def _started(self) -> bool:
         """Joined, and the storeId checked if the join's routing named one."""
         core = self.core
-        return core.life.joined.is_set() and (core.life.store_ok.is_set() or not core.ledger.routed)
+        return may_take_messages(reached=core.life.joined.is_set(), store_checked=core.life.store_ok.is_set(),
+                         store_to_check=core.ledger.routed)
 
     async def _until_redis_answers(self, client: redis.Redis,
                                    call: Callable[[redis.Redis], bool]) -> bool | None:

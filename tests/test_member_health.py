@@ -135,3 +135,12 @@ def test_d7_a_listener_that_stopped_on_its_own_is_unhealthy_and_one_not_running_
     assert idle.healthy and not idle.ready and idle.reason == "the listener is not running"
     failed = listener_status([member], running=False, stopping=False, failure="StoreMismatch")
     assert not failed.healthy and "StoreMismatch" in failed.reason
+
+
+def test_messages_are_taken_once_reached_and_the_store_is_known_to_be_the_coordinators() -> None:
+    from rsc.member.health import may_take_messages
+
+    assert not may_take_messages(reached=False, store_checked=True, store_to_check=True)
+    assert not may_take_messages(reached=True, store_checked=False, store_to_check=True)
+    assert may_take_messages(reached=True, store_checked=True, store_to_check=True)
+    assert may_take_messages(reached=True, store_checked=False, store_to_check=False)  # none named
