@@ -130,7 +130,7 @@ class PrefixActor:
         for envelope in batch:
             request = envelope.request
             if isinstance(request, Tick):
-                machine.tick(request.now_ms, request.retention)
+                machine.tick(request.now_ms, request.retention, expire=request.expire)
                 continue
             if isinstance(request, SummariesRequest):
                 summaries.append(request)

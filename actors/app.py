@@ -567,14 +567,16 @@ async def _tick_loop(config: CoordinatorConfig, router: Router, continuity: Leas
                      lapsed: trio.Event) -> None:
     """Send every actor its tick (H6, H14); never waits on any of them. Only while the lease
     is continuous (D5): after a gap, expiring members on heartbeats older than it would fence
-    members that went on under D5, so the tick stops and the coordinator restarts instead."""
+    members that went on under D5, so the tick stops and the coordinator restarts instead.
+    For a member lease TTL after a lapse it took back, the ticks expire nobody (fresh leases,
+    H12) but drain, retirement and retention go on."""
     interval = config.tick_interval_ms / 1000
     while True:
         await trio.sleep(interval)
-        if not continuity.expiry_allowed(_monotonic_ms()):
-            continue  # no renewal for a lease (Redis down, or this process frozen), or fresh
-            # leases after a lapse: no expiry on heartbeats older than the lapse
-        router.tick()
+        now = _monotonic_ms()
+        if not continuity.holds(now):
+            continue  # no renewal for a lease (Redis down, or this process frozen)
+        router.tick(expire=continuity.expiry_allowed(now))
         gc_control.on_tick()
 
 

@@ -25,6 +25,7 @@ MAILBOX_SIZE = 4096
 class Tick:
     now_ms: int
     retention: bool | None = None  # the schedule says the pass is due (None: count ticks)
+    expire: bool = True  # False for a lease TTL after a lapse was taken back (D5): no expiry
 
 
 class SummariesRequest:

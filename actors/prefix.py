@@ -234,15 +234,20 @@ class PrefixMachine:
         return Answer(request, request.error(
             Status.INVALID_REQUEST, f"{request.TYPE} is not a request of a stream prefix"))
 
-    def tick(self, now_ms: int, retention: bool | None = None) -> None:
+    def tick(self, now_ms: int, retention: bool | None = None, *, expire: bool = True) -> None:
         """Expire leases and revoke timeouts (H6, H14); measure drain and retire (R2).
+
+        `expire` False (a lease TTL after the coordinator took a lapsed lease back, D5):
+        nobody is expired or fenced on heartbeats older than the lapse, while drain,
+        retirement and retention go on.
 
         `retention`: the coordinator's schedule says whether the pass is due on this tick
         (T1, T2, actors/prefix_schedule.py); None counts ticks here (a pass every
         RETENTION_EVERY_TICKS of them), for a machine ticked on every tick.
         """
-        for group in self.groups.values():
-            group.tick(now_ms)
+        if expire:
+            for group in self.groups.values():
+                group.tick(now_ms)
         self.resharding.tick()
         if retention is None:
             self.trimming.tick()

@@ -261,9 +261,10 @@ class Router:
 
     # --- ticks and sessions ----------------------------------------------------------
 
-    def tick(self) -> None:
+    def tick(self, *, expire: bool = True) -> None:
         """Send a tick to every due live actor (each one with a schedule, else every one) that
-        has room for it; never waits (a full mailbox skips one)."""
+        has room for it; never waits (a full mailbox skips one). `expire` False: the ticks
+        expire nobody (fresh leases after a lapse, D5)."""
         now = now_ms()
         if self.schedule is None:
             due: list[tuple[str, bool | None]] = [(prefix, None) for prefix in self.actors]
@@ -274,7 +275,7 @@ class Router:
             if actor is None or prefix not in self._live:
                 continue
             try:
-                actor.send_channel.send_nowait(Envelope(Tick(now, retention), None, None))
+                actor.send_channel.send_nowait(Envelope(Tick(now, retention, expire), None, None))
             except trio.WouldBlock:
                 self.ticks_skipped += 1
                 continue

@@ -15,6 +15,7 @@ import pytest
 import redis
 import trio
 
+from rsc.actors.store import LEASE_KEY
 from rsc.common.redis_server import EmbeddedRedis
 from rsc.member.session import open_session
 from rsc.protocol import messages as m
@@ -108,6 +109,30 @@ async def test_t2_a_capped_idle_prefix_is_still_trimmed_every_ten_ticks(coordina
             for n in range(10):
                 client.xadd(shard, {"n": str(n)})
             await wait_until(lambda: client.xlen(shard) <= 2)
+    finally:
+        client.close()
+
+
+async def test_d5_after_a_lapse_taken_back_retention_goes_on_while_nobody_expires(
+        own_redis, nursery):
+    # a lease key gone (a wall-clock step expires it in Redis): the coordinator takes it back
+    # and expires nobody for a member lease TTL (30 s here), but still trims its capped shards
+    coordinator = await start_coordinator(nursery, own_redis, lease_ttl_ms=30_000)
+    client = redis.Redis.from_url(own_redis, decode_responses=True)
+    try:
+        [shard] = await create_prefixes(coordinator.url, 1)
+        async with open_session(coordinator.url, "admin") as session:
+            changed: Any = await session.request(m.SetRetention(
+                request_id=0, stream_prefix="idle0",
+                retention=m.Retention(mode=RetentionMode.NONE, max_length=2)))
+            assert changed.status == Status.OK
+        holder = client.get(LEASE_KEY)
+        assert holder is not None
+        client.delete(LEASE_KEY)
+        await wait_until(lambda: client.get(LEASE_KEY) == holder)  # taken back, not restarted
+        for n in range(10):
+            client.xadd(shard, {"n": str(n)})
+        await wait_until(lambda: client.xlen(shard) <= 2)
     finally:
         client.close()
 

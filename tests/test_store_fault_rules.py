@@ -249,3 +249,16 @@ def test_d4_an_abandoned_write_that_landed_after_all_is_adopted_not_reverted():
     assert "b" in replay(driver.hash).groups[GROUP].members
     # b learns its join from its retry: a live member rejoining is answered like a join
     assert driver.join("b").status == Status.OK
+
+
+def test_d5_a_tick_in_the_fresh_lease_window_after_a_lapse_expires_nobody():
+    # after the coordinator took a lapsed lease back, its ticks expire nobody for a member
+    # lease TTL (H12) but still run: the same silent member goes once expiry is allowed again
+    driver = Driver()
+    ok(driver.one(set_shards(2)))
+    ok(driver.join("a"))
+    driver.now += SETTINGS.lease_ttl_ms + 1
+    driver.machine.tick(driver.now, expire=False)
+    assert "a" in driver.machine.groups[GROUP].members
+    driver.machine.tick(driver.now)
+    assert "a" not in driver.machine.groups[GROUP].members
