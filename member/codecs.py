@@ -34,15 +34,13 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from rsc.common.extras import require
 from rsc.member.message import Handler, Message
 
 __all__ = ["JSON", "Codec", "DecodeFailed", "JsonCodec", "MsgspecCodec", "PydanticCodec",
            "codec_for", "typed_handler"]
-
-T = TypeVar("T")
 
 AnyHandler = Callable[..., Awaitable[None] | None]
 """A handler: `(message)`, or with a codec `(value)` or `(value, message)`."""

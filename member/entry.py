@@ -23,9 +23,6 @@ VALUE_FIELD = b"value"
 HEADER_PREFIX = b"h:"
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20  # 1 MiB (M4)
 
-Headers = Mapping[str, bytes]
-NO_HEADERS: Headers = {}
-
 
 class MessageTooLarge(ValueError):
     """M4: a message whose key, value and headers, as stored, exceed the producer's limit."""

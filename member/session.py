@@ -16,7 +16,6 @@ raise `SessionClosed` and `pushes` ends.
 
 from __future__ import annotations
 
-import logging
 import socket
 import ssl
 import urllib.parse
@@ -40,9 +39,6 @@ from rsc.common.ws_client import connect_websocket
 from rsc.common.ws_session import ClientSession, Undecodable
 from rsc.member.backoff import Backoff as Backoff  # re-exported: the shells import it from here
 from rsc.protocol import Message, ProtocolError, decode, encode
-
-log = logging.getLogger(__name__)
-
 
 
 class SessionClosed(Exception):

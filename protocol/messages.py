@@ -125,10 +125,6 @@ def _optional_name(instance: Any, attribute: attrs.Attribute[Any], value: str | 
         check_name(attribute.name, value)
 
 
-def _member_id(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
-    check_name(attribute.name, value, allow_braces=True)
-
-
 def _member_and_instance_id(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
     """A heartbeat's memberId, then its optional instanceId (S1: same rules): one validator,
     so a heartbeat without an instanceId pays no extra call (attrs runs validators once every

@@ -35,8 +35,6 @@ from typing import Any
 
 import trio
 
-TLS_CERT_ENV = "RSC_TLS_CERT"
-TLS_KEY_ENV = "RSC_TLS_KEY"
 CA_FILE_ENV = "RSC_CA_FILE"
 REDIS_CA_FILE_ENV = "RSC_REDIS_CA_FILE"
 REDIS_TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
