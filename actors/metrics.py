@@ -15,9 +15,7 @@ process, as in tests, never share counters). The coordinator calls:
   `members`, `group_epoch`, `assignment_epoch` and `shards` (gauges
   `rsc_group_members`, `rsc_group_epoch`, `rsc_assignment_epoch`,
   `rsc_group_shards`; `rsc_groups` counts groups).
-- The same by hand: `member_joined(group)`, `member_left(group)`,
-  `member_expired(group)`, `member_removed(group)`, `heartbeat_fenced(group)`,
-  `rebalance(group)`, `observe_event(group, kind)`,
+- The same by hand: `observe_event(group, kind)`,
   `set_group_gauges(group, members, group_epoch, assignment_epoch, shards)`,
   `group_forgotten(group)`.
 - `observe_heartbeat_seconds(seconds)`: time to handle one heartbeat
@@ -258,30 +256,6 @@ class CoordinatorMetrics:
         """Read `rsc_coordinator_ready` and `rsc_coordinator_lease_held` from `health` when scraped."""
         self.ready.set_function(lambda: float(health.ready))
         self.lease_held.set_function(lambda: float(health.holds_lease))
-
-    def member_joined(self, group: Any) -> None:
-        """A member joined or rejoined (memberEpoch 0)."""
-        self.joins.labels(*group_labels(group)).inc()
-
-    def member_left(self, group: Any) -> None:
-        """A member left with memberEpoch -1."""
-        self.leaves.labels(*group_labels(group)).inc()
-
-    def member_expired(self, group: Any) -> None:
-        """A member's lease ran out (H6)."""
-        self.expirations.labels(*group_labels(group)).inc()
-
-    def member_removed(self, group: Any) -> None:
-        """A member was removed by `removeMember` or by the revoke timeout (H14)."""
-        self.removals.labels(*group_labels(group)).inc()
-
-    def heartbeat_fenced(self, group: Any) -> None:
-        """A heartbeat was refused with FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID."""
-        self.fenced.labels(*group_labels(group)).inc()
-
-    def rebalance(self, group: Any) -> None:
-        """The group's target assignment was recomputed."""
-        self.rebalances.labels(*group_labels(group)).inc()
 
     def observe_event(self, group: Any, kind: str) -> None:
         """Count a group machine event by its kind (`actors.group.Event.kind`).

@@ -25,13 +25,8 @@ def sample(metrics: CoordinatorMetrics, name: str, **labels: str) -> float | Non
 
 def test_membership_events_move_their_counters():
     metrics = CoordinatorMetrics()
-    metrics.member_joined(GROUP)
-    metrics.member_joined(GROUP)
-    metrics.member_left(GROUP)
-    metrics.member_expired(GROUP)
-    metrics.member_removed(GROUP)
-    metrics.heartbeat_fenced(GROUP)
-    metrics.rebalance(GROUP)
+    for kind in ("joined", "rejoined", "left", "expired", "removed", "fenced", "epoch"):
+        metrics.observe_event(GROUP, kind)
     labels = {"prefix": "orders", "group": "billing"}
     assert sample(metrics, "rsc_member_joins_total", **labels) == 2
     assert sample(metrics, "rsc_member_leaves_total", **labels) == 1
@@ -80,7 +75,7 @@ def test_group_keys_may_be_objects_with_prefix_and_group():
         consumer_group = "audit"
 
     metrics = CoordinatorMetrics()
-    metrics.member_joined(Key())
+    metrics.observe_event(Key(), "joined")
     assert sample(metrics, "rsc_member_joins_total", prefix="orders", group="audit") == 1
 
 
@@ -122,7 +117,7 @@ def test_histograms_and_migration_progress():
 
 def test_two_instances_do_not_share_series():
     first, second = CoordinatorMetrics(), CoordinatorMetrics()
-    first.member_joined(GROUP)
+    first.observe_event(GROUP, "joined")
     assert sample(second, "rsc_member_joins_total", prefix="orders", group="billing") is None
 
 
@@ -150,7 +145,7 @@ async def test_served_metrics_follow_the_registry(nursery):
     port = await nursery.start(serve_metrics, metrics, "127.0.0.1", 0)
     with trio.fail_after(10):
         before = (await http_get(port, "/metrics")).raw
-        metrics.member_joined(GROUP)
+        metrics.observe_event(GROUP, "joined")
         after = (await http_get(port, "/metrics")).raw
         missing = (await http_get(port, "/nope")).raw
     assert before.startswith(b"HTTP/1.1 200")
