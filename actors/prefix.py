@@ -552,10 +552,6 @@ class PrefixMachine:
         self.lifecycle.offsets_moved(move, last_delivered)
         self.described.groups.add(move.group)
 
-    def take_described(self) -> tuple[bool, frozenset[str]]:
-        """(every group, or these groups) whose description may differ since the last call."""
-        return self.described.take()
-
     def mark_watches(self, watches: Iterable[Watch]) -> None:
         """Tell these watches to look again when this batch may have changed their group."""
         self.described.mark(watches)

@@ -131,11 +131,6 @@ class Schedule:
             self._queue(prefix, entry, self._next_wake(entry, now_ms))
         return wakes
 
-    def next_wake_ms(self, prefix: str) -> int | None:
-        """When `prefix` is woken next (None: not until a request or a report changes that)."""
-        entry = self._entries.get(prefix)
-        return None if entry is None else entry.wake_ms
-
     def pass_due_ms(self, prefix: str) -> int | None:
         """When `prefix`'s next retention pass is due (None: none is)."""
         entry = self._entries.get(prefix)

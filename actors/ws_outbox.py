@@ -111,10 +111,6 @@ class Outbox:
         if self.on_written is not None and not self.broken:
             self.on_written()
 
-    def queued_bytes(self) -> int:
-        """What waits for the writer task (TLS: before and after encryption)."""
-        return sum(map(len, self.out)) + sum(map(len, self.plain))
-
     async def all_written(self) -> None:
         """Wait until the queue has gone out (or the stream broke)."""
         while self.writing and not self.broken:

@@ -1,5 +1,5 @@
 """Pure: when a describeGroup watch looks (actors/watch.py) and which groups the prefix machine
-says a batch changed (PrefixMachine.take_described). No I/O, no trio."""
+says a batch changed (PrefixMachine.described). No I/O, no trio."""
 
 from __future__ import annotations
 
@@ -31,16 +31,16 @@ def test_machine_names_the_groups_a_batch_changed_and_nothing_for_a_quiet_heartb
     driver = Driver()
     machine = driver.machine
     ok(driver.one(set_shards(2)))
-    machine.take_described()
+    machine.described.take()
     driver.join("a")
-    assert machine.take_described() == (False, frozenset({GROUP}))
+    assert machine.described.take() == (False, frozenset({GROUP}))
     driver.settle()
-    machine.take_described()
+    machine.described.take()
     driver.report("a")  # a heartbeat that changes nothing
     driver.one(describe())
-    assert machine.take_described() == (False, frozenset())
+    assert machine.described.take() == (False, frozenset())
     driver.join("x", group="audit")
-    assert machine.take_described() == (False, frozenset({"audit"}))
+    assert machine.described.take() == (False, frozenset({"audit"}))
 
 
 def test_machine_says_every_group_on_a_reshard_or_a_rollback_and_names_a_deleted_group():
@@ -49,14 +49,14 @@ def test_machine_says_every_group_on_a_reshard_or_a_rollback_and_names_a_deleted
     ok(driver.one(set_shards(2)))
     driver.join("a")
     driver.settle()
-    machine.take_described()
+    machine.described.take()
     ok(driver.one(set_shards(4)))
-    assert machine.take_described()[0] is True
+    assert machine.described.take()[0] is True
     driver.join("b", durable=False)
-    assert machine.take_described()[0] is True  # back to what Redis holds
+    assert machine.described.take()[0] is True  # back to what Redis holds
     driver.join("x", group="audit")
     driver.one(m.RemoveMember(request_id=1, stream_prefix=PREFIX, consumer_group="audit",
                               member_id="x"))
-    machine.take_described()
+    machine.described.take()
     ok(driver.one(delete_group("audit")))
-    assert "audit" in machine.take_described()[1]
+    assert "audit" in machine.described.take()[1]
