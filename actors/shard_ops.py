@@ -25,9 +25,6 @@ from typing import Any, NamedTuple
 import redis
 
 from rsc.actors.shard_reports import (  # the values these reads return, re-exported
-    BlockingGroup as BlockingGroup,
-)
-from rsc.actors.shard_reports import (
     DrainCount,
     GroupTotals,
     RetentionResult,
@@ -35,10 +32,7 @@ from rsc.actors.shard_reports import (
     age_cut_id,
     sum_known,
 )
-from rsc.actors.shard_reports import blocking as blocking
 from rsc.actors.shard_reports import drain_report as drain_report
-from rsc.actors.shard_reports import drained_shards as drained_shards
-from rsc.actors.shard_reports import totals as totals
 from rsc.actors.store import STORE_IO_ERRORS, StoreError
 from rsc.common import server_features
 from rsc.common.lag import ends_commands, lag_from_ends
@@ -270,21 +264,6 @@ def apply_retention_many(client: redis.Redis, calls: Sequence[RetentionCall],
     return out
 
 
-def trim_acked(client: redis.Redis, streams: Sequence[str], groups: Sequence[str]) -> list[int]:
-    """T1 without caps: entries removed per shard because every group acked them."""
-    results = apply_retention(client, streams, groups, acked=True, max_length=None,
-                              max_age_ms=None, now_ms=0)
-    return [r.removed_acked for r in results]
-
-
-def enforce_caps(client: redis.Redis, streams: Sequence[str], groups: Sequence[str],
-                 max_length: int | None, max_age_ms: int | None, now_ms: int) -> tuple[int, int]:
-    """T2 alone: (entries removed by the caps, of which some group had not acked)."""
-    results = apply_retention(client, streams, groups, acked=False, max_length=max_length,
-                              max_age_ms=max_age_ms, now_ms=now_ms)
-    return (sum(r.removed_by_caps for r in results), sum(r.removed_unconsumed for r in results))
-
-
 def supports_xackdel(client: redis.Redis) -> bool:
     """Whether every master has XACKDEL (rsc/common/server_features.py asks the server)."""
     try:
@@ -317,12 +296,6 @@ def drain_counts(client: redis.Redis, streams: Sequence[str],
                                      undelivered=int(flat[2 * index]),
                                      pending=int(flat[2 * index + 1])))
     return counts
-
-
-def blocking_groups(client: redis.Redis, streams: Sequence[str],
-                    groups: Sequence[str]) -> list[BlockingGroup]:
-    """Groups that still have undelivered or pending entries on these (sealed, old) shards (G2)."""
-    return blocking(drain_counts(client, streams, groups), groups)
 
 
 # --- store identity --------------------------------------------------------------------

@@ -55,15 +55,6 @@ class DrainCount:
     pending: int
 
 
-@attrs.frozen
-class BlockingGroup:
-    """A group holding a migration back (G2): its counts summed over the old shards."""
-
-    consumer_group: str
-    undelivered: int
-    pending: int
-
-
 # --- pure helpers ----------------------------------------------------------------------
 
 
@@ -73,35 +64,12 @@ def sum_known(values: Sequence[int | None]) -> int | None:
     return sum(known) if len(known) == len(values) else None
 
 
-def totals(lags: Sequence[ShardLag]) -> GroupTotals:
-    """Sums for listGroups: `lag` is None as soon as one shard's is unknown."""
-    return GroupTotals(lag=sum_known([shard.lag for shard in lags]),
-                       pending=sum(shard.pending for shard in lags))
-
-
-def blocking(counts: Sequence[DrainCount], groups: Sequence[str]) -> list[BlockingGroup]:
-    """Groups (in `groups` order) with anything undelivered or pending, summed over shards."""
-    summed = {name: [0, 0] for name in groups}
-    for count in counts:
-        pair = summed.setdefault(count.consumer_group, [0, 0])
-        pair[0] += count.undelivered
-        pair[1] += count.pending
-    return [BlockingGroup(consumer_group=name, undelivered=u, pending=p)
-            for name, (u, p) in summed.items() if u or p]
-
-
 def drain_report(counts: Sequence[DrainCount]) -> dict[str, dict[str, tuple[int | None, int]]]:
     """The counts per stream, then per group: (undelivered, pending), as the prefix machine reads them."""
     report: dict[str, dict[str, tuple[int | None, int]]] = {}
     for count in counts:
         report.setdefault(count.shard, {})[count.consumer_group] = (count.undelivered, count.pending)
     return report
-
-
-def drained_shards(counts: Sequence[DrainCount], streams: Sequence[str]) -> set[str]:
-    """Shards where no group has anything undelivered or pending (R2)."""
-    busy = {c.shard for c in counts if c.undelivered or c.pending}
-    return {stream for stream in streams if stream not in busy}
 
 
 def age_cut_id(max_age_ms: int, now_ms: int) -> str | None:

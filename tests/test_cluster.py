@@ -393,7 +393,8 @@ def test_shard_operations_run_per_shard_on_every_master(cluster_url: str,
         assert counts == dict.fromkeys(shards, (2, 1))
         lags = {lag.shard: (lag.lag, lag.pending) for lag in shard_ops.shard_lag(client, shards, GROUP)}
         assert lags == dict.fromkeys(shards, (2, 1))
-        trimmed = shard_ops.trim_acked(client, shards, [GROUP])
+        trimmed = [result.removed_acked for result in shard_ops.apply_retention(
+            client, shards, [GROUP], acked=True, max_length=None, max_age_ms=None, now_ms=0)]
         assert trimmed == [0 if ops.use_xackdel else 2] * SHARDS  # XACKDEL deleted them already
         assert all(client.xlen(shard) == 3 for shard in shards)
         assert shard_ops.supports_xackdel(client) == ops.use_xackdel

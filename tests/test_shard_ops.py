@@ -74,23 +74,10 @@ def group_info(client: Any, stream: str, group: str) -> dict[str, Any]:
 # --- pure helpers --------------------------------------------------------------------------
 
 
-def test_totals_sum_lag_and_pending_and_unknown_lag_makes_the_sum_unknown() -> None:
-    known = [so.ShardLag("a", 5, "1-0", 3, 1, 10), so.ShardLag("b", 2, "2-0", 4, 2, None)]
-    assert so.totals(known) == so.GroupTotals(lag=7, pending=3)
-    unknown = [*known, so.ShardLag("c", 1, None, None, 0, None)]
-    assert so.totals(unknown) == so.GroupTotals(lag=None, pending=3)
-    assert so.totals([]) == so.GroupTotals(lag=0, pending=0)
-
-
-def test_blocking_sums_over_shards_keeps_group_order_and_drops_drained_groups() -> None:
+def test_drain_report_lays_the_counts_out_per_stream_then_per_group() -> None:
     counts = [so.DrainCount("s0", "audit", 3, 1), so.DrainCount("s1", "audit", 2, 0),
-              so.DrainCount("s0", "billing", 0, 0), so.DrainCount("s1", "billing", 0, 0),
-              so.DrainCount("s0", "x:y", 7, 0)]
-    assert so.blocking(counts, ["x:y", "billing", "audit"]) == [
-        so.BlockingGroup("x:y", 7, 0), so.BlockingGroup("audit", 5, 1)]
-    assert so.drained_shards(counts, ["s0", "s1", "s2"]) == {"s2"}
-    assert so.drained_shards(counts[2:4], ["s0", "s1"]) == {"s0", "s1"}
-    assert so.drain_report(counts[:3]) == {"s0": {"audit": (3, 1), "billing": (0, 0)},
+              so.DrainCount("s0", "billing", 0, 0)]
+    assert so.drain_report(counts) == {"s0": {"audit": (3, 1), "billing": (0, 0)},
                                            "s1": {"audit": (2, 0)}}
 
 
@@ -104,7 +91,8 @@ def test_bad_arguments_are_refused_before_any_redis_call() -> None:
         so.apply_retention(None, SHARDS, ["g"], acked=True, max_length=0,  # type: ignore[arg-type]
                            max_age_ms=None, now_ms=0)
     with pytest.raises(ValueError, match="max_age_ms must be"):
-        so.enforce_caps(None, SHARDS, ["g"], None, True, 0)  # type: ignore[arg-type]
+        so.apply_retention(None, SHARDS, ["g"], acked=False, max_length=None,  # type: ignore[arg-type]
+                           max_age_ms=True, now_ms=0)
 
 
 # --- lag -----------------------------------------------------------------------------------
@@ -176,6 +164,21 @@ def test_group_totals_sum_every_group_from_one_xinfo_per_shard(client: CountingR
 # --- retention -----------------------------------------------------------------------------
 
 
+def trim_acked(client: Any, streams: list[str], groups: list[str]) -> list[int]:
+    """T1 without caps: entries removed per shard because every group acked them."""
+    results = so.apply_retention(client, streams, groups, acked=True, max_length=None,
+                                 max_age_ms=None, now_ms=0)
+    return [r.removed_acked for r in results]
+
+
+def enforce_caps(client: Any, streams: list[str], groups: list[str], max_length: int | None,
+                 max_age_ms: int | None, now_ms: int) -> tuple[int, int]:
+    """T2 alone: (entries removed by the caps, of which some group had not acked)."""
+    results = so.apply_retention(client, streams, groups, acked=False, max_length=max_length,
+                                 max_age_ms=max_age_ms, now_ms=now_ms)
+    return (sum(r.removed_by_caps for r in results), sum(r.removed_unconsumed for r in results))
+
+
 def two_groups_one_behind(client: Any) -> list[str]:
     """10 entries; billing read and acked all, audit read 6 and acked the first 4."""
     ids = produce(client, SHARDS[0], 10, start_ms=1000)
@@ -190,16 +193,16 @@ def test_t1_acked_trims_to_what_some_group_still_needs_and_keeps_an_unacked_entr
         client: CountingRedis) -> None:
     ids = two_groups_one_behind(client)
     client.round_trips = 0
-    assert so.trim_acked(client, SHARDS[:1], ["billing", "audit"]) == [4]
+    assert trim_acked(client, SHARDS[:1], ["billing", "audit"]) == [4]
     assert client.round_trips == 1
     assert entry_ids(client, SHARDS[0]) == ids[4:]  # audit's pending ids[4] survives
-    assert so.trim_acked(client, SHARDS[:1], ["billing", "audit"]) == [0]
+    assert trim_acked(client, SHARDS[:1], ["billing", "audit"]) == [0]
 
     client.xack(SHARDS[0], "audit", *ids[4:6])
-    assert so.trim_acked(client, SHARDS[:1], ["billing", "audit"]) == [2]  # undelivered ones stay
+    assert trim_acked(client, SHARDS[:1], ["billing", "audit"]) == [2]  # undelivered ones stay
     assert entry_ids(client, SHARDS[0]) == ids[6:]
     client.xack(SHARDS[0], "audit", *read(client, SHARDS[0], "audit", 10))
-    assert so.trim_acked(client, SHARDS[:1], ["billing", "audit"]) == [4]
+    assert trim_acked(client, SHARDS[:1], ["billing", "audit"]) == [4]
     assert client.xlen(SHARDS[0]) == 0
     [later] = produce(client, SHARDS[0], 1)
     assert read(client, SHARDS[0], "audit", 10) == [later]  # trimming left the groups intact
@@ -208,22 +211,22 @@ def test_t1_acked_trims_to_what_some_group_still_needs_and_keeps_an_unacked_entr
 def test_t1_removes_nothing_without_groups_or_when_a_group_lacks_its_consumer_group(
         client: CountingRedis) -> None:
     two_groups_one_behind(client)
-    assert so.trim_acked(client, SHARDS[:1], []) == [0]
-    assert so.trim_acked(client, SHARDS[:1], ["billing", "audit", "new"]) == [0]
+    assert trim_acked(client, SHARDS[:1], []) == [0]
+    assert trim_acked(client, SHARDS[:1], ["billing", "audit", "new"]) == [0]
     assert client.xlen(SHARDS[0]) == 10
-    assert so.trim_acked(client, [stream_key(PREFIX, 1, 9)], ["billing"]) == [0]
+    assert trim_acked(client, [stream_key(PREFIX, 1, 9)], ["billing"]) == [0]
 
 
 def test_t2_length_cap_removes_entries_and_counts_the_unconsumed_ones(client: CountingRedis) -> None:
     ids = two_groups_one_behind(client)  # audit needs ids[4:]
-    assert so.enforce_caps(client, SHARDS[:1], ["billing", "audit"], 3, None, 0) == (7, 3)
+    assert enforce_caps(client, SHARDS[:1], ["billing", "audit"], 3, None, 0) == (7, 3)
     assert entry_ids(client, SHARDS[0]) == ids[7:]
-    assert so.enforce_caps(client, SHARDS[:1], ["billing", "audit"], 3, None, 0) == (0, 0)
+    assert enforce_caps(client, SHARDS[:1], ["billing", "audit"], 3, None, 0) == (0, 0)
 
 
 def test_t2_age_cap_removes_old_entries_and_counts_the_unconsumed_ones(client: CountingRedis) -> None:
     ids = two_groups_one_behind(client)  # ids are 1000-0 .. 10000-0; audit needs 5000-0 on
-    removed = so.enforce_caps(client, SHARDS[:1], ["billing", "audit"], None, 3000, now_ms=10_500)
+    removed = enforce_caps(client, SHARDS[:1], ["billing", "audit"], None, 3000, now_ms=10_500)
     assert removed == (7, 3)  # 1000..7000 are older than 7500; 5000, 6000, 7000 were unacked
     assert entry_ids(client, SHARDS[0]) == ids[7:]
 
@@ -242,9 +245,9 @@ def test_t2_counts_everything_when_a_group_has_no_consumer_group_and_nothing_wit
         client: CountingRedis) -> None:
     produce(client, SHARDS[0], 6)
     client.xgroup_create(SHARDS[0], "billing", id="$")  # billing needs nothing of these 6
-    assert so.enforce_caps(client, SHARDS[:1], ["billing", "ghost"], 4, None, 0) == (2, 2)
-    assert so.enforce_caps(client, SHARDS[:1], ["billing"], 2, None, 0) == (2, 0)
-    assert so.enforce_caps(client, SHARDS[:1], [], 1, None, 0) == (1, 0)
+    assert enforce_caps(client, SHARDS[:1], ["billing", "ghost"], 4, None, 0) == (2, 2)
+    assert enforce_caps(client, SHARDS[:1], ["billing"], 2, None, 0) == (2, 0)
+    assert enforce_caps(client, SHARDS[:1], [], 1, None, 0) == (1, 0)
 
 
 def test_t2_count_is_exact_across_script_pages(client: CountingRedis) -> None:
@@ -253,9 +256,9 @@ def test_t2_count_is_exact_across_script_pages(client: CountingRedis) -> None:
         pipe.xadd(SHARDS[0], {"n": str(index)}, id=f"{index + 1}-0")
     pipe.execute()
     client.xgroup_create(SHARDS[0], "billing", id="200-0")  # 1..200 consumed
-    assert so.enforce_caps(client, SHARDS[:1], ["billing"], None, 1, now_ms=1302) == (1300, 1100)
+    assert enforce_caps(client, SHARDS[:1], ["billing"], None, 1, now_ms=1302) == (1300, 1100)
     client.xgroup_setid(SHARDS[0], "billing", id="1400-0")
-    assert so.enforce_caps(client, SHARDS[:1], ["billing"], 10, None, 0) == (190, 90)
+    assert enforce_caps(client, SHARDS[:1], ["billing"], 10, None, 0) == (190, 90)
 
 
 def test_t3_none_removes_nothing_because_of_acks(client: CountingRedis) -> None:
@@ -270,13 +273,13 @@ def test_t3_none_removes_nothing_because_of_acks(client: CountingRedis) -> None:
 
 def test_scripts_are_reloaded_after_redis_forgets_them(client: CountingRedis) -> None:
     two_groups_one_behind(client)
-    assert so.trim_acked(client, SHARDS[:1], ["billing", "audit"]) == [4]
+    assert trim_acked(client, SHARDS[:1], ["billing", "audit"]) == [4]
     client.script_flush()
     client.round_trips = 0
-    assert so.trim_acked(client, SHARDS[:1], ["billing", "audit"]) == [0]
+    assert trim_acked(client, SHARDS[:1], ["billing", "audit"]) == [0]
     assert client.round_trips == 3  # NOSCRIPT, SCRIPT LOAD, the retry
     client.round_trips = 0
-    so.trim_acked(client, SHARDS[:1], ["billing", "audit"])
+    trim_acked(client, SHARDS[:1], ["billing", "audit"])
     assert client.round_trips == 1
 
 
@@ -303,9 +306,6 @@ def test_drain_counts_undelivered_and_pending_per_group_and_names_the_blockers(
     assert by_key[(SHARDS[1], "audit")] == (5, 0)
     assert by_key[(SHARDS[0], "x:y")] == (5, 0)  # no consumer group there: nothing read
     assert by_key[(retired, "audit")] == (0, 0)
-    assert so.blocking_groups(client, streams, ["billing", "audit", "x:y"]) == [
-        so.BlockingGroup("audit", 7, 2), so.BlockingGroup("x:y", 10, 0)]
-    assert so.drained_shards(counts, streams) == {retired}
 
 
 def test_drain_counts_entries_removed_by_retention_as_delivered(client: CountingRedis) -> None:
@@ -316,7 +316,8 @@ def test_drain_counts_entries_removed_by_retention_as_delivered(client: Counting
     client.xtrim(SHARDS[0], maxlen=3, approximate=False)
     assert so.drain_counts(client, SHARDS[:1], ["billing"])[0].undelivered == 3
     client.xtrim(SHARDS[0], maxlen=0, approximate=False)  # a sealed shard aged out entirely is drained
-    assert so.blocking_groups(client, SHARDS[:1], ["billing"]) == []
+    assert so.drain_counts(client, SHARDS[:1], ["billing"]) == [
+        so.DrainCount(SHARDS[0], "billing", 0, 0)]
 
 
 def test_drain_counts_by_range_when_redis_lag_is_unknown(client: CountingRedis) -> None:
@@ -346,7 +347,7 @@ def test_store_id_is_written_once_and_rewritten_the_same_when_missing(client: Co
 def test_errors_become_store_errors(client: CountingRedis) -> None:
     client.set(SHARDS[0], "not a stream")
     with pytest.raises(StoreError, match="apply retention"):
-        so.trim_acked(client, SHARDS[:1], ["billing"])
+        trim_acked(client, SHARDS[:1], ["billing"])
     with pytest.raises(StoreError, match="length"):
         so.shard_lag(client, SHARDS[:1], "billing")
     dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
@@ -365,7 +366,7 @@ def test_a_client_without_decoded_responses_reads_the_same(redis_url: str) -> No
         assert so.group_totals(raw, SHARDS[:1], ["billing"]) == {"billing": so.GroupTotals(2, 1)}
         assert so.drain_counts(raw, SHARDS[:1], ["billing"]) == [
             so.DrainCount(SHARDS[0], "billing", 2, 1)]
-        assert so.trim_acked(raw, SHARDS[:1], ["billing"]) == [0]  # the pending one stays first
+        assert trim_acked(raw, SHARDS[:1], ["billing"]) == [0]  # the pending one stays first
         assert isinstance(so.ensure_store_id(raw), str)
     finally:
         raw.close()
