@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar
 
 import attrs
 
@@ -164,9 +164,15 @@ def _shard_count(instance: object, attribute: attrs.Attribute[int], value: int) 
 
 
 class Message:
-    """Base of every wire message; `TYPE` is the wire `type` tag."""
+    """Base of every wire message; `TYPE` is the wire `type` tag.
+
+    Every concrete message is an attrs class (the codec structures them as such): the
+    annotation lets `attrs.fields` and `attrs.asdict` take any message.
+    """
 
     TYPE: ClassVar[str]
+    if TYPE_CHECKING:  # for the checker only: get_type_hints cannot subscript attrs.Attribute
+        __attrs_attrs__: ClassVar[tuple[attrs.Attribute[object], ...]]
 
 
 class Response(Message):

@@ -236,7 +236,7 @@ def request_body(request: Request) -> dict[str, Any]:
         decode_object(body, ADMIN_REQUESTS)
     except ProtocolError as exc:
         raise FieldValueError(exc.message) from None
-    for field in attrs.fields(type(request)):  # type: ignore[arg-type]  # each Request class is attrs
+    for field in attrs.fields(type(request)):
         if (field.default is None or field.default is False) \
                 and getattr(request, field.name) is field.default:
             del body[camel(field.name)]
