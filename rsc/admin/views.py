@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypedDict
 
 import attrs
-from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.console import Console, ConsoleOptions, Group, JustifyMethod, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -47,6 +47,9 @@ from rsc.protocol import (
     ShardDescription,
 )
 from rsc.protocol.messages import Message, camel
+
+Column = tuple[str, JustifyMethod]
+"""A table column: its header and how its cells are justified."""
 
 PLAIN_OUTPUT_WIDTH = 200
 NARROW_BELOW = 120
@@ -402,11 +405,11 @@ def store_went_back_text(at_ms: int) -> str:
     return f"{at:%Y-%m-%d %H:%M:%S} UTC: written back from the coordinator's memory"
 
 
-def _columns(table: Table, columns: Iterable[tuple[str, str]], *, fold: Iterable[str] = ()) -> None:
+def _columns(table: Table, columns: Iterable[Column], *, fold: Iterable[str] = ()) -> None:
     """Add columns that never truncate their header (min_width is the header's length)."""
     folded = set(fold)
     for name, justify in columns:
-        table.add_column(name, justify=justify, min_width=len(name),  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, min_width=len(name),
                          overflow="fold" if name in folded else "ellipsis",
                          no_wrap=name not in folded and name in ("member", "owner"))
 
@@ -443,13 +446,16 @@ def _member_cells(description: GroupDescription, member: MemberDescription) -> d
     }
 
 
-MEMBER_COLUMNS = (("member", "left"), ("epoch", "right"), ("state", "left"),
-                  ("capacity", "right"), ("heartbeat", "right"), ("assigned", "left"),
-                  ("waiting", "left"), ("revoking", "left"), ("target", "left"))
-NARROW_MEMBER_COLUMNS = (("member", "left"), ("epoch", "right"), ("state", "left"),
-                         ("capacity", "right"), ("heartbeat", "right"))
-NARROW_SHARD_COLUMNS = (("member", "left"), ("assigned", "left"), ("waiting", "left"),
-                        ("revoking", "left"), ("target", "left"))
+MEMBER_COLUMNS: tuple[Column, ...] = (
+    ("member", "left"), ("epoch", "right"), ("state", "left"), ("capacity", "right"),
+    ("heartbeat", "right"), ("assigned", "left"), ("waiting", "left"), ("revoking", "left"),
+    ("target", "left"))
+NARROW_MEMBER_COLUMNS: tuple[Column, ...] = (
+    ("member", "left"), ("epoch", "right"), ("state", "left"), ("capacity", "right"),
+    ("heartbeat", "right"))
+NARROW_SHARD_COLUMNS: tuple[Column, ...] = (
+    ("member", "left"), ("assigned", "left"), ("waiting", "left"), ("revoking", "left"),
+    ("target", "left"))
 
 
 def needs_attention(description: GroupDescription, member: MemberDescription) -> bool:
@@ -491,7 +497,7 @@ def members_summary(description: GroupDescription, shown: int) -> Text:
 
 
 def with_instance_column(description: GroupDescription,
-                         columns: Sequence[tuple[str, str]]) -> Sequence[tuple[str, str]]:
+                         columns: Sequence[Column]) -> Sequence[Column]:
     """S6: an `instance` column after `member` once any member is static (else none), in the
     tables that show the members' state."""
     if all(name != "state" for name, _ in columns) or not any(
@@ -500,7 +506,7 @@ def with_instance_column(description: GroupDescription,
     return (columns[0], ("instance", "left"), *columns[1:])
 
 
-def members_table(description: GroupDescription, columns: Sequence[tuple[str, str]] = MEMBER_COLUMNS,
+def members_table(description: GroupDescription, columns: Sequence[Column] = MEMBER_COLUMNS,
                   title: str | None = None,
                   members: Sequence[MemberDescription] | None = None) -> Table:
     """One row per member: instanceId when static, epoch, state, capacity, heartbeat age (or
@@ -522,12 +528,13 @@ def members_table(description: GroupDescription, columns: Sequence[tuple[str, st
     return table
 
 
-SHARD_COLUMNS = (("shard", "left"), ("version", "right"), ("owner", "left"), ("length", "right"),
-                 ("last delivered", "left"), ("backlog", "right"), ("undelivered", "right"),
-                 ("unacked", "right"), ("oldest unacked", "right"))
-NARROW_SHARD_TABLE_COLUMNS = (("shard", "left"), ("owner", "left"), ("last id", "left"),
-                              ("backlog", "right"), ("undelivered", "right"),
-                              ("unacked", "right"), ("oldest", "right"))
+SHARD_COLUMNS: tuple[Column, ...] = (
+    ("shard", "left"), ("version", "right"), ("owner", "left"), ("length", "right"),
+    ("last delivered", "left"), ("backlog", "right"), ("undelivered", "right"),
+    ("unacked", "right"), ("oldest unacked", "right"))
+NARROW_SHARD_TABLE_COLUMNS: tuple[Column, ...] = (
+    ("shard", "left"), ("owner", "left"), ("last id", "left"), ("backlog", "right"),
+    ("undelivered", "right"), ("unacked", "right"), ("oldest", "right"))
 
 
 def shards_table(description: GroupDescription, narrow: bool = False) -> Table:
@@ -623,7 +630,7 @@ def groups_view(groups: object) -> RenderableType:
     with_lag = any(field(entry, "lag") is not None or field(entry, "pending") is not None
                    for entry in entries)
     table = Table(header_style="bold")
-    columns = [("prefix", "left"), ("group", "left"), ("state", "left"),
+    columns: list[Column] = [("prefix", "left"), ("group", "left"), ("state", "left"),
                ("group epoch", "right"), ("members", "right"), ("shards", "right")]
     if with_lag:
         columns += [("backlog", "right"), ("undelivered", "right"), ("unacked", "right")]
