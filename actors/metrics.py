@@ -56,8 +56,8 @@ Prometheus text format from a trio task, and with `health` (actors.app.Readiness
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Sized
+from typing import Protocol
 
 import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -77,7 +77,63 @@ _REVOKE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 
 
 
 
-def group_labels(group: Any) -> tuple[str, str]:
+class NamedGroup(Protocol):
+    """A group key object (a group's `stream_prefix` and `consumer_group`)."""
+
+    @property
+    def stream_prefix(self) -> object: ...
+
+    @property
+    def consumer_group(self) -> object: ...
+
+
+GroupKey = tuple[object, object] | NamedGroup
+"""`(prefix, group)` or an object naming both; label values are their str()."""
+
+
+class GroupEvent(Protocol):
+    """A group machine event (actors.group.Event): its `kind`, maybe `fields`."""
+
+    @property
+    def kind(self) -> str: ...
+
+
+class GroupGauges(Protocol):
+    """What the gauges read of a group machine (actors.group.GroupMachine)."""
+
+    @property
+    def members(self) -> Sized: ...
+
+    @property
+    def shards(self) -> Sized: ...
+
+    @property
+    def group_epoch(self) -> int: ...
+
+    @property
+    def assignment_epoch(self) -> int: ...
+
+
+class RetentionReport(Protocol):
+    """One retention pass over one shard (actors.shard_reports.RetentionResult)."""
+
+    @property
+    def shard(self) -> str: ...
+
+    @property
+    def length(self) -> int: ...
+
+    @property
+    def removed_acked(self) -> int: ...
+
+    @property
+    def removed_by_caps(self) -> int: ...
+
+    @property
+    def removed_unconsumed(self) -> int: ...
+
+
+def group_labels(group: GroupKey) -> tuple[str, str]:
     """The `(prefix, group)` label values of a group key."""
     if isinstance(group, tuple):
         prefix, consumer_group = group
@@ -257,7 +313,7 @@ class CoordinatorMetrics:
         self.ready.set_function(lambda: float(health.ready))
         self.lease_held.set_function(lambda: float(health.holds_lease))
 
-    def observe_event(self, group: Any, kind: str) -> None:
+    def observe_event(self, group: GroupKey, kind: str) -> None:
         """Count a group machine event by its kind (`actors.group.Event.kind`).
 
         joined and rejoined, left, expired (a static member's session timeout
@@ -272,21 +328,21 @@ class CoordinatorMetrics:
         if counter is not None:
             counter.labels(*group_labels(group)).inc()
 
-    def group_event(self, prefix: str, group: str, event: Any) -> None:
+    def group_event(self, prefix: str, group: str, event: GroupEvent) -> None:
         """Count one group machine event (`kind`, `fields`); a `revoked` one times its revoke."""
         self.observe_event((prefix, group), event.kind)
         revoke_ms = getattr(event, "fields", {}).get("ms") if event.kind == "revoked" else None
         if isinstance(revoke_ms, int | float):
             self.observe_revoke_seconds(revoke_ms / 1000)
 
-    def set_group_state(self, prefix: str, group: str, machine: Any) -> None:
+    def set_group_state(self, prefix: str, group: str, machine: GroupGauges) -> None:
         """Gauges of a group from its machine (`members`, `group_epoch`, `assignment_epoch`, `shards`)."""
         self.set_group_gauges((prefix, group), members=len(machine.members),
                               group_epoch=machine.group_epoch,
                               assignment_epoch=machine.assignment_epoch,
                               shards=len(machine.shards))
 
-    def set_group_gauges(self, group: Any, members: int, group_epoch: int,
+    def set_group_gauges(self, group: GroupKey, members: int, group_epoch: int,
                         assignment_epoch: int, shards: int) -> None:
         """The group's current size and epochs."""
         labels = group_labels(group)
@@ -297,7 +353,7 @@ class CoordinatorMetrics:
         self.assignment_epoch.labels(*labels).set(assignment_epoch)
         self.shards.labels(*labels).set(shards)
 
-    def group_forgotten(self, group: Any) -> None:
+    def group_forgotten(self, group: GroupKey) -> None:
         """Drop every series of a group the coordinator no longer tracks."""
         labels = group_labels(group)
         self._known_groups.discard(labels)
@@ -331,7 +387,7 @@ class CoordinatorMetrics:
         self.migration_drained.labels(prefix).set(drained)
         self.migration_total.labels(prefix).set(total)
 
-    def observe_retention(self, prefix: str, results: Any) -> None:
+    def observe_retention(self, prefix: str, results: Iterable[RetentionReport]) -> None:
         """One retention pass over a prefix's shards (RetentionResult-like objects)."""
         for result in results:
             self.shard_length.labels(prefix, result.shard).set(result.length)
@@ -382,7 +438,7 @@ def routes(exposition: Callable[[], bytes], health: Health | None = None) -> dic
 
 async def serve_metrics(metrics: CoordinatorMetrics, host: str, port: int, *,
                         health: Health | None = None, ssl_context: ssl.SSLContext | None = None,
-                        task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+                        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve `routes(metrics.exposition, health)` on host:port until cancelled
     (rsc/common/probe_http.py); `task_status.started(bound_port)` once listening."""
     if health is not None:

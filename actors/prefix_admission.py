@@ -19,7 +19,7 @@ Both refusals change nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Protocol, TypeGuard
 
 import attrs
 
@@ -52,7 +52,7 @@ class GroupBudget:
         return self.total >= self.max_groups
 
 
-def may_create(request: m.Request) -> bool:
+def may_create(request: m.Request) -> TypeGuard[m.SetShardCount | m.Heartbeat]:
     """A1, H13: only a join and `setShardCount` may create state that outlives the request."""
     return isinstance(request, m.SetShardCount) or (
         isinstance(request, m.Heartbeat) and request.member_epoch == JOIN_EPOCH)
@@ -76,9 +76,9 @@ def answer_without_state(request: m.Request, budget: GroupBudget | None) -> m.Re
     if not may_create(request):
         assert isinstance(request, m.GroupRequest)
         return request.unknown_group()
-    name = request.consumer_group  # type: ignore[attr-defined]
+    name = request.consumer_group
     if name is not None and budget is not None and budget.full:
-        return group_limit_reached(request, budget, request.stream_prefix,  # type: ignore[attr-defined]
+        return group_limit_reached(request, budget, request.stream_prefix,
                                    name)
     return None
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import attrs
 
@@ -278,32 +278,74 @@ def parse_member_field(field: str) -> tuple[str, str]:
 
 
 # --- values ------------------------------------------------------------------------
+# The JSON objects of the hash fields, as this module writes them (and replays them: the
+# coordinator reads only what a coordinator wrote).
 
 
-def routing_value(record: RoutingRecord) -> dict[str, Any]:
+class RoutingValue(TypedDict):
+    version: int
+    shardCount: int
+    streams: list[str]
+
+
+class MigrationValue(TypedDict):
+    state: str
+    fromVersion: int
+    toVersion: int
+    cutover: str
+    fromStreams: list[str]
+    drained: list[str]
+    retiring: NotRequired[list[str]]  # absent in a store written before retirement was recorded
+
+
+class RetentionValue(TypedDict):
+    mode: str
+    maxLength: int | None
+    maxAgeMs: int | None
+
+
+class GroupValue(TypedDict):
+    groupEpoch: int
+    assignmentEpoch: int
+    maxConcurrency: int | None
+
+
+class MemberValue(TypedDict):
+    epoch: int
+    previousEpoch: int
+    capacity: int | None
+    assigned: list[str]
+    revoking: list[str]
+    target: list[str]
+    instanceId: NotRequired[str]  # a static member's only (S1)
+    away: NotRequired[bool]
+
+
+
+def routing_value(record: RoutingRecord) -> RoutingValue:
     return {"version": record.version, "shardCount": record.shard_count,
             "streams": list(record.streams)}
 
 
-def migration_value(record: MigrationRecord) -> dict[str, Any]:
+def migration_value(record: MigrationRecord) -> MigrationValue:
     return {"state": record.state.value, "fromVersion": record.from_version,
             "toVersion": record.to_version, "cutover": record.cutover.value,
             "fromStreams": list(record.from_streams), "drained": sorted(record.drained),
             "retiring": list(record.retiring)}
 
 
-def retention_value(record: RetentionRecord) -> dict[str, Any]:
+def retention_value(record: RetentionRecord) -> RetentionValue:
     return {"mode": record.mode.value, "maxLength": record.max_length,
             "maxAgeMs": record.max_age_ms}
 
 
-def group_value(record: GroupRecord) -> dict[str, Any]:
+def group_value(record: GroupRecord) -> GroupValue:
     return {"groupEpoch": record.group_epoch, "assignmentEpoch": record.assignment_epoch,
             "maxConcurrency": record.max_concurrency}
 
 
-def member_value(record: MemberRecord) -> dict[str, Any]:
-    value: dict[str, Any] = {
+def member_value(record: MemberRecord) -> MemberValue:
+    value: MemberValue = {
         "epoch": record.epoch, "previousEpoch": record.previous_epoch,
         "capacity": record.capacity, "assigned": sorted(record.assigned),
         "revoking": sorted(record.revoking), "target": sorted(record.target)}
@@ -313,12 +355,12 @@ def member_value(record: MemberRecord) -> dict[str, Any]:
     return value
 
 
-def _routing(value: Mapping[str, Any]) -> RoutingRecord:
+def _routing(value: RoutingValue) -> RoutingRecord:
     return RoutingRecord(version=value["version"], shard_count=value["shardCount"],
                          streams=tuple(value["streams"]))
 
 
-def _migration(value: Mapping[str, Any]) -> MigrationRecord:
+def _migration(value: MigrationValue) -> MigrationRecord:
     return MigrationRecord(
         from_version=value["fromVersion"], to_version=value["toVersion"],
         cutover=Cutover(value["cutover"]), from_streams=tuple(value["fromStreams"]),
@@ -326,24 +368,24 @@ def _migration(value: Mapping[str, Any]) -> MigrationRecord:
         retiring=tuple(value.get("retiring", ())))
 
 
-def _retention(value: Mapping[str, Any]) -> RetentionRecord:
+def _retention(value: RetentionValue) -> RetentionRecord:
     return RetentionRecord(mode=RetentionMode(value["mode"]), max_length=value["maxLength"],
                            max_age_ms=value["maxAgeMs"])
 
 
-def _group(value: Mapping[str, Any]) -> GroupRecord:
+def _group(value: GroupValue) -> GroupRecord:
     return GroupRecord(group_epoch=value["groupEpoch"], assignment_epoch=value["assignmentEpoch"],
                        max_concurrency=value["maxConcurrency"])
 
 
-def _member(value: Mapping[str, Any]) -> MemberRecord:
+def _member(value: MemberValue) -> MemberRecord:
     return MemberRecord(epoch=value["epoch"], previous_epoch=value["previousEpoch"],
                         capacity=value["capacity"], assigned=frozenset(value["assigned"]),
                         revoking=frozenset(value["revoking"]), target=frozenset(value["target"]),
                         instance_id=value.get("instanceId"), away=bool(value.get("away", False)))
 
 
-def _json(value: Any) -> str:
+def _json(value: object) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 

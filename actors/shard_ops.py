@@ -169,7 +169,7 @@ def group_totals_many(client: redis.Redis, reads: Sequence[tuple[Sequence[str], 
             for index in needing:
                 _queue_ends(pipe, streams[index])
             replies = pipe.execute(raise_on_error=False)
-            ends = {index: tuple(replies[3 * n: 3 * n + 3])  # type: ignore[misc]
+            ends = {index: tuple(replies[3 * n: 3 * n + 3])
                     for n, index in enumerate(needing)}
     except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot read group lag: {exc}") from exc

@@ -21,8 +21,8 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
@@ -39,11 +39,20 @@ TOTALS_STREAMS_PER_ROUND_TRIP = 2048
 PAUSE_S = 0.01  # between retention round trips: the event loop has the cores to itself
 
 
-class _Job:
+_Result = TypeVar("_Result")
+
+
+class RetentionMetrics(Protocol):
+    """What the shard work tells metrics (actors.metrics.CoordinatorMetrics)."""
+
+    def observe_retention(self, prefix: str, results: Iterable[RetentionResult]) -> None: ...
+
+
+class _Job(Generic[_Result]):
     def __init__(self, streams: Sequence[str]) -> None:
         self.streams = streams
         self.done = trio.Event()
-        self.result: Any = None  # the call's value, or None when it failed
+        self.result: _Result | None = None  # the call's value, or None when it failed
 
 
 class _Pass:
@@ -56,7 +65,7 @@ class _Pass:
         self.done = trio.Event()
 
 
-class _Retention(_Job):
+class _Retention(_Job[list[RetentionResult]]):
     def __init__(self, whole: _Pass, retention_pass: RetentionPass,
                  streams: Sequence[str]) -> None:
         super().__init__(streams)
@@ -66,7 +75,7 @@ class _Retention(_Job):
                                             retention_pass.max_length, retention_pass.max_age_ms)
 
 
-class _Totals(_Job):
+class _Totals(_Job[dict[str, GroupTotals]]):
     def __init__(self, streams: Sequence[str], groups: Sequence[str]) -> None:
         super().__init__(streams)
         self.groups = groups
@@ -75,7 +84,7 @@ class _Totals(_Job):
 class ShardWork:
     """One task running every prefix's retention passes and listGroups reads in shared pipelines."""
 
-    def __init__(self, client: Any, *, deadline_s: float, metrics: Any = None,
+    def __init__(self, client: Any, *, deadline_s: float, metrics: RetentionMetrics | None = None,
                  pause_s: float = PAUSE_S,
                  retention_streams: int = RETENTION_STREAMS_PER_ROUND_TRIP,
                  totals_streams: int = TOTALS_STREAMS_PER_ROUND_TRIP,
@@ -158,19 +167,22 @@ class ShardWork:
             if self._retention and self.pause_s:
                 await trio.sleep(self.pause_s)
 
-    def _read_totals(self, jobs: Sequence[_Job]) -> list[Any]:
+    def _read_totals(self, jobs: Sequence[_Job[dict[str, GroupTotals]]]
+                     ) -> list[dict[str, GroupTotals] | StoreError]:
         reads = [(job.streams, job.groups) for job in jobs if isinstance(job, _Totals)]
         return list(shard_ops.group_totals_many(self.client, reads))
 
-    def _trim(self, jobs: Sequence[_Job]) -> list[Any]:
+    def _trim(self, jobs: Sequence[_Job[list[RetentionResult]]]
+              ) -> list[list[RetentionResult] | StoreError]:
         calls = [job.call for job in jobs if isinstance(job, _Retention)]
         now = int(time.time() * 1000)  # stream ids are wall-clock ms
         return list(shard_ops.apply_retention_many(self.client, calls, now))
 
-    async def _round_trip(self, jobs: Sequence[_Job],
-                          fn: Callable[[Sequence[_Job]], list[Any]]) -> None:
+    async def _round_trip(self, jobs: Sequence[_Job[_Result]],
+                          fn: Callable[[Sequence[_Job[_Result]]], list[_Result | StoreError]]
+                          ) -> None:
         """Run `fn(jobs)` on a worker thread (abandoned at the deadline, D4); finish every job."""
-        results: list[Any] | None = None
+        results: list[_Result | StoreError] | None = None
         try:
             results = await self._call(fn, jobs)
         except StoreError as exc:
@@ -189,8 +201,8 @@ class ShardWork:
                 job.result = None if isinstance(value, StoreError) else value
                 job.done.set()
 
-    async def _call(self, fn: Callable[[Sequence[_Job]], list[Any]],
-                    jobs: Sequence[_Job]) -> list[Any]:
+    async def _call(self, fn: Callable[[Sequence[_Job[_Result]]], list[_Result | StoreError]],
+                    jobs: Sequence[_Job[_Result]]) -> list[_Result | StoreError]:
         abandoned = self._abandoned
         if abandoned is not None:
             if not abandoned.is_set():
@@ -198,7 +210,7 @@ class ShardWork:
             self._abandoned = None
         finished = threading.Event()
 
-        def run() -> list[Any]:
+        def run() -> list[_Result | StoreError]:
             try:
                 return fn(jobs)
             except StoreError:
@@ -215,7 +227,10 @@ class ShardWork:
                          "and was abandoned; retry with backoff")
 
 
-def _take(queue: collections.deque[Any], streams: int) -> list[Any]:
+_Queued = TypeVar("_Queued", _Retention, _Totals)
+
+
+def _take(queue: collections.deque[_Queued], streams: int) -> list[_Queued]:
     """The oldest jobs, as many as fit `streams` (at least one)."""
     jobs = [queue.popleft()]
     total = len(jobs[0].streams)

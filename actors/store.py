@@ -272,11 +272,11 @@ class MetadataStore:
         """Every prefix's metadata, replayed from its hash, once its format version is known
         to be one this code reads (UnsupportedFormatVersion otherwise, before anything is read)."""
         try:
-            prefixes: set[str] = self.client.smembers(PREFIXES_KEY)  # type: ignore[assignment]
+            prefixes: set[str] = self.client.smembers(PREFIXES_KEY)
             self.format_version = self._check_format_version(fresh=not prefixes)
             result: dict[str, PrefixSnapshot] = {}
             for prefix in sorted(prefixes):
-                fields: dict[str, str] = self.client.hgetall(meta_key(prefix))  # type: ignore[assignment]
+                fields: dict[str, str] = self.client.hgetall(meta_key(prefix))
                 result[prefix] = replay(fields)
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot load the metadata: {error_text(exc)}") from exc
@@ -315,7 +315,7 @@ class MetadataStore:
     def load_prefix(self, prefix: str) -> PrefixSnapshot | None:
         """One prefix's metadata (None if it has none), to reload a failed actor."""
         try:
-            fields: dict[str, str] = self.client.hgetall(meta_key(prefix))  # type: ignore[assignment]
+            fields: dict[str, str] = self.client.hgetall(meta_key(prefix))
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot load the metadata of {prefix!r}: {error_text(exc)}") from exc
         return replay(fields) if fields else None
@@ -482,7 +482,7 @@ class MetadataStore:
         try:
             self.client.set(FORMAT_VERSION_KEY, self.format_version)
             for prefix, snapshot in sorted(memory.items()):
-                stored: dict[str, str] = self.client.hgetall(meta_key(prefix))  # type: ignore[assignment]
+                stored: dict[str, str] = self.client.hgetall(meta_key(prefix))
                 plan = prefix_rewrite(snapshot, stored)
                 if plan.streams:
                     pipe = self.client.pipeline(transaction=False)

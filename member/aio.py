@@ -91,7 +91,7 @@ class AioListener:
 
     def __call__(self, *args: object, **kwargs: object) -> object:
         """The decorated function stays callable."""
-        return self.handler(*args, **kwargs)  # type: ignore[arg-type]
+        return self.handler(*args, **kwargs)
 
     @property
     def members(self) -> list[Member]:
@@ -192,7 +192,7 @@ class AioListener:
             async with trio.open_nursery() as nursery:
                 for member in members:
                     nursery.start_soon(functools.partial(
-                        member.run, task_status=_Started(one_started)))  # type: ignore[arg-type]
+                        member.run, task_status=_Started(one_started)))
         except BaseExceptionGroup as group:
             mismatch, rest = group.split((StoreMismatch, InstanceFenced))
             if mismatch is None or rest is not None:

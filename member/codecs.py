@@ -34,10 +34,13 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from rsc.common.extras import require
 from rsc.member.message import Handler, Message
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 __all__ = ["JSON", "Codec", "DecodeFailed", "JsonCodec", "MsgspecCodec", "PydanticCodec",
            "codec_for", "typed_handler"]
@@ -74,10 +77,10 @@ class JsonCodec:
 
     name = "json"
 
-    def encode(self, value: Any) -> bytes:
+    def encode(self, value: object) -> bytes:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
-    def decode(self, data: bytes) -> Any:
+    def decode(self, data: bytes) -> object:
         return json.loads(data)
 
 
@@ -87,38 +90,37 @@ JSON = JsonCodec()
 class PydanticCodec:
     """A pydantic (v2) model as JSON: `model_validate_json` / `model_dump_json`."""
 
-    def __init__(self, model: type[Any]) -> None:
+    def __init__(self, model: type[BaseModel]) -> None:
         pydantic = require("pydantic", extra="pydantic", feature="a pydantic codec")
         if not (isinstance(model, type) and issubclass(model, pydantic.BaseModel)):
             raise TypeError(f"PydanticCodec takes a pydantic model class, got {model!r}")
         self.model = model
         self.name = f"pydantic {model.__name__}"
 
-    def encode(self, value: Any) -> bytes:
+    def encode(self, value: object) -> bytes:
         if not isinstance(value, self.model):
             value = self.model.model_validate(value)
-        data: bytes = value.model_dump_json().encode("utf-8")
-        return data
+        return value.model_dump_json().encode("utf-8")
 
-    def decode(self, data: bytes) -> Any:
+    def decode(self, data: bytes) -> BaseModel:
         return self.model.model_validate_json(data)
 
 
 class MsgspecCodec:
     """A msgspec type (a `Struct` class, or any type msgspec handles) as JSON."""
 
-    def __init__(self, type_: Any) -> None:
+    def __init__(self, type_: object) -> None:
         msgspec = require("msgspec", extra="msgspec", feature="a msgspec codec")
         self.type = type_
         self.name = f"msgspec {getattr(type_, '__name__', repr(type_))}"
         self._encoder = msgspec.json.Encoder()
         self._decoder = msgspec.json.Decoder(type_)
 
-    def encode(self, value: Any) -> bytes:
+    def encode(self, value: object) -> bytes:
         data: bytes = self._encoder.encode(value)
         return data
 
-    def decode(self, data: bytes) -> Any:
+    def decode(self, data: bytes) -> object:
         return self._decoder.decode(data)
 
 
@@ -134,15 +136,24 @@ def codec_for(spec: object) -> Codec:
             return PydanticCodec(spec)
         if any(base.__module__.split(".", 1)[0] == "msgspec" for base in spec.__mro__[1:]):
             return MsgspecCodec(spec)
-    if all(callable(getattr(spec, name, None)) for name in ("encode", "decode")):
-        if not isinstance(getattr(spec, "name", None), str):
-            raise TypeError(f"codec={spec!r}: a codec needs a `name` (str), said in errors")
-        return spec  # type: ignore[return-value]
+    if _is_codec(spec):
+        return spec
+    if _has_both_directions(spec):
+        raise TypeError(f"codec={spec!r}: a codec needs a `name` (str), said in errors")
     raise TypeError(f"codec={spec!r}: expected 'json', a pydantic model class, a msgspec Struct "
                     "class, or an object with encode(value) -> bytes and decode(bytes)")
 
 
-def wants_message(handler: Callable[..., Any]) -> bool:
+def _has_both_directions(spec: object) -> bool:
+    return all(callable(getattr(spec, name, None)) for name in ("encode", "decode"))
+
+
+def _is_codec(spec: object) -> TypeGuard[Codec]:
+    """What the `Codec` protocol asks, checked: callable `encode` and `decode`, a str `name`."""
+    return _has_both_directions(spec) and isinstance(getattr(spec, "name", None), str)
+
+
+def wants_message(handler: Callable[..., object]) -> bool:
     """Whether a typed handler takes the message too: two positional parameters or more."""
     try:
         parameters = inspect.signature(handler).parameters.values()
@@ -161,7 +172,7 @@ def typed_handler(handler: AnyHandler, codec: Codec) -> Handler:
     decode, name = codec.decode, codec.name
     both = wants_message(handler)
 
-    def decoded(message: Message) -> Any:
+    def decoded(message: Message) -> object:
         try:
             return decode(message.value_bytes)
         except Exception as exc:  # noqa: BLE001 - any codec's failure is the value's
@@ -171,9 +182,9 @@ def typed_handler(handler: AnyHandler, codec: Codec) -> Handler:
         async def run_async(message: Message) -> None:
             value = decoded(message)
             if both:
-                await handler(value, message)  # type: ignore[misc]
+                await handler(value, message)
             else:
-                await handler(value)  # type: ignore[misc]
+                await handler(value)
 
         return run_async
 
@@ -187,7 +198,7 @@ def typed_handler(handler: AnyHandler, codec: Codec) -> Handler:
     return run_sync
 
 
-def encode_value(codec: Codec, value: Any, where: str) -> bytes:
+def encode_value(codec: Codec, value: object, where: str) -> bytes:
     """A record's value through the producer's codec; TypeError naming the record otherwise."""
     try:
         data = codec.encode(value)
@@ -199,10 +210,10 @@ def encode_value(codec: Codec, value: Any, where: str) -> bytes:
     return data.encode("utf-8") if isinstance(data, str) else bytes(data)
 
 
-def encode_records(codec: Codec, records: Sequence[Any]) -> list[Any]:
+def encode_records(codec: Codec, records: Sequence[object]) -> list[object]:
     """A producer's records with each value through its codec (a record that is not a
     (key, value[, headers]) tuple is left for the producer's check to name)."""
-    encoded: list[Any] = []
+    encoded: list[object] = []
     for index, record in enumerate(records):
         if isinstance(record, tuple | list) and len(record) in (2, 3):
             key, value, *rest = record

@@ -64,7 +64,8 @@ def combine(verdicts: Iterable[HealthVerdict]) -> HealthVerdict:
     ready = all(v.ready for v in verdicts)
     sick = next((v for v in verdicts if not v.healthy), None)
     waiting = next((v for v in verdicts if not v.ready), None)
-    reason = (sick or waiting).reason if (sick or waiting) is not None else ""  # type: ignore[union-attr]
+    first = sick or waiting
+    reason = first.reason if first is not None else ""
     return HealthVerdict(healthy=healthy, ready=ready, reason=reason)
 
 

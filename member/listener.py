@@ -119,7 +119,7 @@ class Listener:
 
     def __call__(self, *args: object, **kwargs: object) -> object:
         """The decorated function stays callable."""
-        return self.handler(*args, **kwargs)  # type: ignore[arg-type]
+        return self.handler(*args, **kwargs)
 
     def status(self) -> ListenerStatus:
         """D7, for a health or readiness probe: `ready` while every member is in its group

@@ -147,7 +147,7 @@ def traced_handler(handler: Handler, *, stream_prefix: str, consumer_group: str,
             span = start(message)
             with using(span):
                 try:
-                    await handler(message)  # type: ignore[misc]
+                    await handler(message)
                 except Exception as exc:
                     failed(span, exc)
                     raise

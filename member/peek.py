@@ -55,7 +55,7 @@ def peek_line(shard: str, entry_id: str | bytes, fields: Any) -> str:
     lines (no member handled it)."""
     key, value, headers = read_fields(fields)
     if entry_id.__class__ is bytes:
-        entry_id = entry_id.decode()  # type: ignore[union-attr]
+        entry_id = entry_id.decode()
     return json_line(shard, str(entry_id), key, value, headers, None)
 
 

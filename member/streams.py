@@ -301,7 +301,7 @@ def _by_stream(reply: Any) -> list[tuple[str, list[FlatEntry]]]:
 
 
 def _text(word: str | bytes) -> str:
-    return word.decode() if word.__class__ is bytes else word  # type: ignore[union-attr,return-value]
+    return word.decode() if word.__class__ is bytes else word  # type: ignore[return-value]
 
 
 def pairs(flat: Sequence[str] | Mapping[str, str] | None) -> dict[str, str]:

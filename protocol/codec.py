@@ -10,8 +10,8 @@ from __future__ import annotations
 import enum
 import json
 import typing
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeGuard
 
 import attrs
 import cattrs
@@ -76,13 +76,13 @@ class _ItemError(ValueError):
         self.cause = cause
 
 
-def _origin(annotation: Any) -> object:
+def _origin(annotation: object) -> object:
     """The unsubscripted form of a type annotation (`tuple` of `tuple[int, ...]`), or None."""
     return typing.get_origin(annotation)
 
 
-def _strict(expected: type, label: str) -> Callable[[Any, Any], Any]:
-    def structure(value: Any, _: Any) -> Any:
+def _strict(expected: type, label: str) -> Callable[[object, object], object]:
+    def structure(value: object, _: object) -> object:
         if type(value) is not expected:
             raise _FieldError(f"expected {label}, got {_json_type(value)}")
         return value
@@ -90,7 +90,7 @@ def _strict(expected: type, label: str) -> Callable[[Any, Any], Any]:
     return structure
 
 
-def _strict_text(value: Any, _: Any) -> str:
+def _strict_text(value: object, _: object) -> str:
     if type(value) is not str:
         raise _FieldError(f"expected string, got {_json_type(value)}")
     try:
@@ -102,7 +102,7 @@ def _strict_text(value: Any, _: Any) -> str:
     return value
 
 
-def _json_type(value: Any) -> str:
+def _json_type(value: object) -> str:
     if value is None:
         return "null"
     return {bool: "boolean", int: "integer", float: "number", str: "string",
@@ -115,7 +115,7 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook(str, _strict_text)
     conv.register_structure_hook(bool, _strict(bool, "boolean"))
 
-    def structure_enum(value: Any, cls: type[enum.Enum]) -> Any:
+    def structure_enum(value: object, cls: type[enum.Enum]) -> enum.Enum:
         try:
             return cls(value)
         except ValueError:
@@ -130,7 +130,7 @@ def _make_converter() -> cattrs.Converter:
     for string_enum in (Status, *STATE_ENUMS):
         conv.register_structure_hook(string_enum, structure_enum)
 
-    def structure_literal(value: Any, literal: Any) -> Any:
+    def structure_literal(value: object, literal: object) -> object:
         allowed = typing.get_args(literal)
         if value not in allowed or type(value) is not type(allowed[0]):
             raise _FieldError(f"unknown value {value!r}, expected one of {', '.join(map(repr, allowed))}")
@@ -138,11 +138,11 @@ def _make_converter() -> cattrs.Converter:
 
     conv.register_structure_hook_func(lambda t: _origin(t) is typing.Literal, structure_literal)
 
-    def structure_tuple(value: Any, tuple_type: Any) -> Any:
+    def structure_tuple(value: object, tuple_type: object) -> tuple[object, ...]:
         if not isinstance(value, list):
             raise _FieldError(f"expected array, got {_json_type(value)}")
         (item_type, _ellipsis) = typing.get_args(tuple_type)
-        items = []
+        items: list[object] = []
         for index, item in enumerate(value):
             try:
                 items.append(conv.structure(item, item_type))
@@ -155,11 +155,11 @@ def _make_converter() -> cattrs.Converter:
         structure_tuple,
     )
 
-    def structure_mapping(value: Any, dict_type: Any) -> Any:
+    def structure_mapping(value: object, dict_type: object) -> dict[str, object]:
         if not isinstance(value, dict):
             raise _FieldError(f"expected object, got {_json_type(value)}")
         (_key_type, value_type) = typing.get_args(dict_type)
-        items = {}
+        items: dict[str, object] = {}
         for key, item in value.items():
             _strict_text(key, str)
             try:
@@ -173,21 +173,22 @@ def _make_converter() -> cattrs.Converter:
         structure_mapping,
     )
 
-    def renames(cls: type) -> dict[str, Any]:  # attribute name -> override, as cattrs takes them
+    # attribute name -> override; Any as cattrs takes them (its **kwargs share names with its flags)
+    def renames(cls: type) -> dict[str, Any]:
         return {a.name: override(rename=camel(a.name)) for a in attrs.fields(cls)}
 
-    def structure_factory(cls: type) -> Any:
-        structure: Callable[[Any, Any], Any] = make_dict_structure_fn(
+    def structure_factory(cls: type) -> Callable[[object, object], object]:
+        structure: Callable[[Mapping[str, object], object], object] = make_dict_structure_fn(
             cls, conv, _cattrs_detailed_validation=True, **renames(cls))
 
-        def structure_object(value: Any, typ: Any) -> Any:
+        def structure_object(value: object, typ: object) -> object:
             if not isinstance(value, dict):
                 raise _FieldError(f"expected object, got {_json_type(value)}")
             return structure(value, typ)
 
         return structure_object
 
-    def unstructure_factory(cls: type) -> Any:
+    def unstructure_factory(cls: type) -> Callable[[object], dict[str, object]]:
         return make_dict_unstructure_fn(cls, conv, **renames(cls))
 
     conv.register_structure_hook_factory(attrs.has, structure_factory)
@@ -198,9 +199,9 @@ def _make_converter() -> cattrs.Converter:
 converter = _make_converter()
 
 
-def to_wire(message: m.Message) -> dict[str, Any]:
+def to_wire(message: m.Message) -> dict[str, object]:
     """The JSON object of a message, `type` first."""
-    body = converter.unstructure(message)
+    body: dict[str, object] = converter.unstructure(message)
     return {"type": message.TYPE, **body}
 
 
@@ -229,7 +230,7 @@ def _encode_heartbeat_response(response: m.HeartbeatResponse) -> str:
     # tuples become lists.
     routing = response.routing
     assignment = response.assignment
-    routing_object: dict[str, Any] | None = None
+    routing_object: dict[str, object] | None = None
     if routing is not None:
         retention = routing.retention
         routing_object = {
@@ -289,7 +290,7 @@ def decode(text: str | bytes, allowed: frozenset[str] | None = None) -> m.Messag
     return decode_object(obj, allowed)
 
 
-def decode_object(obj: Any, allowed: frozenset[str] | None = None) -> m.Message:
+def decode_object(obj: object, allowed: frozenset[str] | None = None) -> m.Message:
     """Structure an already parsed JSON value into a message (see `decode`).
 
     A well-formed heartbeat is built directly (`_fast_heartbeat`); anything else, and any
@@ -304,7 +305,7 @@ def decode_object(obj: Any, allowed: frozenset[str] | None = None) -> m.Message:
     return _decode_with_converter(obj, allowed)
 
 
-def _clean_text(value: Any) -> bool:
+def _clean_text(value: object) -> TypeGuard[str]:
     """True for a str the converter accepts: no lone surrogate (checked only off ASCII)."""
     if type(value) is not str:
         return False
@@ -327,14 +328,14 @@ FAST_HEARTBEAT_KEYS = frozenset({"requestId", "streamPrefix", "consumerGroup", "
 FAST_REVOKING_SHARD_KEYS = frozenset({"shard", "state"})
 
 
-def _fast_heartbeat(obj: dict[str, Any]) -> m.Heartbeat | None:
+def _fast_heartbeat(obj: dict[str, object]) -> m.Heartbeat | None:
     """The heartbeat of `obj` if every field has exactly its JSON type and the message is
     valid, else None (the caller then takes the converter, which names the problem)."""
-    request_id: Any = obj.get("requestId")
-    member_epoch: Any = obj.get("memberEpoch")
-    stream_prefix: Any = obj.get("streamPrefix")
-    consumer_group: Any = obj.get("consumerGroup")
-    member_id: Any = obj.get("memberId")
+    request_id = obj.get("requestId")
+    member_epoch = obj.get("memberEpoch")
+    stream_prefix = obj.get("streamPrefix")
+    consumer_group = obj.get("consumerGroup")
+    member_id = obj.get("memberId")
     if (type(request_id) is not int or type(member_epoch) is not int
             or not _clean_text(stream_prefix) or not _clean_text(consumer_group)
             or not _clean_text(member_id)):
@@ -342,7 +343,7 @@ def _fast_heartbeat(obj: dict[str, Any]) -> m.Heartbeat | None:
     capacity = obj.get("capacity")
     if capacity is not None and type(capacity) is not int:
         return None
-    instance_id: Any = obj.get("instanceId")  # S1: a dynamic member costs this one lookup
+    instance_id = obj.get("instanceId")  # S1: a dynamic member costs this one lookup
     if instance_id is not None and not _clean_text(instance_id):
         return None
     owned = obj.get("ownedShards")
@@ -363,8 +364,8 @@ def _fast_heartbeat(obj: dict[str, Any]) -> m.Heartbeat | None:
         for item in revoking:
             if type(item) is not dict:
                 return None
-            shard: Any = item.get("shard")
-            state: Any = item.get("state")
+            shard = item.get("shard")
+            state = item.get("state")
             if not _clean_text(shard) or type(state) is not str:
                 return None
             revoke_state = _REVOKE_STATES.get(state)
@@ -382,7 +383,7 @@ def _fast_heartbeat(obj: dict[str, Any]) -> m.Heartbeat | None:
         return None
 
 
-def _decode_with_converter(obj: Any, allowed: frozenset[str] | None = None) -> m.Message:
+def _decode_with_converter(obj: object, allowed: frozenset[str] | None = None) -> m.Message:
     """Structure a parsed JSON value through the converter alone (every message, every error)."""
     if not isinstance(obj, dict):
         raise ProtocolError(f"frame must be a JSON object, got {_json_type(obj)}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar
 
 import attrs
 
@@ -116,16 +116,16 @@ def check_name(field: str, value: str, *, allow_braces: bool = False) -> None:
         raise FieldValueError(f"field '{camel(field)}' {problem}")
 
 
-def _name(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+def _name(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
     check_name(attribute.name, value)
 
 
-def _optional_name(instance: Any, attribute: attrs.Attribute[Any], value: str | None) -> None:
+def _optional_name(instance: object, attribute: attrs.Attribute[str | None], value: str | None) -> None:
     if value is not None:
         check_name(attribute.name, value)
 
 
-def _member_and_instance_id(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+def _member_and_instance_id(instance: Heartbeat, attribute: attrs.Attribute[str], value: str) -> None:
     """A heartbeat's memberId, then its optional instanceId (S1: same rules): one validator,
     so a heartbeat without an instanceId pays no extra call (attrs runs validators once every
     field is set)."""
@@ -134,21 +134,25 @@ def _member_and_instance_id(instance: Any, attribute: attrs.Attribute[Any], valu
         check_name("instance_id", instance.instance_id, allow_braces=True)
 
 
-def _optional_member_id(instance: Any, attribute: attrs.Attribute[Any], value: str | None) -> None:
+def _optional_member_id(instance: object, attribute: attrs.Attribute[str | None],
+                        value: str | None) -> None:
     """An optional memberId or instanceId (S1: same rules as a memberId)."""
     if value is not None:
         check_name(attribute.name, value, allow_braces=True)
 
 
-def _at_least(low: int) -> Callable[[Any, attrs.Attribute[Any], int | None], None]:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: int | None) -> None:
+_Bounded = TypeVar("_Bounded", int, int | None)
+
+
+def _at_least(low: int) -> Callable[[object, attrs.Attribute[_Bounded], _Bounded], None]:
+    def check(instance: object, attribute: attrs.Attribute[_Bounded], value: _Bounded) -> None:
         if value is not None and value < low:
             raise FieldValueError(f"field '{camel(attribute.name)}' must be >= {low}, got {value}")
 
     return check
 
 
-def _shard_count(instance: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+def _shard_count(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if not 1 <= value <= MAX_SHARD_COUNT:
         raise FieldValueError(
             f"field '{camel(attribute.name)}' must be in 1..{MAX_SHARD_COUNT}, got {value}"
@@ -156,9 +160,15 @@ def _shard_count(instance: Any, attribute: attrs.Attribute[Any], value: int) -> 
 
 
 class Message:
-    """Base of every wire message; `TYPE` is the wire `type` tag."""
+    """Base of every wire message; `TYPE` is the wire `type` tag.
+
+    Every concrete message is an attrs class (the codec structures them as such): the
+    annotation lets `attrs.fields` and `attrs.asdict` take any message.
+    """
 
     TYPE: ClassVar[str]
+    if TYPE_CHECKING:  # for the checker only: get_type_hints cannot subscript attrs.Attribute
+        __attrs_attrs__: ClassVar[tuple[attrs.Attribute[object], ...]]
 
 
 class Response(Message):
@@ -380,7 +390,7 @@ class SetMaxConcurrency(GroupRequest):
                                      consumer_group=self.consumer_group, error=error)
 
 
-def _one_member(instance: Any, attribute: attrs.Attribute[Any], value: str | None) -> None:
+def _one_member(instance: RemoveMember, attribute: attrs.Attribute[str | None], value: str | None) -> None:
     """S5: removeMember names a memberId or an instanceId, exactly one of them."""
     _optional_member_id(instance, attribute, value)
     if (instance.member_id is None) == (value is None):
@@ -424,7 +434,8 @@ ResetTo = Literal["earliest", "latest", "timestamp"]
 """Where `resetOffsets` moves a group (G3)."""
 
 
-def _timestamp_ms(instance: Any, attribute: attrs.Attribute[Any], value: int | None) -> None:
+def _timestamp_ms(instance: ResetOffsets, attribute: attrs.Attribute[int | None],
+                  value: int | None) -> None:
     if value is not None and value < 0:
         raise FieldValueError(f"field 'timestampMs' must be >= 0, got {value}")
     if instance.to == "timestamp" and value is None:

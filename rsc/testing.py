@@ -36,20 +36,29 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple
 
 import attrs
 import sniffio
 
 from rsc.common.trio_thread import TrioThread
 
+if TYPE_CHECKING:
+    from rsc.common.redis_server import EmbeddedRedis
+    from rsc.member.aio import AioListener
+    from rsc.member.listener import Listener
+    from rsc.member.producer import TypedRecord
+
 __all__ = ["TIMINGS", "RscKit", "rsc_kit"]
 
 TIMINGS = {"tick_interval_ms": 50, "lease_ttl_ms": 1000, "heartbeat_interval_ms": 200,
            "revoke_timeout_ms": 5000}
 """The kit's coordinator timings: short, so joins and rebalances take a fraction of a second."""
+
+T = TypeVar("T")
+Args = TypeVarTuple("Args")
 
 
 @attrs.define
@@ -64,7 +73,7 @@ class RscKit:
     def __init__(self, *, redis_url: str | None = None, **coordinator_options: Any) -> None:
         self._redis_url = redis_url
         self._options = {**TIMINGS, **coordinator_options}
-        self._server: Any = None
+        self._server: EmbeddedRedis | None = None
         self._loop: TrioThread | None = None
         self.coordinator_url = ""
         self.redis_url = ""
@@ -77,8 +86,8 @@ class RscKit:
         if self._redis_url is None:
             from rsc.common.redis_server import EmbeddedRedis
 
-            self._server = EmbeddedRedis().start()
-            self._redis_url = self._server.url
+            server = self._server = EmbeddedRedis().start()
+            self._redis_url = server.url
         redis_url = self._redis_url
         self._loop = TrioThread("rsc test coordinator")
         self._loop.start(lambda: _coordinator(redis_url, self._options))
@@ -113,7 +122,7 @@ class RscKit:
         register that group too."""
         await self._in_kit(self._create_prefix, prefix, shards, group)
 
-    async def send(self, prefix: str, records: Sequence[tuple[Any, ...]], *,
+    async def send(self, prefix: str, records: Sequence[TypedRecord], *,
                    codec: object | None = None) -> list[str]:
         """Produce (key, value[, headers]) records to `prefix`; their entry ids once Redis has
         them. With `codec=` (as a producer's: "json", a pydantic model or msgspec Struct class)
@@ -132,7 +141,8 @@ class RscKit:
 
     # --- inside the kit's loop ------------------------------------------------------------
 
-    async def _in_kit(self, function: Callable[..., Any], *args: Any) -> Any:
+    async def _in_kit(self, function: Callable[[*Args], Awaitable[T]],
+                      *args: *Args) -> T:
         loop = self._loop
         if loop is None:
             raise RuntimeError("the kit is not started")
@@ -142,7 +152,7 @@ class RscKit:
             return await trio.to_thread.run_sync(loop.call, function, *args)
         import asyncio
 
-        return await asyncio.to_thread(loop.call, function, *args)
+        return await asyncio.to_thread(lambda: loop.call(function, *args))
 
     async def _create_prefix(self, prefix: str, shards: int, group: str | None) -> None:
         from rsc.admin.client import open_admin_client
@@ -150,7 +160,7 @@ class RscKit:
         async with open_admin_client(self.coordinator_url) as admin:
             await admin.set_shard_count(prefix, group, shards)
 
-    async def _send(self, prefix: str, records: list[Any], codec: object | None) -> list[str]:
+    async def _send(self, prefix: str, records: list[TypedRecord], codec: object | None) -> list[str]:
         from rsc.member.producer import open_producer
 
         async with open_producer(self.coordinator_url, self.redis_url, prefix,
@@ -173,11 +183,11 @@ async def _coordinator(redis_url: str, options: dict[str, Any]) -> AsyncIterator
         nursery.cancel_scope.cancel()
 
 
-def _acked(listener: Any) -> int:
+def _acked(listener: Listener | AioListener) -> int:
     return sum(member.stats.acked for member in listener.members)
 
 
-async def _run_trio_listener(listener: Any, handled: int, timeout: float) -> None:
+async def _run_trio_listener(listener: Listener, handled: int, timeout: float) -> None:
     import trio
 
     async with trio.open_nursery() as nursery:
@@ -190,7 +200,7 @@ async def _run_trio_listener(listener: Any, handled: int, timeout: float) -> Non
         raise TimeoutError(f"{_acked(listener)} of {handled} messages handled within {timeout:g} s")
 
 
-async def _run_aio_listener(listener: Any, handled: int, timeout: float) -> None:
+async def _run_aio_listener(listener: AioListener, handled: int, timeout: float) -> None:
     import asyncio
 
     deadline = time.monotonic() + timeout

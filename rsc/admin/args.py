@@ -27,7 +27,7 @@ import re
 import sys
 import types
 from collections.abc import Callable, Mapping
-from typing import Any, NoReturn
+from typing import NoReturn, TypeVar
 
 from rsc.common.env_config import FROM_ENVIRONMENT, command_arguments, own_usage_errors
 from rsc.common.exit_codes import EXIT_FAILED
@@ -185,8 +185,11 @@ class AdminArgumentParser(argparse.ArgumentParser):
         sys.exit(EXIT_FAILED)
 
 
-def _argument_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    def convert(text: str) -> Any:
+_Parsed = TypeVar("_Parsed")
+
+
+def _argument_type(parse: Callable[[str], _Parsed]) -> Callable[[str], _Parsed]:
+    def convert(text: str) -> _Parsed:
         try:
             return parse(text)
         except ValueError as exc:
@@ -222,7 +225,8 @@ def _max_concurrency(text: str) -> int | None:
         raise ValueError(f"must be an integer >= 1 or 'none', got {text!r}") from None
 
 
-def add_parser(subparsers: Any, run: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+               run: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
     """Add `rsc admin` and its commands to the `rsc` subparsers; `run` executes them."""
     admin = subparsers.add_parser(
         "admin", help="inspect and change groups on a coordinator",

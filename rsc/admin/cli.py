@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
 import trio
 from rich.console import Console, RenderableType
@@ -88,7 +88,7 @@ def print_view(console: Console, view: RenderableType) -> None:
         console.file.flush()
 
 
-def print_json(console: Console, body: dict[str, Any]) -> None:
+def print_json(console: Console, body: dict[str, object]) -> None:
     console.file.write(json.dumps(body, ensure_ascii=False, separators=(",", ":")) + "\n")
     console.file.flush()
 

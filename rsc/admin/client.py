@@ -23,7 +23,7 @@ import socket
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import attrs
@@ -89,7 +89,7 @@ PUSH_BUFFER = 256
 # groups. The client takes any answer up to this (trio-websocket's default is 1 MiB).
 MAX_ANSWER_BYTES = 1 << 30
 
-Response = Message | dict[str, Any]
+Response = Message | dict[str, object]
 """A decoded response, or the raw JSON object of a type the protocol classes do not know."""
 ResponseT = TypeVar("ResponseT", bound=Message)
 ResponseT_co = TypeVar("ResponseT_co", bound=Message, covariant=True)
@@ -108,8 +108,9 @@ class AdminError(Exception):
     of a newer coordinator's), when there was one.
     """
 
-    def __init__(self, status: Status | str, error: str | None,
+    def __init__(self, status: object, error: object,
                  response: Response | None = None) -> None:
+        # a raw JSON refusal's status and error may be any JSON value: both are only printed
         text = str(getattr(status, "value", status))
         self.status: Status | str = Status(text) if text in Status.__members__ else text
         self.error = error or ""
@@ -223,7 +224,7 @@ def _hostport(coordinator: CoordinatorURL) -> str:
 # --- requests ---------------------------------------------------------------------------
 
 
-def request_body(request: Request) -> dict[str, Any]:
+def request_body(request: Request) -> dict[str, object]:
     """The JSON object of `request` through the codec, checked as the coordinator decodes it.
 
     FieldValueError names a field the coordinator would refuse (an unknown cutover, say), so
@@ -236,7 +237,7 @@ def request_body(request: Request) -> dict[str, Any]:
         decode_object(body, ADMIN_REQUESTS)
     except ProtocolError as exc:
         raise FieldValueError(exc.message) from None
-    for field in attrs.fields(type(request)):  # type: ignore[arg-type]  # each Request class is attrs
+    for field in attrs.fields(type(request)):
         if (field.default is None or field.default is False) \
                 and getattr(request, field.name) is field.default:
             del body[camel(field.name)]
@@ -246,7 +247,7 @@ def request_body(request: Request) -> dict[str, Any]:
 # --- responses --------------------------------------------------------------------------
 
 
-def decode_response(body: Mapping[str, Any]) -> Response:
+def decode_response(body: Mapping[str, object]) -> Response:
     """A response as its protocol class when known (and decodable), else the JSON object."""
     if body.get("type") in MESSAGE_TYPES:
         try:
@@ -256,7 +257,7 @@ def decode_response(body: Mapping[str, Any]) -> Response:
     return dict(body)
 
 
-def read_answer(request: Request, body: Mapping[str, Any]) -> Response:
+def read_answer(request: Request, body: Mapping[str, object]) -> Response:
     """The answer to `request` (see `decode_response`); an `error` frame, the coordinator's
     answer to a request it could not read, becomes the request's own error response."""
     response = decode_response(body)
@@ -287,7 +288,7 @@ def check_answer(request: Answered[ResponseT], response: Response) -> ResponseT:
 # --- the session ------------------------------------------------------------------------
 
 
-class AdminSession(ClientSession[dict[str, Any]]):
+class AdminSession(ClientSession[dict[str, object]]):
     """One admin websocket (rsc/common/ws_session.py read as raw JSON objects): requests matched
     to their answers by requestId, and pushes."""
 
@@ -297,7 +298,7 @@ class AdminSession(ClientSession[dict[str, Any]]):
                          closed_reason=self._closed_reason, push_buffer=PUSH_BUFFER,
                          warn_dropped_pushes=False)  # watch keeps only the latest state anyway
 
-    async def request(self, request: Request) -> dict[str, Any]:
+    async def request(self, request: Request) -> dict[str, object]:
         """Send `request` with a fresh requestId (its own is ignored); the JSON object of its answer.
 
         FieldValueError (nothing sent) when the coordinator would refuse a field of it.
@@ -313,7 +314,7 @@ class AdminSession(ClientSession[dict[str, Any]]):
         return f"the coordinator at {self.coordinator.base} closed the session{detail}"
 
 
-def _read_object(text: str | bytes) -> tuple[int | None, dict[str, Any]]:
+def _read_object(text: str | bytes) -> tuple[int | None, dict[str, object]]:
     """An answer or push as its JSON object; its requestId when it has one."""
     try:
         body = json.loads(text)
@@ -337,7 +338,7 @@ class AdminClient:
     def url(self) -> str:
         return self.session.coordinator.base
 
-    async def exchange(self, request: Request) -> tuple[dict[str, Any], Response]:
+    async def exchange(self, request: Request) -> tuple[dict[str, object], Response]:
         """Send a request; its raw JSON answer and the OK response it reads as (`read_answer`)."""
         raw = await self.session.request(request)
         return raw, check_status(read_answer(request, raw))
@@ -363,7 +364,7 @@ class AdminClient:
                                             consumer_group=group, watch=True))
 
     @property
-    def pushes(self) -> trio.MemoryReceiveChannel[dict[str, Any]]:
+    def pushes(self) -> trio.MemoryReceiveChannel[dict[str, object]]:
         return self.session.pushes
 
     async def set_shard_count(self, prefix: str, group: str | None, shard_count: int,

@@ -19,11 +19,11 @@ import datetime
 import io
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypedDict
 
 import attrs
-from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.console import Console, ConsoleOptions, Group, JustifyMethod, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -44,8 +44,12 @@ from rsc.protocol import (
     RetentionChanged,
     RetentionMode,
     ShardCountChanged,
+    ShardDescription,
 )
-from rsc.protocol.messages import camel
+from rsc.protocol.messages import Message, camel
+
+Column = tuple[str, JustifyMethod]
+"""A table column: its header and how its cells are justified."""
 
 PLAIN_OUTPUT_WIDTH = 200
 NARROW_BELOW = 120
@@ -71,7 +75,7 @@ NOT_TARGET_MARKER = "!"
 # --- reading responses ------------------------------------------------------------------
 
 
-def field(obj: Any, name: str, default: Any = None) -> Any:
+def field(obj: object, name: str, default: object = None) -> Any:
     """Field `name` (snake_case) of a protocol object or of a raw JSON object; `default` if absent."""
     if obj is None:
         return default
@@ -82,7 +86,7 @@ def field(obj: Any, name: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-def text_value(value: Any) -> str:
+def text_value(value: object) -> str:
     """A wire value as text: enums by their value, None as `-`."""
     if value is None:
         return "-"
@@ -99,7 +103,7 @@ def display_name(name: str) -> str:
     return "".join(char if char.isprintable() else f"\\u{ord(char):04x}" for char in name)
 
 
-def name_text(name: Any, style: str = "") -> Text:
+def name_text(name: object, style: str = "") -> Text:
     """A wire name as rich Text: never parsed as markup or emoji codes."""
     return Text(display_name(text_value(name)), style=style)
 
@@ -222,14 +226,14 @@ def format_duration_ms(milliseconds: int) -> str:
     return f"{milliseconds}ms"
 
 
-def format_count(value: Any) -> str:
+def format_count(value: object) -> str:
     return "-" if value is None else str(value)
 
 
 # --- describe ---------------------------------------------------------------------------
 
 
-def migration_summary(migration: MigrationDescription | Mapping[str, Any] | None) -> str:
+def migration_summary(migration: MigrationDescription | Mapping[str, object] | None) -> str:
     """One line for a migration: state, versions, cutover and drain progress."""
     if migration is None:
         return "none"
@@ -240,7 +244,7 @@ def migration_summary(migration: MigrationDescription | Mapping[str, Any] | None
             f"cutover): {drained} of {total} old shards drained")
 
 
-def blocking_text(migration: Any) -> Text | None:
+def blocking_text(migration: object) -> Text | None:
     """G2: the groups a migration waits on, with their counts; None when nothing blocks."""
     blocking = field(migration, "blocking_groups", ())
     if not blocking:
@@ -263,12 +267,12 @@ def routing_summary(description: GroupDescription) -> str:
     return f"version {routing.version}, {routing.shard_count} shards"
 
 
-def retention_of(description: Any) -> Any:
+def retention_of(description: object) -> object:
     """The prefix's retention: top-level in groupDescription, or inside its routing."""
     return field(description, "retention") or field(field(description, "routing"), "retention")
 
 
-def retention_summary(retention: Any) -> str:
+def retention_summary(retention: object) -> str:
     """`acked`, `none`, with the caps: `acked, max length 100000, max age 7d`."""
     if retention is None:
         return "-"
@@ -302,7 +306,7 @@ def format_backlog(undelivered: int | None, unacked: int | None) -> str:
     return f">= {backlog_floor(undelivered, unacked)}"
 
 
-def lag_summary(shards: Sequence[Any]) -> Text:
+def lag_summary(shards: Sequence[object]) -> Text:
     """Sums over the shards: the backlog, its undelivered and unacked parts and the oldest
     unacked entry's age: `1700 (undelivered 21, unacked 1679; oldest unacked 4.2s)`."""
     lags = [field(shard, "lag") for shard in shards]
@@ -401,11 +405,11 @@ def store_went_back_text(at_ms: int) -> str:
     return f"{at:%Y-%m-%d %H:%M:%S} UTC: written back from the coordinator's memory"
 
 
-def _columns(table: Table, columns: Iterable[tuple[str, str]], *, fold: Iterable[str] = ()) -> None:
+def _columns(table: Table, columns: Iterable[Column], *, fold: Iterable[str] = ()) -> None:
     """Add columns that never truncate their header (min_width is the header's length)."""
     folded = set(fold)
     for name, justify in columns:
-        table.add_column(name, justify=justify, min_width=len(name),  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, min_width=len(name),
                          overflow="fold" if name in folded else "ellipsis",
                          no_wrap=name not in folded and name in ("member", "owner"))
 
@@ -442,13 +446,16 @@ def _member_cells(description: GroupDescription, member: MemberDescription) -> d
     }
 
 
-MEMBER_COLUMNS = (("member", "left"), ("epoch", "right"), ("state", "left"),
-                  ("capacity", "right"), ("heartbeat", "right"), ("assigned", "left"),
-                  ("waiting", "left"), ("revoking", "left"), ("target", "left"))
-NARROW_MEMBER_COLUMNS = (("member", "left"), ("epoch", "right"), ("state", "left"),
-                         ("capacity", "right"), ("heartbeat", "right"))
-NARROW_SHARD_COLUMNS = (("member", "left"), ("assigned", "left"), ("waiting", "left"),
-                        ("revoking", "left"), ("target", "left"))
+MEMBER_COLUMNS: tuple[Column, ...] = (
+    ("member", "left"), ("epoch", "right"), ("state", "left"), ("capacity", "right"),
+    ("heartbeat", "right"), ("assigned", "left"), ("waiting", "left"), ("revoking", "left"),
+    ("target", "left"))
+NARROW_MEMBER_COLUMNS: tuple[Column, ...] = (
+    ("member", "left"), ("epoch", "right"), ("state", "left"), ("capacity", "right"),
+    ("heartbeat", "right"))
+NARROW_SHARD_COLUMNS: tuple[Column, ...] = (
+    ("member", "left"), ("assigned", "left"), ("waiting", "left"), ("revoking", "left"),
+    ("target", "left"))
 
 
 def needs_attention(description: GroupDescription, member: MemberDescription) -> bool:
@@ -490,7 +497,7 @@ def members_summary(description: GroupDescription, shown: int) -> Text:
 
 
 def with_instance_column(description: GroupDescription,
-                         columns: Sequence[tuple[str, str]]) -> Sequence[tuple[str, str]]:
+                         columns: Sequence[Column]) -> Sequence[Column]:
     """S6: an `instance` column after `member` once any member is static (else none), in the
     tables that show the members' state."""
     if all(name != "state" for name, _ in columns) or not any(
@@ -499,7 +506,7 @@ def with_instance_column(description: GroupDescription,
     return (columns[0], ("instance", "left"), *columns[1:])
 
 
-def members_table(description: GroupDescription, columns: Sequence[tuple[str, str]] = MEMBER_COLUMNS,
+def members_table(description: GroupDescription, columns: Sequence[Column] = MEMBER_COLUMNS,
                   title: str | None = None,
                   members: Sequence[MemberDescription] | None = None) -> Table:
     """One row per member: instanceId when static, epoch, state, capacity, heartbeat age (or
@@ -521,12 +528,13 @@ def members_table(description: GroupDescription, columns: Sequence[tuple[str, st
     return table
 
 
-SHARD_COLUMNS = (("shard", "left"), ("version", "right"), ("owner", "left"), ("length", "right"),
-                 ("last delivered", "left"), ("backlog", "right"), ("undelivered", "right"),
-                 ("unacked", "right"), ("oldest unacked", "right"))
-NARROW_SHARD_TABLE_COLUMNS = (("shard", "left"), ("owner", "left"), ("last id", "left"),
-                              ("backlog", "right"), ("undelivered", "right"),
-                              ("unacked", "right"), ("oldest", "right"))
+SHARD_COLUMNS: tuple[Column, ...] = (
+    ("shard", "left"), ("version", "right"), ("owner", "left"), ("length", "right"),
+    ("last delivered", "left"), ("backlog", "right"), ("undelivered", "right"),
+    ("unacked", "right"), ("oldest unacked", "right"))
+NARROW_SHARD_TABLE_COLUMNS: tuple[Column, ...] = (
+    ("shard", "left"), ("owner", "left"), ("last id", "left"), ("backlog", "right"),
+    ("undelivered", "right"), ("unacked", "right"), ("oldest", "right"))
 
 
 def shards_table(description: GroupDescription, narrow: bool = False) -> Table:
@@ -613,7 +621,7 @@ def describe_view(description: GroupDescription, shards: bool | None = None,
 # --- list and change responses ----------------------------------------------------------
 
 
-def groups_view(groups: Any) -> RenderableType:
+def groups_view(groups: object) -> RenderableType:
     """The `list` view: one row per group, with its backlog (undelivered, unacked) where the
     coordinator gives them."""
     entries = field(groups, "groups", ())
@@ -622,7 +630,7 @@ def groups_view(groups: Any) -> RenderableType:
     with_lag = any(field(entry, "lag") is not None or field(entry, "pending") is not None
                    for entry in entries)
     table = Table(header_style="bold")
-    columns = [("prefix", "left"), ("group", "left"), ("state", "left"),
+    columns: list[Column] = [("prefix", "left"), ("group", "left"), ("state", "left"),
                ("group epoch", "right"), ("members", "right"), ("shards", "right")]
     if with_lag:
         columns += [("backlog", "right"), ("undelivered", "right"), ("unacked", "right")]
@@ -642,7 +650,7 @@ def groups_view(groups: Any) -> RenderableType:
     return table
 
 
-def shard_count_changed_view(response: Any) -> Text:
+def shard_count_changed_view(response: object) -> Text:
     routing = field(response, "routing")
     where = plain("routing of prefix ", name_text(field(response, "stream_prefix")))
     if routing is None:
@@ -655,7 +663,7 @@ def shard_count_changed_view(response: Any) -> Text:
     return line
 
 
-def max_concurrency_changed_view(response: Any) -> Text:
+def max_concurrency_changed_view(response: object) -> Text:
     value = field(response, "max_concurrency")
     setting = "cleared" if value is None else f"set to {value}"
     return plain("maxConcurrency of ", group_text(field(response, "stream_prefix"),
@@ -663,23 +671,23 @@ def max_concurrency_changed_view(response: Any) -> Text:
                  f" {setting} (group epoch {field(response, 'group_epoch')})")
 
 
-def member_removed_view(response: Any) -> Text:
+def member_removed_view(response: object) -> Text:
     return plain("removed member ", name_text(field(response, "member_id")), " from ",
                  group_text(field(response, "stream_prefix"), field(response, "consumer_group")),
                  f" (group epoch {field(response, 'group_epoch')})")
 
 
-def group_deleted_view(response: Any) -> Text:
+def group_deleted_view(response: object) -> Text:
     return plain("deleted group ", group_text(field(response, "stream_prefix"),
                                               field(response, "consumer_group")))
 
 
-def retention_changed_view(response: Any) -> Text:
+def retention_changed_view(response: object) -> Text:
     return plain("retention of prefix ", name_text(field(response, "stream_prefix")), ": ",
                  retention_summary(field(response, "retention")))
 
 
-def offsets_reset_view(response: Any) -> RenderableType:
+def offsets_reset_view(response: object) -> RenderableType:
     prefix = field(response, "stream_prefix")
     shards = field(response, "shards", ())
     title = plain("offsets of ", group_text(prefix, field(response, "consumer_group")),
@@ -694,7 +702,7 @@ def offsets_reset_view(response: Any) -> RenderableType:
     return Group(title, table)
 
 
-def format_version_view(response: Any) -> Text:
+def format_version_view(response: object) -> Text:
     in_use, latest = field(response, "format_version"), field(response, "latest_format_version")
     line = plain(f"metadata format version {in_use}")
     if latest is not None and latest != in_use:
@@ -705,14 +713,14 @@ def format_version_view(response: Any) -> Text:
     return line
 
 
-def format_version_changed_view(response: Any) -> Text:
+def format_version_changed_view(response: object) -> Text:
     now, before = field(response, "format_version"), field(response, "previous_format_version")
     if now == before:
         return plain(f"metadata format version {now}: unchanged")
     return plain(f"metadata format version raised from {before} to {now}")
 
 
-def generic_view(response: Any) -> RenderableType:
+def generic_view(response: Message | Mapping[str, object]) -> RenderableType:
     """Any response as a key/value grid (for response types this version has no view for)."""
     body = response if isinstance(response, Mapping) else attrs.asdict(response)
     grid = Table.grid(padding=(0, 2))
@@ -725,9 +733,15 @@ def generic_view(response: Any) -> RenderableType:
     return grid
 
 
-RESPONSE_VIEWS = {
+def _describe_response_view(response: object) -> RenderableType:
+    """describe's view of a decoded groupDescription (a raw one is shown by generic_view)."""
+    assert isinstance(response, GroupDescription)
+    return describe_view(response)
+
+
+RESPONSE_VIEWS: dict[str, Callable[[object], RenderableType]] = {
     Groups.TYPE: groups_view,
-    GroupDescription.TYPE: describe_view,
+    GroupDescription.TYPE: _describe_response_view,
     ShardCountChanged.TYPE: shard_count_changed_view,
     MaxConcurrencyChanged.TYPE: max_concurrency_changed_view,
     MemberRemoved.TYPE: member_removed_view,
@@ -739,17 +753,17 @@ RESPONSE_VIEWS = {
 }
 
 
-def response_type(response: Any) -> str:
+def response_type(response: Message | Mapping[str, object]) -> str:
     return str(response.get("type")) if isinstance(response, Mapping) else response.TYPE
 
 
-def response_view(response: Any) -> RenderableType:
+def response_view(response: Message | Mapping[str, object]) -> RenderableType:
     """The view of any admin response, by its wire type."""
     kind = response_type(response)
     if isinstance(response, Mapping) and kind == GroupDescription.TYPE:
         return generic_view(response)  # a shape this version could not decode: show it raw
-    view = RESPONSE_VIEWS.get(kind, generic_view)
-    return view(response)  # type: ignore[operator]
+    view = RESPONSE_VIEWS.get(kind)
+    return generic_view(response) if view is None else view(response)
 
 
 # --- watch ------------------------------------------------------------------------------
@@ -772,6 +786,15 @@ SHARD_FIGURES = ("length", "last_delivered_id", "lag", "pending", "oldest_pendin
 """A shard's moving figures: `watch` shows them in its table, never as a change line."""
 
 
+class _DescriptionChanges(TypedDict, total=False):
+    """The fields `watch_signature` blanks or replaces in a GroupDescription."""
+
+    request_id: int | None
+    members: tuple[MemberDescription, ...]
+    shards: tuple[ShardDescription, ...]
+    migration: MigrationDescription
+
+
 def watch_signature(description: GroupDescription, figures: bool = False) -> GroupDescription:
     """What counts as a change for `watch`: everything but the request id and the ages.
 
@@ -782,7 +805,7 @@ def watch_signature(description: GroupDescription, figures: bool = False) -> Gro
     """
     members = tuple(attrs.evolve(member, last_heartbeat_ms_ago=None, away_ms=None)
                     for member in description.members)
-    changes: dict[str, Any] = {"request_id": None, "members": members}
+    changes: _DescriptionChanges = {"request_id": None, "members": members}
     shards = field(description, "shards", ())
     if shards and attrs.has(type(shards[0])):
         moving = SHARD_FIGURES if not figures else ("oldest_pending_ms",)
@@ -852,7 +875,7 @@ def _other_changes(before: GroupDescription, after: GroupDescription) -> list[st
         return [f"owner of {short_shard(text_value(field(shard, 'shard')), prefix)} "
                 f"{text_value(owners[field(shard, 'shard')])} -> "
                 f"{text_value(field(shard, 'owner'))}" for shard in moved]
-    def figures(description: GroupDescription) -> list[tuple[Any, ...]]:
+    def figures(description: GroupDescription) -> list[tuple[object, ...]]:
         return [tuple(field(shard, name) for name in SHARD_FIGURES)
                 for shard in field(description, "shards", ())]
     epochs = {member.member_id: member.member_epoch for member in before.members}
@@ -866,9 +889,9 @@ def _other_changes(before: GroupDescription, after: GroupDescription) -> list[st
     return ["assignment details changed (describe shows them)"]
 
 
-def _blocking_changes(before: Any, after: Any) -> list[str]:
+def _blocking_changes(before: object, after: object) -> list[str]:
     """Groups a migration starts or stops waiting on (G2); their counts are not changes."""
-    def names(migration: Any) -> set[str]:
+    def names(migration: object) -> set[str]:
         return {text_value(field(entry, "consumer_group"))
                 for entry in field(migration, "blocking_groups", ())}
     old, new = names(before), names(after)

@@ -25,7 +25,6 @@ import argparse
 import json
 import math
 import time
-from typing import Any
 
 import attrs
 import trio
@@ -169,7 +168,7 @@ class WatchDisplay:
                                Text(""), self.current, Text(""), *self.state.events, footer),
                          refresh=True)
 
-    def show(self, description: GroupDescription | None, raw: dict[str, Any] | None) -> bool:
+    def show(self, description: GroupDescription | None, raw: dict[str, object] | None) -> bool:
         """Record a description (None: unknown group); print it when it is a change."""
         changed = self.state.record(description, utc_clock())
         if changed or description is not None:  # the table's figures move without a change
@@ -204,12 +203,12 @@ class WatchDisplay:
             self._line(line)
 
 
-def _json_line(raw: dict[str, Any]) -> str:
+def _json_line(raw: dict[str, object]) -> str:
     return json.dumps(raw, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
 async def _describe(admin: AdminClient, args: argparse.Namespace, *, watch: bool
-                    ) -> tuple[GroupDescription | None, dict[str, Any] | None]:
+                    ) -> tuple[GroupDescription | None, dict[str, object] | None]:
     """One describeGroup: (description, raw), or (None, raw) for an unknown group."""
     request = DescribeGroup(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
                             watch=watch)
@@ -285,7 +284,7 @@ async def _follow_pushes(admin: AdminClient, args: argparse.Namespace,
                 return True
 
 
-async def _next_push(admin: AdminClient) -> dict[str, Any]:
+async def _next_push(admin: AdminClient) -> dict[str, object]:
     try:
         return await admin.pushes.receive()
     except trio.EndOfChannel:

@@ -41,8 +41,11 @@ import os
 import sys
 import time
 import weakref
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Histogram
 
 MODE_ENV = "RSC_GC"
 TUNED, DEFAULT = "tuned", "default"
@@ -84,7 +87,7 @@ class PauseRecorder:
         self._started: float | None = None
         self._cpu_started = 0.0
 
-    def __call__(self, phase: str, info: Mapping[str, Any]) -> None:
+    def __call__(self, phase: str, info: Mapping[str, int]) -> None:
         if phase == "start":
             self._started = self.clock()
             self._cpu_started = self.cpu_clock()
@@ -101,19 +104,32 @@ class PauseRecorder:
         for observe in self.observers:
             observe(generation, pause)
 
-    def snapshot(self, *, reset_max: bool = False) -> dict[str, Any]:
+    def snapshot(self, *, reset_max: bool = False) -> dict[str, Sequence[float]]:
         """Counters so far (JSON-ready); `reset_max` starts a new window for the longest pauses."""
-        taken = {"collections": list(self.collections), "seconds": list(self.seconds),
-                 "cpuSeconds": list(self.cpu_seconds), "maxSeconds": list(self.max_seconds)}
+        taken: dict[str, Sequence[float]] = {
+            "collections": list(self.collections), "seconds": list(self.seconds),
+            "cpuSeconds": list(self.cpu_seconds), "maxSeconds": list(self.max_seconds)}
         if reset_max:
             self.max_seconds = [0.0, 0.0, 0.0]
         return taken
 
 
+class Collector(Protocol):
+    """What the policy calls of the `gc` module (a test gives a fake)."""
+
+    def set_threshold(self, threshold0: int, threshold1: int, threshold2: int, /) -> None: ...
+
+    def freeze(self) -> None: ...
+
+    def unfreeze(self) -> None: ...
+
+    def collect(self) -> int: ...
+
+
 class Policy:
     """What to collect when, for one process (the collector is process-wide)."""
 
-    def __init__(self, mode: str, *, gc_module: Any = gc, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, mode: str, *, gc_module: Collector = gc, clock: Callable[[], float] = time.monotonic,
                  heap_blocks: Callable[[], int] = sys.getallocatedblocks) -> None:
         if mode not in MODES:
             raise ValueError(f"GC mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -185,10 +201,10 @@ class Policy:
 
 recorder = PauseRecorder()
 policy: Policy | None = None
-_histograms: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_histograms: weakref.WeakKeyDictionary[CollectorRegistry, Histogram] = weakref.WeakKeyDictionary()
 
 
-def install(registry: Any = None, environ: Mapping[str, str] = os.environ) -> Policy:
+def install(registry: CollectorRegistry | None = None, environ: Mapping[str, str] = os.environ) -> Policy:
     """Apply the mode of `RSC_GC` to this process and record GC pauses.
 
     With a prometheus `CollectorRegistry` (the coordinator's metrics), pauses also feed

@@ -10,7 +10,7 @@ import datetime
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
@@ -43,21 +43,21 @@ def utc_timestamp(created: float) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
-def format_json_line(ts: str, level: str, event: str, fields: Mapping[str, Any]) -> str:
+def format_json_line(ts: str, level: str, event: str, fields: Mapping[str, object]) -> str:
     """One JSON object: ts, level, event, then the fields (which cannot override those three)."""
     extra = {key: value for key, value in fields.items() if key not in ("ts", "level", "event")}
     return json.dumps({"ts": ts, "level": level, "event": event, **extra},
                       default=str, ensure_ascii=False, separators=(",", ":"))
 
 
-def format_text_line(ts: str, level: str, event: str, fields: Mapping[str, Any]) -> str:
+def format_text_line(ts: str, level: str, event: str, fields: Mapping[str, object]) -> str:
     """`ts LEVEL event key=value ...` on one line."""
     parts = [ts, level, event]
     parts.extend(f"{key}={format_text_value(value)}" for key, value in fields.items())
     return " ".join(parts)
 
 
-def format_text_value(value: Any) -> str:
+def format_text_value(value: object) -> str:
     """A field value for text logs: bare when unambiguous, JSON otherwise."""
     if isinstance(value, str):
         plain = value and not any(ch.isspace() or ch in '"=\\' for ch in value)
@@ -69,7 +69,7 @@ def format_text_value(value: Any) -> str:
     return json.dumps(value, default=str, ensure_ascii=False, separators=(",", ":"))
 
 
-def plain_line(fmt: str, level: str, event: str, **fields: Any) -> str:
+def plain_line(fmt: str, level: str, event: str, **fields: object) -> str:
     """One log line in format `fmt`, stamped now (not redacted: see rsc.common.logs.format_line)."""
     ts = utc_timestamp(time.time())
     return (format_json_line if fmt == "json" else format_text_line)(ts, level, event, fields)

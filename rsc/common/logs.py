@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
 from rsc.common.log_lines import (
     LOG_FORMATS,
@@ -51,7 +51,7 @@ _HANDLER_NAME = "rsc-structured"
 
 
 def log_event(logger: logging.Logger, event: str, /, *, level: int = logging.INFO,
-              **fields: Any) -> None:
+              **fields: object) -> None:
     """Log one structured event line: `event` plus its `fields` (any JSON-able values)."""
     if logger.isEnabledFor(level):
         logger.log(level, event, extra={_FIELDS_ATTRIBUTE: fields})
@@ -93,19 +93,19 @@ def tool_log(tool: str) -> logging.Logger:
     return logging.getLogger(f"rsc.{tool}")
 
 
-def format_line(fmt: str, level: str, event: str, **fields: Any) -> str:
+def format_line(fmt: str, level: str, event: str, **fields: object) -> str:
     """One log line stamped now, without the logging machinery (redacted, K7)."""
     return redact_text(plain_line(fmt, level, event, **fields))
 
 
-def record_fields(record: logging.LogRecord) -> dict[str, Any]:
+def record_fields(record: logging.LogRecord) -> dict[str, object]:
     """The structured fields of a record (empty for an ordinary log call)."""
     fields = getattr(record, _FIELDS_ATTRIBUTE, None)
     return dict(fields) if isinstance(fields, Mapping) else {}
 
 
 class _StructuredFormatter(logging.Formatter):
-    def _parts(self, record: logging.LogRecord) -> tuple[str, str, str, dict[str, Any]]:
+    def _parts(self, record: logging.LogRecord) -> tuple[str, str, str, dict[str, object]]:
         fields = record_fields(record)
         if record.exc_info:
             fields["exception"] = self.formatException(record.exc_info)

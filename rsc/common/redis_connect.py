@@ -32,7 +32,6 @@ import os
 import re
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any
 
 import attrs
 import redis
@@ -172,7 +171,7 @@ def _sentinel_address(text: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
-def connect(url: str, **options: Any) -> redis.Redis | redis.RedisCluster:
+def connect(url: str, **options: object) -> redis.Redis | redis.RedisCluster:
     """A sync client for `url`: `RedisCluster` when that node is in cluster mode, a Sentinel-managed
     master for a Sentinel URL, else `Redis`.
 
@@ -228,7 +227,7 @@ def _cluster_node_at_database_0(probe: redis.Redis) -> bool:
         at_0.disconnect()
 
 
-def is_cluster(client: Any) -> bool:
+def is_cluster(client: object) -> bool:
     """True for a cluster client (its pipelines route each command to its slot's node)."""
     return isinstance(client, redis.RedisCluster)
 
@@ -239,9 +238,9 @@ def is_cluster(client: Any) -> bool:
 class _NamesDenials:
     """A connection mixin: a NOPERM reply names the command and its first key (K6)."""
 
-    _last_command: tuple[Any, ...] = ()
+    _last_command: tuple[str, ...] = ()
 
-    def send_command(self, *args: Any, **kwargs: Any) -> None:
+    def send_command(self, *args: object, **kwargs: object) -> None:
         super().send_command(*args, **kwargs)  # type: ignore[misc]
         # after the send: a pipeline's packed send (below) clears it, a single command sets it
         words = _text(args[0]).split() if args else []
@@ -252,11 +251,11 @@ class _NamesDenials:
         else:
             self._last_command = tuple(word.upper() for word in words)
 
-    def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
+    def send_packed_command(self, *args: object, **kwargs: object) -> None:
         self._last_command = ()
         super().send_packed_command(*args, **kwargs)  # type: ignore[misc]
 
-    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+    def read_response(self, *args: object, **kwargs: object) -> object:
         try:
             return super().read_response(*args, **kwargs)  # type: ignore[misc]
         except redis.exceptions.NoPermissionError as exc:
@@ -266,19 +265,19 @@ class _NamesDenials:
             raise redis.exceptions.NoPermissionError(f"{exc} (command: {called})") from None
 
 
-def _is_key_like(part: Any) -> bool:
+def _is_key_like(part: object) -> bool:
     text = _text(part)
     return 0 < len(text) <= 200 and not any(char.isspace() for char in text)
 
 
-def _text(part: Any) -> str:
+def _text(part: object) -> str:
     return part.decode("utf-8", "replace") if isinstance(part, bytes) else str(part)
 
 
 class FollowingConnection(_NamesDenials, redis.Connection):
     """A connection to a plain URL that drops itself when the server answers READONLY (K2)."""
 
-    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+    def read_response(self, *args: object, **kwargs: object) -> object:
         try:
             return super().read_response(*args, **kwargs)
         except redis.ReadOnlyError as exc:
@@ -307,9 +306,10 @@ class _Sentinel(Sentinel):
     that is down or being replaced, or sentinels that do not answer (an outage:
     MasterNotFoundError, a ConnectionError), each said in one short line."""
 
-    def discover_master(self, service_name: str) -> Any:
+    def discover_master(self, service_name: str) -> tuple[str, int]:
         try:
-            return super().discover_master(service_name)  # type: ignore[no-untyped-call]
+            address: tuple[str, int] = super().discover_master(service_name)  # type: ignore[no-untyped-call]
+            return address
         except MasterNotFoundError:
             answered, known = sentinel_view(self, service_name)
             addresses = sentinel_addresses(self)
@@ -366,12 +366,12 @@ def unknown_service_line(sentinel: Sentinel, service: str) -> str:
             f"the URL ({SENTINEL_FORM}) against `SENTINEL MASTERS`")
 
 
-def _connect_sentinel(target: SentinelTarget, options: dict[str, Any]) -> SentinelRedis:
+def _connect_sentinel(target: SentinelTarget, options: Mapping[str, object]) -> SentinelRedis:
     remember_secret(target.password)
     remember_secret(target.sentinel_password)
     # one try per sentinel and no backoff: redis-py's discovery goes on to the next sentinel,
     # and the master's client retries as configured (a retry per sentinel would multiply it)
-    sentinel_options: dict[str, Any] = {"socket_timeout": SENTINEL_TIMEOUT_S,
+    sentinel_options: dict[str, object] = {"socket_timeout": SENTINEL_TIMEOUT_S,
                                         "socket_connect_timeout": SENTINEL_TIMEOUT_S,
                                         "retry": Retry(NoBackoff(), 0)}
     sentinel_options.update({name: value for name, value in options.items()
@@ -381,7 +381,7 @@ def _connect_sentinel(target: SentinelTarget, options: dict[str, Any]) -> Sentin
         sentinel_options["username"] = target.sentinel_username
     if target.sentinel_password:
         sentinel_options["password"] = target.sentinel_password
-    master_options: dict[str, Any] = {**options, "db": target.db}
+    master_options: dict[str, object] = {**options, "db": target.db}
     if target.username:
         master_options["username"] = target.username
     if target.password:
@@ -398,9 +398,11 @@ def _connect_sentinel(target: SentinelTarget, options: dict[str, Any]) -> Sentin
     except BaseException:
         sentinel.close()
         raise
-    client = sentinel.master_for(target.service, redis_class=SentinelRedis, **master_options)  # type: ignore[no-untyped-call]
+    # master_for builds its `redis_class`
+    client: SentinelRedis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        target.service, redis_class=SentinelRedis, **master_options)
     client.sentinel_manager = sentinel
-    return client  # type: ignore[no-any-return]
+    return client
 
 
 # --- errors for people -------------------------------------------------------------------

@@ -31,7 +31,6 @@ import os
 import ssl
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any
 
 import trio
 
@@ -298,7 +297,7 @@ async def refuse_plain_http(transport: trio.abc.Stream) -> None:
             pass
 
 
-def redis_tls_options(url: str, environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
+def redis_tls_options(url: str, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """Options to pass to redis-py beside a rediss:// `url` (none for redis://).
 
     ValueError names a TLS file of the URL or of RSC_REDIS_CA_FILE that does not exist.
@@ -307,7 +306,7 @@ def redis_tls_options(url: str, environ: Mapping[str, str] = os.environ) -> dict
     if parts.scheme != "rediss":
         return {}
     query = {name: values[-1] for name, values in urllib.parse.parse_qs(parts.query).items()}
-    options: dict[str, Any] = {}
+    options: dict[str, str] = {}
     ca_file = environ.get(REDIS_CA_FILE_ENV)
     if "ssl_ca_certs" not in query and ca_file:
         options["ssl_ca_certs"] = ca_file

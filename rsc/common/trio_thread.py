@@ -16,11 +16,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, TypeVarTuple
 
 import trio
 
 T = TypeVar("T")
+Args = TypeVarTuple("Args")
 
 
 class LoopClosed(RuntimeError):
@@ -58,7 +59,7 @@ class TrioThread:
         """What the opener's context manager gave (None without an opener)."""
         return self._opened
 
-    def call(self, function: Callable[..., Awaitable[T]], *args: Any) -> T:
+    def call(self, function: Callable[[*Args], Awaitable[T]], *args: *Args) -> T:
         """Run `await function(*args)` in the loop; block until it is done (any thread but the
         loop's own)."""
         if self._token is None or (self._stop is not None and self._stop.is_set()):

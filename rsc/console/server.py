@@ -27,7 +27,8 @@ import logging
 import math
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
@@ -136,7 +137,7 @@ async def serve_console(coordinator_url: str, host: str, port: int, *, tls_cert:
     files = StaticFiles()
     files.read("index.html")  # a broken install fails here, at start, not on the first page
     console = _Console(dial, files, client_tls)
-    listeners: list[trio.abc.Listener[Any]] = list(sockets) if server_tls is None else [
+    listeners: list[trio.abc.Listener[trio.abc.Stream]] = list(sockets) if server_tls is None else [
         trio.SSLListener(socket, server_tls, https_compatible=True) for socket in sockets]
     task_status.started(int(sockets[0].socket.getsockname()[1]))
     await trio.serve_listeners(console.handle, listeners)
@@ -242,18 +243,18 @@ class Feed:
         self.history = history if history is not None else views.LagHistory()
         self.coordinator_url = coordinator_url
         self.coordinator_tls = coordinator_tls
-        self.throttle = views.Throttle()
+        self.throttle: views.Throttle[Mapping[str, object]] = views.Throttle()
         self.offered = trio.Event()
-        self.last_offered: dict[str, dict[str, Any]] = {}
+        self.last_offered: dict[str, Mapping[str, object]] = {}
 
-    async def send(self, body: dict[str, Any]) -> None:
+    async def send(self, body: Mapping[str, object]) -> None:
         await self.websocket.send_message(json.dumps(body, ensure_ascii=False, separators=(",", ":")))
 
-    def offer(self, kind: str, body: dict[str, Any]) -> None:
+    def offer(self, kind: str, body: Mapping[str, object]) -> None:
         self.throttle.offer(kind, body)
         self.offered.set()
 
-    def offer_changed(self, kind: str, body: dict[str, Any]) -> None:
+    def offer_changed(self, kind: str, body: Mapping[str, object]) -> None:
         """Offer `body` unless it is what was offered last (a quiet overview sends nothing)."""
         if self.last_offered.get(kind) != body:
             self.last_offered[kind] = body
@@ -385,12 +386,12 @@ class Feed:
         finally:
             history.unfollow(key, _wall_ms())
 
-    def _offer_view(self, key: tuple[str, str], view: dict[str, Any]) -> None:
+    def _offer_view(self, key: tuple[str, str], view: views.GroupPage) -> None:
         self.history.record(key, _wall_ms(), view["lag"], view["pending"])
         self.offer("group", {"type": "group", "status": "OK", "view": view})
 
 
-def _unknown(prefix: str, group: str) -> dict[str, Any]:
+def _unknown(prefix: str, group: str) -> dict[str, object]:
     return {"type": "group", "status": "UNKNOWN_GROUP", "streamPrefix": prefix,
             "consumerGroup": group}
 
@@ -408,7 +409,7 @@ class _AdminRefused(SessionLost):
     """An admin request the coordinator answered with an error status."""
 
 
-def _raise_unless_ok(answer: dict[str, Any]) -> None:
+def _raise_unless_ok(answer: Mapping[str, object]) -> None:
     if answer.get("status") != "OK":
         raise _AdminRefused(f"{answer.get('status')}: {answer.get('error') or ''}".rstrip(": "))
 
@@ -423,13 +424,14 @@ async def _checked(admin: AdminClient, request: ListGroups) -> dict[str, Any]:
     return answer
 
 
-async def _next_push(admin: AdminClient) -> dict[str, Any]:
+async def _next_push(admin: AdminClient) -> dict[str, object]:
     try:
         return await admin.pushes.receive()
     except trio.EndOfChannel:
         raise SessionLost(f"the coordinator at {admin.url} closed the session") from None
 
 
-def _admin(url: str, token: str | None, context: ssl.SSLContext | None) -> Any:
+def _admin(url: str, token: str | None,
+           context: ssl.SSLContext | None) -> AbstractAsyncContextManager[AdminClient]:
     return open_admin_client(url, token=token, connect_timeout=CONNECT_TIMEOUT_S,
                              url_source="the coordinator", ssl_context=context)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Generic, TypedDict, TypeVar
 
 import attrs
 
@@ -92,14 +92,17 @@ def refused_status(text: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
+Payload = TypeVar("Payload")
+
+
 @attrs.define
-class Throttle:
+class Throttle(Generic[Payload]):
     """Frames to one page: at most MAX_SENDS_PER_SECOND, the latest state of each kind wins."""
 
-    latest: dict[str, Any] = attrs.field(factory=dict)
+    latest: dict[str, Payload] = attrs.field(factory=dict)
     sent_at_ms: int | None = None
 
-    def offer(self, kind: str, payload: Any) -> None:
+    def offer(self, kind: str, payload: Payload) -> None:
         self.latest[kind] = payload
 
     def wait_ms(self, now_ms: int) -> int:
@@ -108,7 +111,7 @@ class Throttle:
             return 0
         return max(0, self.sent_at_ms + MIN_SEND_INTERVAL_MS - now_ms)
 
-    def take(self, now_ms: int) -> list[Any]:
+    def take(self, now_ms: int) -> list[Payload]:
         """The payloads to send now (each kind's latest, oldest kind first), or [] if not due."""
         if not self.latest or self.wait_ms(now_ms) > 0:
             return []
@@ -166,6 +169,110 @@ def _trim(points: list[list[Any]], now_ms: int) -> None:
 
 
 # --- overview ---------------------------------------------------------------------------
+# What the page receives. Its inputs are the raw JSON objects of admin answers (Mapping[str,
+# Any]: the coordinator's wire, docs/protocol.md); the figures and names they carry are passed
+# on as the wire has them.
+
+
+class Blocker(TypedDict):
+    consumerGroup: str
+    undelivered: int | None
+    pending: int | None
+
+
+class MigrationSummary(TypedDict):
+    state: str | None
+    fromVersion: int | None
+    toVersion: int | None
+    cutover: str | None
+    drained: int
+    total: int
+    remainingShards: list[str]
+    blockingGroups: list[Blocker]
+
+
+class OverviewRow(TypedDict):
+    streamPrefix: str
+    consumerGroup: str
+    state: str | None
+    groupEpoch: int | None
+    members: int | None
+    shards: int | None
+    lag: int | None
+    pending: int | None
+    backlog: int | None
+    migration: str
+    blocked: bool
+
+
+class Totals(TypedDict):
+    groups: int
+    prefixes: int
+    members: int | None
+    shards: int | None
+    backlog: int | None
+    lag: int | None
+    pending: int | None
+
+
+class Overview(TypedDict):
+    rows: list[OverviewRow]
+    totals: Totals
+
+
+class MemberRow(TypedDict):
+    memberId: str | None
+    instanceId: str | None
+    state: str | None
+    memberEpoch: int | None
+    capacity: int | None
+    lastHeartbeatMsAgo: int | None
+    overdue: bool
+    assignedShards: list[str]
+    pendingShards: list[str]
+    revokingShards: list[str]
+
+
+class ShardRow(TypedDict):
+    shard: str | None
+    version: int | None
+    owner: str | None
+    revokingFrom: str | None
+    length: int | None
+    lag: int | None
+    pending: int | None
+    backlog: int | None
+    oldestPendingMs: int | None
+    lastDeliveredId: str | None
+
+
+class Laggiest(TypedDict):
+    shard: str | None
+    owner: str | None
+    lag: int | None
+    pending: int | None
+    backlog: int | None
+
+
+class GroupPage(TypedDict):
+    streamPrefix: str | None
+    consumerGroup: str | None
+    state: str | None
+    groupEpoch: int | None
+    assignmentEpoch: int | None
+    maxConcurrency: int | None
+    routingVersion: int | None
+    shardCount: int | None
+    retention: object
+    members: list[MemberRow]
+    shards: list[ShardRow]
+    migration: MigrationSummary | None
+    backlog: int | None
+    lag: int | None
+    pending: int | None
+    laggiest: Laggiest | None
+    storeWentBackAtMs: int | None
+
 
 
 def _sum(values: Iterable[int | None]) -> int | None:
@@ -178,13 +285,13 @@ def _sum(values: Iterable[int | None]) -> int | None:
     return total
 
 
-def migration_summary(migration: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def migration_summary(migration: Mapping[str, Any] | None) -> MigrationSummary | None:
     """A migration's progress (G2): versions, drained of total, remaining shards, blockers."""
     if not migration:
         return None
     drained = list(migration.get("drainedShards") or [])
     remaining = list(migration.get("remainingShards") or [])
-    blocking = [{"consumerGroup": str(entry.get("consumerGroup")),
+    blocking: list[Blocker] = [{"consumerGroup": str(entry.get("consumerGroup")),
                  "undelivered": entry.get("undelivered"), "pending": entry.get("pending")}
                 for entry in migration.get("blockingGroups") or []]
     blocking.sort(key=lambda entry: (-(entry["undelivered"] or 0) - (entry["pending"] or 0),
@@ -195,7 +302,7 @@ def migration_summary(migration: Mapping[str, Any] | None) -> dict[str, Any] | N
             "remainingShards": remaining, "blockingGroups": blocking}
 
 
-def migration_text(summary: Mapping[str, Any] | None) -> str:
+def migration_text(summary: MigrationSummary | None) -> str:
     """One cell: `-`, or `v1 -> v2 DRAINING 3/8 drained, blocked by audit`."""
     if summary is None:
         return "-"
@@ -209,14 +316,14 @@ def migration_text(summary: Mapping[str, Any] | None) -> str:
 
 def overview(groups: Sequence[Mapping[str, Any]],
              migrations: Mapping[str, Mapping[str, Any] | None],
-             watched: Iterable[str] = ()) -> dict[str, Any]:
+             watched: Iterable[str] = ()) -> Overview:
     """The overview: a row per group (from listGroups) with its prefix's migration, and totals.
 
     `migrations` holds the latest `migration` of each watched prefix; a prefix not in
     `watched` (past MAX_WATCHED_PREFIXES) shows `not watched` rather than a guess.
     """
     watched_set = set(watched)
-    rows = []
+    rows: list[OverviewRow] = []
     for entry in groups:
         prefix = str(entry.get("streamPrefix"))
         if prefix in watched_set:
@@ -235,7 +342,7 @@ def overview(groups: Sequence[Mapping[str, Any]],
     return {"rows": rows, "totals": totals(rows)}
 
 
-def totals(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def totals(rows: Sequence[OverviewRow]) -> Totals:
     """Totals over rows: groups, prefixes, members, shards, backlog, undelivered (`lag`) and
     unacked (`pending`); None if unknown."""
     return {"groups": len(rows), "prefixes": len({row["streamPrefix"] for row in rows}),
@@ -266,9 +373,9 @@ def prefixes_to_watch(groups: Sequence[Mapping[str, Any]], current: Mapping[str,
 # --- group page -------------------------------------------------------------------------
 
 
-def group_view(description: Mapping[str, Any]) -> dict[str, Any]:
+def group_view(description: Mapping[str, Any]) -> GroupPage:
     """A group page from a `groupDescription`: header, members, shards, migration, laggiest."""
-    members = []
+    members: list[MemberRow] = []
     for member in description.get("members") or []:
         members.append({
             "memberId": member.get("memberId"), "instanceId": member.get("instanceId"),
@@ -282,7 +389,7 @@ def group_view(description: Mapping[str, Any]) -> dict[str, Any]:
         })
     members.sort(key=lambda row: str(row["memberId"]))
     revoking = {shard: row["memberId"] for row in members for shard in row["revokingShards"]}
-    shards = []
+    shards: list[ShardRow] = []
     for shard in description.get("shards") or []:
         shard_id = shard.get("shard")
         shards.append({
@@ -312,13 +419,13 @@ def group_view(description: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def laggiest_shard(shards: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def laggiest_shard(shards: Sequence[ShardRow]) -> Laggiest | None:
     """The shard most behind: the largest backlog (ties: most undelivered, then first in
     routing order); None if no shard has anything undelivered or unacked."""
-    def rank(shard: Mapping[str, Any]) -> tuple[int, int]:
+    def rank(shard: ShardRow) -> tuple[int, int]:
         undelivered = shard.get("lag") or 0
         return undelivered + (shard.get("pending") or 0), undelivered
-    best: Mapping[str, Any] | None = None
+    best: ShardRow | None = None
     for shard in shards:
         if rank(shard) == (0, 0):
             continue
