@@ -56,6 +56,17 @@ def test_the_pages_and_their_files_are_served_from_the_package_with_their_types(
         assert answer.content_type.startswith(kind) and answer.body, path
 
 
+def test_both_pages_carry_the_one_login_form_written_once():
+    files = http.StaticFiles()
+    for path in ("/", "/group"):
+        answer = http.route(request(f"GET {path} HTTP/1.1\nHost: h\n"), files)
+        assert isinstance(answer, http.Response)
+        assert answer.body.count(b'<form id="login-form"') == 1, path
+        assert b"<!--#include" not in answer.body, path
+    login = http.route(request("GET /login.html HTTP/1.1\nHost: h\n"), files)
+    assert isinstance(login, http.Response) and login.status == 404  # a fragment, not a page
+
+
 def test_every_response_forbids_inline_script_framing_and_sniffing():
     raw = http.Response(200, b"x", "text/html").encode()
     headers = headers_of(raw)

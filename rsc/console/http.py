@@ -9,6 +9,7 @@ send. The shell in `rsc.console.server` only moves bytes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from importlib import resources
 from typing import Final
@@ -155,8 +156,13 @@ def route(request: Request, files: StaticFiles) -> Response | str:
     return Response(200, files.read(name), _TYPES[suffix], head_only=request.method == "HEAD")
 
 
+INCLUDE: Final = re.compile(rb"<!--#include ([a-z]+\.html)-->\n?")
+"""A page's line that stands for a fragment both pages share (the login form)."""
+
+
 class StaticFiles:
-    """The console's files from the installed package (read once, kept)."""
+    """The console's files from the installed package (read once, kept); a page's
+    `<!--#include NAME-->` line is replaced by the fragment NAME from the same folder."""
 
     def __init__(self, package: str = "rsc.console") -> None:
         self._root = resources.files(package) / "static"
@@ -164,5 +170,8 @@ class StaticFiles:
 
     def read(self, name: str) -> bytes:
         if name not in self._cache:
-            self._cache[name] = (self._root / name).read_bytes()
+            data = (self._root / name).read_bytes()
+            if name.endswith(".html"):
+                data = INCLUDE.sub(lambda found: (self._root / found[1].decode()).read_bytes(), data)
+            self._cache[name] = data
         return self._cache[name]
