@@ -24,9 +24,10 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 import redis
+from redis.cluster import ClusterNode
+from redis.connection import Connection
 from redis.exceptions import (
     AskError,
     ClusterDownError,
@@ -34,7 +35,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from rsc.common.lua import Command
+from rsc.common.lua import Command, Reply, Word
 from rsc.common.server_features import supports_xackdel
 from rsc.member.streams import (
     ACK_SCRIPT,
@@ -67,7 +68,7 @@ class NodeRouter:
         self.cluster = cluster
         self._unparsed: dict[str, redis.Redis] = {}
 
-    def _client(self, node: Any) -> redis.Redis:
+    def _client(self, node: ClusterNode) -> redis.Redis:
         """The node's connections, stream replies left as the server sent them."""
         pool = node.redis_connection.connection_pool
         client = self._unparsed.get(node.name)
@@ -84,20 +85,20 @@ class NodeRouter:
         except redis.RedisError:
             pass  # no node answered yet: the next attempt tries again
 
-    def execute(self, commands: Sequence[Command]) -> list[Any]:
+    def execute(self, commands: Sequence[Command]) -> list[Reply]:
         """Each command's reply (errors returned, not raised), in order.
 
         A command still redirected (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) after
         ATTEMPTS rounds gets that last reply. Raises the last connection error
         (or slot-map error) when a command could not be delivered at all.
         """
-        results: list[Any] = [None] * len(commands)
+        results: list[Reply] = [None] * len(commands)
         pending = list(range(len(commands)))
-        asking: dict[int, Any] = {}
+        asking: dict[int, ClusterNode] = {}
         redirected: dict[int, Exception] = {}  # the last redirection each command got
         last_error: Exception | None = None
         for attempt in range(ATTEMPTS):
-            by_node: dict[str, tuple[Any, list[int]]] = {}
+            by_node: dict[str, tuple[ClusterNode, list[int]]] = {}
             retry: list[int] = []
             for index in pending:
                 node = asking.get(index)
@@ -164,12 +165,12 @@ class NodeRouter:
         assert last_error is not None
         raise last_error
 
-    def _send(self, node: Any, commands: Sequence[tuple[Sequence[Any], bool]]
-              ) -> tuple[redis.Redis, Any, list[tuple[str, bool]]]:
+    def _send(self, node: ClusterNode, commands: Sequence[tuple[Sequence[Word], bool]]
+              ) -> tuple[redis.Redis, Connection, list[tuple[str, bool]]]:
         """Write one node's commands (each after ASKING where asked) in one packet."""
         client = self._client(node)
         connection = client.connection_pool.get_connection()
-        words: list[Sequence[Any]] = []
+        words: list[Sequence[Word]] = []
         shape = []
         for command, ask in commands:
             if ask:
@@ -184,10 +185,10 @@ class NodeRouter:
             raise
         return client, connection, shape
 
-    def _receive(self, client: redis.Redis, connection: Any, shape: Sequence[tuple[str, bool]]
-                 ) -> list[Any]:
+    def _receive(self, client: redis.Redis, connection: Connection, shape: Sequence[tuple[str, bool]]
+                 ) -> list[Reply]:
         """Read the replies `_send` asked for; error replies are returned in place."""
-        replies: list[Any] = []
+        replies: list[Reply] = []
         try:
             for name, ask in shape:
                 if ask:
@@ -206,7 +207,7 @@ class NodeRouter:
             client.connection_pool.release(connection)
         return replies
 
-    def call(self, key: str, *words: Any) -> Any:
+    def call(self, key: str, *words: Word) -> Reply:
         """One command; its error raised."""
         reply = self.execute([(key, words)])[0]
         if isinstance(reply, Exception):

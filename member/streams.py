@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import redis
 from redis.backoff import NoBackoff
+from redis.connection import Connection
 from redis.retry import Retry
+from redis.typing import EncodableT, FieldT
 
 from rsc.common.lag import ends_commands, lag_from_ends
-from rsc.common.lua import Execute, Script, load_all, pipelined
+from rsc.common.lua import Execute, Reply, Script, Word, load_all, pipelined
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import connect as connect_any
 from rsc.common.server_features import supports_xackdel
@@ -78,7 +80,7 @@ def connect(redis_url: str, *, timeout_s: float | None = None,
     A `RedisCluster` when the URL names a cluster node (`INFO cluster`): build the
     command objects over it with `rsc.member.ops` (their cluster variants).
     """
-    options: dict[str, Any] = {}
+    options: dict[str, object] = {}
     if timeout_s is not None:
         options.update(socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
     if not retries:
@@ -146,7 +148,7 @@ def ack_calls(ids_by_shard: Mapping[str, Sequence[str]], consumer: str, group: s
     return calls
 
 
-def acked_counts(calls: Sequence[tuple[list[str], list[str]]], results: Sequence[Any]) -> dict[str, int]:
+def acked_counts(calls: Sequence[tuple[list[str], list[str]]], results: Sequence[Reply]) -> dict[str, int]:
     """Entries acked per shard from the script's replies; NOT_OWNER sticks for its shard."""
     acked: dict[str, int] = {}
     for (keys, _), result in zip(calls, results, strict=True):
@@ -174,7 +176,7 @@ class StreamOps:
         self._unparsed = redis.Redis(connection_pool=client.connection_pool)
         for command in ("XREADGROUP", "XAUTOCLAIM"):
             self._unparsed.set_response_callback(command, _unparsed_reply)
-        self._read_connection: Any = None
+        self._read_connection: Connection | None = None
         self.reads_sent = 0  # XREADGROUPs sent by `send_read`, replies not yet received
 
     # --- pipelined reads ------------------------------------------------------------------
@@ -287,7 +289,10 @@ def group_lags(execute: Execute, shards: Sequence[str], group: str) -> dict[str,
     return lags
 
 
-def _unparsed_reply(response: Any, **options: Any) -> Any:
+_R = TypeVar("_R")
+
+
+def _unparsed_reply(response: _R, **options: object) -> _R:
     return response
 
 
@@ -401,14 +406,14 @@ class ProduceOps:
         waiter.replicas = int(replies[-1])
         return [write_result(reply) for reply in replies[:-1]], waiter
 
-    def _send_on(self, connection: Any, calls: Sequence[tuple[Sequence[str], Sequence[bytes]]],
-                 replicas: int, timeout_ms: int) -> list[Any]:
+    def _send_on(self, connection: Connection, calls: Sequence[tuple[Sequence[str], Sequence[bytes]]],
+                 replicas: int, timeout_ms: int) -> list[Reply]:
         """The script calls and a WAIT in one packet on `connection`; error replies in place."""
-        words: list[Sequence[Any]] = [("EVALSHA", PRODUCE_SCRIPT.sha, len(keys), *keys, *args)
+        words: list[Sequence[Word]] = [("EVALSHA", PRODUCE_SCRIPT.sha, len(keys), *keys, *args)
                                       for keys, args in calls]
         words.append(("WAIT", replicas, timeout_ms))
         connection.send_packed_command(connection.pack_commands(words))
-        replies: list[Any] = []
+        replies: list[Reply] = []
         for command in words:
             try:
                 replies.append(self.client.parse_response(connection, str(command[0])))
@@ -432,5 +437,5 @@ class ProduceOps:
 
     def add_raw(self, stream: str, fields: Mapping[str, str | bytes]) -> str:
         """A plain XADD (dead-letter stream)."""
-        entry: dict[Any, Any] = dict(fields)
+        entry: dict[FieldT, EncodableT] = dict(fields.items())
         return str(self.client.xadd(stream, entry))
