@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import redis
 
@@ -36,14 +36,14 @@ from rsc.actors.shard_reports import drain_report as drain_report
 from rsc.actors.store import STORE_IO_ERRORS, StoreError
 from rsc.common import server_features
 from rsc.common.lag import ends_commands, lag_from_ends
-from rsc.common.lua import Script, load_all
+from rsc.common.lua import Call, Reply, Script, load_all
 
 STORE_ID_KEY = "rsc:store-id"
 
 # --- pure helpers ----------------------------------------------------------------------
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -67,7 +67,7 @@ def load_scripts(client: redis.Redis) -> None:
         raise StoreError(f"cannot load the shard scripts: {exc}") from exc
 
 
-def _raise_errors(what: str, streams: Sequence[str], results: Sequence[Any]) -> None:
+def _raise_errors(what: str, streams: Sequence[str], results: Sequence[object]) -> None:
     for stream, result in zip(streams, results, strict=True):
         if isinstance(result, Exception):
             raise StoreError(f"cannot {what} on {stream}: {result}")
@@ -122,7 +122,7 @@ def shard_lag(client: redis.Redis, streams: Sequence[str], group: str) -> list[S
     return lags
 
 
-def _queue_ends(pipe: Any, stream: str) -> None:
+def _queue_ends(pipe: redis.client.Pipeline, stream: str) -> None:
     """Queue what the lag rule needs of the stream besides Redis's lag (rsc/common/lag.py)."""
     for command in ends_commands(stream):
         pipe.execute_command(*command)
@@ -163,7 +163,7 @@ def group_totals_many(client: redis.Redis, reads: Sequence[tuple[Sequence[str], 
                         info.get("lag") is None and _text(info["name"]) in wanted for info in found):
                     needing.append(position)
                 position += 1
-        ends: dict[int, tuple[Any, Any, Any]] = {}
+        ends: dict[int, tuple[object, ...]] = {}
         if needing:
             pipe = client.pipeline(transaction=False)
             for index in needing:
@@ -185,7 +185,7 @@ def group_totals_many(client: redis.Redis, reads: Sequence[tuple[Sequence[str], 
     return out
 
 
-def _totals(groups: Sequence[str], shards: Sequence[tuple[Any, Any, Any, Any]]
+def _totals(groups: Sequence[str], shards: Sequence[tuple[Reply, object, object, object]]
             ) -> dict[str, GroupTotals]:
     lags: dict[str, list[int | None]] = {name: [] for name in groups}
     pending = dict.fromkeys(groups, 0)
@@ -235,7 +235,7 @@ def apply_retention_many(client: redis.Redis, calls: Sequence[RetentionCall],
                          now_ms: int) -> list[list[RetentionResult] | StoreError]:
     """`apply_retention` of many prefixes in ONE pipeline (T1..T3, each shard its own script);
     a pass with a failed shard comes back as its StoreError (the others still count)."""
-    scripts: list[tuple[Sequence[str], Sequence[Any]]] = []
+    scripts: list[Call] = []
     for call in calls:
         _check_positive("max_length", call.max_length)
         _check_positive("max_age_ms", call.max_age_ms)

@@ -65,7 +65,7 @@ from rsc.actors.store_rewrite import (
     went_back,
     went_back_epoch,
 )
-from rsc.common.lua import Command, Script, pipelined
+from rsc.common.lua import Command, Reply, Script, Word, pipelined
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import connect, error_text, is_cluster
 from rsc.protocol.routing import owner_key, seal_key
@@ -337,7 +337,7 @@ class MetadataStore:
         fields = encode(changes)
         atomic = self.atomic_owner_tokens
         keys = [meta_key(prefix)]
-        args: list[Any] = [self.coordinator_epoch, COORDINATOR_EPOCH_FIELD, WRITE_SEQUENCE_FIELD,
+        args: list[Word] = [self.coordinator_epoch, COORDINATOR_EPOCH_FIELD, WRITE_SEQUENCE_FIELD,
                            sequence, len(fields)]
         for field, value in fields.items():
             args += [field, "" if value is None else value]
@@ -363,16 +363,16 @@ class MetadataStore:
             except STORE_IO_ERRORS as exc:
                 raise StoreError(f"owner token write failed: {error_text(exc)}") from exc
 
-    def _write_hash(self, prefix: str, keys: list[str], args: list[Any]) -> None:
+    def _write_hash(self, prefix: str, keys: list[str], args: list[Word]) -> None:
         """The prefix joins the set of prefixes and its hash is written, in one pipeline (on a
         cluster the two go to their own slots' nodes)."""
         execute = pipelined(self.client)
-        joined: list[Any] = []
-        waited: list[Any] = []
+        joined: list[Reply] = []
+        waited: list[Reply] = []
         wait: list[Command] = ([(PREFIXES_KEY, ("WAIT", self.min_replicas, self.wait_timeout_ms))]
                                if self.min_replicas else [])
 
-        def with_prefix(commands: Sequence[Command]) -> list[Any]:
+        def with_prefix(commands: Sequence[Command]) -> list[Reply]:
             # K5: WAIT on the connection that wrote, in the same pipeline (one server only)
             replies = execute([(PREFIXES_KEY, ("SADD", PREFIXES_KEY, prefix)), *commands, *wait])
             joined.append(replies[0])
@@ -388,7 +388,7 @@ class MetadataStore:
         if wait:
             self._check_replicas(waited[-1])
 
-    def _check_replicas(self, reply: Any) -> None:
+    def _check_replicas(self, reply: Reply) -> None:
         """K5: fewer replicas than `min_replicas` acknowledged the write within the WAIT's time:
         the write counts as failed (D4: it may have landed; the next checkpoint repairs it)."""
         if isinstance(reply, Exception):
