@@ -9,7 +9,7 @@ holds input (`holds_input`, D2 wins) it is said and retried like any other.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import redis
 import trio
@@ -58,7 +58,7 @@ class ProducerRedis:
         self._native = native_produce_ops(client)  # writes without a thread hop, one server
         self._native_busy = trio.Lock()
 
-    async def write(self, writes: list[tuple[str, list[bytes]]]) -> Any:
+    async def write(self, writes: list[tuple[str, list[bytes]]]) -> list[WriteResult]:
         """One pipeline of writes (XADDs through the seal-checking script); their results.
         With `min_replicas`, returned only once that many replicas hold them (WAIT)."""
         if self.min_replicas:

@@ -353,7 +353,7 @@ def totals(rows: Sequence[OverviewRow]) -> Totals:
             "pending": _sum(row["pending"] for row in rows)}
 
 
-def prefixes_to_watch(groups: Sequence[Mapping[str, Any]], current: Mapping[str, str],
+def prefixes_to_watch(groups: Sequence[Mapping[str, object]], current: Mapping[str, str],
                       limit: int = MAX_WATCHED_PREFIXES) -> dict[str, str]:
     """For each prefix (at most `limit`, by name), the group whose watch shows its migration.
 
