@@ -45,7 +45,7 @@ class GuestHost:
         self._nursery: trio.Nursery | None = None
         self._closing = trio.Event()
         self._ready: asyncio.Future[None] = loop.create_future()
-        self.done: asyncio.Future[outcome.Outcome[Any]] = loop.create_future()
+        self.done: asyncio.Future[outcome.Outcome[object]] = loop.create_future()
 
     @classmethod
     async def acquire(cls) -> GuestHost:
@@ -85,7 +85,7 @@ class GuestHost:
             await self._closing.wait()
             nursery.cancel_scope.cancel()
 
-    def _finished(self, result: outcome.Outcome[Any]) -> None:
+    def _finished(self, result: outcome.Outcome[object]) -> None:
         self.finishing = True  # the next user starts a new run
         if _hosts.get(self.loop) is self:
             del _hosts[self.loop]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import attrs
 
@@ -127,9 +127,9 @@ class DeadMessage(Protocol):
 class MarkerStore(Protocol):
     """The two commands the markers use (a sync redis client has them)."""
 
-    def set(self, name: str, value: str, *, nx: bool, ex: int) -> Any: ...
+    def set(self, name: str, value: str, *, nx: bool, ex: int) -> object: ...
 
-    def delete(self, *names: str) -> Any: ...
+    def delete(self, *names: str) -> object: ...
 
 
 class IdempotencyMarkers:
