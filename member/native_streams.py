@@ -133,13 +133,13 @@ class NativeProduceOps:
             await connection.aclose()
 
 
-def native_produce_ops(client: Any) -> NativeProduceOps | None:
+def native_produce_ops(client: object) -> NativeProduceOps | None:
     """Native writes to the server `client` talks to, None where only redis-py can."""
     settings = settings_of(client)
     return None if settings is None else NativeProduceOps(settings)
 
 
-def native_ops(client: Any, consumer_group: str, consumer: str, *,
+def native_ops(client: object, consumer_group: str, consumer: str, *,
                use_xackdel: bool) -> NativeStreamOps | None:
     """Native reads and acks for the server `client` talks to, None where only redis-py can."""
     settings = settings_of(client)

@@ -60,7 +60,7 @@ class Settings:
         return f"{self.host}:{self.port}"
 
 
-def settings_of(client: Any) -> Settings | None:
+def settings_of(client: object) -> Settings | None:
     """The settings of a redis-py `Redis` client over one plain server (redis://, rediss://),
     None for anything else (a cluster, a Sentinel-managed master, a unix socket)."""
     if not isinstance(client, redis.Redis):
