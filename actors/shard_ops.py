@@ -36,7 +36,7 @@ from rsc.actors.shard_reports import drain_report as drain_report
 from rsc.actors.store import STORE_IO_ERRORS, StoreError
 from rsc.common import server_features
 from rsc.common.lag import ends_commands, lag_from_ends
-from rsc.common.lua import Call, Reply, Script, load_all
+from rsc.common.lua import Call, Reply, Script, load_all, reply_int, reply_list
 
 STORE_ID_KEY = "rsc:store-id"
 
@@ -190,7 +190,8 @@ def _totals(groups: Sequence[str], shards: Sequence[tuple[Reply, object, object,
     lags: dict[str, list[int | None]] = {name: [] for name in groups}
     pending = dict.fromkeys(groups, 0)
     for infos, length, first, last in shards:
-        by_name = {} if isinstance(infos, Exception) else {_text(g["name"]): g for g in infos}
+        by_name = {} if isinstance(infos, Exception) else {
+            _text(g["name"]): g for g in reply_list(infos) if isinstance(g, dict)}
         for name in groups:
             info = by_name.get(name)
             lags[name].append(None if info is None else lag_from_ends(
@@ -200,6 +201,14 @@ def _totals(groups: Sequence[str], shards: Sequence[tuple[Reply, object, object,
 
 
 # --- retention -------------------------------------------------------------------------
+
+
+def _retention_result(stream: str, counts: list[Reply]) -> RetentionResult:
+    """The retention script's reply for one shard: removed by acks, by caps, of them
+    unconsumed, and the length left."""
+    return RetentionResult(shard=stream, removed_acked=reply_int(counts[0]),
+                           removed_by_caps=reply_int(counts[1]),
+                           removed_unconsumed=reply_int(counts[2]), length=reply_int(counts[3]))
 
 
 def apply_retention(client: redis.Redis, streams: Sequence[str], groups: Sequence[str], *,
@@ -257,9 +266,7 @@ def apply_retention_many(client: redis.Redis, calls: Sequence[RetentionCall],
         except StoreError as exc:
             out.append(exc)
             continue
-        out.append([RetentionResult(shard=stream, removed_acked=int(r[0]),
-                                    removed_by_caps=int(r[1]), removed_unconsumed=int(r[2]),
-                                    length=int(r[3]))
+        out.append([_retention_result(stream, reply_list(r))
                     for stream, r in zip(call.streams, mine, strict=True)])
     return out
 
@@ -290,11 +297,12 @@ def drain_counts(client: redis.Redis, streams: Sequence[str],
         raise StoreError(f"cannot read drain progress: {exc}") from exc
     _raise_errors("read drain progress", streams, results)
     counts = []
-    for stream, flat in zip(streams, results, strict=True):
+    for stream, reply in zip(streams, results, strict=True):
+        flat = reply_list(reply)
         for index, group in enumerate(groups):
             counts.append(DrainCount(shard=stream, consumer_group=group,
-                                     undelivered=int(flat[2 * index]),
-                                     pending=int(flat[2 * index + 1])))
+                                     undelivered=reply_int(flat[2 * index]),
+                                     pending=reply_int(flat[2 * index + 1])))
     return counts
 
 

@@ -65,7 +65,7 @@ from rsc.actors.store_rewrite import (
     went_back,
     went_back_epoch,
 )
-from rsc.common.lua import Command, Reply, Script, Word, pipelined
+from rsc.common.lua import Command, Reply, Script, Word, pipelined, reply_int
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import connect, error_text, is_cluster
 from rsc.protocol.routing import owner_key, seal_key
@@ -304,7 +304,7 @@ class MetadataStore:
         """Raise the store's format version to `version` (never lower: StoreError); the format
         it was in. The caller checked that this code writes `version` (records.format_change)."""
         try:
-            previous = int(RAISE_FORMAT_VERSION.call(self.client, [FORMAT_VERSION_KEY], [version]))
+            previous = reply_int(RAISE_FORMAT_VERSION.call(self.client, [FORMAT_VERSION_KEY], [version]))
         except redis.ResponseError as exc:
             raise StoreError(str(exc).removeprefix("LOWER ")) from exc
         except STORE_IO_ERRORS as exc:
@@ -393,7 +393,7 @@ class MetadataStore:
         the write counts as failed (D4: it may have landed; the next checkpoint repairs it)."""
         if isinstance(reply, Exception):
             raise reply
-        acknowledged = int(reply)
+        acknowledged = reply_int(reply)
         if acknowledged >= self.min_replicas:
             return
         problem = (f"only {acknowledged} of the {self.min_replicas} replicas asked for "

@@ -35,7 +35,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from rsc.common.lua import Command, Reply, Word
+from rsc.common.lua import Command, Reply, Word, reply_list
 from rsc.common.server_features import supports_xackdel
 from rsc.member.streams import (
     ACK_SCRIPT,
@@ -277,7 +277,10 @@ class ClusterStreamOps(StreamOps):
                           ) -> tuple[str, list[FlatEntry]]:
         reply = self.router.call(shard, "XAUTOCLAIM", shard, self.consumer_group, self.consumer,
                                  0, start, "COUNT", count)
-        return _text(reply[0]), [entry for entry in reply[1] if entry is not None]
+        cursor, entries = reply_list(reply)[:2]
+        if not isinstance(cursor, str | bytes):
+            raise TypeError(f"expected XAUTOCLAIM's cursor, got {cursor!r}")
+        return _text(cursor), [entry for entry in reply_list(entries) if isinstance(entry, list)]
 
     # --- acks and lag ------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from redis.retry import Retry
 from redis.typing import EncodableT, FieldT
 
 from rsc.common.lag import ends_commands, lag_from_ends
-from rsc.common.lua import Execute, Reply, Script, Word, load_all, pipelined
+from rsc.common.lua import Execute, Reply, Script, Word, load_all, pipelined, reply_int
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import connect as connect_any
 from rsc.common.server_features import supports_xackdel
@@ -155,10 +155,11 @@ def acked_counts(calls: Sequence[tuple[list[str], list[str]]], results: Sequence
         if isinstance(result, Exception):
             raise result
         shard = keys[0]
-        if int(result) == NOT_OWNER or acked.get(shard) == NOT_OWNER:
+        count = reply_int(result)
+        if count == NOT_OWNER or acked.get(shard) == NOT_OWNER:
             acked[shard] = NOT_OWNER
         else:
-            acked[shard] = acked.get(shard, 0) + int(result)
+            acked[shard] = acked.get(shard, 0) + count
     return acked
 
 
@@ -403,7 +404,7 @@ class ProduceOps:
         if isinstance(replies[-1], Exception):
             waiter.release()
             raise replies[-1]  # e.g. NOPERM for WAIT
-        waiter.replicas = int(replies[-1])
+        waiter.replicas = reply_int(replies[-1])
         return [write_result(reply) for reply in replies[:-1]], waiter
 
     def _send_on(self, connection: Connection, calls: Sequence[tuple[Sequence[str], Sequence[bytes]]],

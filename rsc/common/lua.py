@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from importlib import resources
-from typing import Any
 
 import redis
 from redis.exceptions import NoScriptError
@@ -33,8 +32,25 @@ Word = str | bytes | int | float
 Command = tuple[str, Sequence[Word]]
 """One command: the key it routes by (on a cluster), and its words."""
 
-Reply = Any
+Reply = object
 """What Redis answered to one command (its parsed reply, or the error as a value)."""
+
+
+
+def reply_int(reply: Reply) -> int:
+    """An integer reply (or one Redis sent as a bulk string, as Lua numbers in arrays are not);
+    TypeError naming what came instead."""
+    if isinstance(reply, int | str | bytes):
+        return int(reply)
+    raise TypeError(f"expected an integer reply from Redis, got {reply!r}")
+
+
+def reply_list(reply: Reply) -> list[Reply]:
+    """An array reply; TypeError naming what came instead."""
+    if isinstance(reply, list):
+        return reply
+    raise TypeError(f"expected an array reply from Redis, got {reply!r}")
+
 
 Execute = Callable[[Sequence[Command]], list[Reply]]
 """Send commands, return their replies in order, each error as a value."""
