@@ -176,15 +176,19 @@ class Producer:
         self.process = process
         self.fed = 0
         self.running = True
+        self.fed_all = trio.Event()  # the feeder left its loop: nothing is being written
         self.stderr = bytearray()
 
     async def feed(self) -> None:
         assert self.process.stdin is not None
-        while self.running:
-            batch = b"".join(f"k{n % 97}\t{n}\n".encode() for n in range(self.fed, self.fed + 8))
-            await self.process.stdin.send_all(batch)
-            self.fed += 8
-            await trio.sleep(8 / RATE_PER_S)
+        try:
+            while self.running:
+                batch = b"".join(f"k{n % 97}\t{n}\n".encode() for n in range(self.fed, self.fed + 8))
+                await self.process.stdin.send_all(batch)
+                self.fed += 8
+                await trio.sleep(8 / RATE_PER_S)
+        finally:
+            self.fed_all.set()
 
     async def collect(self) -> None:
         assert self.process.stderr is not None
@@ -194,7 +198,8 @@ class Producer:
     async def finish(self) -> int:
         self.running = False
         assert self.process.stdin is not None
-        await trio.sleep(0)  # the feeder leaves its loop first
+        with trio.fail_after(60):  # a write in progress (the pipe full while the producer is
+            await self.fed_all.wait()  # slow to read) ends whole before stdin is closed
         await self.process.stdin.aclose()
         with trio.fail_after(60):
             return await self.process.wait()
