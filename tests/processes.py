@@ -56,11 +56,15 @@ async def spawn_coordinator_timed(redis_url: str, *extra: str, fd_limit: int | N
     assert process.stdout is not None
     buffer = b""
     assert process.stdout is not None
-    with trio.fail_after(20):
-        while b"listening on " not in buffer or not buffer.endswith(b"\n"):
-            chunk = await process.stdout.receive_some(4096)
-            assert chunk, f"coordinator exited early: {buffer!r}"
-            buffer += chunk
+    try:
+        with trio.fail_after(20):
+            while b"listening on " not in buffer or not buffer.endswith(b"\n"):
+                chunk = await process.stdout.receive_some(4096)
+                assert chunk, f"coordinator exited early: {buffer!r}"
+                buffer += chunk
+    except BaseException:
+        process.kill()  # never left running to hold the lease of the next test's Redis
+        raise
     elapsed = time.monotonic() - started
     url = buffer.split(b"listening on ", 1)[1].split(b"\n", 1)[0].decode().strip()
     return process, url, elapsed

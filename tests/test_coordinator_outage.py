@@ -297,9 +297,11 @@ async def running_rig(redis_url: str, nursery: trio.Nursery, *,
     finally:
         if rig.producer is not None and rig.producer.process.returncode is None:
             rig.producer.process.kill()
-        for consumer in rig.consumers:
-            await consumer.stop()
-        await coordinator.stop()
+        # shielded: a failing test cancels its nursery, and its processes must still stop
+        with trio.CancelScope(shield=True):
+            for consumer in rig.consumers:
+                await consumer.stop()
+            await coordinator.stop()
 
 
 async def run_outage(redis_url: str, nursery: trio.Nursery, scenario: str) -> None:
