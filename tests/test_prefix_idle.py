@@ -66,6 +66,17 @@ async def create_prefixes(url: str, count: int) -> list[str]:
     return streams
 
 
+async def capped_prefix(url: str) -> str:
+    """One prefix `idle0` of one shard, capped at 2 entries (T2); its shard."""
+    [shard] = await create_prefixes(url, 1)
+    async with open_session(url, "admin") as session:
+        changed: Any = await session.request(m.SetRetention(
+            request_id=0, stream_prefix="idle0",
+            retention=m.Retention(mode=RetentionMode.NONE, max_length=2)))
+        assert changed.status == Status.OK
+    return shard
+
+
 @pytest.fixture
 def own_redis() -> Iterator[str]:
     """A redis-server of this test's own: its command counts are this coordinator's alone (the
@@ -99,12 +110,7 @@ async def test_t1_an_idle_prefix_does_no_shard_io_on_its_ticks(own_redis, nurser
 async def test_t2_a_capped_idle_prefix_is_still_trimmed_every_ten_ticks(coordinator, redis_url):
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        [shard] = await create_prefixes(coordinator.url, 1)
-        async with open_session(coordinator.url, "admin") as session:
-            changed: Any = await session.request(m.SetRetention(
-                request_id=0, stream_prefix="idle0",
-                retention=m.Retention(mode=RetentionMode.NONE, max_length=2)))
-            assert changed.status == Status.OK
+        shard = await capped_prefix(coordinator.url)
         for _ in range(3):  # producers write beside the coordinator: it sees no change
             for n in range(10):
                 client.xadd(shard, {"n": str(n)})
@@ -120,12 +126,7 @@ async def test_d5_after_a_lapse_taken_back_retention_goes_on_while_nobody_expire
     coordinator = await start_coordinator(nursery, own_redis, lease_ttl_ms=30_000)
     client = redis.Redis.from_url(own_redis, decode_responses=True)
     try:
-        [shard] = await create_prefixes(coordinator.url, 1)
-        async with open_session(coordinator.url, "admin") as session:
-            changed: Any = await session.request(m.SetRetention(
-                request_id=0, stream_prefix="idle0",
-                retention=m.Retention(mode=RetentionMode.NONE, max_length=2)))
-            assert changed.status == Status.OK
+        shard = await capped_prefix(coordinator.url)
         holder = client.get(LEASE_KEY)
         assert holder is not None
         client.delete(LEASE_KEY)
