@@ -53,21 +53,28 @@ async def spawn_coordinator_timed(redis_url: str, *extra: str, fd_limit: int | N
     process = await trio.lowlevel.open_process(
         command, stdout=subprocess.PIPE, stderr=stderr, cwd=ROOT,
         preexec_fn=_limit_fds(fd_limit) if fd_limit is not None else None)
+    buffer = await read_startup(process, b"listening on ")
+    elapsed = time.monotonic() - started
+    url = buffer.split(b"listening on ", 1)[1].split(b"\n", 1)[0].decode().strip()
+    return process, url, elapsed
+
+
+async def read_startup(process: trio.Process, marker: bytes) -> bytes:
+    """A starting coordinator's stdout up to the end of the line that holds `marker` (20 s at
+    most); a process that did not get there is killed, never left running to hold the lease
+    of the next test's Redis."""
     assert process.stdout is not None
     buffer = b""
-    assert process.stdout is not None
     try:
         with trio.fail_after(20):
-            while b"listening on " not in buffer or not buffer.endswith(b"\n"):
+            while marker not in buffer or not buffer.endswith(b"\n"):
                 chunk = await process.stdout.receive_some(4096)
                 assert chunk, f"coordinator exited early: {buffer!r}"
                 buffer += chunk
     except BaseException:
-        process.kill()  # never left running to hold the lease of the next test's Redis
+        process.kill()
         raise
-    elapsed = time.monotonic() - started
-    url = buffer.split(b"listening on ", 1)[1].split(b"\n", 1)[0].decode().strip()
-    return process, url, elapsed
+    return buffer
 
 
 async def stop(process: trio.Process) -> None:

@@ -33,7 +33,7 @@ from rsc.common import tls
 from rsc.console import serve_console
 from tests.conftest import start_coordinator
 from tests.conftest_tls import Certs
-from tests.processes import FAST_FLAGS, ROOT, stop
+from tests.processes import FAST_FLAGS, ROOT, read_startup, stop
 from tests.test_web_console_feed import WAIT_S, console_get, frame, frame_where
 
 PREFIX, GROUP = "orders", "billing"
@@ -46,17 +46,7 @@ async def spawn_with_console(redis_url: str, *extra: str) -> tuple[trio.Process,
         [sys.executable, "-m", "rsc", "coordinator", "--redis-url", redis_url, "--port", "0",
          *FAST_FLAGS, "--console-port", "0", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
-    assert process.stdout is not None
-    buffer = b""
-    try:
-        with trio.fail_after(20):
-            while b"console at " not in buffer or not buffer.endswith(b"\n"):
-                chunk = await process.stdout.receive_some(4096)
-                assert chunk, f"coordinator exited early: {buffer!r}"
-                buffer += chunk
-    except BaseException:
-        await stop(process)
-        raise
+    buffer = await read_startup(process, b"console at ")
     lines = buffer.decode().splitlines()
     url = next(line.removeprefix("listening on ") for line in lines if line.startswith("listening on "))
     return process, url, next(line for line in lines if line.startswith("console at "))
