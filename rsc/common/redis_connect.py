@@ -45,6 +45,7 @@ from redis.sentinel import (
 )
 
 from rsc.common.redact import redact_url, remember_secret
+from rsc.common.redis_sentinel_api import base_discover_master, master_for, new_sentinel
 from rsc.common.tls import REDIS_CA_FILE_ENV, REDIS_TLS_FILES, redis_tls_options
 
 REDIS_PASSWORD_ENV = "RSC_REDIS_PASSWORD"
@@ -308,8 +309,7 @@ class _Sentinel(Sentinel):
 
     def discover_master(self, service_name: str) -> tuple[str, int]:
         try:
-            address: tuple[str, int] = super().discover_master(service_name)  # type: ignore[no-untyped-call]
-            return address
+            return base_discover_master(self, service_name)
         except MasterNotFoundError:
             answered, known = sentinel_view(self, service_name)
             addresses = sentinel_addresses(self)
@@ -391,7 +391,7 @@ def _connect_sentinel(target: SentinelTarget, options: Mapping[str, object]) -> 
         master_options["connection_class"] = _SentinelSSLConnection
     else:
         master_options["connection_class"] = _SentinelConnection
-    sentinel = _Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
+    sentinel = new_sentinel(_Sentinel, target.sentinels, sentinel_options)
     try:
         if service_unknown(sentinel, target.service):
             raise SentinelServiceUnknown(unknown_service_line(sentinel, target.service))
@@ -399,8 +399,7 @@ def _connect_sentinel(target: SentinelTarget, options: Mapping[str, object]) -> 
         sentinel.close()
         raise
     # master_for builds its `redis_class`
-    client: SentinelRedis = sentinel.master_for(  # type: ignore[no-untyped-call]
-        target.service, redis_class=SentinelRedis, **master_options)
+    client = master_for(sentinel, target.service, SentinelRedis, master_options)
     client.sentinel_manager = sentinel
     return client
 
