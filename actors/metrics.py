@@ -63,6 +63,7 @@ import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.registry import Collector
 
 from rsc.actors import latency
 from rsc.common import probe_http
@@ -141,7 +142,7 @@ def group_labels(group: GroupKey) -> tuple[str, str]:
     return str(group.stream_prefix), str(group.consumer_group)
 
 
-class _RequestLatency:
+class _RequestLatency(Collector):
     """`rsc_request_seconds`: the server's latency histogram (actors/latency.py), every
     eighth of its bounds (powers of two from 10 us), read at scrape time."""
 
@@ -161,7 +162,7 @@ _REQUEST_DOC = "Time from a request frame's arrival to its answer written to the
 UnownedSource = Callable[[], Iterable[tuple[str, str, int]]]
 
 
-class _UnownedShards:
+class _UnownedShards(Collector):
     """`rsc_group_unowned_shards` (D7): per group, read at scrape time from the groups'
     machines through `source` (`(prefix, group, count)` for every group with live members)."""
 

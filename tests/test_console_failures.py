@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 
-import attrs
 import pytest
 import redis
 import trio
@@ -268,22 +267,14 @@ def db(url: str, index: int) -> str:
     return url.rsplit("/", 1)[0] + f"/{index}"
 
 
-ROUTING_HAS_STORE_ID = "store_id" in attrs.fields_dict(Routing)
-
-
-@attrs.frozen(kw_only=True)
-class RoutingWithStoreId(Routing):
-    """A routing message as a coordinator with storeId sends it (before the class has it)."""
-
-    store_id: str | None = None
-
-
 def store_routing(store_id: str) -> Routing:
-    if ROUTING_HAS_STORE_ID:
-        return Routing(status=Status.OK, stream_prefix="orders", version=1, shard_count=2,
-                       hash="crc32", streams=STREAMS, store_id=store_id)  # type: ignore[call-arg]
-    return RoutingWithStoreId(status=Status.OK, stream_prefix="orders", version=1,
-                              shard_count=2, hash="crc32", streams=STREAMS, store_id=store_id)
+    return Routing(status=Status.OK, stream_prefix="orders", version=1, shard_count=2,
+                   hash="crc32", streams=STREAMS, store_id=store_id)
+
+
+def test_d3_routing_carries_the_store_id() -> None:
+    """The D3 tests below rely on it: a regression fails here instead of turning into skips."""
+    assert store_routing("store-a").store_id == "store-a"
 
 
 STREAMS = ("{orders:v1:0}", "{orders:v1:1}")
@@ -335,7 +326,6 @@ async def test_consume_refuses_another_redis_before_its_members_start(redis_url)
     assert right.ready.is_set()
 
 
-@pytest.mark.skipif(not ROUTING_HAS_STORE_ID, reason="messages.Routing has no store_id yet")
 @pytest.mark.parametrize("tool", ["produce", "consume"])
 async def test_d3_another_redis_than_the_coordinators_exits_1_naming_both(
         tool, nursery, redis_url):

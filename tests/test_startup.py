@@ -23,8 +23,8 @@ from tests.processes import ROOT, spawn_coordinator, spawn_coordinator_timed, st
 pytestmark = pytest.mark.faults  # the fault step of .ci/run: python -m pytest -q -m faults
 
 PREFIX, GROUP = "orders", "billing"
-LEASE_FLAGS = ("--lease-ttl-ms", "3000", "--heartbeat-interval-ms", "500")  # default tick: 3 s lease
-OVERLOADED_S = 2.0  # a restart slower than this leaves members too little of their lease
+LEASE_MS = 3000
+LEASE_FLAGS = ("--lease-ttl-ms", str(LEASE_MS), "--heartbeat-interval-ms", "500")  # default tick
 
 
 async def test_restart_after_sigkill_is_quick_because_the_dead_holder_lease_is_taken_over(redis_url):
@@ -191,17 +191,24 @@ async def test_sigkill_and_restart_inside_a_3s_lease_members_neither_fence_nor_r
             redis_url, "--port", port, *LEASE_FLAGS, fast=False)
         restart = time.monotonic() - killed
         print(f"SIGKILL to listening again: {restart:.3f} s (process start to listening {listening:.3f} s)")
-        if restart > OVERLOADED_S:  # the start-up is CPU-bound imports: on a saturated machine
-            pytest.skip(f"the machine is overloaded: the restart alone took {restart:.2f} s of a "
-                        f"3 s member lease (load average {os.getloadavg()[0]:.1f})")
-        await trio.sleep(7)  # more than two member leases after the restart
+        # H12: the new coordinator gives every member a fresh lease, however long the restart took
+        # (a busy machine's start-up is CPU-bound imports): wait until it has run for more than two
+        # member leases with every member heartbeating it, then nobody may have been fenced or rejoined
+        restarted = trio.current_time()
+        with trio.fail_after(30):
+            while True:
+                async with open_session(url, "admin") as admin:
+                    described = await admin.request(m.DescribeGroup(
+                        request_id=0, stream_prefix=PREFIX, consumer_group=GROUP))
+                fresh = [member for member in described.members
+                         if member.last_heartbeat_ms_ago is not None
+                         and member.last_heartbeat_ms_ago < LEASE_MS // 2]
+                if trio.current_time() - restarted > 2 * LEASE_MS / 1000 and len(fresh) == 3:
+                    break
+                await trio.sleep(0.2)
         after = events[len(before):]
         assert not [e for e in after if e["event"] in ("fenced", "joined", "left")], after
-        async with open_session(url, "admin") as admin:
-            described = await admin.request(m.DescribeGroup(request_id=0, stream_prefix=PREFIX,
-                                                            consumer_group=GROUP))
         assert {member.member_id: member.member_epoch for member in described.members} == epochs
-        assert restart < OVERLOADED_S
     finally:
         consumer.send_signal(signal.SIGTERM)
         with trio.move_on_after(10):
