@@ -48,11 +48,13 @@ from rsc.console.http import (
     MAX_HEAD_BYTES,
     WEBSOCKET,
     BadRequest,
+    ConsoleHosts,
     Response,
     StaticFiles,
     error,
     parse_request_head,
     route,
+    with_hsts,
 )
 from rsc.protocol.messages import DescribeGroup, ListGroups
 
@@ -115,13 +117,15 @@ class ReplayStream(trio.abc.Stream):
 
 async def serve_console(coordinator_url: str, host: str, port: int, *, tls_cert: str | None = None,
                         tls_key: str | None = None, https: bool = False,
+                        console_hosts: tuple[str, ...] = (),
                         task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the console on host:port until cancelled; it follows the coordinator at
     `coordinator_url` (ws:// or wss://) for each open page.
 
     `tls_cert`/`tls_key` are the coordinator's own (--tls-cert, --tls-key): a wss://
     coordinator is trusted as exactly `tls_cert` (without it: the system store and
-    $RSC_CA_FILE), and with `https` the console serves HTTPS with them.
+    $RSC_CA_FILE), and with `https` the console serves HTTPS with them (and HSTS).
+    `console_hosts`: names it answers to besides loopback's and `host` (B1).
     """
     if https and not (tls_cert and tls_key):
         raise ValueError("serving the console over HTTPS needs tls_cert and tls_key")
@@ -136,7 +140,8 @@ async def serve_console(coordinator_url: str, host: str, port: int, *, tls_cert:
                            f"{exc.strerror or exc}") from None
     files = StaticFiles()
     files.read("index.html")  # a broken install fails here, at start, not on the first page
-    console = _Console(dial, files, client_tls)
+    console = _Console(dial, files, client_tls, hosts=ConsoleHosts.serving(host, console_hosts),
+                       https=server_tls is not None)
     listeners: list[trio.abc.Listener[trio.abc.Stream]] = list(sockets) if server_tls is None else [
         trio.SSLListener(socket, server_tls, https_compatible=True) for socket in sockets]
     task_status.started(int(sockets[0].socket.getsockname()[1]))
@@ -145,8 +150,11 @@ async def serve_console(coordinator_url: str, host: str, port: int, *, tls_cert:
 
 class _Console:
     def __init__(self, coordinator_url: str, files: StaticFiles,
-                 coordinator_tls: ssl.SSLContext | None = None) -> None:
+                 coordinator_tls: ssl.SSLContext | None = None, *,
+                 hosts: ConsoleHosts | None = None, https: bool = False) -> None:
         self.coordinator_url = coordinator_url
+        self.hosts = hosts or ConsoleHosts.serving("127.0.0.1")
+        self.https = https
         self.files = files
         self.coordinator_tls = coordinator_tls
         self.limiter = trio.CapacityLimiter(MAX_CONNECTIONS)
@@ -157,7 +165,7 @@ class _Console:
             try:
                 self.limiter.acquire_nowait()
             except trio.WouldBlock:
-                await _send(stream, error(503, "too many console connections; try again"))
+                await self._send(stream, error(503, "too many console connections; try again"))
                 return
             try:
                 await self._serve(stream)
@@ -175,19 +183,22 @@ class _Console:
             received = await _read_head(stream)
         if b"\r\n\r\n" not in received:
             if len(received) > MAX_HEAD_BYTES:
-                await _send(stream, error(431, "request head too large"))
+                await self._send(stream, error(431, "request head too large"))
             return
         head = received[:received.index(b"\r\n\r\n") + 4]
         try:
             request = parse_request_head(head)
         except BadRequest as exc:
-            await _send(stream, error(exc.status, str(exc)))
+            await self._send(stream, error(exc.status, str(exc)))
             return
-        answer = route(request, self.files)
+        answer = route(request, self.files, self.hosts)
         if answer == WEBSOCKET:
             await self._feed(ReplayStream(stream, received))
         elif isinstance(answer, Response):
-            await _send(stream, answer)
+            await self._send(stream, answer)
+
+    async def _send(self, stream: trio.abc.Stream, response: Response) -> None:
+        await _send(stream, with_hsts(response) if self.https else response)
 
     async def _feed(self, stream: ReplayStream) -> None:
         async with trio.open_nursery() as nursery:
