@@ -258,9 +258,9 @@ class HandshakeGate:
                 headers=((b"retry-after", str(round(self.table.throttle_s)).encode()),))
         if origin_refused(headers, self.allowed_origins):
             return self._refuse(403, Reason.ORIGIN, path, address, now, (
-                "a handshake with an Origin header (a browser page) is refused unless the "
-                "coordinator lists that origin in --allowed-origins; a client that is no browser "
-                "sends no Origin header").encode())
+                b"a handshake with an Origin header (a browser page) is refused unless the "
+                b"coordinator lists that origin in --allowed-origins; a client that is no browser "
+                b"sends no Origin header"))
         if token_problem is not None:
             return self._refuse(401, token_problem, path, address, now,
                                 b"exactly one 'Authorization: Bearer <token>' header with the "
