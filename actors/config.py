@@ -38,6 +38,10 @@ def _origins(text: str | tuple[str, ...]) -> tuple[str, ...]:
     return parse_allowed_origins(text)
 
 
+def _token(value: str | None) -> str | None:
+    return None if value is None else value.strip()
+
+
 def is_loopback_host(host: str) -> bool:
     """B2: whether a listen address reaches this machine only (a name other than `localhost`
     counts as beyond loopback: what it resolves to can change)."""
@@ -59,8 +63,10 @@ class CoordinatorConfig:
     heartbeat_interval_ms: int = 3000
     revoke_timeout_ms: int = 60000
     static_session_timeout_ms: int = attrs.field(default=45000, validator=_positive)  # S5
-    admin_token: str | None = None
-    member_token: str | None = None
+    # surrounding whitespace is no part of a token (a file written by `openssl rand -hex 32`
+    # ends with a newline; an HTTP header value is trimmed)
+    admin_token: str | None = attrs.field(default=None, converter=_token)
+    member_token: str | None = attrs.field(default=None, converter=_token)
     max_frame_bytes: int = attrs.field(default=1 << 20, validator=_positive)
     metrics_port: int | None = None
     console_port: int | None = None  # the web console (rsc.console); None: not served
@@ -91,7 +97,7 @@ class CoordinatorConfig:
         if self.metrics_tls and self.tls_cert is None:
             raise ValueError("--metrics-tls needs --tls-cert and --tls-key")
         for flag, token in (("--admin-token", self.admin_token), ("--member-token", self.member_token)):
-            if token is not None and not token.strip():
+            if token == "":
                 raise ValueError(f"{flag} is empty: give a token (for example the output of "
                                  "`openssl rand -hex 32`) or leave the flag out")
         missing = self.missing_tokens
