@@ -504,3 +504,16 @@ def test_b5_a_valid_token_is_never_throttled_and_checks_come_in_order():
                                         (b"origin", EVIL.encode())], "10.0.0.8", 1.0)
     assert refusal is not None and refusal.reason is Reason.ORIGIN  # two Origins: refused
 
+
+
+@pytest.mark.parametrize(("tool", "code"), [
+    (("admin", "--url", "ws://127.0.0.1:1", "--token", "", "list"), 1),
+    (("produce", "orders", "--token", "", "--redis-url", "redis://127.0.0.1:1"), 2),
+    (("consume", "orders", "billing", "--token", "", "--redis-url", "redis://127.0.0.1:1"), 2)],
+    ids=["admin", "produce", "consume"])
+def test_b2_a_clients_empty_token_flag_is_a_configuration_error(tool, code):
+    base = {key: value for key, value in os.environ.items() if not key.startswith("RSC_")}
+    done = subprocess.run([sys.executable, "-m", "rsc", *tool], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT, input="k\tv\n", env=base)
+    assert done.returncode == code, done.stderr
+    assert "--token is empty" in done.stderr and "Traceback" not in done.stderr
