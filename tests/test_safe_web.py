@@ -9,6 +9,7 @@ browser is exactly a client that sends `Origin` and may pipeline nothing else we
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import os
@@ -517,3 +518,71 @@ def test_b2_a_clients_empty_token_flag_is_a_configuration_error(tool, code):
                           timeout=60, cwd=ROOT, input="k\tv\n", env=base)
     assert done.returncode == code, done.stderr
     assert "--token is empty" in done.stderr and "Traceback" not in done.stderr
+
+
+async def test_b5_the_console_throttles_wrong_logins_by_the_browsers_address(redis_url, nursery, caplog):
+    """The console's login (a page's token) under the same rule, by the browser's address: past
+    20 wrong tokens the page is told `throttled`; the right token still gets in."""
+    from rsc.console import serve_console
+
+    token = "c" * 64
+    url, _metrics = await start_in_process(nursery, redis_url, admin_token=token, member_token=token)
+    port = await nursery.start(functools.partial(serve_console, url, "127.0.0.1", 0,
+                                                 throttle_loopback=True))
+    caplog.set_level(logging.WARNING, logger="rsc.console")
+
+    async def login(guess: str | None) -> dict[str, object]:
+        async with open_websocket_url(f"ws://127.0.0.1:{port}/ws") as ws:
+            await ws.send_message(json.dumps({"view": "overview", "token": guess}))
+            with trio.fail_after(15):
+                return dict(json.loads(await ws.get_message()))
+
+    answers = [(await login(f"guess-{n}"))["status"] for n in range(22)]
+    assert answers == ["unauthorized"] * 21 + ["throttled"]
+    assert (await login(None))["status"] == "unauthorized"  # no token sent: asked for one, not counted
+    assert (await login(token)) == {"type": "auth", "status": "ok"}
+    lines = [record.getMessage() for record in caplog.records
+             if record.getMessage().startswith("console.login_refused")]
+    assert lines and any("throttled_s=60" in line for line in lines)
+    assert not [line for line in lines if "guess-" in line]
+
+
+async def test_b1_the_console_over_https_sends_hsts_and_checks_the_host_too(certs, redis_url):
+    import ssl
+
+    process, _url = await spawn_coordinator(redis_url, "--console-port", "0", "--tls-cert",
+                                            certs.cert_file, "--tls-key", certs.key_file,
+                                            "--metrics-tls")
+    trusting = ssl.create_default_context(cafile=certs.ca_file)
+    try:
+        console = (await read_startup(process, b"console at ")).split(b"console at ", 1)[1]
+        port = int(console.split(b":")[2].split(b"/")[0])
+
+        async def get(host: str) -> bytes:
+            stream = await trio.open_ssl_over_tcp_stream("127.0.0.1", port, ssl_context=trusting,
+                                                         https_compatible=True)
+            received = b""
+            async with stream:
+                await stream.send_all(f"GET / HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+                with trio.fail_after(15):
+                    while chunk := await stream.receive_some(65536):
+                        received += chunk
+            return received
+
+        page = await get(f"127.0.0.1:{port}")
+        assert page.startswith(b"HTTP/1.1 200") and b"\r\nStrict-Transport-Security: max-age=" in page
+        refused = await get(f"evil.example:{port}")
+        assert refused.startswith(b"HTTP/1.1 421") and b"Strict-Transport-Security" in refused
+    finally:
+        await stop(process)
+
+
+async def test_b1_the_plain_http_console_sends_no_hsts(redis_url):
+    process, _url = await spawn_coordinator(redis_url, "--console-port", "0")
+    try:
+        console = (await read_startup(process, b"console at ")).split(b"console at ", 1)[1]
+        port = int(console.split(b":")[2].split(b"/")[0])
+        status, head, _ = await http(port, f"GET / HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n".encode())
+        assert status == 200 and b"strict-transport-security" not in head.lower()
+    finally:
+        await stop(process)
