@@ -42,7 +42,9 @@ process, as in tests, never share counters). The coordinator calls:
   (`rsc_sessions_refused_total{reason}`: max_sessions, max_connections,
   fd_exhausted), `handshake_timed_out()` (`rsc_handshakes_timed_out_total`),
   `set_sessions(sessions, connections)` (`rsc_sessions`, `rsc_connections`),
-  `prefix_actor_restarted(prefix)` (`rsc_prefix_actor_restarts_total`).
+  `prefix_actor_restarted(prefix)` (`rsc_prefix_actor_restarts_total`),
+  `auth_failed(endpoint, reason)` (`rsc_auth_failures_total{endpoint, reason}`, B5:
+  token_missing, token_wrong, origin, throttled).
 
 `group` is a `(stream_prefix, consumer_group)` pair or any object with
 `stream_prefix` and `consumer_group` attributes; it becomes the labels
