@@ -586,3 +586,38 @@ async def test_b1_the_plain_http_console_sends_no_hsts(redis_url):
         assert status == 200 and b"strict-transport-security" not in head.lower()
     finally:
         await stop(process)
+
+
+def image_environment() -> dict[str, str]:
+    """The final stage's ENV of the Dockerfile, as the image's coordinator sees it."""
+    import shlex
+
+    from tests.test_deploy_image import DOCKERFILE, stages
+
+    final = dict(stages(DOCKERFILE.read_text(encoding="utf-8"))[-1])
+    pairs = dict(item.split("=", 1) for item in shlex.split(final["ENV"]))
+    return {name: value for name, value in pairs.items() if name.startswith("RSC_")}
+
+
+async def test_b2_the_images_coordinator_needs_both_tokens_and_with_them_refuses_browsers(
+        redis_url, tmp_path):
+    """The image's default command (`rsc coordinator` with the Dockerfile's ENV: 0.0.0.0)."""
+    image = {**image_environment(), "RSC_REDIS_URL": redis_url, "RSC_PORT": "0",
+             "RSC_METRICS_PORT": "0"}
+    assert image["RSC_HOST"] == "0.0.0.0"
+    base = {key: value for key, value in os.environ.items() if not key.startswith("RSC_")}
+    refused = subprocess.run([sys.executable, "-m", "rsc", "coordinator"], capture_output=True,
+                             text=True, timeout=60, cwd=ROOT, env={**base, **image})
+    assert refused.returncode == 1 and "listens beyond loopback" in refused.stderr
+    tokens = {"RSC_ADMIN_TOKEN": "a" * 64, "RSC_MEMBER_TOKEN": "m" * 64}
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "rsc", "coordinator"], stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, cwd=ROOT, env={**base, **image, **tokens, "PYTHONUNBUFFERED": "1"})
+    try:
+        startup = await read_startup(process, b"listening on ")
+        port = port_of(startup.split(b"listening on ", 1)[1].split()[0].decode())
+        status, _, _ = await exchange(port, upgrade_request(
+            "/v1/admin", f"127.0.0.1:{port}", f"Origin: {EVIL}", f"Authorization: Bearer {'a' * 64}"))
+        assert status == 403
+    finally:
+        await stop(process)
