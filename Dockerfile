@@ -33,7 +33,9 @@ RUN groupadd --system --gid 10001 rsc \
        --shell /usr/sbin/nologin rsc
 COPY --from=build /opt/rsc /opt/rsc
 # every flag of every tool also comes from RSC_<FLAG>: listen on all addresses in a container,
-# serve metrics (and health, /healthz and /readyz) on 9100, never start an embedded Redis
+# serve metrics (and health, /healthz and /readyz) on 9100, never start an embedded Redis.
+# Beyond loopback the coordinator starts only with both tokens, RSC_ADMIN_TOKEN and
+# RSC_MEMBER_TOKEN (make each with `openssl rand -hex 32`); none is set here (B2)
 ENV PATH=/opt/rsc/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

@@ -46,7 +46,7 @@ from rsc.actors.admission import (
     default_max_sessions,
     raise_fd_limit,
 )
-from rsc.actors.config import CoordinatorConfig
+from rsc.actors.config import CoordinatorConfig, is_loopback_host
 from rsc.actors.format_admin import FormatVersionAdmin
 from rsc.actors.group import GroupSettings
 from rsc.actors.lease import (
@@ -176,6 +176,7 @@ async def serve(config: CoordinatorConfig, *, metrics: Any = None,
 
 async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
                  task_status: trio.TaskStatus[str]) -> None:
+    _warn_if_open(config, tls_served=config.tls_cert is not None)
     fd_limit = raise_fd_limit()
     max_sessions = config.max_sessions or default_max_sessions(fd_limit)
     admission = Admission(max_sessions=max_sessions,
@@ -228,6 +229,24 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
             outer.cancel_scope.cancel()
     if failure is not None:
         raise failure
+
+
+def _warn_if_open(config: CoordinatorConfig, *, tls_served: bool) -> None:
+    """B2: at every start, a WARNING for endpoints open beyond loopback (--allow-unauthenticated)
+    and for tokens sent in the clear beyond loopback (no TLS)."""
+    if is_loopback_host(config.host):
+        return
+    open_endpoints = [path for path, token in (("/v1/admin", config.admin_token),
+                                               ("/v1/member", config.member_token)) if token is None]
+    if open_endpoints:
+        log_event(log, "coordinator.unauthenticated", level=logging.WARNING, host=config.host,
+                  open=open_endpoints,
+                  line=f"--allow-unauthenticated: anyone who reaches {config.host} can use "
+                       f"{' and '.join(open_endpoints)} without a token")
+    if len(open_endpoints) < 2 and not tls_served:
+        log_event(log, "coordinator.tokens_in_clear", level=logging.WARNING, host=config.host,
+                  line="tokens travel unencrypted over ws:// beyond loopback: serve wss:// "
+                       "(--tls-cert, --tls-key) or put TLS in front")
 
 
 async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admission,
@@ -430,7 +449,10 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
                                    metrics=metrics,
                                    max_frame_bytes=config.max_frame_bytes,
                                    handshake_timeout_s=config.handshake_timeout_s,
-                                   format_admin=FormatVersionAdmin(store, deadline_s=shard_work.deadline_s))
+                                   format_admin=FormatVersionAdmin(store, deadline_s=shard_work.deadline_s),
+                                   allowed_origins=config.allowed_origins,
+                                   throttle_loopback=config.throttle_loopback,
+                                   auth_metrics=metrics)
         bound = await nursery.start(_serve_websocket, server, config, admission, port, server_tls)
         nursery.start_soon(_lease_loop, config, store, readiness, continuity, lapsed, identity)
         nursery.start_soon(_tick_loop, config, router, continuity, lapsed)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 import attrs
+
+from rsc.actors.handshake_gate import parse_allowed_origins
 
 DEFAULT_MAX_GROUPS = 100_000
 DEFAULT_MAX_GROUP_SIZE = 20_000
@@ -24,6 +28,31 @@ def _not_negative(_instance: object, attribute: attrs.Attribute, value: int) -> 
         raise ValueError(f"{attribute.name.replace('_', '-')} must be 0 or more, got {value}")
 
 
+def _names(text: str | tuple[str, ...]) -> tuple[str, ...]:
+    """A comma list (or its items) without blanks, lower-cased: `--console-hosts`."""
+    items = text.split(",") if isinstance(text, str) else text
+    return tuple(item.strip().lower() for item in items if item.strip())
+
+
+def _origins(text: str | tuple[str, ...]) -> tuple[str, ...]:
+    return parse_allowed_origins(text)
+
+
+def _token(value: str | None) -> str | None:
+    return None if value is None else value.strip()
+
+
+def is_loopback_host(host: str) -> bool:
+    """B2: whether a listen address reaches this machine only (a name other than `localhost`
+    counts as beyond loopback: what it resolves to can change)."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 @attrs.frozen(kw_only=True)
 class CoordinatorConfig:
     redis_url: str | None = None
@@ -34,8 +63,10 @@ class CoordinatorConfig:
     heartbeat_interval_ms: int = 3000
     revoke_timeout_ms: int = 60000
     static_session_timeout_ms: int = attrs.field(default=45000, validator=_positive)  # S5
-    admin_token: str | None = None
-    member_token: str | None = None
+    # surrounding whitespace is no part of a token (a file written by `openssl rand -hex 32`
+    # ends with a newline; an HTTP header value is trimmed)
+    admin_token: str | None = attrs.field(default=None, converter=_token)
+    member_token: str | None = attrs.field(default=None, converter=_token)
     max_frame_bytes: int = attrs.field(default=1 << 20, validator=_positive)
     metrics_port: int | None = None
     console_port: int | None = None  # the web console (rsc.console); None: not served
@@ -52,9 +83,32 @@ class CoordinatorConfig:
     metrics_tls: bool = False
     # K5: every metadata write waits (WAIT, within D4's budget) for this many replicas
     min_replicas: int = attrs.field(default=0, validator=_not_negative)
+    # B1: browser origins let through on /v1/member and /v1/admin; the console's own names
+    allowed_origins: tuple[str, ...] = attrs.field(default=(), converter=_origins)
+    console_hosts: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    # B2: listen beyond loopback without both tokens (warned at every start)
+    allow_unauthenticated: bool = False
+    # B5: loopback peers are never throttled; tests turn that off (they reach loopback only)
+    throttle_loopback: bool = False
 
     def __attrs_post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("--tls-cert and --tls-key go together: give both or neither")
         if self.metrics_tls and self.tls_cert is None:
             raise ValueError("--metrics-tls needs --tls-cert and --tls-key")
+        for flag, token in (("--admin-token", self.admin_token), ("--member-token", self.member_token)):
+            if token == "":
+                raise ValueError(f"{flag} is empty: give a token (for example the output of "
+                                 "`openssl rand -hex 32`) or leave the flag out")
+        missing = self.missing_tokens
+        if missing and not is_loopback_host(self.host) and not self.allow_unauthenticated:
+            raise ValueError(
+                f"--host {self.host} listens beyond loopback without {' and '.join(missing)}: "
+                "give both tokens (docs/operations/security.md says how to make them), or pass "
+                "--allow-unauthenticated to serve the endpoints open")
+
+    @property
+    def missing_tokens(self) -> list[str]:
+        """The token flags not given (B2)."""
+        return [flag for flag, token in (("--admin-token", self.admin_token),
+                                         ("--member-token", self.member_token)) if token is None]

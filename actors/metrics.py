@@ -42,7 +42,9 @@ process, as in tests, never share counters). The coordinator calls:
   (`rsc_sessions_refused_total{reason}`: max_sessions, max_connections,
   fd_exhausted), `handshake_timed_out()` (`rsc_handshakes_timed_out_total`),
   `set_sessions(sessions, connections)` (`rsc_sessions`, `rsc_connections`),
-  `prefix_actor_restarted(prefix)` (`rsc_prefix_actor_restarts_total`).
+  `prefix_actor_restarted(prefix)` (`rsc_prefix_actor_restarts_total`),
+  `auth_failed(endpoint, reason)` (`rsc_auth_failures_total{endpoint, reason}`, B5:
+  token_missing, token_wrong, origin, throttled).
 
 `group` is a `(stream_prefix, consumer_group)` pair or any object with
 `stream_prefix` and `consumer_group` attributes; it becomes the labels
@@ -258,6 +260,11 @@ class CoordinatorMetrics:
                                         "max_sessions (HTTP 503), max_connections (closed at accept), "
                                         "fd_exhausted (accept failed: EMFILE/ENFILE)",
                                         ("reason",), registry=registry)
+        self.auth_failures = Counter("rsc_auth_failures",
+                                     "Handshakes refused for their token or origin (B5), by "
+                                     "endpoint and reason: token_missing, token_wrong (HTTP 401), "
+                                     "origin (403), throttled (429)",
+                                     ("endpoint", "reason"), registry=registry)
         self.handshakes_timed_out = Counter("rsc_handshakes_timed_out",
                                             "Connections dropped for not finishing the handshake in time",
                                             registry=registry)
@@ -287,6 +294,10 @@ class CoordinatorMetrics:
     def session_refused(self, reason: str) -> None:
         """Admission refused a peer: `max_sessions`, `max_connections` or `fd_exhausted`."""
         self.sessions_refused.labels(reason).inc()
+
+    def auth_failed(self, endpoint: str, reason: str) -> None:
+        """B5: a handshake on `endpoint` was refused for `reason` (its token, origin or throttle)."""
+        self.auth_failures.labels(endpoint, reason).inc()
 
     def handshake_timed_out(self) -> None:
         """A connection was dropped for not finishing its handshake within the timeout."""

@@ -75,3 +75,9 @@ class SessionMetrics(Protocol):
     def handshake_timed_out(self) -> None: ...
 
     def set_sessions(self, sessions: int, connections: int) -> None: ...
+
+
+class AuthMetrics(Protocol):
+    """B5: what the server counts of refused handshakes."""
+
+    def auth_failed(self, endpoint: str, reason: str) -> None: ...

@@ -5,8 +5,12 @@ responses go out in request order (a FIFO of reply slots) with pushes in
 between, written by whichever task resolved them. Bad input gets an `error`
 frame naming the field and touches no state (Transport, docs/protocol.md).
 
-At the handshake: unknown path 404; with a token, exactly one `Authorization:
-Bearer` header (scheme in any case) or 401; past `--max-sessions` 503 (A1).
+At the handshake: unknown path 404; then actors/handshake_gate.py decides (B1, B5): 429
+for a throttled address without a valid token, 403 for a browser's Origin not in
+`--allowed-origins`, 401 without exactly one `Authorization: Bearer` header (scheme in
+any case) with the endpoint's token; each refusal is counted
+(`rsc_auth_failures_total{endpoint,reason}`) and logged (`auth.refused`, never the
+token); past `--max-sessions` 503 (A1).
 A frame over `--max-frame-bytes` in UTF-8 bytes closes the session with 1009.
 """
 
@@ -14,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import hmac
 import logging
 import time
 from collections.abc import Callable
@@ -27,8 +30,9 @@ from rsc.actors import latency
 from rsc.actors.admission import Admission
 from rsc.actors.format_admin import FormatVersionAdmin
 from rsc.actors.group import malformed_join
+from rsc.actors.handshake_gate import HandshakeGate, Refusal, RefusalTable
 from rsc.actors.logs import log_event
-from rsc.actors.ports import SessionMetrics
+from rsc.actors.ports import AuthMetrics, SessionMetrics
 from rsc.actors.prefix_admission import REFUSALS
 from rsc.actors.router import Router, unavailable_response
 from rsc.actors.ws_server import ServerConnection
@@ -180,12 +184,17 @@ class CoordinatorServer:
                  member_token: str | None, admission: Admission | None = None,
                  metrics: SessionMetrics | None = None,
                  max_frame_bytes: int = 1 << 20, handshake_timeout_s: float = 10.0,
-                 format_admin: FormatVersionAdmin | None = None) -> None:
+                 format_admin: FormatVersionAdmin | None = None,
+                 allowed_origins: tuple[str, ...] = (), throttle_loopback: bool = False,
+                 auth_metrics: AuthMetrics | None = None) -> None:
         self.router = router
         self.format_admin = format_admin  # the store-wide format version requests
         self.handshake_timeout_s = handshake_timeout_s
         self.nursery = nursery
-        self.tokens = {"/v1/admin": admin_token, "/v1/member": member_token}
+        self.gate = HandshakeGate(tokens={"/v1/admin": admin_token, "/v1/member": member_token},
+                                  allowed_origins=frozenset(allowed_origins),
+                                  table=RefusalTable(exempt_loopback=not throttle_loopback))
+        self.auth_metrics = auth_metrics
         self.admission = admission or Admission(max_sessions=1 << 30, max_connections=1 << 30)
         self.max_frame_bytes = max_frame_bytes
         self.metrics = metrics
@@ -196,11 +205,12 @@ class CoordinatorServer:
 
     async def serve(self, stream: trio.abc.Stream) -> None:
         """One accepted connection, from its handshake to its close."""
+        address = peer_address(stream)
         connection = ServerConnection(stream, self.nursery, max_message_bytes=self.max_frame_bytes)
         try:
             request = await connection.handshake(self.handshake_timeout_s)
             if request is not None:
-                await self.handle(connection, request.target, request.extra_headers)
+                await self.handle(connection, request.target, request.extra_headers, address)
         except trio.Cancelled:
             connection.start_close(1001, "the coordinator is stopping")  # written in place, if at all
             raise
@@ -211,16 +221,16 @@ class CoordinatorServer:
             await connection.aclose()
 
     async def handle(self, connection: ServerConnection, target: str,
-                     headers: list[tuple[bytes, bytes]]) -> None:
+                     headers: list[tuple[bytes, bytes]], address: str = "") -> None:
         path = target.split("?", 1)[0]
         allowed = ENDPOINTS.get(path)
         if allowed is None:
             await connection.reject(404, f"unknown endpoint {path}; use /v1/member or /v1/admin".encode())
             return
-        token = self.tokens[path]
-        if token is not None and not authorized(headers, token):
-            await connection.reject(401, b"exactly one 'Authorization: Bearer <token>' header "
-                                         b"with the right token is required")
+        refusal = self.gate.check(path, headers, address, trio.current_time())
+        if refusal is not None:
+            self._report(refusal, path)
+            await connection.reject(refusal.status, refusal.body, headers=refusal.headers)
             return
         if not self.admission.open_session():
             await connection.reject(503, f"the coordinator holds its limit of "
@@ -233,6 +243,21 @@ class CoordinatorServer:
         finally:
             self.admission.close_session()
             session.close(functools.partial(self.router.forget, session))
+
+    def _report(self, refusal: Refusal, path: str) -> None:
+        """B5: count every refusal; log the line the gate gave (never the token)."""
+        if self.auth_metrics is not None:
+            self.auth_metrics.auth_failed(path, refusal.reason.value)
+        line = refusal.log
+        if line is not None:
+            extra: dict[str, object] = {}
+            if line.repeats:
+                extra["repeats"] = line.repeats  # refusals from this address not logged since
+            if line.throttled:
+                extra["throttled_s"] = round(self.gate.table.throttle_s)
+            log_event(log, "auth.refused", level=logging.WARNING, address=line.address,
+                      endpoint=line.endpoint, reason=line.reason.value, status=refusal.status,
+                      **extra)
 
     async def _read(self, session: Session, allowed: frozenset[str]) -> None:
         connection = session.connection
@@ -277,13 +302,17 @@ class CoordinatorServer:
         await self.router.route(message, reply, session)
 
 
-def authorized(headers: list[tuple[bytes, bytes]], token: str) -> bool:
-    """Exactly one `Authorization` header, scheme `Bearer` in any case (RFC 7235), right token."""
-    values = [value for name, value in headers if name.lower() == b"authorization"]
-    if len(values) != 1:
-        return False
-    scheme, _, credentials = values[0].strip().partition(b" ")
-    return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), token.encode())
+def peer_address(stream: trio.abc.Stream) -> str:
+    """The peer's IP address of an accepted connection (TLS or not); "" when it has none."""
+    inner = getattr(stream, "transport", stream)  # rsc.common.tls.TlsStream: the socket's stream
+    sock = getattr(inner, "socket", None)
+    if sock is None:
+        return ""
+    try:
+        peer = sock.getpeername()
+    except OSError:
+        return ""
+    return str(peer[0]) if isinstance(peer, tuple) else ""
 
 
 def _check_before_lookup(message: m.Request) -> None:

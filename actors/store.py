@@ -67,7 +67,7 @@ from rsc.actors.store_rewrite import (
 )
 from rsc.common.lua import Command, Reply, Script, Word, pipelined, reply_int
 from rsc.common.redact import redact_url
-from rsc.common.redis_connect import connect, error_text, is_cluster
+from rsc.common.redis_connect import connect, error_text, failure_text, is_cluster
 from rsc.protocol.routing import owner_key, seal_key
 
 EPOCH_KEY = "rsc:coordinator:epoch"
@@ -131,7 +131,8 @@ class MetadataStore:
             self.client: Any = connect(redis_url, decode_responses=True,
                                        socket_timeout=5, socket_connect_timeout=5)
         except (redis.RedisError, ValueError) as exc:  # ValueError: a URL it cannot use
-            raise StoreError(f"cannot use Redis at {self.redis_url}: {error_text(exc)}") from exc
+            raise StoreError(f"cannot use Redis at {self.redis_url}: "
+                             f"{failure_text(exc, self.redis_url)}") from exc
         self.lease_ms = lease_ms
         self.instance_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.coordinator_epoch = 0
@@ -162,7 +163,8 @@ class MetadataStore:
         try:
             return self._acquire(wait_ms)
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot use Redis at {self.redis_url}: {error_text(exc)}") from exc
+            raise StoreError(f"cannot use Redis at {self.redis_url}: "
+                             f"{failure_text(exc, self.redis_url)}") from exc
 
     def _acquire(self, wait_ms: int) -> int:
         deadline = time.monotonic() + wait_ms / 1000
@@ -180,7 +182,8 @@ class MetadataStore:
         try:
             return self._try_acquire()
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot use Redis at {self.redis_url}: {error_text(exc)}") from exc
+            raise StoreError(f"cannot use Redis at {self.redis_url}: "
+                             f"{failure_text(exc, self.redis_url)}") from exc
 
     def try_acquire_above(self, own: int) -> tuple[int | None, str | None]:
         """K3: `try_acquire` by a coordinator whose store went back: its new epoch is the larger
@@ -189,7 +192,8 @@ class MetadataStore:
         try:
             return self._try_acquire(above=own)
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot use Redis at {self.redis_url}: {error_text(exc)}") from exc
+            raise StoreError(f"cannot use Redis at {self.redis_url}: "
+                             f"{failure_text(exc, self.redis_url)}") from exc
 
     def _try_acquire(self, above: int | None = None) -> tuple[int | None, str | None]:
         # the key free, or still this process's own (an epoch of it that ended, K3)
@@ -249,7 +253,8 @@ class MetadataStore:
             pipe.get(RELEASED_KEY)
             holder, released = pipe.execute()
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot use Redis at {self.redis_url}: {error_text(exc)}") from exc
+            raise StoreError(f"cannot use Redis at {self.redis_url}: "
+                             f"{failure_text(exc, self.redis_url)}") from exc
         return (None if holder is None else str(holder)), (None if released is None else str(released))
 
     def lapse_facts(self) -> tuple[str | None, int | None]:
@@ -260,7 +265,8 @@ class MetadataStore:
             pipe.get(EPOCH_KEY)
             holder, epoch = pipe.execute()
         except STORE_IO_ERRORS as exc:
-            raise StoreError(f"cannot use Redis at {self.redis_url}: {error_text(exc)}") from exc
+            raise StoreError(f"cannot use Redis at {self.redis_url}: "
+                             f"{failure_text(exc, self.redis_url)}") from exc
         return (None if holder is None else str(holder)), (None if epoch is None else int(epoch))
 
     def stalled(self, error: str) -> None:

@@ -140,13 +140,14 @@ class ServerConnection:
         self._handshake = None
         await self._send_now(data)
 
-    async def reject(self, status: int, body: bytes) -> None:
+    async def reject(self, status: int, body: bytes,
+                     headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
         handshake = self._handshake
         assert handshake is not None
         data = handshake.send(RejectConnection(
             status_code=status, has_body=True,
             headers=[(b"content-type", b"text/plain; charset=utf-8"),
-                     (b"content-length", str(len(body)).encode())]))
+                     (b"content-length", str(len(body)).encode()), *headers]))
         data += handshake.send(RejectData(data=body))
         self.close_code = ABNORMAL
         await self._send_now(data)

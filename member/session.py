@@ -191,7 +191,7 @@ async def open_session(
     trust store and `ca_file`, default $RSC_CA_FILE) TlsFailed, not a SessionClosed (D3).
     """
     check_coordinator_url(url)
-    headers = [(b"Authorization", f"Bearer {token}".encode())] if token else None
+    headers = [(b"Authorization", f"Bearer {token.strip()}".encode())] if token else None
     context = websocket_context(url, ca_file=ca_file, ssl_context=ssl_context)
     if context is not None:
         await verify_server(coordinator_base(url, endpoint), context, connect_timeout)

@@ -38,6 +38,9 @@ class Endpoints:
 
 def endpoints(args: argparse.Namespace, environ: Mapping[str, str]) -> Endpoints:
     """Flags first, then RSC_COORDINATOR_URL / RSC_REDIS_URL / RSC_TOKEN; BadConfig if unusable."""
+    if args.token is not None and not args.token.strip():  # B2: never "any token will do"
+        raise Unrecoverable("--token is empty: give the coordinator's member token (or set "
+                            "RSC_TOKEN), or leave the flag out")
     coordinator = args.coordinator or environ.get("RSC_COORDINATOR_URL") or DEFAULT_COORDINATOR_URL
     try:
         coordinator = check_coordinator_url(coordinator)

@@ -7,7 +7,8 @@ Redis URL whose db is not a number, a db index the server does not have, a
 Redis password or user it refuses (WRONGPASS, NOAUTH), a command or key its ACL
 does not grant (NOPERM, K6), a Sentinel SERVICE that no sentinel knows (K1), a Redis
 server certificate that does not verify or a TLS handshake it refuses, a redis:// URL
-whose port speaks TLS (`tls_checked` finds it by a handshake, off the event loop).
+whose port speaks TLS (`tls_checked` finds it by a handshake, off the event loop), and a
+rediss:// URL whose port answers plain Redis (found by a plain PING, the same way).
 Each ends the tool with one line and exit code 2.
 """
 
@@ -29,6 +30,7 @@ from rsc.common.redis_connect import (
     is_sentinel_url,
     parse_sentinel_url,
     script_denial,
+    tls_mismatch_line,
 )
 
 T = TypeVar("T")
@@ -46,6 +48,10 @@ class Unrecoverable(Exception):
 
 class RedisNeedsTls(redis.ConnectionError):
     """A redis:// URL whose server speaks TLS on that port: its text is the line to print."""
+
+
+class RedisWithoutTls(redis.ConnectionError):
+    """A rediss:// URL whose server answers plain Redis on that port: its text is the line."""
 
 
 def refusal_is_permanent(status_code: int) -> bool:
@@ -75,7 +81,8 @@ def redis_url_problem(url: str) -> str | None:
 def redis_error_is_permanent(exc: BaseException) -> bool:
     """A Redis error that every retry would get again: a bad db index, a refused password or
     user, a missing ACL permission, an unknown Sentinel SERVICE (K6, K1)."""
-    if is_access_error(exc) or isinstance(exc, RedisNeedsTls) or tls_error(exc) is not None:
+    if is_access_error(exc) or isinstance(exc, RedisNeedsTls | RedisWithoutTls) \
+            or tls_error(exc) is not None:
         return True
     if not isinstance(exc, redis.ResponseError):
         return False
@@ -86,7 +93,7 @@ def redis_error_is_permanent(exc: BaseException) -> bool:
 def redis_unrecoverable_line(exc: BaseException, redis_url: str) -> str:
     """The line for a permanent Redis error, naming what to fix."""
     shown = redact_url(redis_url)
-    if isinstance(exc, RedisNeedsTls):
+    if isinstance(exc, RedisNeedsTls | RedisWithoutTls):
         return str(exc)
     failure = tls_error(exc)
     if isinstance(failure, ssl.SSLCertVerificationError):
@@ -138,13 +145,18 @@ _PLAIN_PORTS: set[tuple[str, int]] = set()  # addresses a probe found not speaki
 
 def tls_checked(call: Callable[[], T], redis_url: str) -> T:
     """`call()` (blocking, in a thread); a reset connection of a redis:// URL whose port
-    speaks TLS raises RedisNeedsTls, with the line saying to write rediss://."""
+    speaks TLS raises RedisNeedsTls, with the line saying to write rediss://, and a failed
+    connection of a rediss:// URL whose port answers plain Redis raises RedisWithoutTls."""
     try:
         return call()
-    except redis.ConnectionError as exc:
-        line = _needs_tls(exc, redis_url)
-        if line is not None:
-            raise RedisNeedsTls(line) from exc
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        if isinstance(exc, redis.ConnectionError):
+            line = _needs_tls(exc, redis_url)
+            if line is not None:
+                raise RedisNeedsTls(line) from exc
+        plain = tls_mismatch_line(exc, redis_url)
+        if plain is not None:
+            raise RedisWithoutTls(plain) from exc
         raise
 
 

@@ -9,7 +9,9 @@ instead, against the Services it must select.
 
 from __future__ import annotations
 
+import base64
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -35,16 +37,33 @@ def validate(*paths: Path) -> tuple[int, list[tuple[str, str, str]]]:
     return done.returncode, verdicts
 
 
-def render() -> list[dict[str, Any]]:
-    done = subprocess.run([tool("kubectl"), "kustomize", str(KUBERNETES)], capture_output=True,
+TOKENS = {"admin": "a" * 64, "member": "b" * 64}
+
+
+def with_tokens(target: Path) -> Path:
+    """A copy of deploy/kubernetes with tokens/admin and tokens/member written, as the docs have
+    the operator write them (`openssl rand -hex 32 > tokens/admin`: a trailing newline)."""
+    shutil.copytree(KUBERNETES, target, ignore=shutil.ignore_patterns("tokens"))
+    (target / "tokens").mkdir()
+    for name, token in TOKENS.items():
+        (target / "tokens" / name).write_text(token + "\n")
+    return target
+
+
+def kustomize(directory: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([tool("kubectl"), "kustomize", str(directory)], capture_output=True,
                           text=True, timeout=120)
+
+
+def render(directory: Path) -> list[dict[str, Any]]:
+    done = kustomize(directory)
     assert done.returncode == 0, done.stderr
     return [document for document in yaml.safe_load_all(done.stdout) if document]
 
 
 @pytest.fixture(scope="module")
-def rendered() -> list[dict[str, Any]]:
-    return render()
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return render(with_tokens(tmp_path_factory.mktemp("deploy") / "kubernetes"))
 
 
 def one(documents: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -77,7 +96,7 @@ def test_the_validator_refuses_an_unknown_field_and_a_wrong_type(tmp_path):
 def test_the_kustomization_renders_every_file_and_validates(rendered, tmp_path):
     listed = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())["resources"]
     assert sorted(listed) == sorted(path.name for path in MANIFESTS if path.name != "kustomization.yaml")
-    assert sorted((d["kind"], d["metadata"]["name"]) for d in rendered) == sorted(
+    assert sorted((d["kind"], secret_name(d)) for d in rendered) == sorted(
         (kind, name) for kind, name in [
             ("Secret", "rsc-tokens"), ("Deployment", "rsc-coordinator"), ("Service", "rsc-coordinator"),
             ("PodDisruptionBudget", "rsc-coordinator"), ("StatefulSet", "rsc-consumer"),
@@ -89,6 +108,12 @@ def test_the_kustomization_renders_every_file_and_validates(rendered, tmp_path):
     returncode, verdicts = validate(output)
     assert returncode == 0 and not [v for v in verdicts if v[0] == "ERROR"], verdicts
     assert len([v for v in verdicts if v[0] == "INFO"]) == len(rendered) - 1  # all but the monitor
+
+
+def secret_name(document: dict[str, Any]) -> str:
+    """A generated Secret's name without the hash of its content that kustomize appends."""
+    name = str(document["metadata"]["name"])
+    return name.rsplit("-", 1)[0] if document["kind"] == "Secret" else name
 
 
 def pods(rendered: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -136,14 +161,29 @@ def test_the_coordinator_is_one_replica_that_may_surge_and_never_starts_a_redis(
 
 
 def test_the_tokens_come_from_the_secret(rendered):
-    secret = one(rendered, "Secret", "rsc-tokens")
-    keys = set(secret["stringData"])
+    [secret] = [d for d in rendered if d["kind"] == "Secret"]
+    name = secret["metadata"]["name"]
+    assert secret_name(secret) == "rsc-tokens" and name != "rsc-tokens"  # hashed: pods restart on a change
     references = [value["secretKeyRef"] for template in pods(rendered)
                   for value in env_of(template["spec"]["containers"][0]).values()
                   if isinstance(value, dict) and "secretKeyRef" in value]
-    assert {(ref["name"], ref["key"]) for ref in references} == {
-        ("rsc-tokens", "admin"), ("rsc-tokens", "member")}
-    assert keys == {"admin", "member"}
+    assert {(ref["name"], ref["key"]) for ref in references} == {(name, "admin"), (name, "member")}
+    written = {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
+    assert written == {key: token + "\n" for key, token in TOKENS.items()}  # what the operator wrote
+
+
+def test_b2_no_token_is_shipped_the_secret_needs_the_operators_files(tmp_path):
+    """B2: without tokens/admin and tokens/member the kustomization does not render (nothing
+    usable is shipped), and no shipped file holds a placeholder token."""
+    bare = tmp_path / "kubernetes"
+    shutil.copytree(KUBERNETES, bare, ignore=shutil.ignore_patterns("tokens"))
+    done = kustomize(bare)
+    assert done.returncode != 0 and "tokens/admin" in done.stderr
+    shipped = [path for path in ROOT.joinpath("deploy").rglob("*") if path.is_file()
+               and "tokens" not in path.relative_to(KUBERNETES.parent).parts]
+    assert not [path for path in shipped if "replace-me" in path.read_text(errors="replace")]
+    kustomization = (KUBERNETES / "kustomization.yaml").read_text()
+    assert "openssl rand -hex 32 > deploy/kubernetes/tokens/admin" in kustomization
 
 
 def test_the_coordinator_service_is_rsc_coordinator_and_reaches_its_pod(rendered):

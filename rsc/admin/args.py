@@ -127,7 +127,10 @@ def coordinator_url(args: argparse.Namespace, environ: Mapping[str, str] = os.en
 
 
 def admin_token(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> str | None:
-    """--token, else RSC_TOKEN, else none."""
+    """--token, else RSC_TOKEN, else none; ValueError for an empty --token (B2)."""
+    if args.token is not None and not args.token.strip():
+        raise ValueError("--token is empty: give the coordinator's admin token (or set "
+                         f"{TOKEN_ENV}), or leave the flag out")
     return args.token if args.token is not None else (environ.get(TOKEN_ENV) or None)
 
 

@@ -429,7 +429,7 @@ async def open_admin_client(url: str, *, token: str | None = None, connect_timeo
     `ssl_context` (else the system trust store and `ca_file`, default $RSC_CA_FILE).
     """
     coordinator = parse_coordinator_url(url, url_source)
-    headers = [(b"Authorization", f"Bearer {token}".encode())] if token else None
+    headers = [(b"Authorization", f"Bearer {token.strip()}".encode())] if token else None
     context = tls.websocket_context(coordinator.endpoint, ca_file=ca_file, ssl_context=ssl_context)
     if context is not None:
         try:

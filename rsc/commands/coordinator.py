@@ -51,6 +51,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="require this bearer token on /v1/admin (default: $RSC_ADMIN_TOKEN)")
     parser.add_argument("--member-token", default=None,
                         help="require this bearer token on /v1/member (default: $RSC_MEMBER_TOKEN)")
+    parser.add_argument("--allow-unauthenticated", action="store_true",
+                        help="start even though --host is beyond loopback and a token is missing "
+                             "(the open endpoints are logged at WARNING at every start)")
+    parser.add_argument("--allowed-origins", default="", metavar="ORIGINS",
+                        help="comma list of browser origins (scheme://host[:port]) whose "
+                             "handshakes are accepted; any other Origin header gets HTTP 403 "
+                             "(default: none)")
+    parser.add_argument("--console-hosts", default="", metavar="NAMES",
+                        help="comma list of further names the console answers to (its Host "
+                             "header); besides localhost, 127.0.0.1, [::1] and --host, any other "
+                             "gets HTTP 421 (default: none)")
     parser.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes,
                         help="largest message accepted, in UTF-8 bytes; a larger one closes the "
                              "session with code 1009 (default %(default)s)")
@@ -99,7 +110,8 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         keep_drained_streams=args.keep_drained_streams, max_sessions=args.max_sessions,
         max_groups=args.max_groups, max_group_size=args.max_group_size,
         tls_cert=args.tls_cert, tls_key=args.tls_key, metrics_tls=args.metrics_tls,
-        min_replicas=args.min_replicas,
+        min_replicas=args.min_replicas, allowed_origins=args.allowed_origins,
+        console_hosts=args.console_hosts, allow_unauthenticated=args.allow_unauthenticated,
     )
 
 
@@ -195,7 +207,8 @@ async def _serve_until_signal(config: CoordinatorConfig) -> None:
 
                 port = await nursery.start(functools.partial(  # --metrics-tls: HTTPS, wss:// feed
                     serve_console, url, config.host, config.console_port, tls_cert=config.tls_cert,
-                    tls_key=config.tls_key, https=config.metrics_tls))
+                    tls_key=config.tls_key, https=config.metrics_tls,
+                    console_hosts=config.console_hosts))
                 print(f"console at {console_url(config.host, port, https=config.metrics_tls)}", flush=True)
 
 

@@ -77,6 +77,12 @@ def handshake_hint(status: int, *, endpoint: str, hostport: str, token_given: bo
         if token_given:
             return f"the token from --token or RSC_TOKEN is not the coordinator's {endpoint} token"
         return f"the coordinator needs its {endpoint} token: pass --token or set RSC_TOKEN"
+    if status == 403:
+        return ("the coordinator refuses handshakes that carry an Origin header (browsers send "
+                "one): send none, or have the coordinator list the origin in --allowed-origins")
+    if status == 429:
+        return ("too many refused handshakes from this address: wait a minute and use the "
+                "right token")
     if status == 404:
         return (f"no such endpoint: give the coordinator as ws://HOST:PORT, for example "
                 f"ws://{hostport}; the tools add /v1/{endpoint}")

@@ -7,19 +7,38 @@ Kubernetes probes need, nothing more. `render_http_response` is its pure core.
 - `GET` (or `HEAD`) of a known path: that route's answer (`HEAD` without the body);
 - another path: 404 naming the paths served; another method: 405; an unreadable request
   line: 400. The connection is always closed after.
+
+What a peer can hold is bounded, as on the console's port: at most `MAX_CONNECTIONS` at once
+(one more is closed at accept), and a connection has `REQUEST_READ_TIMEOUT_S` for its TLS
+handshake, its request head and its answer. When `accept` fails for want of file descriptors
+(EMFILE, ENFILE) the port says so in one line (`http.fd_exhausted`, then a reminder at most
+every 10 s and `http.fd_available` once it accepts again) and backs off, instead of trio's
+traceback on every retry.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import attrs
 import trio
 
+from rsc.common.logs import log_event
+
+log = logging.getLogger("rsc.http")
+
 MAX_REQUEST_HEAD_BYTES = 8192
 REQUEST_READ_TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 64  # probes and scrapes at once; one more is closed at accept
+CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+BACKOFF_START_S = 0.01
+BACKOFF_MAX_S = 0.5
+REMINDER_S = 10.0
 TEXT = "text/plain; charset=utf-8"
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             503: "Service Unavailable"}
@@ -97,7 +116,72 @@ async def serve_http(routes: Mapping[str, Route], host: str, port: int, *,
                         pass  # the prober went away; nothing to tell it
 
     task_status.started(bound_port)
-    await trio.serve_listeners(handle, listeners)
+    async with trio.open_nursery() as nursery:
+        for listener in listeners:
+            nursery.start_soon(serve_capped, listener, handle, bound_port)
+
+
+async def serve_capped(listener: trio.abc.Listener[Any], handle: Callable[[Any], Awaitable[None]],
+                       port: int, *, max_connections: int = MAX_CONNECTIONS) -> None:
+    """Accept on `listener` and run `handle` for each connection, at most `max_connections` at
+    once (one more is closed at accept); out of descriptors, one line and a back-off."""
+    shortage = FdShortage(port)
+    open_connections = 0
+
+    async def run(stream: Any) -> None:
+        nonlocal open_connections
+        try:
+            await handle(stream)
+        finally:
+            open_connections -= 1
+
+    async with trio.open_nursery() as nursery:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in CAPACITY_ERRNOS:
+                    raise
+                await trio.sleep(shortage.failed(exc, trio.current_time()))
+                continue
+            shortage.recovered()
+            if open_connections >= max_connections:
+                await trio.aclose_forcefully(stream)
+                continue
+            open_connections += 1
+            nursery.start_soon(run, stream)
+
+
+class FdShortage:
+    """How a port says it is out of file descriptors: a line when it starts, a reminder at most
+    every REMINDER_S with the count, a line when it ends; and how long to back off."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.since: float | None = None
+        self.reminded = 0.0
+        self.failures = 0
+        self.backoff = BACKOFF_START_S
+
+    def failed(self, exc: OSError, now: float) -> float:
+        """One failed accept; the seconds to wait before the next."""
+        self.failures += 1
+        if self.since is None:
+            self.since = self.reminded = now
+            log_event(log, "http.fd_exhausted", level=logging.WARNING, port=self.port,
+                      error=os.strerror(exc.errno or 0))
+        elif now - self.reminded >= REMINDER_S:
+            self.reminded = now
+            log_event(log, "http.fd_exhausted", level=logging.WARNING, port=self.port,
+                      error=os.strerror(exc.errno or 0), failed_accepts=self.failures)
+        wait, self.backoff = self.backoff, min(self.backoff * 2, BACKOFF_MAX_S)
+        return wait
+
+    def recovered(self) -> None:
+        self.backoff = BACKOFF_START_S
+        if self.since is not None:
+            log_event(log, "http.fd_available", port=self.port, failed_accepts=self.failures)
+            self.since, self.failures = None, 0
 
 
 async def _read_request_head(stream: trio.abc.Stream) -> bytes | None:

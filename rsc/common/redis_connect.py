@@ -30,6 +30,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import socket
+import threading
+import time
 import urllib.parse
 from collections.abc import Mapping
 
@@ -463,3 +466,65 @@ def error_text(exc: BaseException) -> str:
     if isinstance(exc, SentinelServiceUnknown):
         return f"{exc} (a configuration error)"
     return str(exc)
+
+
+# --- a rediss:// URL pointed at a plain port ----------------------------------------------
+
+PLAIN_PROBE_TIMEOUT_S = 2.0
+PLAIN_PROBE_AGAIN_S = 60.0  # an address found not answering plain Redis is probed again after this
+_plain_probes: dict[tuple[str, int], tuple[bool, float]] = {}
+_plain_probes_lock = threading.Lock()
+
+
+def answers_plain_redis(host: str, port: int, timeout_s: float = PLAIN_PROBE_TIMEOUT_S) -> bool:
+    """Whether the server at host:port answers a plain-text PING with a Redis reply (`+PONG`,
+    or an error such as `-NOAUTH`): a port that speaks Redis without TLS."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as raw:
+            raw.settimeout(timeout_s)
+            raw.sendall(b"PING\r\n")
+            first = raw.recv(64)
+    except OSError:
+        return False
+    return first.startswith((b"+PONG", b"-NOAUTH", b"-ERR", b"-DENIED", b"-WRONGPASS"))
+
+
+def tls_mismatch_line(exc: BaseException, redis_url: str) -> str | None:
+    """The one line for a rediss:// URL pointed at a plain port (see `tls_mismatch`)."""
+    mismatch = tls_mismatch(exc, redis_url)
+    return None if mismatch is None else f"Redis at {redact_url(redis_url)} {mismatch}"
+
+
+def tls_mismatch(exc: BaseException, redis_url: str) -> str | None:
+    """For a rediss:// URL whose connection failed (a plain Redis port leaves a TLS handshake
+    hanging, or answers it with bytes that are no TLS): the line naming the mismatch when the
+    port answers plain Redis, else None. The probe is blocking (a thread's) and remembered."""
+    parts = urllib.parse.urlsplit(redis_url)
+    if parts.scheme.lower() != "rediss" or not isinstance(
+            exc, redis.ConnectionError | redis.TimeoutError | OSError):
+        return None
+    try:
+        address = (parts.hostname or "localhost", parts.port or 6379)
+    except ValueError:
+        return None
+    now = time.monotonic()
+    with _plain_probes_lock:
+        known = _plain_probes.get(address)
+    if known is not None and (known[0] or now - known[1] < PLAIN_PROBE_AGAIN_S):
+        plain = known[0]
+    else:
+        plain = answers_plain_redis(*address)
+        with _plain_probes_lock:
+            _plain_probes[address] = (plain, now)
+    if not plain:
+        return None
+    shown = redact_url(redis_url)
+    plain_url = "redis" + shown[len("rediss"):]
+    return (f"does not speak TLS on that port (it answers plain Redis): write {plain_url}, or "
+            "give rediss:// the server's TLS port (its tls-port)")
+
+
+def failure_text(exc: BaseException, redis_url: str) -> str:
+    """`error_text(exc)`, or the line naming a rediss:// URL pointed at a plain port."""
+    mismatch = tls_mismatch(exc, redis_url)
+    return f"the server {mismatch}" if mismatch else error_text(exc)

@@ -1,16 +1,22 @@
 """The console's HTTP: pure request parsing, routing and response bytes (no sockets).
 
 `parse_request_head(bytes)` reads one request head (raising `BadRequest`
-with the status to answer), `route(request, files)` decides what it gets: a
-static file of the package, a redirect, an error, or `WEBSOCKET` (the live
-feed at `/ws`, same origin only), and `Response.encode()` is the bytes to
+with the status to answer), `route(request, files, hosts)` decides what it
+gets: a static file of the package, a redirect, an error, or `WEBSOCKET` (the
+live feed at `/ws`, same origin only), and `Response.encode()` is the bytes to
 send. The shell in `rsc.console.server` only moves bytes.
+
+B1: a request whose `Host` is not one of the console's own names (`ConsoleHosts`)
+gets 421 and no page, so a page of another site whose name was rebound to this
+address (DNS rebinding) reads nothing; over HTTPS every answer carries
+`Strict-Transport-Security` (`with_hsts`).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib import resources
 from typing import Final
 from urllib.parse import unquote, urlsplit
@@ -21,8 +27,8 @@ MAX_HEAD_BYTES: Final = 8192
 WEBSOCKET_PATH: Final = "/ws"
 
 _REASONS = {200: "OK", 301: "Moved Permanently", 400: "Bad Request", 403: "Forbidden",
-            404: "Not Found", 405: "Method Not Allowed", 431: "Request Header Fields Too Large",
-            503: "Service Unavailable"}
+            404: "Not Found", 405: "Method Not Allowed", 421: "Misdirected Request",
+            431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
 _TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
           ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
@@ -37,6 +43,10 @@ SECURITY_HEADERS: Final = (
     ("Referrer-Policy", "no-referrer"),
     ("Cache-Control", "no-cache"),
 )
+
+HSTS: Final = ("Strict-Transport-Security", "max-age=31536000")
+LOOPBACK_NAMES: Final = ("localhost", "127.0.0.1", "::1")
+_WILDCARDS: Final = ("", "0.0.0.0", "::")
 
 # the pages and files of the console: URL path -> file in rsc/console/static
 ROUTES: Final = {"/": "index.html", "/group": "group.html", "/static/console.js": "console.js",
@@ -131,13 +141,70 @@ def same_origin(request: Request) -> bool:
     return bool(host) and split.scheme in ("http", "https") and split.netloc.lower() == host.lower()
 
 
+def host_name(host: str) -> str | None:
+    """The name of a `Host` header value without its port, lower-cased (an IPv6 literal without
+    its brackets); None when it is not a host[:port]."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        name, bracket, rest = host[1:].partition("]")
+        if not bracket or (rest and not (rest.startswith(":") and rest[1:].isdigit())):
+            return None
+        return name or None
+    name, colon, port = host.partition(":")
+    if colon and not port.isdigit():
+        return None
+    return name.rstrip(".") or None
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+@attrs.frozen
+class ConsoleHosts:
+    """The names the console answers to (B1, against DNS rebinding): the loopback names, the
+    address it listens on, and `--console-hosts`. Bound to a wildcard address, it also
+    answers to any IP address literal: a browser that sends one reached this machine by that
+    address, and an address, unlike a name, cannot be rebound to another machine."""
+
+    names: frozenset[str]
+    any_address: bool = False
+
+    @classmethod
+    def serving(cls, bind_host: str, extra: Iterable[str] = ()) -> ConsoleHosts:
+        bound = bind_host.strip("[]").lower()
+        names = {*LOOPBACK_NAMES, *(name for name in (host_name(item) for item in extra) if name)}
+        if bound not in _WILDCARDS:
+            names.add(bound)
+        return cls(frozenset(names), any_address=bound in _WILDCARDS)
+
+    def allows(self, host: str) -> bool:
+        name = host_name(host)
+        if name is None:
+            return False
+        return name in self.names or (self.any_address and _is_address(name))
+
+
+def with_hsts(response: Response) -> Response:
+    """The response as sent over HTTPS: browsers keep to HTTPS for this host from then on."""
+    return attrs.evolve(response, extra=(*response.extra, HSTS))
+
+
 def is_websocket_upgrade(request: Request) -> bool:
     return (request.header("upgrade").lower() == "websocket"
             and "upgrade" in request.header("connection").lower())
 
 
-def route(request: Request, files: StaticFiles) -> Response | str:
-    """What `request` gets: a Response, or WEBSOCKET for the live feed."""
+def route(request: Request, files: StaticFiles, hosts: ConsoleHosts | None = None) -> Response | str:
+    """What `request` gets: a Response, or WEBSOCKET for the live feed. With `hosts`, a `Host`
+    that is not one of the console's names gets 421 first (B1)."""
+    if hosts is not None and not hosts.allows(request.header("host")):
+        return error(421, "this console does not answer to that Host; open it by one of its own "
+                          "names (localhost, its address) or add the name to --console-hosts")
     if request.path == WEBSOCKET_PATH:
         if request.method != "GET" or not is_websocket_upgrade(request):
             return error(400, "the live feed at /ws is a websocket")

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_server_stream
 
+from rsc.actors.handshake_gate import Reason, RefusalTable
 from rsc.admin.client import (
     AdminClient,
     AdminConnectError,
@@ -48,11 +49,13 @@ from rsc.console.http import (
     MAX_HEAD_BYTES,
     WEBSOCKET,
     BadRequest,
+    ConsoleHosts,
     Response,
     StaticFiles,
     error,
     parse_request_head,
     route,
+    with_hsts,
 )
 from rsc.protocol.messages import DescribeGroup, ListGroups
 
@@ -115,13 +118,17 @@ class ReplayStream(trio.abc.Stream):
 
 async def serve_console(coordinator_url: str, host: str, port: int, *, tls_cert: str | None = None,
                         tls_key: str | None = None, https: bool = False,
+                        console_hosts: tuple[str, ...] = (), throttle_loopback: bool = False,
                         task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the console on host:port until cancelled; it follows the coordinator at
     `coordinator_url` (ws:// or wss://) for each open page.
 
     `tls_cert`/`tls_key` are the coordinator's own (--tls-cert, --tls-key): a wss://
     coordinator is trusted as exactly `tls_cert` (without it: the system store and
-    $RSC_CA_FILE), and with `https` the console serves HTTPS with them.
+    $RSC_CA_FILE), and with `https` the console serves HTTPS with them (and HSTS).
+    `console_hosts`: names it answers to besides loopback's and `host` (B1).
+    Logins (a page's token) are throttled by the browser's address as the coordinator's
+    handshakes are (B5); loopback is exempt unless `throttle_loopback` (tests).
     """
     if https and not (tls_cert and tls_key):
         raise ValueError("serving the console over HTTPS needs tls_cert and tls_key")
@@ -136,7 +143,9 @@ async def serve_console(coordinator_url: str, host: str, port: int, *, tls_cert:
                            f"{exc.strerror or exc}") from None
     files = StaticFiles()
     files.read("index.html")  # a broken install fails here, at start, not on the first page
-    console = _Console(dial, files, client_tls)
+    console = _Console(dial, files, client_tls, hosts=ConsoleHosts.serving(host, console_hosts),
+                       https=server_tls is not None,
+                       logins=RefusalTable(exempt_loopback=not throttle_loopback))
     listeners: list[trio.abc.Listener[trio.abc.Stream]] = list(sockets) if server_tls is None else [
         trio.SSLListener(socket, server_tls, https_compatible=True) for socket in sockets]
     task_status.started(int(sockets[0].socket.getsockname()[1]))
@@ -145,8 +154,13 @@ async def serve_console(coordinator_url: str, host: str, port: int, *, tls_cert:
 
 class _Console:
     def __init__(self, coordinator_url: str, files: StaticFiles,
-                 coordinator_tls: ssl.SSLContext | None = None) -> None:
+                 coordinator_tls: ssl.SSLContext | None = None, *,
+                 hosts: ConsoleHosts | None = None, https: bool = False,
+                 logins: RefusalTable | None = None) -> None:
         self.coordinator_url = coordinator_url
+        self.hosts = hosts or ConsoleHosts.serving("127.0.0.1")
+        self.https = https
+        self.logins = logins if logins is not None else RefusalTable()
         self.files = files
         self.coordinator_tls = coordinator_tls
         self.limiter = trio.CapacityLimiter(MAX_CONNECTIONS)
@@ -157,17 +171,17 @@ class _Console:
             try:
                 self.limiter.acquire_nowait()
             except trio.WouldBlock:
-                await _send(stream, error(503, "too many console connections; try again"))
+                await self._send(stream, error(503, "too many console connections; try again"))
                 return
             try:
-                await self._serve(stream)
+                await self._serve(stream, browser_address(stream))
             except Exception as exc:  # noqa: BLE001 - one page never ends the coordinator (A1)
                 if not went_away(exc):
                     log.warning("console connection failed: %s: %s", type(exc).__name__, exc)
             finally:
                 self.limiter.release()
 
-    async def _serve(self, stream: trio.abc.Stream) -> None:
+    async def _serve(self, stream: trio.abc.Stream, address: str) -> None:
         """One connection: its request head (over TLS, the handshake comes first, within the
         same HEAD_TIMEOUT_S), then a page, a file or the feed."""
         received = b""
@@ -175,28 +189,31 @@ class _Console:
             received = await _read_head(stream)
         if b"\r\n\r\n" not in received:
             if len(received) > MAX_HEAD_BYTES:
-                await _send(stream, error(431, "request head too large"))
+                await self._send(stream, error(431, "request head too large"))
             return
         head = received[:received.index(b"\r\n\r\n") + 4]
         try:
             request = parse_request_head(head)
         except BadRequest as exc:
-            await _send(stream, error(exc.status, str(exc)))
+            await self._send(stream, error(exc.status, str(exc)))
             return
-        answer = route(request, self.files)
+        answer = route(request, self.files, self.hosts)
         if answer == WEBSOCKET:
-            await self._feed(ReplayStream(stream, received))
+            await self._feed(ReplayStream(stream, received), Login(self.logins, address))
         elif isinstance(answer, Response):
-            await _send(stream, answer)
+            await self._send(stream, answer)
 
-    async def _feed(self, stream: ReplayStream) -> None:
+    async def _send(self, stream: trio.abc.Stream, response: Response) -> None:
+        await _send(stream, with_hsts(response) if self.https else response)
+
+    async def _feed(self, stream: ReplayStream, login: Login) -> None:
         async with trio.open_nursery() as nursery:
             request = await wrap_server_stream(nursery, stream, message_queue_size=FEED_QUEUE,
                                                max_message_size=views.MAX_HELLO_BYTES)
             websocket = await request.accept()
             try:
                 await Feed(websocket, self.coordinator_url, self.coordinator_tls,
-                           history=self.history).run()
+                           history=self.history, login=login).run()
             finally:
                 with trio.move_on_after(2.0):
                     await websocket.aclose()
@@ -204,6 +221,41 @@ class _Console:
 
 
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionClosed)
+
+
+def browser_address(stream: trio.abc.Stream) -> str:
+    """The peer address of an accepted console connection (over HTTPS too); "" if unknown."""
+    inner = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+    sock = getattr(inner, "socket", None)
+    try:
+        peer = sock.getpeername() if sock is not None else None
+    except OSError:
+        return ""
+    return str(peer[0]) if isinstance(peer, tuple) else ""
+
+
+class Login:
+    """B5 for the console's login: a page's token the coordinator refused counts against the
+    browser's address; past the limit the page is told `throttled` (a valid token still gets
+    in: the coordinator decides that, as for every handshake)."""
+
+    ENDPOINT: Final = "console"
+
+    def __init__(self, table: RefusalTable, address: str) -> None:
+        self.table = table
+        self.address = address
+
+    def refused(self) -> str:
+        """A token of this page was refused: the `auth` status to answer, counted and logged."""
+        now = trio.current_time()
+        throttled = self.table.throttled(self.address, self.ENDPOINT, now)
+        reason = Reason.THROTTLED if throttled else Reason.TOKEN_WRONG
+        line = self.table.refused(self.address, self.ENDPOINT, reason, now)
+        if line is not None:
+            log.warning("console.login_refused address=%s reason=%s%s%s", line.address,
+                        line.reason.value, f" repeats={line.repeats}" if line.repeats else "",
+                        f" throttled_s={round(self.table.throttle_s)}" if line.throttled else "")
+        return "throttled" if throttled else "unauthorized"
 
 
 def went_away(exc: BaseException) -> bool:
@@ -238,8 +290,9 @@ class Feed:
 
     def __init__(self, websocket: WebSocketConnection, coordinator_url: str,
                  coordinator_tls: ssl.SSLContext | None = None, *,
-                 history: views.LagHistory | None = None) -> None:
+                 history: views.LagHistory | None = None, login: Login | None = None) -> None:
         self.websocket = websocket
+        self.login = login
         self.history = history if history is not None else views.LagHistory()
         self.coordinator_url = coordinator_url
         self.coordinator_tls = coordinator_tls
@@ -275,8 +328,10 @@ class Feed:
             await self._follow(hello)
         except AdminConnectError as exc:
             if views.refused_status(str(exc)) == 401:
-                await self.send({"type": "auth", "status": "unauthorized",
-                                 "tokenGiven": hello.token is not None})
+                given = hello.token is not None
+                # only a token the page sent is a login attempt; a page opened without one is asked
+                status = self.login.refused() if given and self.login is not None else "unauthorized"
+                await self.send({"type": "auth", "status": status, "tokenGiven": given})
             else:
                 await self.send({"type": "error", "error": str(exc)})
         except SessionLost as exc:

@@ -136,7 +136,7 @@
         $("content").hidden = false;
         setStatus(again ? `live, reconnected at ${clock()}` : "live", "live");
       } else {
-        askForToken(body.tokenGiven);
+        askForToken(body.tokenGiven, body.status === "throttled");
       }
     } else if (body.type === "error") {
       state.lastError = body.error;
@@ -151,7 +151,7 @@
     }
   }
 
-  function askForToken(tokenGiven) {
+  function askForToken(tokenGiven, throttled) {
     state.waitingForToken = true;
     sessionStorage.removeItem(TOKEN_KEY);
     $("content").hidden = true;
@@ -160,7 +160,9 @@
     $("login").hidden = false;
     const problem = $("login-error");
     problem.hidden = !tokenGiven;
-    problem.textContent = tokenGiven ? "Wrong token: the coordinator refused it (HTTP 401)." : "";
+    problem.textContent = !tokenGiven ? "" : throttled
+      ? "Too many wrong tokens from this address: wait a minute, then try again."
+      : "Wrong token: the coordinator refused it (HTTP 401).";
     setStatus("", "");
     $("token").focus();
   }
