@@ -123,6 +123,7 @@ class PrefixActor:
             self._report_returns(now)
         machine.store_id = self.identity.value
         machine.store_went_back_at_ms = self.identity.went_back_at_ms
+        machine.wall_offset_ms = math.floor(time.time() * 1000) - now  # B6: unix ms
         answers: list[Answered] = []
         summaries: list[SummariesRequest] = []
         delivery, metrics = self.delivery, self.metrics
@@ -145,6 +146,8 @@ class PrefixActor:
             elif isinstance(request, m.GetRouting) and request.subscribe and envelope.session:
                 delivery.subscribe(envelope.session)
         self.mailbox.measured(len(batch), time.perf_counter() - handling_started)
+        for notice in machine.take_expiry_notices():  # B6: said ahead, whatever the checkpoint
+            log_event(log, "group.expiry_pending", level=logging.WARNING, **notice)
 
         # the machine's I/O, in the batch order it owns (actors/prefix.py); each outcome goes back
         deadline = trio.current_time() + self.calls.deadline_s

@@ -384,7 +384,8 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
     settings = GroupSettings(heartbeat_interval_ms=config.heartbeat_interval_ms,
                              lease_ttl_ms=config.lease_ttl_ms,
                              revoke_timeout_ms=config.revoke_timeout_ms,
-                             static_session_timeout_ms=config.static_session_timeout_ms)
+                             static_session_timeout_ms=config.static_session_timeout_ms,
+                             empty_group_retention_ms=config.empty_group_retention_ms)
 
     budget = GroupBudget(config.max_groups)  # A1: one count over every prefix
     background: trio.Nursery | None = None  # where retention passes run (the server's nursery)

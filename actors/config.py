@@ -7,6 +7,7 @@ import attrs
 DEFAULT_MAX_GROUPS = 100_000
 DEFAULT_MAX_GROUP_SIZE = 20_000
 HANDSHAKE_TIMEOUT_S = 10.0
+DEFAULT_EMPTY_GROUP_RETENTION_MS = 604_800_000  # 7 days (B6)
 
 
 def _positive_or_none(_instance: object, attribute: attrs.Attribute, value: int | None) -> None:
@@ -34,6 +35,9 @@ class CoordinatorConfig:
     heartbeat_interval_ms: int = 3000
     revoke_timeout_ms: int = 60000
     static_session_timeout_ms: int = attrs.field(default=45000, validator=_positive)  # S5
+    # B6: an empty group is deleted after this long (0: never); Kafka's offsets.retention.minutes
+    empty_group_retention_ms: int = attrs.field(default=DEFAULT_EMPTY_GROUP_RETENTION_MS,
+                                                validator=_not_negative)
     admin_token: str | None = None
     member_token: str | None = None
     max_frame_bytes: int = attrs.field(default=1 << 20, validator=_positive)

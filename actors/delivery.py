@@ -33,7 +33,9 @@ Answered = tuple[ReplySlot | None, Answer, Outbox | None]
 _EVENT_NAMES = {"epoch": "group.epoch", "joined": "member.joined", "rejoined": "member.rejoined",
                 "left": "member.left", "expired": "member.expired", "removed": "member.removed",
                 "revoke_timeout": "member.removed", "fenced": "member.fenced",
-                "revoked": "member.revoked", "away": "member.away", "returned": "member.returned"}
+                "revoked": "member.revoked", "away": "member.away", "returned": "member.returned",
+                "group_expired": "group.expired"}
+_WARNING_EVENTS = frozenset({"group_expired"})  # B6: a group and its offsets are gone
 
 
 class Delivery:
@@ -177,4 +179,6 @@ def _log_group_event(prefix: str, group: str, event: Event) -> None:
         fields["member"] = event.member_id
     if event.kind == "revoke_timeout":
         fields["reason"] = "revoke_timeout"
-    log_event(log, _EVENT_NAMES.get(event.kind, event.kind), **fields, **event.fields)
+    level = logging.WARNING if event.kind in _WARNING_EVENTS else logging.INFO
+    log_event(log, _EVENT_NAMES.get(event.kind, event.kind), level=level, **fields,
+              **event.fields)

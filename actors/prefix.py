@@ -121,6 +121,15 @@ def pushes_to_session(request: m.Heartbeat) -> bool:
     return request.member_epoch != LEAVE_EPOCH
 
 
+EXPIRY_WARNING_MS = 86_400_000  # B6: an empty group's expiry is said a day ahead
+
+
+def expiry_warning_ms(retention_ms: int) -> int:
+    """B6: how long before its expiry an empty group is warned of: a day, or the whole
+    retention when it is shorter (at once)."""
+    return min(EXPIRY_WARNING_MS, retention_ms)
+
+
 class PrefixMachine:
     """One stream prefix: its groups and the parts that decide for it; see the module docstring."""
 
@@ -144,6 +153,11 @@ class PrefixMachine:
         # lag of the groups described this batch (read after the checkpoint)
         self._lag_wanted: set[str] = set()
         self._lags: dict[str, list[ShardLag] | None] = {}
+        # B6: wall clock minus the machine's clock (set by the shell: empty-since times are
+        # unix ms, so a restart keeps them), the groups already warned of, the warnings to log
+        self.wall_offset_ms = 0
+        self._expiry_warned: set[str] = set()
+        self.expiry_notices: list[dict[str, object]] = []
 
     # --- the parts' state, as one object -------------------------------------------
 
@@ -248,6 +262,7 @@ class PrefixMachine:
         if expire:
             for group in self.groups.values():
                 group.tick(now_ms)
+            self._expire_empty_groups(now_ms + self.wall_offset_ms)
         self.resharding.tick()
         if retention is None:
             self.trimming.tick()
@@ -296,6 +311,9 @@ class PrefixMachine:
             elif outcome.stalled:  # D4: the store is stalled; this batch writes nothing
                 stalled_at = max(now_ms, outcome.now_ms)
             # any other store error: the migration waits for the next drain count (R2)
+        wall_ms = now_ms + self.wall_offset_ms
+        for group in self.groups.values():  # B6: the empty clocks go with this checkpoint
+            group.note_emptiness(wall_ms)
         checkpoint = self.checkpoint()
         durable = True
         if not checkpoint.empty:
@@ -681,6 +699,39 @@ class PrefixMachine:
             request_id=request.request_id, status=Status.OK, stream_prefix=self.prefix,
             consumer_group=request.consumer_group, member_id=removed,
             group_epoch=group.group_epoch)
+
+    def _expire_empty_groups(self, wall_ms: int) -> None:
+        """B6: delete (as G1) every group empty for `empty_group_retention_ms`, and warn of
+        those whose expiry is near (a day ahead, or at once for a shorter retention)."""
+        retention = self.settings.empty_group_retention_ms
+        if retention <= 0:
+            return
+        warned = self._expiry_warned
+        expired = False
+        for name, group in list(self.groups.items()):
+            expires_at = group.expires_at_ms
+            if expires_at is None:
+                warned.discard(name)
+                continue
+            since = group.empty_since_ms
+            if wall_ms >= expires_at:
+                group.effects.events.append(Event("group_expired", fields={
+                    "empty_since_ms": since, "retention_ms": retention}))
+                self._delete_group(m.DeleteGroup(request_id=0, stream_prefix=self.prefix,
+                                                 consumer_group=name))
+                warned.discard(name)
+                expired = True
+            elif name not in warned and wall_ms >= expires_at - expiry_warning_ms(retention):
+                warned.add(name)
+                self.expiry_notices.append({"prefix": self.prefix, "group": name,
+                                            "empty_since_ms": since, "expires_at_ms": expires_at})
+        if expired:
+            self.caps.count(len(self.groups))  # A1: the coordinator's count of groups
+
+    def take_expiry_notices(self) -> list[dict[str, object]]:
+        """B6: the `group.expiry_pending` warnings since the last call (the shell logs them)."""
+        notices, self.expiry_notices = self.expiry_notices, []
+        return notices
 
     def _delete_group(self, request: m.DeleteGroup) -> m.Response:
         """G1: only an empty group goes; its records, and then its Redis consumer groups."""

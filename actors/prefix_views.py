@@ -46,7 +46,7 @@ def describe(request: m.DescribeGroup, group: GroupMachine, now_ms: int,
                            pending=lag.pending, oldest_pending_ms=lag.oldest_pending_ms)
         for lag in lags or ())
     return attrs.evolve(description, request_id=request.request_id, members=members,
-                        shards=shards, retention=retention)
+                        shards=shards, retention=retention, expires_at_ms=group.expires_at_ms)
 
 
 def summaries(groups: Mapping[str, GroupMachine], totals: Mapping[str, GroupTotals] | None,

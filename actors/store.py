@@ -334,7 +334,7 @@ class MetadataStore:
         """
         tokens = list(owners)
         sequence = next(self._sequence)
-        fields = encode(changes)
+        fields = encode(changes, self.format_version)
         atomic = self.atomic_owner_tokens
         keys = [meta_key(prefix)]
         args: list[Word] = [self.coordinator_epoch, COORDINATOR_EPOCH_FIELD, WRITE_SEQUENCE_FIELD,

@@ -21,6 +21,7 @@ RULE_IDS = ([f"H{n}" for n in range(1, 15)] + [f"S{n}" for n in range(1, 7)]
             + [f"T{n}" for n in range(1, 4)] + [f"D{n}" for n in range(1, 6)]
             + ["B3"]
             + ["B4"]
+            + ["B6"]
             + ["L5"])
 
 
