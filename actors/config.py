@@ -54,6 +54,8 @@ class CoordinatorConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     metrics_tls: bool = False
+    # B7: how often every shard of every live version is checked for damage
+    shard_check_interval_s: float = attrs.field(default=60.0, validator=_positive)
     # K5: every metadata write waits (WAIT, within D4's budget) for this many replicas
     min_replicas: int = attrs.field(default=0, validator=_not_negative)
 

@@ -218,6 +218,9 @@ class CoordinatorMetrics:
         self.fenced = Counter("rsc_heartbeats_fenced",
                               "Heartbeats answered FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID",
                               GROUP_LABELS, registry=registry)
+        self.shard_damaged = Counter("rsc_shard_damaged", "Shard damage found by the check "
+                                     "(B7): maxId, falseSeal, missingSeal", ["kind"],
+                                     registry=registry)
         self.groups_expired = Counter("rsc_groups_expired", "Empty groups deleted after "
                                       "--empty-group-retention-ms (B6)", ["prefix"],
                                       registry=registry)

@@ -156,6 +156,7 @@ class PrefixMachine:
         # B6: wall clock minus the machine's clock (set by the shell: empty-since times are
         # unix ms, so a restart keeps them), the groups already warned of, the warnings to log
         self.wall_offset_ms = 0
+        self.shard_damage: dict[str, str] = {}  # B7: shard -> damage kind, as last checked
         self._expiry_warned: set[str] = set()
         self.expiry_notices: list[dict[str, object]] = []
 
@@ -621,7 +622,7 @@ class PrefixMachine:
             routing=routing_summary(routing, self.store_id, self.retention) if routing else None,
             migration=migration_description(migration, self.blocking) if migration else None,
             versions=self.shard_versions(), heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
-            retention=retention_message(self.retention))
+            retention=retention_message(self.retention), damage=self.shard_damage)
         return attrs.evolve(described, store_went_back_at_ms=self.store_went_back_at_ms)
 
     # --- requests --------------------------------------------------------------------

@@ -154,6 +154,24 @@ class Router:
         return await list_groups(sorted(self.actors), self.idle_machine, self.send,
                                  self.shard_work)
 
+    async def while_idle(self, prefix: str,
+                         work: Callable[[PrefixMachine], Awaitable[None]]) -> bool:
+        """Run `work` on the prefix's machine while no batch of it can run (B7: its persisted
+        metadata is then what Redis holds, and no checkpoint is in flight); requests queue
+        meanwhile and run after. False (nothing run) when the prefix is not idle now."""
+        machine = self.idle_machine(prefix)
+        if machine is None:
+            return False
+        self._running.add(prefix)
+        try:
+            await work(machine)
+        finally:
+            self._running.discard(prefix)
+            actor = self.actors.get(prefix)
+            if actor is not None and actor.mailbox.queued:
+                self._wake(prefix)
+        return True
+
     def idle_machine(self, prefix: str) -> PrefixMachine | None:
         """The prefix's machine when its actor is idle: serving, no batch running, nothing
         queued. Its state is then what Redis holds (a failed write rolled it back, H12), so

@@ -516,6 +516,7 @@ class ShardDescription:
     lag: int | None
     pending: int
     oldest_pending_ms: int | None
+    damage: str | None = None  # B7: maxId, falseSeal or missingSeal, as last checked
 
 
 @attrs.frozen(kw_only=True)

@@ -170,9 +170,9 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "targetAssignment": {"m1": ["orders:v2:0"]}, "currentAssignment": {"m1": ["orders:v2:0"]},
  "shards": [{"shard": "orders:v2:0", "version": 2, "owner": "m1",
              "length": 1204, "lastDeliveredId": "1733040000000-3",
-             "lag": 17, "pending": 4, "oldestPendingMs": 820},
+             "lag": 17, "pending": 4, "oldestPendingMs": 820, "damage": null},
             {"shard": "orders:v1:0", "version": 1, "owner": null, "length": 0,
-             "lastDeliveredId": null, "lag": null, "pending": 0, "oldestPendingMs": null}],
+             "lastDeliveredId": null, "lag": null, "pending": 0, "oldestPendingMs": null, "damage": null}],
  "retention": {"mode": "acked", "maxLength": null, "maxAgeMs": null}}
 """, m.GroupDescription, {"error": None, "storeWentBackAtMs": None, "expiresAtMs": None}),
     ("groupDescription with an AWAY static member (S6)", """
@@ -188,7 +188,7 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "targetAssignment": {"m1": ["orders:v1:0"]}, "currentAssignment": {"m1": []},
  "shards": [{"shard": "orders:v1:0", "version": 1, "owner": null,
              "length": 1204, "lastDeliveredId": "1733040000000-3",
-             "lag": 17, "pending": 0, "oldestPendingMs": null}],
+             "lag": 17, "pending": 0, "oldestPendingMs": null, "damage": null}],
  "retention": null}
 """, m.GroupDescription, {"error": None, "storeWentBackAtMs": None, "expiresAtMs": None}),
     # The admin table's requests and responses, with concrete values.

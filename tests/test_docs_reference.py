@@ -22,6 +22,7 @@ RULE_IDS = ([f"H{n}" for n in range(1, 15)] + [f"S{n}" for n in range(1, 7)]
             + ["B3"]
             + ["B4"]
             + ["B6"]
+            + ["B7"]
             + ["L5"])
 
 
