@@ -290,7 +290,25 @@ class PrefixMachine:
             or bool(self.lifecycle.destroy),
             routed=self.resharding.routing is not None,
             caps=record.max_length is not None or record.max_age_ms is not None,
-            changed=changed or self.trimming.held or (last is not None and not last.empty))
+            changed=changed or self.trimming.held or (last is not None and not last.empty),
+            expiry_due_ms=self._next_expiry_ms())
+
+    def _next_expiry_ms(self) -> int | None:
+        """B6: when (on this machine's clock) an empty group is next to be warned of or to
+        expire; None when none is."""
+        retention = self.settings.empty_group_retention_ms
+        if retention <= 0:
+            return None
+        soonest: int | None = None
+        warning = expiry_warning_ms(retention)
+        for name, group in self.groups.items():
+            expires = group.expires_at_ms
+            if expires is None:
+                continue
+            at = expires if name in self._expiry_warned else expires - warning
+            if soonest is None or at < soonest:
+                soonest = at
+        return None if soonest is None else soonest - self.wall_offset_ms
 
     # the rules the shell carries out per request, one call each (no wrapper on the hot path):
     # H10 where a member's pushes go, and which describe starts a watch

@@ -243,3 +243,62 @@ async def test_b6_a_throw_away_group_expires_releases_its_consumer_groups_and_co
         assert all(group["last-delivered-id"] == "0-0" for stream in streams
                    for group in client.xinfo_groups(stream) if group["name"] == "throwaway")
     client.close()
+
+
+async def test_b6_group_expiry_pending_is_logged_for_a_group_that_would_lose_entries(
+        coordinator_factory, caplog):
+    caplog.set_level("INFO", logger="rsc.coordinator")
+    coordinator = await coordinator_factory(empty_group_retention_ms=4000)  # < a day: at once
+    client = redis.Redis.from_url(coordinator.redis_url, decode_responses=True)
+    async with open_session(coordinator.url, "admin") as admin, \
+            open_session(coordinator.url, "member") as member:
+        changed = await admin.request(m.SetShardCount(request_id=0, stream_prefix=PREFIX,
+                                                      consumer_group="keep", shard_count=1))
+        assert isinstance(changed, m.ShardCountChanged) and changed.routing is not None
+        shard = changed.routing.streams[0]
+
+        async def beat(group: str, epoch: int) -> None:
+            answer = await member.request(m.Heartbeat(
+                request_id=0, stream_prefix=PREFIX, consumer_group=group, member_id=group,
+                member_epoch=epoch, owned_shards=() if epoch == JOIN_EPOCH else None))
+            assert answer.status == Status.OK, answer
+
+        for group in ("unread", "caught-up"):
+            await beat(group, JOIN_EPOCH)
+        client.xadd(shard, {"key": "k", "value": "v"})
+        client.xgroup_setid(shard, "caught-up", "$")  # it read everything
+        for group in ("unread", "caught-up"):  # one join, one leave: empty from now
+            await beat(group, LEAVE_EPOCH)
+
+    def pending_for() -> dict[str | None, dict]:
+        return {getattr(record, "rsc_fields", {}).get("group"): getattr(record, "rsc_fields", {})
+                for record in caplog.records if record.getMessage() == "group.expiry_pending"}
+
+    with trio.fail_after(10):
+        while "unread" not in pending_for():
+            await trio.sleep(0.05)
+    warned = pending_for()["unread"]
+    assert warned["undelivered"] == 1 and warned["pending"] == 0
+    assert warned["expires_at_ms"] - warned["empty_since_ms"] == 4000
+    with trio.fail_after(15):  # then both expire; the caught-up one was never warned of
+        while not {"unread", "caught-up"} <= {
+                getattr(record, "rsc_fields", {}).get("group") for record in caplog.records
+                if record.getMessage() == "group.expired"}:
+            await trio.sleep(0.05)
+    assert "caught-up" not in pending_for()
+    client.close()
+
+
+def test_b6_an_idle_prefix_is_woken_for_its_empty_groups_warning_and_expiry():
+    from rsc.actors.prefix_schedule import Activity, Schedule
+    schedule = Schedule(100)
+    schedule.report("idle", Activity(), 0)
+    schedule.report("empty", Activity(expiry_due_ms=5_000), 0)
+    assert schedule.due(4_900) == []  # nothing else to do: idle until the expiry is due
+    assert [wake.prefix for wake in schedule.due(5_000)] == ["empty"]
+    driven = driver()
+    ok(driven.one(set_shards(2)))
+    # the prefix says when: its warning first (the retention is under a day: at once)
+    assert driven.machine.activity().expiry_due_ms == 0
+    driven.tick()
+    assert driven.machine.activity().expiry_due_ms == RETENTION_MS  # then its expiry
