@@ -433,7 +433,8 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
                                    metrics=metrics,
                                    max_frame_bytes=config.max_frame_bytes,
                                    handshake_timeout_s=config.handshake_timeout_s,
-                                   format_admin=FormatVersionAdmin(store, deadline_s=shard_work.deadline_s))
+                                   format_admin=FormatVersionAdmin(store, deadline_s=shard_work.deadline_s,
+                                                                   on_raised=router.format_raised))
         bound = await nursery.start(_serve_websocket, server, config, admission, port, server_tls)
         nursery.start_soon(_lease_loop, config, store, readiness, continuity, lapsed, identity)
         nursery.start_soon(_tick_loop, config, router, continuity, lapsed)

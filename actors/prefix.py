@@ -747,6 +747,14 @@ class PrefixMachine:
         if expired:
             self.caps.count(len(self.groups))  # A1: the coordinator's count of groups
 
+    def rewrite_empty_groups(self) -> bool:
+        """B6: write the records of the empty groups again (the store's format was raised to
+        one that keeps their empty-since time); False when there is none."""
+        empty = [group for group in self.groups.values() if group.empty_since_ms is not None]
+        for group in empty:
+            group.effects.group_dirty = True
+        return bool(empty)
+
     def take_expiry_notices(self) -> list[dict[str, object]]:
         """B6: the `group.expiry_pending` warnings since the last call (the shell logs them)."""
         notices, self.expiry_notices = self.expiry_notices, []

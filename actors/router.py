@@ -172,6 +172,15 @@ class Router:
                 self._wake(prefix)
         return True
 
+    def format_raised(self, format_version: int) -> None:
+        """B6: the store now takes what a newer format adds (emptySinceMs from format 2): every
+        prefix with an empty group writes its groups' records again with its next batch, which
+        is scheduled like any other change of its records."""
+        now = now_ms()
+        for prefix, actor in self.actors.items():
+            if actor.machine.rewrite_empty_groups() and self.schedule is not None:
+                self.schedule.report(prefix, actor.activity(changed=True), now)
+
     def idle_machine(self, prefix: str) -> PrefixMachine | None:
         """The prefix's machine when its actor is idle: serving, no batch running, nothing
         queued. Its state is then what Redis holds (a failed write rolled it back, H12), so

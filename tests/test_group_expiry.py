@@ -302,3 +302,37 @@ def test_b6_an_idle_prefix_is_woken_for_its_empty_groups_warning_and_expiry():
     assert driven.machine.activity().expiry_due_ms == 0
     driven.tick()
     assert driven.machine.activity().expiry_due_ms == RETENTION_MS  # then its expiry
+
+
+async def test_b6_raising_a_format_1_store_to_2_writes_the_empty_since_times_kept_in_memory(
+        redis_url, coordinator_factory):
+    from tests.test_deploy_format_version import LONG_LEASE, load_fixture
+    load_fixture(redis_url)  # a store of the released layout: format 1
+    coordinator = await coordinator_factory(**LONG_LEASE)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    field = "group:oneoff"
+    async with open_session(coordinator.url, "admin") as admin, \
+            open_session(coordinator.url, "member") as member:
+        for epoch in (JOIN_EPOCH, LEAVE_EPOCH):  # a throw-away group on the stored prefix
+            answer = await member.request(m.Heartbeat(
+                request_id=0, stream_prefix="orders", consumer_group="oneoff", member_id="o",
+                member_epoch=epoch, owned_shards=() if epoch == JOIN_EPOCH else None))
+            assert answer.status == Status.OK
+        with trio.fail_after(10):
+            while True:
+                shown = await admin.request(m.DescribeGroup(
+                    request_id=0, stream_prefix="orders", consumer_group="oneoff"))
+                assert isinstance(shown, m.GroupDescription)
+                if shown.expires_at_ms is not None:
+                    break
+                await trio.sleep(0.05)
+        stored = json.loads(client.hget("rsc:meta:{orders}", field) or "{}")
+        assert stored and "emptySinceMs" not in stored  # format 1: kept in memory only
+        raised = await admin.request(m.SetFormatVersion(request_id=0, format_version=2))
+        assert raised.status == Status.OK, raised
+        with trio.fail_after(20):
+            while "emptySinceMs" not in json.loads(client.hget("rsc:meta:{orders}", field) or "{}"):
+                await trio.sleep(0.05)
+        stored = json.loads(client.hget("rsc:meta:{orders}", field) or "{}")
+        assert stored["emptySinceMs"] == shown.expires_at_ms - 604_800_000
+    client.close()
