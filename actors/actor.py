@@ -123,6 +123,7 @@ class PrefixActor:
             self._report_returns(now)
         machine.store_id = self.identity.value
         machine.store_went_back_at_ms = self.identity.went_back_at_ms
+        machine.wall_offset_ms = math.floor(time.time() * 1000) - now  # B6: unix ms
         answers: list[Answered] = []
         summaries: list[SummariesRequest] = []
         delivery, metrics = self.delivery, self.metrics
@@ -165,6 +166,8 @@ class PrefixActor:
             await delivery.refresh_watches(machine, now_ms, self._read_lag)
         else:
             machine.mark_watches(())
+        for notice in machine.take_expiry_notices():  # B6: said ahead, whatever the checkpoint
+            await self._warn_of_expiry(notice)
         if self.metrics is not None and machine.migration is not None:
             self.metrics.set_migration_progress(self.prefix, len(machine.migration.drained),
                                                 len(machine.migration.from_streams))
@@ -187,6 +190,18 @@ class PrefixActor:
             return await self.retention.wait(deadline, now_ms)
         assert not isinstance(step, Deliver)
         return await self.steps.run(step, deadline, now_ms())
+
+    async def _warn_of_expiry(self, notice: dict[str, object]) -> None:
+        """B6: `group.expiry_pending` for a group that would lose entries it has not read or
+        acked (or whose shards cannot be read now); a group with nothing left says nothing."""
+        lags = await self._read_lag(str(notice["group"]))
+        if lags is not None:
+            undelivered = sum(lag.lag or 0 for lag in lags)
+            pending = sum(lag.pending for lag in lags)
+            if not undelivered and not pending and all(lag.lag is not None for lag in lags):
+                return
+            notice = {**notice, "undelivered": undelivered, "pending": pending}
+        log_event(log, "group.expiry_pending", level=logging.WARNING, **notice)
 
     async def _read_lag(self, group: str) -> list[ShardLag] | None:
         if not self.machine.store_open:  # D4: an abandoned call still runs

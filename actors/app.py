@@ -25,6 +25,7 @@ version unchanged), logs `store.went_back`, and only then listens again.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -37,7 +38,7 @@ from typing import Any
 import attrs
 import trio
 
-from rsc.actors import shard_ops
+from rsc.actors import shard_damage, shard_ops
 from rsc.actors.actor import PrefixActor, StoreIdentity, now_ms
 from rsc.actors.admission import (
     Admission,
@@ -59,13 +60,14 @@ from rsc.actors.lease import (
 )
 from rsc.actors.logs import log_event
 from rsc.actors.ports import StoreMetrics
+from rsc.actors.prefix import PrefixMachine
 from rsc.actors.prefix_admission import GroupBudget
 from rsc.actors.prefix_schedule import Schedule
 from rsc.actors.records import PrefixSnapshot
 from rsc.actors.router import Router
 from rsc.actors.server import CoordinatorServer
 from rsc.actors.shard_work import ShardWork
-from rsc.actors.store import LEASE_KEY, MetadataStore, StoreError, StoreFenced
+from rsc.actors.store import LEASE_KEY, MetadataStore, StoreError, StoreFenced, StreamAdmin
 from rsc.common import gc_policy as gc_control
 from rsc.common import tls
 from rsc.common.lua import Script
@@ -403,7 +405,8 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
     settings = GroupSettings(heartbeat_interval_ms=config.heartbeat_interval_ms,
                              lease_ttl_ms=config.lease_ttl_ms,
                              revoke_timeout_ms=config.revoke_timeout_ms,
-                             static_session_timeout_ms=config.static_session_timeout_ms)
+                             static_session_timeout_ms=config.static_session_timeout_ms,
+                             empty_group_retention_ms=config.empty_group_retention_ms)
 
     budget = GroupBudget(config.max_groups)  # A1: one count over every prefix
     background: trio.Nursery | None = None  # where retention passes run (the server's nursery)
@@ -449,7 +452,8 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
                                    metrics=metrics,
                                    max_frame_bytes=config.max_frame_bytes,
                                    handshake_timeout_s=config.handshake_timeout_s,
-                                   format_admin=FormatVersionAdmin(store, deadline_s=shard_work.deadline_s),
+                                   format_admin=FormatVersionAdmin(store, deadline_s=shard_work.deadline_s,
+                                                                   on_raised=router.format_raised),
                                    allowed_origins=config.allowed_origins,
                                    throttle_loopback=config.throttle_loopback,
                                    auth_metrics=metrics)
@@ -457,6 +461,7 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
         nursery.start_soon(_lease_loop, config, store, readiness, continuity, lapsed, identity)
         nursery.start_soon(_tick_loop, config, router, continuity, lapsed)
         nursery.start_soon(_store_id_loop, config, store, identity)
+        nursery.start_soon(_shard_check_loop, config, router, StreamAdmin(store.client), metrics)
         readiness.lease_held(True)  # restored (or written back): ready from here
         task_status.started(bound)
 
@@ -600,6 +605,46 @@ async def _tick_loop(config: CoordinatorConfig, router: Router, continuity: Leas
             continue  # no renewal for a lease (Redis down, or this process frozen)
         router.tick(expire=continuity.expiry_allowed(now))
         gc_control.on_tick()
+
+
+async def _shard_check_loop(config: CoordinatorConfig, router: Router, streams: StreamAdmin,
+                            metrics: Any) -> None:
+    """B7: once a minute, every shard of every live version of every idle prefix is checked
+    for damage a Redis user could do (actors/shard_damage.py); the seal markers are repaired
+    where the confirmed metadata makes that safe. A busy prefix is checked next time."""
+    while True:
+        await trio.sleep(config.shard_check_interval_s)
+        for prefix in sorted(router.actors):
+            await router.while_idle(prefix, functools.partial(_check_shards, prefix, streams,
+                                                              metrics))
+
+
+async def _check_shards(prefix: str, streams: StreamAdmin, metrics: Any,
+                        machine: PrefixMachine) -> None:
+    persisted = machine.persisted
+    current, sealed = shard_damage.streams_to_check(persisted.routing, persisted.migration)
+    if not current and not sealed:
+        return
+    try:
+        facts = await trio.to_thread.run_sync(streams.stream_facts, (*current, *sealed))
+        findings = shard_damage.find_damage(current, sealed, facts)
+        for finding in findings:
+            if finding.repair == "unseal":
+                await trio.to_thread.run_sync(streams.unseal, [finding.shard])
+            elif finding.repair == "seal":
+                await trio.to_thread.run_sync(streams.seal, [finding.shard])
+    except StoreError as exc:  # an outage: the lease loop says so; check again next time
+        log.debug("shards of %s not checked: %s", prefix, exc)
+        return
+    damage: dict[str, str] = {}
+    for finding in findings:
+        damage.setdefault(finding.shard, finding.damage.value)
+        log_event(log, "shard.damaged", level=logging.WARNING, prefix=prefix,
+                  shard=finding.shard, kind=finding.damage.value,
+                  repaired=finding.repair is not None)
+        if metrics is not None:
+            metrics.shard_damaged.labels(finding.damage.value).inc()
+    machine.shard_damage = damage
 
 
 async def _store_id_loop(config: CoordinatorConfig, store: MetadataStore,

@@ -11,6 +11,7 @@ from rsc.actors.handshake_gate import parse_allowed_origins
 DEFAULT_MAX_GROUPS = 100_000
 DEFAULT_MAX_GROUP_SIZE = 20_000
 HANDSHAKE_TIMEOUT_S = 10.0
+DEFAULT_EMPTY_GROUP_RETENTION_MS = 604_800_000  # 7 days (B6)
 
 
 def _positive_or_none(_instance: object, attribute: attrs.Attribute, value: int | None) -> None:
@@ -63,6 +64,9 @@ class CoordinatorConfig:
     heartbeat_interval_ms: int = 3000
     revoke_timeout_ms: int = 60000
     static_session_timeout_ms: int = attrs.field(default=45000, validator=_positive)  # S5
+    # B6: an empty group is deleted after this long (0: never); Kafka's offsets.retention.minutes
+    empty_group_retention_ms: int = attrs.field(default=DEFAULT_EMPTY_GROUP_RETENTION_MS,
+                                                validator=_not_negative)
     # surrounding whitespace is no part of a token (a file written by `openssl rand -hex 32`
     # ends with a newline; an HTTP header value is trimmed)
     admin_token: str | None = attrs.field(default=None, converter=_token)
@@ -81,6 +85,8 @@ class CoordinatorConfig:
     tls_cert: str | None = None
     tls_key: str | None = None
     metrics_tls: bool = False
+    # B7: how often every shard of every live version is checked for damage
+    shard_check_interval_s: float = attrs.field(default=60.0, validator=_positive)
     # K5: every metadata write waits (WAIT, within D4's budget) for this many replicas
     min_replicas: int = attrs.field(default=0, validator=_not_negative)
     # B1: browser origins let through on /v1/member and /v1/admin; the console's own names

@@ -21,6 +21,7 @@ from rsc.actors.ports import Outbox, PrefixMetrics, ReplySlot
 from rsc.actors.prefix import PrefixMachine
 from rsc.actors.prefix_io import Answer, Committed, Deliver
 from rsc.actors.shard_reports import ShardLag
+from rsc.actors.subscriptions import Admit, watch_refused
 from rsc.actors.watch import Watch
 from rsc.protocol import messages as m
 
@@ -32,7 +33,9 @@ Answered = tuple[ReplySlot | None, Answer, Outbox | None]
 _EVENT_NAMES = {"epoch": "group.epoch", "joined": "member.joined", "rejoined": "member.rejoined",
                 "left": "member.left", "expired": "member.expired", "removed": "member.removed",
                 "revoke_timeout": "member.removed", "fenced": "member.fenced",
-                "revoked": "member.revoked", "away": "member.away", "returned": "member.returned"}
+                "revoked": "member.revoked", "away": "member.away", "returned": "member.returned",
+                "group_expired": "group.expired"}
+_WARNING_EVENTS = frozenset({"group_expired"})  # B6: a group and its offsets are gone
 
 
 class Delivery:
@@ -55,12 +58,12 @@ class Delivery:
         durable = deliver.durable
         for reply, answer, session in answers:
             response = machine.resolve(answer, durable=durable)
-            if reply is not None:
-                reply.resolve(response)
             if session is not None and machine.starts_watch(answer.request, response):
                 request = answer.request
                 assert isinstance(request, m.DescribeGroup) and isinstance(response, m.GroupDescription)
-                self.watches.setdefault(session, []).append(Watch(request, response, now_ms()))
+                response = self._start_watch(session, request, response, now_ms())
+            if reply is not None:
+                reply.resolve(response)
         for summary in summaries:
             summary.answer(machine.summaries(deliver.totals))
         if deliver.committed is not None:
@@ -95,24 +98,43 @@ class Delivery:
 
     # --- watches ---------------------------------------------------------------------
 
+    def _start_watch(self, session: Outbox, request: m.DescribeGroup,
+                     response: m.GroupDescription, now_ms: int) -> m.Response:
+        """B4: a new watch takes one of the session's places; a repeat (the session watches
+        the group already) is answered and holds nothing new; past the cap it is refused."""
+        holdings = session.holdings
+        admitted = holdings.admit_watch(self.prefix, request.consumer_group)
+        if admitted is Admit.REFUSED:
+            return watch_refused(request, holdings.max_watches)
+        if admitted is Admit.NEW:
+            self.watches.setdefault(session, []).append(Watch(request, response, now_ms))
+        return response
+
     def watched(self) -> list[Watch]:
         return [watch for watches in self.watches.values() for watch in watches]
 
     async def refresh_watches(self, machine: PrefixMachine, now_ms: Callable[[], int],
                               read_lag: Callable[[str], Awaitable[list[ShardLag] | None]]) -> None:
-        """Push to every due watch whose description changed (the rules: actors/watch.py)."""
+        """Push to every due watch whose description changed (the rules: actors/watch.py).
+        B4: each group is described (and its lag read) once per pass, however many sessions
+        watch it."""
+        described: dict[str, m.GroupDescription] = {}
         for session, watches in list(self.watches.items()):
             for watch in list(watches):
                 now = now_ms()
                 if not watch.due(now):
                     continue
                 group = watch.request.consumer_group
-                lags = await read_lag(group) if group in machine.groups else None
-                push = watch.offer(machine.describe(watch.request, now, lags), now)
+                description = described.get(group)
+                if description is None:
+                    lags = await read_lag(group) if group in machine.groups else None
+                    description = described[group] = machine.describe(watch.request, now, lags)
+                push = watch.offer(description, now)
                 if push is not None:
                     session.push(push)
                 if watch.over:
                     watches.remove(watch)
+                    session.holdings.watch_ended(self.prefix, group)
             if not watches:
                 self.watches.pop(session, None)
 
@@ -157,4 +179,6 @@ def _log_group_event(prefix: str, group: str, event: Event) -> None:
         fields["member"] = event.member_id
     if event.kind == "revoke_timeout":
         fields["reason"] = "revoke_timeout"
-    log_event(log, _EVENT_NAMES.get(event.kind, event.kind), **fields, **event.fields)
+    level = logging.WARNING if event.kind in _WARNING_EVENTS else logging.INFO
+    log_event(log, _EVENT_NAMES.get(event.kind, event.kind), level=level, **fields,
+              **event.fields)

@@ -9,6 +9,7 @@ store may or may not have moved up; asking again is safe, a raise never lowers a
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import trio
 
@@ -24,9 +25,11 @@ log = logging.getLogger("rsc.coordinator")
 class FormatVersionAdmin:
     """Answers the two format version requests for one coordinator epoch's store."""
 
-    def __init__(self, store: MetadataStore, *, deadline_s: float) -> None:
+    def __init__(self, store: MetadataStore, *, deadline_s: float,
+                 on_raised: Callable[[int], None] | None = None) -> None:
         self.store = store
         self.deadline_s = deadline_s
+        self.on_raised = on_raised  # B6: what the new format adds is written from memory
         self._writing = trio.Lock()  # one raise at a time: each decides on the format in use
 
     async def answer(self, request: m.GetFormatVersion | m.SetFormatVersion) -> m.Response:
@@ -58,6 +61,8 @@ class FormatVersionAdmin:
                                      "Redis did not answer in time; retry")
             log_event(log, "store.format_raised", level=logging.WARNING, previous=previous,
                       format_version=request.format_version)
+            if self.on_raised is not None:
+                self.on_raised(request.format_version)
         return m.FormatVersionChanged(request_id=request.request_id, status=Status.OK,
                                       format_version=request.format_version,
                                       previous_format_version=previous)

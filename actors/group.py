@@ -43,6 +43,7 @@ class GroupSettings:
     lease_ttl_ms: int = 10000
     revoke_timeout_ms: int = 60000
     static_session_timeout_ms: int = 45000  # S5: how long an AWAY member's target waits
+    empty_group_retention_ms: int = 604_800_000  # B6: an empty group expires (0: never)
 
 
 @attrs.define(kw_only=True)
@@ -140,9 +141,30 @@ class GroupMachine:
         self.replaced: dict[str, tuple[str, int]] = {}
         # D7: target shards nobody holds -> since when (not persisted: a restart starts afresh)
         self.free_since: dict[str, int] = {}
+        # B6: since when the group has had no live member (None while it has one)
+        self.empty_since_ms: int | None = None
         self.effects = Effects()
 
     # --- events ----------------------------------------------------------------
+
+    def note_emptiness(self, now_ms: int) -> None:
+        """B6: start the empty clock when the last live member went (AWAY static members are
+        live), stop it when one joins; either is written with the group's record."""
+        if self.members:
+            if self.empty_since_ms is not None:
+                self.empty_since_ms = None
+                self.effects.group_dirty = True
+        elif self.empty_since_ms is None:
+            self.empty_since_ms = now_ms
+            self.effects.group_dirty = True
+
+    @property
+    def expires_at_ms(self) -> int | None:
+        """B6: when this group expires, if it stays empty (None: it has members, or never)."""
+        retention = self.settings.empty_group_retention_ms
+        if self.members or self.empty_since_ms is None or retention <= 0:
+            return None
+        return self.empty_since_ms + retention
 
     def heartbeat(self, request: m.Heartbeat, now_ms: int,
                   routing: m.RoutingSummary | None) -> m.HeartbeatResponse:
@@ -684,7 +706,8 @@ class GroupMachine:
     def summary(self) -> m.GroupSummary:
         return m.GroupSummary(stream_prefix=self.stream_prefix, consumer_group=self.consumer_group,
                               group_epoch=self.group_epoch, members=len(self.members),
-                              shards=len(self.shards), state=self.state)
+                              shards=len(self.shards), state=self.state,
+                              expires_at_ms=self.expires_at_ms)
 
     # --- durability (H12) ------------------------------------------------------
 
@@ -700,7 +723,8 @@ class GroupMachine:
         migration, which the prefix machine persists and restores first.
         """
         return GroupRecord(group_epoch=self.group_epoch, assignment_epoch=self.assignment_epoch,
-                           max_concurrency=self.max_concurrency)
+                           max_concurrency=self.max_concurrency,
+                           empty_since_ms=self.empty_since_ms)
 
     def persistent_member(self, member_id: str) -> MemberRecord:
         """One member's books and target (written only for the members in `members_dirty`)."""
@@ -722,6 +746,7 @@ class GroupMachine:
         self.group_epoch = record.group.group_epoch
         self.assignment_epoch = record.group.assignment_epoch
         self.max_concurrency = record.group.max_concurrency
+        self.empty_since_ms = record.group.empty_since_ms
         self.shards = tuple(shards)
         self._shard_index = {shard: index for index, shard in enumerate(self.shards)}
         self.members = {}

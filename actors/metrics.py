@@ -221,6 +221,12 @@ class CoordinatorMetrics:
         self.fenced = Counter("rsc_heartbeats_fenced",
                               "Heartbeats answered FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID",
                               GROUP_LABELS, registry=registry)
+        self.shard_damaged = Counter("rsc_shard_damaged", "Shard damage found by the check "
+                                     "(B7): maxId, falseSeal, missingSeal", ["kind"],
+                                     registry=registry)
+        self.groups_expired = Counter("rsc_groups_expired", "Empty groups deleted after "
+                                      "--empty-group-retention-ms (B6)", ["prefix"],
+                                      registry=registry)
         self.away = Counter("rsc_member_away", "Static members gone AWAY (S2 temporary leave, "
                             "S5 lapsed lease)", GROUP_LABELS, registry=registry)
         self.returns = Counter("rsc_member_returns", "Static members back from AWAY (S3)",
@@ -332,6 +338,9 @@ class CoordinatorMetrics:
         too, S5), removed, revoke_timeout (a removal), fenced, epoch (a
         rebalance), away and returned (S2, S3, S5); other kinds are not counted.
         """
+        if kind == "group_expired":  # B6: the group's own series are forgotten with it
+            self.groups_expired.labels(group_labels(group)[0]).inc()
+            return
         counter = {"joined": self.joins, "rejoined": self.joins, "left": self.leaves,
                    "expired": self.expirations, "removed": self.removals,
                    "revoke_timeout": self.removals, "fenced": self.fenced,

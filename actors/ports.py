@@ -13,11 +13,16 @@ from typing import Any, Protocol
 
 from rsc.actors.group import Event, GroupMachine
 from rsc.actors.shard_reports import RetentionResult
+from rsc.actors.subscriptions import Holdings
 from rsc.protocol import messages as m
 
 
 class Outbox(Protocol):
-    """Where an actor sends pushes for a session (actors/server.py `Session`)."""
+    """Where an actor sends pushes for a session (actors/server.py `Session`), and what the
+    session holds (B4: actors/subscriptions.py)."""
+
+    @property
+    def holdings(self) -> Holdings: ...
 
     def push(self, message: m.Message) -> None: ...
 

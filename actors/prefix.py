@@ -121,6 +121,15 @@ def pushes_to_session(request: m.Heartbeat) -> bool:
     return request.member_epoch != LEAVE_EPOCH
 
 
+EXPIRY_WARNING_MS = 86_400_000  # B6: an empty group's expiry is said a day ahead
+
+
+def expiry_warning_ms(retention_ms: int) -> int:
+    """B6: how long before its expiry an empty group is warned of: a day, or the whole
+    retention when it is shorter (at once)."""
+    return min(EXPIRY_WARNING_MS, retention_ms)
+
+
 class PrefixMachine:
     """One stream prefix: its groups and the parts that decide for it; see the module docstring."""
 
@@ -144,6 +153,12 @@ class PrefixMachine:
         # lag of the groups described this batch (read after the checkpoint)
         self._lag_wanted: set[str] = set()
         self._lags: dict[str, list[ShardLag] | None] = {}
+        # B6: wall clock minus the machine's clock (set by the shell: empty-since times are
+        # unix ms, so a restart keeps them), the groups already warned of, the warnings to log
+        self.wall_offset_ms = 0
+        self.shard_damage: dict[str, str] = {}  # B7: shard -> damage kind, as last checked
+        self._expiry_warned: set[str] = set()
+        self.expiry_notices: list[dict[str, object]] = []
 
     # --- the parts' state, as one object -------------------------------------------
 
@@ -248,6 +263,7 @@ class PrefixMachine:
         if expire:
             for group in self.groups.values():
                 group.tick(now_ms)
+            self._expire_empty_groups(now_ms + self.wall_offset_ms)
         self.resharding.tick()
         if retention is None:
             self.trimming.tick()
@@ -274,7 +290,25 @@ class PrefixMachine:
             or bool(self.lifecycle.destroy),
             routed=self.resharding.routing is not None,
             caps=record.max_length is not None or record.max_age_ms is not None,
-            changed=changed or self.trimming.held or (last is not None and not last.empty))
+            changed=changed or self.trimming.held or (last is not None and not last.empty),
+            expiry_due_ms=self._next_expiry_ms())
+
+    def _next_expiry_ms(self) -> int | None:
+        """B6: when (on this machine's clock) an empty group is next to be warned of or to
+        expire; None when none is."""
+        retention = self.settings.empty_group_retention_ms
+        if retention <= 0:
+            return None
+        soonest: int | None = None
+        warning = expiry_warning_ms(retention)
+        for name, group in self.groups.items():
+            expires = group.expires_at_ms
+            if expires is None:
+                continue
+            at = expires if name in self._expiry_warned else expires - warning
+            if soonest is None or at < soonest:
+                soonest = at
+        return None if soonest is None else soonest - self.wall_offset_ms
 
     # the rules the shell carries out per request, one call each (no wrapper on the hot path):
     # H10 where a member's pushes go, and which describe starts a watch
@@ -296,6 +330,9 @@ class PrefixMachine:
             elif outcome.stalled:  # D4: the store is stalled; this batch writes nothing
                 stalled_at = max(now_ms, outcome.now_ms)
             # any other store error: the migration waits for the next drain count (R2)
+        wall_ms = now_ms + self.wall_offset_ms
+        for group in self.groups.values():  # B6: the empty clocks go with this checkpoint
+            group.note_emptiness(wall_ms)
         checkpoint = self.checkpoint()
         durable = True
         if not checkpoint.empty:
@@ -603,7 +640,7 @@ class PrefixMachine:
             routing=routing_summary(routing, self.store_id, self.retention) if routing else None,
             migration=migration_description(migration, self.blocking) if migration else None,
             versions=self.shard_versions(), heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
-            retention=retention_message(self.retention))
+            retention=retention_message(self.retention), damage=self.shard_damage)
         return attrs.evolve(described, store_went_back_at_ms=self.store_went_back_at_ms)
 
     # --- requests --------------------------------------------------------------------
@@ -681,6 +718,47 @@ class PrefixMachine:
             request_id=request.request_id, status=Status.OK, stream_prefix=self.prefix,
             consumer_group=request.consumer_group, member_id=removed,
             group_epoch=group.group_epoch)
+
+    def _expire_empty_groups(self, wall_ms: int) -> None:
+        """B6: delete (as G1) every group empty for `empty_group_retention_ms`, and warn of
+        those whose expiry is near (a day ahead, or at once for a shorter retention)."""
+        retention = self.settings.empty_group_retention_ms
+        if retention <= 0:
+            return
+        warned = self._expiry_warned
+        expired = False
+        for name, group in list(self.groups.items()):
+            expires_at = group.expires_at_ms
+            if expires_at is None:
+                warned.discard(name)
+                continue
+            since = group.empty_since_ms
+            if wall_ms >= expires_at:
+                group.effects.events.append(Event("group_expired", fields={
+                    "empty_since_ms": since, "retention_ms": retention}))
+                self._delete_group(m.DeleteGroup(request_id=0, stream_prefix=self.prefix,
+                                                 consumer_group=name))
+                warned.discard(name)
+                expired = True
+            elif name not in warned and wall_ms >= expires_at - expiry_warning_ms(retention):
+                warned.add(name)
+                self.expiry_notices.append({"prefix": self.prefix, "group": name,
+                                            "empty_since_ms": since, "expires_at_ms": expires_at})
+        if expired:
+            self.caps.count(len(self.groups))  # A1: the coordinator's count of groups
+
+    def rewrite_empty_groups(self) -> bool:
+        """B6: write the records of the empty groups again (the store's format was raised to
+        one that keeps their empty-since time); False when there is none."""
+        empty = [group for group in self.groups.values() if group.empty_since_ms is not None]
+        for group in empty:
+            group.effects.group_dirty = True
+        return bool(empty)
+
+    def take_expiry_notices(self) -> list[dict[str, object]]:
+        """B6: the `group.expiry_pending` warnings since the last call (the shell logs them)."""
+        notices, self.expiry_notices = self.expiry_notices, []
+        return notices
 
     def _delete_group(self, request: m.DeleteGroup) -> m.Response:
         """G1: only an empty group goes; its records, and then its Redis consumer groups."""

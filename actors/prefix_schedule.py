@@ -26,6 +26,8 @@ The rules, one per reason to wake:
   without the coordinator seeing it (producers write to Redis directly), so it
   gets a pass at least every RETENTION_EVERY_TICKS ticks, changed or not.
 - A prefix without routing has no shards: no pass.
+- B6: a prefix with an empty group is woken when that group's expiry is to be
+  warned of, and when it expires (`expiry_due_ms`, on the machine's clock).
 
 A woken prefix is handed a tick (`Wake`); `retention` says the pass is due on
 it (the prefix machine takes it at the end of that batch, actors/prefix.py).
@@ -54,6 +56,7 @@ class Activity:
     routed: bool = False  # the prefix has shards
     caps: bool = False  # T2: maxLength or maxAgeMs is set
     changed: bool = False  # the batch wrote the prefix's records (T1: groups or offsets moved)
+    expiry_due_ms: int | None = None  # B6: an empty group's next warning or expiry
 
     @property
     def every_tick(self) -> bool:
@@ -126,7 +129,9 @@ class Schedule:
             if retention:
                 caps = entry.activity.caps and entry.activity.routed
                 entry.pass_due_ms = now_ms + self.period_ms if caps else None  # T2 comes again
-            if retention or entry.activity.every_tick:
+            expiry = entry.activity.expiry_due_ms
+            if retention or entry.activity.every_tick or (expiry is not None
+                                                           and expiry <= now_ms):
                 wakes.append(Wake(prefix, retention))
             self._queue(prefix, entry, self._next_wake(entry, now_ms))
         return wakes
@@ -146,6 +151,11 @@ class Schedule:
         wake = now_ms + self.tick_ms if entry.activity.every_tick else None
         if entry.pass_due_ms is not None and (wake is None or entry.pass_due_ms < wake):
             wake = entry.pass_due_ms
+        expiry = entry.activity.expiry_due_ms
+        if expiry is not None:
+            expiry = max(expiry, now_ms + self.tick_ms)  # a due one comes with the next tick
+            if wake is None or expiry < wake:
+                wake = expiry
         return wake
 
     def _queue(self, prefix: str, entry: _Entry, wake_ms: int | None) -> None:

@@ -33,7 +33,8 @@ def is_overdue(last_heartbeat_ms_ago: int | None, heartbeat_interval_ms: int) ->
 def describe(request: m.DescribeGroup, group: GroupMachine, now_ms: int,
              lags: Sequence[ShardLag] | None, *, routing: m.RoutingSummary | None,
              migration: m.MigrationDescription | None, versions: Mapping[str, int],
-             heartbeat_interval_ms: int, retention: m.Retention) -> m.GroupDescription:
+             heartbeat_interval_ms: int, retention: m.Retention,
+             damage: Mapping[str, str] | None = None) -> m.GroupDescription:
     """describeGroup of `group`; `lags` is what Redis said of the live shards (None: not read)."""
     description = group.describe(now_ms, routing, migration)
     members = tuple(attrs.evolve(member, overdue=member.state != MemberState.AWAY and is_overdue(
@@ -43,10 +44,11 @@ def describe(request: m.DescribeGroup, group: GroupMachine, now_ms: int,
         m.ShardDescription(shard=lag.shard, version=versions.get(lag.shard, 0),
                            owner=group.owners.get(lag.shard), length=lag.length,
                            last_delivered_id=lag.last_delivered_id, lag=lag.lag,
-                           pending=lag.pending, oldest_pending_ms=lag.oldest_pending_ms)
+                           pending=lag.pending, oldest_pending_ms=lag.oldest_pending_ms,
+                           damage=damage.get(lag.shard) if damage else None)
         for lag in lags or ())
     return attrs.evolve(description, request_id=request.request_id, members=members,
-                        shards=shards, retention=retention)
+                        shards=shards, retention=retention, expires_at_ms=group.expires_at_ms)
 
 
 def summaries(groups: Mapping[str, GroupMachine], totals: Mapping[str, GroupTotals] | None,

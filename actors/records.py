@@ -9,7 +9,8 @@
 - `retention`: `{"mode", "maxLength", "maxAgeMs"}` (absent: the default, `acked` without caps).
 - `migration`: `{"state", "fromVersion", "toVersion", "cutover", "fromStreams",
   "drained", "retiring"}`.
-- `group:<name>`: `{"groupEpoch", "assignmentEpoch", "maxConcurrency"}`.
+- `group:<name>`: `{"groupEpoch", "assignmentEpoch", "maxConcurrency"}`, and from format 2
+  `"emptySinceMs"` (B6: when the group last had no live member; absent while it has one).
 - `member:<len(group)>:<group>:<memberId>`: `{"epoch", "previousEpoch",
   "capacity", "assigned", "revoking", "target"}` (names may contain ':'), and for
   a static member (S1) also `"instanceId"` and `"away"` (S2/S5); records without
@@ -17,7 +18,8 @@
 
 The whole store carries one metadata format version (like Kafka's
 `metadata.version`), kept by actors/store.py in `rsc:format-version`: format 1 is
-the layout above, and a store without the key is in it. The coordinator reads
+the layout above without `emptySinceMs`, format 2 adds it, and a store without the key is
+in format 1. The coordinator reads
 every format up to `LATEST_FORMAT_VERSION`, refuses to start on a newer one, and
 writes the format in use until an operator raises it (`setFormatVersion`), so a
 rollback to the release before works until then (`format_change` decides).
@@ -50,6 +52,8 @@ MEMBER_FIELD = "member:"
 
 FORMAT_VERSIONS: Mapping[int, str] = {
     1: "the prefix hashes, owner tokens and seal markers above (every release since 0.1.0)",
+    2: "format 1, and when each empty group became empty (emptySinceMs, B6: a restart keeps "
+       "its expiry clock)",
 }
 """Every metadata format this code reads, with what it is; it writes the one in use."""
 LATEST_FORMAT_VERSION = max(FORMAT_VERSIONS)
@@ -157,6 +161,7 @@ class GroupRecord:
     group_epoch: int = 0
     assignment_epoch: int = 0
     max_concurrency: int | None = None
+    empty_since_ms: int | None = None  # B6: no live member since (written from format 2)
 
 
 @attrs.frozen(kw_only=True)
@@ -308,6 +313,7 @@ class GroupValue(TypedDict):
     groupEpoch: int
     assignmentEpoch: int
     maxConcurrency: int | None
+    emptySinceMs: NotRequired[int]  # format 2 (B6), and only while the group is empty
 
 
 class MemberValue(TypedDict):
@@ -339,9 +345,18 @@ def retention_value(record: RetentionRecord) -> RetentionValue:
             "maxAgeMs": record.max_age_ms}
 
 
-def group_value(record: GroupRecord) -> GroupValue:
-    return {"groupEpoch": record.group_epoch, "assignmentEpoch": record.assignment_epoch,
-            "maxConcurrency": record.max_concurrency}
+EMPTY_SINCE_FORMAT_VERSION = 2  # the first format that stores `emptySinceMs` (B6)
+
+
+def group_value(record: GroupRecord, format_version: int = LATEST_FORMAT_VERSION) -> GroupValue:
+    """The group's JSON; `emptySinceMs` only in a store of format 2 or later (a format 1 store
+    keeps that time in memory only, and a restart starts it again)."""
+    value: GroupValue = {"groupEpoch": record.group_epoch,
+                         "assignmentEpoch": record.assignment_epoch,
+                         "maxConcurrency": record.max_concurrency}
+    if record.empty_since_ms is not None and format_version >= EMPTY_SINCE_FORMAT_VERSION:
+        value["emptySinceMs"] = record.empty_since_ms
+    return value
 
 
 def member_value(record: MemberRecord) -> MemberValue:
@@ -375,7 +390,8 @@ def _retention(value: RetentionValue) -> RetentionRecord:
 
 def _group(value: GroupValue) -> GroupRecord:
     return GroupRecord(group_epoch=value["groupEpoch"], assignment_epoch=value["assignmentEpoch"],
-                       max_concurrency=value["maxConcurrency"])
+                       max_concurrency=value["maxConcurrency"],
+                       empty_since_ms=value.get("emptySinceMs"))
 
 
 def _member(value: MemberValue) -> MemberRecord:
@@ -392,8 +408,8 @@ def _json(value: object) -> str:
 # --- write and replay --------------------------------------------------------------
 
 
-def encode(changes: Changes) -> dict[str, str | None]:
-    """The hash fields to set (JSON text) or delete (None)."""
+def encode(changes: Changes, format_version: int = LATEST_FORMAT_VERSION) -> dict[str, str | None]:
+    """The hash fields to set (JSON text) or delete (None), in the store's `format_version`."""
     fields: dict[str, str | None] = {}
     if changes.routing_changed:
         fields[ROUTING_FIELD] = _json(routing_value(changes.routing)) if changes.routing else None
@@ -403,7 +419,8 @@ def encode(changes: Changes) -> dict[str, str | None]:
     if changes.retention is not None:
         fields[RETENTION_FIELD] = _json(retention_value(changes.retention))
     for name, group in changes.groups.items():
-        fields[group_field(name)] = None if group is None else _json(group_value(group))
+        fields[group_field(name)] = (None if group is None
+                                     else _json(group_value(group, format_version)))
     for (name, member_id), member in changes.members.items():
         fields[member_field(name, member_id)] = None if member is None else _json(member_value(member))
     return fields

@@ -154,6 +154,33 @@ class Router:
         return await list_groups(sorted(self.actors), self.idle_machine, self.send,
                                  self.shard_work)
 
+    async def while_idle(self, prefix: str,
+                         work: Callable[[PrefixMachine], Awaitable[None]]) -> bool:
+        """Run `work` on the prefix's machine while no batch of it can run (B7: its persisted
+        metadata is then what Redis holds, and no checkpoint is in flight); requests queue
+        meanwhile and run after. False (nothing run) when the prefix is not idle now."""
+        machine = self.idle_machine(prefix)
+        if machine is None:
+            return False
+        self._running.add(prefix)
+        try:
+            await work(machine)
+        finally:
+            self._running.discard(prefix)
+            actor = self.actors.get(prefix)
+            if actor is not None and actor.mailbox.queued:
+                self._wake(prefix)
+        return True
+
+    def format_raised(self, format_version: int) -> None:
+        """B6: the store now takes what a newer format adds (emptySinceMs from format 2): every
+        prefix with an empty group writes its groups' records again with its next batch, which
+        is scheduled like any other change of its records."""
+        now = now_ms()
+        for prefix, actor in self.actors.items():
+            if actor.machine.rewrite_empty_groups() and self.schedule is not None:
+                self.schedule.report(prefix, actor.activity(changed=True), now)
+
     def idle_machine(self, prefix: str) -> PrefixMachine | None:
         """The prefix's machine when its actor is idle: serving, no batch running, nothing
         queued. Its state is then what Redis holds (a failed write rolled it back, H12), so

@@ -35,6 +35,7 @@ from rsc.actors.logs import log_event
 from rsc.actors.ports import AuthMetrics, SessionMetrics
 from rsc.actors.prefix_admission import REFUSALS
 from rsc.actors.router import Router, unavailable_response
+from rsc.actors.subscriptions import Admit, Holdings, routing_refused, watch_refused
 from rsc.actors.ws_server import ServerConnection
 from rsc.protocol import messages as m
 from rsc.protocol.codec import ADMIN_REQUESTS, MEMBER_REQUESTS, decode, encode
@@ -114,6 +115,9 @@ class Session:
         self.room = trio.Semaphore(MAX_IN_FLIGHT)  # requests awaiting their response
         self.closed = False
         self._on_idle: Callable[[], None] | None = None
+        self.holdings = Holdings()  # B4: its watches and routing subscriptions
+        # B4: the queued, unwritten push of each watched group; a newer description replaces it
+        self._queued_descriptions: dict[tuple[str, str], Reply] = {}
         connection.when_written(self.wake)
 
     async def expect(self) -> Reply:
@@ -128,10 +132,23 @@ class Session:
         return reply
 
     def push(self, message: m.Message) -> None:
-        """Queue a push; dropped when the session is backed up or gone (pushes are only hints)."""
-        if self.closed or len(self.queue) >= 2 * MAX_IN_FLIGHT:
+        """Queue a push; dropped when the session is backed up or gone (pushes are only hints).
+        B4: a group description replaces the one of its group still queued (the latest wins),
+        so one watched group holds at most one place in the queue."""
+        if self.closed:
             return
-        self.queue.append(Reply(self, message, is_push=True))
+        key = _described_group(message)
+        if key is not None:
+            queued = self._queued_descriptions.get(key)
+            if queued is not None:
+                queued.message = message
+                return
+        if len(self.queue) >= 2 * MAX_IN_FLIGHT:
+            return
+        reply = Reply(self, message, is_push=True)
+        if key is not None:
+            self._queued_descriptions[key] = reply
+        self.queue.append(reply)
         self.wake()
 
     def refused(self, limit: str) -> None:
@@ -154,6 +171,10 @@ class Session:
                 queue.popleft()
                 if not reply.is_push:
                     self.room.release()
+                elif self._queued_descriptions:
+                    key = _described_group(message)
+                    if key is not None and self._queued_descriptions.get(key) is reply:
+                        del self._queued_descriptions[key]
                 connection.send_text(encode(message))
                 if reply.received:
                     latency.requests.observe(time.perf_counter() - reply.received)
@@ -175,6 +196,13 @@ class Session:
         on_idle, self._on_idle = self._on_idle, None
         self.queue.clear()
         on_idle()
+
+
+def _described_group(message: m.Message) -> tuple[str, str] | None:
+    """The (prefix, group) of a watch's push; None for any other message."""
+    if isinstance(message, m.GroupDescription) and message.request_id is None:
+        return message.stream_prefix, message.consumer_group
+    return None
 
 
 class CoordinatorServer:
@@ -299,6 +327,11 @@ class CoordinatorServer:
             reply.resolve(await self.format_admin.answer(message) if self.format_admin is not None
                           else unavailable_response(message, "no store to ask"))
             return
+        if session is not None:
+            refusal = _over_the_cap(message, session.holdings)  # B4
+            if refusal is not None:
+                reply.resolve(refusal)
+                return
         await self.router.route(message, reply, session)
 
 
@@ -313,6 +346,19 @@ def peer_address(stream: trio.abc.Stream) -> str:
     except OSError:
         return ""
     return str(peer[0]) if isinstance(peer, tuple) else ""
+
+
+def _over_the_cap(message: m.Request, holdings: Holdings) -> m.Response | None:
+    """B4: the refusal of a subscription past the session's cap, before anything is looked up
+    (a watch is counted when it starts, actors/delivery.py; this spares the work)."""
+    if isinstance(message, m.GetRouting) and message.subscribe:
+        if holdings.admit_routing(message.stream_prefix) is Admit.REFUSED:
+            return routing_refused(message, holdings.max_routing)
+    elif isinstance(message, m.DescribeGroup) and message.watch:
+        if holdings.over_watch_cap(message.stream_prefix, message.consumer_group):
+            return watch_refused(message, holdings.max_watches)
+    return None
+
 
 
 def _check_before_lookup(message: m.Request) -> None:

@@ -55,6 +55,7 @@ from rsc.actors.records import (
     replay,
     stored_format_version,
 )
+from rsc.actors.shard_damage import StreamFacts
 from rsc.actors.store_rewrite import (
     MARK_KEY,
     Observed,
@@ -340,7 +341,7 @@ class MetadataStore:
         """
         tokens = list(owners)
         sequence = next(self._sequence)
-        fields = encode(changes)
+        fields = encode(changes, self.format_version)
         atomic = self.atomic_owner_tokens
         keys = [meta_key(prefix)]
         args: list[Word] = [self.coordinator_epoch, COORDINATOR_EPOCH_FIELD, WRITE_SEQUENCE_FIELD,
@@ -604,6 +605,32 @@ class StreamAdmin:
             if isinstance(result, Exception):
                 raise StoreError(f"cannot move the offsets of {group!r}: {error_text(result)}")
         return {stream: str(result) for stream, result in zip(streams, results, strict=True)}
+
+    def stream_facts(self, streams: Iterable[str]) -> dict[str, StreamFacts]:
+        """B7: whether each stream exists, its last id and whether its seal marker exists (two
+        pipelined round trips)."""
+        streams = list(streams)
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for stream in streams:
+                pipe.exists(stream)
+                pipe.exists(seal_key(stream))
+            found = pipe.execute()
+            existing = [stream for index, stream in enumerate(streams) if found[2 * index]]
+            pipe = self.client.pipeline(transaction=False)
+            for stream in existing:
+                pipe.xinfo_stream(stream)
+            infos = dict(zip(existing, pipe.execute(raise_on_error=False), strict=True))
+        except STORE_IO_ERRORS as exc:
+            raise StoreError(f"cannot check shards: {error_text(exc)}") from exc
+        facts: dict[str, StreamFacts] = {}
+        for index, stream in enumerate(streams):
+            info = infos.get(stream)
+            last = info.get("last-generated-id") if isinstance(info, dict) else None
+            facts[stream] = StreamFacts(exists=bool(found[2 * index]),
+                                        last_id=None if last is None else str(last),
+                                        sealed=bool(found[2 * index + 1]))
+        return facts
 
     def retire(self, streams: Iterable[str], groups: Iterable[str]) -> None:
         """Delete drained streams with their seal markers and owner tokens."""

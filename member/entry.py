@@ -55,10 +55,20 @@ def as_bytes(data: str | bytes, what: str) -> bytes:
     if data.__class__ is bytes:
         return data
     if isinstance(data, str):
-        return data.encode("utf-8")
+        return utf8(data, what)
     if isinstance(data, bytes | bytearray | memoryview):
         return bytes(data)
     raise TypeError(f"{what}: expected str or bytes, got {type(data).__name__}")
+
+
+def utf8(text: str, what: str) -> bytes:
+    """`text` as UTF-8; ValueError naming `what` and where for a string that has none (a
+    lone surrogate, as a JSON `\\ud800` escape gives)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what}: not encodable as UTF-8 ({exc.reason}: "
+                         f"{text[exc.start:exc.end]!r} at character {exc.start})") from None
 
 
 def outgoing(key: str | bytes | None, value: str | bytes,
@@ -71,7 +81,7 @@ def outgoing(key: str | bytes | None, value: str | bytes,
         for name, header_value in headers.items():
             if not isinstance(name, str) or not name:
                 raise TypeError(f"{where}header names must be non-empty str, got {name!r}")
-            pairs.append((HEADER_PREFIX + name.encode("utf-8"),
+            pairs.append((HEADER_PREFIX + utf8(name, f"{where}header name {name!r}"),
                           as_bytes(header_value, f"{where}header {name!r}")))
         encoded_headers = tuple(pairs)
     message = Outgoing(None if key is None else as_bytes(key, f"{where}key"),

@@ -3,12 +3,20 @@
 A JSON line may carry bytes as base64 (`valueBase64`, `keyBase64`, M1), `headers` (M2;
 `headersBase64` for bytes),
 and no key or `"key": null` for a keyless message (M3); a message over the size limit
-(M4) is refused like a malformed line.
+(M4) is refused like a malformed line. A JSON line is strict (L5): no field but those,
+and the ones `rsc consume` prints (`shard`, `id`, `memberId`: ignored, so its output
+replays), a string where a string is due, one form of each field, no field twice.
 
-`parse_line` and `LineSplitter` are pure; `read_lines` reads a file descriptor in a
-thread that cancellation abandons (so Ctrl-C works on a terminal too) and stops
-reading while the channel is full. A malformed line is said (`line N: malformed:
-...`), counted and skipped; nothing else is lost.
+Each line is checked completely before it is accepted (B3): its JSON, its base64, its
+fields, its size, and that every string in it encodes as UTF-8 (a JSON `\\ud800` escape
+gives a lone surrogate that does not): what is accepted is exactly what the producer
+writes, so nothing one line holds can fail the write of another. A line longer than any
+message under the limit can be (`max_line_bytes`) is refused without being held.
+
+`parse_line`, `LineSplitter` and `InputReader` are pure; `read_lines` reads a file
+descriptor in a thread that cancellation abandons (so Ctrl-C works on a terminal too)
+and stops reading while the channel is full. A malformed line is said (`line N:
+malformed: ...`), counted and skipped; nothing else is lost.
 """
 
 from __future__ import annotations
@@ -20,12 +28,19 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import trio
 
-from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, MessageTooLarge, outgoing
+from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, outgoing
 from rsc.member.producer_core import Record
 
 READ_CHUNK = 1 << 16
+LINE_SLACK_BYTES = 1 << 20  # JSON around a message: field names, escapes, spaces
+LINE_EXPANSION = 8  # JSON escapes (`\u0001` is six characters for one byte) and base64
+
+MESSAGE_FIELDS = frozenset({"key", "keyBase64", "value", "valueBase64", "headers",
+                            "headersBase64"})
+CONSUME_FIELDS = frozenset({"shard", "id", "memberId"})  # printed by `rsc consume`; ignored (L5)
 
 
 class MalformedLine(ValueError):
@@ -33,13 +48,20 @@ class MalformedLine(ValueError):
     or a message over the size limit (M4): reported alike, and skipped."""
 
 
+def max_line_bytes(limit: int = DEFAULT_MAX_MESSAGE_BYTES) -> int:
+    """The longest input line that can still hold a message of `limit` bytes (B3)."""
+    return LINE_EXPANSION * limit + LINE_SLACK_BYTES
+
+
 def parse_line(line: str, *, limit: int = DEFAULT_MAX_MESSAGE_BYTES) -> Record:
     """The record of one input line: (key, value) or (key, value, headers).
 
-    `key<TAB>value` is text. A JSON object gives `value` (a JSON value that is not a string
-    stays JSON text) or `valueBase64` (bytes, M1), `key` or `keyBase64`, none or `"key":
-    null` for a keyless message (M3), and `headers`, an object of text values (M2). A message
-    whose key, value and headers take more than `limit` bytes is refused (M4)."""
+    `key<TAB>value` is text. A JSON object gives `value` (a string) or `valueBase64`
+    (bytes, M1), `key` or `keyBase64`, none or `"key": null` for a keyless message (M3),
+    and `headers`, an object of text values, or `headersBase64` (M2); any other field but
+    those `rsc consume` prints is refused (L5). A message whose key, value and headers
+    take more than `limit` bytes (M4), or with a string that does not encode as UTF-8 (a
+    lone surrogate), is refused (B3): a record returned here is one the producer writes."""
     if line.lstrip().startswith("{"):
         record = _json_record(line)
     else:
@@ -48,24 +70,42 @@ def parse_line(line: str, *, limit: int = DEFAULT_MAX_MESSAGE_BYTES) -> Record:
             raise MalformedLine("expected key<TAB>value or a JSON object")
         record = (key, value)
     try:
-        outgoing(*record, limit=limit)
-    except MessageTooLarge as exc:
+        outgoing(*record, limit=limit)  # what the producer checks, so it cannot refuse it later
+    except (ValueError, TypeError) as exc:
         raise MalformedLine(str(exc)) from None
     return record
 
 
+def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in obj:
+            raise MalformedLine(f"field {name!r} given twice")
+        obj[name] = value
+    return obj
+
+
 def _json_record(line: str) -> Record:
     try:
-        obj = json.loads(line)
-    except ValueError as exc:
+        obj = json.loads(line, object_pairs_hook=_unique_fields)
+    except MalformedLine:
+        raise
+    except (ValueError, RecursionError) as exc:
         raise MalformedLine(f"invalid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise MalformedLine("a JSON line needs an object with 'key' and 'value'")
-    key = _text_or_base64(obj, "key")
-    if "value" in obj and "valueBase64" in obj:
-        raise MalformedLine("give 'value' or 'valueBase64', not both")
+    unknown = sorted(name for name in obj if name not in MESSAGE_FIELDS | CONSUME_FIELDS)
+    if unknown:
+        allowed = ", ".join(sorted(MESSAGE_FIELDS))
+        raise MalformedLine(f"unknown field {unknown[0]!r} (a line may give {allowed}; "
+                            "shard, id and memberId are ignored)")
+    key = _key(obj)
+    _one_form(obj, "value")
     if "value" in obj:
-        value: str | bytes = obj["value"] if isinstance(obj["value"], str) else json.dumps(obj["value"])
+        value: str | bytes = obj["value"]
+        if not isinstance(value, str):
+            raise MalformedLine(f"'value' must be a string, got {_json_type(value)} "
+                                "(valueBase64 for bytes)")
     elif "valueBase64" in obj:
         value = _base64(obj["valueBase64"], "valueBase64")
     else:
@@ -75,35 +115,46 @@ def _json_record(line: str) -> Record:
     return (key, value, headers) if headers else (key, value)
 
 
+def _one_form(obj: dict[str, Any], name: str) -> None:
+    if name in obj and f"{name}Base64" in obj:
+        raise MalformedLine(f"give '{name}' or '{name}Base64', not both")
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "an object" if isinstance(value, dict) else "an array"
+
+
 def _headers(obj: dict[str, Any]) -> dict[str, str | bytes] | None:
     """`headers` (text values) or `headersBase64` (bytes, what `rsc consume` prints for a
     header that is not UTF-8), not both."""
-    text, encoded = obj.get("headers"), obj.get("headersBase64")
-    if text is not None and encoded is not None:
-        raise MalformedLine("give 'headers' or 'headersBase64', not both")
-    name = "headers" if encoded is None else "headersBase64"
-    headers = text if encoded is None else encoded
-    if headers is None:
+    _one_form(obj, "headers")
+    name = "headersBase64" if "headersBase64" in obj else "headers"
+    if name not in obj:
         return None
+    headers = obj[name]
     if not isinstance(headers, dict) or not all(
             isinstance(header, str) and header and isinstance(data, str)
             for header, data in headers.items()):
         raise MalformedLine(f"'{name}' must be an object of non-empty names to string values")
-    if encoded is None:
+    if name == "headers":
         return dict(headers)
     return {header: _base64(data, f"headersBase64[{header!r}]") for header, data in headers.items()}
 
 
-def _text_or_base64(obj: dict[str, Any], name: str) -> str | bytes | None:
+def _key(obj: dict[str, Any]) -> str | bytes | None:
     """The key: text, bytes from `keyBase64`, or None (absent or null: keyless, M3)."""
-    encoded = f"{name}Base64"
-    if obj.get(name) is not None and obj.get(encoded) is not None:
-        raise MalformedLine(f"give '{name}' or '{encoded}', not both")
-    if obj.get(encoded) is not None:
-        return _base64(obj[encoded], encoded)
-    text = obj.get(name)
+    _one_form(obj, "key")
+    if "keyBase64" in obj:
+        return _base64(obj["keyBase64"], "keyBase64")
+    text = obj.get("key")
     if text is not None and not isinstance(text, str):
-        raise MalformedLine(f"'{name}' must be a string or null")
+        raise MalformedLine(f"'key' must be a string or null, got {_json_type(text)}")
     return text
 
 
@@ -121,42 +172,141 @@ def is_blank(line: str) -> bool:
     return not line.strip(" \r")
 
 
+@attrs.frozen
+class TooLong:
+    """A line over `max_line_bytes`: its size, counted while it was skipped, not held."""
+
+    size: int
+
+
 class LineSplitter:
-    """Bytes in, complete lines out (UTF-8, without their newline)."""
+    """Bytes in, complete lines out (without their newline). A line longer than
+    `max_bytes` is not held: it comes out as `TooLong` once its newline (or the end) is
+    read."""
 
-    def __init__(self) -> None:
-        self._rest = b""
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self._max_bytes = max_bytes
+        self._rest = bytearray()
+        self._skipped = -1  # bytes of an over-long line read so far; -1: none
 
-    def feed(self, data: bytes) -> list[bytes]:
-        *lines, self._rest = (self._rest + data).split(b"\n")
+    @property
+    def held(self) -> int:
+        return len(self._rest)
+
+    def feed(self, data: bytes) -> list[bytes | TooLong]:
+        lines: list[bytes | TooLong] = []
+        start = 0
+        while (end := data.find(b"\n", start)) >= 0:
+            lines.append(self._line(data[start:end]))
+            start = end + 1
+        self._hold(data[start:])
         return lines
 
-    def finish(self) -> list[bytes]:
-        rest, self._rest = self._rest, b""
-        return [rest] if rest else []
+    def finish(self) -> list[bytes | TooLong]:
+        if self._skipped < 0 and not self._rest:
+            return []
+        return [self._line(b"")]
+
+    def _hold(self, tail: bytes) -> None:
+        if self._skipped >= 0:
+            self._skipped += len(tail)
+            return
+        self._rest += tail
+        if self._max_bytes is not None and len(self._rest) > self._max_bytes:
+            self._skipped = len(self._rest)
+            self._rest = bytearray()
+
+    def _line(self, end: bytes) -> bytes | TooLong:
+        if self._skipped >= 0:
+            size, self._skipped = self._skipped + len(end), -1
+            return TooLong(size)
+        line = bytes(self._rest + end) if self._rest else end
+        self._rest = bytearray()
+        if self._max_bytes is not None and len(line) > self._max_bytes:
+            return TooLong(len(line))
+        return line
 
 
-async def read_lines(fd: int, lines_in: trio.MemorySendChannel[Record],
+@attrs.frozen
+class Accepted:
+    """Line `number` holds `record`, checked: the producer writes it as it is."""
+
+    number: int
+    record: Record
+
+
+@attrs.frozen
+class Refused:
+    """Line `number` is malformed, for `reason`; nothing of it is kept."""
+
+    number: int
+    reason: str
+
+
+class InputReader:
+    """Pure: input bytes in, one `Accepted` or `Refused` per line that is not blank out, in
+    order (B3). Line numbers count every line, blank ones too."""
+
+    def __init__(self, limit: int = DEFAULT_MAX_MESSAGE_BYTES, *,
+                 max_line: int | None = None) -> None:
+        self._limit = limit
+        self._max_line = max_line_bytes(limit) if max_line is None else max_line
+        self._splitter = LineSplitter(self._max_line)
+        self.lines = 0
+
+    @property
+    def held(self) -> int:
+        """Bytes of the unfinished line held (never more than the longest line)."""
+        return self._splitter.held
+
+    def feed(self, data: bytes) -> list[Accepted | Refused]:
+        return self._outcomes(self._splitter.feed(data))
+
+    def finish(self) -> list[Accepted | Refused]:
+        return self._outcomes(self._splitter.finish())
+
+    def _outcomes(self, raws: list[bytes | TooLong]) -> list[Accepted | Refused]:
+        outcomes: list[Accepted | Refused] = []
+        for raw in raws:
+            self.lines += 1
+            outcome = self._outcome(raw)
+            if outcome is not None:
+                outcomes.append(outcome)
+        return outcomes
+
+    def _outcome(self, raw: bytes | TooLong) -> Accepted | Refused | None:
+        if isinstance(raw, TooLong):
+            return Refused(self.lines, f"a line of {raw.size:,} bytes is longer than any "
+                                       f"message under the limit can be ({self._max_line:,} "
+                                       "bytes); skipped unread")
+        try:
+            text = raw.decode("utf-8").removesuffix("\r")
+        except UnicodeDecodeError as exc:
+            return Refused(self.lines, f"not UTF-8: {exc}")
+        if is_blank(text):
+            return None
+        try:
+            return Accepted(self.lines, parse_line(text, limit=self._limit))
+        except MalformedLine as exc:
+            return Refused(self.lines, str(exc))
+
+
+async def read_lines(fd: int, lines_in: trio.MemorySendChannel[Accepted],
                      counts: dict[str, int], say: Callable[[str], None], *,
                      limit: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
     """Parse input lines into the bounded channel: no more is read while it is full. A
     blank line is skipped (it still counts for the line numbers)."""
-    splitter = LineSplitter()
+    reader = InputReader(limit)
     while True:
         # a thread read that cancellation abandons, so Ctrl-C works on a terminal too
         data = await trio.to_thread.run_sync(os.read, fd, READ_CHUNK, abandon_on_cancel=True)
-        for raw in splitter.feed(data) if data else splitter.finish():
-            counts["line"] += 1
-            try:
-                text = raw.decode("utf-8").removesuffix("\r")
-                if is_blank(text):
-                    continue
-                record = parse_line(text, limit=limit)
-            except (MalformedLine, UnicodeDecodeError) as exc:
+        for outcome in reader.feed(data) if data else reader.finish():
+            counts["line"] = outcome.number
+            if isinstance(outcome, Refused):
                 counts["malformed"] += 1
-                say(f"line {counts['line']}: malformed: {exc}")
+                say(f"line {outcome.number}: malformed: {outcome.reason}")
                 continue
-            await lines_in.send(record)
+            await lines_in.send(outcome)
             counts["accepted"] += 1
         if not data:
             return

@@ -24,6 +24,7 @@ class Status(enum.StrEnum):
     UNRELEASED_INSTANCE_ID = "UNRELEASED_INSTANCE_ID"  # S4: another live member holds it
     FENCED_INSTANCE_ID = "FENCED_INSTANCE_ID"  # S3: a newer member took this instanceId over
     UNSUPPORTED_FORMAT_VERSION = "UNSUPPORTED_FORMAT_VERSION"  # setFormatVersion refused
+    SUBSCRIPTION_LIMIT_REACHED = "SUBSCRIPTION_LIMIT_REACHED"  # B4: a session's watches or subscriptions
 
 
 class ProtocolError(Exception):

@@ -472,6 +472,7 @@ class GroupSummary:
     state: GroupState
     lag: int | None = None  # summed over the group's shards; null if any shard's is
     pending: int = 0
+    expires_at_ms: int | None = None  # B6: when an empty group expires (unix ms)
 
 
 @attrs.frozen(kw_only=True)
@@ -515,6 +516,7 @@ class ShardDescription:
     lag: int | None
     pending: int
     oldest_pending_ms: int | None
+    damage: str | None = None  # B7: maxId, falseSeal or missingSeal, as last checked
 
 
 @attrs.frozen(kw_only=True)
@@ -552,6 +554,7 @@ class GroupDescription(Response):
     shards: tuple[ShardDescription, ...] = ()
     retention: Retention | None = None
     store_went_back_at_ms: int | None = None  # K3: when the store last went back (unix ms)
+    expires_at_ms: int | None = None  # B6: when an empty group expires (unix ms); null otherwise
     error: str | None = None
 
 

@@ -411,9 +411,11 @@ async def test_admin_list_groups_and_unknown_group_describe(coordinator):
     await set_shards(coordinator.url, 2)
     async with open_session(coordinator.url, "admin") as admin:
         listed = await admin.request(m.ListGroups(request_id=0))
-        assert listed.groups == (m.GroupSummary(stream_prefix=PREFIX, consumer_group=GROUP,
-                                                group_epoch=1, members=0, shards=2, state=GroupState.EMPTY,
-                                                lag=0, pending=0),)
+        (summary,) = listed.groups
+        assert summary.expires_at_ms is not None  # B6: an empty group says when it expires
+        assert summary == m.GroupSummary(stream_prefix=PREFIX, consumer_group=GROUP,
+                                         group_epoch=1, members=0, shards=2, state=GroupState.EMPTY,
+                                         lag=0, pending=0, expires_at_ms=summary.expires_at_ms)
         missing = await admin.request(m.DescribeGroup(request_id=0, stream_prefix=PREFIX,
                                                       consumer_group="ghost"))
         assert missing.status == Status.UNKNOWN_GROUP and "ghost" in missing.error

@@ -317,29 +317,31 @@ def test_an_empty_store_starts_in_the_latest_format_and_a_used_one_in_its_own(re
 
 async def test_a_newer_release_keeps_format_1_until_raised_then_the_older_one_refuses(
         redis_url, coordinator_factory, monkeypatch):
+    # a release one format ahead of this one (B6 made this one write format 2)
+    newest = LATEST_FORMAT_VERSION + 1
     load_fixture(redis_url)
-    for module in (store_module, format_admin_module):  # this coordinator writes formats 1 and 2
-        monkeypatch.setattr(module, "LATEST_FORMAT_VERSION", 2)
+    for module in (store_module, format_admin_module):  # this coordinator writes up to `newest`
+        monkeypatch.setattr(module, "LATEST_FORMAT_VERSION", newest)
     newer = await coordinator_factory(**LONG_LEASE)
     async with open_session(newer.url, "admin") as admin:
         kept = await admin.request(m.GetFormatVersion(request_id=0))
-        assert (kept.format_version, kept.latest_format_version) == (1, 2)
+        assert (kept.format_version, kept.latest_format_version) == (1, newest)
         assert redis.Redis.from_url(redis_url).get(FORMAT_VERSION_KEY) == b"1"
-        too_new = await admin.request(m.SetFormatVersion(request_id=0, format_version=3))
+        too_new = await admin.request(m.SetFormatVersion(request_id=0, format_version=newest + 1))
         assert too_new.status == Status.UNSUPPORTED_FORMAT_VERSION and "unknown" in too_new.error
-        raised = await admin.request(m.SetFormatVersion(request_id=0, format_version=2))
+        raised = await admin.request(m.SetFormatVersion(request_id=0, format_version=newest))
         assert raised.status == Status.OK, raised
-        assert (raised.previous_format_version, raised.format_version) == (1, 2)
+        assert (raised.previous_format_version, raised.format_version) == (1, newest)
         lower = await admin.request(m.SetFormatVersion(request_id=0, format_version=1))
         assert lower.status == Status.UNSUPPORTED_FORMAT_VERSION and "never lowered" in lower.error
-        again = await admin.request(m.SetFormatVersion(request_id=0, format_version=2))
-        assert again.status == Status.OK and again.previous_format_version == 2
+        again = await admin.request(m.SetFormatVersion(request_id=0, format_version=newest))
+        assert again.status == Status.OK and again.previous_format_version == newest
         shown = await admin.request(m.GetFormatVersion(request_id=0))
-        assert shown.format_version == 2
+        assert shown.format_version == newest
     await newer.stop()
-    assert redis.Redis.from_url(redis_url).get(FORMAT_VERSION_KEY) == b"2"
-    monkeypatch.undo()  # the release before: it writes format 1 only
-    assert "metadata format 2" in str(await refused_at_start(redis_url))
+    assert redis.Redis.from_url(redis_url).get(FORMAT_VERSION_KEY) == str(newest).encode()
+    monkeypatch.undo()  # the release before: it writes up to LATEST_FORMAT_VERSION only
+    assert f"metadata format {newest}" in str(await refused_at_start(redis_url))
 
 
 async def test_rsc_admin_shows_and_sets_the_format_version(coordinator):
@@ -350,7 +352,8 @@ async def test_rsc_admin_shows_and_sets_the_format_version(coordinator):
                               text=True, timeout=30, cwd=ROOT, env=env_base)
 
     shown, as_json, same, unknown = await trio.to_thread.run_sync(lambda: (
-        admin("format-version"), admin("format-version", "--json"), admin("set-format-version", "1"),
+        admin("format-version"), admin("format-version", "--json"),
+        admin("set-format-version", str(LATEST_FORMAT_VERSION)),
         admin("set-format-version", str(LATEST_FORMAT_VERSION + 1))))
     assert shown.returncode == 0
     assert shown.stdout.startswith(f"metadata format version {LATEST_FORMAT_VERSION}")

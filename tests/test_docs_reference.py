@@ -20,7 +20,11 @@ RULE_IDS = ([f"H{n}" for n in range(1, 15)] + [f"S{n}" for n in range(1, 7)]
             + [f"R{n}" for n in range(1, 6)] + ["A1"] + [f"G{n}" for n in range(1, 4)]
             + [f"T{n}" for n in range(1, 4)] + [f"D{n}" for n in range(1, 6)]
             + ["B1", "B2", "B5"]
-            )
+            + ["B3"]
+            + ["B4"]
+            + ["B6"]
+            + ["B7"]
+            + ["L5"])
 
 
 def test_generated_reference_pages_are_current():

@@ -38,7 +38,9 @@ from tests.test_producer_faults import RedisProcess
 def test_parse_line_accepts_tab_and_json_forms():
     assert parse_line("k1\thello\tworld") == ("k1", "hello\tworld")
     assert parse_line('{"key": "k2", "value": "v"}') == ("k2", "v")
-    assert parse_line('{"key": "k3", "value": {"n": 1}}') == ("k3", '{"n": 1}')
+    # L5: a JSON value that is not a string (it was stored as its JSON text) is refused
+    with pytest.raises(MalformedLine, match="'value' must be a string, got an object"):
+        parse_line('{"key": "k3", "value": {"n": 1}}')
 
 
 @pytest.mark.parametrize("line", ["no tab here", "", '{"key": "k"}', '{"key": 1, "value": "v"}',

@@ -282,3 +282,38 @@ async def test_k6_a_permission_lost_while_the_coordinator_runs_turns_readyz_503_
         assert coordinator.process is not None and coordinator.process.returncode is None
     finally:
         await coordinator.stop()
+
+
+def test_b7_the_documented_users_can_still_do_what_the_redis_page_says(acl_server):
+    """docs/operations/redis.md, "What each user can still do": Redis ACLs cannot confine a
+    user to rsc's scripts, so these go through; the page must say so (and it does)."""
+    server, admin = acl_server
+    page = (Path(ROOT) / "docs" / "operations" / "redis.md").read_text()
+    assert "## What each user can still do" in page
+    shard, other = "{orders:v1:0}", "{payments:v1:0}"
+    sealed = "{orders:v1:0}:sealed"
+    for stream in (shard, other):
+        admin.xadd(stream, {"key": "k", "value": "v"})
+        admin.xgroup_create(stream, "billing", id="0")
+        admin.xgroup_create(stream, "audit", id="0")
+    producer = redis.Redis.from_url(role_url(server, "rsc-producer"), decode_responses=True)
+    member = redis.Redis.from_url(role_url(server, "rsc-member"), decode_responses=True)
+    try:
+        # a producer trims another prefix's shard, unconsumed entries and all
+        producer.xadd(other, {"value": "x"}, maxlen=0, approximate=False)
+        assert admin.xlen(other) == 0
+        # ends a shard for ever: no later XADD fits after the largest id
+        producer.xadd(shard, {"value": "x"}, id="18446744073709551615-18446744073709551615")
+        with pytest.raises(redis.ResponseError, match="exhausted the last possible ID"):
+            admin.xadd(shard, {"value": "y"})
+        # fakes a seal marker (the produce script checks EXISTS)
+        producer.xadd(sealed, {"fake": "1"})
+        assert admin.exists(sealed)
+        # a member reads and acks another group's entries
+        read = member.xreadgroup("audit", "intruder", {shard: ">"}, count=1)
+        entry_id = read[0][1][0][0]
+        assert member.xack(shard, "audit", entry_id) == 1
+        assert admin.xpending(shard, "audit")["pending"] == 0
+    finally:
+        producer.close()
+        member.close()

@@ -46,6 +46,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         default=defaults.static_session_timeout_ms,
                         help="how long the shards of a static member that went away wait for it to "
                              "come back before they move to others (default %(default)s)")
+    parser.add_argument("--empty-group-retention-ms", type=non_negative,
+                        default=defaults.empty_group_retention_ms,
+                        help="a group with no live member for this long is deleted, as deleteGroup "
+                             "does (Kafka's offsets.retention.minutes); 0 keeps groups for ever "
+                             "(default %(default)s: 7 days)")
     # tokens may come from the environment so they stay out of `ps` (docs/protocol.md, Transport)
     parser.add_argument("--admin-token", default=None,
                         help="require this bearer token on /v1/admin (default: $RSC_ADMIN_TOKEN)")
@@ -104,6 +109,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         tick_interval_ms=args.tick_interval_ms, lease_ttl_ms=args.lease_ttl_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms, revoke_timeout_ms=args.revoke_timeout_ms,
         static_session_timeout_ms=args.static_session_timeout_ms,
+        empty_group_retention_ms=args.empty_group_retention_ms,
         admin_token=args.admin_token, member_token=args.member_token,
         max_frame_bytes=args.max_frame_bytes, metrics_port=args.metrics_port,
         console_port=args.console_port, push=args.push,

@@ -76,10 +76,9 @@ async def produce(prefix: str, urls: Endpoints, input_fd: int,
     import trio
 
     from rsc.common.errors import unwrap_single
-    from rsc.member.input_lines import read_lines
+    from rsc.member.input_lines import Accepted, read_lines
     from rsc.member.notices import Notices
     from rsc.member.producer import open_producer
-    from rsc.member.producer_core import Record
     from rsc.member.tool_output import exit_now, line_writer
 
     say = line_writer("produce")
@@ -88,7 +87,7 @@ async def produce(prefix: str, urls: Endpoints, input_fd: int,
     interrupted: list[int] = []
     reading = trio.CancelScope()
     flushing = trio.CancelScope()  # D2: after a signal, delivering lasts --flush-timeout
-    lines_in, lines_out = trio.open_memory_channel[Record](BUFFER_LINES)
+    lines_in, lines_out = trio.open_memory_channel[Accepted](BUFFER_LINES)
     try:
         async with open_producer(urls.coordinator_url, urls.redis_url, prefix,
                                  token=urls.token, notices=notices, ca_file=urls.ca_file,
@@ -110,7 +109,22 @@ async def produce(prefix: str, urls: Endpoints, input_fd: int,
                         except (trio.WouldBlock, trio.EndOfChannel):
                             break
                     producer.holds_input = True  # K6: from now on D2 keeps what was accepted
-                    await producer.send_batch(batch)
+                    try:
+                        await producer.send_batch([line.record for line in batch])
+                    except (TypeError, ValueError):
+                        # refused before anything was sent; read_lines checked each line as
+                        # the producer does, so this is a defect: still, B3, one line must
+                        # not cost the others
+                        await write_one_by_one(batch)
+
+            async def write_one_by_one(batch: list[Accepted]) -> None:
+                for line in batch:
+                    try:
+                        await producer.send_batch([line.record])
+                    except (TypeError, ValueError) as exc:
+                        counts["accepted"] -= 1
+                        counts["malformed"] += 1
+                        say(f"line {line.number}: malformed: {exc}")
 
             def on_signal(signum: int) -> None:
                 if interrupted:
