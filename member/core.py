@@ -131,6 +131,9 @@ class MemberCore:
             order_key, workers=config.capacity, max_buffered=config.max_buffered,
             on_room=self.wake_reader)
         self.acks = AckBook()
+        # P1: delivery counts of claimed entries, (shard, id) -> count, until a worker takes them
+        # (with a RetryPolicy; an entry not in here was freshly read)
+        self.claimed_counts: dict[tuple[str, str], int] = {}
         self.acker_parking = AckerParking()
         self.busy = 0  # workers holding a work item
         self.changed = Signal()  # state transitions (and pushes) only, never per message
@@ -151,6 +154,9 @@ class MemberCore:
         ledger, queue, stats = self.ledger, self.queue, self.stats
         for shard in (*actions.abandon, *actions.revoke):
             dropped = queue.drop_shard(shard)
+            if self.claimed_counts:
+                for key in [key for key in self.claimed_counts if key[0] == shard]:
+                    del self.claimed_counts[key]
             if self.read_budget is not None and dropped:
                 self.read_budget.give_back(len(dropped))
         workers = ledger.workers()

@@ -23,14 +23,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
+from redis import exceptions as redis_errors
 
+from rsc.member.attempts import DeadLetterNow, next_step
 from rsc.member.codecs import DecodeFailed
 from rsc.member.core import monotonic_ms
 from rsc.member.ledger import Verdict
 from rsc.member.message import Handler, Message
-from rsc.member.ops import produce_ops
-from rsc.member.policies import NO_RETRY, AckPolicy, DeadLetter, RetryLater, dead_letter_fields
+from rsc.member.ops import produce_ops, stream_ops
+from rsc.member.policies import AckPolicy, RetryPolicy, dead_letter_fields
 from rsc.member.reconcile import NO_ACTIONS, Actions
+from rsc.member.streams import NOT_OWNER, RECORDED
+from rsc.member.unrecoverable import check_permanent
 
 if TYPE_CHECKING:
     import redis
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHECKPOINT_EVERY = 64  # a handler that never awaits must not starve the other tasks
+RECORD_RETRY_S = 0.2  # an attempt Redis could not record is tried again after this
 
 
 class WorkerPool:
@@ -58,6 +63,9 @@ class WorkerPool:
         self.handler = handler
         self.is_async = inspect.iscoroutinefunction(handler)
         self.dead_letters = produce_ops(misc_client)  # XADD of dead letters (its add_raw)
+        # the owner-checked record of an attempt before its call (P1)
+        self.attempts = stream_ops(misc_client, core.config.consumer_group, core.member_id,
+                                   use_xackdel=False)
 
     # --- what a host supplies --------------------------------------------------------
 
@@ -205,50 +213,113 @@ class WorkerPool:
         return not buffer.refused
 
     async def run_handler(self, first: Message, generation: int, *, admitted: bool) -> bool:
-        """Run the handler, then what the retry policy says after each failure; True when the
-        entry may be acked.
+        """Run the handler (with the retry policy, if any); True when the entry may be acked.
 
         Every call but an `admitted` first one, and a dead letter, is admitted by the
         ledger first (D1), in the loop step that starts the call.
         """
-        core = self.core
-        retry = core.config.retry or NO_RETRY
-        message = first
-        while True:
-            if (message.attempt > 1 or not admitted) and not self.admit(first.shard, generation):
+        policy = self.core.config.retry
+        if policy is None:  # the default mode: one call; a failure leaves the entry pending
+            if not admitted and not self.admit(first.shard, generation):
                 return False
-            try:
-                if self.is_async:
-                    await self.handler(message)  # type: ignore[misc]
-                else:
-                    await self._in_thread(self.handler, message)
-                core.stats.processed += 1
+            error = await self._call(first)
+            if error is None:
                 return True
-            except BaseException as exc:  # noqa: BLE001 - a handler's failure is data, not a crash
-                if self._stopping(exc):
-                    raise
-                error = exc
-            step = (retry.after_permanent_failure(message.attempt)
-                    if isinstance(error, DecodeFailed) else retry.after_failure(message.attempt))
-            self._failed(core, first, message.attempt, error,
-                         final=not isinstance(step, RetryLater))
-            if isinstance(step, RetryLater):
-                await self._sleep(step.delay_s)
-                message = message._replace(attempt=step.attempt)
-                continue
-            if isinstance(step, DeadLetter):
-                if not self.admit(first.shard, generation, "dead letter"):
-                    return False  # a side effect as a handler call is: D1 applies
-                await self.dead_letter(first, step, error)
-                return True
-            return False  # LeavePending: no ack, delivered again to the next owner
+            self._failed(self.core, first, 1, error, final=True)
+            return False
+        return await self._run_with_policy(first, generation, policy, admitted=admitted)
 
-    async def dead_letter(self, message: Message, step: DeadLetter, error: BaseException) -> None:
+    async def _call(self, message: Message) -> BaseException | None:
+        """One handler call: None when it returned, else what it raised."""
+        try:
+            if self.is_async:
+                await self.handler(message)  # type: ignore[misc]
+            else:
+                await self._in_thread(self.handler, message)
+        except BaseException as exc:  # noqa: BLE001 - a handler's failure is data, not a crash
+            if self._stopping(exc):
+                raise
+            return exc
+        self.core.stats.processed += 1
+        return None
+
+    async def _run_with_policy(self, first: Message, generation: int, policy: RetryPolicy, *,
+                               admitted: bool) -> bool:
+        """P1: calls counted in Redis. A claimed entry's count came with its claim; each call
+        but the first of a freshly read entry is recorded before it runs (owner checked), and
+        the entry is dead-lettered (P2) once the count reached `max_deliveries`. Acked first
+        (AckPolicy.BEFORE), nothing is pending: the calls are counted here only."""
         core = self.core
-        fields = dead_letter_fields(message, error=error, attempts=step.attempts,
+        shard = first.shard
+        counted = core.config.ack_policy is AckPolicy.AFTER
+        count = core.claimed_counts.pop((shard, first.id), None) if counted else None
+        error: BaseException | None = None
+        while True:
+            step = next_step(count, policy.max_deliveries,
+                             permanent=isinstance(error, DecodeFailed))
+            if isinstance(step, DeadLetterNow):
+                if not self.admit(shard, generation, "dead letter"):
+                    return False  # a side effect as a handler call is: D1 applies
+                stream = policy.stream_for(core.config.stream_prefix, core.config.consumer_group)
+                return await self.dead_letter(first, stream, step.deliveries, error)
+            if error is not None:
+                await self._sleep(policy.backoff_ms / 1000)
+            if step.record is not None:
+                if counted:
+                    if not self.admit(shard, generation) or not await self._record(
+                            first, generation, step.record):
+                        return False  # no unrecorded call runs
+                if not self.admit(shard, generation):
+                    return False
+            elif not admitted and not self.admit(shard, generation):
+                return False
+            error = await self._call(first._replace(attempt=step.attempt))
+            if error is None:
+                return True
+            count = step.attempt
+            self._failed(core, first, count, error, final=isinstance(error, DecodeFailed)
+                         or count >= policy.max_deliveries)
+
+    async def _record(self, message: Message, generation: int, count: int) -> bool:
+        """Record the next call in Redis before it runs (P1); True once recorded. Refused
+        (another owner): the shard stops as on a refused ack. No longer pending: no call."""
+        core = self.core
+        while True:
+            try:
+                outcome = await self._in_thread(self.attempts.record_attempt, message.shard,
+                                                message.id, count)
+                break
+            except redis_errors.RedisError as exc:
+                check_permanent(exc, core.config.redis_url)
+                self.log.warning("member %s: cannot record an attempt of %s %s, retrying: %r",
+                                 core.member_id, message.shard, message.id, exc)
+                await self._sleep(RECORD_RETRY_S)
+                if not self.admit(message.shard, generation):
+                    return False
+        if outcome == NOT_OWNER:
+            core.stats.ack_refusals += 1
+            self._apply(core.ledger.on_ack_refused(message.shard))
+            return False
+        return outcome == RECORDED
+
+    async def dead_letter(self, message: Message, stream: str, deliveries: int,
+                          error: BaseException | None) -> bool:
+        """Write the dead letter (P2); True when written, so the entry may be acked. A write
+        Redis refuses leaves the entry pending and is reported; the member goes on."""
+        core = self.core
+        fields = dead_letter_fields(message, error=error, deliveries=deliveries,
                                     consumer_group=core.config.consumer_group)
-        await self._in_thread(self.dead_letters.add_raw, step.stream, fields)
+        try:
+            await self._in_thread(self.dead_letters.add_raw, stream, fields)
+        except redis_errors.RedisError as exc:
+            self.log.error("member %s: cannot write the dead letter of %s %s to %s, it stays "
+                           "pending: %r", core.member_id, message.shard, message.id, stream, exc)
+            return False
         core.stats.dead_lettered += 1
+        self.log.warning("member %s: %s %s dead-lettered to %s after %d deliveries: %s",
+                         core.member_id, message.shard, message.id, stream, deliveries,
+                         fields["rsc-error"])
+        return True
 
 
 class Workers(WorkerPool):
