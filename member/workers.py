@@ -66,6 +66,8 @@ class WorkerPool:
         # the owner-checked record of an attempt before its call (P1)
         self.attempts = stream_ops(misc_client, core.config.consumer_group, core.member_id,
                                    use_xackdel=False)
+        self._suspect_running = False  # a call that may crash the process runs (P1)
+        self._suspect_waiters: list[Any] = []
 
     # --- what a host supplies --------------------------------------------------------
 
@@ -264,21 +266,64 @@ class WorkerPool:
                 return await self.dead_letter(first, stream, step.deliveries, error)
             if error is not None:
                 await self._sleep(policy.backoff_ms / 1000)
-            if step.record is not None:
-                if counted:
-                    if not self.admit(shard, generation) or not await self._record(
-                            first, generation, step.record):
-                        return False  # no unrecorded call runs
-                if not self.admit(shard, generation):
+            message = first._replace(attempt=step.attempt)
+            if step.record is not None and counted:
+                ran, error = await self._suspect_call(message, generation, step.record)
+                if not ran:
                     return False
-            elif not admitted and not self.admit(shard, generation):
-                return False
-            error = await self._call(first._replace(attempt=step.attempt))
+            else:
+                if (step.record is not None or not admitted) and not self.admit(shard, generation):
+                    return False
+                error = await self._call(message)
             if error is None:
                 return True
             count = step.attempt
             self._failed(core, first, count, error, final=isinstance(error, DecodeFailed)
                          or count >= policy.max_deliveries)
+
+    async def _suspect_call(self, message: Message, generation: int,
+                            count: int) -> tuple[bool, BaseException | None]:
+        """A call that may be the one that crashes the process (a redelivery, or a retry): one
+        at a time per member, after the acks of what was handled are in Redis and once the
+        call is recorded, so a crash in it raises no other entry's count and repeats nothing
+        handled. Whether it ran, and what it raised (None: it returned)."""
+        while self._suspect_running:
+            waiter = self.event_type()
+            self._suspect_waiters.append(waiter)
+            await waiter.wait()
+        self._suspect_running = True
+        try:
+            await self._acks_sent()
+            if not self.admit(message.shard, generation) or not await self._record(
+                    message, generation, count):
+                return False, None  # no unrecorded call runs
+            if not self.admit(message.shard, generation):
+                return False, None
+            return True, await self._call(message)
+        finally:
+            self._suspect_running = False
+            waiters, self._suspect_waiters = self._suspect_waiters, []
+            for waiter in waiters:
+                waiter.set()
+
+    async def _acks_sent(self) -> None:
+        """Wait until the acks of every entry handled so far have been sent."""
+        acks = self.core.acks
+        if not acks.pending:
+            return
+        waiters = []
+        for buffer in list(acks.buffers.values()):
+            sent: Any = buffer.sent
+            if not isinstance(sent, self.event_type):
+                sent = buffer.sent = self.event_type()
+            waiters.append(sent)
+        acks.awaited += 1
+        self._wake_acker()
+        try:
+            for sent in waiters:
+                await sent.wait()
+        finally:
+            acks.awaited -= 1
 
     async def _record(self, message: Message, generation: int, count: int) -> bool:
         """Record the next call in Redis before it runs (P1); True once recorded. Refused
