@@ -15,6 +15,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -82,7 +83,7 @@ async def test_p1_a_poison_value_that_kills_its_process_is_dead_lettered_after_t
     started = time.monotonic()
     try:
         starts, crashes, lives = await supervise(command, done, max_starts=8)
-        dead = client.xrange(dead_stream)
+        dead: list[Any] = client.xrange(dead_stream)  # type: ignore[assignment]
     finally:
         client.close()
     handled = calls()
@@ -162,9 +163,9 @@ def earlier_life(redis_url: str, stream: str, counts: dict[str, int]) -> dict[st
     """Entries a crashed process had read (value -> id), with the delivery counts given."""
     client = connect(redis_url)
     try:
-        ids = {}
+        ids: dict[str, str] = {}
         for value in counts:
-            ids[value] = client.xadd(stream, {"key": value, "value": value})
+            ids[value] = str(client.xadd(stream, {"key": value, "value": value}))
         client.xreadgroup(GROUP, "member-x", {stream: ">"}, count=100)
         for value, count in counts.items():
             client.xclaim(stream, GROUP, "member-x", 0, [ids[value]], retrycount=count,
