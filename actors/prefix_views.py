@@ -43,7 +43,8 @@ def describe(request: m.DescribeGroup, group: GroupMachine, now_ms: int,
         m.ShardDescription(shard=lag.shard, version=versions.get(lag.shard, 0),
                            owner=group.owners.get(lag.shard), length=lag.length,
                            last_delivered_id=lag.last_delivered_id, lag=lag.lag,
-                           pending=lag.pending, oldest_pending_ms=lag.oldest_pending_ms)
+                           pending=lag.pending, oldest_pending_ms=lag.oldest_pending_ms,
+                           max_delivery_count=lag.max_delivery_count)
         for lag in lags or ())
     return attrs.evolve(description, request_id=request.request_id, members=members,
                         shards=shards, retention=retention)

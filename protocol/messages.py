@@ -515,6 +515,8 @@ class ShardDescription:
     lag: int | None
     pending: int
     oldest_pending_ms: int | None
+    # P1: the highest delivery count among the shard's oldest 100 pending entries (None: none)
+    max_delivery_count: int | None = None
 
 
 @attrs.frozen(kw_only=True)

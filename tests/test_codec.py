@@ -169,9 +169,10 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "targetAssignment": {"m1": ["orders:v2:0"]}, "currentAssignment": {"m1": ["orders:v2:0"]},
  "shards": [{"shard": "orders:v2:0", "version": 2, "owner": "m1",
              "length": 1204, "lastDeliveredId": "1733040000000-3",
-             "lag": 17, "pending": 4, "oldestPendingMs": 820},
+             "lag": 17, "pending": 4, "oldestPendingMs": 820, "maxDeliveryCount": 12},
             {"shard": "orders:v1:0", "version": 1, "owner": null, "length": 0,
-             "lastDeliveredId": null, "lag": null, "pending": 0, "oldestPendingMs": null}],
+             "lastDeliveredId": null, "lag": null, "pending": 0, "oldestPendingMs": null,
+             "maxDeliveryCount": null}],
  "retention": {"mode": "acked", "maxLength": null, "maxAgeMs": null}}
 """, m.GroupDescription, {"error": None, "storeWentBackAtMs": None}),
     ("groupDescription with an AWAY static member (S6)", """
@@ -187,7 +188,7 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "targetAssignment": {"m1": ["orders:v1:0"]}, "currentAssignment": {"m1": []},
  "shards": [{"shard": "orders:v1:0", "version": 1, "owner": null,
              "length": 1204, "lastDeliveredId": "1733040000000-3",
-             "lag": 17, "pending": 0, "oldestPendingMs": null}],
+             "lag": 17, "pending": 0, "oldestPendingMs": null, "maxDeliveryCount": null}],
  "retention": null}
 """, m.GroupDescription, {"error": None, "storeWentBackAtMs": None}),
     # The admin table's requests and responses, with concrete values.

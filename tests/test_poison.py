@@ -22,8 +22,11 @@ import trio
 from rsc.member.listener import Listener
 from rsc.member.ops import stream_ops
 from rsc.member.policies import RetryPolicy, default_dead_letter_stream
+from rsc.member.session import open_session
 from rsc.member.streams import NOT_OWNER, NOT_PENDING, RECORDED, connect
+from rsc.protocol import messages as m
 from rsc.protocol import owner_key
+from rsc.protocol.codec import encode
 from tests.processes import ROOT
 from tests.test_member_support import pending_count, set_shards, write_messages
 
@@ -270,3 +273,16 @@ async def test_p1_a_pending_entry_whose_body_was_trimmed_is_acked_not_dead_lette
     finally:
         client.close()
     assert listener.members[0].stats.gone_pending == 1
+
+
+async def test_p1_describe_group_shows_each_shards_highest_pending_delivery_count(coordinator):
+    streams = await set_shards(coordinator.url, PREFIX, GROUP, 2)
+    earlier_life(coordinator.redis_url, streams[0], {"a": 1, "b": 12, "c": 3})
+    async with open_session(coordinator.url, "admin") as admin:
+        response = await admin.request(m.DescribeGroup(request_id=0, stream_prefix=PREFIX,
+                                                       consumer_group=GROUP))
+    assert isinstance(response, m.GroupDescription)
+    assert [(shard.pending, shard.max_delivery_count) for shard in response.shards] == [
+        (3, 12), (0, None)]
+    wire = encode(response)
+    assert '"maxDeliveryCount":12' in wire.replace(" ", "")

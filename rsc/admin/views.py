@@ -782,7 +782,8 @@ def watch_header(url: str, prefix: str, group: str, mode: str) -> Text:
 
 
 MEMBERS_NAMED_FIRST = 5  # watch's first line names the members up to this many
-SHARD_FIGURES = ("length", "last_delivered_id", "lag", "pending", "oldest_pending_ms")
+SHARD_FIGURES = ("length", "last_delivered_id", "lag", "pending", "oldest_pending_ms",
+                 "max_delivery_count")
 """A shard's moving figures: `watch` shows them in its table, never as a change line."""
 
 
