@@ -125,6 +125,20 @@ def _optional_name(instance: object, attribute: attrs.Attribute[str | None], val
         check_name(attribute.name, value)
 
 
+MAX_STREAM_NAME_LENGTH = 1000  # a dead-letter stream: `{<prefix>}:dead:<group>` fits
+
+
+def _optional_stream_name(instance: object, attribute: attrs.Attribute[str | None],
+                          value: str | None) -> None:
+    """An optional Redis stream key (P2: a dead-letter stream): non-empty, at most 1000
+    characters, no control character."""
+    if value is None:
+        return
+    if not value or len(value) > MAX_STREAM_NAME_LENGTH or _CONTROL.search(value):
+        raise FieldValueError(f"field '{camel(attribute.name)}' must be a stream key of 1 to "
+                              f"{MAX_STREAM_NAME_LENGTH} characters without control characters")
+
+
 def _member_and_instance_id(instance: Heartbeat, attribute: attrs.Attribute[str], value: str) -> None:
     """A heartbeat's memberId, then its optional instanceId (S1: same rules): one validator,
     so a heartbeat without an instanceId pays no extra call (attrs runs validators once every
@@ -221,6 +235,8 @@ class Heartbeat(GroupRequest):
     owned_shards: tuple[str, ...] | None = None
     revoking_shards: tuple[RevokingShard, ...] = ()
     instance_id: str | None = None  # S1 (checked by memberId's validator, see there)
+    # P2: the member's dead-letter stream (a RetryPolicy's), absent = unchanged
+    dead_letter_stream: str | None = attrs.field(default=None, validator=_optional_stream_name)
 
     def error(self, status: Status, error: str) -> HeartbeatResponse:
         return HeartbeatResponse(request_id=self.request_id, status=status,
@@ -533,6 +549,7 @@ class MemberDescription:
     overdue: bool = False  # last accepted heartbeat older than interval x 1.5
     instance_id: str | None = None  # S6: null for a dynamic member
     away_ms: int | None = None  # S6: time since its last accepted heartbeat, only when AWAY
+    dead_letter_stream: str | None = None  # P2: as the member's heartbeats report it
 
 
 @attrs.frozen(kw_only=True)

@@ -38,7 +38,7 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "capacity": 8,
  "ownedShards": [],
  "revokingShards": []}
-""", m.Heartbeat, {"instanceId": None}),
+""", m.Heartbeat, {"instanceId": None, "deadLetterStream": None}),
     ("heartbeatResponse", """
 {"type": "heartbeatResponse", "requestId": 7, "status": "OK",
  "memberId": "10.0.0.7-4242-0-k3f9", "memberEpoch": 5,
@@ -108,23 +108,25 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "ownedShards": ["orders:v1:0", "orders:v1:2"],
  "revokingShards": [{"shard": "orders:v1:2", "state": "REVOKED"},
                     {"shard": "orders:v1:0", "state": "REVOKING"}]}
-""", m.Heartbeat, {"capacity": None, "instanceId": None}),
+""", m.Heartbeat, {"capacity": None, "instanceId": None, "deadLetterStream": None}),
     ("heartbeat leave, ownedShards null, revokingShards absent", """
 {"type": "heartbeat", "requestId": 10,
  "streamPrefix": "orders", "consumerGroup": "billing",
  "memberId": "10.0.0.7-4242-0-k3f9", "memberEpoch": -1, "ownedShards": null}
-""", m.Heartbeat, {"capacity": None, "revokingShards": [], "instanceId": None}),
+""", m.Heartbeat, {"capacity": None, "revokingShards": [], "instanceId": None,
+                  "deadLetterStream": None}),
     ("heartbeat static join (S1)", """
 {"type": "heartbeat", "requestId": 7,
  "streamPrefix": "orders", "consumerGroup": "billing",
  "memberId": "10.0.0.7-4242-0-k3f9", "memberEpoch": 0, "instanceId": "billing-0",
  "capacity": 8, "ownedShards": [], "revokingShards": []}
-""", m.Heartbeat, {}),
+""", m.Heartbeat, {"deadLetterStream": None}),
     ("heartbeat temporary leave (S2)", """
 {"type": "heartbeat", "requestId": 11,
  "streamPrefix": "orders", "consumerGroup": "billing",
  "memberId": "10.0.0.7-4242-0-k3f9", "memberEpoch": -2, "ownedShards": []}
-""", m.Heartbeat, {"capacity": None, "revokingShards": [], "instanceId": None}),
+""", m.Heartbeat, {"capacity": None, "revokingShards": [], "instanceId": None,
+                  "deadLetterStream": None}),
     ("heartbeatResponse UNRELEASED_INSTANCE_ID (S4)", """
 {"type": "heartbeatResponse", "requestId": 7, "status": "UNRELEASED_INSTANCE_ID",
  "memberId": "10.0.0.9-77-0-zz01", "error": "instanceId 'billing-0' is held by a live member"}
@@ -154,7 +156,8 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
                      "state": "UNREVOKED_SHARDS", "capacity": 8, "lastHeartbeatMsAgo": 420,
                      "assignedShards": ["orders:v2:0"], "pendingShards": [],
                      "revokingShards": ["orders:v1:1"], "targetShards": ["orders:v2:0"],
-                     "overdue": False, "instanceId": None, "awayMs": None}]}),
+                     "overdue": False, "instanceId": None, "awayMs": None,
+                     "deadLetterStream": None}]}),
     ("groupDescription with shards, an overdue member and retention", """
 {"type": "groupDescription", "requestId": 3, "status": "OK",
  "streamPrefix": "orders", "consumerGroup": "billing",
@@ -165,7 +168,8 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "members": [{"memberId": "m1", "memberEpoch": 9, "state": "STABLE", "capacity": 1,
               "lastHeartbeatMsAgo": 4800, "assignedShards": ["orders:v2:0"],
               "pendingShards": [], "revokingShards": [], "targetShards": ["orders:v2:0"],
-              "overdue": true, "instanceId": null, "awayMs": null}],
+              "overdue": true, "instanceId": null, "awayMs": null,
+              "deadLetterStream": null}],
  "targetAssignment": {"m1": ["orders:v2:0"]}, "currentAssignment": {"m1": ["orders:v2:0"]},
  "shards": [{"shard": "orders:v2:0", "version": 2, "owner": "m1",
              "length": 1204, "lastDeliveredId": "1733040000000-3",
@@ -184,7 +188,7 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
               "lastHeartbeatMsAgo": 4800, "assignedShards": [],
               "pendingShards": ["orders:v1:0"], "revokingShards": [],
               "targetShards": ["orders:v1:0"], "overdue": false,
-              "instanceId": "billing-0", "awayMs": 4800}],
+              "instanceId": "billing-0", "awayMs": 4800, "deadLetterStream": null}],
  "targetAssignment": {"m1": ["orders:v1:0"]}, "currentAssignment": {"m1": []},
  "shards": [{"shard": "orders:v1:0", "version": 1, "owner": null,
              "length": 1204, "lastDeliveredId": "1733040000000-3",
@@ -392,7 +396,7 @@ def test_encode_is_compact_utf8_json_with_camel_case_names() -> None:
     assert " " not in text
     assert set(json.loads(text)) == {"type", "requestId", "streamPrefix", "consumerGroup", "memberId",
                                      "memberEpoch", "capacity", "ownedShards", "revokingShards",
-                                     "instanceId"}
+                                     "instanceId", "deadLetterStream"}
     assert to_wire(message)["ownedShards"] is None
 
 

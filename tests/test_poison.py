@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from rsc.member.listener import Listener
@@ -286,3 +287,31 @@ async def test_p1_describe_group_shows_each_shards_highest_pending_delivery_coun
         (3, 12), (0, None)]
     wire = encode(response)
     assert '"maxDeliveryCount":12' in wire.replace(" ", "")
+
+
+async def test_p2_members_report_their_dead_letter_stream_in_their_heartbeat(coordinator):
+    await set_shards(coordinator.url, PREFIX, GROUP, 1)
+    descriptions: list[m.GroupDescription] = []
+
+    async def describe() -> bool:
+        async with open_session(coordinator.url, "admin") as admin:
+            response = await admin.request(m.DescribeGroup(request_id=0, stream_prefix=PREFIX,
+                                                           consumer_group=GROUP))
+        assert isinstance(response, m.GroupDescription)
+        descriptions.append(response)
+        return bool(response.members)
+
+    listener = Listener(lambda message: None, stream_prefix=PREFIX, consumer_group=GROUP,
+                        coordinator_url=coordinator.url, redis_url=coordinator.redis_url,
+                        member_ids=["member-b"], retry=RetryPolicy())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(listener.run)
+        with trio.fail_after(20):
+            while not await describe():
+                await trio.sleep(0.05)
+        listener.stop()
+    [member] = descriptions[-1].members
+    assert member.dead_letter_stream == "{poison}:dead:billing"
+    with pytest.raises(ValueError, match="deadLetterStream"):
+        m.Heartbeat(request_id=0, stream_prefix=PREFIX, consumer_group=GROUP, member_id="x",
+                    member_epoch=0, dead_letter_stream="")
