@@ -47,6 +47,7 @@ from rsc.actors.admission import (
     raise_fd_limit,
 )
 from rsc.actors.config import CoordinatorConfig
+from rsc.actors.dead_letter_admin import DeadLetterAdmin
 from rsc.actors.format_admin import FormatVersionAdmin
 from rsc.actors.group import GroupSettings
 from rsc.actors.lease import (
@@ -431,6 +432,9 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
                                    max_frame_bytes=config.max_frame_bytes,
                                    handshake_timeout_s=config.handshake_timeout_s,
                                    format_admin=FormatVersionAdmin(store, deadline_s=shard_work.deadline_s))
+        server.dead_letters = DeadLetterAdmin(config.redis_url or "", server.ask,
+                                              min_replicas=config.min_replicas,
+                                              wait_timeout_ms=config.lease_ttl_ms // 3)
         bound = await nursery.start(_serve_websocket, server, config, admission, port, server_tls)
         nursery.start_soon(_lease_loop, config, store, readiness, continuity, lapsed, identity)
         nursery.start_soon(_tick_loop, config, router, continuity, lapsed)

@@ -15,10 +15,10 @@ from typing import Protocol
 
 import attrs
 
+from rsc.common.dead_letters import CRASHED  # rsc-error when attempts ran out without an error
 from rsc.common.redact import redact_text
 
 MAX_ERROR_CHARS = 1024  # rsc-error: type and message, at most 1 KiB (P2)
-CRASHED = "crashed"  # rsc-error when the attempts ran out without an error seen (P2)
 
 
 class AckPolicy(enum.Enum):

@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING, Any
 import trio
 from redis import exceptions as redis_errors
 
+from rsc.common.dead_letters import REDRIVE_GROUP_HEADER
 from rsc.member.attempts import DeadLetterNow, next_step
 from rsc.member.codecs import DecodeFailed
 from rsc.member.core import monotonic_ms
 from rsc.member.ledger import Verdict
-from rsc.member.message import Handler, Message
+from rsc.member.message import NO_HEADERS, Handler, Message
 from rsc.member.ops import produce_ops, stream_ops
 from rsc.member.policies import AckPolicy, RetryPolicy, dead_letter_fields
 from rsc.member.reconcile import NO_ACTIONS, Actions
@@ -144,6 +145,8 @@ class WorkerPool:
         fast = self.is_async and config.retry is None and config.ack_policy is AckPolicy.AFTER
         monotonic, own_clock = time.monotonic, clock is monotonic_ms
         new_message = tuple.__new__  # Message's fields in order, without its Python __new__
+        no_headers, redrive_header = NO_HEADERS, REDRIVE_GROUP_HEADER
+        own_group = config.consumer_group.encode("utf-8")
         since_checkpoint = 0
         while True:
             entry = pop(index)
@@ -159,6 +162,15 @@ class WorkerPool:
                 if verdict is not allowed:
                     done(entry)
                     continue
+            if headers is not no_headers and redrive_header in headers \
+                    and headers[redrive_header] != own_group:
+                # P3: sent back for another group of the prefix: acked here without a call
+                acks.add(shard, generation, entry_id)
+                stats.redrives_passed += 1
+                done(entry)
+                if parking.parked:
+                    wake_acker()
+                continue
             message = new_message(Message, (shard, entry_id, key, value, member_id, headers, 1))
             core.busy += 1
             handled = False

@@ -24,6 +24,7 @@ class Status(enum.StrEnum):
     UNRELEASED_INSTANCE_ID = "UNRELEASED_INSTANCE_ID"  # S4: another live member holds it
     FENCED_INSTANCE_ID = "FENCED_INSTANCE_ID"  # S3: a newer member took this instanceId over
     UNSUPPORTED_FORMAT_VERSION = "UNSUPPORTED_FORMAT_VERSION"  # setFormatVersion refused
+    REDRIVE_IN_PROGRESS = "REDRIVE_IN_PROGRESS"  # P3: the group's re-drive runs already
 
 
 class ProtocolError(Exception):

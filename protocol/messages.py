@@ -76,6 +76,13 @@ __all__ = [
     "FormatVersionChanged",
     "GetFormatVersion",
     "SetFormatVersion",
+    "DeadLetterEntry",
+    "DeadLetters",
+    "DeadLettersRedriven",
+    "ListDeadLetters",
+    "RedriveDeadLetters",
+    "RedrivenEntry",
+    "SkippedDeadLetter",
 ]
 
 MAX_NAME_LENGTH = 200
@@ -162,6 +169,15 @@ def _at_least(low: int) -> Callable[[object, attrs.Attribute[_Bounded], _Bounded
     def check(instance: object, attribute: attrs.Attribute[_Bounded], value: _Bounded) -> None:
         if value is not None and value < low:
             raise FieldValueError(f"field '{camel(attribute.name)}' must be >= {low}, got {value}")
+
+    return check
+
+
+def _within(low: int, high: int) -> Callable[[object, attrs.Attribute[int], int], None]:
+    def check(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+        if not low <= value <= high:
+            raise FieldValueError(f"field '{camel(attribute.name)}' must be in {low}..{high}, "
+                                  f"got {value}")
 
     return check
 
@@ -719,6 +735,109 @@ class FormatVersionChanged(Response):
     error: str | None = None
 
 
+# --- dead letters (P3) -----------------------------------------------------------------
+
+MAX_DEAD_LETTER_PAGE = 1000
+MAX_REDRIVE = 1_000_000
+
+
+@attrs.frozen(kw_only=True)
+class DeadLetterEntry:
+    """One dead letter as `listDeadLetters` shows it: its story (P2) and the message, as text
+    (UTF-8, U+FFFD where the bytes are not)."""
+
+    id: str
+    source_stream: str | None
+    source_id: str | None
+    consumer_group: str | None
+    deliveries: int | None
+    error: str | None
+    member_id: str | None
+    dead_at_ms: int | None
+    key: str | None
+    value: str
+    redriven: int = 0  # returns so far (rsc-redriven)
+
+
+@attrs.frozen(kw_only=True)
+class ListDeadLetters(GroupRequest):
+    """P3: a group's dead letters: count, oldest and newest, errors by type, one page."""
+
+    TYPE: ClassVar[str] = "listDeadLetters"
+    request_id: int
+    stream_prefix: str = attrs.field(validator=_name)
+    consumer_group: str = attrs.field(validator=_name)
+    count: int = attrs.field(default=100, validator=_within(1, MAX_DEAD_LETTER_PAGE))
+    after: str | None = None  # the page starts after this entry id (None: the oldest)
+
+    def error(self, status: Status, error: str) -> DeadLetters:
+        return DeadLetters(request_id=self.request_id, status=status,
+                           stream_prefix=self.stream_prefix, consumer_group=self.consumer_group,
+                           error=error)
+
+
+@attrs.frozen(kw_only=True)
+class DeadLetters(Response):
+    TYPE: ClassVar[str] = "deadLetters"
+    request_id: int | None
+    status: Status
+    stream_prefix: str
+    consumer_group: str
+    stream: str | None = None
+    count: int = 0
+    oldest_ms: int | None = None
+    newest_ms: int | None = None
+    errors_by_type: dict[str, int] = attrs.field(factory=dict)
+    entries: tuple[DeadLetterEntry, ...] = ()
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RedriveDeadLetters(GroupRequest):
+    """P3: send a group's dead letters back to their source prefix, to this group."""
+
+    TYPE: ClassVar[str] = "redriveDeadLetters"
+    request_id: int
+    stream_prefix: str = attrs.field(validator=_name)
+    consumer_group: str = attrs.field(validator=_name)
+    dry_run: bool = False
+    max: int = attrs.field(default=1000, validator=_within(1, MAX_REDRIVE))
+    ids: tuple[str, ...] = ()
+    force: bool = False  # send back entries already sent back 3 times too
+
+    def error(self, status: Status, error: str) -> DeadLettersRedriven:
+        return DeadLettersRedriven(request_id=self.request_id, status=status,
+                                   stream_prefix=self.stream_prefix,
+                                   consumer_group=self.consumer_group, error=error)
+
+
+@attrs.frozen(kw_only=True)
+class RedrivenEntry:
+    id: str  # the dead letter's id
+    shard: str  # where it went (or would go, on a dry run)
+    new_id: str | None = None  # its id there (None on a dry run)
+
+
+@attrs.frozen(kw_only=True)
+class SkippedDeadLetter:
+    id: str
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class DeadLettersRedriven(Response):
+    TYPE: ClassVar[str] = "deadLettersRedriven"
+    request_id: int | None
+    status: Status
+    stream_prefix: str
+    consumer_group: str
+    stream: str | None = None
+    dry_run: bool = False
+    redriven: tuple[RedrivenEntry, ...] = ()
+    skipped: tuple[SkippedDeadLetter, ...] = ()
+    error: str | None = None
+
+
 @attrs.frozen(kw_only=True)
 class ErrorResponse(Response):
     """The reply to anything malformed (INVALID_REQUEST)."""
@@ -731,7 +850,8 @@ class ErrorResponse(Response):
 
 MemberRequest = Heartbeat | GetRouting
 AdminRequest = (ListGroups | DescribeGroup | SetShardCount | SetMaxConcurrency | RemoveMember
-                | DeleteGroup | ResetOffsets | SetRetention | GetFormatVersion | SetFormatVersion)
+                | DeleteGroup | ResetOffsets | SetRetention | GetFormatVersion | SetFormatVersion
+                | ListDeadLetters | RedriveDeadLetters)
 AdminResponse = (Groups | GroupDescription | ShardCountChanged | MaxConcurrencyChanged
                  | MemberRemoved | GroupDeleted | OffsetsReset | RetentionChanged | FormatVersion
-                 | FormatVersionChanged)
+                 | FormatVersionChanged | DeadLetters | DeadLettersRedriven)

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rsc.common.dead_letters import CRASHED
 from rsc.member.attempts import CallHandler, DeadLetterNow, is_crash_loop, next_step
 from rsc.member.policies import (
-    CRASHED,
     RetryPolicy,
     dead_letter_fields,
     default_dead_letter_stream,

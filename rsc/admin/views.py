@@ -46,7 +46,7 @@ from rsc.protocol import (
     ShardCountChanged,
     ShardDescription,
 )
-from rsc.protocol.messages import Message, camel
+from rsc.protocol.messages import DeadLetters, DeadLettersRedriven, Message, camel
 
 Column = tuple[str, JustifyMethod]
 """A table column: its header and how its cells are justified."""
@@ -702,6 +702,51 @@ def offsets_reset_view(response: object) -> RenderableType:
     return Group(title, table)
 
 
+def dead_letters_view(response: object) -> RenderableType:
+    """listDeadLetters: the count, oldest and newest, errors by type, then the page."""
+    count = field(response, "count", 0)
+    title = plain(f"{count} dead letter(s) of ", group_text(field(response, "stream_prefix"),
+                                                            field(response, "consumer_group")),
+                  f" in {field(response, 'stream')}")
+    errors = field(response, "errors_by_type", {}) or {}
+    lines: list[RenderableType] = [title]
+    if errors:
+        lines.append(plain("errors: " + ", ".join(f"{name} {number}" for name, number
+                                                  in sorted(errors.items(), key=lambda e: -e[1]))))
+    entries = field(response, "entries", ())
+    if entries:
+        table = Table(header_style="bold")
+        _columns(table, (("id", "left"), ("source", "left"), ("key", "left"),
+                         ("deliveries", "right"), ("sent back", "right"), ("error", "left")))
+        for entry in entries:
+            table.add_row(name_text(field(entry, "id")),
+                          name_text(f"{field(entry, 'source_stream')} {field(entry, 'source_id')}"),
+                          name_text(str(field(entry, "key"))),
+                          name_text(format_count(field(entry, "deliveries"))),
+                          name_text(format_count(field(entry, "redriven"))),
+                          name_text(str(field(entry, "error"))))
+        lines.append(table)
+    return Group(*lines)
+
+
+def dead_letters_redriven_view(response: object) -> RenderableType:
+    """redriveDeadLetters: what went back (or would, on a dry run) and what stayed, and why."""
+    redriven = field(response, "redriven", ())
+    skipped = field(response, "skipped", ())
+    verb = "would send back" if field(response, "dry_run") else "sent back"
+    lines: list[RenderableType] = [plain(
+        f"{verb} {len(redriven)} dead letter(s) of ",
+        group_text(field(response, "stream_prefix"), field(response, "consumer_group")),
+        f"; {len(skipped)} left where they are")]
+    for entry in redriven:
+        new_id = field(entry, "new_id")
+        lines.append(plain(f"  {field(entry, 'id')} -> {field(entry, 'shard')}"
+                           + (f" {new_id}" if new_id else "")))
+    for entry in skipped:
+        lines.append(plain(f"  {field(entry, 'id')} left: {field(entry, 'reason')}"))
+    return Group(*lines)
+
+
 def format_version_view(response: object) -> Text:
     in_use, latest = field(response, "format_version"), field(response, "latest_format_version")
     line = plain(f"metadata format version {in_use}")
@@ -750,6 +795,8 @@ RESPONSE_VIEWS: dict[str, Callable[[object], RenderableType]] = {
     OffsetsReset.TYPE: offsets_reset_view,
     FormatVersion.TYPE: format_version_view,
     FormatVersionChanged.TYPE: format_version_changed_view,
+    DeadLetters.TYPE: dead_letters_view,
+    DeadLettersRedriven.TYPE: dead_letters_redriven_view,
 }
 
 
