@@ -83,7 +83,7 @@ async def run_until(listeners: list[Listener], condition, timeout: float = 20) -
             listener.stop()
 
 
-async def admin_request(url: str, request: m.Request) -> m.Response:
+async def admin_request(url: str, request: m.Request) -> m.Message:
     async with open_session(url, "admin") as admin:
         return await admin.request(request)
 
@@ -161,7 +161,10 @@ async def test_p3_one_redrive_at_a_time_per_group(coordinator):
     async with open_session(coordinator.url, "admin") as session, \
             open_session(coordinator.url, "member") as member:
         async def ask(request: m.Request) -> m.Response:
-            return await (member if isinstance(request, m.GetRouting) else session).request(request)
+            session_for = member if isinstance(request, m.GetRouting) else session
+            response = await session_for.request(request)
+            assert isinstance(response, m.Response)
+            return response
 
         admin = DeadLetterAdmin(coordinator.redis_url, ask)
         admin._redriving.add((PREFIX, GROUP))
