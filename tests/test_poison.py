@@ -34,6 +34,11 @@ from tests.test_member_support import pending_count, set_shards, write_messages
 PREFIX, GROUP = "poison", "billing"
 
 
+async def admin_request(url: str, request: m.Request) -> m.Message:
+    async with open_session(url, "admin") as admin:
+        return await admin.request(request)
+
+
 async def supervise(command: list[str], done, max_starts: int) -> tuple[int, int, list[float]]:
     """Start `command`, start it again each time it exits, until `done()`; the starts, the
     crashes (exits with status 1) and each life's seconds. The last one gets SIGTERM."""
@@ -105,6 +110,23 @@ async def test_p1_a_poison_value_that_kills_its_process_is_dead_lettered_after_t
     assert fields["rsc-source-stream"] in streams and fields["rsc-group"] == GROUP
     assert fields["rsc-member"] == "poison-pod" and int(fields["rsc-dead-at-ms"]) > 0
     assert set(handled) == set(values), "every good value handled"
+
+    # the fix is out (no value kills the process any more): send the dead letter back
+    sent = await admin_request(coordinator.url, m.RedriveDeadLetters(
+        request_id=0, stream_prefix=PREFIX, consumer_group=GROUP))
+    assert isinstance(sent, m.DeadLettersRedriven) and len(sent.redriven) == 1, sent
+    fixed = [*command[:-2], "no-poison-any-more", "3"]
+    client = connect(coordinator.redis_url)
+    try:
+        starts, crashes, _ = await supervise(fixed, lambda: calls()[poison] == 4 and pending_count(
+            coordinator.redis_url, streams, GROUP) == 0 and client.xlen(dead_stream) == 0,
+            max_starts=2)
+    finally:
+        client.close()
+    assert (starts, crashes) == (1, 0)
+    assert calls_file.read_text().splitlines()[-1] == f"{poison} 1", \
+        "handled once more after the re-drive: a fresh entry, its first call"
+    assert calls()[poison] == 4
 
 
 SHARD = "{poison:v1:0}"
