@@ -9,16 +9,10 @@ the dead-letter write, is admitted by the ledger first (D1), as a handler call i
 from __future__ import annotations
 
 import enum
-import time
 from collections.abc import Mapping
 from typing import Protocol
 
 import attrs
-
-from rsc.common.dead_letters import CRASHED  # rsc-error when attempts ran out without an error
-from rsc.common.redact import redact_text
-
-MAX_ERROR_CHARS = 1024  # rsc-error: type and message, at most 1 KiB (P2)
 
 
 class AckPolicy(enum.Enum):
@@ -58,22 +52,11 @@ def default_dead_letter_stream(stream_prefix: str, consumer_group: str) -> str:
     return f"{{{stream_prefix}}}:dead:{consumer_group}"
 
 
-def error_text(error: BaseException | None) -> str:
-    """`rsc-error`: the error's type and message, secrets masked (K7), at most 1 KiB;
-    `crashed` when no error was seen (the process died during the calls)."""
-    if error is None:
-        return CRASHED
-    text = redact_text(f"{type(error).__name__}: {error}")
-    encoded = text.encode("utf-8")
-    if len(encoded) > MAX_ERROR_CHARS:
-        text = encoded[:MAX_ERROR_CHARS - 3].decode("utf-8", "ignore") + "..."
-    return text
-
-
-def dead_letter_fields(message: DeadMessage, *, error: BaseException | None, deliveries: int,
-                       consumer_group: str, now_ms: int | None = None) -> dict[str, str | bytes]:
+def dead_letter_fields(message: DeadMessage, *, error: str, deliveries: int,
+                       consumer_group: str, now_ms: int) -> dict[str, str | bytes]:
     """The fields of a dead-letter entry (P2): the message as it was (its key, value and
-    headers laid out as in a shard, docs/protocol.md M5: bytes kept, M1), then its story."""
+    headers laid out as in a shard, docs/protocol.md M5: bytes kept, M1), then its story;
+    `error` is `rsc-error` (`error_text` of rsc/member/workers.py: masked, at most 1 KiB)."""
     fields: dict[str, str | bytes] = {}
     if message.key_bytes is not None:
         fields["key"] = message.key_bytes
@@ -83,8 +66,8 @@ def dead_letter_fields(message: DeadMessage, *, error: BaseException | None, del
     fields.update({
         "rsc-source-stream": message.shard, "rsc-source-id": message.id,
         "rsc-group": consumer_group, "rsc-deliveries": str(deliveries),
-        "rsc-error": error_text(error), "rsc-member": message.member_id,
-        "rsc-dead-at-ms": str(int(time.time() * 1000) if now_ms is None else now_ms)})
+        "rsc-error": error, "rsc-member": message.member_id,
+        "rsc-dead-at-ms": str(now_ms)})
     return fields
 
 

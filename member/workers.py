@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 import trio
 from redis import exceptions as redis_errors
 
-from rsc.common.dead_letters import REDRIVE_GROUP_HEADER
+from rsc.common.dead_letters import CRASHED, REDRIVE_GROUP_HEADER
+from rsc.common.redact import redact_text
 from rsc.member.attempts import DeadLetterNow, next_step
 from rsc.member.codecs import DecodeFailed
 from rsc.member.core import monotonic_ms
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_EVERY = 64  # a handler that never awaits must not starve the other tasks
 RECORD_RETRY_S = 0.2  # an attempt Redis could not record is tried again after this
+MAX_ERROR_BYTES = 1024  # rsc-error: type and message, at most 1 KiB (P2)
 
 
 class WorkerPool:
@@ -364,8 +366,9 @@ class WorkerPool:
         """Write the dead letter (P2); True when written, so the entry may be acked. A write
         Redis refuses leaves the entry pending and is reported; the member goes on."""
         core = self.core
-        fields = dead_letter_fields(message, error=error, deliveries=deliveries,
-                                    consumer_group=core.config.consumer_group)
+        fields = dead_letter_fields(message, error=error_text(error), deliveries=deliveries,
+                                    consumer_group=core.config.consumer_group,
+                                    now_ms=int(time.time() * 1000))
         try:
             await self._in_thread(self.dead_letters.add_raw, stream, fields)
         except redis_errors.RedisError as exc:
@@ -377,6 +380,18 @@ class WorkerPool:
                          core.member_id, message.shard, message.id, stream, deliveries,
                          fields["rsc-error"])
         return True
+
+
+def error_text(error: BaseException | None) -> str:
+    """`rsc-error` (P2): the error's type and message, secrets masked (K7), at most 1 KiB;
+    `crashed` when no error was seen (the process died during the calls)."""
+    if error is None:
+        return CRASHED
+    text = redact_text(f"{type(error).__name__}: {error}")
+    encoded = text.encode("utf-8")
+    if len(encoded) > MAX_ERROR_BYTES:
+        text = encoded[:MAX_ERROR_BYTES - 3].decode("utf-8", "ignore") + "..."
+    return text
 
 
 class Workers(WorkerPool):

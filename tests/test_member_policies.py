@@ -12,8 +12,8 @@ from rsc.member.policies import (
     RetryPolicy,
     dead_letter_fields,
     default_dead_letter_stream,
-    error_text,
 )
+from rsc.member.workers import error_text
 
 
 def test_p1_the_first_call_of_a_freshly_read_entry_is_counted_by_its_read():
@@ -134,15 +134,15 @@ def test_p2_a_dead_letter_holds_the_message_as_it_was_and_its_story():
     from rsc.member.message import Message
 
     message = Message("{orders:v1:0}", "1-0", b"k", b"\xff v", "m-1", {"trace": b"t"})
-    fields = dead_letter_fields(message, error=RuntimeError("cannot"), deliveries=3,
+    fields = dead_letter_fields(message, error=error_text(RuntimeError("cannot")), deliveries=3,
                                 consumer_group="billing", now_ms=1_700_000_000_000)
     assert fields == {"key": b"k", "value": b"\xff v", "h:trace": b"t",  # as in a shard (M1, M5)
                       "rsc-source-stream": "{orders:v1:0}", "rsc-source-id": "1-0",
                       "rsc-group": "billing", "rsc-deliveries": "3",
                       "rsc-error": "RuntimeError: cannot", "rsc-member": "m-1",
                       "rsc-dead-at-ms": "1700000000000"}
-    keyless = dead_letter_fields(Message("s", "2-0", None, b"v", "m-1"), error=None, deliveries=3,
-                                 consumer_group="billing")
+    keyless = dead_letter_fields(Message("s", "2-0", None, b"v", "m-1"), error=error_text(None),
+                                 deliveries=3, consumer_group="billing", now_ms=1)
     assert "key" not in keyless and keyless["value"] == b"v"
     assert keyless["rsc-error"] == CRASHED, "attempts ran out without an error seen"
 
