@@ -10,6 +10,7 @@ duplicates of good values) are printed.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -337,3 +338,56 @@ async def test_p2_members_report_their_dead_letter_stream_in_their_heartbeat(coo
     with pytest.raises(ValueError, match="deadLetterStream"):
         m.Heartbeat(request_id=0, stream_prefix=PREFIX, consumer_group=GROUP, member_id="x",
                     member_epoch=0, dead_letter_stream="")
+
+
+async def test_p1_a_member_sigkilled_mid_message_counts_that_call(coordinator, tmp_path: Path):
+    streams = await set_shards(coordinator.url, PREFIX, GROUP, 1)
+    write_messages(coordinator.redis_url, streams, [("k", "slow"), ("k", "next")])
+    calls_file = tmp_path / "calls"
+    calls_file.touch()
+    command = [sys.executable, "-m", "tests.poison_listener", coordinator.url,
+               coordinator.redis_url, PREFIX, GROUP, str(calls_file), "none", "3"]
+
+    def lines() -> list[str]:
+        return calls_file.read_text().splitlines()
+
+    hanging = await trio.lowlevel.open_process(command, cwd=ROOT, stderr=subprocess.DEVNULL,
+                                               env={**os.environ, "POISON_HANG": "slow"})
+    try:
+        with trio.fail_after(60):
+            while lines() != ["slow 1"]:
+                await trio.sleep(0.02)
+    finally:
+        hanging.kill()  # SIGKILL, mid-message
+        await hanging.wait()
+    starts, crashes, _ = await supervise(command, lambda: lines()[-1:] == ["next 2"] and
+                                         pending_count(coordinator.redis_url, streams, GROUP) == 0,
+                                         max_starts=2)
+    assert (starts, crashes) == (1, 0)
+    # the killed call counted, so the next call of "slow" is its 2nd; "next" was read by the
+    # killed process and never called: the read counted it once (P1), so its first call is 2 too
+    assert lines() == ["slow 1", "slow 2", "next 2"]
+
+
+async def test_p1_counts_survive_a_reshard_that_moves_the_pending_entry(coordinator):
+    [old] = await set_shards(coordinator.url, PREFIX, GROUP, 1)
+    ids = earlier_life(coordinator.redis_url, old, {"x": 2})
+    new_streams = await set_shards(coordinator.url, PREFIX, GROUP, 2)  # v1 sealed, draining
+    assert old not in new_streams
+    client = connect(coordinator.redis_url)
+    seen: list[tuple[str, int, int]] = []
+
+    async def handle(message) -> None:
+        seen.append((message.value, message.attempt, pending_of(client, message.shard)[message.id]))
+        raise RuntimeError("still no")
+
+    dead_stream = default_dead_letter_stream(PREFIX, GROUP)
+    try:
+        await run_listener_until(coordinator, handle, lambda: client.xlen(dead_stream) == 1,
+                                 retry=RetryPolicy(max_deliveries=3, backoff_ms=0))
+        (_, fields), = client.xrange(dead_stream)
+    finally:
+        client.close()
+    assert seen == [("x", 3, 3)], "the count came along with the entry's shard"
+    assert (fields["rsc-source-stream"], fields["rsc-source-id"]) == (old, ids["x"])
+    assert fields["rsc-deliveries"] == "3"
