@@ -95,6 +95,12 @@ class WorkerPool:
     def _stopping(self, error: BaseException) -> bool:
         return not isinstance(error, Exception)  # trio's Cancelled, KeyboardInterrupt
 
+    async def _backoff(self, shard: str, generation: int, seconds: float) -> bool:
+        """Wait `seconds` before the next call of an entry of `shard`; False when the shard is
+        no longer read under `generation` by then (the call is then not made)."""
+        await self._sleep(seconds)
+        return self.core.ledger.still_reading(shard, generation)
+
     log = log  # a handler's failures are logged here (each host its own logger)
 
     def _failed(self, core: MemberCore, message: Message, attempt: int, error: BaseException, *,
@@ -167,6 +173,8 @@ class WorkerPool:
             if headers is not no_headers and redrive_header in headers \
                     and headers[redrive_header] != own_group:
                 # P3: sent back for another group of the prefix: acked here without a call
+                if core.claimed_counts:
+                    core.claimed_counts.pop((shard, entry_id), None)
                 acks.add(shard, generation, entry_id)
                 stats.redrives_passed += 1
                 done(entry)
@@ -278,8 +286,9 @@ class WorkerPool:
                     return False  # a side effect as a handler call is: D1 applies
                 stream = policy.stream_for(core.config.stream_prefix, core.config.consumer_group)
                 return await self.dead_letter(first, stream, step.deliveries, error)
-            if error is not None:
-                await self._sleep(policy.backoff_ms / 1000)
+            if error is not None and not await self._backoff(shard, generation,
+                                                             policy.backoff_ms / 1000):
+                return False  # revoked, left, fenced or stopping: no ack, its count stays (L4)
             message = first._replace(attempt=step.attempt)
             if step.record is not None and counted:
                 ran, error = await self._suspect_call(message, generation, step.record)
@@ -414,3 +423,15 @@ class Workers(WorkerPool):
 
     async def _in_thread(self, function: Callable[..., Any], *args: Any) -> Any:
         return await trio.to_thread.run_sync(function, *args, limiter=self.threads)
+
+    async def _backoff(self, shard: str, generation: int, seconds: float) -> bool:
+        """As the pool's, but a revoke, leave, fence or shutdown ends the wait at once (L4)."""
+        core = self.core
+
+        def gone() -> bool:
+            return not core.ledger.still_reading(shard, generation)
+
+        with trio.move_on_after(seconds):
+            await core.changed.wait_until(gone)
+            return False
+        return not gone()

@@ -391,3 +391,38 @@ async def test_p1_counts_survive_a_reshard_that_moves_the_pending_entry(coordina
     assert seen == [("x", 3, 3)], "the count came along with the entry's shard"
     assert (fields["rsc-source-stream"], fields["rsc-source-id"]) == (old, ids["x"])
     assert fields["rsc-deliveries"] == "3"
+
+
+async def test_l4_a_message_waiting_for_its_next_attempt_is_abandoned_at_once_on_shutdown(
+        coordinator):
+    [stream] = await set_shards(coordinator.url, PREFIX, GROUP, 1)
+    write_messages(coordinator.redis_url, (stream,), [("k", "x"), ("k", "after"), ("j", "other")])
+    seen: list[str] = []
+
+    async def handle(message) -> None:
+        seen.append(message.value)
+        if message.value == "x":
+            raise RuntimeError("not yet")
+
+    listener = Listener(handle, stream_prefix=PREFIX, consumer_group=GROUP,
+                        coordinator_url=coordinator.url, redis_url=coordinator.redis_url,
+                        member_ids=["member-b"],
+                        retry=RetryPolicy(max_deliveries=3, backoff_ms=600_000))
+    with trio.fail_after(40):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(listener.run)
+            while sorted(seen) != ["other", "x"]:
+                await trio.sleep(0.02)
+            stopping = trio.current_time()
+            listener.stop()
+    # the member left without waiting for the 10 minutes of the backoff, nor for its drain
+    # timeout (30 s): the wait was abandoned at once
+    assert trio.current_time() - stopping < listener.members[0].core.config.drain_timeout_s
+    client = connect(coordinator.redis_url)
+    try:
+        assert pending_of(client, stream) != {}
+        counts = list(pending_of(client, stream).values())
+    finally:
+        client.close()
+    assert "after" not in seen, "the later message of its key waited (L4)"
+    assert counts[0] == 1, "no ack, and no call recorded that did not run"
