@@ -144,6 +144,9 @@ class DeadLetterAdmin:
                    else streams[next(spread) % len(streams)] for record in plan.send]
         skipped = [m.SkippedDeadLetter(id=entry_id, reason=reason)
                    for entry_id, reason in plan.skipped]
+        skipped += [m.SkippedDeadLetter(id=entry_id, reason=f"a duplicate of {twin} (the same "
+                                        "source entry): deleted once that one is sent back")
+                    for entry_id, twin in plan.duplicates]
         answer = m.DeadLettersRedriven(request_id=request.request_id, status=Status.OK,
                                        stream_prefix=prefix, consumer_group=group, stream=stream,
                                        dry_run=request.dry_run)
@@ -164,8 +167,11 @@ class DeadLetterAdmin:
             else:
                 confirmed.append(m.RedrivenEntry(id=record.id, shard=target,
                                                  new_id=_text(reply)))
-        if confirmed:  # only once their writes are confirmed
-            self.client.xdel(stream, *[entry.id for entry in confirmed])
+        sent_back = {entry.id for entry in confirmed}
+        deleted = [*sent_back, *(entry_id for entry_id, twin in plan.duplicates
+                                 if twin in sent_back)]
+        if deleted:  # only once their writes (or their twins') are confirmed
+            self.client.xdel(stream, *deleted)
         log_event(log, "dead_letters.redriven", prefix=prefix, group=group, stream=stream,
                   redriven=len(confirmed), skipped=len(skipped))
         return _evolve(answer, redriven=tuple(confirmed), skipped=skipped)

@@ -59,7 +59,8 @@ def test_p3_an_entry_goes_back_with_its_headers_and_the_redrive_headers():
 
 def test_p3_the_plan_names_what_stays_and_why():
     fresh = read_dead_letter("1-0", NEW)
-    tired = read_dead_letter("2-0", {**NEW, b"h:rsc-redriven": str(MAX_REDRIVES).encode()})
+    tired = read_dead_letter("2-0", {**NEW, b"rsc-source-id": b"7-0",
+                                      b"h:rsc-redriven": str(MAX_REDRIVES).encode()})
     foreign = read_dead_letter("3-0", {**NEW, b"rsc-source-stream": b"{refunds:v1:0}"})
     plan = redrive_plan([fresh, tired, foreign], PREFIX, limit=10, force=False)
     assert [r.id for r in plan.send] == ["1-0"]
@@ -70,6 +71,15 @@ def test_p3_the_plan_names_what_stays_and_why():
     named = redrive_plan([fresh, tired], PREFIX, ids=["2-0", "7-0"], limit=10, force=True)
     assert [r.id for r in named.send] == ["2-0"] and named.skipped == (("7-0", "no such dead letter"),)
     assert [r.id for r in redrive_plan([fresh, tired], PREFIX, limit=1, force=True).send] == ["1-0"]
+
+
+def test_p2_a_dead_letter_written_twice_for_one_entry_is_sent_back_once():
+    first = read_dead_letter("1-0", NEW)
+    twin = read_dead_letter("2-0", NEW)  # a refused ack: the next owner dead-lettered it again
+    other = read_dead_letter("3-0", {**NEW, b"rsc-source-id": b"6-0"})
+    plan = redrive_plan([first, twin, other], PREFIX, limit=10, force=False)
+    assert [r.id for r in plan.send] == ["1-0", "3-0"]
+    assert plan.duplicates == (("2-0", "1-0"),)
 
 
 async def run_until(listeners: list[Listener], condition, timeout: float = 20) -> None:
@@ -154,6 +164,45 @@ async def test_p3_a_dead_letter_sent_back_after_the_fix_is_handled_once_by_its_o
     assert sorted(audit) == ["bad", "good"], "no second call in the other group"
     assert audit_listener[1].members[0].stats.redrives_passed == 1, \
         "the other group acked it without a handler call"
+
+
+async def test_p3_a_dead_letter_is_deleted_only_once_its_write_is_confirmed(coordinator):
+    [shard] = await set_shards(coordinator.url, PREFIX, GROUP, 1)
+    client = connect(coordinator.redis_url)
+    stream = default_dead_letter_stream(PREFIX, GROUP)
+    fields = {**{name.decode(): value for name, value in NEW.items()}, "value": b"v"}
+    first, twin = client.xadd(stream, fields), client.xadd(stream, fields)  # a refused ack's twin
+    try:
+        async with open_session(coordinator.url, "admin") as session, \
+                open_session(coordinator.url, "member") as member:
+            async def ask(request: m.Request) -> m.Response:
+                response = await (member if isinstance(request, m.GetRouting)
+                                  else session).request(request)
+                assert isinstance(response, m.Response)
+                return response
+
+            # no replica answers the WAIT: written, not confirmed, so nothing is deleted
+            waiting = DeadLetterAdmin(coordinator.redis_url, ask, min_replicas=1,
+                                      wait_timeout_ms=50)
+            unconfirmed = await waiting.answer(m.RedriveDeadLetters(
+                request_id=0, stream_prefix=PREFIX, consumer_group=GROUP))
+            waiting.client.close()
+            assert isinstance(unconfirmed, m.DeadLettersRedriven) and unconfirmed.redriven == ()
+            reasons = {entry.id: entry.reason for entry in unconfirmed.skipped}
+            assert "confirmed by 0 of 1 replicas" in reasons[first]
+            assert reasons[twin].startswith(f"a duplicate of {first}")
+            assert [entry_id for entry_id, _ in client.xrange(stream)] == [first, twin]
+            assert client.xlen(shard) == 1, "the write landed: a duplicate, never a loss"
+
+            plain = DeadLetterAdmin(coordinator.redis_url, ask)
+            sent = await plain.answer(m.RedriveDeadLetters(
+                request_id=0, stream_prefix=PREFIX, consumer_group=GROUP))
+            plain.client.close()
+        assert isinstance(sent, m.DeadLettersRedriven)
+        assert [entry.id for entry in sent.redriven] == [first]
+        assert client.xlen(stream) == 0, "the twin went with the one sent back"
+    finally:
+        client.close()
 
 
 async def test_p3_one_redrive_at_a_time_per_group(coordinator):

@@ -124,10 +124,13 @@ def redrive_fields(record: DeadLetterRecord, consumer_group: str) -> list[bytes]
 
 @attrs.frozen
 class RedrivePlan:
-    """What a re-drive does: the records to send back, and the ids it leaves, with why."""
+    """What a re-drive does: the records to send back, the ids it leaves (with why), and the
+    duplicates (a dead letter written twice for one source entry, P2: id -> the id sent back
+    for it), deleted once that one's write is confirmed."""
 
     send: tuple[DeadLetterRecord, ...]
     skipped: tuple[tuple[str, str], ...]
+    duplicates: tuple[tuple[str, str], ...] = ()
 
 
 def redrive_plan(records: Iterable[DeadLetterRecord], prefix: str, *, ids: Sequence[str] = (),
@@ -138,11 +141,17 @@ def redrive_plan(records: Iterable[DeadLetterRecord], prefix: str, *, ids: Seque
     wanted = set(ids)
     send: list[DeadLetterRecord] = []
     skipped: list[tuple[str, str]] = []
+    duplicates: list[tuple[str, str]] = []
+    sources: dict[tuple[str, str], str] = {}  # (source stream, source id) -> the id sent back
     seen: set[str] = set()
     for record in records:
         if wanted and record.id not in wanted:
             continue
         seen.add(record.id)
+        source = (record.source_stream or "", record.source_id or "")
+        if all(source) and source in sources:
+            duplicates.append((record.id, sources[source]))
+            continue
         if len(send) >= limit:
             if not wanted:
                 break
@@ -159,8 +168,10 @@ def redrive_plan(records: Iterable[DeadLetterRecord], prefix: str, *, ids: Seque
                                        "(force to send it again)"))
         else:
             send.append(record)
+            if all(source):
+                sources[source] = record.id
     skipped += [(entry_id, "no such dead letter") for entry_id in ids if entry_id not in seen]
-    return RedrivePlan(tuple(send), tuple(skipped))
+    return RedrivePlan(tuple(send), tuple(skipped), tuple(duplicates))
 
 
 def errors_by_type(records: Iterable[DeadLetterRecord]) -> dict[str, int]:
