@@ -324,6 +324,32 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "consumerGroup": "billing",
  "shards": [{"shard": "orders:v2:0", "lastDeliveredId": "1733040000000-3"}]}
 """, m.OffsetsReset, {"error": None}),
+    ("listDeadLetters", """
+{"type": "listDeadLetters", "requestId": 9, "streamPrefix": "orders", "consumerGroup": "billing",
+ "count": 20, "after": null}
+""", m.ListDeadLetters, {}),
+    ("deadLetters", """
+{"type": "deadLetters", "requestId": 9, "status": "OK", "streamPrefix": "orders",
+ "consumerGroup": "billing", "stream": "{orders}:dead:billing", "count": 1,
+ "oldestMs": 1733040000000, "newestMs": 1733040000000, "errorsByType": {"crashed": 1},
+ "entries": [{"id": "1733040000000-0", "sourceStream": "{orders:v1:0}",
+              "sourceId": "1733039999000-0", "consumerGroup": "billing", "deliveries": 3,
+              "error": "crashed", "memberId": "m1", "deadAtMs": 1733040000000,
+              "key": "customer-7", "value": "paid", "redriven": 0}],
+ "error": null}
+""", m.DeadLetters, {}),
+    ("redriveDeadLetters", """
+{"type": "redriveDeadLetters", "requestId": 10, "streamPrefix": "orders",
+ "consumerGroup": "billing", "dryRun": true, "max": 10, "ids": ["1733040000000-0"]}
+""", m.RedriveDeadLetters, {"force": False}),
+    ("deadLettersRedriven", """
+{"type": "deadLettersRedriven", "requestId": 10, "status": "OK", "streamPrefix": "orders",
+ "consumerGroup": "billing", "stream": "{orders}:dead:billing", "dryRun": false,
+ "redriven": [{"id": "1733040000000-0", "shard": "{orders:v1:0}",
+               "newId": "1733040100000-0"}],
+ "skipped": [{"id": "1733040000001-0", "reason": "sent back 3 times already"}],
+ "error": null}
+""", m.DeadLettersRedriven, {}),
     ("groupDeleted GROUP_NOT_EMPTY", """
 {"type": "groupDeleted", "requestId": 7, "status": "GROUP_NOT_EMPTY", "streamPrefix": "orders",
  "consumerGroup": "billing", "error": "group 'billing' of 'orders' has 2 live member(s)"}
@@ -530,6 +556,32 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
                                       status=statuses, format_version=opt(st.integers(1, 2**31)),
                                       previous_format_version=opt(st.integers(1, 2**31)),
                                       error=opt(texts)),
+    m.ListDeadLetters: st.builds(m.ListDeadLetters, request_id=request_ids, stream_prefix=names,
+                                 consumer_group=names, count=st.integers(1, 1000),
+                                 after=opt(texts)),
+    m.DeadLetters: st.builds(
+        m.DeadLetters, request_id=maybe_request_ids, status=statuses, stream_prefix=texts,
+        consumer_group=texts, stream=opt(texts), count=st.integers(0, 2**31),
+        oldest_ms=opt(ints), newest_ms=opt(ints),
+        errors_by_type=st.dictionaries(texts, st.integers(0, 2**31), max_size=3),
+        entries=st.lists(st.builds(
+            m.DeadLetterEntry, id=texts, source_stream=opt(texts), source_id=opt(texts),
+            consumer_group=opt(texts), deliveries=opt(ints), error=opt(texts),
+            member_id=opt(texts), dead_at_ms=opt(ints), key=opt(texts), value=texts,
+            redriven=st.integers(0, 100)), max_size=3).map(tuple),
+        error=opt(texts)),
+    m.RedriveDeadLetters: st.builds(
+        m.RedriveDeadLetters, request_id=request_ids, stream_prefix=names, consumer_group=names,
+        dry_run=st.booleans(), max=st.integers(1, 1_000_000), ids=shard_lists,
+        force=st.booleans()),
+    m.DeadLettersRedriven: st.builds(
+        m.DeadLettersRedriven, request_id=maybe_request_ids, status=statuses, stream_prefix=texts,
+        consumer_group=texts, stream=opt(texts), dry_run=st.booleans(),
+        redriven=st.lists(st.builds(m.RedrivenEntry, id=texts, shard=texts, new_id=opt(texts)),
+                          max_size=3).map(tuple),
+        skipped=st.lists(st.builds(m.SkippedDeadLetter, id=texts, reason=texts),
+                         max_size=3).map(tuple),
+        error=opt(texts)),
 }
 
 
@@ -703,7 +755,8 @@ def test_endpoint_sets() -> None:
     assert MEMBER_REQUESTS == {"heartbeat", "getRouting"}
     assert ADMIN_REQUESTS == {"listGroups", "describeGroup", "setShardCount", "setMaxConcurrency",
                               "removeMember", "deleteGroup", "resetOffsets", "setRetention",
-                              "getFormatVersion", "setFormatVersion"}
+                              "getFormatVersion", "setFormatVersion", "listDeadLetters",
+                              "redriveDeadLetters"}
 
 
 OPTIONAL_IN = {"setShardCount": {"consumerGroup"}}  # G1: optional there, required elsewhere
