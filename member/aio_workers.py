@@ -174,6 +174,9 @@ class AioWorkers(WorkerPool):
     async def _sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
 
+    def _later(self, seconds: float, callback: Callable[[], None]) -> None:
+        self.loop.call_later(seconds, self.to_trio, callback)
+
     async def _in_thread(self, function: Callable[..., Any], *args: Any) -> Any:
         return await self.loop.run_in_executor(self.threads, function, *args)
 

@@ -16,6 +16,8 @@ no wakeup of anybody but the acker once a batch is worth sending.
 
 from __future__ import annotations
 
+import enum
+import functools
 import inspect
 import logging
 import time
@@ -31,7 +33,7 @@ from rsc.member.attempts import DeadLetterNow, next_step
 from rsc.member.codecs import DecodeFailed
 from rsc.member.core import monotonic_ms
 from rsc.member.ledger import Verdict
-from rsc.member.message import NO_HEADERS, Handler, Message
+from rsc.member.message import NO_HEADERS, Handler, Message, Queued
 from rsc.member.ops import produce_ops, stream_ops
 from rsc.member.policies import AckPolicy, RetryPolicy, dead_letter_fields
 from rsc.member.reconcile import NO_ACTIONS, Actions
@@ -44,6 +46,14 @@ if TYPE_CHECKING:
     from rsc.member.core import MemberCore
 
 log = logging.getLogger(__name__)
+
+
+class After(enum.Enum):
+    """What follows a worker's turn on an entry."""
+
+    ACK = "ack"  # handled, or dead-lettered: ack it
+    LEAVE = "leave"  # not acked: it stays pending in Redis
+    WAIT = "wait"  # it waits for its next attempt on no worker, its key held (L4)
 
 CHECKPOINT_EVERY = 64  # a handler that never awaits must not starve the other tasks
 RECORD_RETRY_S = 0.2  # an attempt Redis could not record is tried again after this
@@ -95,11 +105,29 @@ class WorkerPool:
     def _stopping(self, error: BaseException) -> bool:
         return not isinstance(error, Exception)  # trio's Cancelled, KeyboardInterrupt
 
-    async def _backoff(self, shard: str, generation: int, seconds: float) -> bool:
-        """Wait `seconds` before the next call of an entry of `shard`; False when the shard is
-        no longer read under `generation` by then (the call is then not made)."""
-        await self._sleep(seconds)
-        return self.core.ledger.still_reading(shard, generation)
+    def _later(self, seconds: float, callback: Callable[[], None]) -> None:
+        """Call `callback` in trio's run context after `seconds`."""
+        raise NotImplementedError
+
+    def _park(self, entry: Queued) -> None:
+        """L4: `entry` waits for its next attempt on no worker, its key held, until the
+        policy's backoff has passed; then it runs again before anything else."""
+        key = (entry[0][0], entry[1])
+        self.core.parked[key] = entry
+        policy = self.core.config.retry
+        delay = policy.backoff_ms / 1000 if policy is not None else 0.0
+        self._later(delay, functools.partial(self._resume, key))
+
+    def _resume(self, key: tuple[str, str]) -> None:
+        core = self.core
+        entry = core.parked.pop(key, None)
+        if entry is None:
+            return  # abandoned meanwhile: the shard was revoked, left or fenced
+        if core.ledger.still_reading(key[0], entry[5]):
+            core.queue.resume(entry)
+        else:
+            core.retries.pop(key, None)
+            core.queue.done(entry)
 
     log = log  # a handler's failures are logged here (each host its own logger)
 
@@ -168,6 +196,8 @@ class WorkerPool:
             if verdict is not allowed or traced:
                 decided("handler", shard, generation, now, verdict, actions)
                 if verdict is not allowed:
+                    if core.retries:
+                        core.retries.pop((shard, entry_id), None)
                     done(entry)
                     continue
             if headers is not no_headers and redrive_header in headers \
@@ -183,7 +213,7 @@ class WorkerPool:
                 continue
             message = new_message(Message, (shard, entry_id, key, value, member_id, headers, 1))
             core.busy += 1
-            handled = False
+            handled = waiting = False
             try:
                 if fast:
                     try:
@@ -195,12 +225,16 @@ class WorkerPool:
                             raise
                         failed(core, message, 1, exc, final=True)
                 else:
-                    handled = await self.process(message, generation)
+                    after = await self.process(message, generation)
+                    handled, waiting = after is After.ACK, after is After.WAIT
                 if handled:  # the acker admits it again right before acking
                     acks.add(shard, generation, entry_id)
+                elif waiting:  # on no worker, its key held, until its next attempt (L4)
+                    self._park(entry)
             finally:
                 core.busy -= 1
-                done(entry)
+                if not waiting:
+                    done(entry)
                 if not handled:
                     finish(shard)
             if handled and parking.parked and ack_rule.wake_acker(
@@ -211,13 +245,14 @@ class WorkerPool:
                 since_checkpoint = 0
                 await checkpoint()
 
-    async def process(self, message: Message, generation: int) -> bool:
-        """The general path (sync handlers, retries, AckPolicy.BEFORE); True when the
-        entry still needs its ack."""
+    async def process(self, message: Message, generation: int) -> After:
+        """The general path (sync handlers, retries, AckPolicy.BEFORE): what follows."""
         if self.core.config.ack_policy is AckPolicy.BEFORE:
-            if await self.ack_now(message, generation):
-                await self.run_handler(message, generation, admitted=False)
-            return False
+            resumed = (message.shard, message.id) in self.core.retries  # acked already
+            if not resumed and not await self.ack_now(message, generation):
+                return After.LEAVE
+            after = await self.run_handler(message, generation, admitted=False)
+            return After.WAIT if after is After.WAIT else After.LEAVE
         return await self.run_handler(message, generation, admitted=True)
 
     async def ack_now(self, message: Message, generation: int) -> bool:
@@ -236,8 +271,8 @@ class WorkerPool:
             core.acks.awaited -= 1
         return not buffer.refused
 
-    async def run_handler(self, first: Message, generation: int, *, admitted: bool) -> bool:
-        """Run the handler (with the retry policy, if any); True when the entry may be acked.
+    async def run_handler(self, first: Message, generation: int, *, admitted: bool) -> After:
+        """Run the handler (with the retry policy, if any); what follows for the entry.
 
         Every call but an `admitted` first one, and a dead letter, is admitted by the
         ledger first (D1), in the loop step that starts the call.
@@ -245,12 +280,12 @@ class WorkerPool:
         policy = self.core.config.retry
         if policy is None:  # the default mode: one call; a failure leaves the entry pending
             if not admitted and not self.admit(first.shard, generation):
-                return False
+                return After.LEAVE
             error = await self._call(first)
             if error is None:
-                return True
+                return After.ACK
             self._failed(self.core, first, 1, error, final=True)
-            return False
+            return After.LEAVE
         return await self._run_with_policy(first, generation, policy, admitted=admitted)
 
     async def _call(self, message: Message) -> BaseException | None:
@@ -268,38 +303,48 @@ class WorkerPool:
         return None
 
     async def _run_with_policy(self, first: Message, generation: int, policy: RetryPolicy, *,
-                               admitted: bool) -> bool:
+                               admitted: bool) -> After:
         """P1: calls counted in Redis. A claimed entry's count came with its claim; each call
         but the first of a freshly read entry is recorded before it runs (owner checked), and
         the entry is dead-lettered (P2) once the count reached `max_deliveries`. Acked first
-        (AckPolicy.BEFORE), nothing is pending: the calls are counted here only."""
+        (AckPolicy.BEFORE), nothing is pending: the calls are counted here only. Between two
+        calls the entry waits on no worker (`After.WAIT`, L4) and comes back here."""
         core = self.core
         shard = first.shard
+        key = (shard, first.id)
         counted = core.config.ack_policy is AckPolicy.AFTER
-        count = core.claimed_counts.pop((shard, first.id), None) if counted else None
+        resumed = core.retries.pop(key, None)
+        count: int | None = None
         error: BaseException | None = None
+        if resumed is not None:  # back from waiting for this attempt
+            count, error = resumed
+        elif counted:
+            count = core.claimed_counts.pop(key, None)
+        waited = resumed is not None
         while True:
             step = next_step(count, policy.max_deliveries,
                              permanent=isinstance(error, DecodeFailed))
             if isinstance(step, DeadLetterNow):
                 if not self.admit(shard, generation, "dead letter"):
-                    return False  # a side effect as a handler call is: D1 applies
+                    return After.LEAVE  # a side effect as a handler call is: D1 applies
                 stream = policy.stream_for(core.config.stream_prefix, core.config.consumer_group)
-                return await self.dead_letter(first, stream, step.deliveries, error)
-            if error is not None and not await self._backoff(shard, generation,
-                                                             policy.backoff_ms / 1000):
-                return False  # revoked, left, fenced or stopping: no ack, its count stays (L4)
+                written = await self.dead_letter(first, stream, step.deliveries, error)
+                return After.ACK if written else After.LEAVE
+            if error is not None and not waited and policy.backoff_ms > 0 and count is not None:
+                core.retries[key] = (count, error)
+                return After.WAIT
+            waited = False
             message = first._replace(attempt=step.attempt)
             if step.record is not None and counted:
                 ran, error = await self._suspect_call(message, generation, step.record)
                 if not ran:
-                    return False
+                    return After.LEAVE
             else:
                 if (step.record is not None or not admitted) and not self.admit(shard, generation):
-                    return False
+                    return After.LEAVE
                 error = await self._call(message)
             if error is None:
-                return True
+                return After.ACK
             count = step.attempt
             self._failed(core, first, count, error, final=isinstance(error, DecodeFailed)
                          or count >= policy.max_deliveries)
@@ -409,11 +454,13 @@ class Workers(WorkerPool):
     def __init__(self, core: MemberCore, handler: Handler, misc_client: redis.Redis) -> None:
         super().__init__(core, handler, misc_client)
         self.threads = trio.CapacityLimiter(max(64, core.config.capacity))
+        self._nursery: trio.Nursery | None = None  # where waiting retries' timers run
 
     async def run(self) -> None:
         """Keep as many long-lived workers as the ledger's worker count (never one per message)."""
         core = self.core
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             spawned = 0
             while True:
                 while spawned < core.queue.workers:
@@ -424,14 +471,11 @@ class Workers(WorkerPool):
     async def _in_thread(self, function: Callable[..., Any], *args: Any) -> Any:
         return await trio.to_thread.run_sync(function, *args, limiter=self.threads)
 
-    async def _backoff(self, shard: str, generation: int, seconds: float) -> bool:
-        """As the pool's, but a revoke, leave, fence or shutdown ends the wait at once (L4)."""
-        core = self.core
+    def _later(self, seconds: float, callback: Callable[[], None]) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(_call_after, seconds, callback)
 
-        def gone() -> bool:
-            return not core.ledger.still_reading(shard, generation)
 
-        with trio.move_on_after(seconds):
-            await core.changed.wait_until(gone)
-            return False
-        return not gone()
+async def _call_after(seconds: float, callback: Callable[[], None]) -> None:
+    await trio.sleep(seconds)
+    callback()

@@ -393,7 +393,7 @@ async def test_p1_counts_survive_a_reshard_that_moves_the_pending_entry(coordina
     assert fields["rsc-deliveries"] == "3"
 
 
-async def test_l4_a_message_waiting_for_its_next_attempt_is_abandoned_at_once_on_shutdown(
+async def test_l4_a_message_waiting_for_its_next_attempt_holds_no_worker_and_is_abandoned_at_once(
         coordinator):
     [stream] = await set_shards(coordinator.url, PREFIX, GROUP, 1)
     write_messages(coordinator.redis_url, (stream,), [("k", "x"), ("k", "after"), ("j", "other")])
@@ -406,12 +406,12 @@ async def test_l4_a_message_waiting_for_its_next_attempt_is_abandoned_at_once_on
 
     listener = Listener(handle, stream_prefix=PREFIX, consumer_group=GROUP,
                         coordinator_url=coordinator.url, redis_url=coordinator.redis_url,
-                        member_ids=["member-b"],
+                        member_ids=["member-b"], runtime_max_concurrency=1,  # one worker
                         retry=RetryPolicy(max_deliveries=3, backoff_ms=600_000))
     with trio.fail_after(40):
         async with trio.open_nursery() as nursery:
             await nursery.start(listener.run)
-            while sorted(seen) != ["other", "x"]:
+            while seen != ["x", "other"]:  # the one worker went on while "x" waits
                 await trio.sleep(0.02)
             stopping = trio.current_time()
             listener.stop()
@@ -426,3 +426,24 @@ async def test_l4_a_message_waiting_for_its_next_attempt_is_abandoned_at_once_on
         client.close()
     assert "after" not in seen, "the later message of its key waited (L4)"
     assert counts[0] == 1, "no ack, and no call recorded that did not run"
+
+
+async def test_l4_a_retry_after_its_wait_comes_back_before_later_messages_of_its_key(coordinator):
+    [stream] = await set_shards(coordinator.url, PREFIX, GROUP, 1)
+    write_messages(coordinator.redis_url, (stream,), [("k", "x"), ("k", "after"), ("j", "other")])
+    client = connect(coordinator.redis_url)
+    seen: list[tuple[str, int, int]] = []
+
+    async def handle(message) -> None:
+        seen.append((message.value, message.attempt, pending_of(client, stream)[message.id]))
+        if message.value == "x" and message.attempt < 3:
+            raise RuntimeError("not yet")
+
+    try:
+        await run_listener_until(
+            coordinator, handle, lambda: len(seen) == 5
+            and pending_count(coordinator.redis_url, (stream,), GROUP) == 0,
+            runtime_max_concurrency=1, retry=RetryPolicy(max_deliveries=3, backoff_ms=50))
+    finally:
+        client.close()
+    assert seen == [("x", 1, 1), ("other", 1, 1), ("x", 2, 2), ("x", 3, 3), ("after", 1, 1)]
