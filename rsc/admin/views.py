@@ -678,8 +678,11 @@ def member_removed_view(response: object) -> Text:
 
 
 def group_deleted_view(response: object) -> Text:
-    return plain("deleted group ", group_text(field(response, "stream_prefix"),
-                                              field(response, "consumer_group")))
+    """The group is gone; its dead letters are not (P2): they stay for `dead-letters`."""
+    prefix, group = field(response, "stream_prefix"), field(response, "consumer_group")
+    return plain("deleted group ", group_text(prefix, group),
+                 "\nits dead letters, if any, are kept (rsc admin dead-letters ",
+                 name_text(prefix), " ", name_text(group), ")")
 
 
 def retention_changed_view(response: object) -> Text:
