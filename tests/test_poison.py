@@ -23,7 +23,7 @@ import trio
 
 from rsc.member.listener import Listener
 from rsc.member.ops import stream_ops
-from rsc.member.policies import RetryPolicy, default_dead_letter_stream
+from rsc.member.policies import AckPolicy, RetryPolicy, default_dead_letter_stream
 from rsc.member.session import open_session
 from rsc.member.streams import NOT_OWNER, NOT_PENDING, RECORDED, connect
 from rsc.protocol import messages as m
@@ -447,3 +447,29 @@ async def test_l4_a_retry_after_its_wait_comes_back_before_later_messages_of_its
     finally:
         client.close()
     assert seen == [("x", 1, 1), ("other", 1, 1), ("x", 2, 2), ("x", 3, 3), ("after", 1, 1)]
+
+
+async def test_p1_with_ack_before_the_calls_are_counted_in_the_process_and_acked_once(
+        coordinator):
+    [stream] = await set_shards(coordinator.url, PREFIX, GROUP, 1)
+    write_messages(coordinator.redis_url, (stream,), [("k", "x"), ("k", "after")])
+    seen: list[tuple[str, int]] = []
+
+    async def handle(message) -> None:
+        seen.append((message.value, message.attempt))
+        if message.value == "x":
+            raise RuntimeError("lost anyway")
+
+    client = connect(coordinator.redis_url)
+    dead_stream = default_dead_letter_stream(PREFIX, GROUP)
+    try:
+        listener = await run_listener_until(
+            coordinator, handle, lambda: client.xlen(dead_stream) == 1 and len(seen) == 3,
+            ack_policy=AckPolicy.BEFORE, retry=RetryPolicy(max_deliveries=2, backoff_ms=20))
+        (_, fields), = client.xrange(dead_stream)
+        assert pending_of(client, stream) == {}
+    finally:
+        client.close()
+    assert seen == [("x", 1), ("x", 2), ("after", 1)], "acked first: nothing pending to count"
+    assert fields["rsc-deliveries"] == "2"
+    assert listener.members[0].stats.acked == 2, "each entry acked once, before its first call"
