@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import trio
 
+from rsc.admin.views import lag_summary
 from rsc.member.listener import Listener
 from rsc.member.ops import stream_ops
 from rsc.member.policies import AckPolicy, RetryPolicy, default_dead_letter_stream
@@ -310,6 +311,7 @@ async def test_p1_describe_group_shows_each_shards_highest_pending_delivery_coun
         (3, 12), (0, None)]
     wire = encode(response)
     assert '"maxDeliveryCount":12' in wire.replace(" ", "")
+    assert "; an entry was delivered 12 times" in lag_summary(response.shards).plain
 
 
 async def test_p2_members_report_their_dead_letter_stream_in_their_heartbeat(coordinator):

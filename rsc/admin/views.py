@@ -28,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rsc.common.lag import backlog, backlog_floor, total_backlog
+from rsc.member.attempts import is_crash_loop
 from rsc.protocol import (
     FormatVersion,
     FormatVersionChanged,
@@ -322,6 +323,10 @@ def lag_summary(shards: Sequence[object]) -> Text:
     if oldest is not None:
         text.append(f"; oldest unacked {format_age(oldest)}")
     text.append(")")
+    deliveries = max((field(shard, "max_delivery_count", None) or 0 for shard in shards),
+                     default=0)
+    if is_crash_loop(deliveries):  # P1: a handler keeps failing or crashing on an entry
+        text.append(f"; an entry was delivered {deliveries} times", style="red")
     return text
 
 
