@@ -48,6 +48,7 @@ from rsc.actors.admission import (
     raise_fd_limit,
 )
 from rsc.actors.config import CoordinatorConfig, is_loopback_host
+from rsc.actors.dead_letter_admin import DeadLetterAdmin
 from rsc.actors.format_admin import FormatVersionAdmin
 from rsc.actors.group import GroupSettings
 from rsc.actors.lease import (
@@ -457,6 +458,9 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
                                    allowed_origins=config.allowed_origins,
                                    throttle_loopback=config.throttle_loopback,
                                    auth_metrics=metrics)
+        server.dead_letters = DeadLetterAdmin(config.redis_url or "", server.ask,
+                                              min_replicas=config.min_replicas,
+                                              wait_timeout_ms=config.lease_ttl_ms // 3)
         bound = await nursery.start(_serve_websocket, server, config, admission, port, server_tls)
         nursery.start_soon(_lease_loop, config, store, readiness, continuity, lapsed, identity)
         nursery.start_soon(_tick_loop, config, router, continuity, lapsed)

@@ -63,6 +63,7 @@ class Member:
     last_heartbeat_ms: int = 0
     revoke_started_ms: int | None = None
     needs_full_report: bool = False
+    dead_letter_stream: str | None = None  # P2: as its heartbeats report it (not persisted)
 
     @property
     def held(self) -> frozenset[str]:
@@ -575,6 +576,8 @@ class GroupMachine:
 
     def _respond(self, request: m.Heartbeat, member: Member, now_ms: int,
                  routing: m.RoutingSummary | None) -> m.HeartbeatResponse:
+        if request.dead_letter_stream is not None:  # P2: absent means unchanged
+            member.dead_letter_stream = request.dead_letter_stream
         status = self._reconcile(member, now_ms)
         return self._response(request, member, status, routing)
 
@@ -689,6 +692,7 @@ class GroupMachine:
                 target_shards=ordered(self.target.of(member.member_id)),
                 instance_id=member.instance_id,
                 away_ms=max(0, now_ms - member.last_heartbeat_ms) if member.away else None,
+                dead_letter_stream=member.dead_letter_stream,
             )
             for member in sorted(self.members.values(), key=lambda mb: mb.member_id)
         )

@@ -45,7 +45,8 @@ def describe(request: m.DescribeGroup, group: GroupMachine, now_ms: int,
                            owner=group.owners.get(lag.shard), length=lag.length,
                            last_delivered_id=lag.last_delivered_id, lag=lag.lag,
                            pending=lag.pending, oldest_pending_ms=lag.oldest_pending_ms,
-                           damage=damage.get(lag.shard) if damage else None)
+                           damage=damage.get(lag.shard) if damage else None,
+                           max_delivery_count=lag.max_delivery_count)
         for lag in lags or ())
     return attrs.evolve(description, request_id=request.request_id, members=members,
                         shards=shards, retention=retention, expires_at_ms=group.expires_at_ms)

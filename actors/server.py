@@ -28,6 +28,7 @@ import trio
 
 from rsc.actors import latency
 from rsc.actors.admission import Admission
+from rsc.actors.dead_letter_admin import DeadLetterAdmin
 from rsc.actors.format_admin import FormatVersionAdmin
 from rsc.actors.group import malformed_join
 from rsc.actors.handshake_gate import HandshakeGate, Refusal, RefusalTable
@@ -214,9 +215,11 @@ class CoordinatorServer:
                  max_frame_bytes: int = 1 << 20, handshake_timeout_s: float = 10.0,
                  format_admin: FormatVersionAdmin | None = None,
                  allowed_origins: tuple[str, ...] = (), throttle_loopback: bool = False,
-                 auth_metrics: AuthMetrics | None = None) -> None:
+                 auth_metrics: AuthMetrics | None = None,
+                 dead_letters: DeadLetterAdmin | None = None) -> None:
         self.router = router
         self.format_admin = format_admin  # the store-wide format version requests
+        self.dead_letters = dead_letters  # P3: a group's dead letters, read and sent back
         self.handshake_timeout_s = handshake_timeout_s
         self.nursery = nursery
         self.gate = HandshakeGate(tokens={"/v1/admin": admin_token, "/v1/member": member_token},
@@ -327,12 +330,22 @@ class CoordinatorServer:
             reply.resolve(await self.format_admin.answer(message) if self.format_admin is not None
                           else unavailable_response(message, "no store to ask"))
             return
+        if isinstance(message, m.ListDeadLetters | m.RedriveDeadLetters):
+            reply.resolve(await self.dead_letters.answer(message) if self.dead_letters is not None
+                          else unavailable_response(message, "no Redis to read dead letters from"))
+            return
         if session is not None:
             refusal = _over_the_cap(message, session.holdings)  # B4
             if refusal is not None:
                 reply.resolve(refusal)
                 return
         await self.router.route(message, reply, session)
+
+    async def ask(self, request: m.Request) -> m.Response:
+        """A request from inside the coordinator, answered as a session's would be."""
+        collect = Collect()
+        await self.router.route(request, collect, None)
+        return await collect.wait()
 
 
 def peer_address(stream: trio.abc.Stream) -> str:

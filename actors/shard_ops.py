@@ -76,11 +76,16 @@ def _raise_errors(what: str, streams: Sequence[str], results: Sequence[object]) 
 # --- lag -------------------------------------------------------------------------------
 
 
-def shard_lag(client: redis.Redis, streams: Sequence[str], group: str) -> list[ShardLag]:
-    """Length, last-delivered id, lag, pending and oldest pending idle time, per shard.
+PENDING_LOOKED_AT = 100  # the oldest pending entries whose delivery counts describeGroup shows
 
-    One round trip for all shards: XLEN, XINFO GROUPS and `XPENDING key group - + 1` (the
-    pending list is ordered by id, so its first entry is the oldest, with its idle time).
+
+def shard_lag(client: redis.Redis, streams: Sequence[str], group: str) -> list[ShardLag]:
+    """Length, last-delivered id, lag, pending, oldest pending idle time and the highest
+    delivery count among the oldest pending entries (P1), per shard.
+
+    One round trip for all shards: XLEN, XINFO GROUPS and `XPENDING key group - + 100` (the
+    pending list is ordered by id, so its first entry is the oldest, with its idle time; an
+    entry a handler keeps failing or crashing on stays pending, so it is among the oldest).
     A missing stream reads as empty; a missing consumer group as `last_delivered_id` None.
 
     `lag` follows the one lag rule (rsc/common/lag.py). Redis's own is nil on Redis 7.0 when
@@ -94,7 +99,7 @@ def shard_lag(client: redis.Redis, streams: Sequence[str], group: str) -> list[S
         pipe = client.pipeline(transaction=False)
         for stream in streams:
             pipe.xinfo_groups(stream)
-            pipe.xpending_range(stream, group, "-", "+", 1)
+            pipe.xpending_range(stream, group, "-", "+", PENDING_LOOKED_AT)
             _queue_ends(pipe, stream)
         results = pipe.execute(raise_on_error=False)
     except STORE_IO_ERRORS as exc:
@@ -111,14 +116,16 @@ def shard_lag(client: redis.Redis, streams: Sequence[str], group: str) -> list[S
             lags.append(ShardLag(shard=stream, length=length, last_delivered_id=None, lag=None,
                                  pending=0, oldest_pending_ms=None))
             continue
-        oldest = None
+        oldest = max_deliveries = None
         if not isinstance(first_pending, Exception) and first_pending:
             oldest = int(first_pending[0]["time_since_delivered"])
+            max_deliveries = max(int(row["times_delivered"]) for row in first_pending)
         last_delivered = _text(info["last-delivered-id"])
         lag = lag_from_ends(info.get("lag"), last_delivered, (length, first, last))
         lags.append(ShardLag(
             shard=stream, length=length, last_delivered_id=last_delivered,
-            lag=lag, pending=int(info["pending"]), oldest_pending_ms=oldest))
+            lag=lag, pending=int(info["pending"]), oldest_pending_ms=oldest,
+            max_delivery_count=max_deliveries))
     return lags
 
 

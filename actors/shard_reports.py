@@ -24,6 +24,7 @@ class ShardLag:
     lag: int | None  # XINFO GROUPS `lag`; None where Redis cannot tell
     pending: int
     oldest_pending_ms: int | None  # idle ms of the pending entry with the smallest id
+    max_delivery_count: int | None = None  # the highest delivery count of the oldest pending (P1)
 
 
 @attrs.frozen

@@ -119,6 +119,7 @@ class AioWorkers(WorkerPool):
                                           thread_name_prefix=f"rsc-{core.member_id}")
         self._acker_woken = False
         self._died: BaseException | None = None
+        self._timers: set[asyncio.TimerHandle] = set()  # waiting retries' wake-ups (L4)
         core.queue.park_on(lambda: AsyncioLot(host.loop),
                            on_room=lambda: self.to_trio(core.wake_reader))
 
@@ -136,6 +137,8 @@ class AioWorkers(WorkerPool):
                 await core.changed.wait()
             raise self._died  # a worker's own failure (never a handler's) ends the member
         finally:
+            for timer in self._timers:  # waiting retries end with their member (L4)
+                timer.cancel()
             for task in tasks:
                 task.cancel()
             with trio.CancelScope(shield=True), trio.move_on_after(STOP_WAIT_S):
@@ -173,6 +176,16 @@ class AioWorkers(WorkerPool):
 
     async def _sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    def _later(self, seconds: float, callback: Callable[[], None]) -> None:
+        timers = self._timers
+
+        def fire() -> None:
+            timers.discard(handle)
+            self.to_trio(callback)
+
+        handle = self.loop.call_later(seconds, fire)
+        timers.add(handle)
 
     async def _in_thread(self, function: Callable[..., Any], *args: Any) -> Any:
         return await self.loop.run_in_executor(self.threads, function, *args)

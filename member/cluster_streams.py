@@ -35,11 +35,14 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from rsc.common.lua import Command, Reply, Word, reply_list
+from rsc.common.lua import Command, Reply, Word, reply_int, reply_list
 from rsc.common.server_features import supports_xackdel
 from rsc.member.streams import (
     ACK_SCRIPT,
+    ATTEMPT_SCRIPT,
     PRODUCE_SCRIPT,
+    UNPARSED_COMMANDS,
+    Claimed,
     FlatEntry,
     ProduceOps,
     StreamOps,
@@ -49,10 +52,12 @@ from rsc.member.streams import (
     _unparsed_reply,
     ack_calls,
     acked_counts,
+    claimed_details,
     group_lags,
+    pending_counts,
     write_result,
 )
-from rsc.protocol.routing import seal_key
+from rsc.protocol.routing import owner_key, seal_key
 
 ATTEMPTS = 6
 RETRY_PAUSE_S = 0.05
@@ -74,7 +79,7 @@ class NodeRouter:
         client = self._unparsed.get(node.name)
         if client is None or client.connection_pool is not pool:
             client = redis.Redis(connection_pool=pool)
-            for command in ("XREADGROUP", "XAUTOCLAIM"):
+            for command in UNPARSED_COMMANDS:
                 client.set_response_callback(command, _unparsed_reply)
             self._unparsed[node.name] = client
         return client
@@ -281,6 +286,22 @@ class ClusterStreamOps(StreamOps):
         if not isinstance(cursor, str | bytes):
             raise TypeError(f"expected XAUTOCLAIM's cursor, got {cursor!r}")
         return _text(cursor), [entry for entry in reply_list(entries) if isinstance(entry, list)]
+
+    def claim_counted(self, shard: str, start: str, *, count: int) -> Claimed:
+        reply = self.router.call(shard, "XAUTOCLAIM", shard, self.consumer_group, self.consumer,
+                                 0, start, "COUNT", count, "JUSTID")
+        return claimed_details(self.router.execute, shard, self.consumer_group, reply)
+
+    def pending_counts(self, shard: str, ids: Sequence[str]) -> dict[str, int]:
+        return pending_counts(self.router.execute, shard, self.consumer_group, ids)
+
+    def record_attempt(self, shard: str, entry_id: str, count: int) -> int:
+        call = ([shard, owner_key(shard, self.consumer_group)],
+                [self.consumer, self.consumer_group, entry_id, str(count)])
+        [reply] = ATTEMPT_SCRIPT.run([call], self.router.execute, self.router.cluster.script_load)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply_int(reply)
 
     # --- acks and lag ------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ record's value (keys and headers stay str or bytes).
 A value that does not decode fails the handler call with `DecodeFailed`, naming the message
 and the codec's error, before the handler runs: the listener's retry policy takes it, but
 without retrying in place (the same bytes would fail again): it goes to the dead-letter
-stream, whose entry's `error` field records it, or stays pending without one. A value the
+stream, whose entry's `rsc-error` field records it (docs/protocol.md P2). A value the
 producer cannot encode raises TypeError naming the record before anything is sent.
 """
 

@@ -131,6 +131,13 @@ class MemberCore:
             order_key, workers=config.capacity, max_buffered=config.max_buffered,
             on_room=self.wake_reader)
         self.acks = AckBook()
+        # P1: delivery counts of claimed entries, (shard, id) -> count, until a worker takes them
+        # (with a RetryPolicy; an entry not in here was freshly read)
+        self.claimed_counts: dict[tuple[str, str], int] = {}
+        # L4: entries waiting for their next attempt on no worker, their keys held, and the
+        # count and last error each resumes with, by (shard, id)
+        self.parked: dict[tuple[str, str], Queued] = {}
+        self.retries: dict[tuple[str, str], tuple[int, BaseException]] = {}
         self.acker_parking = AckerParking()
         self.busy = 0  # workers holding a work item
         self.changed = Signal()  # state transitions (and pushes) only, never per message
@@ -151,6 +158,8 @@ class MemberCore:
         ledger, queue, stats = self.ledger, self.queue, self.stats
         for shard in (*actions.abandon, *actions.revoke):
             dropped = queue.drop_shard(shard)
+            if self.claimed_counts or self.retries or self.parked:
+                self._forget_retries(shard)
             if self.read_budget is not None and dropped:
                 self.read_budget.give_back(len(dropped))
         workers = ledger.workers()
@@ -175,6 +184,15 @@ class MemberCore:
                 self.observers.on_event(self.member_id, event)
         self.changed.fire()
         self.wake_reader()
+
+    def _forget_retries(self, shard: str) -> None:
+        """A shard given up: its claimed counts go, and its waiting retries are abandoned at
+        once, unacked, their keys released (L4)."""
+        for book in (self.claimed_counts, self.retries):
+            for key in [key for key in book if key[0] == shard]:
+                del book[key]
+        for key in [key for key in self.parked if key[0] == shard]:
+            self.queue.done(self.parked.pop(key))
 
     def finish(self, shard: str, count: int = 1) -> None:
         """`count` entries of `shard` are no longer in flight (acked, refused or dropped)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+import attrs
 import trio
 
 from rsc.common import gc_policy as gc_control
@@ -173,6 +174,10 @@ async def _heartbeat_loop(core: MemberCore, session: Session, pacing: HeartbeatP
         request, sent, actions = ledger.heartbeat(
             core.clock(), capacity=config.capacity, stream_prefix=config.stream_prefix,
             consumer_group=config.consumer_group)
+        if config.retry is not None and (request.owned_shards is not None
+                                         or request.member_epoch == JOIN_EPOCH):
+            request = attrs.evolve(request, dead_letter_stream=config.retry.stream_for(
+                config.stream_prefix, config.consumer_group))  # P2, on joins and full reports
         core.apply(actions)
         with trio.fail_after(pacing.answer_timeout_s(ledger, config.request_timeout_s)):
             response = await session.request(request)

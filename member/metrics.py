@@ -24,6 +24,10 @@ _COUNTERS = (
     ("failed", "rsc_member_failed", "Handler calls that raised"),
     ("acked", "rsc_member_acked", "Entries acknowledged in Redis"),
     ("dead_lettered", "rsc_member_dead_lettered", "Entries moved to the dead-letter stream"),
+    ("redelivered", "rsc_member_redelivered_entries",
+     "Entries claimed with a delivery count of 10 or more (a crash loop, P1)"),
+    ("gone_pending", "rsc_member_gone_pending_entries",
+     "Pending entries whose body was trimmed away, acked without a handler call (P1)"),
     ("ack_refusals", "rsc_member_ack_refusals", "Acks refused because the owner token named another member"),
     ("fences", "rsc_member_fences", "Times the member fenced itself or was fenced"),
 )

@@ -112,6 +112,12 @@ class KeyOrderedQueue(Generic[ItemT]):
         self._waiting.pop(order_key, None)
         return False
 
+    def resume(self, item: ItemT) -> None:
+        """Hand `item` out again, first: it never stopped running for its key (a message back
+        from waiting for its next attempt, L4), so nothing else of its key ran meanwhile."""
+        self._queued += 1
+        self._ready.appendleft(item)
+
     def drop_shard(self, shard: str) -> list[ItemT]:
         """Remove and return every queued (not running) message of `shard`."""
         dropped: list[ItemT] = []

@@ -1,9 +1,9 @@
 """Per-listener choices: when to ack, optional retry with dead letters, idempotency markers.
 
-Pure: the retry policy decides what follows a failed handler call
-(`RetryPolicy.after_failure`), the worker shell does it. Every call it
-decides on but the first, and the dead-letter write, is admitted by the
-ledger first (D1), as a handler call is.
+Pure: `RetryPolicy` holds the limits, rsc/member/attempts.py decides what follows
+from the delivery count Redis keeps (P1), and `dead_letter_fields` lays out a
+dead letter (P2); the worker shell does the I/O. Every call but the first, and
+the dead-letter write, is admitted by the ledger first (D1), as a handler call is.
 """
 
 from __future__ import annotations
@@ -23,82 +23,51 @@ class AckPolicy(enum.Enum):
     BEFORE = "before"
 
 
-@attrs.frozen
-class RetryLater:
-    """Run the handler again, attempt `attempt`, after `delay_s`."""
-
-    attempt: int
-    delay_s: float
-
-
-@attrs.frozen
-class DeadLetter:
-    """Every attempt failed: write the message to `stream` (with the last error), then ack it."""
-
-    stream: str
-    attempts: int
-
-
-@attrs.frozen
-class LeavePending:
-    """Every attempt failed and there is no dead-letter stream: no ack, so the entry stays
-    pending in Redis and is delivered again when its shard changes owner or the member restarts."""
-
-    attempts: int
-
-
-AfterFailure = RetryLater | DeadLetter | LeavePending
-
-
 @attrs.frozen(kw_only=True)
 class RetryPolicy:
-    """Retry a failing handler in place, then dead-letter it (off unless given to a listener).
+    """Retry a failing handler, counting attempts in Redis, then dead-letter it (off unless
+    given to a listener; docs/protocol.md P1, P2).
 
-    max_deliveries: handler attempts for one delivery, including the first.
-    dead_letter_stream: where the message goes (with the last error) once every
-    attempt failed; it is then acked. Without one it stays pending in Redis and
-    is delivered again when its shard changes owner or the member restarts.
-    backoff_ms: pause between attempts.
+    max_deliveries: handler calls a message gets in all processes together, the first
+    included (Redis keeps the count on the pending entry, so a crash counts too). An entry
+    claimed with that many calls behind it is dead-lettered without another call.
+    dead_letter_stream: where it then goes (the message as it was, with its story), before
+    it is acked; None: `{<prefix>}:dead:<group>`.
+    backoff_ms: pause between two calls in one process; the waiting message holds its key.
     """
 
-    max_deliveries: int = attrs.field(default=3, validator=attrs.validators.ge(1))
+    max_deliveries: int = attrs.field(default=10, validator=attrs.validators.ge(1))
     dead_letter_stream: str | None = None
     backoff_ms: int = attrs.field(default=100, validator=attrs.validators.ge(0))
 
-    def after_failure(self, attempt: int) -> AfterFailure:
-        """What follows the failure of handler attempt `attempt` (1 is the first)."""
-        if attempt < self.max_deliveries:
-            return RetryLater(attempt=attempt + 1, delay_s=self.backoff_ms / 1000)
+    def stream_for(self, stream_prefix: str, consumer_group: str) -> str:
+        """The dead-letter stream of a group: the policy's, or the group's default."""
         if self.dead_letter_stream is not None:
-            return DeadLetter(stream=self.dead_letter_stream, attempts=attempt)
-        return LeavePending(attempts=attempt)
-
-    def after_permanent_failure(self, attempt: int) -> DeadLetter | LeavePending:
-        """What follows a failure that another attempt would repeat (a value that does not
-        decode): no retry in place, the dead-letter stream if there is one."""
-        if self.dead_letter_stream is not None:
-            return DeadLetter(stream=self.dead_letter_stream, attempts=attempt)
-        return LeavePending(attempts=attempt)
+            return self.dead_letter_stream
+        return default_dead_letter_stream(stream_prefix, consumer_group)
 
 
-NO_RETRY = RetryPolicy(max_deliveries=1)
-"""A listener without a retry policy: one attempt, then the entry stays pending."""
+def default_dead_letter_stream(stream_prefix: str, consumer_group: str) -> str:
+    """`{<prefix>}:dead:<group>`: the prefix's hash tag, so it sits by the prefix's keys."""
+    return f"{{{stream_prefix}}}:dead:{consumer_group}"
 
 
-def dead_letter_fields(message: DeadMessage, *, error: BaseException | None, attempts: int,
-                       consumer_group: str) -> dict[str, str | bytes]:
-    """The fields of a dead-letter entry: the message as it was (its key, value and headers
-    laid out as in a shard, docs/protocol.md M5: bytes kept, M1), where it came from, and why
-    it failed."""
+def dead_letter_fields(message: DeadMessage, *, error: str, deliveries: int,
+                       consumer_group: str, now_ms: int) -> dict[str, str | bytes]:
+    """The fields of a dead-letter entry (P2): the message as it was (its key, value and
+    headers laid out as in a shard, docs/protocol.md M5: bytes kept, M1), then its story;
+    `error` is `rsc-error` (`error_text` of rsc/member/workers.py: masked, at most 1 KiB)."""
     fields: dict[str, str | bytes] = {}
     if message.key_bytes is not None:
         fields["key"] = message.key_bytes
     fields["value"] = message.value_bytes
     for name, data in message.headers.items():
         fields["h:" + name] = data
-    fields.update({"shard": message.shard, "id": message.id, "error": repr(error),
-                   "attempts": str(attempts), "consumerGroup": consumer_group,
-                   "memberId": message.member_id})
+    fields.update({
+        "rsc-source-stream": message.shard, "rsc-source-id": message.id,
+        "rsc-group": consumer_group, "rsc-deliveries": str(deliveries),
+        "rsc-error": error, "rsc-member": message.member_id,
+        "rsc-dead-at-ms": str(now_ms)})
     return fields
 
 

@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING
 import redis
 import trio
 
+from rsc.member.attempts import is_crash_loop
 from rsc.member.budget import read_shape
 from rsc.member.message import Queued, queued_entries
 from rsc.member.native_streams import NativeStreamOps, native_ops
 from rsc.member.ops import stream_ops
 from rsc.member.reconcile import NO_ACTIONS
-from rsc.member.streams import StreamOps, connect
+from rsc.member.streams import Claimed, FlatEntry, StreamOps, connect
 from rsc.member.unrecoverable import check_permanent
 
 if TYPE_CHECKING:
@@ -136,24 +137,55 @@ class Reader:
             if count < 1:
                 return
 
-        def claim() -> tuple[str, list[Queued]]:
+        counted = core.config.retry is not None
+
+        def claim() -> Claimed:
+            if counted:  # P1: the claim leaves the counts alone; they and the bodies come next
+                return ops.claim_counted(shard, start, count=count)
             cursor, entries = ops.claim_pending_raw(shard, start, count=count)
-            return cursor, queued_entries(shard, entries, generation)
+            ids = [_entry_id(entry) for entry in entries]
+            return Claimed(cursor, entries, ops.pending_counts(shard, ids) if ids else {}, [])
 
         self._reads_in_progress(frozenset({shard}))
         started = trio.current_time()
         try:
-            cursor, messages = await trio.to_thread.run_sync(claim)
+            claimed = await trio.to_thread.run_sync(claim)
         finally:
             self._observe(frozenset({shard}), started)
             self._reads_in_progress(frozenset())
+        messages = queued_entries(shard, claimed.entries, generation)
         budget = core.read_budget
         if budget is not None:
             budget.took(len(messages))
-        if ledger.claimed(shard, generation, cursor):
+        if ledger.claimed(shard, generation, claimed.cursor):
+            self._counted(shard, generation, claimed, counted)
             core.queue.push_many(messages)
         elif budget is not None:
             budget.give_back(len(messages))
+
+    def _counted(self, shard: str, generation: int, claimed: Claimed, counted: bool) -> None:
+        """P1: keep the claimed entries' counts for the workers (with a RetryPolicy) or report a
+        crash loop (without); ack the entries whose bodies are gone."""
+        core = self.core
+        if counted:
+            core.claimed_counts.update(((shard, entry_id), deliveries)
+                                       for entry_id, deliveries in claimed.counts.items())
+        else:
+            for entry_id, deliveries in claimed.counts.items():
+                if is_crash_loop(deliveries):
+                    core.stats.redelivered += 1
+                    log.warning("member %s: %s %s claimed with delivery count %d (a handler keeps "
+                                "failing or crashing on it; a RetryPolicy dead-letters it)",
+                                core.member_id, shard, entry_id, deliveries)
+        if claimed.gone:
+            core.stats.gone_pending += len(claimed.gone)
+            log.warning("member %s: %d pending entries of %s were trimmed away (retention caps), "
+                        "acked without a handler call: %s", core.member_id, len(claimed.gone),
+                        shard, ", ".join(claimed.gone[:10]))
+            for entry_id in claimed.gone:
+                core.ledger.started(shard)  # the acker finishes it
+                core.acks.add(shard, generation, entry_id)
+            core.acker_parking.wake()
 
     async def _read_new(self, ops: StreamOps, native: NativeStreamOps | None = None) -> None:
         """Receive one XREADGROUP reply, sending the next read first when it will be wanted.
@@ -229,3 +261,8 @@ class Reader:
                 core.queue.push_many(messages)
             elif budget is not None:
                 budget.give_back(len(messages))
+
+
+def _entry_id(entry: FlatEntry) -> str:
+    raw = entry[0]
+    return raw.decode() if isinstance(raw, bytes) else str(raw)

@@ -24,6 +24,9 @@ class MemberStats:
     failed: int = 0
     acked: int = 0
     dead_lettered: int = 0
+    redelivered: int = 0  # claimed with a delivery count of 10 or more (P1: a crash loop)
+    gone_pending: int = 0  # pending entries whose body was gone (trimmed), acked (P1)
+    redrives_passed: int = 0  # entries sent back for another group, acked without a call (P3)
     ack_refusals: int = 0
     fences: int = 0
     workers: int = 0

@@ -27,7 +27,17 @@ from redis.retry import Retry
 from redis.typing import EncodableT, FieldT
 
 from rsc.common.lag import ends_commands, lag_from_ends
-from rsc.common.lua import Execute, Reply, Script, Word, load_all, pipelined, reply_int
+from rsc.common.lua import (
+    Command,
+    Execute,
+    Reply,
+    Script,
+    Word,
+    load_all,
+    pipelined,
+    reply_int,
+    reply_list,
+)
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import connect as connect_any
 from rsc.common.server_features import supports_xackdel
@@ -45,6 +55,8 @@ VALUE_FIELD = "value"
 # the owner-checking ack and the seal-checking produce (rsc/common/scripts/*.lua say KEYS, ARGV)
 ACK_SCRIPT = Script("ack")
 PRODUCE_SCRIPT = Script("produce")
+ATTEMPT_SCRIPT = Script("attempt")  # records a handler call before it runs (P1), owner checked
+RECORDED, NOT_PENDING = 1, 0  # the attempt script's replies besides NOT_OWNER
 
 
 # one stream entry as the server sends it: [id, [field, value, ...]] (fields None if deleted)
@@ -175,7 +187,7 @@ class StreamOps:
         self.use_xackdel = supports_xackdel(client) if use_xackdel is None else use_xackdel
         # the same connections, replies as the server sent them (no per-entry tuples and dicts)
         self._unparsed = redis.Redis(connection_pool=client.connection_pool)
-        for command in ("XREADGROUP", "XAUTOCLAIM"):
+        for command in UNPARSED_COMMANDS:
             self._unparsed.set_response_callback(command, _unparsed_reply)
         self._read_connection: Connection | None = None
         self.reads_sent = 0  # XREADGROUPs sent by `send_read`, replies not yet received
@@ -252,6 +264,25 @@ class StreamOps:
                                           min_idle_time=0, start_id=start, count=count)
         return _text(reply[0]), [entry for entry in reply[1] if entry is not None]
 
+    def claim_counted(self, shard: str, start: str, *, count: int) -> Claimed:
+        """Claim up to `count` pending entries from `start` without raising their delivery
+        counts (`XAUTOCLAIM ... JUSTID`), then read their counts (XPENDING) and bodies (XRANGE)
+        in one round trip (P1)."""
+        reply = self._unparsed.execute_command("XAUTOCLAIM", shard, self.consumer_group,
+                                               self.consumer, 0, start, "COUNT", count, "JUSTID")
+        return claimed_details(pipelined(self._unparsed), shard, self.consumer_group, reply)
+
+    def pending_counts(self, shard: str, ids: Sequence[str]) -> dict[str, int]:
+        """The delivery count of each of `ids` still pending (XPENDING over their range)."""
+        return pending_counts(pipelined(self._unparsed), shard, self.consumer_group, ids)
+
+    def record_attempt(self, shard: str, entry_id: str, count: int) -> int:
+        """Set a pending entry's delivery count to `count` before a handler call, while the
+        owner token names this member: RECORDED, NOT_PENDING or NOT_OWNER (attempt.lua)."""
+        call = ([shard, owner_key(shard, self.consumer_group)],
+                [self.consumer, self.consumer_group, entry_id, str(count)])
+        return reply_int(ATTEMPT_SCRIPT.call(self.client, *call))
+
     def ack(self, ids_by_shard: Mapping[str, Sequence[str]]) -> dict[str, int]:
         """Ack entries per shard in one pipeline; a shard answers NOT_OWNER if not ours."""
         calls = ack_calls(ids_by_shard, self.consumer, self.consumer_group, self.use_xackdel)
@@ -290,6 +321,75 @@ def group_lags(execute: Execute, shards: Sequence[str], group: str) -> dict[str,
     return lags
 
 
+@attrs.frozen
+class Claimed:
+    """What a counted claim took (P1): the cursor of the next claim, the claimed entries with
+    their bodies (as the server sent them, in id order), each one's delivery count, and the
+    ids whose bodies are gone (trimmed while pending: out of the pending list, or to ack)."""
+
+    cursor: str
+    entries: list[FlatEntry]
+    counts: dict[str, int]
+    gone: list[str]
+
+
+def claimed_details(execute: Execute, shard: str, group: str, reply: Any) -> Claimed:
+    """From an `XAUTOCLAIM ... JUSTID` reply: the counts (one XPENDING over the claimed range)
+    and the bodies (one XRANGE per id), in one round trip."""
+    items = reply_list(reply)
+    cursor = _word(items[0])
+    ids = [_word(entry_id) for entry_id in reply_list(items[1])]
+    gone = [_word(entry_id) for entry_id in reply_list(items[2])] if len(items) > 2 else []
+    if not ids:
+        return Claimed(cursor, [], {}, gone)
+    commands: list[Command] = [(shard, ("XPENDING", shard, group, ids[0], ids[-1], len(ids)))]
+    commands += [(shard, ("XRANGE", shard, entry_id, entry_id)) for entry_id in ids]
+    replies = execute(commands)
+    for result in replies:
+        if isinstance(result, Exception):
+            raise result
+    counts = _counts(replies[0])
+    entries: list[FlatEntry] = []
+    for entry_id, found in zip(ids, replies[1:], strict=True):
+        if isinstance(found, list) and found:
+            entries.append(found[0])
+        else:
+            gone.append(entry_id)  # trimmed between the claim and the read: still pending
+    return Claimed(cursor, entries, counts, gone)
+
+
+def pending_counts(execute: Execute, shard: str, group: str, ids: Sequence[str]) -> dict[str, int]:
+    """The delivery counts of the pending entries among `ids` (one XPENDING over their range)."""
+    if not ids:
+        return {}
+    [reply] = execute([(shard, ("XPENDING", shard, group, min(ids, key=_id_order),
+                                max(ids, key=_id_order), len(ids)))])
+    if isinstance(reply, Exception):
+        raise reply
+    wanted = set(ids)
+    return {entry_id: count for entry_id, count in _counts(reply).items() if entry_id in wanted}
+
+
+def _id_order(entry_id: str) -> tuple[int, int]:
+    milliseconds, _, sequence = entry_id.partition("-")
+    return int(milliseconds), int(sequence or 0)
+
+
+def _counts(reply: object) -> dict[str, int]:
+    """id -> delivery count from an XPENDING range reply, raw ([id, consumer, idle, count])
+    or as redis-py parses it (dicts)."""
+    counts: dict[str, int] = {}
+    for row in reply_list(reply):
+        if isinstance(row, dict):
+            counts[_word(row["message_id"])] = int(row["times_delivered"])
+        else:
+            fields = reply_list(row)
+            counts[_word(fields[0])] = reply_int(fields[3])
+    return counts
+
+
+UNPARSED_COMMANDS = ("XREADGROUP", "XAUTOCLAIM", "XPENDING")  # replies kept as the server sent
+
 _R = TypeVar("_R")
 
 
@@ -304,6 +404,15 @@ def _by_stream(reply: Any) -> list[tuple[str, list[FlatEntry]]]:
     items = reply.items() if isinstance(reply, dict) else reply
     return [(stream.decode() if stream.__class__ is bytes else stream, entries)
             for stream, entries in items]
+
+
+def _word(reply: object) -> str:
+    """A word of a reply as text; TypeError naming what came instead."""
+    if isinstance(reply, bytes):
+        return reply.decode()
+    if isinstance(reply, str):
+        return reply
+    raise TypeError(f"expected a word in Redis's reply, got {reply!r}")
 
 
 def _text(word: str | bytes) -> str:

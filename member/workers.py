@@ -16,6 +16,8 @@ no wakeup of anybody but the acker once a batch is worth sending.
 
 from __future__ import annotations
 
+import enum
+import functools
 import inspect
 import logging
 import time
@@ -23,14 +25,20 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
+from redis import exceptions as redis_errors
 
+from rsc.common.dead_letters import CRASHED, REDRIVE_GROUP_HEADER
+from rsc.common.redact import redact_text
+from rsc.member.attempts import DeadLetterNow, next_step
 from rsc.member.codecs import DecodeFailed
 from rsc.member.core import monotonic_ms
 from rsc.member.ledger import Verdict
-from rsc.member.message import Handler, Message
-from rsc.member.ops import produce_ops
-from rsc.member.policies import NO_RETRY, AckPolicy, DeadLetter, RetryLater, dead_letter_fields
+from rsc.member.message import NO_HEADERS, Handler, Message, Queued
+from rsc.member.ops import produce_ops, stream_ops
+from rsc.member.policies import AckPolicy, RetryPolicy, dead_letter_fields
 from rsc.member.reconcile import NO_ACTIONS, Actions
+from rsc.member.streams import NOT_OWNER, RECORDED
+from rsc.member.unrecoverable import check_permanent
 
 if TYPE_CHECKING:
     import redis
@@ -39,7 +47,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
+class After(enum.Enum):
+    """What follows a worker's turn on an entry."""
+
+    ACK = "ack"  # handled, or dead-lettered: ack it
+    LEAVE = "leave"  # not acked: it stays pending in Redis
+    WAIT = "wait"  # it waits for its next attempt on no worker, its key held (L4)
+
 CHECKPOINT_EVERY = 64  # a handler that never awaits must not starve the other tasks
+RECORD_RETRY_S = 0.2  # an attempt Redis could not record is tried again after this
+MAX_ERROR_BYTES = 1024  # rsc-error: type and message, at most 1 KiB (P2)
 
 
 class WorkerPool:
@@ -58,6 +76,11 @@ class WorkerPool:
         self.handler = handler
         self.is_async = inspect.iscoroutinefunction(handler)
         self.dead_letters = produce_ops(misc_client)  # XADD of dead letters (its add_raw)
+        # the owner-checked record of an attempt before its call (P1)
+        self.attempts = stream_ops(misc_client, core.config.consumer_group, core.member_id,
+                                   use_xackdel=False)
+        self._suspect_running = False  # a call that may crash the process runs (P1)
+        self._suspect_waiters: list[Any] = []
 
     # --- what a host supplies --------------------------------------------------------
 
@@ -81,6 +104,30 @@ class WorkerPool:
 
     def _stopping(self, error: BaseException) -> bool:
         return not isinstance(error, Exception)  # trio's Cancelled, KeyboardInterrupt
+
+    def _later(self, seconds: float, callback: Callable[[], None]) -> None:
+        """Call `callback` in trio's run context after `seconds`."""
+        raise NotImplementedError
+
+    def _park(self, entry: Queued) -> None:
+        """L4: `entry` waits for its next attempt on no worker, its key held, until the
+        policy's backoff has passed; then it runs again before anything else."""
+        key = (entry[0][0], entry[1])
+        self.core.parked[key] = entry
+        policy = self.core.config.retry
+        delay = policy.backoff_ms / 1000 if policy is not None else 0.0
+        self._later(delay, functools.partial(self._resume, key))
+
+    def _resume(self, key: tuple[str, str]) -> None:
+        core = self.core
+        entry = core.parked.pop(key, None)
+        if entry is None:
+            return  # abandoned meanwhile: the shard was revoked, left or fenced
+        if core.ledger.still_reading(key[0], entry[5]):
+            core.queue.resume(entry)
+        else:
+            core.retries.pop(key, None)
+            core.queue.done(entry)
 
     log = log  # a handler's failures are logged here (each host its own logger)
 
@@ -134,6 +181,8 @@ class WorkerPool:
         fast = self.is_async and config.retry is None and config.ack_policy is AckPolicy.AFTER
         monotonic, own_clock = time.monotonic, clock is monotonic_ms
         new_message = tuple.__new__  # Message's fields in order, without its Python __new__
+        no_headers, redrive_header = NO_HEADERS, REDRIVE_GROUP_HEADER
+        own_group = config.consumer_group.encode("utf-8")
         since_checkpoint = 0
         while True:
             entry = pop(index)
@@ -147,11 +196,24 @@ class WorkerPool:
             if verdict is not allowed or traced:
                 decided("handler", shard, generation, now, verdict, actions)
                 if verdict is not allowed:
+                    if core.retries:
+                        core.retries.pop((shard, entry_id), None)
                     done(entry)
                     continue
+            if headers is not no_headers and redrive_header in headers \
+                    and headers[redrive_header] != own_group:
+                # P3: sent back for another group of the prefix: acked here without a call
+                if core.claimed_counts:
+                    core.claimed_counts.pop((shard, entry_id), None)
+                acks.add(shard, generation, entry_id)
+                stats.redrives_passed += 1
+                done(entry)
+                if parking.parked:
+                    wake_acker()
+                continue
             message = new_message(Message, (shard, entry_id, key, value, member_id, headers, 1))
             core.busy += 1
-            handled = False
+            handled = waiting = False
             try:
                 if fast:
                     try:
@@ -163,12 +225,16 @@ class WorkerPool:
                             raise
                         failed(core, message, 1, exc, final=True)
                 else:
-                    handled = await self.process(message, generation)
+                    after = await self.process(message, generation)
+                    handled, waiting = after is After.ACK, after is After.WAIT
                 if handled:  # the acker admits it again right before acking
                     acks.add(shard, generation, entry_id)
+                elif waiting:  # on no worker, its key held, until its next attempt (L4)
+                    self._park(entry)
             finally:
                 core.busy -= 1
-                done(entry)
+                if not waiting:
+                    done(entry)
                 if not handled:
                     finish(shard)
             if handled and parking.parked and ack_rule.wake_acker(
@@ -179,13 +245,14 @@ class WorkerPool:
                 since_checkpoint = 0
                 await checkpoint()
 
-    async def process(self, message: Message, generation: int) -> bool:
-        """The general path (sync handlers, retries, AckPolicy.BEFORE); True when the
-        entry still needs its ack."""
+    async def process(self, message: Message, generation: int) -> After:
+        """The general path (sync handlers, retries, AckPolicy.BEFORE): what follows."""
         if self.core.config.ack_policy is AckPolicy.BEFORE:
-            if await self.ack_now(message, generation):
-                await self.run_handler(message, generation, admitted=False)
-            return False
+            resumed = (message.shard, message.id) in self.core.retries  # acked already
+            if not resumed and not await self.ack_now(message, generation):
+                return After.LEAVE
+            after = await self.run_handler(message, generation, admitted=False)
+            return After.WAIT if after is After.WAIT else After.LEAVE
         return await self.run_handler(message, generation, admitted=True)
 
     async def ack_now(self, message: Message, generation: int) -> bool:
@@ -204,51 +271,181 @@ class WorkerPool:
             core.acks.awaited -= 1
         return not buffer.refused
 
-    async def run_handler(self, first: Message, generation: int, *, admitted: bool) -> bool:
-        """Run the handler, then what the retry policy says after each failure; True when the
-        entry may be acked.
+    async def run_handler(self, first: Message, generation: int, *, admitted: bool) -> After:
+        """Run the handler (with the retry policy, if any); what follows for the entry.
 
         Every call but an `admitted` first one, and a dead letter, is admitted by the
         ledger first (D1), in the loop step that starts the call.
         """
-        core = self.core
-        retry = core.config.retry or NO_RETRY
-        message = first
-        while True:
-            if (message.attempt > 1 or not admitted) and not self.admit(first.shard, generation):
-                return False
-            try:
-                if self.is_async:
-                    await self.handler(message)  # type: ignore[misc]
-                else:
-                    await self._in_thread(self.handler, message)
-                core.stats.processed += 1
-                return True
-            except BaseException as exc:  # noqa: BLE001 - a handler's failure is data, not a crash
-                if self._stopping(exc):
-                    raise
-                error = exc
-            step = (retry.after_permanent_failure(message.attempt)
-                    if isinstance(error, DecodeFailed) else retry.after_failure(message.attempt))
-            self._failed(core, first, message.attempt, error,
-                         final=not isinstance(step, RetryLater))
-            if isinstance(step, RetryLater):
-                await self._sleep(step.delay_s)
-                message = message._replace(attempt=step.attempt)
-                continue
-            if isinstance(step, DeadLetter):
-                if not self.admit(first.shard, generation, "dead letter"):
-                    return False  # a side effect as a handler call is: D1 applies
-                await self.dead_letter(first, step, error)
-                return True
-            return False  # LeavePending: no ack, delivered again to the next owner
+        policy = self.core.config.retry
+        if policy is None:  # the default mode: one call; a failure leaves the entry pending
+            if not admitted and not self.admit(first.shard, generation):
+                return After.LEAVE
+            error = await self._call(first)
+            if error is None:
+                return After.ACK
+            self._failed(self.core, first, 1, error, final=True)
+            return After.LEAVE
+        return await self._run_with_policy(first, generation, policy, admitted=admitted)
 
-    async def dead_letter(self, message: Message, step: DeadLetter, error: BaseException) -> None:
+    async def _call(self, message: Message) -> BaseException | None:
+        """One handler call: None when it returned, else what it raised."""
+        try:
+            if self.is_async:
+                await self.handler(message)  # type: ignore[misc]
+            else:
+                await self._in_thread(self.handler, message)
+        except BaseException as exc:  # noqa: BLE001 - a handler's failure is data, not a crash
+            if self._stopping(exc):
+                raise
+            return exc
+        self.core.stats.processed += 1
+        return None
+
+    async def _run_with_policy(self, first: Message, generation: int, policy: RetryPolicy, *,
+                               admitted: bool) -> After:
+        """P1: calls counted in Redis. A claimed entry's count came with its claim; each call
+        but the first of a freshly read entry is recorded before it runs (owner checked), and
+        the entry is dead-lettered (P2) once the count reached `max_deliveries`. Acked first
+        (AckPolicy.BEFORE), nothing is pending: the calls are counted here only. Between two
+        calls the entry waits on no worker (`After.WAIT`, L4) and comes back here."""
         core = self.core
-        fields = dead_letter_fields(message, error=error, attempts=step.attempts,
-                                    consumer_group=core.config.consumer_group)
-        await self._in_thread(self.dead_letters.add_raw, step.stream, fields)
+        shard = first.shard
+        key = (shard, first.id)
+        counted = core.config.ack_policy is AckPolicy.AFTER
+        resumed = core.retries.pop(key, None)
+        count: int | None = None
+        error: BaseException | None = None
+        if resumed is not None:  # back from waiting for this attempt
+            count, error = resumed
+        elif counted:
+            count = core.claimed_counts.pop(key, None)
+        waited = resumed is not None
+        while True:
+            step = next_step(count, policy.max_deliveries,
+                             permanent=isinstance(error, DecodeFailed))
+            if isinstance(step, DeadLetterNow):
+                if not self.admit(shard, generation, "dead letter"):
+                    return After.LEAVE  # a side effect as a handler call is: D1 applies
+                stream = policy.stream_for(core.config.stream_prefix, core.config.consumer_group)
+                written = await self.dead_letter(first, stream, step.deliveries, error)
+                return After.ACK if written else After.LEAVE
+            if error is not None and not waited and policy.backoff_ms > 0 and count is not None:
+                core.retries[key] = (count, error)
+                return After.WAIT
+            waited = False
+            message = first._replace(attempt=step.attempt)
+            if step.record is not None and counted:
+                ran, error = await self._suspect_call(message, generation, step.record)
+                if not ran:
+                    return After.LEAVE
+            else:
+                if (step.record is not None or not admitted) and not self.admit(shard, generation):
+                    return After.LEAVE
+                error = await self._call(message)
+            if error is None:
+                return After.ACK
+            count = step.attempt
+            self._failed(core, first, count, error, final=isinstance(error, DecodeFailed)
+                         or count >= policy.max_deliveries)
+
+    async def _suspect_call(self, message: Message, generation: int,
+                            count: int) -> tuple[bool, BaseException | None]:
+        """A call that may be the one that crashes the process (a redelivery, or a retry): one
+        at a time per member, after the acks of what was handled are in Redis and once the
+        call is recorded, so a crash in it raises no other entry's count and repeats nothing
+        handled. Whether it ran, and what it raised (None: it returned)."""
+        while self._suspect_running:
+            waiter = self.event_type()
+            self._suspect_waiters.append(waiter)
+            await waiter.wait()
+        self._suspect_running = True
+        try:
+            await self._acks_sent()
+            if not self.admit(message.shard, generation) or not await self._record(
+                    message, generation, count):
+                return False, None  # no unrecorded call runs
+            if not self.admit(message.shard, generation):
+                return False, None
+            return True, await self._call(message)
+        finally:
+            self._suspect_running = False
+            waiters, self._suspect_waiters = self._suspect_waiters, []
+            for waiter in waiters:
+                waiter.set()
+
+    async def _acks_sent(self) -> None:
+        """Wait until the acks of every entry handled so far have been sent."""
+        acks = self.core.acks
+        if not acks.pending:
+            return
+        waiters = []
+        for buffer in list(acks.buffers.values()):
+            sent: Any = buffer.sent
+            if not isinstance(sent, self.event_type):
+                sent = buffer.sent = self.event_type()
+            waiters.append(sent)
+        acks.awaited += 1
+        self._wake_acker()
+        try:
+            for sent in waiters:
+                await sent.wait()
+        finally:
+            acks.awaited -= 1
+
+    async def _record(self, message: Message, generation: int, count: int) -> bool:
+        """Record the next call in Redis before it runs (P1); True once recorded. Refused
+        (another owner): the shard stops as on a refused ack. No longer pending: no call."""
+        core = self.core
+        while True:
+            try:
+                outcome = await self._in_thread(self.attempts.record_attempt, message.shard,
+                                                message.id, count)
+                break
+            except redis_errors.RedisError as exc:
+                check_permanent(exc, core.config.redis_url)
+                self.log.warning("member %s: cannot record an attempt of %s %s, retrying: %r",
+                                 core.member_id, message.shard, message.id, exc)
+                await self._sleep(RECORD_RETRY_S)
+                if not self.admit(message.shard, generation):
+                    return False
+        if outcome == NOT_OWNER:
+            core.stats.ack_refusals += 1
+            self._apply(core.ledger.on_ack_refused(message.shard))
+            return False
+        return outcome == RECORDED
+
+    async def dead_letter(self, message: Message, stream: str, deliveries: int,
+                          error: BaseException | None) -> bool:
+        """Write the dead letter (P2); True when written, so the entry may be acked. A write
+        Redis refuses leaves the entry pending and is reported; the member goes on."""
+        core = self.core
+        fields = dead_letter_fields(message, error=error_text(error), deliveries=deliveries,
+                                    consumer_group=core.config.consumer_group,
+                                    now_ms=int(time.time() * 1000))
+        try:
+            await self._in_thread(self.dead_letters.add_raw, stream, fields)
+        except redis_errors.RedisError as exc:
+            self.log.error("member %s: cannot write the dead letter of %s %s to %s, it stays "
+                           "pending: %r", core.member_id, message.shard, message.id, stream, exc)
+            return False
         core.stats.dead_lettered += 1
+        self.log.warning("member %s: %s %s dead-lettered to %s after %d deliveries: %s",
+                         core.member_id, message.shard, message.id, stream, deliveries,
+                         fields["rsc-error"])
+        return True
+
+
+def error_text(error: BaseException | None) -> str:
+    """`rsc-error` (P2): the error's type and message, secrets masked (K7), at most 1 KiB;
+    `crashed` when no error was seen (the process died during the calls)."""
+    if error is None:
+        return CRASHED
+    text = redact_text(f"{type(error).__name__}: {error}")
+    encoded = text.encode("utf-8")
+    if len(encoded) > MAX_ERROR_BYTES:
+        text = encoded[:MAX_ERROR_BYTES - 3].decode("utf-8", "ignore") + "..."
+    return text
 
 
 class Workers(WorkerPool):
@@ -257,11 +454,13 @@ class Workers(WorkerPool):
     def __init__(self, core: MemberCore, handler: Handler, misc_client: redis.Redis) -> None:
         super().__init__(core, handler, misc_client)
         self.threads = trio.CapacityLimiter(max(64, core.config.capacity))
+        self._nursery: trio.Nursery | None = None  # where waiting retries' timers run
 
     async def run(self) -> None:
         """Keep as many long-lived workers as the ledger's worker count (never one per message)."""
         core = self.core
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             spawned = 0
             while True:
                 while spawned < core.queue.workers:
@@ -271,3 +470,12 @@ class Workers(WorkerPool):
 
     async def _in_thread(self, function: Callable[..., Any], *args: Any) -> Any:
         return await trio.to_thread.run_sync(function, *args, limiter=self.threads)
+
+    def _later(self, seconds: float, callback: Callable[[], None]) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(_call_after, seconds, callback)
+
+
+async def _call_after(seconds: float, callback: Callable[[], None]) -> None:
+    await trio.sleep(seconds)
+    callback()

@@ -100,6 +100,12 @@ class WorkQueue(Generic[ItemT]):
         if self._items.done(item) and self._items.ready > 1 and self._idle:
             self._idle.unpark()  # this worker takes one, a parked one the next
 
+    def resume(self, item: ItemT) -> None:
+        """An item whose key it still holds is to run again, before anything else (L4)."""
+        self._items.resume(item)
+        if self._idle:
+            self._idle.unpark()
+
     def drop_shard(self, shard: str) -> list[ItemT]:
         """Remove every queued (not taken) item of `shard`."""
         return self._items.drop_shard(shard)

@@ -50,6 +50,10 @@ MESSAGE_TYPES: dict[str, type[m.Message]] = {
         m.FormatVersion,
         m.SetFormatVersion,
         m.FormatVersionChanged,
+        m.ListDeadLetters,
+        m.DeadLetters,
+        m.RedriveDeadLetters,
+        m.DeadLettersRedriven,
         m.ErrorResponse,
     )
 }
@@ -59,7 +63,7 @@ ADMIN_REQUESTS: frozenset[str] = frozenset(
     cls.TYPE
     for cls in (m.ListGroups, m.DescribeGroup, m.SetShardCount, m.SetMaxConcurrency, m.RemoveMember,
                 m.DeleteGroup, m.ResetOffsets, m.SetRetention, m.GetFormatVersion,
-                m.SetFormatVersion)
+                m.SetFormatVersion, m.ListDeadLetters, m.RedriveDeadLetters)
 )
 
 
@@ -324,7 +328,7 @@ _REVOKE_STATES: dict[str, RevokeState] = {state.value: state for state in Revoke
 # the attrs fields).
 FAST_HEARTBEAT_KEYS = frozenset({"requestId", "streamPrefix", "consumerGroup", "memberId",
                                  "memberEpoch", "capacity", "ownedShards", "revokingShards",
-                                 "instanceId"})
+                                 "instanceId", "deadLetterStream"})
 FAST_REVOKING_SHARD_KEYS = frozenset({"shard", "state"})
 
 
@@ -345,6 +349,9 @@ def _fast_heartbeat(obj: dict[str, object]) -> m.Heartbeat | None:
         return None
     instance_id = obj.get("instanceId")  # S1: a dynamic member costs this one lookup
     if instance_id is not None and not _clean_text(instance_id):
+        return None
+    dead_letter_stream = obj.get("deadLetterStream")  # P2: on joins and full reports
+    if dead_letter_stream is not None and not _clean_text(dead_letter_stream):
         return None
     owned = obj.get("ownedShards")
     owned_shards: tuple[str, ...] | None = None
@@ -378,7 +385,7 @@ def _fast_heartbeat(obj: dict[str, object]) -> m.Heartbeat | None:
                            consumer_group=consumer_group, member_id=member_id,
                            member_epoch=member_epoch, capacity=capacity,
                            owned_shards=owned_shards, revoking_shards=revoking_shards,
-                           instance_id=instance_id)
+                           instance_id=instance_id, dead_letter_stream=dead_letter_stream)
     except Exception:  # noqa: BLE001 - a validator's failure: the converter words it
         return None
 

@@ -25,6 +25,7 @@ class Status(enum.StrEnum):
     FENCED_INSTANCE_ID = "FENCED_INSTANCE_ID"  # S3: a newer member took this instanceId over
     UNSUPPORTED_FORMAT_VERSION = "UNSUPPORTED_FORMAT_VERSION"  # setFormatVersion refused
     SUBSCRIPTION_LIMIT_REACHED = "SUBSCRIPTION_LIMIT_REACHED"  # B4: a session's watches or subscriptions
+    REDRIVE_IN_PROGRESS = "REDRIVE_IN_PROGRESS"  # P3: the group's re-drive runs already
 
 
 class ProtocolError(Exception):

@@ -76,6 +76,13 @@ __all__ = [
     "FormatVersionChanged",
     "GetFormatVersion",
     "SetFormatVersion",
+    "DeadLetterEntry",
+    "DeadLetters",
+    "DeadLettersRedriven",
+    "ListDeadLetters",
+    "RedriveDeadLetters",
+    "RedrivenEntry",
+    "SkippedDeadLetter",
 ]
 
 MAX_NAME_LENGTH = 200
@@ -125,6 +132,20 @@ def _optional_name(instance: object, attribute: attrs.Attribute[str | None], val
         check_name(attribute.name, value)
 
 
+MAX_STREAM_NAME_LENGTH = 1000  # a dead-letter stream: `{<prefix>}:dead:<group>` fits
+
+
+def _optional_stream_name(instance: object, attribute: attrs.Attribute[str | None],
+                          value: str | None) -> None:
+    """An optional Redis stream key (P2: a dead-letter stream): non-empty, at most 1000
+    characters, no control character."""
+    if value is None:
+        return
+    if not value or len(value) > MAX_STREAM_NAME_LENGTH or _CONTROL.search(value):
+        raise FieldValueError(f"field '{camel(attribute.name)}' must be a stream key of 1 to "
+                              f"{MAX_STREAM_NAME_LENGTH} characters without control characters")
+
+
 def _member_and_instance_id(instance: Heartbeat, attribute: attrs.Attribute[str], value: str) -> None:
     """A heartbeat's memberId, then its optional instanceId (S1: same rules): one validator,
     so a heartbeat without an instanceId pays no extra call (attrs runs validators once every
@@ -148,6 +169,15 @@ def _at_least(low: int) -> Callable[[object, attrs.Attribute[_Bounded], _Bounded
     def check(instance: object, attribute: attrs.Attribute[_Bounded], value: _Bounded) -> None:
         if value is not None and value < low:
             raise FieldValueError(f"field '{camel(attribute.name)}' must be >= {low}, got {value}")
+
+    return check
+
+
+def _within(low: int, high: int) -> Callable[[object, attrs.Attribute[int], int], None]:
+    def check(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+        if not low <= value <= high:
+            raise FieldValueError(f"field '{camel(attribute.name)}' must be in {low}..{high}, "
+                                  f"got {value}")
 
     return check
 
@@ -221,6 +251,8 @@ class Heartbeat(GroupRequest):
     owned_shards: tuple[str, ...] | None = None
     revoking_shards: tuple[RevokingShard, ...] = ()
     instance_id: str | None = None  # S1 (checked by memberId's validator, see there)
+    # P2: the member's dead-letter stream (a RetryPolicy's), absent = unchanged
+    dead_letter_stream: str | None = attrs.field(default=None, validator=_optional_stream_name)
 
     def error(self, status: Status, error: str) -> HeartbeatResponse:
         return HeartbeatResponse(request_id=self.request_id, status=status,
@@ -517,6 +549,8 @@ class ShardDescription:
     pending: int
     oldest_pending_ms: int | None
     damage: str | None = None  # B7: maxId, falseSeal or missingSeal, as last checked
+    # P1: the highest delivery count among the shard's oldest 100 pending entries (None: none)
+    max_delivery_count: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -533,6 +567,7 @@ class MemberDescription:
     overdue: bool = False  # last accepted heartbeat older than interval x 1.5
     instance_id: str | None = None  # S6: null for a dynamic member
     away_ms: int | None = None  # S6: time since its last accepted heartbeat, only when AWAY
+    dead_letter_stream: str | None = None  # P2: as the member's heartbeats report it
 
 
 @attrs.frozen(kw_only=True)
@@ -703,6 +738,109 @@ class FormatVersionChanged(Response):
     error: str | None = None
 
 
+# --- dead letters (P3) -----------------------------------------------------------------
+
+MAX_DEAD_LETTER_PAGE = 1000
+MAX_REDRIVE = 1_000_000
+
+
+@attrs.frozen(kw_only=True)
+class DeadLetterEntry:
+    """One dead letter as `listDeadLetters` shows it: its story (P2) and the message, as text
+    (UTF-8, U+FFFD where the bytes are not)."""
+
+    id: str
+    source_stream: str | None
+    source_id: str | None
+    consumer_group: str | None
+    deliveries: int | None
+    error: str | None
+    member_id: str | None
+    dead_at_ms: int | None
+    key: str | None
+    value: str
+    redriven: int = 0  # returns so far (rsc-redriven)
+
+
+@attrs.frozen(kw_only=True)
+class ListDeadLetters(GroupRequest):
+    """P3: a group's dead letters: count, oldest and newest, errors by type, one page."""
+
+    TYPE: ClassVar[str] = "listDeadLetters"
+    request_id: int
+    stream_prefix: str = attrs.field(validator=_name)
+    consumer_group: str = attrs.field(validator=_name)
+    count: int = attrs.field(default=100, validator=_within(1, MAX_DEAD_LETTER_PAGE))
+    after: str | None = None  # the page starts after this entry id (None: the oldest)
+
+    def error(self, status: Status, error: str) -> DeadLetters:
+        return DeadLetters(request_id=self.request_id, status=status,
+                           stream_prefix=self.stream_prefix, consumer_group=self.consumer_group,
+                           error=error)
+
+
+@attrs.frozen(kw_only=True)
+class DeadLetters(Response):
+    TYPE: ClassVar[str] = "deadLetters"
+    request_id: int | None
+    status: Status
+    stream_prefix: str
+    consumer_group: str
+    stream: str | None = None
+    count: int = 0
+    oldest_ms: int | None = None
+    newest_ms: int | None = None
+    errors_by_type: dict[str, int] = attrs.field(factory=dict)
+    entries: tuple[DeadLetterEntry, ...] = ()
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RedriveDeadLetters(GroupRequest):
+    """P3: send a group's dead letters back to their source prefix, to this group."""
+
+    TYPE: ClassVar[str] = "redriveDeadLetters"
+    request_id: int
+    stream_prefix: str = attrs.field(validator=_name)
+    consumer_group: str = attrs.field(validator=_name)
+    dry_run: bool = False
+    max: int = attrs.field(default=1000, validator=_within(1, MAX_REDRIVE))
+    ids: tuple[str, ...] = ()
+    force: bool = False  # send back entries already sent back 3 times too
+
+    def error(self, status: Status, error: str) -> DeadLettersRedriven:
+        return DeadLettersRedriven(request_id=self.request_id, status=status,
+                                   stream_prefix=self.stream_prefix,
+                                   consumer_group=self.consumer_group, error=error)
+
+
+@attrs.frozen(kw_only=True)
+class RedrivenEntry:
+    id: str  # the dead letter's id
+    shard: str  # where it went (or would go, on a dry run)
+    new_id: str | None = None  # its id there (None on a dry run)
+
+
+@attrs.frozen(kw_only=True)
+class SkippedDeadLetter:
+    id: str
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class DeadLettersRedriven(Response):
+    TYPE: ClassVar[str] = "deadLettersRedriven"
+    request_id: int | None
+    status: Status
+    stream_prefix: str
+    consumer_group: str
+    stream: str | None = None
+    dry_run: bool = False
+    redriven: tuple[RedrivenEntry, ...] = ()
+    skipped: tuple[SkippedDeadLetter, ...] = ()
+    error: str | None = None
+
+
 @attrs.frozen(kw_only=True)
 class ErrorResponse(Response):
     """The reply to anything malformed (INVALID_REQUEST)."""
@@ -715,7 +853,8 @@ class ErrorResponse(Response):
 
 MemberRequest = Heartbeat | GetRouting
 AdminRequest = (ListGroups | DescribeGroup | SetShardCount | SetMaxConcurrency | RemoveMember
-                | DeleteGroup | ResetOffsets | SetRetention | GetFormatVersion | SetFormatVersion)
+                | DeleteGroup | ResetOffsets | SetRetention | GetFormatVersion | SetFormatVersion
+                | ListDeadLetters | RedriveDeadLetters)
 AdminResponse = (Groups | GroupDescription | ShardCountChanged | MaxConcurrencyChanged
                  | MemberRemoved | GroupDeleted | OffsetsReset | RetentionChanged | FormatVersion
-                 | FormatVersionChanged)
+                 | FormatVersionChanged | DeadLetters | DeadLettersRedriven)

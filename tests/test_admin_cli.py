@@ -309,7 +309,8 @@ async def test_new_verbs_send_the_protocol_requests_and_print_the_answers(nurser
     fake = await fake_coordinator(nursery, lambda body: answers[body["type"]])
     with trio.fail_after(20):
         code, text, err = await rsc_admin(fake.url, "delete-group", "orders", "x:y")
-        assert (code, text, err) == (0, "deleted group orders / x:y\n", "")
+        assert (code, text, err) == (0, "deleted group orders / x:y\nits dead letters, if any, "
+                                        "are kept (rsc admin dead-letters orders x:y)\n", "")
         code, text, _ = await rsc_admin(fake.url, "set-retention", "orders", "--acked",
                                         "--max-length", "100", "--max-age", "24h")
         assert text == ("retention of prefix orders: acked (entries go once every group acked "

@@ -206,7 +206,9 @@ def test_change_views_are_one_line():
 def test_views_of_responses_the_protocol_classes_do_not_know_yet():
     deleted = {"type": "groupDeleted", "requestId": 1, "status": "OK", "streamPrefix": "orders",
                "consumerGroup": "x:y"}
-    assert render_plain(response_view(deleted)).strip() == "deleted group orders / x:y"
+    assert render_plain(response_view(deleted)).strip() == (
+        "deleted group orders / x:y\n"
+        "its dead letters, if any, are kept (rsc admin dead-letters orders x:y)")  # P2
     retention = {"type": "retentionChanged", "requestId": 1, "status": "OK",
                  "streamPrefix": "orders",
                  "retention": {"mode": "none", "maxLength": 1000, "maxAgeMs": 7 * 86_400_000}}

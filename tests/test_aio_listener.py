@@ -245,7 +245,7 @@ async def test_a_failing_handler_never_kills_the_workers_and_dead_letters(coordi
     dead = client.xrange("dead")
     client.close()
     assert {fields["value"] for _, fields in dead} == bad
-    assert all("bad" in fields["error"] for _, fields in dead)
+    assert all("bad" in fields["rsc-error"] for _, fields in dead)
     assert pending_count(redis_url, streams, GROUP) == 0
     failures = [r for r in caplog.records if "handler failed" in r.getMessage()]
     assert len(failures) == 2 * len(bad)

@@ -29,6 +29,7 @@ from rsc.member.streams import (
     ACK_SCRIPT,
     NOT_OWNER,
     PRODUCE_SCRIPT,
+    RECORDED,
     Refused,
     StreamOps,
     supports_xackdel,
@@ -434,3 +435,31 @@ def test_d5_look_reads_the_lease_key_and_owner_records_across_all_masters(
         for key in [COORDINATOR_LEASE_KEY, *keys]:
             client.delete(key)
         client.close()
+
+
+def test_p1_cluster_counted_claims_and_recorded_attempts_run_on_each_shards_master(
+        cluster_url: str) -> None:
+    client = _cluster_client(cluster_url)
+    try:
+        shards = _cluster_shards(client, 3)  # spread over the masters
+        for shard in shards:
+            ClusterProduceOps(client).write([entry(shard, f"k{i}", f"v{i}") for i in range(3)])
+            ClusterStreamOps(client, GROUP, "member-a").read_new_raw([shard], count=10,
+                                                                     block_ms=0)
+        ops = ClusterStreamOps(client, GROUP, "member-a")
+        for shard in shards:
+            claimed = ops.claim_counted(shard, "0-0", count=10)
+            assert claimed.cursor == "0-0" and claimed.gone == []
+            ids = [_word(raw[0]) for raw in claimed.entries]
+            assert claimed.counts == dict.fromkeys(ids, 1), "JUSTID leaves the counts alone"
+            assert ops.record_attempt(shard, ids[0], 2) == RECORDED
+            assert ops.pending_counts(shard, ids) == {ids[0]: 2, ids[1]: 1, ids[2]: 1}
+            client.set(owner_key(shard, GROUP), "member-b")
+            assert ops.record_attempt(shard, ids[1], 2) == NOT_OWNER
+            assert ops.pending_counts(shard, ids)[ids[1]] == 1
+    finally:
+        client.close()
+
+
+def _word(raw: object) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)

@@ -38,7 +38,7 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "capacity": 8,
  "ownedShards": [],
  "revokingShards": []}
-""", m.Heartbeat, {"instanceId": None}),
+""", m.Heartbeat, {"instanceId": None, "deadLetterStream": None}),
     ("heartbeatResponse", """
 {"type": "heartbeatResponse", "requestId": 7, "status": "OK",
  "memberId": "10.0.0.7-4242-0-k3f9", "memberEpoch": 5,
@@ -108,23 +108,25 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "ownedShards": ["orders:v1:0", "orders:v1:2"],
  "revokingShards": [{"shard": "orders:v1:2", "state": "REVOKED"},
                     {"shard": "orders:v1:0", "state": "REVOKING"}]}
-""", m.Heartbeat, {"capacity": None, "instanceId": None}),
+""", m.Heartbeat, {"capacity": None, "instanceId": None, "deadLetterStream": None}),
     ("heartbeat leave, ownedShards null, revokingShards absent", """
 {"type": "heartbeat", "requestId": 10,
  "streamPrefix": "orders", "consumerGroup": "billing",
  "memberId": "10.0.0.7-4242-0-k3f9", "memberEpoch": -1, "ownedShards": null}
-""", m.Heartbeat, {"capacity": None, "revokingShards": [], "instanceId": None}),
+""", m.Heartbeat, {"capacity": None, "revokingShards": [], "instanceId": None,
+                  "deadLetterStream": None}),
     ("heartbeat static join (S1)", """
 {"type": "heartbeat", "requestId": 7,
  "streamPrefix": "orders", "consumerGroup": "billing",
  "memberId": "10.0.0.7-4242-0-k3f9", "memberEpoch": 0, "instanceId": "billing-0",
  "capacity": 8, "ownedShards": [], "revokingShards": []}
-""", m.Heartbeat, {}),
+""", m.Heartbeat, {"deadLetterStream": None}),
     ("heartbeat temporary leave (S2)", """
 {"type": "heartbeat", "requestId": 11,
  "streamPrefix": "orders", "consumerGroup": "billing",
  "memberId": "10.0.0.7-4242-0-k3f9", "memberEpoch": -2, "ownedShards": []}
-""", m.Heartbeat, {"capacity": None, "revokingShards": [], "instanceId": None}),
+""", m.Heartbeat, {"capacity": None, "revokingShards": [], "instanceId": None,
+                  "deadLetterStream": None}),
     ("heartbeatResponse UNRELEASED_INSTANCE_ID (S4)", """
 {"type": "heartbeatResponse", "requestId": 7, "status": "UNRELEASED_INSTANCE_ID",
  "memberId": "10.0.0.9-77-0-zz01", "error": "instanceId 'billing-0' is held by a live member"}
@@ -155,7 +157,8 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
                      "state": "UNREVOKED_SHARDS", "capacity": 8, "lastHeartbeatMsAgo": 420,
                      "assignedShards": ["orders:v2:0"], "pendingShards": [],
                      "revokingShards": ["orders:v1:1"], "targetShards": ["orders:v2:0"],
-                     "overdue": False, "instanceId": None, "awayMs": None}]}),
+                     "overdue": False, "instanceId": None, "awayMs": None,
+                     "deadLetterStream": None}]}),
     ("groupDescription with shards, an overdue member and retention", """
 {"type": "groupDescription", "requestId": 3, "status": "OK",
  "streamPrefix": "orders", "consumerGroup": "billing",
@@ -166,13 +169,15 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "members": [{"memberId": "m1", "memberEpoch": 9, "state": "STABLE", "capacity": 1,
               "lastHeartbeatMsAgo": 4800, "assignedShards": ["orders:v2:0"],
               "pendingShards": [], "revokingShards": [], "targetShards": ["orders:v2:0"],
-              "overdue": true, "instanceId": null, "awayMs": null}],
+              "overdue": true, "instanceId": null, "awayMs": null,
+              "deadLetterStream": null}],
  "targetAssignment": {"m1": ["orders:v2:0"]}, "currentAssignment": {"m1": ["orders:v2:0"]},
  "shards": [{"shard": "orders:v2:0", "version": 2, "owner": "m1",
              "length": 1204, "lastDeliveredId": "1733040000000-3",
-             "lag": 17, "pending": 4, "oldestPendingMs": 820, "damage": null},
+             "lag": 17, "pending": 4, "oldestPendingMs": 820, "damage": null, "maxDeliveryCount": 12},
             {"shard": "orders:v1:0", "version": 1, "owner": null, "length": 0,
-             "lastDeliveredId": null, "lag": null, "pending": 0, "oldestPendingMs": null, "damage": null}],
+             "lastDeliveredId": null, "lag": null, "pending": 0, "oldestPendingMs": null, "damage": null,
+             "maxDeliveryCount": null}],
  "retention": {"mode": "acked", "maxLength": null, "maxAgeMs": null}}
 """, m.GroupDescription, {"error": None, "storeWentBackAtMs": None, "expiresAtMs": None}),
     ("groupDescription with an AWAY static member (S6)", """
@@ -184,11 +189,12 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
               "lastHeartbeatMsAgo": 4800, "assignedShards": [],
               "pendingShards": ["orders:v1:0"], "revokingShards": [],
               "targetShards": ["orders:v1:0"], "overdue": false,
-              "instanceId": "billing-0", "awayMs": 4800}],
+              "instanceId": "billing-0", "awayMs": 4800, "deadLetterStream": null}],
  "targetAssignment": {"m1": ["orders:v1:0"]}, "currentAssignment": {"m1": []},
  "shards": [{"shard": "orders:v1:0", "version": 1, "owner": null,
              "length": 1204, "lastDeliveredId": "1733040000000-3",
-             "lag": 17, "pending": 0, "oldestPendingMs": null, "damage": null}],
+             "lag": 17, "pending": 0, "oldestPendingMs": null, "damage": null,
+             "maxDeliveryCount": null}],
  "retention": null}
 """, m.GroupDescription, {"error": None, "storeWentBackAtMs": None, "expiresAtMs": None}),
     # The admin table's requests and responses, with concrete values.
@@ -321,6 +327,32 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "consumerGroup": "billing",
  "shards": [{"shard": "orders:v2:0", "lastDeliveredId": "1733040000000-3"}]}
 """, m.OffsetsReset, {"error": None}),
+    ("listDeadLetters", """
+{"type": "listDeadLetters", "requestId": 9, "streamPrefix": "orders", "consumerGroup": "billing",
+ "count": 20, "after": null}
+""", m.ListDeadLetters, {}),
+    ("deadLetters", """
+{"type": "deadLetters", "requestId": 9, "status": "OK", "streamPrefix": "orders",
+ "consumerGroup": "billing", "stream": "{orders}:dead:billing", "count": 1,
+ "oldestMs": 1733040000000, "newestMs": 1733040000000, "errorsByType": {"crashed": 1},
+ "entries": [{"id": "1733040000000-0", "sourceStream": "{orders:v1:0}",
+              "sourceId": "1733039999000-0", "consumerGroup": "billing", "deliveries": 3,
+              "error": "crashed", "memberId": "m1", "deadAtMs": 1733040000000,
+              "key": "customer-7", "value": "paid", "redriven": 0}],
+ "error": null}
+""", m.DeadLetters, {}),
+    ("redriveDeadLetters", """
+{"type": "redriveDeadLetters", "requestId": 10, "streamPrefix": "orders",
+ "consumerGroup": "billing", "dryRun": true, "max": 10, "ids": ["1733040000000-0"]}
+""", m.RedriveDeadLetters, {"force": False}),
+    ("deadLettersRedriven", """
+{"type": "deadLettersRedriven", "requestId": 10, "status": "OK", "streamPrefix": "orders",
+ "consumerGroup": "billing", "stream": "{orders}:dead:billing", "dryRun": false,
+ "redriven": [{"id": "1733040000000-0", "shard": "{orders:v1:0}",
+               "newId": "1733040100000-0"}],
+ "skipped": [{"id": "1733040000001-0", "reason": "sent back 3 times already"}],
+ "error": null}
+""", m.DeadLettersRedriven, {}),
     ("groupDeleted GROUP_NOT_EMPTY", """
 {"type": "groupDeleted", "requestId": 7, "status": "GROUP_NOT_EMPTY", "streamPrefix": "orders",
  "consumerGroup": "billing", "error": "group 'billing' of 'orders' has 2 live member(s)"}
@@ -393,7 +425,7 @@ def test_encode_is_compact_utf8_json_with_camel_case_names() -> None:
     assert " " not in text
     assert set(json.loads(text)) == {"type", "requestId", "streamPrefix", "consumerGroup", "memberId",
                                      "memberEpoch", "capacity", "ownedShards", "revokingShards",
-                                     "instanceId"}
+                                     "instanceId", "deadLetterStream"}
     assert to_wire(message)["ownedShards"] is None
 
 
@@ -527,6 +559,32 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
                                       status=statuses, format_version=opt(st.integers(1, 2**31)),
                                       previous_format_version=opt(st.integers(1, 2**31)),
                                       error=opt(texts)),
+    m.ListDeadLetters: st.builds(m.ListDeadLetters, request_id=request_ids, stream_prefix=names,
+                                 consumer_group=names, count=st.integers(1, 1000),
+                                 after=opt(texts)),
+    m.DeadLetters: st.builds(
+        m.DeadLetters, request_id=maybe_request_ids, status=statuses, stream_prefix=texts,
+        consumer_group=texts, stream=opt(texts), count=st.integers(0, 2**31),
+        oldest_ms=opt(ints), newest_ms=opt(ints),
+        errors_by_type=st.dictionaries(texts, st.integers(0, 2**31), max_size=3),
+        entries=st.lists(st.builds(
+            m.DeadLetterEntry, id=texts, source_stream=opt(texts), source_id=opt(texts),
+            consumer_group=opt(texts), deliveries=opt(ints), error=opt(texts),
+            member_id=opt(texts), dead_at_ms=opt(ints), key=opt(texts), value=texts,
+            redriven=st.integers(0, 100)), max_size=3).map(tuple),
+        error=opt(texts)),
+    m.RedriveDeadLetters: st.builds(
+        m.RedriveDeadLetters, request_id=request_ids, stream_prefix=names, consumer_group=names,
+        dry_run=st.booleans(), max=st.integers(1, 1_000_000), ids=shard_lists,
+        force=st.booleans()),
+    m.DeadLettersRedriven: st.builds(
+        m.DeadLettersRedriven, request_id=maybe_request_ids, status=statuses, stream_prefix=texts,
+        consumer_group=texts, stream=opt(texts), dry_run=st.booleans(),
+        redriven=st.lists(st.builds(m.RedrivenEntry, id=texts, shard=texts, new_id=opt(texts)),
+                          max_size=3).map(tuple),
+        skipped=st.lists(st.builds(m.SkippedDeadLetter, id=texts, reason=texts),
+                         max_size=3).map(tuple),
+        error=opt(texts)),
 }
 
 
@@ -700,7 +758,8 @@ def test_endpoint_sets() -> None:
     assert MEMBER_REQUESTS == {"heartbeat", "getRouting"}
     assert ADMIN_REQUESTS == {"listGroups", "describeGroup", "setShardCount", "setMaxConcurrency",
                               "removeMember", "deleteGroup", "resetOffsets", "setRetention",
-                              "getFormatVersion", "setFormatVersion"}
+                              "getFormatVersion", "setFormatVersion", "listDeadLetters",
+                              "redriveDeadLetters"}
 
 
 OPTIONAL_IN = {"setShardCount": {"consumerGroup"}}  # G1: optional there, required elsewhere

@@ -24,7 +24,9 @@ RULE_IDS = ([f"H{n}" for n in range(1, 15)] + [f"S{n}" for n in range(1, 7)]
             + ["B4"]
             + ["B6"]
             + ["B7"]
-            + ["L5"])
+            + ["L5"]
+            + ["P1", "P2", "P3"]
+            + ["L4"])
 
 
 def test_generated_reference_pages_are_current():

@@ -36,6 +36,19 @@ def test_different_keys_run_in_parallel():
         Item("s", "a", 0), Item("s", "b", 1), Item("t", "a", 2)]
 
 
+def test_l4_a_resumed_message_runs_first_and_its_key_stays_held_while_it_waits():
+    queue: KeyOrderedQueue[Item] = KeyOrderedQueue()
+    for item in (Item("s", "k", 0), Item("s", "k", 1), Item("s", "j", 2), Item("s", "i", 3)):
+        queue.push(item)
+    waiting = queue.pop_ready()  # fails: it waits for its next attempt, on no worker
+    assert queue.pop_ready() == Item("s", "j", 2), "other keys go on"
+    queue.resume(waiting)
+    assert (len(queue), queue.pop_ready()) == (3, waiting), "back first"
+    assert queue.pop_ready() == Item("s", "i", 3) and queue.pop_ready() is None, "k still held"
+    queue.done(waiting)
+    assert queue.pop_ready() == Item("s", "k", 1)
+
+
 def test_drop_shard_removes_only_queued_messages_of_that_shard():
     queue: KeyOrderedQueue[Item] = KeyOrderedQueue()
     for seq in range(3):

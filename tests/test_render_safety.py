@@ -98,7 +98,9 @@ def test_change_responses_print_names_literally(name):
     assert render(member_removed_view(removed)).strip() == (
         f"removed member {name} from {name} / {name} (group epoch 3)")
     deleted = {"type": "groupDeleted", "status": "OK", "streamPrefix": name, "consumerGroup": name}
-    assert render(response_view(deleted)).strip() == f"deleted group {name} / {name}"
+    assert render(response_view(deleted)).strip() == (
+        f"deleted group {name} / {name}\n"
+        f"its dead letters, if any, are kept (rsc admin dead-letters {name} {name})")
     changed = decode(json.dumps({
         "type": "shardCountChanged", "requestId": 1, "status": "OK", "streamPrefix": name,
         "consumerGroup": name, "routing": None, "migration": None}))

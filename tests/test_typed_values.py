@@ -18,6 +18,7 @@ import trio
 
 from rsc.common.extras import MissingExtra, require
 from rsc.member import aio
+from rsc.member.attempts import CallHandler, DeadLetterNow, next_step
 from rsc.member.codecs import (
     JSON,
     DecodeFailed,
@@ -31,7 +32,7 @@ from rsc.member.codecs import (
 )
 from rsc.member.listener import Listener
 from rsc.member.message import Message
-from rsc.member.policies import DeadLetter, LeavePending, RetryPolicy
+from rsc.member.policies import RetryPolicy
 from rsc.member.producer import open_producer
 from rsc.member.streams import connect
 from tests.test_member_support import pending_count, set_shards
@@ -112,9 +113,9 @@ def test_an_async_handler_stays_async_and_a_plain_one_plain():
 
 
 def test_a_permanent_failure_skips_the_retries_in_place():
-    policy = RetryPolicy(max_deliveries=5, dead_letter_stream="dead")
-    assert policy.after_permanent_failure(1) == DeadLetter(stream="dead", attempts=1)
-    assert RetryPolicy(max_deliveries=5).after_permanent_failure(2) == LeavePending(attempts=2)
+    assert next_step(1, 5, permanent=True) == DeadLetterNow(deliveries=1)
+    assert next_step(2, 5, permanent=True) == DeadLetterNow(deliveries=2)
+    assert next_step(2, 5) == CallHandler(record=3, attempt=3)
 
 
 def test_the_producer_encodes_values_and_names_a_record_it_cannot_encode():
@@ -172,9 +173,9 @@ async def test_a_pydantic_typed_handler_gets_models_and_a_malformed_value_is_dea
     assert all(type(order) is Order for order in received)
     assert sorted(order.id for order in received) == list(range(10))
     assert fields["value"] == '{"id": "three", "amount": 1}' and fields["h:source"] == "legacy"
-    assert fields["attempts"] == "1", "no retry in place for a value that cannot decode"
-    assert fields["error"].startswith("DecodeFailed(")
-    assert "does not decode as pydantic Order: ValidationError" in fields["error"]
+    assert fields["rsc-deliveries"] == "1", "no retry in place for a value that cannot decode"
+    assert fields["rsc-error"].startswith("DecodeFailed: ")
+    assert "does not decode as pydantic Order: ValidationError" in fields["rsc-error"]
     stats = listener.members[0].stats
     assert (stats.processed, stats.failed, stats.dead_lettered) == (10, 1, 1)
 

@@ -10,6 +10,8 @@
     | set-retention PREFIX (--acked|--none) [--max-length N] [--max-age DURATION]
     | reset-offsets PREFIX GROUP (--to-earliest|--to-latest|--to-datetime ISO8601)
     | format-version | set-format-version N
+    | dead-letters PREFIX GROUP [--count N] [--after ID]
+    | redrive PREFIX GROUP [--dry-run] [--max N] [--id ID ...] [--force]
 
 The URL and token come from `RSC_COORDINATOR_URL` and `RSC_TOKEN` when the flags
 are absent, so a token stays out of `ps` (like every flag of `rsc admin` itself, through
@@ -39,7 +41,9 @@ from rsc.protocol.messages import (
     DescribeGroup,
     FieldValueError,
     GetFormatVersion,
+    ListDeadLetters,
     ListGroups,
+    RedriveDeadLetters,
     RemoveMember,
     ResetOffsets,
     Retention,
@@ -170,6 +174,13 @@ def build_request(args: argparse.Namespace) -> AdminRequest:
                                 to="timestamp", timestamp_ms=args.to_datetime_ms)
         return ResetOffsets(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
                             to=args.to)
+    if name == "dead-letters":
+        return ListDeadLetters(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
+                               count=args.count, after=args.after)
+    if name == "redrive":
+        return RedriveDeadLetters(request_id=0, stream_prefix=args.prefix,
+                                  consumer_group=args.group, dry_run=args.dry_run, max=args.max,
+                                  ids=tuple(args.ids or ()), force=args.force)
     if name == "format-version":
         return GetFormatVersion(request_id=0)
     if name == "set-format-version":
@@ -344,5 +355,23 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     set_format.add_argument("format_version", metavar="N", type=_argument_type(_positive_int),
                             help="the format version to write from now on (never lower than "
                                  "the one in use)")
+    dead = command("dead-letters", "show a group's dead letters: how many, the oldest and newest, "
+                                   "errors by type, and a page of entries with their story")
+    group_arguments(dead)
+    dead.add_argument("--count", type=_argument_type(_positive_int), default=100,
+                      help="entries on the page (1..1000, default 100)")
+    dead.add_argument("--after", metavar="ID", default=None,
+                      help="start the page after this dead letter's id (default: the oldest)")
+    redrive = command("redrive", "send a group's dead letters back to their prefix, for this "
+                                 "group only (other groups ack them without a handler call)")
+    group_arguments(redrive)
+    redrive.add_argument("--dry-run", action="store_true",
+                         help="say what would be sent back and where, change nothing")
+    redrive.add_argument("--max", type=_argument_type(_positive_int), default=1000,
+                         help="send back at most N entries, the oldest first (default 1000)")
+    redrive.add_argument("--id", dest="ids", action="append", metavar="ID", default=None,
+                         help="send back this dead letter (repeat for more; default: all)")
+    redrive.add_argument("--force", action="store_true",
+                         help="send back entries already sent back 3 times too")
     admin.set_defaults(run=run)
     return admin

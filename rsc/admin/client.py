@@ -44,6 +44,8 @@ from rsc.common.ws_client import connect_websocket
 from rsc.common.ws_session import ClientSession, Undecodable
 from rsc.protocol import (
     Cutover,
+    DeadLetters,
+    DeadLettersRedriven,
     DeleteGroup,
     DescribeGroup,
     ErrorResponse,
@@ -53,12 +55,14 @@ from rsc.protocol import (
     GroupDeleted,
     GroupDescription,
     Groups,
+    ListDeadLetters,
     ListGroups,
     MaxConcurrencyChanged,
     MemberRemoved,
     Message,
     OffsetsReset,
     ProtocolError,
+    RedriveDeadLetters,
     RemoveMember,
     Request,
     ResetOffsets,
@@ -407,6 +411,19 @@ class AdminClient:
         """G3: move a memberless group's offsets to earliest, latest or a timestamp."""
         return await self.ask(ResetOffsets(request_id=0, stream_prefix=prefix,
                                            consumer_group=group, to=to, timestamp_ms=timestamp_ms))
+
+    async def dead_letters(self, prefix: str, group: str, *, count: int = 100,
+                           after: str | None = None) -> DeadLetters:
+        """P3: the group's dead letters: count, oldest and newest, errors by type, a page."""
+        return await self.ask(ListDeadLetters(request_id=0, stream_prefix=prefix,
+                                              consumer_group=group, count=count, after=after))
+
+    async def redrive(self, prefix: str, group: str, *, dry_run: bool = False, max: int = 1000,
+                      ids: tuple[str, ...] = (), force: bool = False) -> DeadLettersRedriven:
+        """P3: send the group's dead letters back to their prefix, for this group only."""
+        return await self.ask(RedriveDeadLetters(request_id=0, stream_prefix=prefix,
+                                                 consumer_group=group, dry_run=dry_run, max=max,
+                                                 ids=ids, force=force))
 
     async def format_version(self) -> FormatVersion:
         """The store's metadata format version, and the newest the coordinator writes."""

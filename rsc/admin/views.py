@@ -28,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rsc.common.lag import backlog, backlog_floor, total_backlog
+from rsc.member.attempts import is_crash_loop
 from rsc.protocol import (
     FormatVersion,
     FormatVersionChanged,
@@ -46,7 +47,7 @@ from rsc.protocol import (
     ShardCountChanged,
     ShardDescription,
 )
-from rsc.protocol.messages import Message, camel
+from rsc.protocol.messages import DeadLetters, DeadLettersRedriven, Message, camel
 
 Column = tuple[str, JustifyMethod]
 """A table column: its header and how its cells are justified."""
@@ -322,6 +323,10 @@ def lag_summary(shards: Sequence[object]) -> Text:
     if oldest is not None:
         text.append(f"; oldest unacked {format_age(oldest)}")
     text.append(")")
+    deliveries = max((field(shard, "max_delivery_count", None) or 0 for shard in shards),
+                     default=0)
+    if is_crash_loop(deliveries):  # P1: a handler keeps failing or crashing on an entry
+        text.append(f"; an entry was delivered {deliveries} times", style="red")
     return text
 
 
@@ -678,8 +683,11 @@ def member_removed_view(response: object) -> Text:
 
 
 def group_deleted_view(response: object) -> Text:
-    return plain("deleted group ", group_text(field(response, "stream_prefix"),
-                                              field(response, "consumer_group")))
+    """The group is gone; its dead letters are not (P2): they stay for `dead-letters`."""
+    prefix, group = field(response, "stream_prefix"), field(response, "consumer_group")
+    return plain("deleted group ", group_text(prefix, group),
+                 "\nits dead letters, if any, are kept (rsc admin dead-letters ",
+                 name_text(prefix), " ", name_text(group), ")")
 
 
 def retention_changed_view(response: object) -> Text:
@@ -700,6 +708,51 @@ def offsets_reset_view(response: object) -> RenderableType:
         table.add_row(name_text(short_shard(text_value(field(entry, "shard")), prefix)),
                       name_text(format_count(field(entry, "last_delivered_id"))))
     return Group(title, table)
+
+
+def dead_letters_view(response: object) -> RenderableType:
+    """listDeadLetters: the count, oldest and newest, errors by type, then the page."""
+    count = field(response, "count", 0)
+    title = plain(f"{count} dead letter(s) of ", group_text(field(response, "stream_prefix"),
+                                                            field(response, "consumer_group")),
+                  f" in {field(response, 'stream')}")
+    errors = field(response, "errors_by_type", {}) or {}
+    lines: list[RenderableType] = [title]
+    if errors:
+        lines.append(plain("errors: " + ", ".join(f"{name} {number}" for name, number
+                                                  in sorted(errors.items(), key=lambda e: -e[1]))))
+    entries = field(response, "entries", ())
+    if entries:
+        table = Table(header_style="bold")
+        _columns(table, (("id", "left"), ("source", "left"), ("key", "left"),
+                         ("deliveries", "right"), ("sent back", "right"), ("error", "left")))
+        for entry in entries:
+            table.add_row(name_text(field(entry, "id")),
+                          name_text(f"{field(entry, 'source_stream')} {field(entry, 'source_id')}"),
+                          name_text(str(field(entry, "key"))),
+                          name_text(format_count(field(entry, "deliveries"))),
+                          name_text(format_count(field(entry, "redriven"))),
+                          name_text(str(field(entry, "error"))))
+        lines.append(table)
+    return Group(*lines)
+
+
+def dead_letters_redriven_view(response: object) -> RenderableType:
+    """redriveDeadLetters: what went back (or would, on a dry run) and what stayed, and why."""
+    redriven = field(response, "redriven", ())
+    skipped = field(response, "skipped", ())
+    verb = "would send back" if field(response, "dry_run") else "sent back"
+    lines: list[RenderableType] = [plain(
+        f"{verb} {len(redriven)} dead letter(s) of ",
+        group_text(field(response, "stream_prefix"), field(response, "consumer_group")),
+        f"; {len(skipped)} left where they are")]
+    for entry in redriven:
+        new_id = field(entry, "new_id")
+        lines.append(plain(f"  {field(entry, 'id')} -> {field(entry, 'shard')}"
+                           + (f" {new_id}" if new_id else "")))
+    for entry in skipped:
+        lines.append(plain(f"  {field(entry, 'id')} left: {field(entry, 'reason')}"))
+    return Group(*lines)
 
 
 def format_version_view(response: object) -> Text:
@@ -750,6 +803,8 @@ RESPONSE_VIEWS: dict[str, Callable[[object], RenderableType]] = {
     OffsetsReset.TYPE: offsets_reset_view,
     FormatVersion.TYPE: format_version_view,
     FormatVersionChanged.TYPE: format_version_changed_view,
+    DeadLetters.TYPE: dead_letters_view,
+    DeadLettersRedriven.TYPE: dead_letters_redriven_view,
 }
 
 
@@ -782,7 +837,8 @@ def watch_header(url: str, prefix: str, group: str, mode: str) -> Text:
 
 
 MEMBERS_NAMED_FIRST = 5  # watch's first line names the members up to this many
-SHARD_FIGURES = ("length", "last_delivered_id", "lag", "pending", "oldest_pending_ms")
+SHARD_FIGURES = ("length", "last_delivered_id", "lag", "pending", "oldest_pending_ms",
+                 "max_delivery_count")
 """A shard's moving figures: `watch` shows them in its table, never as a change line."""
 
 
