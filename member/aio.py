@@ -48,7 +48,9 @@ from typing import Any
 
 import trio
 
-from rsc.common.errors import leaves
+from rsc.common.error_family import ProducerClosed, Unrecoverable
+from rsc.common.errors import first_of, raise_first
+from rsc.common.wording import log_final
 from rsc.member.aio_guest import GuestHost, HostStopped
 from rsc.member.aio_workers import AioWorkers
 from rsc.member.codecs import AnyHandler
@@ -56,7 +58,7 @@ from rsc.member.health import ListenerStatus, listener_status
 from rsc.member.listener import Listener
 from rsc.member.producer import Producer, RoutingTable, TypedRecord
 from rsc.member.producer import open_producer as open_trio_producer
-from rsc.member.runtime import InstanceFenced, Member, StoreMismatch
+from rsc.member.runtime import Member, StoreMismatch
 
 __all__ = ["AioListener", "AioProducer", "HostStopped", "StoreMismatch", "listener",
            "open_producer"]
@@ -193,11 +195,12 @@ class AioListener:
                 for member in members:
                     nursery.start_soon(functools.partial(
                         member.run, task_status=_Started(one_started)))
-        except BaseExceptionGroup as group:
-            mismatch, rest = group.split((StoreMismatch, InstanceFenced))
-            if mismatch is None or rest is not None:
-                raise
-            raise leaves(mismatch)[0] from None
+        except BaseExceptionGroup as group:  # L1: one error, never a group
+            failure = first_of(group)
+            if isinstance(failure, Unrecoverable):
+                where = f"{self._listener.stream_prefix}/{self._listener.consumer_group}"
+                log_final(log, f"listener {where} stopped: {failure}")  # L2: said once
+            raise_first(group)
 
 
 
@@ -237,6 +240,8 @@ class AioProducer:
         """Like `send_batch`, returning the (stream, entry id) where each record landed. The
         values go through the producer's `codec=` (if any) in the calling task."""
         producer = self.producer
+        if producer.closed:
+            raise ProducerClosed(f"the producer of {producer.stream_prefix!r} is closed")
         with producer.outgoing(records) as ready:
             return await self._host.call(producer.deliver, list(ready))
 

@@ -39,13 +39,15 @@ stops for good and `run` raises `InstanceFenced` naming it (S3).
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import Callable
 
 import trio
 
-from rsc.common.errors import leaves
-from rsc.common.tls import TlsFailed
+from rsc.common.error_family import Unrecoverable
+from rsc.common.errors import first_of, raise_first
+from rsc.common.wording import log_final
 from rsc.member.budget import ReadBudget
 from rsc.member.codecs import AnyHandler, codec_for, typed_handler
 from rsc.member.health import ListenerStatus, listener_status
@@ -56,13 +58,13 @@ from rsc.member.runtime import (
     AckObserver,
     EventCallback,
     Handler,
-    InstanceFenced,
     Member,
     MemberConfig,
     ReadObserver,
-    StoreMismatch,
 )
 from rsc.protocol.messages import FieldValueError, check_name
+
+log = logging.getLogger(__name__)
 
 
 class Listener:
@@ -94,6 +96,7 @@ class Listener:
                 except FieldValueError as exc:
                     raise ValueError(f"instance_id {instance_id!r}: {exc}") from None
         self.handler = handler
+        self.stream_prefix, self.consumer_group = stream_prefix, consumer_group
         run: Handler = handler if codec is None else typed_handler(handler, codec_for(codec))
         if tracing is not False and tracing is not None:
             from rsc.member.otel import traced_handler  # the [otel] extra, imported when asked
@@ -142,9 +145,11 @@ class Listener:
                   ) -> None:
         """Run every member; `started` once all have joined; return once all have left.
 
-        Raises StoreMismatch (not a group of them) when the members' Redis is not the
-        coordinator's, TlsFailed when a wss:// coordinator's certificate does not verify,
-        InstanceFenced when a newer member took over an instance id (S3).
+        Raises one error of `rsc.errors`, never a group (L1): StoreMismatch when the members'
+        Redis is not the coordinator's, AuthenticationError for a refused token or Redis
+        credentials, ConfigurationError for a URL, TLS setup, db or Sentinel service that
+        cannot work (L2: after one attempt), InstanceFenced when a newer member took over an
+        instance id (S3).
         """
         self._running, self._failure = True, None
         try:
@@ -152,14 +157,14 @@ class Listener:
                 for member in self.members:
                     await nursery.start(member.run)
                 task_status.started(self)
-        except BaseExceptionGroup as group:
-            mismatch, rest = group.split((StoreMismatch, TlsFailed, InstanceFenced))
-            if mismatch is None or rest is not None:
-                self._failure = repr(group)
-                raise
-            failure = leaves(mismatch)[0]
-            self._failure = str(failure)
-            raise failure from None
+        except BaseExceptionGroup as group:  # L1: one error, never a group
+            failure = first_of(group)
+            if isinstance(failure, Exception):
+                self._failure = str(failure)
+            if isinstance(failure, Unrecoverable):
+                where = f"{self.stream_prefix}/{self.consumer_group}"
+                log_final(log, f"listener {where} stopped: {failure}")  # L2: said once
+            raise_first(group)
         except Exception as exc:
             self._failure = str(exc)
             raise

@@ -47,7 +47,8 @@ from typing import TYPE_CHECKING, Any, cast
 import redis
 import trio
 
-from rsc.common.errors import unwrap_single
+from rsc.common.error_family import ProducerClosed
+from rsc.common.errors import raise_first
 from rsc.member.backoff import Backoff
 from rsc.member.codecs import Codec, codec_for, encode_records
 from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, MessageTooLarge
@@ -81,6 +82,7 @@ __all__ = ["MessageTooLarge", "Producer", "Record", "RoutingTable", "RoutingUnav
 log = logging.getLogger(__name__)
 
 REDIS_TIMEOUT_S = 5.0  # a stalled Redis is noticed (and said) after this long
+FIRST_CHECK_S = 5.0  # L2: how long the open waits for Redis's first answer
 
 
 def _log_notice(line: str) -> None:
@@ -128,6 +130,7 @@ class Producer:
         # the refusal last said ((why, routing version), line): repeated as the same line
         self._refusal_said: tuple[tuple[Refused, int], str] | None = None
         self.keep_session = self._follower.keep_session
+        self.closed = False  # set when its open_producer's block is left
         self.ping = self._redis.ping
 
     @property
@@ -214,11 +217,14 @@ class Producer:
     async def deliver(self, records: Sequence[Record]) -> list[tuple[str, str]]:
         """Write records as `outgoing` gave them; the (stream, entry id) of each once Redis
         has them all (D2)."""
+        if self.closed:
+            raise ProducerClosed(f"the producer of {self.stream_prefix!r} is closed")
         delivery = self._core.delivery(records, self.max_message_bytes)
         redis_backoff = Backoff(0.05, 2.0)
         refused_backoff = Backoff(0.05, 2.0)
         store = self._redis
         while not delivery.done:
+            self._follower.raise_fatal()
             writes = delivery.writes(await self.ready())
             try:
                 results = await store.write(writes)
@@ -290,6 +296,17 @@ class Producer:
     def _adopt(self, message: Routing) -> None:
         self._follower.adopt(message)
 
+    async def first_checks(self) -> None:
+        """L2 at open: one attempt at Redis's final errors (credentials, db, Sentinel
+        service, TLS, another storeId), bounded; the rest is retried by the writes."""
+        with trio.move_on_after(FIRST_CHECK_S):
+            await self._redis.check_once(self._core.store_id, self.coordinator_url)
+
+    @property
+    def fatal(self) -> BaseException | None:
+        """The final refusal that ended the producer's coordinator session (L2), if any."""
+        return self._follower.fatal
+
     async def aclose(self) -> None:
         """Close what the producer opened itself (its trio-driven Redis connection)."""
         await self._redis.aclose()
@@ -330,14 +347,16 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
                             codec=codec, tracing=tracing)
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(producer.keep_session)
+                await nursery.start(producer.keep_session)  # L2: after one attempt
+                await producer.first_checks()
                 yield producer
                 nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
-            unwrap_single(group)
+            raise_first(group)
     finally:
         try:
             if producer is not None:
+                producer.closed = True
                 await producer.aclose()
         finally:
             client.close()

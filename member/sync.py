@@ -24,6 +24,9 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import trio
+
+from rsc.common.error_family import ProducerClosed, RscError
 from rsc.common.trio_thread import LoopClosed, TrioThread
 from rsc.member.producer import Producer, RoutingTable, TypedRecord
 from rsc.member.producer import open_producer as open_trio_producer
@@ -32,10 +35,6 @@ __all__ = ["ProducerClosed", "SyncProducer", "open_producer"]
 
 _open: weakref.WeakSet[SyncProducer] = weakref.WeakSet()
 _open_lock = threading.Lock()
-
-
-class ProducerClosed(RuntimeError):
-    """The producer was closed (or failed to open): nothing more can be sent with it."""
 
 
 class SyncProducer:
@@ -72,9 +71,20 @@ class SyncProducer:
         try:
             with producer.outgoing(records) as ready:
                 located = self._loop.call(producer.deliver, list(ready))
-        except LoopClosed:
-            raise ProducerClosed(f"the producer of {self.stream_prefix!r} is closed") from None
+        except (LoopClosed, trio.Cancelled, trio.RunFinishedError):
+            # L1: the loop ended under the call (close() from another thread, or a final
+            # error): the caller gets that error or ProducerClosed, never trio's own
+            raise self._ended() from None
         return [entry_id for _, entry_id in located]
+
+    def _ended(self) -> RscError:
+        """The error for a call on a producer whose loop has ended: the final error that
+        ended it (L2), else ProducerClosed."""
+        for failure in (self.producer.fatal if self._loop.opened is not None else None,
+                        self._loop.failure):
+            if isinstance(failure, RscError):
+                return failure
+        return ProducerClosed(f"the producer of {self.stream_prefix!r} is closed")
 
     def close(self) -> None:
         """Close the coordinator session and the Redis connection (every finished call
