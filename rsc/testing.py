@@ -25,8 +25,8 @@ second, in a thread of their own, so the same kit serves trio, asyncio and plain
 From an asyncio test the same calls work on the asyncio listener (`rsc.member.aio`);
 `send` and `create_prefix` run in the kit's thread, and `run_until` runs the listener on
 the test's own loop until that many messages were handled and acked (or raises
-`TimeoutError` after `timeout` seconds), then stops it (drained, left). Each test should use
-prefix names of its own (`rsc_kit.unique("orders")`): the kit is shared by the session.
+`KitTimeout`, a `TimeoutError`, after `timeout` seconds), then stops it (drained, left).
+Each test should use prefix names of its own (`rsc_kit.unique("orders")`): the kit is shared by the session.
 
 Outside pytest: `with RscKit() as kit: ...` (or `RscKit(redis_url=...)` for a Redis you run);
 its `start()` and `stop()` block: from async code, call them in a worker thread.
@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple
 import attrs
 import sniffio
 
+from rsc.common.error_family import RscError
 from rsc.common.trio_thread import TrioThread
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from rsc.member.listener import Listener
     from rsc.member.producer import TypedRecord
 
-__all__ = ["TIMINGS", "RscKit", "rsc_kit"]
+__all__ = ["TIMINGS", "KitNotStarted", "KitTimeout", "RscKit", "rsc_kit"]
 
 TIMINGS = {"tick_interval_ms": 50, "lease_ttl_ms": 1000, "heartbeat_interval_ms": 200,
            "revoke_timeout_ms": 5000}
@@ -59,6 +60,14 @@ TIMINGS = {"tick_interval_ms": 50, "lease_ttl_ms": 1000, "heartbeat_interval_ms"
 
 T = TypeVar("T")
 Args = TypeVarTuple("Args")
+
+
+class KitNotStarted(RscError, RuntimeError):
+    """A kit call before `start()` (or after `stop()`)."""
+
+
+class KitTimeout(RscError, TimeoutError):
+    """`run_until` did not see the messages handled within its `timeout`."""
 
 
 @attrs.define
@@ -133,7 +142,7 @@ class RscKit:
     async def run_until(self, listener: Any, *, handled: int, timeout: float = 10.0) -> None:
         """Run `listener` (trio's or asyncio's, whichever loop the test runs on) until its
         members handled and acked `handled` messages in all; then stop it (drain, leave).
-        TimeoutError after `timeout` seconds, naming how many were handled."""
+        KitTimeout (a TimeoutError) after `timeout` seconds, naming how many were handled."""
         if sniffio.current_async_library() == "trio":
             await _run_trio_listener(listener, handled, timeout)
         else:
@@ -145,7 +154,7 @@ class RscKit:
                       *args: *Args) -> T:
         loop = self._loop
         if loop is None:
-            raise RuntimeError("the kit is not started")
+            raise KitNotStarted("the kit is not started: call start() or use it as `with RscKit()`")
         if sniffio.current_async_library() == "trio":
             import trio
 
@@ -197,7 +206,7 @@ async def _run_trio_listener(listener: Listener, handled: int, timeout: float) -
                 await trio.sleep(0.01)
         listener.stop()
     if waited.cancelled_caught:
-        raise TimeoutError(f"{_acked(listener)} of {handled} messages handled within {timeout:g} s")
+        raise KitTimeout(f"{_acked(listener)} of {handled} messages handled within {timeout:g} s")
 
 
 async def _run_aio_listener(listener: AioListener, handled: int, timeout: float) -> None:
@@ -207,7 +216,7 @@ async def _run_aio_listener(listener: AioListener, handled: int, timeout: float)
     async with listener.running():
         while _acked(listener) < handled:
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"{_acked(listener)} of {handled} messages handled within "
+                raise KitTimeout(f"{_acked(listener)} of {handled} messages handled within "
                                    f"{timeout:g} s")
             await asyncio.sleep(0.01)
 
