@@ -44,7 +44,7 @@ import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Unpack
 
 import trio
 
@@ -56,7 +56,7 @@ from rsc.member.aio_workers import AioWorkers
 from rsc.member.codecs import AnyHandler
 from rsc.member.health import ListenerStatus, listener_status
 from rsc.member.listener import Listener
-from rsc.member.producer import Producer, RoutingTable, TypedRecord
+from rsc.member.producer import Producer, ProducerOptions, RoutingTable, TypedRecord, check_options
 from rsc.member.producer import open_producer as open_trio_producer
 from rsc.member.runtime import Member, StoreMismatch
 
@@ -227,29 +227,39 @@ class AioProducer:
         return self.producer.routing
 
     async def send(self, key: str | bytes | None, value: Any,
-                   headers: Mapping[str, str | bytes] | None = None) -> str:
-        """Write one message (as the trio producer's `send`); its entry id."""
-        return (await self.send_batch([(key, value, headers)]))[0]
+                   headers: Mapping[str, str | bytes] | None = None, *,
+                   timeout: float | None = None) -> str:
+        """Write one message (as the trio producer's `send`); its entry id. `timeout`
+        (default the producer's `send_timeout_s`): SendTimeout after that long (L3)."""
+        return (await self.send_batch([(key, value, headers)], timeout=timeout))[0]
 
-    async def send_batch(self, records: Sequence[TypedRecord]) -> list[str]:
+    async def send_batch(self, records: Sequence[TypedRecord], *,
+                         timeout: float | None = None) -> list[str]:
         """Write (key, value[, headers]) records in one pipeline; return the ids once Redis has
-        them."""
-        return [entry_id for _, entry_id in await self.send_batch_located(records)]
+        them. `timeout` (seconds; default the producer's `send_timeout_s`, None: as D2
+        says): SendTimeout with `confirmed` and `not_accepted` when Redis does not have
+        them all by then (L3); the accepted records are still delivered."""
+        located = await self.send_batch_located(records, timeout=timeout)
+        return [entry_id for _, entry_id in located]
 
-    async def send_batch_located(self, records: Sequence[TypedRecord]) -> list[tuple[str, str]]:
+    async def send_batch_located(self, records: Sequence[TypedRecord], *,
+                                 timeout: float | None = None) -> list[tuple[str, str]]:
         """Like `send_batch`, returning the (stream, entry id) where each record landed. The
         values go through the producer's `codec=` (if any) in the calling task."""
         producer = self.producer
         if producer.closed:
             raise ProducerClosed(f"the producer of {producer.stream_prefix!r} is closed")
         with producer.outgoing(records) as ready:
-            return await self._host.call(producer.deliver, list(ready))
+            return await self._host.call(functools.partial(producer.deliver, list(ready),
+                                                           timeout=timeout))
 
 
 @asynccontextmanager
 async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str,
-                        **options: Any) -> AsyncIterator[AioProducer]:
-    """`rsc.member.producer.open_producer` (same arguments) on the running asyncio loop."""
+                        **options: Unpack[ProducerOptions]) -> AsyncIterator[AioProducer]:
+    """`rsc.member.producer.open_producer` (same arguments, `ProducerOptions`) on the running
+    asyncio loop. A final error (a refused token, L2) is raised at the open."""
+    check_options(options, ProducerOptions, "open_producer")
     loop = asyncio.get_running_loop()
     host = await GuestHost.acquire()
     opened: asyncio.Future[Producer] = loop.create_future()
