@@ -55,7 +55,7 @@ from rsc.member.aio_guest import GuestHost, HostStopped
 from rsc.member.aio_workers import AioWorkers
 from rsc.member.codecs import AnyHandler
 from rsc.member.health import ListenerStatus, listener_status
-from rsc.member.listener import Listener
+from rsc.member.listener import Listener, ListenerOptions, check_listener_options
 from rsc.member.producer import Producer, ProducerOptions, RoutingTable, TypedRecord, check_options
 from rsc.member.producer import open_producer as open_trio_producer
 from rsc.member.runtime import Member, StoreMismatch
@@ -81,9 +81,12 @@ class _Started:
 class AioListener:
     """N members of one group running one handler, hosted by the running asyncio loop."""
 
-    def __init__(self, handler: AnyHandler, **options: Any) -> None:
+    def __init__(self, handler: AnyHandler, *, stream_prefix: str, consumer_group: str,
+                 **options: Unpack[ListenerOptions]) -> None:
+        check_listener_options(options, "AioListener")
         self.handler = handler
-        self._listener = Listener(handler, **options)  # checks the arguments, builds the members
+        self._listener = Listener(handler, stream_prefix=stream_prefix,  # checks, builds members
+                                  consumer_group=consumer_group, **options)
         self._used = False
         self._stopping = False
         self._leave = False  # S2: stop(leave=True) asked for a real leave
@@ -204,9 +207,11 @@ class AioListener:
 
 
 
-def listener(stream_prefix: str, consumer_group: str, **options: Any
+def listener(stream_prefix: str, consumer_group: str, **options: Unpack[ListenerOptions]
              ) -> Callable[[AnyHandler], AioListener]:
-    """Decorator form of `AioListener`: `@listener("orders", "billing", coordinator_url=...)`."""
+    """Decorator form of `AioListener`: `@listener("orders", "billing", coordinator_url=...)`.
+    A keyword it does not take is a TypeError here (and a mypy error: `ListenerOptions`)."""
+    check_listener_options(options, "listener")
 
     def wrap(handler: AnyHandler) -> AioListener:
         return AioListener(handler, stream_prefix=stream_prefix, consumer_group=consumer_group,

@@ -41,7 +41,8 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Required, TypedDict, Unpack
 
 import trio
 
@@ -67,8 +68,47 @@ from rsc.protocol.messages import FieldValueError, check_name
 log = logging.getLogger(__name__)
 
 
+class ListenerOptions(TypedDict, total=False):
+    """The keyword arguments of `listener(...)` and `AioListener(...)` besides the prefix and
+    group, typed (L6): a misspelt one is a mypy error and a TypeError at the call. Their
+    meaning: `Listener`."""
+
+    coordinator_url: Required[str]
+    redis_url: Required[str]
+    concurrency: int
+    runtime_max_concurrency: int
+    ack_policy: AckPolicy
+    retry: RetryPolicy | None
+    token: str | None
+    read_count: int
+    block_ms: int
+    member_ids: list[str] | None
+    on_event: EventCallback | None
+    read_observer: ReadObserver | None
+    ack_observer: AckObserver | None
+    check_store_id: bool
+    notices: Notices | None
+    ca_file: str | None
+    ssl_context: ssl.SSLContext | None
+    instance_id: str | None
+    codec: object | None
+    tracing: object
+    read_budget: ReadBudget | None
+
+
+def check_listener_options(options: Mapping[str, object], call: str) -> None:
+    """TypeError naming a keyword a listener does not take (L6), at the call."""
+    known = ListenerOptions.__annotations__
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise TypeError(f"{call}() got an unexpected keyword argument {unknown[0]!r} "
+                        f"(it takes stream_prefix, consumer_group, {', '.join(sorted(known))})")
+
+
 class Listener:
-    """N members of one group running one handler."""
+    """N members of one group running one handler (`listener(...)` is its decorator form).
+
+    Every keyword is typed (`ListenerOptions`); see the module for what each does."""
 
     def __init__(self, handler: AnyHandler, *, stream_prefix: str, consumer_group: str,
                  coordinator_url: str, redis_url: str, concurrency: int = 1,
@@ -183,12 +223,14 @@ def member_instance_ids(instance_id: str | None, concurrency: int) -> list[str |
 
 
 
-def listener(stream_prefix: str, consumer_group: str, **options: object
+def listener(stream_prefix: str, consumer_group: str, **options: Unpack[ListenerOptions]
              ) -> Callable[[AnyHandler], Listener]:
-    """Decorator form of `Listener`: `@listener("orders", "billing", coordinator_url=..., ...)`."""
+    """Decorator form of `Listener`: `@listener("orders", "billing", coordinator_url=..., ...)`.
+    A keyword it does not take is a TypeError here (and a mypy error: `ListenerOptions`)."""
+    check_listener_options(options, "listener")
 
     def wrap(handler: AnyHandler) -> Listener:
         return Listener(handler, stream_prefix=stream_prefix, consumer_group=consumer_group,
-                        **options)  # type: ignore[arg-type]
+                        **options)
 
     return wrap
