@@ -18,7 +18,8 @@ import reference_gen  # noqa: E402
 
 RULE_IDS = ([f"H{n}" for n in range(1, 15)] + [f"S{n}" for n in range(1, 7)]
             + [f"R{n}" for n in range(1, 6)] + ["A1"] + [f"G{n}" for n in range(1, 4)]
-            + [f"T{n}" for n in range(1, 4)] + [f"D{n}" for n in range(1, 6)])
+            + [f"T{n}" for n in range(1, 4)] + [f"D{n}" for n in range(1, 6)]
+            + ["L1", "L2", "L3", "L6"])
 
 
 def test_generated_reference_pages_are_current():
@@ -100,3 +101,40 @@ def test_every_rsc_variable_the_code_reads_is_in_the_environment_table():
     assert named, "the scan found the variables"
     missing = sorted(name for name in named if f"`{name}`" not in table)
     assert missing == [], f"read by the code, absent from the environment table: {missing}"
+
+
+def python_page_names() -> dict[str, list[str]]:
+    """The modules of docs/reference/python.md's `::: module` blocks and the members each lists."""
+    page = (ROOT / "docs" / "reference" / "python.md").read_text(encoding="utf-8")
+    names: dict[str, list[str]] = {}
+    module = None
+    for line in page.splitlines():
+        if line.startswith("::: "):
+            module = line[4:].strip()
+            names[module] = []
+        elif module is not None and line.strip().startswith("- "):
+            names[module].append(line.strip()[2:])
+    return names
+
+
+def test_l6_the_python_api_page_names_every_public_name_with_its_import_path():
+    import importlib
+
+    import rsc.errors
+
+    names = python_page_names()
+    for module, members in names.items():
+        imported = importlib.import_module(module)
+        for member in members:
+            assert hasattr(imported, member), f"{module}.{member} is on the page but not in the code"
+    assert set(names["rsc.errors"]) == set(rsc.errors.__all__)  # the whole error family
+    wanted = {"rsc.member.listener": {"listener", "Listener", "ListenerOptions"},
+              "rsc.member.producer": {"open_producer", "Producer", "ProducerOptions"},
+              "rsc.member.aio": {"listener", "AioListener", "open_producer", "AioProducer"},
+              "rsc.member.sync": {"open_producer", "SyncProducer"},
+              "rsc.admin.client": {"open_admin_client", "AdminClient"},
+              "rsc.testing": {"RscKit"}}
+    for module, members in wanted.items():
+        assert members <= set(names.get(module, ())), module
+    mkdocs = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert "- mkdocstrings:" in mkdocs and "reference/python.md" in mkdocs
