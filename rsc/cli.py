@@ -15,13 +15,14 @@ import argparse
 import sys
 
 from rsc import __version__
+from rsc._versions import version_line
 
 
 def build_parser() -> argparse.ArgumentParser:
     from rsc.commands import admin, consume, coordinator, demo, produce
 
     parser = argparse.ArgumentParser(prog="rsc", description="Redis Stream Coordinator")
-    parser.add_argument("--version", action="version", version=f"rsc {__version__}")
+    parser.add_argument("--version", action="version", version=version_line(__version__))
     commands = parser.add_subparsers(dest="command", required=True)
     coordinator.add_parser(commands)
     produce.add_parser(commands)
