@@ -102,6 +102,11 @@ class AioListener:
     def members(self) -> list[Member]:
         return self._listener.members
 
+    @property
+    def options(self) -> dict[str, Any]:
+        """What it was built with (the keywords of `Listener`)."""
+        return self._listener.options
+
     def status(self) -> ListenerStatus:
         """D7, as `Listener.status()`, for a FastAPI (or any asyncio) health route, called
         from code on the loop that hosts the members; `to_json()` is what the route returns.
@@ -135,8 +140,12 @@ class AioListener:
         """
         if self._used:
             raise RuntimeError("a listener runs once: build another one to run again")
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise TypeError("an AioListener runs on a running asyncio loop, and none runs here "
+                            "(a trio program or test? use rsc.member.listener there)") from None
         self._used = True
-        loop = asyncio.get_running_loop()
         host = await GuestHost.acquire()
         self._host = host
         context = contextvars.copy_context()  # the application's: handlers see asyncio

@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import ssl
 from collections.abc import Callable, Mapping
-from typing import Required, TypedDict, Unpack
+from typing import Any, Required, TypedDict, Unpack
 
 import trio
 
@@ -123,6 +123,8 @@ class Listener:
                  ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
                  instance_id: str | None = None, codec: object | None = None,
                  tracing: object = False, read_budget: ReadBudget | None = None) -> None:
+        self.options: dict[str, Any] = {  # what it was built with (rsc.testing's `bind`)
+            name: value for name, value in locals().items() if name not in ("self", "handler")}
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if runtime_max_concurrency < 1:

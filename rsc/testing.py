@@ -59,6 +59,7 @@ TIMINGS = {"tick_interval_ms": 50, "lease_ttl_ms": 1000, "heartbeat_interval_ms"
 """The kit's coordinator timings: short, so joins and rebalances take a fraction of a second."""
 
 T = TypeVar("T")
+L = TypeVar("L", "Listener", "AioListener")
 Args = TypeVarTuple("Args")
 
 
@@ -139,11 +140,31 @@ class RscKit:
         ids: list[str] = await self._in_kit(self._send, prefix, list(records), codec)
         return ids
 
+    def bind(self, listener: L, *, stream_prefix: str | None = None,
+             consumer_group: str | None = None) -> L:
+        """A listener like `listener` (same handler, codec, policies, concurrency, trio or
+        asyncio), pointed at the kit: for a module-level `@listener` whose URLs are
+        production's. `stream_prefix` and `consumer_group` replace its own (give each test
+        names of its own: `unique`). The given listener is not touched."""
+        options = dict(listener.options)
+        options.update(coordinator_url=self.coordinator_url, redis_url=self.redis_url,
+                       token=None, ca_file=None, ssl_context=None)
+        if stream_prefix is not None:
+            options["stream_prefix"] = stream_prefix
+        if consumer_group is not None:
+            options["consumer_group"] = consumer_group
+        return type(listener)(listener.handler, **options)
+
     async def run_until(self, listener: Any, *, handled: int, timeout: float = 10.0) -> None:
         """Run `listener` (trio's or asyncio's, whichever loop the test runs on) until its
         members handled and acked `handled` messages in all; then stop it (drain, leave).
         KitTimeout (a TimeoutError) after `timeout` seconds, naming how many were handled."""
         if sniffio.current_async_library() == "trio":
+            if type(listener).__name__ == "AioListener":
+                raise TypeError(
+                    "run_until got an asyncio listener (rsc.member.aio) in a trio test: mark "
+                    "the test @pytest.mark.anyio (with an anyio_backend fixture returning "
+                    "'asyncio'), or use rsc.member.listener's listener in trio tests")
             await _run_trio_listener(listener, handled, timeout)
         else:
             await _run_aio_listener(listener, handled, timeout)
@@ -228,6 +249,15 @@ try:
 except ImportError:  # pragma: no cover - a library-only install without pytest
     pass
 else:
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+        """trio and asyncio tests under one pytest config: pytest-trio's `trio_mode = true`
+        marks every async test as a trio test; one marked for asyncio (`@pytest.mark.anyio`,
+        `@pytest.mark.asyncio`) keeps the runner it asked for."""
+        for item in items:
+            if item.get_closest_marker("anyio") or item.get_closest_marker("asyncio"):
+                item.own_markers[:] = [mark for mark in item.own_markers if mark.name != "trio"]
+
     @pytest.fixture(scope="session")
     def rsc_kit() -> Iterator[RscKit]:
         """A private redis-server and an in-process coordinator for the test session."""
