@@ -138,3 +138,28 @@ def test_l6_the_python_api_page_names_every_public_name_with_its_import_path():
         assert members <= set(names.get(module, ())), module
     mkdocs = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     assert "- mkdocstrings:" in mkdocs and "reference/python.md" in mkdocs
+
+
+@pytest.mark.parametrize("script", ["produce", "ack"])
+def test_the_protocol_page_inlines_the_scripts_as_the_package_has_them(script):
+    """The page read on GitHub (no snippet extension there) shows each script whole, and the
+    copy is the package's file (a member in another language loads what the page shows)."""
+    page = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+    source = (ROOT / "rsc" / "common" / "scripts" / f"{script}.lua").read_text(encoding="utf-8")
+    link = f"[`rsc/common/scripts/{script}.lua`]"
+    assert link in page
+    after = page[page.index(link):]
+    block = after[after.index("```lua\n") + len("```lua\n"):]
+    assert block[:block.index("```")] == source.rstrip("\n") + "\n"
+    assert "--8<--" not in page  # nothing shown as an include line only
+
+
+def test_the_protocol_page_answers_a_member_in_another_language():
+    page = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+    notes = page[page.index("{#member-notes}"):page.index("## The Python library")]
+    for topic in ("What renews the lease", "Leaving with -1", "`SYNC_METADATA` and `assignment`",
+                  "`REVOKING` entries", "`retention`", "XAUTOCLAIM's third element",
+                  "Consumer names", "Skipping [D5]"):
+        assert topic in notes, topic
+    heartbeat_example = page[page.index('{"type": "heartbeatResponse"'):]
+    assert '"retention": {"mode"' in heartbeat_example[:heartbeat_example.index("```")]
