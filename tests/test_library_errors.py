@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import pytest
+import redis
 import trio
 
 from rsc.admin.client import open_admin_client
@@ -253,3 +254,34 @@ def test_l1_the_kit_and_sync_calls_raise_from_the_family_without_an_event_loop(f
         assert_public(exc)
     else:
         raise AssertionError("no error")
+
+
+async def test_l2_a_redis_with_another_store_id_is_store_mismatch_at_open_in_every_host(
+        coordinator):
+    from rsc.common.redis_server import EmbeddedRedis, server_binary
+    from rsc.errors import StoreMismatch
+    from tests.test_member_support import set_shards
+
+    await set_shards(coordinator.url, PREFIX, GROUP, 2)  # the producers get routing and storeId
+    with EmbeddedRedis(binary=server_binary()) as other:
+        client = redis.Redis.from_url(other.url)
+        client.set("rsc:store-id", "another-store")  # another coordinator's Redis
+        client.close()
+
+        async def trio_open() -> None:
+            async with open_producer(coordinator.url, other.url, PREFIX):
+                pass  # L2: never reached, the open fails
+
+        async def aio_open() -> None:
+            async with aio.open_producer(coordinator.url, other.url, PREFIX):
+                pass
+
+        def sync_open() -> None:
+            sync.open_producer(coordinator.url, other.url, PREFIX).close()
+
+        results = {"trio": await raised(trio_open), "asyncio": await in_asyncio(aio_open),
+                   "threads": await in_thread(sync_open)}
+        for host, exc in results.items():
+            assert isinstance(assert_public(exc), StoreMismatch), (host, exc)
+            assert "another-store" in str(exc), (host, exc)
+        assert redis.Redis.from_url(other.url).dbsize() == 1  # nothing was written there
