@@ -285,3 +285,15 @@ async def test_l2_a_redis_with_another_store_id_is_store_mismatch_at_open_in_eve
             assert isinstance(assert_public(exc), StoreMismatch), (host, exc)
             assert "another-store" in str(exc), (host, exc)
         assert redis.Redis.from_url(other.url).dbsize() == 1  # nothing was written there
+
+
+async def test_l1_admin_refusals_and_a_lost_session_are_of_the_family(coordinator_factory):
+    from rsc.admin.client import AdminError, SessionLost
+
+    coordinator = await coordinator_factory()
+    async with open_admin_client(coordinator.url) as admin:
+        refusal = await raised(lambda: admin.describe_group("nowhere", "nobody"))
+        assert isinstance(assert_public(refusal), AdminError), refusal
+        await coordinator.stop()  # the session goes with it
+        lost = await raised(lambda: admin.list_groups())
+        assert isinstance(assert_public(lost), SessionLost | CoordinatorUnavailable), lost
