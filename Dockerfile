@@ -11,6 +11,10 @@
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
+# the package version (L7) comes from git tags, and the build context has no .git: give it as
+# `docker build --build-arg BUILD_VERSION=$(python -m setuptools_scm) .` (else the fallback below)
+ARG BUILD_VERSION=0.3.0.dev0
+ENV SETUPTOOLS_SCM_PRETEND_VERSION=${BUILD_VERSION}
 WORKDIR /src
 COPY pyproject.toml setup.cfg README.md LICENSE ./
 COPY protocol/ protocol/

@@ -71,6 +71,7 @@ from rsc.actors.shard_work import ShardWork
 from rsc.actors.store import LEASE_KEY, MetadataStore, StoreError, StoreFenced, StreamAdmin
 from rsc.common import gc_policy as gc_control
 from rsc.common import tls
+from rsc.common.errors import first_of
 from rsc.common.lua import Script
 
 log = logging.getLogger("rsc.coordinator")
@@ -215,6 +216,9 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
                        server_tls, task_status)
         except Exception as exc:  # raised bare, as before the health port existed (not in a group)
             failure = exc
+            if isinstance(exc, ExceptionGroup):  # the real error, logged and raised (L1)
+                leaf = first_of(exc)
+                failure = leaf if isinstance(leaf, Exception) else exc
         finally:
             released = False
             with trio.CancelScope(shield=True):

@@ -44,19 +44,21 @@ import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Unpack
 
 import trio
 
-from rsc.common.errors import leaves
+from rsc.common.error_family import ProducerClosed, Unrecoverable
+from rsc.common.errors import first_of, raise_first
+from rsc.common.wording import log_final
 from rsc.member.aio_guest import GuestHost, HostStopped
 from rsc.member.aio_workers import AioWorkers
 from rsc.member.codecs import AnyHandler
 from rsc.member.health import ListenerStatus, listener_status
-from rsc.member.listener import Listener
-from rsc.member.producer import Producer, RoutingTable, TypedRecord
+from rsc.member.listener import Listener, ListenerOptions, check_listener_options
+from rsc.member.producer import Producer, ProducerOptions, RoutingTable, TypedRecord, check_options
 from rsc.member.producer import open_producer as open_trio_producer
-from rsc.member.runtime import InstanceFenced, Member, StoreMismatch
+from rsc.member.runtime import Member, StoreMismatch
 
 __all__ = ["AioListener", "AioProducer", "HostStopped", "StoreMismatch", "listener",
            "open_producer"]
@@ -79,9 +81,12 @@ class _Started:
 class AioListener:
     """N members of one group running one handler, hosted by the running asyncio loop."""
 
-    def __init__(self, handler: AnyHandler, **options: Any) -> None:
+    def __init__(self, handler: AnyHandler, *, stream_prefix: str, consumer_group: str,
+                 **options: Unpack[ListenerOptions]) -> None:
+        check_listener_options(options, "AioListener")
         self.handler = handler
-        self._listener = Listener(handler, **options)  # checks the arguments, builds the members
+        self._listener = Listener(handler, stream_prefix=stream_prefix,  # checks, builds members
+                                  consumer_group=consumer_group, **options)
         self._used = False
         self._stopping = False
         self._leave = False  # S2: stop(leave=True) asked for a real leave
@@ -96,6 +101,11 @@ class AioListener:
     @property
     def members(self) -> list[Member]:
         return self._listener.members
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """What it was built with (the keywords of `Listener`)."""
+        return self._listener.options
 
     def status(self) -> ListenerStatus:
         """D7, as `Listener.status()`, for a FastAPI (or any asyncio) health route, called
@@ -130,8 +140,12 @@ class AioListener:
         """
         if self._used:
             raise RuntimeError("a listener runs once: build another one to run again")
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise TypeError("an AioListener runs on a running asyncio loop, and none runs here "
+                            "(a trio program or test? use rsc.member.listener there)") from None
         self._used = True
-        loop = asyncio.get_running_loop()
         host = await GuestHost.acquire()
         self._host = host
         context = contextvars.copy_context()  # the application's: handlers see asyncio
@@ -193,17 +207,20 @@ class AioListener:
                 for member in members:
                     nursery.start_soon(functools.partial(
                         member.run, task_status=_Started(one_started)))
-        except BaseExceptionGroup as group:
-            mismatch, rest = group.split((StoreMismatch, InstanceFenced))
-            if mismatch is None or rest is not None:
-                raise
-            raise leaves(mismatch)[0] from None
+        except BaseExceptionGroup as group:  # L1: one error, never a group
+            failure = first_of(group)
+            if isinstance(failure, Unrecoverable):
+                where = f"{self._listener.stream_prefix}/{self._listener.consumer_group}"
+                log_final(log, f"listener {where} stopped: {failure}")  # L2: said once
+            raise_first(group)
 
 
 
-def listener(stream_prefix: str, consumer_group: str, **options: Any
+def listener(stream_prefix: str, consumer_group: str, **options: Unpack[ListenerOptions]
              ) -> Callable[[AnyHandler], AioListener]:
-    """Decorator form of `AioListener`: `@listener("orders", "billing", coordinator_url=...)`."""
+    """Decorator form of `AioListener`: `@listener("orders", "billing", coordinator_url=...)`.
+    A keyword it does not take is a TypeError here (and a mypy error: `ListenerOptions`)."""
+    check_listener_options(options, "listener")
 
     def wrap(handler: AnyHandler) -> AioListener:
         return AioListener(handler, stream_prefix=stream_prefix, consumer_group=consumer_group,
@@ -224,27 +241,39 @@ class AioProducer:
         return self.producer.routing
 
     async def send(self, key: str | bytes | None, value: Any,
-                   headers: Mapping[str, str | bytes] | None = None) -> str:
-        """Write one message (as the trio producer's `send`); its entry id."""
-        return (await self.send_batch([(key, value, headers)]))[0]
+                   headers: Mapping[str, str | bytes] | None = None, *,
+                   timeout: float | None = None) -> str:
+        """Write one message (as the trio producer's `send`); its entry id. `timeout`
+        (default the producer's `send_timeout_s`): SendTimeout after that long (L3)."""
+        return (await self.send_batch([(key, value, headers)], timeout=timeout))[0]
 
-    async def send_batch(self, records: Sequence[TypedRecord]) -> list[str]:
+    async def send_batch(self, records: Sequence[TypedRecord], *,
+                         timeout: float | None = None) -> list[str]:
         """Write (key, value[, headers]) records in one pipeline; return the ids once Redis has
-        them."""
-        return [entry_id for _, entry_id in await self.send_batch_located(records)]
+        them. `timeout` (seconds; default the producer's `send_timeout_s`, None: as D2
+        says): SendTimeout with `confirmed` and `not_accepted` when Redis does not have
+        them all by then (L3); the accepted records are still delivered."""
+        located = await self.send_batch_located(records, timeout=timeout)
+        return [entry_id for _, entry_id in located]
 
-    async def send_batch_located(self, records: Sequence[TypedRecord]) -> list[tuple[str, str]]:
+    async def send_batch_located(self, records: Sequence[TypedRecord], *,
+                                 timeout: float | None = None) -> list[tuple[str, str]]:
         """Like `send_batch`, returning the (stream, entry id) where each record landed. The
         values go through the producer's `codec=` (if any) in the calling task."""
         producer = self.producer
+        if producer.closed:
+            raise ProducerClosed(f"the producer of {producer.stream_prefix!r} is closed")
         with producer.outgoing(records) as ready:
-            return await self._host.call(producer.deliver, list(ready))
+            return await self._host.call(functools.partial(producer.deliver, list(ready),
+                                                           timeout=timeout))
 
 
 @asynccontextmanager
 async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str,
-                        **options: Any) -> AsyncIterator[AioProducer]:
-    """`rsc.member.producer.open_producer` (same arguments) on the running asyncio loop."""
+                        **options: Unpack[ProducerOptions]) -> AsyncIterator[AioProducer]:
+    """`rsc.member.producer.open_producer` (same arguments, `ProducerOptions`) on the running
+    asyncio loop. A final error (a refused token, L2) is raised at the open."""
+    check_options(options, ProducerOptions, "open_producer")
     loop = asyncio.get_running_loop()
     host = await GuestHost.acquire()
     opened: asyncio.Future[Producer] = loop.create_future()

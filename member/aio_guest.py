@@ -24,13 +24,15 @@ from typing import Any, TypeVar
 import outcome
 import trio
 
+from rsc.common.error_family import RscError
+
 T = TypeVar("T")
 
 _hosts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GuestHost] = (
     weakref.WeakKeyDictionary())
 
 
-class HostStopped(RuntimeError):
+class HostStopped(RscError, RuntimeError):
     """The loop's trio guest run ended before the call did."""
 
 
@@ -111,7 +113,13 @@ class GuestHost:
         an asyncio future. Cancelling the future cancels the trio task; the task's failure
         goes to the future, never to the other users of the run."""
         future: asyncio.Future[T] = self.loop.create_future()
-        self.soon(self._spawn, future, async_fn, args)
+        token = self.token
+        try:
+            if token is None:
+                raise trio.RunFinishedError
+            token.run_sync_soon(self._spawn, future, async_fn, args)
+        except trio.RunFinishedError:  # L1: said as ours, and never a future left pending
+            future.set_exception(HostStopped("the trio guest run has ended"))
         return future
 
     def _spawn(self, future: asyncio.Future[T], async_fn: Callable[..., Awaitable[T]],

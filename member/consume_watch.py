@@ -27,9 +27,9 @@ from rsc.member.session import (
 from rsc.member.streams import check_store_id, connect, store_id_of
 from rsc.member.tool_config import Endpoints
 from rsc.member.unrecoverable import (
-    Unrecoverable,
     redis_error_is_permanent,
-    redis_unrecoverable_line,
+    redis_unrecoverable,
+    refusal_error,
     refusal_is_permanent,
     tls_checked,
 )
@@ -81,7 +81,7 @@ class ConsumeWatch:
                 await trio.to_thread.run_sync(tls_checked, self._client.ping, url)
             except redis.RedisError as exc:
                 if redis_error_is_permanent(exc):  # D3: a bad db index never heals
-                    raise Unrecoverable(redis_unrecoverable_line(exc, url)) from exc
+                    raise redis_unrecoverable(exc, url) from exc
                 self._redis_ok = False
                 self.notices.say("redis", then(redis_problem(exc, url), "retrying"))
             else:
@@ -105,7 +105,7 @@ class ConsumeWatch:
                             f"({session.close_reason or 'connection closed'})")
             except SessionRefused as exc:
                 if refusal_is_permanent(exc.status_code):  # D3: a wrong token never heals
-                    raise Unrecoverable(exc.line) from exc
+                    raise refusal_error(exc.status_code, exc.line) from exc
                 line = exc.line
             except SessionClosed as exc:
                 line = exc.line
@@ -163,6 +163,6 @@ class ConsumeWatch:
                 return
             except redis.RedisError as exc:
                 if redis_error_is_permanent(exc):  # D3: a bad db index never heals
-                    raise Unrecoverable(redis_unrecoverable_line(exc, self.urls.redis_url)) from exc
+                    raise redis_unrecoverable(exc, self.urls.redis_url) from exc
                 self.notices.say("redis", then(redis_problem(exc, self.urls.redis_url), "retrying"))
                 await trio.sleep(backoff.next())

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import attrs
 import trio
 
+from rsc.common.error_family import InstanceFenced as InstanceFenced  # re-exported
 from rsc.member.ackbook import AckBook
 from rsc.member.budget import ReadBudget
 from rsc.member.config import MemberConfig
@@ -33,18 +34,6 @@ ReadObserver = Callable[[str, frozenset[str], float, float], None]
 AckObserver = Callable[[str, int], None]
 
 log = logging.getLogger(__name__)
-
-
-class InstanceFenced(Exception):
-    """S3: a newer member took over this member's instanceId (FENCED_INSTANCE_ID). The member
-    stopped for good: it holds nothing and does not rejoin."""
-
-    def __init__(self, instance_id: str, reason: str) -> None:
-        super().__init__(f"instanceId {instance_id!r} was taken over by a newer member "
-                         "(FENCED_INSTANCE_ID); this member stopped for good and does not rejoin"
-                         " (is another process running with the same instance id?)")
-        self.instance_id = instance_id
-        self.reason = reason
 
 
 def monotonic_ms() -> float:

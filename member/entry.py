@@ -18,21 +18,12 @@ from typing import Any
 
 import attrs
 
+from rsc.common.error_family import MessageTooLarge as MessageTooLarge  # re-exported
+
 KEY_FIELD = b"key"
 VALUE_FIELD = b"value"
 HEADER_PREFIX = b"h:"
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20  # 1 MiB (M4)
-
-
-class MessageTooLarge(ValueError):
-    """M4: a message whose key, value and headers, as stored, exceed the producer's limit."""
-
-    def __init__(self, size: int, limit: int, where: str = "") -> None:
-        super().__init__(f"{where}message of {size:,} bytes (key, value and headers as stored) is "
-                         f"over the limit of {limit:,} bytes (--max-message-bytes, "
-                         "max_message_bytes=)")
-        self.size = size
-        self.limit = limit
 
 
 @attrs.frozen

@@ -36,7 +36,7 @@ from rsc.member.session import (
     open_session,
 )
 from rsc.member.streams import connect
-from rsc.member.unrecoverable import Unrecoverable, refusal_is_permanent
+from rsc.member.unrecoverable import refusal_error, refusal_is_permanent
 from rsc.protocol import JOIN_EPOCH, AssignmentChanged, HeartbeatResponse, Status
 from rsc.protocol.routing import owner_key
 
@@ -95,7 +95,7 @@ async def _run_session(core: MemberCore) -> None:
                     nursery.cancel_scope.cancel()
         except (SessionClosed, ResponseUndecodable, trio.TooSlowError) as exc:
             if isinstance(exc, SessionRefused) and refusal_is_permanent(exc.status_code):
-                raise Unrecoverable(exc.line) from exc  # D3: a wrong token never heals
+                raise refusal_error(exc.status_code, exc.line) from exc  # D3: a wrong token never heals
             log.info("member %s: session lost (%s); reconnecting", core.member_id, exc)
             core.ledger.on_session_failed()
             core.changed.fire()  # wakes the D5 watcher

@@ -39,13 +39,16 @@ stops for good and `run` raises `InstanceFenced` naming it (S3).
 
 from __future__ import annotations
 
+import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any, Required, TypedDict, Unpack
 
 import trio
 
-from rsc.common.errors import leaves
-from rsc.common.tls import TlsFailed
+from rsc.common.error_family import Unrecoverable
+from rsc.common.errors import first_of, raise_first
+from rsc.common.wording import log_final
 from rsc.member.budget import ReadBudget
 from rsc.member.codecs import AnyHandler, codec_for, typed_handler
 from rsc.member.health import ListenerStatus, listener_status
@@ -56,17 +59,56 @@ from rsc.member.runtime import (
     AckObserver,
     EventCallback,
     Handler,
-    InstanceFenced,
     Member,
     MemberConfig,
     ReadObserver,
-    StoreMismatch,
 )
 from rsc.protocol.messages import FieldValueError, check_name
 
+log = logging.getLogger(__name__)
+
+
+class ListenerOptions(TypedDict, total=False):
+    """The keyword arguments of `listener(...)` and `AioListener(...)` besides the prefix and
+    group, typed (L6): a misspelt one is a mypy error and a TypeError at the call. Their
+    meaning: `Listener`."""
+
+    coordinator_url: Required[str]
+    redis_url: Required[str]
+    concurrency: int
+    runtime_max_concurrency: int
+    ack_policy: AckPolicy
+    retry: RetryPolicy | None
+    token: str | None
+    read_count: int
+    block_ms: int
+    member_ids: list[str] | None
+    on_event: EventCallback | None
+    read_observer: ReadObserver | None
+    ack_observer: AckObserver | None
+    check_store_id: bool
+    notices: Notices | None
+    ca_file: str | None
+    ssl_context: ssl.SSLContext | None
+    instance_id: str | None
+    codec: object | None
+    tracing: object
+    read_budget: ReadBudget | None
+
+
+def check_listener_options(options: Mapping[str, object], call: str) -> None:
+    """TypeError naming a keyword a listener does not take (L6), at the call."""
+    known = ListenerOptions.__annotations__
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise TypeError(f"{call}() got an unexpected keyword argument {unknown[0]!r} "
+                        f"(it takes stream_prefix, consumer_group, {', '.join(sorted(known))})")
+
 
 class Listener:
-    """N members of one group running one handler."""
+    """N members of one group running one handler (`listener(...)` is its decorator form).
+
+    Every keyword is typed (`ListenerOptions`); see the module for what each does."""
 
     def __init__(self, handler: AnyHandler, *, stream_prefix: str, consumer_group: str,
                  coordinator_url: str, redis_url: str, concurrency: int = 1,
@@ -81,6 +123,8 @@ class Listener:
                  ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
                  instance_id: str | None = None, codec: object | None = None,
                  tracing: object = False, read_budget: ReadBudget | None = None) -> None:
+        self.options: dict[str, Any] = {  # what it was built with (rsc.testing's `bind`)
+            name: value for name, value in locals().items() if name not in ("self", "handler")}
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if runtime_max_concurrency < 1:
@@ -94,6 +138,7 @@ class Listener:
                 except FieldValueError as exc:
                     raise ValueError(f"instance_id {instance_id!r}: {exc}") from None
         self.handler = handler
+        self.stream_prefix, self.consumer_group = stream_prefix, consumer_group
         run: Handler = handler if codec is None else typed_handler(handler, codec_for(codec))
         if tracing is not False and tracing is not None:
             from rsc.member.otel import traced_handler  # the [otel] extra, imported when asked
@@ -142,9 +187,11 @@ class Listener:
                   ) -> None:
         """Run every member; `started` once all have joined; return once all have left.
 
-        Raises StoreMismatch (not a group of them) when the members' Redis is not the
-        coordinator's, TlsFailed when a wss:// coordinator's certificate does not verify,
-        InstanceFenced when a newer member took over an instance id (S3).
+        Raises one error of `rsc.errors`, never a group (L1): StoreMismatch when the members'
+        Redis is not the coordinator's, AuthenticationError for a refused token or Redis
+        credentials, ConfigurationError for a URL, TLS setup, db or Sentinel service that
+        cannot work (L2: after one attempt), InstanceFenced when a newer member took over an
+        instance id (S3).
         """
         self._running, self._failure = True, None
         try:
@@ -152,14 +199,14 @@ class Listener:
                 for member in self.members:
                     await nursery.start(member.run)
                 task_status.started(self)
-        except BaseExceptionGroup as group:
-            mismatch, rest = group.split((StoreMismatch, TlsFailed, InstanceFenced))
-            if mismatch is None or rest is not None:
-                self._failure = repr(group)
-                raise
-            failure = leaves(mismatch)[0]
-            self._failure = str(failure)
-            raise failure from None
+        except BaseExceptionGroup as group:  # L1: one error, never a group
+            failure = first_of(group)
+            if isinstance(failure, Exception):
+                self._failure = str(failure)
+            if isinstance(failure, Unrecoverable):
+                where = f"{self.stream_prefix}/{self.consumer_group}"
+                log_final(log, f"listener {where} stopped: {failure}")  # L2: said once
+            raise_first(group)
         except Exception as exc:
             self._failure = str(exc)
             raise
@@ -178,12 +225,14 @@ def member_instance_ids(instance_id: str | None, concurrency: int) -> list[str |
 
 
 
-def listener(stream_prefix: str, consumer_group: str, **options: object
+def listener(stream_prefix: str, consumer_group: str, **options: Unpack[ListenerOptions]
              ) -> Callable[[AnyHandler], Listener]:
-    """Decorator form of `Listener`: `@listener("orders", "billing", coordinator_url=..., ...)`."""
+    """Decorator form of `Listener`: `@listener("orders", "billing", coordinator_url=..., ...)`.
+    A keyword it does not take is a TypeError here (and a mypy error: `ListenerOptions`)."""
+    check_listener_options(options, "listener")
 
     def wrap(handler: AnyHandler) -> Listener:
         return Listener(handler, stream_prefix=stream_prefix, consumer_group=consumer_group,
-                        **options)  # type: ignore[arg-type]
+                        **options)
 
     return wrap

@@ -42,12 +42,13 @@ import logging
 import ssl
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import redis
 import trio
 
-from rsc.common.errors import unwrap_single
+from rsc.common.error_family import ProducerClosed, SendTimeout
+from rsc.common.errors import raise_first
 from rsc.member.backoff import Backoff
 from rsc.member.codecs import Codec, codec_for, encode_records
 from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, MessageTooLarge
@@ -75,16 +76,54 @@ from rsc.protocol import Routing
 if TYPE_CHECKING:
     from rsc.member.otel import ProducerTracing
 
-__all__ = ["MessageTooLarge", "Producer", "Record", "RoutingTable", "RoutingUnavailable", "StoreMismatch",
-           "TypedRecord", "no_routing_line", "open_producer"]
+__all__ = ["MessageTooLarge", "Producer", "ProducerOptions", "Record", "RoutingTable",
+           "RoutingUnavailable", "StoreMismatch", "TypedRecord", "no_routing_line", "open_producer"]
 
 log = logging.getLogger(__name__)
 
 REDIS_TIMEOUT_S = 5.0  # a stalled Redis is noticed (and said) after this long
+FIRST_CHECK_S = 5.0  # L2: how long the open waits for Redis's first answer
+
+
+def check_timeout(name: str, value: float | None) -> float | None:
+    """A timeout in seconds: None, or a number above 0 (ValueError, TypeError otherwise)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds or None, got {value!r}")
+    if not value > 0:
+        raise ValueError(f"{name} must be above 0 seconds, got {value!r}")
+    return float(value)
 
 
 def _log_notice(line: str) -> None:
     log.warning("%s", line)
+
+
+class ProducerOptions(TypedDict, total=False):
+    """The keyword arguments of every `open_producer` (trio, asyncio, threads), typed (L6):
+    a misspelt one is a mypy error and a TypeError at the call. Their meaning:
+    `rsc.member.producer.open_producer`."""
+
+    token: str | None
+    routing_wait_s: float | None
+    subscribe: bool
+    notices: Notices | None
+    ca_file: str | None
+    ssl_context: ssl.SSLContext | None
+    min_replicas: int
+    max_message_bytes: int
+    codec: object | None
+    tracing: object
+    send_timeout_s: float | None
+
+
+def check_options(options: Mapping[str, object], known: type, call: str) -> None:
+    """TypeError naming a keyword `call` does not take (L6), before anything starts."""
+    unknown = sorted(set(options) - set(known.__annotations__))
+    if unknown:
+        raise TypeError(f"{call}() got an unexpected keyword argument {unknown[0]!r} "
+                        f"(it takes {', '.join(sorted(known.__annotations__))})")
 
 
 TypedRecord = (tuple[str | bytes | None, Any]
@@ -108,7 +147,9 @@ class Producer:
                  ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
                  min_replicas: int = 0,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 codec: object | None = None, tracing: object = False) -> None:
+                 codec: object | None = None, tracing: object = False,
+                 send_timeout_s: float | None = None) -> None:
+        self.send_timeout_s = check_timeout("send_timeout_s", send_timeout_s)
         self.codec: Codec | None = None if codec is None else codec_for(codec)
         self._tracing: ProducerTracing | None = None
         if tracing is not False and tracing is not None:
@@ -128,6 +169,9 @@ class Producer:
         # the refusal last said ((why, routing version), line): repeated as the same line
         self._refusal_said: tuple[tuple[Refused, int], str] | None = None
         self.keep_session = self._follower.keep_session
+        self.closed = False  # set when its open_producer's block is left
+        # L3: where a delivery that outlived its call's timeout goes on (open_producer's nursery)
+        self.background: trio.Nursery | None = None
         self.ping = self._redis.ping
 
     @property
@@ -179,24 +223,31 @@ class Producer:
     # --- writing ---------------------------------------------------------------------
 
     async def send(self, key: str | bytes | None, value: Any,
-                   headers: Mapping[str, str | bytes] | None = None) -> str:
+                   headers: Mapping[str, str | bytes] | None = None, *,
+                   timeout: float | None = None) -> str:
         """Write one message; return its stream entry id once Redis has it. Key and value are
         str (sent as UTF-8) or bytes (M1), the value anything the `codec` encodes if there is
         one; a key None is keyless, spread over the shards (M3); `headers` maps text names to
-        str or bytes (M2)."""
-        return (await self.send_batch([(key, value, headers)]))[0]
+        str or bytes (M2). `timeout` (seconds; default the producer's `send_timeout_s`):
+        SendTimeout if Redis does not have it by then (L3)."""
+        return (await self.send_batch([(key, value, headers)], timeout=timeout))[0]
 
-    async def send_batch(self, records: Sequence[TypedRecord]) -> list[str]:
+    async def send_batch(self, records: Sequence[TypedRecord], *,
+                         timeout: float | None = None) -> list[str]:
         """Write (key, value) or (key, value, headers) records in one pipeline; return their
         ids once Redis has them all. Before anything is sent, TypeError names the first
         malformed record (or value the codec cannot encode) and MessageTooLarge the first
-        over `max_message_bytes` (M4)."""
-        return [entry_id for _, entry_id in await self.send_batch_located(records)]
+        over `max_message_bytes` (M4). `timeout` (seconds; default the producer's
+        `send_timeout_s`, None: wait as D2 says): SendTimeout when Redis does not have them
+        all by then, with `confirmed` and `not_accepted` (L3)."""
+        located = await self.send_batch_located(records, timeout=timeout)
+        return [entry_id for _, entry_id in located]
 
-    async def send_batch_located(self, records: Sequence[TypedRecord]) -> list[tuple[str, str]]:
+    async def send_batch_located(self, records: Sequence[TypedRecord], *,
+                                 timeout: float | None = None) -> list[tuple[str, str]]:
         """Like `send_batch`, returning the (stream, entry id) where each record landed."""
         with self.outgoing(records) as ready:
-            return await self.deliver(ready)
+            return await self.deliver(ready, timeout=timeout)
 
     @contextmanager
     def outgoing(self, records: Sequence[TypedRecord]) -> Iterator[Sequence[Record]]:
@@ -211,14 +262,68 @@ class Producer:
         with self._tracing.sending(encoded) as traced:
             yield traced
 
-    async def deliver(self, records: Sequence[Record]) -> list[tuple[str, str]]:
+    async def deliver(self, records: Sequence[Record], *,
+                      timeout: float | None = None) -> list[tuple[str, str]]:
         """Write records as `outgoing` gave them; the (stream, entry id) of each once Redis
-        has them all (D2)."""
+        has them all (D2).
+
+        L3: with `timeout` (else the producer's `send_timeout_s`) the call waits that long at
+        most. The records are accepted once the producer has routing for them (and knows
+        this Redis is the coordinator's); a timeout before that raises SendTimeout with
+        every index in `not_accepted` (nothing was written). Accepted records are delivered
+        even when the call times out (D2): the delivery goes on in the background and
+        SendTimeout's `confirmed` names those Redis had by then."""
+        if self.closed:
+            raise ProducerClosed(f"the producer of {self.stream_prefix!r} is closed")
+        wait_s = self.send_timeout_s if timeout is None else check_timeout("timeout", timeout)
         delivery = self._core.delivery(records, self.max_message_bytes)
+        if wait_s is None or self.background is None:
+            await self._deliver(delivery)
+            return delivery.located()
+        deadline = trio.current_time() + wait_s
+        with trio.move_on_at(deadline) as accepting:
+            await self.ready()
+        if accepting.cancelled_caught:
+            raise SendTimeout(
+                f"{len(records)} records not accepted within {wait_s:g} s (no routing for "
+                f"{self.stream_prefix!r} yet, or Redis does not answer); none was written",
+                not_accepted=range(len(records)))
+        finished = trio.Event()
+        failures: list[Exception] = []
+        waiting = True
+
+        async def deliver_all() -> None:
+            try:
+                await self._deliver(delivery)
+            except Exception as exc:  # noqa: BLE001 - the caller's, or said once it has gone
+                failures.append(exc)
+                if not waiting:
+                    log.error("%d accepted records of %r were not delivered: %s",
+                              len(records) - len(delivery.confirmed()), self.stream_prefix, exc)
+            finally:
+                finished.set()
+
+        self.background.start_soon(deliver_all)
+        with trio.move_on_at(deadline):
+            await finished.wait()
+        waiting = False
+        if failures:
+            raise failures[0]
+        if finished.is_set():
+            return delivery.located()
+        confirmed = delivery.confirmed()
+        raise SendTimeout(
+            f"{len(records) - len(confirmed)} of {len(records)} records not confirmed by Redis "
+            f"within {wait_s:g} s; they were accepted and are still being delivered (D2): do "
+            "not send them again", confirmed=confirmed)
+
+    async def _deliver(self, delivery: Delivery) -> None:
+        """Write until Redis has every record of `delivery` (D2)."""
         redis_backoff = Backoff(0.05, 2.0)
         refused_backoff = Backoff(0.05, 2.0)
         store = self._redis
         while not delivery.done:
+            self._follower.raise_fatal()
             writes = delivery.writes(await self.ready())
             try:
                 results = await store.write(writes)
@@ -241,7 +346,6 @@ class Producer:
                 await trio.sleep(refused_backoff.next())
             elif step is Next.REDIS_BACKOFF:
                 await trio.sleep(redis_backoff.next())
-        return delivery.located()
 
     def _refused_in_place(self, delivery: Delivery) -> None:
         """The coordinator still routes to shards this Redis refuses: say so (then retry)."""
@@ -290,6 +394,17 @@ class Producer:
     def _adopt(self, message: Routing) -> None:
         self._follower.adopt(message)
 
+    async def first_checks(self) -> None:
+        """L2 at open: one attempt at Redis's final errors (credentials, db, Sentinel
+        service, TLS, another storeId), bounded; the rest is retried by the writes."""
+        with trio.move_on_after(FIRST_CHECK_S):
+            await self._redis.check_once(self._core.store_id, self.coordinator_url)
+
+    @property
+    def fatal(self) -> BaseException | None:
+        """The final refusal that ended the producer's coordinator session (L2), if any."""
+        return self._follower.fatal
+
     async def aclose(self) -> None:
         """Close what the producer opened itself (its trio-driven Redis connection)."""
         await self._redis.aclose()
@@ -302,8 +417,8 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
                         ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
                         min_replicas: int = 0,
                         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                        codec: object | None = None, tracing: object = False
-                        ) -> AsyncIterator[Producer]:
+                        codec: object | None = None, tracing: object = False,
+                        send_timeout_s: float | None = None) -> AsyncIterator[Producer]:
     """A producer with its coordinator session (kept open), routing and Redis connection.
 
     Returns at once, even while the coordinator or Redis is down: writes wait for
@@ -316,7 +431,8 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
     sending them (M4). `codec=` ("json", a pydantic model or msgspec Struct class, a codec:
     rsc/member/codecs.py) encodes each value. `tracing=True` (the `[otel]` extra,
     rsc/member/otel.py) writes each batch in an OpenTelemetry producer span whose context
-    goes into the messages' headers (`traceparent`). A wss:// coordinator is verified against `ssl_context`,
+    goes into the messages' headers (`traceparent`). `send_timeout_s`: how long a `send`
+    waits at most by default (None: as D2 says; L3). A wss:// coordinator is verified against `ssl_context`,
     else the system trust store and `ca_file` (default $RSC_CA_FILE); TlsFailed if it fails.
     """
     check_coordinator_url(coordinator_url)
@@ -327,17 +443,20 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
                             token=token, subscribe=subscribe, routing_wait_s=routing_wait_s,
                             notices=notices, ca_file=ca_file, ssl_context=ssl_context,
                             min_replicas=min_replicas, max_message_bytes=max_message_bytes,
-                            codec=codec, tracing=tracing)
+                            codec=codec, tracing=tracing, send_timeout_s=send_timeout_s)
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(producer.keep_session)
+                producer.background = nursery
+                await nursery.start(producer.keep_session)  # L2: after one attempt
+                await producer.first_checks()
                 yield producer
                 nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
-            unwrap_single(group)
+            raise_first(group)
     finally:
         try:
             if producer is not None:
+                producer.closed = True
                 await producer.aclose()
         finally:
             client.close()

@@ -166,6 +166,10 @@ class Delivery:
         """Redis has every record."""
         return not self._todo
 
+    def confirmed(self) -> dict[int, str]:
+        """L3: the index of each record Redis has so far, and its entry id."""
+        return {index: placed[1] for index, placed in enumerate(self._placed) if placed is not None}
+
     def writes(self, routing: RoutingTable) -> list[tuple[str, list[bytes]]]:
         """The (shard, entry fields) writes of every record not yet in Redis, routed by
         `routing` (docs/protocol.md M5)."""

@@ -8,6 +8,7 @@ holds input (`holds_input`, D2 wins) it is said and retried like any other.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -16,19 +17,28 @@ import trio
 
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import is_cluster
+from rsc.common.wording import log_final
 from rsc.member.backoff import Backoff
 from rsc.member.native_streams import native_produce_ops
 from rsc.member.notices import Notices, redis_problem, then
 from rsc.member.ops import produce_ops
-from rsc.member.streams import WriteResult, check_store_id
+from rsc.member.streams import (
+    StoreMismatch,
+    WriteResult,
+    check_store_id,
+    read_store_id,
+    store_mismatch_line,
+)
 from rsc.member.unrecoverable import (
-    Unrecoverable,
     redis_error_is_permanent,
+    redis_unrecoverable,
     redis_unrecoverable_line,
     tls_checked,
 )
 
 T = TypeVar("T")
+
+log = logging.getLogger("rsc.member.producer")
 
 WAIT_TIMEOUT_MS = 1000  # one WAIT of min_replicas (K5); a shortfall waits again
 
@@ -106,6 +116,33 @@ class ProducerRedis:
         await self.call(self._ops.prepare)
         self.store_checked = True
 
+    async def check_once(self, expected: str | None, coordinator_url: str) -> None:
+        """L2's first attempt at what is final, at the producer's open: one PING (refused
+        credentials, a bad db, an unknown Sentinel service, TLS raise their error), and with
+        the coordinator's storeId known, one look at this Redis's (another one raises
+        StoreMismatch; a missing one is left to the check before the first write, K4).
+        Anything else (Redis down, loading) is left to the retries of the writes."""
+        ops = self._ops
+
+        def look() -> None:
+            ops.client.ping()
+            if expected is not None:
+                own = read_store_id(ops.client)
+                if own is not None and own != expected:
+                    raise StoreMismatch(store_mismatch_line(self.redis_url, own, coordinator_url,
+                                                            expected))
+
+        try:
+            await trio.to_thread.run_sync(tls_checked, look, self.redis_url)
+        except redis.RedisError as exc:
+            if redis_error_is_permanent(exc):
+                error = redis_unrecoverable(exc, self.redis_url)
+                log_final(log, error)  # L2: said once, at ERROR
+                raise error from exc
+        except StoreMismatch as exc:
+            log_final(log, exc)
+            raise
+
     async def ping(self) -> None:
         """Return once Redis answers (saying so while it does not)."""
         await self.call(lambda: self._ops.client.ping())
@@ -128,7 +165,7 @@ class ProducerRedis:
         if redis_error_is_permanent(exc):  # D3: a bad db index never heals
             line = redis_unrecoverable_line(exc, self.redis_url)
             if not self.holds_input:
-                raise Unrecoverable(line) from exc
+                raise redis_unrecoverable(exc, self.redis_url) from exc
             # K6 after input was accepted: D2 wins, the accepted messages are kept
             self._notices.say("redis", then(line, "retrying: the accepted messages are kept (D2)"))
             return

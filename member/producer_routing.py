@@ -10,11 +10,15 @@ sealed or missing shard.
 
 from __future__ import annotations
 
+import logging
 import math
 import ssl
 
 import trio
 
+from rsc.common.error_family import CoordinatorUnavailable
+from rsc.common.tls import TlsFailed
+from rsc.common.wording import log_final
 from rsc.member.backoff import Backoff
 from rsc.member.notices import Notices, then
 from rsc.member.producer_core import Adoption, ProducerCore, RoutingTable
@@ -26,15 +30,17 @@ from rsc.member.session import (
     check_coordinator_url,
     open_session,
 )
-from rsc.member.unrecoverable import Unrecoverable, refusal_is_permanent
+from rsc.member.unrecoverable import refusal_error, refusal_is_permanent
 from rsc.member.workqueue import Signal
 from rsc.protocol import GetRouting, Routing
+
+log = logging.getLogger("rsc.member.producer")
 
 REQUEST_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 5.0
 
 
-class RoutingUnavailable(Exception):
+class RoutingUnavailable(CoordinatorUnavailable):
     """The coordinator has no routing for the prefix (no shards yet) within the wait."""
 
 
@@ -61,6 +67,7 @@ class RoutingFollower:
         self._ca_file, self._ssl_context = ca_file, ssl_context  # for a wss:// coordinator
         self._session: Session | None = None
         self._changed = Signal()
+        self.fatal: BaseException | None = None  # L2: a final refusal; every waiting call raises it
 
     @property
     def routing(self) -> RoutingTable | None:
@@ -72,10 +79,12 @@ class RoutingFollower:
         backoff = Backoff(0.05, 1.0)
         with trio.move_on_after(wait_s):
             while self.routing is None:
+                self.raise_fatal()
                 await self.ask(wait_s=2.0, unless_known=True)
                 if self.routing is None:
                     with trio.move_on_after(backoff.next()):
                         await self._changed.wait()
+        self.raise_fatal()
         routing = self.routing
         if routing is None:
             raise RoutingUnavailable(f"no routing for stream prefix {self.stream_prefix!r}")
@@ -86,6 +95,7 @@ class RoutingFollower:
         (`unless_known`: not if some routing arrived meanwhile)."""
         with trio.move_on_after(wait_s):
             while self._session is None or self._session.closed:
+                self.raise_fatal()
                 await self._changed.wait()
             if unless_known and self.routing is not None:
                 return
@@ -111,12 +121,22 @@ class RoutingFollower:
                                 f"version {table.version}, {len(table.streams)} shards")
         self._changed.fire()
 
+    def raise_fatal(self) -> None:
+        """Raise the final refusal the session keeper met, if it met one (L2)."""
+        if self.fatal is not None:
+            raise self.fatal
+
     async def keep_session(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                            ) -> None:
-        """Keep a coordinator session open (reopened with backoff), adopting routing pushes."""
-        task_status.started()
+        """Keep a coordinator session open (reopened with backoff), adopting routing pushes.
+
+        `started` after the first attempt (L2): a refusal that no retry changes (HTTP 401,
+        403, 404) is raised before it, so the producer's open fails with it; anything else
+        is said and retried in the background. A later final refusal is raised here and by
+        every call waiting for routing (`fatal`)."""
         backoff = Backoff(0.05, 2.0)
         url = self.coordinator_url
+        first = True
         while True:
             try:
                 async with open_session(url, "member", token=self._token,
@@ -128,6 +148,9 @@ class RoutingFollower:
                     self._changed.fire()
                     self._notices.clear("coordinator", f"connected to the coordinator at {url}")
                     backoff.reset()
+                    if first:
+                        first = False
+                        task_status.started()
                     async for push in session.pushes:
                         if isinstance(push, Routing) and push.stream_prefix == self.stream_prefix:
                             self.adopt(push)
@@ -135,15 +158,26 @@ class RoutingFollower:
                     self._trouble(f"lost the coordinator session at {url} ({reason})")
             except SessionRefused as exc:
                 if refusal_is_permanent(exc.status_code):  # D3: a wrong token never heals
-                    raise Unrecoverable(exc.line) from exc
+                    self.fatal = refusal_error(exc.status_code, exc.line)
+                    self._changed.fire()
+                    log_final(log, exc.line)  # L2: said once, at ERROR
+                    raise self.fatal from exc
                 self._trouble(exc.line)
             except SessionClosed as exc:
                 self._trouble(exc.line)
             except (ResponseUndecodable, trio.TooSlowError) as exc:
                 self._trouble(f"the coordinator at {url} did not answer in time or "
                               f"answered garbage ({exc or type(exc).__name__})")
+            except TlsFailed as exc:  # a certificate that does not verify: final (L2)
+                self.fatal = exc
+                self._changed.fire()
+                log_final(log, exc.line)
+                raise
             finally:
                 self._session = None
+            if first:
+                first = False
+                task_status.started()
             await trio.sleep(backoff.next())
 
     def _trouble(self, line: str) -> None:

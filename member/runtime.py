@@ -45,9 +45,8 @@ from rsc.member.stats import MemberStats
 from rsc.member.streams import StoreMismatch, check_store_id, connect, supports_xackdel
 from rsc.member.trace import HandlerTrace
 from rsc.member.unrecoverable import (
-    Unrecoverable,
     redis_error_is_permanent,
-    redis_unrecoverable_line,
+    redis_unrecoverable,
     tls_checked,
 )
 from rsc.member.workers import Workers
@@ -177,7 +176,7 @@ class Member:
                 result = await trio.to_thread.run_sync(tls_checked, lambda: call(client), url)
             except redis.RedisError as exc:
                 if redis_error_is_permanent(exc):  # D3: a bad db index never heals
-                    raise Unrecoverable(redis_unrecoverable_line(exc, url)) from exc
+                    raise redis_unrecoverable(exc, url) from exc
                 core.notices.say(REDIS_TOPIC, then(redis_problem(exc, url), "retrying"))
                 with trio.move_on_after(backoff.next()):
                     await core.life.stop_requested.wait()

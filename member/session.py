@@ -33,6 +33,7 @@ from trio_websocket import (
 )
 
 from rsc.common.coordinator_url import handshake_hint, host_port, shown, url_problem
+from rsc.common.error_family import ConfigurationError
 from rsc.common.errors import unwrap_single
 from rsc.common.tls import forget_server, verify_server, websocket_context
 from rsc.common.ws_client import connect_websocket
@@ -65,7 +66,7 @@ class SessionRefused(SessionClosed):
         self.status_code = status_code
 
 
-class BadCoordinatorUrl(ValueError):
+class BadCoordinatorUrl(ConfigurationError):
     """A coordinator URL that no retry can make work (scheme, host or port)."""
 
 

@@ -26,6 +26,7 @@ from redis.connection import Connection
 from redis.retry import Retry
 from redis.typing import EncodableT, FieldT
 
+from rsc.common.error_family import StoreMismatch as StoreMismatch  # re-exported
 from rsc.common.lag import ends_commands, lag_from_ends
 from rsc.common.lua import (
     Command,
@@ -105,11 +106,6 @@ def read_store_id(client: redis.Redis) -> str | None:
     """The storeId the coordinator wrote in this Redis, None when the key is absent."""
     value = client.get(STORE_ID_KEY)
     return None if value is None else str(value)
-
-
-class StoreMismatch(Exception):
-    """This Redis is not the coordinator's: their storeIds differ (docs/protocol.md, Producer
-    routing)."""
 
 
 def store_id_of(message: object) -> str | None:

@@ -13,11 +13,15 @@ from collections.abc import Mapping
 
 import attrs
 
+from rsc.common.error_family import ConfigurationError
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import SentinelServiceUnknown
 from rsc.member.session import BadCoordinatorUrl, check_coordinator_url
 from rsc.member.streams import connect
-from rsc.member.unrecoverable import Unrecoverable, redis_unrecoverable_line, redis_url_problem
+from rsc.member.unrecoverable import (
+    redis_unrecoverable,
+    redis_url_problem,
+)
 
 DEFAULT_COORDINATOR_URL = "ws://127.0.0.1:8765"
 
@@ -39,7 +43,7 @@ class Endpoints:
 def endpoints(args: argparse.Namespace, environ: Mapping[str, str]) -> Endpoints:
     """Flags first, then RSC_COORDINATOR_URL / RSC_REDIS_URL / RSC_TOKEN; BadConfig if unusable."""
     if args.token is not None and not args.token.strip():  # B2: never "any token will do"
-        raise Unrecoverable("--token is empty: give the coordinator's member token (or set "
+        raise ConfigurationError("--token is empty: give the coordinator's member token (or set "
                             "RSC_TOKEN), or leave the flag out")
     coordinator = args.coordinator or environ.get("RSC_COORDINATOR_URL") or DEFAULT_COORDINATOR_URL
     try:
@@ -52,13 +56,13 @@ def endpoints(args: argparse.Namespace, environ: Mapping[str, str]) -> Endpoints
                         "(the coordinator's Redis)")
     problem = redis_url_problem(redis_url)
     if problem is not None:  # D3: redis-py would silently use db 0
-        raise Unrecoverable(problem)
+        raise ConfigurationError(problem)
     try:
         connect(redis_url).close()
     except ValueError as exc:
         raise BadConfig(f"bad Redis URL {redact_url(redis_url)!r}: {exc}") from None
     except SentinelServiceUnknown as exc:  # K1: no waiting makes the sentinels know it
-        raise Unrecoverable(redis_unrecoverable_line(exc, redis_url)) from None
+        raise redis_unrecoverable(exc, redis_url) from None
     if _same_address(coordinator, redis_url):
         raise BadConfig(f"the coordinator URL {coordinator} is the address of the Redis server "
                         f"of --redis-url ({redact_url(redis_url)}): the coordinator listens on its "

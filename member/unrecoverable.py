@@ -22,6 +22,8 @@ from urllib.parse import unquote, urlsplit
 
 import redis
 
+from rsc.common.error_family import AuthenticationError, ConfigurationError
+from rsc.common.error_family import Unrecoverable as Unrecoverable  # re-exported
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import (
     SentinelServiceUnknown,
@@ -32,18 +34,18 @@ from rsc.common.redis_connect import (
     script_denial,
     tls_mismatch_line,
 )
+from rsc.common.wording import option
 
 T = TypeVar("T")
 
 EXIT_UNRECOVERABLE = 2
 TLS_PROBE_TIMEOUT_S = 2.0
+_CREDENTIALS_REFUSED = ("WRONGPASS", "NOAUTH", "invalid password", "invalid username-password")
 PERMANENT_HTTP_STATUS = frozenset({401, 403, 404})
 _PERMANENT_REDIS_ERRORS = ("DB index is out of range", "invalid DB index", "WRONGPASS",
                            "invalid password", "invalid username-password")
 
 
-class Unrecoverable(Exception):
-    """A failure no retry can fix; its text is the one line the tool prints before exit 2."""
 
 
 class RedisNeedsTls(redis.ConnectionError):
@@ -90,36 +92,59 @@ def redis_error_is_permanent(exc: BaseException) -> bool:
     return any(marker in text for marker in _PERMANENT_REDIS_ERRORS)
 
 
+def redis_unrecoverable(exc: BaseException, redis_url: str) -> Unrecoverable:
+    """The error to raise for a permanent Redis error (L1): AuthenticationError for refused
+    credentials or a missing permission, ConfigurationError for the rest (TLS, db, Sentinel)."""
+    line = redis_unrecoverable_line(exc, redis_url)
+    refused = (is_permission_error(exc)
+               or isinstance(exc, redis.AuthenticationError | redis.exceptions.AuthorizationError)
+               or any(marker in str(exc) for marker in _CREDENTIALS_REFUSED))
+    if refused and tls_error(exc) is None and not isinstance(exc, RedisNeedsTls):
+        return AuthenticationError(line)
+    return ConfigurationError(line)
+
+
+def refusal_error(status_code: int, line: str) -> Unrecoverable:
+    """The error to raise for a handshake refused for good (L1): 401 and 403 are a token
+    refused (AuthenticationError), 404 a path the coordinator does not serve."""
+    if status_code in (401, 403):
+        return AuthenticationError(line)
+    return ConfigurationError(line)
+
+
 def redis_unrecoverable_line(exc: BaseException, redis_url: str) -> str:
-    """The line for a permanent Redis error, naming what to fix."""
+    """The line for a permanent Redis error, naming what to fix (the library's parameter,
+    or in `rsc` the flags)."""
     shown = redact_url(redis_url)
+    url_option = option("redis_url", "--redis-url / RSC_REDIS_URL")
+    ca_option = option("redis_url", "--redis-url or RSC_REDIS_CA_FILE")
     if isinstance(exc, RedisNeedsTls | RedisWithoutTls):
         return str(exc)
     failure = tls_error(exc)
     if isinstance(failure, ssl.SSLCertVerificationError):
         return (f"TLS verification of Redis at {shown} failed: {tls_reason(failure)}; give the CA "
-                "that signed its certificate as ssl_ca_certs=FILE in --redis-url or RSC_REDIS_CA_FILE")
+                f"that signed its certificate as ssl_ca_certs=FILE in {ca_option}")
     if failure is not None:
         return (f"TLS handshake with Redis at {shown} failed: {tls_reason(failure)} (does that port "
                 "serve TLS? does the server want a client certificate, ssl_certfile= and "
-                "ssl_keyfile= in --redis-url?)")
+                f"ssl_keyfile= in {url_option}?)")
     if is_permission_error(exc):
         called = script_denial(str(exc))
         what = f"{exc} (the script's {called})" if called else str(exc)
         return (f"Redis at {shown} refuses this user a permission: {what} (grant the role's ACL, "
-                "docs/operations/redis.md, or use another user in --redis-url / RSC_REDIS_URL)")
+                f"docs/operations/redis.md, or use another user in {url_option})")
     if isinstance(exc, redis.AuthenticationError | redis.exceptions.AuthorizationError):
-        return (f"Redis at {shown} refuses the credentials: {exc} (fix the user and password of "
-                "--redis-url / RSC_REDIS_URL or RSC_REDIS_PASSWORD)")
+        what = option("redis_url", "--redis-url / RSC_REDIS_URL or RSC_REDIS_PASSWORD")
+        return f"Redis at {shown} refuses the credentials: {exc} (fix the user and password of {what})"
     if isinstance(exc, SentinelServiceUnknown):
-        return f"{exc} (fix --redis-url / RSC_REDIS_URL)"
-    return f"Redis at {shown} refuses this URL: {exc} (fix --redis-url / RSC_REDIS_URL)"
+        return f"{exc} (fix {url_option})"
+    return f"Redis at {shown} refuses this URL: {exc} (fix {url_option})"
 
 
 def check_permanent(exc: BaseException, redis_url: str) -> None:
     """Raise Unrecoverable (with its line) when `exc` is a permanent Redis error (D3, K6)."""
     if redis_error_is_permanent(exc):
-        raise Unrecoverable(redis_unrecoverable_line(exc, redis_url)) from exc
+        raise redis_unrecoverable(exc, redis_url) from exc
 
 
 def tls_error(exc: BaseException) -> ssl.SSLError | None:

@@ -20,4 +20,9 @@ In the repository `protocol/`, `actors/` and `member/` sit at the top level (the
 layout); `rsc/protocol`, `rsc/actors` and `rsc/member` point at them.
 """
 
-__version__ = "0.2.0"
+from rsc._versions import WIRE_PROTOCOL, package_version
+
+__version__ = package_version()
+"""The package version (L7): from the git tags at build time (setuptools-scm)."""
+
+__all__ = ["WIRE_PROTOCOL", "__version__"]

@@ -25,8 +25,8 @@ second, in a thread of their own, so the same kit serves trio, asyncio and plain
 From an asyncio test the same calls work on the asyncio listener (`rsc.member.aio`);
 `send` and `create_prefix` run in the kit's thread, and `run_until` runs the listener on
 the test's own loop until that many messages were handled and acked (or raises
-`TimeoutError` after `timeout` seconds), then stops it (drained, left). Each test should use
-prefix names of its own (`rsc_kit.unique("orders")`): the kit is shared by the session.
+`KitTimeout`, a `TimeoutError`, after `timeout` seconds), then stops it (drained, left).
+Each test should use prefix names of its own (`rsc_kit.unique("orders")`): the kit is shared by the session.
 
 Outside pytest: `with RscKit() as kit: ...` (or `RscKit(redis_url=...)` for a Redis you run);
 its `start()` and `stop()` block: from async code, call them in a worker thread.
@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple
 import attrs
 import sniffio
 
+from rsc.common.error_family import RscError
 from rsc.common.trio_thread import TrioThread
 
 if TYPE_CHECKING:
@@ -51,14 +52,23 @@ if TYPE_CHECKING:
     from rsc.member.listener import Listener
     from rsc.member.producer import TypedRecord
 
-__all__ = ["TIMINGS", "RscKit", "rsc_kit"]
+__all__ = ["TIMINGS", "KitNotStarted", "KitTimeout", "RscKit", "rsc_kit"]
 
 TIMINGS = {"tick_interval_ms": 50, "lease_ttl_ms": 1000, "heartbeat_interval_ms": 200,
            "revoke_timeout_ms": 5000}
 """The kit's coordinator timings: short, so joins and rebalances take a fraction of a second."""
 
 T = TypeVar("T")
+L = TypeVar("L", "Listener", "AioListener")
 Args = TypeVarTuple("Args")
+
+
+class KitNotStarted(RscError, RuntimeError):
+    """A kit call before `start()` (or after `stop()`)."""
+
+
+class KitTimeout(RscError, TimeoutError):
+    """`run_until` did not see the messages handled within its `timeout`."""
 
 
 @attrs.define
@@ -130,11 +140,31 @@ class RscKit:
         ids: list[str] = await self._in_kit(self._send, prefix, list(records), codec)
         return ids
 
+    def bind(self, listener: L, *, stream_prefix: str | None = None,
+             consumer_group: str | None = None) -> L:
+        """A listener like `listener` (same handler, codec, policies, concurrency, trio or
+        asyncio), pointed at the kit: for a module-level `@listener` whose URLs are
+        production's. `stream_prefix` and `consumer_group` replace its own (give each test
+        names of its own: `unique`). The given listener is not touched."""
+        options = dict(listener.options)
+        options.update(coordinator_url=self.coordinator_url, redis_url=self.redis_url,
+                       token=None, ca_file=None, ssl_context=None)
+        if stream_prefix is not None:
+            options["stream_prefix"] = stream_prefix
+        if consumer_group is not None:
+            options["consumer_group"] = consumer_group
+        return type(listener)(listener.handler, **options)
+
     async def run_until(self, listener: Any, *, handled: int, timeout: float = 10.0) -> None:
         """Run `listener` (trio's or asyncio's, whichever loop the test runs on) until its
         members handled and acked `handled` messages in all; then stop it (drain, leave).
-        TimeoutError after `timeout` seconds, naming how many were handled."""
+        KitTimeout (a TimeoutError) after `timeout` seconds, naming how many were handled."""
         if sniffio.current_async_library() == "trio":
+            if type(listener).__name__ == "AioListener":
+                raise TypeError(
+                    "run_until got an asyncio listener (rsc.member.aio) in a trio test: mark "
+                    "the test @pytest.mark.anyio (with an anyio_backend fixture returning "
+                    "'asyncio'), or use rsc.member.listener's listener in trio tests")
             await _run_trio_listener(listener, handled, timeout)
         else:
             await _run_aio_listener(listener, handled, timeout)
@@ -145,7 +175,7 @@ class RscKit:
                       *args: *Args) -> T:
         loop = self._loop
         if loop is None:
-            raise RuntimeError("the kit is not started")
+            raise KitNotStarted("the kit is not started: call start() or use it as `with RscKit()`")
         if sniffio.current_async_library() == "trio":
             import trio
 
@@ -197,7 +227,7 @@ async def _run_trio_listener(listener: Listener, handled: int, timeout: float) -
                 await trio.sleep(0.01)
         listener.stop()
     if waited.cancelled_caught:
-        raise TimeoutError(f"{_acked(listener)} of {handled} messages handled within {timeout:g} s")
+        raise KitTimeout(f"{_acked(listener)} of {handled} messages handled within {timeout:g} s")
 
 
 async def _run_aio_listener(listener: AioListener, handled: int, timeout: float) -> None:
@@ -207,7 +237,7 @@ async def _run_aio_listener(listener: AioListener, handled: int, timeout: float)
     async with listener.running():
         while _acked(listener) < handled:
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"{_acked(listener)} of {handled} messages handled within "
+                raise KitTimeout(f"{_acked(listener)} of {handled} messages handled within "
                                    f"{timeout:g} s")
             await asyncio.sleep(0.01)
 
@@ -219,6 +249,15 @@ try:
 except ImportError:  # pragma: no cover - a library-only install without pytest
     pass
 else:
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+        """trio and asyncio tests under one pytest config: pytest-trio's `trio_mode = true`
+        marks every async test as a trio test; one marked for asyncio (`@pytest.mark.anyio`,
+        `@pytest.mark.asyncio`) keeps the runner it asked for."""
+        for item in items:
+            if item.get_closest_marker("anyio") or item.get_closest_marker("asyncio"):
+                item.own_markers[:] = [mark for mark in item.own_markers if mark.name != "trio"]
+
     @pytest.fixture(scope="session")
     def rsc_kit() -> Iterator[RscKit]:
         """A private redis-server and an in-process coordinator for the test session."""

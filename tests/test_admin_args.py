@@ -274,7 +274,11 @@ def all_attempts_failed(*errors: OSError) -> HandshakeError:
                              "ws://h:1 a coordinator?)"),
 ])
 def test_connect_failures_name_the_url_and_the_likely_fix(exc, token, line):
-    assert connect_failure(parse_coordinator_url("ws://h:1"), exc, token=token, timeout=5) == line
+    from rsc.common.wording import cli_words
+
+    with cli_words():  # the lines of `rsc admin` (L2: a library call names token= instead)
+        assert connect_failure(parse_coordinator_url("ws://h:1"), exc, token=token,
+                               timeout=5) == line
 
 
 @pytest.mark.parametrize("argv", [["remove-member", "o", "g"],

@@ -26,6 +26,9 @@ def listed() -> set[str]:
     return names
 
 
+GENERATED = {"rsc/_version.py"}  # setuptools-scm writes it at build time (L7); not in git
+
+
 def modules() -> set[str]:
     """Every module of the tree (package markers `__init__.py` aside), as a relative path."""
     found = set()
@@ -34,7 +37,7 @@ def modules() -> set[str]:
             relative = path.relative_to(ROOT)
             if relative.parts[0] == "rsc" and relative.parts[1] in LINKED:
                 continue  # the link, listed under its top-level folder
-            if path.name != "__init__.py":
+            if path.name != "__init__.py" and relative.as_posix() not in GENERATED:
                 found.add(relative.as_posix())
     return found
 

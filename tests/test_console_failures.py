@@ -21,6 +21,7 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
 
 from rsc.common.redis_server import free_port
+from rsc.common.wording import use_cli_wording
 from rsc.member.consume_watch import ConsumeWatch
 from rsc.member.notices import Notices, redis_problem, then
 from rsc.member.producer import StoreMismatch, open_producer
@@ -577,7 +578,13 @@ def test_good_coordinator_urls_pass_and_the_endpoint_path_is_not_doubled():
 
 
 def test_refusal_lines_carry_the_fix_and_keep_the_status_in_the_reason():
-    assert refused("ws://h:1", "member", 401).line.endswith("pass --token or set RSC_TOKEN")
+    # L2: the library's words in a library call, the flags in `rsc`
+    assert refused("ws://h:1", "member", 401).line.endswith("give it as token=")
+    use_cli_wording()
+    try:
+        assert refused("ws://h:1", "member", 401).line.endswith("pass --token or set RSC_TOKEN")
+    finally:
+        use_cli_wording(False)
     assert str(refused("ws://h:1", "admin", 401)) == "ws://h:1/v1/admin refused the session: HTTP 401"
     assert "/v1/admin" in refused("ws://h:1/x", "admin", 404).line
     assert refused("ws://h:1", "member", 418).line.endswith("HTTP 418")

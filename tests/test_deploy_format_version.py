@@ -13,6 +13,7 @@ format this code writes).
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -248,6 +249,8 @@ async def refused_at_start(redis_url: str) -> UnsupportedFormatVersion:
     with trio.fail_after(20):
         try:
             await serve(config)
+        except UnsupportedFormatVersion as refusal:  # L1: the real error, not a group of it
+            return refusal
         except BaseExceptionGroup as group:
             matched = group.subgroup(UnsupportedFormatVersion)
             assert matched is not None, group
@@ -269,6 +272,17 @@ async def test_a_store_in_a_newer_format_is_refused_before_anything_is_loaded(re
     assert client.hgetall("rsc:meta:{orders}") == before == keys["rsc:meta:{orders}"]["value"]
     assert client.get("rsc:coordinator:lease") is None  # the refusing coordinator let go of it
     client.close()
+
+
+async def test_l1_coordinator_stopped_logs_the_real_error_of_a_format_refusal(redis_url, caplog):
+    redis.Redis.from_url(redis_url).set(FORMAT_VERSION_KEY, LATEST_FORMAT_VERSION + 1)
+    with caplog.at_level(logging.INFO, logger="rsc"):
+        refusal = await refused_at_start(redis_url)
+    stopped = [record for record in caplog.records if "coordinator.stopped" in record.getMessage()]
+    assert len(stopped) == 1
+    text = stopped[0].getMessage() + repr(vars(stopped[0]))
+    assert "Exceptions from Trio nursery" not in text
+    assert str(refusal) in text or "metadata format" in text, text
 
 
 def test_rsc_coordinator_refuses_a_newer_format_in_one_line_and_exits_1(redis_url):

@@ -26,7 +26,8 @@ RULE_IDS = ([f"H{n}" for n in range(1, 15)] + [f"S{n}" for n in range(1, 7)]
             + ["B7"]
             + ["L5"]
             + ["P1", "P2", "P3"]
-            + ["L4"])
+            + ["L4"]
+            + ["L1", "L2", "L3", "L6", "L7"])
 
 
 def test_generated_reference_pages_are_current():
@@ -108,3 +109,65 @@ def test_every_rsc_variable_the_code_reads_is_in_the_environment_table():
     assert named, "the scan found the variables"
     missing = sorted(name for name in named if f"`{name}`" not in table)
     assert missing == [], f"read by the code, absent from the environment table: {missing}"
+
+
+def python_page_names() -> dict[str, list[str]]:
+    """The modules of docs/reference/python.md's `::: module` blocks and the members each lists."""
+    page = (ROOT / "docs" / "reference" / "python.md").read_text(encoding="utf-8")
+    names: dict[str, list[str]] = {}
+    module = None
+    for line in page.splitlines():
+        if line.startswith("::: "):
+            module = line[4:].strip()
+            names[module] = []
+        elif module is not None and line.strip().startswith("- "):
+            names[module].append(line.strip()[2:])
+    return names
+
+
+def test_l6_the_python_api_page_names_every_public_name_with_its_import_path():
+    import importlib
+
+    import rsc.errors
+
+    names = python_page_names()
+    for module, members in names.items():
+        imported = importlib.import_module(module)
+        for member in members:
+            assert hasattr(imported, member), f"{module}.{member} is on the page but not in the code"
+    assert set(names["rsc.errors"]) == set(rsc.errors.__all__)  # the whole error family
+    wanted = {"rsc.member.listener": {"listener", "Listener", "ListenerOptions"},
+              "rsc.member.producer": {"open_producer", "Producer", "ProducerOptions"},
+              "rsc.member.aio": {"listener", "AioListener", "open_producer", "AioProducer"},
+              "rsc.member.sync": {"open_producer", "SyncProducer"},
+              "rsc.admin.client": {"open_admin_client", "AdminClient"},
+              "rsc.testing": {"RscKit"}}
+    for module, members in wanted.items():
+        assert members <= set(names.get(module, ())), module
+    mkdocs = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert "- mkdocstrings:" in mkdocs and "reference/python.md" in mkdocs
+
+
+@pytest.mark.parametrize("script", ["produce", "ack"])
+def test_the_protocol_page_inlines_the_scripts_as_the_package_has_them(script):
+    """The page read on GitHub (no snippet extension there) shows each script whole, and the
+    copy is the package's file (a member in another language loads what the page shows)."""
+    page = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+    source = (ROOT / "rsc" / "common" / "scripts" / f"{script}.lua").read_text(encoding="utf-8")
+    link = f"[`rsc/common/scripts/{script}.lua`]"
+    assert link in page
+    after = page[page.index(link):]
+    block = after[after.index("```lua\n") + len("```lua\n"):]
+    assert block[:block.index("```")] == source.rstrip("\n") + "\n"
+    assert "--8<--" not in page  # nothing shown as an include line only
+
+
+def test_the_protocol_page_answers_a_member_in_another_language():
+    page = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+    notes = page[page.index("{#member-notes}"):page.index("## The Python library")]
+    for topic in ("What renews the lease", "Leaving with -1", "`SYNC_METADATA` and `assignment`",
+                  "`REVOKING` entries", "`retention`", "XAUTOCLAIM's third element",
+                  "Consumer names", "Skipping [D5]"):
+        assert topic in notes, topic
+    heartbeat_example = page[page.index('{"type": "heartbeatResponse"'):]
+    assert '"retention": {"mode"' in heartbeat_example[:heartbeat_example.index("```")]

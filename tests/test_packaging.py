@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from rsc import __version__
 from rsc.common import redis_server
 from rsc.common.redis_server import EmbeddedRedis, EmbeddedRedisError
 
@@ -37,7 +36,38 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
+def wheel_version(wheel: Path) -> str:
+    """The version a wheel was built as (its file name: distribution-version-tags.whl)."""
+    return wheel.name.split("-")[1]
+
+
+def test_l7_the_wheel_is_versioned_from_git_as_the_next_release_s_development_version(
+        wheel: Path):
+    from setuptools_scm import get_version
+
+    version = wheel_version(wheel)
+    assert version == get_version(root=str(ROOT), version_scheme="release-branch-semver",
+                                  fallback_version="0.3.0.dev0")
+    described = subprocess.run(["git", "describe", "--tags", "--exact-match"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=30)
+    if described.returncode != 0:  # not a tagged commit: a development version (L7)
+        assert ".dev" in version, version
+
+
+def test_l7_rsc_version_names_the_package_the_wire_protocol_and_the_metadata_formats():
+    from rsc import __version__
+    from rsc.actors.records import FORMAT_VERSIONS
+
+    done = subprocess.run([sys.executable, "-m", "rsc", "--version"], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT)
+    oldest, newest = min(FORMAT_VERSIONS), max(FORMAT_VERSIONS)
+    formats = f"{oldest}" if oldest == newest else f"{oldest}-{newest}"
+    assert done.stdout.strip() == (f"rsc {__version__} (wire protocol v1, metadata format "
+                                   f"{formats})")
+
+
 def test_the_wheel_holds_one_top_level_package(wheel: Path):
+    __version__ = wheel_version(wheel)
     names = zipfile.ZipFile(wheel).namelist()
     top = {name.split("/", 1)[0] for name in names}
     assert top == {"rsc", f"redis_stream_coordinator-{__version__}.dist-info"}
@@ -50,6 +80,7 @@ def test_the_wheel_holds_one_top_level_package(wheel: Path):
 
 
 def test_the_wheel_metadata_names_version_license_and_urls(wheel: Path):
+    __version__ = wheel_version(wheel)
     archive = zipfile.ZipFile(wheel)
     metadata = archive.read(f"redis_stream_coordinator-{__version__}.dist-info/METADATA").decode()
     assert f"Version: {__version__}" in metadata
@@ -78,7 +109,7 @@ def test_installed_wheel_runs_the_demo_from_another_directory(wheel: Path, tmp_p
     elsewhere.mkdir()
     version = subprocess.run([str(venv / "bin" / "rsc"), "--version"], cwd=elsewhere, env=env,
                              capture_output=True, text=True, timeout=60)
-    assert version.stdout.strip() == f"rsc {__version__}"
+    assert version.stdout.strip().startswith(f"rsc {wheel_version(wheel)} (wire protocol v1, ")
     where = subprocess.run([str(python), "-c", "import rsc; print(rsc.__file__)"], cwd=elsewhere,
                            env=env, capture_output=True, text=True, timeout=60)
     assert str(venv) in where.stdout, "the installed package, not the checkout"

@@ -36,6 +36,7 @@ def test_strict_typing_covers_protocol_common_and_every_pure_core() -> None:
     wanted = {module for module in our_sources()
               if module.startswith(("rsc.protocol", "rsc.common"))}
     wanted |= {module for module in pure_cores() if module.startswith(("rsc.actors.", "rsc.member."))}
+    wanted |= {"rsc.errors"}  # L1: the library's error family is typed
     assert {"rsc.actors.group", "rsc.actors.prefix", "rsc.common.lua", "rsc.member.ledger"} <= wanted
     missing = sorted(module for module in wanted if not covered(module, patterns))
     assert not missing, f"add to the strict mypy override in pyproject.toml: {missing}"
@@ -45,3 +46,52 @@ def test_the_coverage_check_reads_patterns_as_mypy_does() -> None:
     assert covered("rsc.common.lua", ["rsc.common.*"])
     assert covered("rsc.common", ["rsc.common.*"])
     assert not covered("rsc.actors.prefix_new", ["rsc.actors.prefix"])
+
+
+MISSPELT = '''
+from rsc.member.listener import listener
+from rsc.member import aio, sync
+
+
+@listener("orders", "billing", coordinator_url="ws://h:1", redis_url="redis://h:2/0",
+          concurency=2)
+async def handle(message: object) -> None: ...
+
+
+@aio.listener("orders", "billing", coordinator_url="ws://h:1", redis_url="redis://h:2/0",
+              concurency=2)
+async def handle_on_asyncio(message: object) -> None: ...
+
+
+producer = sync.open_producer("ws://h:1", "redis://h:2/0", "orders", tokn="t")
+'''
+
+
+def test_l6_a_misspelt_keyword_is_a_mypy_error(tmp_path) -> None:
+    from mypy import api
+
+    snippet = tmp_path / "snippet.py"
+    snippet.write_text(MISSPELT, encoding="utf-8")
+    out, err, code = api.run([str(snippet), "--strict", "--cache-dir", str(tmp_path / "cache"),
+                              "--follow-imports", "silent"])
+    assert code == 1, (out, err)
+    errors = [line for line in out.splitlines() if ": error:" in line]
+    assert len(errors) == 3, out
+    assert sum('"concurency"' in line for line in errors) == 2, out
+    assert sum('"tokn"' in line for line in errors) == 1, out
+
+
+def test_l6_a_misspelt_keyword_is_a_type_error_at_the_call() -> None:
+    import pytest
+
+    from rsc.member import aio, sync
+    from rsc.member.listener import listener
+
+    with pytest.raises(TypeError, match="'concurency'"):
+        listener("orders", "billing", coordinator_url="ws://h:1", redis_url="redis://h:2/0",
+                 concurency=2)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="'concurency'"):
+        aio.listener("orders", "billing", coordinator_url="ws://h:1", redis_url="redis://h:2/0",
+                     concurency=2)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="'tokn'"):
+        sync.open_producer("ws://h:1", "redis://h:2/0", "orders", tokn="t")  # type: ignore[call-arg]

@@ -29,6 +29,7 @@ from rsc.admin.views import describe_view, plain_width, render_plain, response_v
 from rsc.common.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from rsc.common.logs import LogFormat, configure_logging, format_line
 from rsc.common.redact import redact_text
+from rsc.common.wording import cli_words
 from rsc.protocol import GroupDescription
 from rsc.protocol.messages import AdminRequest, FieldValueError
 
@@ -39,7 +40,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def execute(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
-    """Run an admin command writing to the given streams; 0 on success, 1 on any error."""
+    """Run an admin command writing to the given streams; 0 on success, 1 on any error.
+    Its hints name the flags (`--token`), not the library's parameters."""
+    with cli_words():
+        return _execute(args, stdout, stderr)
+
+
+def _execute(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     log_format: LogFormat = "json" if getattr(args, "log_format", "text") == "json" else "text"
     configure_logging(getattr(args, "log_level", "warning"), log_format, stream=stderr)
     url, source = coordinator_url(args)
@@ -65,7 +72,7 @@ def error_line(exc: BaseException, url: str, timeout: float) -> str:
     if isinstance(exc, AdminError):
         status = getattr(exc.status, "value", exc.status)
         return f"error: {status}: {exc.error}" if exc.error else f"error: {status}"
-    if isinstance(exc, FieldValueError | ValueError):
+    if isinstance(exc, FieldValueError | ValueError) and not isinstance(exc, AdminConnectError):
         return f"error: invalid argument: {exc}"
     if isinstance(exc, trio.TooSlowError):
         return (f"error: no answer from the coordinator at {url} within {timeout:g}s "

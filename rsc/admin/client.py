@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import re
 import socket
 import ssl
@@ -39,7 +40,10 @@ from trio_websocket import (
 from rsc.admin.args import DEFAULT_URL
 from rsc.common import tls
 from rsc.common.coordinator_url import handshake_hint, shown, url_problem
-from rsc.common.errors import leaves, unwrap_single
+from rsc.common.error_family import AdminError as RscAdminError
+from rsc.common.error_family import AuthenticationError, ConfigurationError, CoordinatorUnavailable
+from rsc.common.errors import leaves, raise_first
+from rsc.common.wording import log_final
 from rsc.common.ws_client import connect_websocket
 from rsc.common.ws_session import ClientSession, Undecodable
 from rsc.protocol import (
@@ -81,10 +85,13 @@ from rsc.protocol import (
 from rsc.protocol.codec import ADMIN_REQUESTS, MESSAGE_TYPES, decode_object
 from rsc.protocol.messages import FieldValueError, camel
 
-__all__ = ["DEFAULT_URL", "AdminClient", "AdminConnectError", "AdminError", "AdminSession",
+__all__ = ["DEFAULT_URL", "AdminClient", "AdminConfigError", "AdminConnectError", "AdminError",
+           "AdminTokenRefused", "AdminSession",
            "CoordinatorURL", "Response", "SessionLost", "check_answer", "check_status",
            "decode_response", "open_admin_client", "parse_coordinator_url", "read_answer",
            "request_body"]
+
+log = logging.getLogger(__name__)
 
 ADMIN_PATH = "/v1/admin"
 PUSH_BUFFER = 256
@@ -105,7 +112,7 @@ class Answered(Protocol[ResponseT_co]):
     def error(self, status: Status, error: str) -> ResponseT_co: ...
 
 
-class AdminError(Exception):
+class AdminError(RscAdminError):
     """The coordinator refused an admin request: `status` (not OK) and its `error` text.
 
     `response` is the refusal itself (the request's response class, or the raw JSON object
@@ -129,11 +136,20 @@ class AdminError(Exception):
         return cls(getattr(response, "status", Status.OK), getattr(response, "error", None), response)
 
 
-class AdminConnectError(Exception):
+class AdminConnectError(CoordinatorUnavailable):
     """No admin session: bad URL, unreachable or refusing coordinator; the text is one line."""
 
 
-class SessionLost(Exception):
+class AdminTokenRefused(AdminConnectError, AuthenticationError):
+    """The coordinator refused the admin session's token (HTTP 401 or 403): final (L2)."""
+
+
+class AdminConfigError(AdminConnectError, ConfigurationError):
+    """An admin session that cannot come up as configured: a bad URL, a path the coordinator
+    does not serve (HTTP 404), a TLS certificate that does not verify: final (L2)."""
+
+
+class SessionLost(CoordinatorUnavailable):
     """The admin session closed before the answer came."""
 
 
@@ -159,7 +175,7 @@ def parse_coordinator_url(url: str, source: str = "--url") -> CoordinatorURL:
     other than `/` or `/v1/admin` is kept (the coordinator then refuses it with 404).
     """
     def bad(problem: str) -> AdminConnectError:
-        return AdminConnectError(f"invalid coordinator URL {shown(url)!r} (from {source}): {problem}")
+        return AdminConfigError(f"invalid coordinator URL {shown(url)!r} (from {source}): {problem}")
 
     problem = url_problem(url)
     if problem is not None:
@@ -452,8 +468,9 @@ async def open_admin_client(url: str, *, token: str | None = None, connect_timeo
         try:
             await tls.verify_server(coordinator.base, context, connect_timeout)
         except tls.TlsFailed as exc:
-            raise AdminConnectError(exc.line) from None
-    failure: str | None = None
+            log_final(log, exc.line)  # L2: final, said once
+            raise AdminConfigError(exc.line) from None
+    failure: AdminConnectError | None = None
     connected = False
     try:
         async with connect_websocket(coordinator.endpoint, extra_headers=headers,
@@ -470,8 +487,17 @@ async def open_admin_client(url: str, *, token: str | None = None, connect_timeo
     except (HandshakeError, OSError, trio.TooSlowError) as exc:
         if connected:
             raise
-        failure = connect_failure(coordinator, exc, token=token, timeout=connect_timeout)
+        line = connect_failure(coordinator, exc, token=token, timeout=connect_timeout)
+        status = exc.status_code if isinstance(exc, ConnectionRejected) else None
+        if status in (401, 403):
+            failure = AdminTokenRefused(line)
+        elif status == 404:
+            failure = AdminConfigError(line)
+        else:
+            failure = AdminConnectError(line)
+        if status in (401, 403, 404):
+            log_final(log, line)  # L2: final, said once
     except BaseExceptionGroup as group:
-        unwrap_single(group)
+        raise_first(group)
     if failure is not None:
-        raise AdminConnectError(failure)
+        raise failure

@@ -20,6 +20,7 @@ from rsc.commands.arg_types import positive
 from rsc.commands.member_tool import add_endpoint_flags, dispatch_signals, run_tool
 from rsc.common.env_config import own_argument
 from rsc.common.logs import add_logging_arguments
+from rsc.member.unrecoverable import redis_unrecoverable
 
 if TYPE_CHECKING:
     import trio
@@ -128,9 +129,7 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
     from rsc.member.runtime import Message
     from rsc.member.tool_output import exit_now, line_writer
     from rsc.member.unrecoverable import (
-        Unrecoverable,
         redis_error_is_permanent,
-        redis_unrecoverable_line,
     )
 
     say = line_writer("consume")
@@ -196,7 +195,7 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
             except* redis.RedisError as group:  # Redis went away while the members started
                 first = group.exceptions[0]
                 if redis_error_is_permanent(first):  # D3: a bad db index never heals
-                    raise Unrecoverable(redis_unrecoverable_line(first, urls.redis_url)) from first
+                    raise redis_unrecoverable(first, urls.redis_url) from first
                 notices.say("redis", then(redis_problem(first, urls.redis_url), "retrying"))
             await trio.sleep(backoff.next())
             if stopping.is_set():

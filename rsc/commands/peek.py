@@ -22,9 +22,9 @@ from rsc.member.streams import connect
 from rsc.member.tool_config import Endpoints
 from rsc.member.tool_output import line_writer
 from rsc.member.unrecoverable import (
-    Unrecoverable,
     redis_error_is_permanent,
-    redis_unrecoverable_line,
+    redis_unrecoverable,
+    refusal_error,
     refusal_is_permanent,
     tls_checked,
 )
@@ -42,7 +42,7 @@ async def _peek(args: argparse.Namespace, urls: Endpoints) -> int:
         await trio.to_thread.run_sync(tls_checked, lambda: _ping(urls.redis_url), urls.redis_url)
     except redis.RedisError as exc:
         if redis_error_is_permanent(exc):
-            raise Unrecoverable(redis_unrecoverable_line(exc, urls.redis_url)) from exc
+            raise redis_unrecoverable(exc, urls.redis_url) from exc
         say(redis_problem(exc, urls.redis_url))
         return 1
     try:
@@ -52,7 +52,7 @@ async def _peek(args: argparse.Namespace, urls: Endpoints) -> int:
                 routing = await session.request(routing_request(args.prefix))
     except SessionRefused as exc:
         if refusal_is_permanent(exc.status_code):
-            raise Unrecoverable(exc.line) from exc
+            raise refusal_error(exc.status_code, exc.line) from exc
         say(exc.line)
         return 1
     except (SessionClosed, ResponseUndecodable, trio.TooSlowError) as exc:
@@ -69,7 +69,7 @@ async def _peek(args: argparse.Namespace, urls: Endpoints) -> int:
         return 0
     except redis.RedisError as exc:
         if redis_error_is_permanent(exc):
-            raise Unrecoverable(redis_unrecoverable_line(exc, urls.redis_url)) from exc
+            raise redis_unrecoverable(exc, urls.redis_url) from exc
         say(redis_problem(exc, urls.redis_url))
         return 1
     return 0

