@@ -21,6 +21,7 @@ import attrs
 from bench import (
     assignor_bench,
     cluster,
+    consume_cli,
     dataplane,
     hosts,
     hotpath,
@@ -75,6 +76,7 @@ SCENARIOS: dict[str, Scenario] = {
     "replicas": min_replicas.run,
     "latency": latency.run,
     "rebalance": rebalance.run,
+    "consume-cli": consume_cli.run,
 }
 
 
