@@ -25,6 +25,7 @@ from bench import (
     dataplane,
     hosts,
     hotpath,
+    isolation,
     latency,
     membership,
     min_replicas,
@@ -77,6 +78,7 @@ SCENARIOS: dict[str, Scenario] = {
     "latency": latency.run,
     "rebalance": rebalance.run,
     "consume-cli": consume_cli.run,
+    "isolation": isolation.run,
 }
 
 
