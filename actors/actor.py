@@ -145,7 +145,7 @@ class PrefixActor:
                     metrics.observe_heartbeat_seconds(trio.current_time() - started)
             elif isinstance(request, m.GetRouting) and request.subscribe and envelope.session:
                 delivery.subscribe(envelope.session)
-        self.mailbox.measured(len(batch), time.perf_counter() - handling_started)
+        busy_s = time.perf_counter() - handling_started  # the batch's time without a yield
 
         # the machine's I/O, in the batch order it owns (actors/prefix.py); each outcome goes back
         deadline = trio.current_time() + self.calls.deadline_s
@@ -153,7 +153,9 @@ class PrefixActor:
         step: IORequest | None = next(flush, None)
         while step is not None:
             if isinstance(step, Deliver):
+                delivering = time.perf_counter()
                 delivery.deliver(machine, step, answers, summaries, now_ms)
+                busy_s += time.perf_counter() - delivering
                 outcome = DONE
             else:
                 outcome = await self._run(step, deadline)
@@ -161,6 +163,9 @@ class PrefixActor:
                 step = flush.send(outcome)
             except StopIteration:
                 step = None
+        # the next batch's size: its handling and its delivery (answers encoded and written,
+        # pushes) together near the budget, so one busy group keeps the loop no longer
+        self.mailbox.measured(len(batch), busy_s)
         if delivery.watches:
             machine.mark_watches(delivery.watched())
             await delivery.refresh_watches(machine, now_ms, self._read_lag)

@@ -1,10 +1,12 @@
 """A prefix actor's mailbox, and how many of its envelopes one batch takes (the batching).
 
 The requests of one batch are handled without a yield (their answers wait for its one
-checkpoint anyway); keeping that part near BATCH_BUDGET_S keeps the event loop free for
-the sessions' reads and writes: a pack of a thousand heartbeats goes out in slices, not
-in one 60 ms block. The limit follows the measured cost per request (joins cost more
-than beats), between MIN_BATCH and MAX_BATCH.
+checkpoint anyway), and so are its answers and pushes once it is durable; keeping those
+two parts together near BATCH_BUDGET_S keeps the event loop free for the sessions' reads
+and writes and for the other prefixes' batches: a pack of a thousand heartbeats goes out
+in slices, not in one 60 ms block, and a busy group's churn does not hold a quiet group's
+heartbeats behind it. The limit follows the measured cost per request, handling and
+delivery (joins cost more than beats), between MIN_BATCH and MAX_BATCH.
 """
 
 from __future__ import annotations

@@ -96,7 +96,9 @@ class ShardWork:
         self.pause_s = pause_s
         self.retention_streams = retention_streams
         self.totals_streams = totals_streams
-        self._retention: collections.deque[_Retention] = collections.deque()
+        # the queued slices of each prefix's passes; the prefixes take turns, a slice each
+        self._retention: collections.OrderedDict[str, collections.deque[_Retention]] = \
+            collections.OrderedDict()
         self._totals: collections.deque[_Totals] = collections.deque()
         self._queued = trio.Event()
         self._abandoned: threading.Event | None = None  # a round trip past its deadline, running
@@ -116,7 +118,8 @@ class ShardWork:
         size = self.retention_streams
         slices = [streams[start:start + size] for start in range(0, len(streams), size)] or [()]
         whole = _Pass(prefix, len(slices))
-        self._retention.extend(_Retention(whole, retention_pass, part) for part in slices)
+        queue = self._retention.setdefault(prefix, collections.deque())
+        queue.extend(_Retention(whole, retention_pass, part) for part in slices)
         self._queued.set()
         return whole.done
 
@@ -150,7 +153,7 @@ class ShardWork:
                 jobs = _take(self._totals, self.totals_streams)
                 await self._round_trip(jobs, self._read_totals)
                 continue
-            retention = _take(self._retention, self.retention_streams)
+            retention = _take_in_turn(self._retention, self.retention_streams)
             await self._round_trip(retention, self._trim)
             self.passes += sum(1 for job in retention if job.whole.left == 1)
             for job in retention:
@@ -238,6 +241,28 @@ def _take(queue: collections.deque[_Queued], streams: int) -> list[_Queued]:
         job = queue.popleft()
         total += len(job.streams)
         jobs.append(job)
+    return jobs
+
+
+def _take_in_turn(queues: collections.OrderedDict[str, collections.deque[_Retention]],
+                  streams: int) -> list[_Retention]:
+    """The oldest slice of each prefix in turn, the prefix queued longest first, as many as
+    fit `streams` (at least one); a prefix with slices left goes behind the others. A small
+    pass queued behind a pass over thousands of shards waits for one slice of it, not for
+    all of them (the T1 wait of a quiet prefix's checkpoint is not a busy prefix's pass)."""
+    jobs: list[_Retention] = []
+    total = 0
+    for prefix in list(queues):
+        queue = queues[prefix]
+        if jobs and total + len(queue[0].streams) > streams:
+            break
+        job = queue.popleft()
+        jobs.append(job)
+        total += len(job.streams)
+        if queue:
+            queues.move_to_end(prefix)
+        else:
+            del queues[prefix]
     return jobs
 
 

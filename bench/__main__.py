@@ -21,9 +21,11 @@ import attrs
 from bench import (
     assignor_bench,
     cluster,
+    consume_cli,
     dataplane,
     hosts,
     hotpath,
+    isolation,
     latency,
     membership,
     min_replicas,
@@ -75,6 +77,8 @@ SCENARIOS: dict[str, Scenario] = {
     "replicas": min_replicas.run,
     "latency": latency.run,
     "rebalance": rebalance.run,
+    "consume-cli": consume_cli.run,
+    "isolation": isolation.run,
 }
 
 

@@ -397,10 +397,13 @@ class LoadGenerator:
             added = await self.connect(command["count"])
             started = time.perf_counter()
             self.join(self.members[-command["count"]:])
+            if not command.get("wait", True):  # joined; convergence is waited for later
+                return added
             return {**added, **await self.wait_converged(started, command.get("timeout", 120))}
         if name == "leave":
             return await self.leave(command["count"], command.get("timeout", 120),
-                                    oldest=command.get("oldest", False))
+                                    oldest=command.get("oldest", False),
+                                    wait=command.get("wait", True))
         if name == "kill":
             return await self.kill(command["fraction"], command.get("timeout", 120))
         if name == "saturate":
@@ -417,8 +420,10 @@ class LoadGenerator:
     def _live_members(self) -> list[Member]:
         return [m for m in self.members if m.live]
 
-    async def leave(self, count: int, timeout: float, oldest: bool = False) -> dict[str, Any]:
-        """Clean leave (memberEpoch -1) of the newest (or oldest) `count` live members."""
+    async def leave(self, count: int, timeout: float, oldest: bool = False,
+                    wait: bool = True) -> dict[str, Any]:
+        """Clean leave (memberEpoch -1) of the newest (or oldest) `count` live members; with
+        `wait`, until the group converged again."""
         live = self._live_members()
         leaving = live[:count] if oldest else live[-count:]
         started = time.perf_counter()
@@ -428,6 +433,8 @@ class LoadGenerator:
             await _leave_on(member.websocket, self.prefix, self.group, member.member_id)
             member.scope.cancel()
         self._check()
+        if not wait:
+            return {"left": len(leaving), "seconds": time.perf_counter() - started}
         return await self.wait_converged(started, timeout)
 
     async def kill(self, fraction: float, timeout: float) -> dict[str, Any]:

@@ -162,9 +162,10 @@ def measure(progress: Progressor, count: int) -> dict[str, Any]:
         url = coordinator.url
         rss_before = coordinator.rss_mb()
         progress.step(f"{count:,}: creating")
-        started = time.perf_counter()
+        started, cpu_before = time.perf_counter(), coordinator.cpu_seconds()
         done = trio.run(create, url, count)
         elapsed = time.perf_counter() - started
+        create_cpu = coordinator.cpu_seconds() - cpu_before
         first, last = tenth_rates(done)
         progress.step(f"{count:,}: settling ({SETTLE_TICKS} ticks)")
         time.sleep(SETTLE_TICKS)  # the bench waits out the creations' T1 passes (ticks of 1 s)
@@ -174,9 +175,14 @@ def measure(progress: Progressor, count: int) -> dict[str, Any]:
         idle = sampler.result()["coordinator"]
         rss_after = coordinator.rss_mb()
         progress.step(f"{count:,}: listGroups")
+        cpu_before = coordinator.cpu_seconds()
         list_s, listed = trio.run(list_groups, url)
+        list_cpu = coordinator.cpu_seconds() - cpu_before
         return {
-            "prefixes": count, "createSeconds": elapsed, "firstTenthPerSecond": first,
+            "prefixes": count, "createSeconds": elapsed,
+            # the coordinator's CPU (user + system): what a loaded machine does not hide
+            "createCpuMsPerPrefix": 1000 * create_cpu / count, "listGroupsCpuSeconds": list_cpu,
+            "firstTenthPerSecond": first,
             "lastTenthPerSecond": last, "rssBeforeMb": rss_before, "rssAfterMb": rss_after,
             "bytesPerIdlePrefix": (rss_after - rss_before) * 2**20 / count,
             "idleCpuCores": idle["cpuCores"],
@@ -195,7 +201,8 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
     result = ScenarioResult(
         "prefixes", "idle prefixes: creation, memory, idle CPU, a probe member, listGroups",
         columns=["prefixes", "create s", "first 1/10 /s", "last 1/10 /s", "KB / idle prefix",
-                 "RSS MB", "idle cores", "probe p50 ms", "probe p99 ms", "listGroups s"])
+                 "RSS MB", "idle cores", "probe p50 ms", "probe p99 ms", "listGroups s",
+                 "create CPU ms/prefix", "listGroups CPU s"])
     rows = []
     with progress.scenario("prefixes", steps=4 * len(sizes)):
         for count in sizes:
@@ -204,7 +211,8 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
             result.rows.append([row["prefixes"], row["createSeconds"], row["firstTenthPerSecond"],
                                 row["lastTenthPerSecond"], row["bytesPerIdlePrefix"] / 1024,
                                 row["rssAfterMb"], row["idleCpuCores"], row["probeP50Ms"],
-                                row["probeP99Ms"], row["listGroupsSeconds"]])
+                                row["probeP99Ms"], row["listGroupsSeconds"],
+                                row["createCpuMsPerPrefix"], row["listGroupsCpuSeconds"]])
     heap = object_bytes()
     result.data = {"sizes": rows, "sessions": SESSIONS, "inFlightPerSession": IN_FLIGHT,
                    "heap": heap}
@@ -215,10 +223,13 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
     for row in rows:
         n = f"{row['prefixes']:,}"
         if row["prefixes"] == 10_000 or row is rows[-1]:
-            result.target(f"{n} prefixes created", "<= 20 s" if row["prefixes"] == 10_000 else
-                          "(reported)", f"{row['createSeconds']:.1f} s",
-                          check(row["createSeconds"], lambda v: v <= 20)
+            result.target(f"{n} prefixes created (round 3: 10.0 s)",
+                          "<= 12 s" if row["prefixes"] == 10_000 else "(reported)",
+                          f"{row['createSeconds']:.1f} s",
+                          check(row["createSeconds"], lambda v: v <= 12)
                           if row["prefixes"] == 10_000 else None)
+            result.target(f"{n}: coordinator CPU per created prefix", "(reported)",
+                          f"{row['createCpuMsPerPrefix']:.2f} ms", None)
             result.target(f"{n}: last tenth's creation rate", ">= half the first's",
                           f"{row['lastTenthPerSecond']:,.0f}/s vs {row['firstTenthPerSecond']:,.0f}/s",
                           row["lastTenthPerSecond"] >= row["firstTenthPerSecond"] / 2)
@@ -228,9 +239,11 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
                           "-" if row["probeP99Ms"] is None else f"{row['probeP99Ms']:.1f} ms",
                           check(row["probeP99Ms"], lambda v: v <= 50))
             at_target = row["prefixes"] == 10_000  # the goal is set for 10,000 prefixes
-            result.target(f"{n}: listGroups", "<= 1 s" if at_target else "(reported)",
-                          f"{row['listGroupsSeconds']:.2f} s",
-                          row["listGroupsSeconds"] <= 1.0 if at_target else None)
+            result.target(f"{n}: listGroups (round 3: 0.64 s)",
+                          "<= 0.7 s" if at_target else "(reported)",
+                          f"{row['listGroupsSeconds']:.2f} s (coordinator CPU "
+                          f"{row['listGroupsCpuSeconds']:.2f} s)",
+                          row["listGroupsSeconds"] <= 0.7 if at_target else None)
         result.target(f"{n}: memory per idle prefix (one group)", "(reported)",
                       f"{row['bytesPerIdlePrefix'] / 1024:.1f} KB (RSS {row['rssAfterMb']:.0f} MB)",
                       None)

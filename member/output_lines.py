@@ -26,6 +26,9 @@ from rsc.common.log_lines import utc_timestamp
 from rsc.member.reconcile import Event
 from rsc.member.runtime import Message
 
+# one encoder for every line: json.dumps with these options builds a new one per call
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
 
 def message_line(message: Message) -> str:
     """The stdout line of one processed message."""
@@ -51,7 +54,7 @@ def json_line(shard: str, entry_id: str, key: bytes | None, value: bytes,
             obj["headersBase64"] = {name: base64.b64encode(data).decode("ascii")
                                     for name, data in headers.items()}
     obj["memberId"] = member_id
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return _encode(obj)
 
 
 def _text_or_base64(obj: dict[str, object], name: str, data: bytes) -> None:

@@ -54,3 +54,44 @@ def test_no_help_text_names_a_protocol_rule_id():
     offenders = {prog: sorted(set(RULE_ID.findall(text))) for prog, text in help_texts().items()
                  if RULE_ID.search(text)}
     assert offenders == {}
+
+
+def test_the_dispatcher_summaries_are_the_commands_own():
+    """`rsc --help` built without importing the commands (COMMANDS' summaries) reads as the
+    one built from every command's parser, and so does each command's help when chosen."""
+    from rsc.cli import COMMANDS
+
+    full = build_parser()
+    assert build_parser(only="").format_help() == full.format_help()
+    full_texts = {sub.prog: sub.format_help() for sub in every_parser(full)}
+    for name in COMMANDS:
+        chosen = {sub.prog: sub.format_help() for sub in every_parser(build_parser(only=name))
+                  if sub.prog.startswith(f"rsc {name}")}
+        assert chosen == {prog: text for prog, text in full_texts.items()
+                          if prog.startswith(f"rsc {name}")}, name
+
+
+def test_the_chosen_command_is_the_first_word_that_is_not_an_option():
+    from rsc.cli import chosen_command
+
+    assert chosen_command(["consume", "p", "g"]) == "consume"
+    assert chosen_command(["--help", "admin", "--url", "ws://h:1", "list"]) == "admin"
+    assert chosen_command(["--version"]) is None
+    assert chosen_command([]) is None
+    assert chosen_command(["bogus", "consume"]) is None
+    assert chosen_command(["--", "consume"]) is None
+
+
+def test_version_and_top_level_help_import_no_command_module():
+    """`rsc --version` answers without importing any command (nor redis-py nor trio)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom rsc.cli import main\n"
+             "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+             "print(sorted(m for m in sys.modules if m.startswith(('rsc.commands.', 'redis', "
+             "'trio', 'rsc.member', 'rsc.actors'))))\n")
+    for argv in (["--version"], ["--help"]):
+        done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True,
+                              text=True, timeout=60, check=True)
+        assert done.stdout.strip().splitlines()[-1] == "[]", (argv, done.stdout)

@@ -98,3 +98,30 @@ async def test_t1_a_pass_over_many_shards_goes_in_slices(client, nursery):
         await done.wait()
     assert all(client.xlen(stream) == 0 for stream in streams)
     assert work.round_trips == 3 and work.passes == 1
+
+
+async def test_t1_a_small_pass_queued_behind_a_big_one_waits_for_one_slice_not_all(client, nursery):
+    """Prefixes take turns, a slice each: a quiet prefix's pass (its checkpoint's T1 wait)
+    is not held behind every slice of a busy prefix's pass over many shards."""
+    work = ShardWork(client, deadline_s=5, retention_streams=4, pause_s=0)
+    big = tuple(f"{{big:v1:{n}}}" for n in range(40))
+    for stream in (*big, "{small:v1:0}"):
+        stream_with_group(client, stream, entries=2, acked=2)
+    big_done = work.retention("big", RetentionPass(big, ("g",), acked=True, max_length=None,
+                                                   max_age_ms=None))
+    small_done = work.retention("small", acked_pass("{small:v1:0}"))
+    round_trips_when: dict[str, int] = {}
+
+    async def note(name: str, event: trio.Event) -> None:
+        await event.wait()
+        round_trips_when[name] = work.round_trips
+
+    async with trio.open_nursery() as waiting:
+        waiting.start_soon(note, "small", small_done)
+        waiting.start_soon(note, "big", big_done)
+        nursery.start_soon(work.run)
+        with trio.fail_after(10):
+            await big_done.wait()
+    assert round_trips_when == {"small": 2, "big": 11}  # FIFO would have made it 11 and 10
+    assert client.xlen("{small:v1:0}") == 0 and all(client.xlen(s) == 0 for s in big)
+    assert work.passes == 2
