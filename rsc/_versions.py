@@ -15,11 +15,16 @@ WIRE_PROTOCOL = 1
 
 
 
-def metadata_formats() -> tuple[int, int]:
-    """The oldest and newest metadata format (the store's format version) this build reads."""
-    from rsc.actors.records import FORMAT_VERSIONS
+METADATA_FORMATS = (1, 2)
+"""The oldest and newest metadata format (the store's format version) this build reads: written
+here so that `rsc --version` imports nothing of the coordinator; tests/test_packaging.py keeps it
+equal to rsc.actors.records.FORMAT_VERSIONS."""
 
-    return min(FORMAT_VERSIONS), max(FORMAT_VERSIONS)
+
+def metadata_formats() -> tuple[int, int]:
+    """The oldest and newest metadata format this build reads."""
+    return METADATA_FORMATS
+
 
 DISTRIBUTION = "redis-stream-coordinator"
 

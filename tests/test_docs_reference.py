@@ -148,7 +148,7 @@ def test_l6_the_python_api_page_names_every_public_name_with_its_import_path():
     assert "- mkdocstrings:" in mkdocs and "reference/python.md" in mkdocs
 
 
-@pytest.mark.parametrize("script", ["produce", "ack"])
+@pytest.mark.parametrize("script", ["produce", "ack", "attempt"])
 def test_the_protocol_page_inlines_the_scripts_as_the_package_has_them(script):
     """The page read on GitHub (no snippet extension there) shows each script whole, and the
     copy is the package's file (a member in another language loads what the page shows)."""
