@@ -376,8 +376,17 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
     """Everything of one coordinator epoch: restored (or, after the store went back, written
     back) actors, the websocket server (on `port`), the lease, the tick, the store id.
     `lapsed` is set when the lease is found lapsed or the store went back."""
-    identity.value = await trio.to_thread.run_sync(shard_ops.ensure_store_id, store.client,
-                                                   identity.value)
+    persisted: dict[str, PrefixSnapshot] | None = None
+    if identity.value is None and not identity.from_clients and went_back is None:
+        # K8: a store without a storeId and nothing in memory: it may have been lost together
+        # with the coordinator; the clients present what they knew
+        if await trio.to_thread.run_sync(shard_ops.read_store_id, store.client) is None:
+            persisted = await trio.to_thread.run_sync(store.load_all)
+            identity.from_clients = not persisted
+    if identity.value is not None or not identity.from_clients:
+        identity.value = await trio.to_thread.run_sync(shard_ops.ensure_store_id, store.client,
+                                                       identity.value)
+        identity.written = True
     await trio.to_thread.run_sync(shard_ops.load_scripts, store.client)
     xackdel = await trio.to_thread.run_sync(shard_ops.supports_xackdel, store.client)
     log_event(log, "store.identified", store_id=identity.value, xackdel=xackdel)
@@ -407,7 +416,8 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
         return actor
 
     if went_back is None:
-        persisted = await trio.to_thread.run_sync(store.load_all)
+        if persisted is None:
+            persisted = await trio.to_thread.run_sync(store.load_all)
     else:
         persisted = went_back.memory
         await _write_back(store, went_back, identity, metrics)
@@ -418,6 +428,7 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
         shard_work.failed_pass = router.pass_failed
         if metrics is not None:
             metrics.report_unowned_shards(router.unowned_shards)
+            metrics.report_prefixes_without_routing(router.prefixes_without_routing)
         nursery.start_soon(shard_work.run)
         now = now_ms()  # H12: every restored member gets a fresh lease from now
         for prefix, data in persisted.items():
@@ -434,7 +445,7 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
         bound = await nursery.start(_serve_websocket, server, config, admission, port, server_tls)
         nursery.start_soon(_lease_loop, config, store, readiness, continuity, lapsed, identity)
         nursery.start_soon(_tick_loop, config, router, continuity, lapsed)
-        nursery.start_soon(_store_id_loop, config, store, identity)
+        nursery.start_soon(_store_id_loop, config, store, identity, router)
         readiness.lease_held(True)  # restored (or written back): ready from here
         task_status.started(bound)
 
@@ -549,7 +560,7 @@ async def _check_went_back(store: MetadataStore, limiter: trio.CapacityLimiter,
     answer in time: the renewals report an outage)."""
     with trio.move_on_after(stall_s):
         try:
-            return await trio.to_thread.run_sync(store.check_went_back, identity.value,
+            return await trio.to_thread.run_sync(store.check_went_back, identity.stored,
                                                  limiter=limiter, abandon_on_cancel=True)
         except StoreError as exc:
             log.debug("store not checked: %s", exc)
@@ -581,16 +592,35 @@ async def _tick_loop(config: CoordinatorConfig, router: Router, continuity: Leas
 
 
 async def _store_id_loop(config: CoordinatorConfig, store: MetadataStore,
-                         identity: StoreIdentity) -> None:
-    """Every 10 ticks, write the same `rsc:store-id` again if the key went missing (a flush)."""
+                         identity: StoreIdentity, router: Router) -> None:
+    """Every 10 ticks, write the same `rsc:store-id` again if the key went missing (a flush).
+
+    K8: while the coordinator has no storeId yet (a store lost with its memory), every tick:
+    the one a client presented is written as soon as it is (`identity.wanted`), a fresh one
+    once some prefix has routing from an admin and no client presented any."""
     interval = 10 * config.tick_interval_ms / 1000
     while True:
-        await trio.sleep(interval)
+        if identity.written:
+            await trio.sleep(interval)
+        else:
+            with trio.move_on_after(config.tick_interval_ms / 1000):
+                await identity.wanted.wait()
+            if identity.value is None and not any(
+                    actor.machine.routing is not None for actor in router.actors.values()):
+                continue  # nothing to identify yet: the clients may still present theirs
+        presented = identity.value
         try:
             identity.value = await trio.to_thread.run_sync(shard_ops.ensure_store_id, store.client,
                                                            identity.value)
         except StoreError as exc:  # the lease loop reports the outage; try again later
             log.debug("store id not checked: %s", exc)
+            await trio.sleep(config.tick_interval_ms / 1000)
+            continue
+        if not identity.written:
+            identity.written = True
+            log_event(log, "store.identified", store_id=identity.value,
+                      source="presented by clients (K8)" if presented is not None
+                      and presented == identity.value else "new")
 
 
 def load_prefix(store: MetadataStore, prefix: str) -> PrefixSnapshot | None:

@@ -115,6 +115,11 @@ class Router:
         return [(prefix, group, count) for prefix, actor in self.actors.items()
                 for group, count in actor.machine.unowned_shards(now).items()]
 
+    def prefixes_without_routing(self) -> list[str]:
+        """K8: every prefix that clients asked for and that has no routing (the metric's source)."""
+        return [prefix for prefix, actor in self.actors.items()
+                if actor.machine.routing is None and actor.machine.asked_without_routing]
+
     async def send(self, prefix: str, envelope: Envelope) -> None:
         """Hand a request to the prefix's actor (waits while its mailbox is full)."""
         actor = self.actors[prefix]

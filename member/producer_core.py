@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, Outgoing, entry_fields, outgoing
-from rsc.protocol import HASH_NAME, Routing, Status, shard_for_key
+from rsc.protocol import HASH_NAME, KnownRouting, Routing, Status, shard_for_key
 
 Record = tuple[str | bytes | None, str | bytes] | tuple[str | bytes | None, str | bytes,
                                                         Mapping[str, str | bytes] | None]
@@ -119,6 +119,13 @@ class ProducerCore:
             self._no_routing = False
             return Adoption.ARRIVED
         return Adoption.ADOPTED
+
+    def known(self) -> tuple[str | None, KnownRouting | None]:
+        """K8: the storeId and routing this producer holds, for its getRouting."""
+        routing = self.routing
+        known = None if routing is None else KnownRouting(
+            version=routing.version, shard_count=len(routing.streams), hash=HASH_NAME)
+        return self.store_id, known
 
     def delivery(self, records: Sequence[Record],
                  limit: int = DEFAULT_MAX_MESSAGE_BYTES) -> Delivery:

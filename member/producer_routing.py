@@ -96,8 +96,10 @@ class RoutingFollower:
 
     async def _request(self, session: Session) -> None:
         with trio.fail_after(REQUEST_TIMEOUT_S):
+            store_id, known = self._core.known()  # K8: what a coordinator that lost it may adopt
             response = await session.request(GetRouting(
-                request_id=0, stream_prefix=self.stream_prefix, subscribe=self.subscribe))
+                request_id=0, stream_prefix=self.stream_prefix, subscribe=self.subscribe,
+                known_store_id=store_id, known_routing=known))
         if isinstance(response, Routing):
             self.adopt(response)
 

@@ -1,0 +1,186 @@
+"""K8: Redis (no persistence) and the coordinator lost together, both started again empty.
+
+Neither the store nor the coordinator's memory holds the routing any more; the members and
+producers still do. They carry it (and the storeId) into their joins and getRouting, and the
+new coordinator adopts it: consumption resumes with no admin command.
+
+Pure parts (the prefix machine adopting presented routing, the metric's source) run without
+I/O; the fault runs real processes: a redis-server of the test's own, `rsc coordinator`, two
+`rsc consume` and an `rsc produce` fed under load.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import trio
+
+from rsc.actors.group import GroupSettings
+from rsc.actors.prefix import PrefixMachine
+from rsc.actors.store import STORE_ID_KEY
+from rsc.common.redis_server import server_binary
+from rsc.protocol import messages as m
+from rsc.protocol.errors import Status
+from rsc.protocol.routing import stream_key
+from tests.processes import ROOT
+from tests.test_coordinator_outage import (
+    GROUP,
+    LEASE_TTL_MS,
+    PREFIX,
+    TEST_TIMING,
+    Consumer,
+    Coordinator,
+    handled_values,
+    now_s,
+    report,
+    spawn_consumer,
+    wait_for,
+)
+from tests.test_member_support import set_shards, wait_for_stable_members
+from tests.test_sentinel_faults import FedProducer, double_owner_windows
+from tests.test_store_went_back import OwnRedis, client_of
+
+KNOWN = m.KnownRouting(version=3, shard_count=4, hash="crc32")
+SETTINGS = GroupSettings(heartbeat_interval_ms=300, lease_ttl_ms=2000, revoke_timeout_ms=2000)
+
+
+def machine(clients_store_id: str | None) -> PrefixMachine:
+    machine = PrefixMachine("orders", SETTINGS)
+    machine.clients_store_id = clients_store_id
+    return machine
+
+
+def join(store_id: str | None = "s1", known: m.KnownRouting | None = KNOWN) -> m.Heartbeat:
+    return m.Heartbeat(request_id=1, stream_prefix="orders", consumer_group="billing",
+                       member_id="m-1", member_epoch=0, capacity=2, known_store_id=store_id,
+                       known_routing=known)
+
+
+# --- pure: the prefix machine ---------------------------------------------------------------
+
+
+def test_k8_a_join_presenting_routing_on_a_store_lost_with_memory_brings_the_routing_back():
+    prefix = machine("s1")
+    answer = prefix.handle(join(), 0)
+    routing = prefix.routing
+    assert routing is not None and (routing.version, routing.shard_count) == (3, 4)
+    assert routing.streams == tuple(stream_key("orders", 3, i) for i in range(4))
+    response = answer.response
+    assert isinstance(response, m.HeartbeatResponse) and response.status == Status.OK
+    assert response.routing is not None and response.routing.version == 3
+    checkpoint = prefix.checkpoint()
+    assert checkpoint.changes.routing == routing  # written back
+    created = {stream for create in checkpoint.create for stream in create.streams}
+    assert created == set(routing.streams)  # streams and consumer groups created (at 0)
+    assert [event.kind for event in checkpoint.events] == ["store.restored_from_clients",
+                                                           "routing.changed"]
+
+
+def test_k8_a_get_routing_presenting_routing_brings_it_back_for_a_producer():
+    prefix = machine("s1")
+    prefix.handle(m.GetRouting(request_id=1, stream_prefix="orders", known_store_id="s1",
+                               known_routing=KNOWN), 0)
+    assert prefix.routing is not None and prefix.routing.version == 3
+
+
+def test_k8_nothing_is_adopted_from_another_store_or_on_a_store_that_kept_its_id():
+    other = machine("s1")
+    other.handle(join(store_id="s2"), 0)  # another storeId: a mismatch (K9), never adopted
+    assert other.routing is None and other.asked_without_routing
+    kept = machine(None)  # the store kept its storeId (or the coordinator its memory): K4
+    kept.handle(join(), 0)
+    assert kept.routing is None and kept.asked_without_routing
+    unknown_hash = machine("s1")
+    unknown_hash.handle(join(known=m.KnownRouting(version=3, shard_count=4, hash="md5")), 0)
+    assert unknown_hash.routing is None
+
+
+def test_k8_routing_that_exists_is_never_replaced_by_a_presented_one():
+    prefix = machine("s1")
+    prefix.handle(join(), 0)
+    prefix.checkpoint()
+    prefix.handle(join(known=m.KnownRouting(version=9, shard_count=2, hash="crc32")), 10)
+    assert prefix.routing is not None and prefix.routing.version == 3
+
+
+# --- real processes -------------------------------------------------------------------------
+
+
+@pytest.mark.faults
+async def test_k8_redis_and_the_coordinator_lost_together_resume_within_a_lease_ttl(nursery):
+    server = OwnRedis(binary=server_binary()).start()
+    coordinator = Coordinator(server.url, (*TEST_TIMING, "--metrics-port", "0"))
+    consumers: list[Consumer] = []
+    producer: FedProducer | None = None
+    try:
+        await coordinator.start(nursery)
+        streams = await set_shards(coordinator.url, PREFIX, GROUP, 4)
+        for name in ("a", "b"):
+            consumers.append(await spawn_consumer(name, coordinator.url, server.url, nursery))
+        await wait_for_stable_members(coordinator.url, PREFIX, GROUP, 2)
+        client = client_of(server)
+        store_id = client.get(STORE_ID_KEY)
+        client.close()
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "rsc", "produce", PREFIX, "--coordinator", coordinator.url,
+             "--redis-url", server.url],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+        producer = FedProducer(process)
+        nursery.start_soon(producer.collect)
+        nursery.start_soon(producer.feed)
+        await wait_for(lambda: sum(len(c.handled) for c in consumers) >= 200, 60, "messages flowing")
+
+        fed_before = producer.fed
+        killed_at = now_s()
+        await coordinator.kill()  # SIGKILL, both together
+        server.kill()
+        server.start()  # empty: no persistence
+        await coordinator.start(nursery)  # empty too: nothing in memory
+        restarted_at = now_s()
+        fed_after_restart = producer.fed
+        await wait_for(lambda: any(int(message["value"]) >= fed_after_restart
+                                   for c in consumers for _, message in c.handled), 30,
+                       "a line given after the restart consumed")
+        resumed_s = min(t for c in consumers for t, message in c.handled
+                        if int(message["value"]) >= fed_after_restart) - restarted_at
+        client = client_of(server)
+        assert client.get(STORE_ID_KEY) == store_id  # the clients' storeId, adopted
+        for stream in streams:
+            assert GROUP in {g["name"] for g in client.xinfo_groups(stream)}
+        client.close()
+        await trio.sleep(2)  # some more load after the fault
+        fed = producer.fed
+        exit_code = await producer.finish()
+        assert exit_code == 0, producer.stderr.decode(errors="replace")[-2000:]
+        await wait_for(lambda: all(str(n) in handled_values(consumers)
+                                   for n in range(fed_after_restart, fed)), 60,
+                       "every line given after the restart handled")
+        handled = handled_values(consumers)
+        logs = bytes(coordinator.logs).decode(errors="replace")
+        row = {
+            "fault": "Redis (no persistence) and the coordinator SIGKILLed together, both "
+                     "restarted empty",
+            "resumed_after_restart_s": round(resumed_s, 1),
+            "restart_took_s": round(restarted_at - killed_at, 1),
+            "lease_ttl_s": LEASE_TTL_MS / 1000,
+            "accepted": fed, "fed_before_kill": fed_before,
+            "lost_with_the_store": sum(1 for n in range(fed) if str(n) not in handled),
+            "lost_after_restart": sum(1 for n in range(fed_after_restart, fed)
+                                      if str(n) not in handled),
+            "duplicates": sum(count - 1 for count in handled.values() if count > 1),
+            "double_owner_windows": double_owner_windows(consumers),
+        }
+        report("redis and coordinator lost together", **row)
+        assert row["lost_after_restart"] == 0, row
+        assert row["double_owner_windows"] == 0, row
+        assert "store.restored_from_clients" in logs
+        assert all(c.process.returncode is None for c in consumers)
+    finally:
+        if producer is not None and producer.process.returncode is None:
+            producer.process.kill()
+        for consumer in consumers:
+            await consumer.stop()
+        await coordinator.stop()
+        server.stop()
