@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 import time
 
 import attrs
@@ -71,10 +72,13 @@ class StoreIdentity:
     written: bool = False
     wanted: trio.Event = attrs.field(factory=trio.Event)
 
-    def present(self, store_id: str) -> None:
-        """K8: a client presented the storeId it knew: the first one is adopted."""
+    adopted: bool = False  # K8: `value` is the storeId a client presented
+
+    def present(self, store_id: str, *, from_client: bool = True) -> None:
+        """K8: a client presented the storeId it knew (or, `from_client` False, an admin
+        created routing first: a new one): the first one is taken."""
         if self.from_clients and self.value is None:
-            self.value = store_id
+            self.value, self.adopted = store_id, from_client
             self.wanted.set()
 
     def clients_store_id(self) -> str | None:
@@ -146,11 +150,19 @@ class PrefixActor:
         if self.calls.abandoned or self.retention.ended():
             self._report_returns(now)
         identity = self.identity
-        if identity.from_clients:  # K8: the first storeId a client presents is adopted
+        if identity.from_clients and identity.value is None:
+            # K8: the first storeId a client presents is adopted; an admin creating routing
+            # first makes a new one (a new deployment)
             for envelope in batch:
-                presented = getattr(envelope.request, "known_store_id", None)
-                if presented is not None and identity.value is None:
+                request = envelope.request
+                presented = getattr(request, "known_store_id", None)
+                if presented is not None:
                     identity.present(presented)
+                elif isinstance(request, m.SetShardCount):
+                    identity.present(secrets.token_hex(16), from_client=False)
+                if identity.value is not None:
+                    break
+        if identity.from_clients:
             machine.clients_store_id = identity.clients_store_id()
         machine.store_id = identity.value
         machine.store_went_back_at_ms = identity.went_back_at_ms

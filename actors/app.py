@@ -608,7 +608,6 @@ async def _store_id_loop(config: CoordinatorConfig, store: MetadataStore,
             if identity.value is None and not any(
                     actor.machine.routing is not None for actor in router.actors.values()):
                 continue  # nothing to identify yet: the clients may still present theirs
-        presented = identity.value
         try:
             identity.value = await trio.to_thread.run_sync(shard_ops.ensure_store_id, store.client,
                                                            identity.value)
@@ -619,8 +618,7 @@ async def _store_id_loop(config: CoordinatorConfig, store: MetadataStore,
         if not identity.written:
             identity.written = True
             log_event(log, "store.identified", store_id=identity.value,
-                      source="presented by clients (K8)" if presented is not None
-                      and presented == identity.value else "new")
+                      source="presented by clients (K8)" if identity.adopted else "new")
 
 
 def load_prefix(store: MetadataStore, prefix: str) -> PrefixSnapshot | None:
