@@ -131,6 +131,7 @@ class Ledger:
         self._denied: set[str] = set()  # refused while waiting for a look at Redis (D5)
         self.retention_mode: RetentionMode | None = None  # as the last heartbeat routing named it
         self.store_id: str | None = None  # the first storeId a heartbeat routing carried
+        self.store_changed_to: str | None = None  # K9: another storeId a later routing named
         self.routed = False  # some heartbeat answer carried routing
         self.has_routing = False  # the last heartbeat answer carried routing (K8: ready)
         self.known_routing: KnownRouting | None = None  # K8: the last routing heard, for joins
@@ -296,6 +297,8 @@ class Ledger:
             self.retention_mode = retention_mode(routing) or self.retention_mode
             if self.store_id is None:
                 self.store_id = routing.store_id
+            elif routing.store_id is not None and routing.store_id != self.store_id:
+                self.store_changed_to = routing.store_id  # K9: another store: the member stops
         actions = self._transition(*self.state.on_response(sent, response))
         accepted = self.state.last_accepted_sent_at == sent.sent_at
         self.outage.heartbeat_answered(accepted)

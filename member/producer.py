@@ -273,7 +273,8 @@ class Producer:
         if one was given, and StoreMismatch when this Redis is another one.
         """
         routing = self.routing
-        if routing is not None and may_take_messages(reached=True, store_checked=self._redis.store_checked,
+        if routing is not None and may_take_messages(reached=True, store_checked=self._redis.store_checked
+                                                     and not self._redis.store_recheck,
                                              store_to_check=True):
             return routing
         if not self._redis.store_checked:  # K6: refused credentials are said before any routing wait

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, Outgoing, entry_fields, outgoing
+from rsc.member.store_identity import StoreChanged, store_changed_line
 from rsc.protocol import HASH_NAME, KnownRouting, Routing, Status, shard_for_key
 
 Record = tuple[str | bytes | None, str | bytes] | tuple[str | bytes | None, str | bytes,
@@ -105,6 +106,9 @@ class ProducerCore:
         """Take a routing message (an answer to getRouting, or a push); raises ValueError for
         a routing hash this producer does not know."""
         if message.store_id is not None:
+            if self.store_id is not None and message.store_id != self.store_id:
+                raise StoreChanged(store_changed_line("the coordinator", self.store_id,
+                                                      message.store_id))  # K9
             self.store_id = message.store_id
         table = routing_table(message)
         if table is None:

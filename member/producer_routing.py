@@ -124,8 +124,8 @@ class RoutingFollower:
                 async with open_session(url, "member", token=self._token,
                                         connect_timeout=CONNECT_TIMEOUT_S, ca_file=self._ca_file,
                                         ssl_context=self._ssl_context) as session:
-                    if self.subscribe or self.routing is None:
-                        await self._request(session)
+                    # K9: every new session is asked (its storeId compared), routing known or not
+                    await self._request(session)
                     self._session = session  # usable by writers once routing was asked for
                     self._changed.fire()
                     self._notices.clear("coordinator", f"connected to the coordinator at {url}")

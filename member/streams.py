@@ -32,6 +32,7 @@ from rsc.common.redact import redact_url
 from rsc.common.redis_connect import connect as connect_any
 from rsc.common.server_features import supports_xackdel
 from rsc.member.producer_core import Refused
+from rsc.member.store_identity import StoreChanged, StoreMismatch, store_changed_line
 from rsc.protocol.routing import owner_key, seal_key
 
 NOT_OWNER = -1
@@ -92,12 +93,21 @@ def connect(redis_url: str, *, timeout_s: float | None = None,
 def read_store_id(client: redis.Redis) -> str | None:
     """The storeId the coordinator wrote in this Redis, None when the key is absent."""
     value = client.get(STORE_ID_KEY)
+    if isinstance(value, bytes):  # a client without decode_responses (the reader's)
+        return value.decode()
     return None if value is None else str(value)
 
 
-class StoreMismatch(Exception):
-    """This Redis is not the coordinator's: their storeIds differ (docs/protocol.md, Producer
-    routing)."""
+def recheck_store_id(client: redis.Redis, known: str, *, redis_url: str) -> bool:
+    """K9 after a Redis reconnect: raise StoreChanged if this Redis holds another storeId than
+    `known`; False while it holds none (K8: a store lost with its coordinator, being restored
+    from clients), True when it holds `known`. Redis errors are raised for the caller."""
+    own = read_store_id(client)
+    if own is None:
+        return False
+    if own != known:
+        raise StoreChanged(store_changed_line(f"the Redis at {redact_url(redis_url)}", known, own))
+    return True
 
 
 def store_id_of(message: object) -> str | None:

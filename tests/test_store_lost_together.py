@@ -184,3 +184,62 @@ async def test_k8_redis_and_the_coordinator_lost_together_resume_within_a_lease_
             await consumer.stop()
         await coordinator.stop()
         server.stop()
+
+
+# --- K9: the store re-checked --------------------------------------------------------------
+
+
+def test_k9_a_heartbeat_routing_naming_another_store_id_stops_the_member():
+    from rsc.member.ledger import Ledger
+    from tests.test_member_ledger import MEMBER, exchange, respond
+
+    ledger = Ledger(MEMBER, capacity=4)
+    exchange(ledger, respond(routing=m.RoutingSummary(version=1, shard_count=4,
+                                                      store_id="s-1")), 0.0)
+    exchange(ledger, respond(routing=m.RoutingSummary(version=1, shard_count=4)), 10.0)
+    assert ledger.store_changed_to is None  # none named (K8's empty store): nothing changed
+    exchange(ledger, respond(routing=m.RoutingSummary(version=1, shard_count=4,
+                                                      store_id="s-2")), 20.0)
+    assert ledger.store_id == "s-1" and ledger.store_changed_to == "s-2"
+
+
+@pytest.mark.faults
+async def test_k9_a_producer_of_a_torn_down_rig_does_not_deliver_to_a_new_rig_on_its_ports(
+        nursery):
+    server = OwnRedis(binary=server_binary()).start()
+    coordinator = Coordinator(server.url, TEST_TIMING)
+    producer: FedProducer | None = None
+    try:
+        await coordinator.start(nursery)
+        old_streams = await set_shards(coordinator.url, PREFIX, GROUP, 2)
+        old = client_of(server)
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "rsc", "produce", PREFIX, "--coordinator", coordinator.url,
+             "--redis-url", server.url],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+        producer = FedProducer(process)
+        nursery.start_soon(producer.collect)
+        nursery.start_soon(producer.feed)
+        await wait_for(lambda: sum(old.xlen(stream) for stream in old_streams) >= 100, 30,
+                       "lines delivered to the first rig")
+        old.close()
+        await coordinator.kill()  # the rig torn down ...
+        server.kill()
+        server.start()  # ... and another one set up on the same ports: its own storeId
+        client = client_of(server)
+        client.set(STORE_ID_KEY, "another-rig")
+        await coordinator.start(nursery)
+        streams = await set_shards(coordinator.url, PREFIX, GROUP, 2)  # the same stream names
+        code = None
+        with trio.move_on_after(30):
+            code = await producer.process.wait()
+        stderr = producer.stderr.decode(errors="replace")
+        assert code == 2, stderr[-2000:]
+        assert "storeId 'another-rig'" in stderr and "(K9)" in stderr
+        assert sum(client.xlen(stream) for stream in streams) == 0  # nothing delivered there
+        client.close()
+    finally:
+        if producer is not None and producer.process.returncode is None:
+            producer.process.kill()
+        await coordinator.stop()
+        server.stop()
