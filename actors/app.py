@@ -404,6 +404,7 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
         identity.value = await trio.to_thread.run_sync(shard_ops.ensure_store_id, store.client,
                                                        identity.value)
         identity.written = True
+    await trio.to_thread.run_sync(_probe_permissions, store)  # K10: a missing one exits 1 now
     await trio.to_thread.run_sync(shard_ops.load_scripts, store.client)
     xackdel = await trio.to_thread.run_sync(shard_ops.supports_xackdel, store.client)
     log_event(log, "store.identified", store_id=identity.value, xackdel=xackdel)
@@ -636,6 +637,23 @@ async def _store_id_loop(config: CoordinatorConfig, store: MetadataStore,
             identity.written = True
             log_event(log, "store.identified", store_id=identity.value,
                       source="presented by clients (K8)" if identity.adopted else "new")
+
+
+def _probe_permissions(store: MetadataStore) -> None:
+    """K10: every kind of command the coordinator needs, tried once on its probe keys; a
+    missing permission is a StoreError naming it (exit 1 at start, K6)."""
+    from redis.exceptions import RedisError
+
+    from rsc.common.permission_probe import COORDINATOR_PROBES, MissingPermission, probe_permissions
+    from rsc.common.redact import redact_url
+
+    try:
+        probe_permissions(store.client, COORDINATOR_PROBES, role="coordinator",
+                          shown_url=redact_url(store.redis_url))
+    except MissingPermission as exc:
+        raise StoreError(f"configuration error: {exc}") from exc
+    except RedisError as exc:
+        raise StoreError(f"cannot probe the coordinator's permissions: {exc}") from exc
 
 
 def load_prefix(store: MetadataStore, prefix: str) -> PrefixSnapshot | None:

@@ -28,6 +28,7 @@ from redis.typing import EncodableT, FieldT
 
 from rsc.common.lag import ends_commands, lag_from_ends
 from rsc.common.lua import Execute, Reply, Script, Word, load_all, pipelined, reply_int
+from rsc.common.permission_probe import PRODUCER_PROBES, probe_permissions
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import connect as connect_any
 from rsc.common.server_features import supports_xackdel
@@ -443,7 +444,9 @@ class ProduceOps:
         return [write_result(result) for result in PRODUCE_SCRIPT.run_on(self.client, calls)]
 
     def prepare(self) -> None:
-        """Load the script now (before a producer accepts input)."""
+        """Try each kind of command once (K10) and load the script now (before a producer
+        accepts input)."""
+        probe_permissions(self.client, PRODUCER_PROBES, role="producer")
         load_all(self.client, [PRODUCE_SCRIPT])
 
     def add_raw(self, stream: str, fields: Mapping[str, str | bytes]) -> str:
