@@ -38,8 +38,10 @@ raises `StoreMismatch` instead of writing anything. A coordinator that sends no
 
 from __future__ import annotations
 
+import itertools
 import logging
 import ssl
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, cast
@@ -61,6 +63,7 @@ from rsc.member.producer_core import (
     Refused,
     RoutingTable,
 )
+from rsc.member.producer_metrics import register_producer
 from rsc.member.producer_redis import ProducerRedis
 from rsc.member.producer_routing import (
     REQUEST_TIMEOUT_S,
@@ -129,6 +132,10 @@ class Producer:
         self._refusal_said: tuple[tuple[Refused, int], str] | None = None
         self.keep_session = self._follower.keep_session
         self.ping = self._redis.ping
+        # K11: the records being delivered (a token each: its count and when it was handed in)
+        self._unconfirmed: dict[int, tuple[int, float]] = {}
+        self._tokens = itertools.count()
+        register_producer(self)
 
     @property
     def stream_prefix(self) -> str:
@@ -165,6 +172,21 @@ class Producer:
     def sent(self) -> int:
         """Records in Redis."""
         return self._core.sent
+
+    @property
+    def unconfirmed(self) -> int:
+        """K11: records handed to `deliver` and not yet confirmed (D2; K5 with min_replicas)."""
+        return sum(count for count, _ in list(self._unconfirmed.values()))
+
+    def oldest_unconfirmed_seconds(self) -> float:
+        """K11: how long the oldest unconfirmed record has waited (0.0 with none)."""
+        started = [since for _, since in list(self._unconfirmed.values())]
+        return max(0.0, time.monotonic() - min(started)) if started else 0.0
+
+    @property
+    def replica_shortfalls(self) -> int:
+        """K11: WAITs that found fewer replicas than `min_replicas` (each waited again)."""
+        return self._redis.replica_shortfalls
 
     @property
     def retried(self) -> int:
@@ -215,6 +237,14 @@ class Producer:
         """Write records as `outgoing` gave them; the (stream, entry id) of each once Redis
         has them all (D2)."""
         delivery = self._core.delivery(records, self.max_message_bytes)
+        token = next(self._tokens)
+        self._unconfirmed[token] = (len(records), time.monotonic())
+        try:
+            return await self._deliver(delivery)
+        finally:
+            del self._unconfirmed[token]
+
+    async def _deliver(self, delivery: Delivery) -> list[tuple[str, str]]:
         redis_backoff = Backoff(0.05, 2.0)
         refused_backoff = Backoff(0.05, 2.0)
         store = self._redis

@@ -53,6 +53,7 @@ class ProducerRedis:
         self.min_replicas = check_min_replicas(min_replicas, client)
         self.holds_input = False  # K6: once True, a permanent Redis error is said, not raised
         self.store_checked = False
+        self.replica_shortfalls = 0  # K11: WAITs that found fewer replicas than asked
         self.store_recheck = False  # K9: a reconnect happened since the storeId was compared
         self._notices = notices
         self._ops = produce_ops(client)
@@ -83,6 +84,7 @@ class ProducerRedis:
             self._ops.write_and_wait, writes, wanted, WAIT_TIMEOUT_MS)
         try:
             while waiter.replicas < wanted:
+                self.replica_shortfalls += 1  # K11: counted, not only said
                 self._notices.say("replicas", (
                     f"Redis at {self.shown_url}: {waiter.replicas} of the {wanted} replicas asked "
                     f"for (--min-replicas) acknowledged the last write within {WAIT_TIMEOUT_MS} ms; "
