@@ -222,6 +222,8 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
                 task_status=task_status))
             scheme = "https" if metrics_tls else "http"
             log_event(log, "metrics.listening", url=f"{scheme}://{config.host}:{metrics_port}/metrics")
+        if metrics is not None and hasattr(metrics, "report_replica_shortfalls"):
+            metrics.report_replica_shortfalls(lambda: store.replica_shortfalls)  # K11
         gc_control.install(getattr(metrics, "registry", None))
         try:
             await _run(config, store, admission, readiness, metrics, lease_ms, max_sessions, fd_limit,

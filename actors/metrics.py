@@ -64,7 +64,7 @@ from typing import Protocol
 
 import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
 from rsc.actors import latency
@@ -202,6 +202,24 @@ class _PrefixesWithoutRouting:
         return [family]
 
 
+class _ReplicaShortfalls:
+    """`rsc_replica_wait_shortfall_total` (K11): metadata WAITs that found fewer replicas than
+    --min-replicas, read at scrape time from the store's count."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], int] | None = None
+
+    def describe(self) -> list[CounterMetricFamily]:
+        return [CounterMetricFamily("rsc_replica_wait_shortfall", _SHORTFALL_DOC)]
+
+    def collect(self) -> list[CounterMetricFamily]:
+        return [CounterMetricFamily("rsc_replica_wait_shortfall", _SHORTFALL_DOC,
+                                    value=self.source() if self.source is not None else 0)]
+
+
+_SHORTFALL_DOC = ("Metadata writes whose WAIT found fewer replicas than --min-replicas (K5, "
+                  "K11): each is COORDINATOR_NOT_AVAILABLE")
+
 _NO_ROUTING_DOC = ("1 for every stream prefix that clients ask for and that has no routing "
                    "(no shards): its members and producers wait (K8)")
 
@@ -224,6 +242,8 @@ class CoordinatorMetrics:
         registry.register(self._unowned)
         self._without_routing = _PrefixesWithoutRouting()
         registry.register(self._without_routing)
+        self._shortfalls = _ReplicaShortfalls()
+        registry.register(self._shortfalls)
         register_process_metrics(registry, "coordinator")  # process_*, rsc_build_info
         self.groups = Gauge("rsc_groups", "Groups known to the coordinator", registry=registry)
         self.members = Gauge("rsc_group_members", "Live members of a group", GROUP_LABELS,
@@ -439,6 +459,10 @@ class CoordinatorMetrics:
     def observe_restored_from_clients(self) -> None:
         """K8: one prefix's routing restored from what its clients presented."""
         self.restored_from_clients.inc()
+
+    def report_replica_shortfalls(self, source: Callable[[], int]) -> None:
+        """Where `rsc_replica_wait_shortfall_total` (K11) is read from at scrape time."""
+        self._shortfalls.source = source
 
     def report_prefixes_without_routing(self, source: PrefixSource) -> None:
         """Where `rsc_prefix_without_routing` (K8) is read from at scrape time."""

@@ -148,6 +148,7 @@ class MetadataStore:
             raise StoreError("--min-replicas is not supported on a Redis Cluster yet: "
                              "give 0, or point --redis-url at a server with replicas")
         self.min_replicas = min_replicas
+        self.replica_shortfalls = 0  # K11: metadata WAITs that found fewer replicas than asked
         self.wait_timeout_ms = max(1, wait_timeout_ms)
         self._shortfall_said = -SHORTFALL_REMINDER_S
 
@@ -396,6 +397,7 @@ class MetadataStore:
         acknowledged = reply_int(reply)
         if acknowledged >= self.min_replicas:
             return
+        self.replica_shortfalls += 1  # K11: rsc_replica_wait_shortfall_total
         problem = (f"only {acknowledged} of the {self.min_replicas} replicas asked for "
                    f"(--min-replicas) acknowledged a metadata write within {self.wait_timeout_ms} ms")
         now = time.monotonic()
