@@ -25,6 +25,7 @@ version unchanged), logs `store.went_back`, and only then listens again.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -440,7 +441,8 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
             persisted = await trio.to_thread.run_sync(store.load_all)
     else:
         persisted = went_back.memory
-        await _write_back(store, went_back, identity, metrics)
+        await _write_back(store, went_back, identity, metrics,
+                          keep_drained_streams=config.keep_drained_streams)
     async with trio.open_nursery() as nursery:
         background = nursery
         router = served.router = Router(nursery, make_actor, reload=reload, metrics=metrics,
@@ -471,10 +473,11 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
 
 
 async def _write_back(store: ReportingStore, went_back: WentBack, identity: StoreIdentity,
-                      metrics: StoreMetrics | None) -> None:
+                      metrics: StoreMetrics | None, *, keep_drained_streams: bool = False) -> None:
     """K3, K4: everything memory held written back under this new epoch; one line says what."""
     started = time.monotonic()
-    done = await trio.to_thread.run_sync(store.rewrite, went_back.memory)
+    done = await trio.to_thread.run_sync(
+        functools.partial(store.rewrite, went_back.memory, retire_old=not keep_drained_streams))
     identity.went_back_at_ms = int(time.time() * 1000)
     if metrics is not None:
         metrics.observe_store_went_back()

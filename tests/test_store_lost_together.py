@@ -243,3 +243,70 @@ async def test_k9_a_producer_of_a_torn_down_rig_does_not_deliver_to_a_new_rig_on
             producer.process.kill()
         await coordinator.stop()
         server.stop()
+
+
+# --- R2 after K3: retired versions a restored snapshot brings back -------------------------
+
+
+def test_k3_streams_a_restored_snapshot_names_and_memory_retired_are_retired_again():
+    from rsc.actors.records import Changes, PrefixSnapshot, RoutingRecord, encode
+    from rsc.actors.store_rewrite import prefix_rewrite
+
+    def hash_of(routing: RoutingRecord) -> dict[str, str]:
+        changes = Changes()
+        changes.set_routing(routing)
+        return {field: value for field, value in encode(changes).items() if value is not None}
+
+    v1 = RoutingRecord(version=1, shard_count=2, streams=("{o:v1:0}", "{o:v1:1}"))
+    v2 = RoutingRecord(version=2, shard_count=3, streams=("{o:v2:0}", "{o:v2:1}", "{o:v2:2}"))
+    plan = prefix_rewrite(PrefixSnapshot(routing=v2), hash_of(v1))  # the snapshot: v1
+    assert plan.retired == v1.streams
+    assert prefix_rewrite(PrefixSnapshot(routing=v2), {}).retired == ()  # K4: nothing to retire
+    assert prefix_rewrite(PrefixSnapshot(routing=v2), hash_of(v2)).retired == ()
+
+
+@pytest.mark.faults
+async def test_k3_retired_versions_a_restored_rdb_brings_back_are_retired_again(nursery, caplog):
+    from rsc.common.logs import _FIELDS_ATTRIBUTE
+    from tests.conftest import start_coordinator
+
+    caplog.set_level("WARNING", logger="rsc.coordinator")
+    from tests.test_store_went_back import describe
+
+    server = OwnRedis(binary=server_binary()).start()
+    try:
+        coordinator = await start_coordinator(nursery, server.url)
+        old = await set_shards(coordinator.url, PREFIX, GROUP, 2)
+        client = client_of(server)
+        for stream in old:
+            client.xadd(stream, {"key": "k", "value": "v"})
+        client.xgroup_setid(old[0], GROUP, "$")  # delivered and acked: nothing holds the drain
+        client.xgroup_setid(old[1], GROUP, "$")
+        assert client.save()  # the snapshot: routing v1 and its two streams
+        await set_shards(coordinator.url, PREFIX, GROUP, 3)
+        with trio.fail_after(20):  # v1 drains and is retired (R2)
+            while any(client.exists(stream) for stream in old):
+                await trio.sleep(0.05)
+        client.close()
+        server.kill()
+        server.start()  # the snapshot: v1 and its streams are back
+        client = client_of(server)
+        with trio.fail_after(20):
+            while (await _serving(coordinator.url)) is None or any(
+                    client.exists(stream) for stream in old):
+                await trio.sleep(0.05)
+        described = await describe(coordinator.url)
+        assert described.store_went_back_at_ms is not None
+        [line] = [r for r in caplog.records if r.getMessage() == "store.went_back"]
+        assert getattr(line, _FIELDS_ATTRIBUTE)["retired_again"] == 2  # the snapshot's v1 streams
+        assert described.routing is not None and described.routing.version == 2
+        client.close()
+        await coordinator.stop()
+    finally:
+        server.stop()
+
+
+async def _serving(url: str):
+    from tests.test_store_went_back import _describe_when_serving
+
+    return await _describe_when_serving(url)
