@@ -97,3 +97,29 @@ def test_k11_the_coordinator_counts_replica_shortfalls(redis_url):
         assert metrics.registry.get_sample_value("rsc_replica_wait_shortfall_total") == 1
     finally:
         store.close()
+
+
+def test_k11_produce_readyz_is_503_without_routing_or_with_a_record_waiting_past_a_lease():
+    import attrs
+
+    from rsc.member.probes import producer_routes
+
+    @attrs.define
+    class Figures:  # what the routes read of a producer
+        routing: object = None
+        waited: float = 0.0
+        stream_prefix: str = "orders"
+
+        def oldest_unconfirmed_seconds(self) -> float:
+            return self.waited
+
+    figures = Figures()
+    routes = producer_routes(figures, wait_limit_s=10)  # type: ignore[arg-type]
+    first = routes["/readyz"]()
+    assert first.status == 503 and b"no routing" in first.body
+    figures.routing = object()
+    assert routes["/readyz"]().status == 200
+    figures.waited = 10.5
+    late = routes["/readyz"]()
+    assert late.status == 503 and b"10.5 s" in late.body
+    assert routes["/healthz"]().status == 200
