@@ -310,3 +310,49 @@ async def _serving(url: str):
     from tests.test_store_went_back import _describe_when_serving
 
     return await _describe_when_serving(url)
+
+
+@pytest.mark.faults
+async def test_k9_a_consumer_of_a_torn_down_rig_stops_before_reading_the_new_rig(nursery):
+    server = OwnRedis(binary=server_binary()).start()
+    coordinator = Coordinator(server.url, TEST_TIMING)
+    process: trio.Process | None = None
+    try:
+        await coordinator.start(nursery)
+        await set_shards(coordinator.url, PREFIX, GROUP, 2)
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "rsc", "consume", PREFIX, GROUP, "--coordinator",
+             coordinator.url, "--redis-url", server.url],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+        said, printed = bytearray(), bytearray()
+
+        async def collect(stream: trio.abc.ReceiveStream, into: bytearray) -> None:
+            async for chunk in stream:
+                into.extend(chunk)
+
+        assert process.stdout is not None and process.stderr is not None
+        nursery.start_soon(collect, process.stdout, printed)
+        nursery.start_soon(collect, process.stderr, said)
+        await wait_for_stable_members(coordinator.url, PREFIX, GROUP, 1)
+        await coordinator.kill()  # the rig torn down ...
+        server.kill()
+        server.start()  # ... and another one on the same ports, with its own storeId
+        client = client_of(server)
+        client.set(STORE_ID_KEY, "another-rig")
+        await coordinator.start(nursery)
+        streams = await set_shards(coordinator.url, PREFIX, GROUP, 2)
+        for stream in streams:
+            client.xadd(stream, {"key": "k", "value": "not-yours"})
+        code = None
+        with trio.move_on_after(30):
+            code = await process.wait()
+        assert code == 2, bytes(said)[-2000:]
+        assert b"storeId 'another-rig'" in said and b"(K9)" in said
+        assert b"not-yours" not in printed  # nothing of the new rig handled
+        client.close()
+    finally:
+        if process is not None and process.returncode is None:
+            process.kill()
+            await process.wait()
+        await coordinator.stop()
+        server.stop()
