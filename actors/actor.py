@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 import time
 
 import attrs
@@ -57,10 +58,37 @@ def now_ms() -> int:
 
 @attrs.define
 class StoreIdentity:
-    """The coordinator's `rsc:store-id` (shard_ops.ensure_store_id), shared by every actor."""
+    """The coordinator's `rsc:store-id` (shard_ops.ensure_store_id), shared by every actor.
+
+    K8: a coordinator that started on a store without a storeId and with nothing in memory
+    (`from_clients`) has no storeId until a client presents the one it knew (the first one
+    presented wins) or a prefix gets routing from an admin (then a fresh one); `written` says
+    whether Redis holds `value` (the store id loop writes it, `wanted` wakes it).
+    """
 
     value: str | None = None
     went_back_at_ms: int | None = None  # K3: when the store last went back (unix ms), None: never
+    from_clients: bool = False
+    written: bool = False
+    wanted: trio.Event = attrs.field(factory=trio.Event)
+
+    adopted: bool = False  # K8: `value` is the storeId a client presented
+
+    def present(self, store_id: str, *, from_client: bool = True) -> None:
+        """K8: a client presented the storeId it knew (or, `from_client` False, an admin
+        created routing first: a new one): the first one is taken."""
+        if self.from_clients and self.value is None:
+            self.value, self.adopted = store_id, from_client
+            self.wanted.set()
+
+    def clients_store_id(self) -> str | None:
+        """The storeId whose clients' routing may be adopted (K8), None when none may."""
+        return self.value if self.from_clients else None
+
+    @property
+    def stored(self) -> str | None:
+        """The storeId Redis was last seen or made to hold (None before: nothing to check, K3)."""
+        return self.value if self.written else None
 
 
 class PrefixActor:
@@ -121,8 +149,23 @@ class PrefixActor:
         machine = self.machine
         if self.calls.abandoned or self.retention.ended():
             self._report_returns(now)
-        machine.store_id = self.identity.value
-        machine.store_went_back_at_ms = self.identity.went_back_at_ms
+        identity = self.identity
+        if identity.from_clients and identity.value is None:
+            # K8: the first storeId a client presents is adopted; an admin creating routing
+            # first makes a new one (a new deployment)
+            for envelope in batch:
+                request = envelope.request
+                presented = getattr(request, "known_store_id", None)
+                if presented is not None:
+                    identity.present(presented)
+                elif isinstance(request, m.SetShardCount):
+                    identity.present(secrets.token_hex(16), from_client=False)
+                if identity.value is not None:
+                    break
+        if identity.from_clients:
+            machine.clients_store_id = identity.clients_store_id()
+        machine.store_id = identity.value
+        machine.store_went_back_at_ms = identity.went_back_at_ms
         machine.wall_offset_ms = math.floor(time.time() * 1000) - now  # B6: unix ms
         answers: list[Answered] = []
         summaries: list[SummariesRequest] = []

@@ -78,6 +78,7 @@ log = logging.getLogger("rsc.coordinator")
 
 REDIS_THREADS = 16  # worker threads for blocking Redis calls: bounds Redis connections (fds)
 OUTAGE_REMINDER_S = 10.0
+READY_AFTER_S = 10.0  # K10: /readyz 200 again only after writes succeeded this long
 
 DELETE_IF_HOLDER = Script("delete_if_holder")  # a dead local coordinator's lease, if still its
 
@@ -90,29 +91,35 @@ def coordinator_lease_ms(config: CoordinatorConfig) -> int:
 class Readiness:
     """What `/readyz` reports, and the one place a Redis outage is logged.
 
-    Ready: the lease is held and the last metadata write succeeded. The lease
-    task and the store's writes report into it (from worker threads: a lock
-    guards it). An outage is logged once when it starts (`store.unavailable`),
-    at most every 10 s while it lasts (`store.still_unavailable`) and once
-    when it ends (`store.available`), however many writes fail meanwhile.
-    `/healthz` needs nothing: it answers while the process runs.
+    Ready: the lease is held and metadata writes have succeeded for `latch_s` (10 s) since
+    the last one that failed (K10: a store that fails every other write is not ready, and
+    its probe does not flap). The lease task and the store's writes report into it (from
+    worker threads: a lock guards it). An outage runs from its first failed write to the
+    end of that latch: it is logged once when it starts (`store.unavailable`), at most every
+    10 s while it lasts (`store.still_unavailable`) and once when it ends (`store.available`),
+    however many writes fail or succeed meanwhile. `/healthz` needs nothing: it answers
+    while the process runs.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic,
-                 reminder_s: float = OUTAGE_REMINDER_S) -> None:
+                 reminder_s: float = OUTAGE_REMINDER_S, latch_s: float = READY_AFTER_S) -> None:
         self.holds_lease = False
         self.last_write_ok = True
         self.last_error: str | None = None
         self._clock = clock
         self._reminder_s = reminder_s
+        self._latch_s = latch_s
         self._lock = threading.Lock()
         self._down_since: float | None = None
+        self._last_failure = 0.0
         self._last_reminder = 0.0
         self._failures = 0
 
     @property
     def ready(self) -> bool:
-        return self.holds_lease and self.last_write_ok
+        with self._lock:
+            self._settle(self._clock())
+            return self.holds_lease and self.last_write_ok and self._down_since is None
 
     def lease_held(self, held: bool, error: str | None = None) -> None:
         self.holds_lease = held
@@ -122,17 +129,23 @@ class Readiness:
     def write_succeeded(self) -> None:
         with self._lock:
             self.last_write_ok = True
-            if self._down_since is not None:
-                log_event(log, "store.available", level=logging.WARNING,
-                          seconds=round(self._clock() - self._down_since, 1), failures=self._failures)
-                self._down_since, self._failures = None, 0
+            self._settle(self._clock())
+
+    def _settle(self, now: float) -> None:
+        """K10: the outage ends once writes succeeded for the latch since the last failure."""
+        if self._down_since is not None and self.last_write_ok \
+                and now - self._last_failure >= self._latch_s:
+            log_event(log, "store.available", level=logging.WARNING,
+                      seconds=round(self._last_failure - self._down_since, 1),
+                      failures=self._failures)
+            self._down_since, self._failures = None, 0
 
     def write_failed(self, error: str) -> None:
         with self._lock:
             self.last_write_ok = False
             self.last_error = error
             self._failures += 1
-            now = self._clock()
+            now = self._last_failure = self._clock()
             if self._down_since is None:
                 self._down_since = self._last_reminder = now
                 log_event(log, "store.unavailable", level=logging.WARNING, error=error)
@@ -147,6 +160,10 @@ class Readiness:
             return "ready"
         if not self.holds_lease:
             return f"not holding the coordinator lease ({self.last_error or 'not taken yet'})"
+        if self.last_write_ok:
+            return (f"metadata writes failed until {self._clock() - self._last_failure:.1f} s ago "
+                    f"({self.last_error}); ready once they succeeded for {self._latch_s:g} s "
+                    "(K10)")
         return f"the last metadata write failed ({self.last_error})"
 
 
@@ -210,6 +227,8 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
                 task_status=task_status))
             scheme = "https" if metrics_tls else "http"
             log_event(log, "metrics.listening", url=f"{scheme}://{config.host}:{metrics_port}/metrics")
+        if metrics is not None and hasattr(metrics, "report_replica_shortfalls"):
+            metrics.report_replica_shortfalls(lambda: store.replica_shortfalls)  # K11
         gc_control.install(getattr(metrics, "registry", None))
         try:
             await _run(config, store, admission, readiness, metrics, lease_ms, max_sessions, fd_limit,
@@ -402,8 +421,18 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
     """Everything of one coordinator epoch: restored (or, after the store went back, written
     back) actors, the websocket server (on `port`), the lease, the tick, the store id.
     `lapsed` is set when the lease is found lapsed or the store went back."""
-    identity.value = await trio.to_thread.run_sync(shard_ops.ensure_store_id, store.client,
-                                                   identity.value)
+    persisted: dict[str, PrefixSnapshot] | None = None
+    if identity.value is None and not identity.from_clients and went_back is None:
+        # K8: a store without a storeId and nothing in memory: it may have been lost together
+        # with the coordinator; the clients present what they knew
+        if await trio.to_thread.run_sync(shard_ops.read_store_id, store.client) is None:
+            persisted = await trio.to_thread.run_sync(store.load_all)
+            identity.from_clients = not persisted
+    if identity.value is not None or not identity.from_clients:
+        identity.value = await trio.to_thread.run_sync(shard_ops.ensure_store_id, store.client,
+                                                       identity.value)
+        identity.written = True
+    await trio.to_thread.run_sync(_probe_permissions, store)  # K10: a missing one exits 1 now
     await trio.to_thread.run_sync(shard_ops.load_scripts, store.client)
     xackdel = await trio.to_thread.run_sync(shard_ops.supports_xackdel, store.client)
     log_event(log, "store.identified", store_id=identity.value, xackdel=xackdel)
@@ -434,10 +463,12 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
         return actor
 
     if went_back is None:
-        persisted = await trio.to_thread.run_sync(store.load_all)
+        if persisted is None:
+            persisted = await trio.to_thread.run_sync(store.load_all)
     else:
         persisted = went_back.memory
-        await _write_back(store, went_back, identity, metrics)
+        await _write_back(store, went_back, identity, metrics,
+                          keep_drained_streams=config.keep_drained_streams)
     async with trio.open_nursery() as nursery:
         background = nursery
         router = served.router = Router(nursery, make_actor, reload=reload, metrics=metrics,
@@ -445,6 +476,7 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
         shard_work.failed_pass = router.pass_failed
         if metrics is not None:
             metrics.report_unowned_shards(router.unowned_shards)
+            metrics.report_prefixes_without_routing(router.prefixes_without_routing)
         nursery.start_soon(shard_work.run)
         now = now_ms()  # H12: every restored member gets a fresh lease from now
         for prefix, data in persisted.items():
@@ -468,17 +500,18 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
         bound = await nursery.start(_serve_websocket, server, config, admission, port, server_tls)
         nursery.start_soon(_lease_loop, config, store, readiness, continuity, lapsed, identity)
         nursery.start_soon(_tick_loop, config, router, continuity, lapsed)
-        nursery.start_soon(_store_id_loop, config, store, identity)
+        nursery.start_soon(_store_id_loop, config, store, identity, router)
         nursery.start_soon(_shard_check_loop, config, router, StreamAdmin(store.client), metrics)
         readiness.lease_held(True)  # restored (or written back): ready from here
         task_status.started(bound)
 
 
 async def _write_back(store: ReportingStore, went_back: WentBack, identity: StoreIdentity,
-                      metrics: StoreMetrics | None) -> None:
+                      metrics: StoreMetrics | None, *, keep_drained_streams: bool = False) -> None:
     """K3, K4: everything memory held written back under this new epoch; one line says what."""
     started = time.monotonic()
-    done = await trio.to_thread.run_sync(store.rewrite, went_back.memory)
+    done = await trio.to_thread.run_sync(
+        functools.partial(store.rewrite, went_back.memory, retire_old=not keep_drained_streams))
     identity.went_back_at_ms = int(time.time() * 1000)
     if metrics is not None:
         metrics.observe_store_went_back()
@@ -584,7 +617,7 @@ async def _check_went_back(store: MetadataStore, limiter: trio.CapacityLimiter,
     answer in time: the renewals report an outage)."""
     with trio.move_on_after(stall_s):
         try:
-            return await trio.to_thread.run_sync(store.check_went_back, identity.value,
+            return await trio.to_thread.run_sync(store.check_went_back, identity.stored,
                                                  limiter=limiter, abandon_on_cancel=True)
         except StoreError as exc:
             log.debug("store not checked: %s", exc)
@@ -656,16 +689,50 @@ async def _check_shards(prefix: str, streams: StreamAdmin, metrics: Any,
 
 
 async def _store_id_loop(config: CoordinatorConfig, store: MetadataStore,
-                         identity: StoreIdentity) -> None:
-    """Every 10 ticks, write the same `rsc:store-id` again if the key went missing (a flush)."""
+                         identity: StoreIdentity, router: Router) -> None:
+    """Every 10 ticks, write the same `rsc:store-id` again if the key went missing (a flush).
+
+    K8: while the coordinator has no storeId yet (a store lost with its memory), every tick:
+    the one a client presented is written as soon as it is (`identity.wanted`), a fresh one
+    once some prefix has routing from an admin and no client presented any."""
     interval = 10 * config.tick_interval_ms / 1000
     while True:
-        await trio.sleep(interval)
+        if identity.written:
+            await trio.sleep(interval)
+        else:
+            with trio.move_on_after(config.tick_interval_ms / 1000):
+                await identity.wanted.wait()
+            if identity.value is None and not any(
+                    actor.machine.routing is not None for actor in router.actors.values()):
+                continue  # nothing to identify yet: the clients may still present theirs
         try:
             identity.value = await trio.to_thread.run_sync(shard_ops.ensure_store_id, store.client,
                                                            identity.value)
         except StoreError as exc:  # the lease loop reports the outage; try again later
             log.debug("store id not checked: %s", exc)
+            await trio.sleep(config.tick_interval_ms / 1000)
+            continue
+        if not identity.written:
+            identity.written = True
+            log_event(log, "store.identified", store_id=identity.value,
+                      source="presented by clients (K8)" if identity.adopted else "new")
+
+
+def _probe_permissions(store: MetadataStore) -> None:
+    """K10: every kind of command the coordinator needs, tried once on its probe keys; a
+    missing permission is a StoreError naming it (exit 1 at start, K6)."""
+    from redis.exceptions import RedisError
+
+    from rsc.common.permission_probe import COORDINATOR_PROBES, MissingPermission, probe_permissions
+    from rsc.common.redact import redact_url
+
+    try:
+        probe_permissions(store.client, COORDINATOR_PROBES, role="coordinator",
+                          shown_url=redact_url(store.redis_url))
+    except MissingPermission as exc:
+        raise StoreError(f"configuration error: {exc}") from exc
+    except RedisError as exc:
+        raise StoreError(f"cannot probe the coordinator's permissions: {exc}") from exc
 
 
 def load_prefix(store: MetadataStore, prefix: str) -> PrefixSnapshot | None:

@@ -19,7 +19,7 @@ from rsc.actors.logs import log_event
 from rsc.actors.mailbox import SummariesRequest
 from rsc.actors.ports import Outbox, PrefixMetrics, ReplySlot
 from rsc.actors.prefix import PrefixMachine
-from rsc.actors.prefix_io import Answer, Committed, Deliver
+from rsc.actors.prefix_io import RESTORED_FROM_CLIENTS, Answer, Committed, Deliver
 from rsc.actors.shard_reports import ShardLag
 from rsc.actors.subscriptions import Admit, watch_refused
 from rsc.actors.watch import Watch
@@ -73,6 +73,8 @@ class Delivery:
         """Pushes (H10), routing notifications, logs and metrics, once the state is durable."""
         for event in committed.prefix_events:
             log_event(log, event.kind, prefix=self.prefix, **event.fields)
+            if event.kind == RESTORED_FROM_CLIENTS and self.metrics is not None:
+                self.metrics.observe_restored_from_clients()
         metrics = self.metrics
         if committed.migration_retired and metrics is not None:
             metrics.migration_finished(self.prefix)

@@ -33,6 +33,9 @@ process, as in tests, never share counters). The coordinator calls:
   acked yet (`rsc_retention_unconsumed_removed_total`).
 - `report_unowned_shards(source)`: where `rsc_group_unowned_shards` (D7) is read at scrape
   time: `(prefix, group, count)` of every group with live members.
+- `report_prefixes_without_routing(source)`: where `rsc_prefix_without_routing{prefix}` (K8)
+  is read at scrape time; `observe_restored_from_clients()` counts
+  `rsc_store_restored_from_clients_total` (K8).
 - `follow_health(health)`: `rsc_coordinator_ready` and `rsc_coordinator_lease_held` read
   `/readyz`'s verdict and whether this process holds the lease (D5) at scrape time, so an
   alert can tell a waiting coordinator from a failing one (`serve_metrics` calls it).
@@ -63,7 +66,7 @@ from typing import Protocol
 
 import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
 
@@ -181,6 +184,48 @@ class _UnownedShards(Collector):
         return [family]
 
 
+PrefixSource = Callable[[], Iterable[str]]
+
+
+class _PrefixesWithoutRouting:
+    """`rsc_prefix_without_routing` (K8): 1 for every prefix that clients ask for (a join, a
+    heartbeat, a getRouting) and that has no routing, read at scrape time."""
+
+    def __init__(self) -> None:
+        self.source: PrefixSource | None = None
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return [GaugeMetricFamily("rsc_prefix_without_routing", _NO_ROUTING_DOC, labels=("prefix",))]
+
+    def collect(self) -> list[GaugeMetricFamily]:
+        family = GaugeMetricFamily("rsc_prefix_without_routing", _NO_ROUTING_DOC,
+                                   labels=("prefix",))
+        for prefix in (self.source() if self.source is not None else ()):
+            family.add_metric((prefix,), 1)
+        return [family]
+
+
+class _ReplicaShortfalls:
+    """`rsc_replica_wait_shortfall_total` (K11): metadata WAITs that found fewer replicas than
+    --min-replicas, read at scrape time from the store's count."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], int] | None = None
+
+    def describe(self) -> list[CounterMetricFamily]:
+        return [CounterMetricFamily("rsc_replica_wait_shortfall", _SHORTFALL_DOC)]
+
+    def collect(self) -> list[CounterMetricFamily]:
+        return [CounterMetricFamily("rsc_replica_wait_shortfall", _SHORTFALL_DOC,
+                                    value=self.source() if self.source is not None else 0)]
+
+
+_SHORTFALL_DOC = ("Metadata writes whose WAIT found fewer replicas than --min-replicas (K5, "
+                  "K11): each is COORDINATOR_NOT_AVAILABLE")
+
+_NO_ROUTING_DOC = ("1 for every stream prefix that clients ask for and that has no routing "
+                   "(no shards): its members and producers wait (K8)")
+
 _UNOWNED_DOC = ("Shards of a group's target that nobody has held for longer than one lease TTL "
                 "while the group has live members, not counting AWAY static members' (D7)")
 
@@ -198,6 +243,10 @@ class CoordinatorMetrics:
         registry.register(_RequestLatency())
         self._unowned = _UnownedShards()
         registry.register(self._unowned)
+        self._without_routing = _PrefixesWithoutRouting()
+        registry.register(self._without_routing)
+        self._shortfalls = _ReplicaShortfalls()
+        registry.register(self._shortfalls)
         register_process_metrics(registry, "coordinator")  # process_*, rsc_build_info
         self.groups = Gauge("rsc_groups", "Groups known to the coordinator", registry=registry)
         self.members = Gauge("rsc_group_members", "Live members of a group", GROUP_LABELS,
@@ -237,6 +286,10 @@ class CoordinatorMetrics:
                                        "Times the store was found to have lost writes of this "
                                        "coordinator and was written back from memory (K3, K4)",
                                        registry=registry)
+        self.restored_from_clients = Counter(
+            "rsc_store_restored_from_clients",
+            "Prefixes whose routing was written back from what clients presented, on a store "
+            "lost together with the coordinator's memory (K8)", registry=registry)
         self.heartbeat_seconds = Histogram("rsc_heartbeat_handling_seconds",
                                            "Time to handle one heartbeat",
                                            buckets=_FAST_BUCKETS, registry=registry)
@@ -423,6 +476,18 @@ class CoordinatorMetrics:
                 metric.remove(prefix)
             except KeyError:
                 pass
+
+    def observe_restored_from_clients(self) -> None:
+        """K8: one prefix's routing restored from what its clients presented."""
+        self.restored_from_clients.inc()
+
+    def report_replica_shortfalls(self, source: Callable[[], int]) -> None:
+        """Where `rsc_replica_wait_shortfall_total` (K11) is read from at scrape time."""
+        self._shortfalls.source = source
+
+    def report_prefixes_without_routing(self, source: PrefixSource) -> None:
+        """Where `rsc_prefix_without_routing` (K8) is read from at scrape time."""
+        self._without_routing.source = source
 
     def report_unowned_shards(self, source: UnownedSource) -> None:
         """Where `rsc_group_unowned_shards` is read from at scrape time (D7)."""

@@ -146,6 +146,11 @@ class PrefixMachine:
         self.groups: dict[str, GroupMachine] = {}
         self.store_id: str | None = None  # this Redis's rsc:store-id, set by the shell
         self.store_went_back_at_ms: int | None = None  # K3: set by the shell, None: never
+        # K8: the storeId whose clients may present routing to adopt (set by the shell while
+        # the coordinator started on a store lost together with its memory), and whether
+        # clients asked for this prefix while it had no routing (rsc_prefix_without_routing)
+        self.clients_store_id: str | None = None
+        self.asked_without_routing = False
         self.durability = Durability()
         # H12: the response to send once the checkpoint landed or not (bound here: one call
         # per answer on the hot path)
@@ -226,8 +231,12 @@ class PrefixMachine:
 
     def _handle(self, request: m.Request, now_ms: int) -> Answer:
         if isinstance(request, m.Heartbeat):
+            if self.resharding.routing is None:
+                self._asked_without_routing(request)
             return Answer(request, self._heartbeat(request, now_ms))
         if isinstance(request, m.GetRouting):
+            if self.resharding.routing is None:
+                self._asked_without_routing(request)
             return Answer(request, later=lambda: self._routing_response(request))
         if isinstance(request, m.SetShardCount):
             return Answer(request, self._set_shard_count(request))
@@ -662,6 +671,18 @@ class PrefixMachine:
             if refused is not None:
                 return refused
         return group.heartbeat(request, now_ms, summary)
+
+    def _asked_without_routing(self, request: m.Heartbeat | m.GetRouting) -> None:
+        """K8: a client asks for this prefix, which has no routing. On a store lost together
+        with the coordinator's memory, the routing it presents (with the storeId adopted)
+        is written back: its streams and consumer groups created, the groups reassigned."""
+        self.asked_without_routing = True
+        known = request.known_routing
+        if (known is None or self.clients_store_id is None
+                or request.known_store_id != self.clients_store_id):
+            return
+        if self.resharding.adopt(known, tuple(self.groups)):
+            self._reassign()
 
     def _register(self, name: str) -> GroupMachine:
         """H13: a group appears with the prefix's shards and a consumer group on every live stream."""

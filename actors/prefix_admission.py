@@ -71,6 +71,8 @@ def group_limit_reached(request: m.Request, budget: GroupBudget, prefix: str,
 def answer_without_state(request: m.Request, budget: GroupBudget | None) -> m.Response | None:
     """A1, H13: the answer to `request` on a prefix that holds nothing yet, or None when it
     creates state (a join, or a `setShardCount`, within `--max-groups`): start the prefix."""
+    if isinstance(request, m.GetRouting) and request.known_routing is not None:
+        return None  # K8: a client presents routing the prefix may adopt: start the prefix
     if isinstance(request, m.GetRouting | m.SetRetention):
         return request.unknown_stream()
     if not may_create(request):

@@ -159,6 +159,7 @@ class MoveOffsets:
 MIGRATION_COMPLETE = "migration.complete"
 MIGRATION_RETIRED = "migration.retired"
 ROUTING_CHANGED = "routing.changed"
+RESTORED_FROM_CLIENTS = "store.restored_from_clients"  # K8: routing adopted from a client
 
 
 @attrs.frozen

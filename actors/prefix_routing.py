@@ -29,6 +29,7 @@ from rsc.actors.group import GroupMachine
 from rsc.actors.prefix_io import (
     MIGRATION_COMPLETE,
     MIGRATION_RETIRED,
+    RESTORED_FROM_CLIENTS,
     CreateConsumerGroups,
     DrainQuery,
     DrainReport,
@@ -159,6 +160,22 @@ class Resharding:
                                      streams=streams)
         self.create.append(CreateConsumerGroups(streams, tuple(groups)))
         return self.shard_count_changed(request)
+
+    def adopt(self, known: m.KnownRouting, groups: Collection[str]) -> bool:
+        """K8: the routing a client presented, on a store that lost it with the coordinator's
+        memory: taken as it is (its version, its shard count, its stream names), its streams
+        and consumer groups created at `0` (K4). Only while the prefix has no routing; returns
+        whether it was taken (the caller reassigns the groups)."""
+        if self.routing is not None or known.hash != HASH_NAME:
+            return False
+        streams = tuple(stream_key(self.prefix, known.version, i)
+                        for i in range(known.shard_count))
+        self.routing = RoutingRecord(version=known.version, shard_count=known.shard_count,
+                                     streams=streams)
+        self.create.append(CreateConsumerGroups(streams, tuple(groups)))
+        self.events.append(PrefixEvent(RESTORED_FROM_CLIENTS, {
+            "version": known.version, "shard_count": known.shard_count}))
+        return True
 
     def shard_count_changed(self, request: m.SetShardCount) -> m.ShardCountChanged:
         return m.ShardCountChanged(

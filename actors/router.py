@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 import traceback
 from collections.abc import Awaitable, Callable
 
@@ -48,6 +49,8 @@ from rsc.protocol.errors import Status
 
 log = logging.getLogger("rsc.coordinator")
 
+ASKED_WINDOW_S = 60.0  # K8: a prefix asked for this recently counts as waited for
+ASKED_MAX = 1000  # K8: at most this many such prefixes remembered
 RESTART_BACKOFF_START_S = 0.05
 RESTART_BACKOFF_MAX_S = 5.0
 STABLE_AFTER_S = 10.0  # an actor that ran this long without failing resets the backoff
@@ -78,6 +81,7 @@ class Router:
         self.reload = reload
         self.metrics = metrics
         self.actors: dict[str, PrefixActor] = {}
+        self._asked: dict[str, float] = {}  # K8: prefixes without an actor asked for, and when
         self.restarts = 0
         self.ticks_skipped = 0
         # requests handed to each actor and not answered yet: what a failure must answer
@@ -115,6 +119,24 @@ class Router:
         return [(prefix, group, count) for prefix, actor in self.actors.items()
                 for group, count in actor.machine.unowned_shards(now).items()]
 
+    def prefixes_without_routing(self) -> list[str]:
+        """K8: every prefix that clients asked for and that has no routing (the metric's
+        source): an actor's, or one asked for in the last ASKED_WINDOW_S that has none."""
+        now = time.monotonic()
+        asked = {prefix for prefix, at in list(self._asked.items())
+                 if now - at < ASKED_WINDOW_S and prefix not in self.actors}
+        return sorted(asked | {prefix for prefix, actor in list(self.actors.items())
+                               if actor.machine.routing is None
+                               and actor.machine.asked_without_routing})
+
+    def _asked_unknown(self, prefix: str) -> None:
+        """A getRouting for a prefix without an actor: remembered (bounded) for the metric."""
+        asked = self._asked
+        asked.pop(prefix, None)
+        asked[prefix] = time.monotonic()
+        while len(asked) > ASKED_MAX:
+            del asked[next(iter(asked))]
+
     async def send(self, prefix: str, envelope: Envelope) -> None:
         """Hand a request to the prefix's actor (waits while its mailbox is full)."""
         actor = self.actors[prefix]
@@ -139,6 +161,8 @@ class Router:
         (actors/prefix_admission.py), anything else is answered here."""
         prefix = getattr(request, "stream_prefix")  # noqa: B009 - every request routed has one
         if prefix not in self.actors:
+            if isinstance(request, m.GetRouting):
+                self._asked_unknown(prefix)  # K8: rsc_prefix_without_routing
             if isinstance(request, m.GetRouting) and request.subscribe and session is not None:
                 self.subscribe_unknown(prefix, session)  # lives as long as its session
             answered = answer_without_state(request, self.budget)

@@ -316,6 +316,15 @@ def drain_counts(client: redis.Redis, streams: Sequence[str],
 # --- store identity --------------------------------------------------------------------
 
 
+def read_store_id(client: redis.Redis) -> str | None:
+    """The `rsc:store-id` this Redis holds, None when it holds none (K8: lost, or new)."""
+    try:
+        stored = client.get(STORE_ID_KEY)
+    except STORE_IO_ERRORS as exc:
+        raise StoreError(f"cannot read {STORE_ID_KEY}: {exc}") from exc
+    return None if stored is None else _text(stored)
+
+
 def ensure_store_id(client: redis.Redis, known: str | None = None) -> str:
     """The id of this Redis (`rsc:store-id`): written once, and again whenever it is missing.
 

@@ -150,6 +150,7 @@ class MetadataStore:
             raise StoreError("--min-replicas is not supported on a Redis Cluster yet: "
                              "give 0, or point --redis-url at a server with replicas")
         self.min_replicas = min_replicas
+        self.replica_shortfalls = 0  # K11: metadata WAITs that found fewer replicas than asked
         self.wait_timeout_ms = max(1, wait_timeout_ms)
         self._shortfall_said = -SHORTFALL_REMINDER_S
 
@@ -403,6 +404,7 @@ class MetadataStore:
         acknowledged = reply_int(reply)
         if acknowledged >= self.min_replicas:
             return
+        self.replica_shortfalls += 1  # K11: rsc_replica_wait_shortfall_total
         problem = (f"only {acknowledged} of the {self.min_replicas} replicas asked for "
                    f"(--min-replicas) acknowledged a metadata write within {self.wait_timeout_ms} ms")
         now = time.monotonic()
@@ -478,13 +480,15 @@ class MetadataStore:
             witness.settled(expected)
         return reason
 
-    def rewrite(self, memory: dict[str, PrefixSnapshot]) -> dict[str, int]:
+    def rewrite(self, memory: dict[str, PrefixSnapshot], *,
+                retire_old: bool = True) -> dict[str, int]:
         """K3, K4: write back everything memory holds, under this (new) coordinator epoch:
         the format version, then per prefix its streams and Redis consumer groups, seal
         markers, and its whole hash with every owner record (actors/store_rewrite.py). What
         it wrote, counted (for the `store.went_back` line)."""
         done = {"prefixes": 0, "groups": 0, "members": 0, "owner_records": 0,
-                "streams_recreated": 0, "consumer_groups_created": 0, "sealed": 0}
+                "streams_recreated": 0, "consumer_groups_created": 0, "sealed": 0,
+                "retired_again": 0}
         admin = StreamAdmin(self.client)
         try:
             self.client.set(FORMAT_VERSION_KEY, self.format_version)
@@ -505,6 +509,9 @@ class MetadataStore:
                 if plan.sealed:
                     admin.seal(plan.sealed)
                 self.write(prefix, plan.changes, plan.owners)
+                if plan.retired and retire_old:  # R2: what the restored snapshot brought back
+                    admin.retire(plan.retired, (*plan.groups, *plan.dropped_groups))
+                    done["retired_again"] += len(plan.retired)
                 done["prefixes"] += 1
                 done["groups"] += len(plan.groups)
                 done["members"] += plan.members

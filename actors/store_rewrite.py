@@ -39,6 +39,7 @@ from rsc.actors.records import (
     PrefixSnapshot,
     changes_of,
     parse_member_field,
+    replay,
 )
 
 MARK_KEY = "rsc:store-mark"
@@ -188,6 +189,9 @@ class PrefixRewrite:
     sealed: tuple[str, ...]  # old versions' streams: producers are refused there (R1)
     unsealed: tuple[str, ...]  # the current version's streams
     dropped_groups: tuple[str, ...]  # groups the store had that memory no longer has
+    # streams of versions memory retired that the store's (older) state still names: a
+    # restored snapshot brought them back; retired again with the write-back (R2)
+    retired: tuple[str, ...] = ()
 
     @property
     def members(self) -> int:
@@ -226,4 +230,20 @@ def prefix_rewrite(snapshot: PrefixSnapshot, stored: Mapping[str, str]) -> Prefi
         owners.extend(OwnerToken(shard, name, None) for shard in streams)
     return PrefixRewrite(changes=changes, owners=tuple(owners), streams=streams,
                          groups=tuple(sorted(snapshot.groups)), sealed=tuple(old),
-                         unsealed=tuple(current), dropped_groups=tuple(sorted(dropped)))
+                         unsealed=tuple(current), dropped_groups=tuple(sorted(dropped)),
+                         retired=_named_by(stored, keep=streams))
+
+
+def _named_by(stored: Mapping[str, str], *, keep: tuple[str, ...]) -> tuple[str, ...]:
+    """The streams the stored (older) state of a prefix names that are not in `keep`."""
+    if not stored:
+        return ()
+    try:
+        old_state = replay(stored)
+    except Exception:  # noqa: BLE001 - an unreadable old state names nothing to retire
+        return ()
+    named: tuple[str, ...] = old_state.routing.streams if old_state.routing is not None else ()
+    if old_state.migration is not None:
+        named += old_state.migration.retiring + old_state.migration.from_streams
+    kept = set(keep)
+    return tuple(stream for stream in dict.fromkeys(named) if stream not in kept)

@@ -26,6 +26,7 @@ from rsc.member.message import Queued, order_key
 from rsc.member.notices import Notices
 from rsc.member.reconcile import NO_ACTIONS, Actions, Event, EventName
 from rsc.member.stats import MemberStats
+from rsc.member.store_identity import StoreChanged, store_changed_line
 from rsc.member.trace import HandlerTrace
 from rsc.member.workqueue import Signal, WorkQueue
 
@@ -142,9 +143,19 @@ class MemberCore:
         """Acks delete now (retention `acked` and a server with XACKDEL)."""
         return self.ledger.acks_delete(self.server_xackdel)
 
+    def store_changed(self, where: str, found: str) -> None:
+        """K9: `where` names another storeId than the member started with: it stops, reading
+        nothing more (the reader looks at `life.fatal`), and `run` raises StoreChanged."""
+        self.life.fatal = StoreChanged(store_changed_line(where, self.ledger.store_id or "", found))
+        self.life.stop_requested.set()
+        self.wake_reader()
+
     def apply(self, actions: Actions) -> None:
         """Do what the ledger decided; refresh the gauges."""
         ledger, queue, stats = self.ledger, self.queue, self.stats
+        if ledger.store_changed_to is not None and self.life.fatal is None:
+            self.store_changed(f"the coordinator at {self.config.coordinator_url}",
+                               ledger.store_changed_to)
         for shard in (*actions.abandon, *actions.revoke):
             dropped = queue.drop_shard(shard)
             if self.claimed_counts or self.retries or self.parked:

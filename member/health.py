@@ -107,13 +107,18 @@ class MembershipHealth:
     # --- the verdict -------------------------------------------------------------------
 
     def verdict(self, now: float, *, lease_ttl_ms: float, heartbeat_interval_ms: float,
-                coordinator_url: str = "the coordinator") -> HealthVerdict:
-        """D7 at `now`."""
+                coordinator_url: str = "the coordinator",
+                has_routing: bool = True) -> HealthVerdict:
+        """D7 at `now`; K8: in its group but its prefix without routing is not ready."""
         who = f"member {self.member_id}"
         if self.stopping:
             return HealthVerdict(healthy=True, ready=False,
                                  reason=f"{who} is stopping: draining and leaving its group")
         if self.out_since is None:
+            if not has_routing:
+                return HealthVerdict(healthy=True, ready=False, reason=(
+                    f"{who} is in its group but its prefix has no routing (no shards): "
+                    "no routing; waiting for it (K8)"))
             return IN_GROUP
         if self.refused is not None:
             return HealthVerdict(healthy=True, ready=False, reason=(

@@ -40,7 +40,8 @@ from rsc.member.reconcile import (
     Phase,
     SentHeartbeat,
 )
-from rsc.protocol import Heartbeat, HeartbeatResponse, RoutingSummary
+from rsc.protocol import Heartbeat, HeartbeatResponse, KnownRouting, RoutingSummary, Status
+from rsc.protocol.routing import HASH_NAME
 from rsc.protocol.vocabulary import RetentionMode
 
 DEFAULT_LEASE_TTL_MS = 10_000  # the protocol's default (H6), until the coordinator names its own
@@ -130,7 +131,10 @@ class Ledger:
         self._denied: set[str] = set()  # refused while waiting for a look at Redis (D5)
         self.retention_mode: RetentionMode | None = None  # as the last heartbeat routing named it
         self.store_id: str | None = None  # the first storeId a heartbeat routing carried
+        self.store_changed_to: str | None = None  # K9: another storeId a later routing named
         self.routed = False  # some heartbeat answer carried routing
+        self.has_routing = False  # the last heartbeat answer carried routing (K8: ready)
+        self.known_routing: KnownRouting | None = None  # K8: the last routing heard, for joins
         self.outage = OutageAllowance(member_id)  # D5
         self.health = MembershipHealth(member_id, now)  # D6, D7
 
@@ -272,6 +276,10 @@ class Ledger:
         self.health.membership(self.in_group, now)
         request, sent = self.state.heartbeat(now, capacity=capacity, stream_prefix=stream_prefix,
                                              consumer_group=consumer_group)
+        if request.member_epoch == JOIN_EPOCH and (self.store_id or self.known_routing):
+            # K8: a join carries what the member knows, for a coordinator that lost it all
+            request = attrs.evolve(request, known_store_id=self.store_id,
+                                   known_routing=self.known_routing)
         self.outage.heartbeat_sent(now)
         return request, sent, actions
 
@@ -280,11 +288,17 @@ class Ledger:
         """A heartbeat answer arrived at `now` (default: when it was sent); its lease counts
         from `sent.sent_at`."""
         routing = response.routing
+        if response.status == Status.OK:
+            self.has_routing = routing is not None
         if routing is not None:
             self.routed = True
+            self.known_routing = KnownRouting(version=routing.version,
+                                              shard_count=routing.shard_count, hash=HASH_NAME)
             self.retention_mode = retention_mode(routing) or self.retention_mode
             if self.store_id is None:
                 self.store_id = routing.store_id
+            elif routing.store_id is not None and routing.store_id != self.store_id:
+                self.store_changed_to = routing.store_id  # K9: another store: the member stops
         actions = self._transition(*self.state.on_response(sent, response))
         accepted = self.state.last_accepted_sent_at == sent.sent_at
         self.outage.heartbeat_answered(accepted)
@@ -318,7 +332,7 @@ class Ledger:
             health.failed()
         return health.verdict(now, lease_ttl_ms=self.lease_ttl_ms,
                               heartbeat_interval_ms=self.heartbeat_interval_ms,
-                              coordinator_url=coordinator_url)
+                              coordinator_url=coordinator_url, has_routing=self.has_routing)
 
     @property
     def left(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -13,6 +14,11 @@ from rsc.common.probe_http import Answer, Route
 from rsc.member.health import ListenerStatus
 from rsc.member.listener import Listener
 from rsc.member.tool_config import BadConfig
+
+if TYPE_CHECKING:
+    from rsc.member.producer import Producer
+
+PRODUCER_WAIT_LIMIT_S = 10.0  # K11: a lease TTL (the coordinator's default --lease-ttl-ms)
 
 
 def health_routes(status: Callable[[], ListenerStatus]) -> dict[str, Route]:
@@ -42,6 +48,27 @@ def metrics_route(consumers: Callable[[], Listener]) -> Route:
     registry.register(MemberCollector(lambda: [member.stats for member in consumers().members]))
     register_process_metrics(registry, "rsc consume process")  # process_*, rsc_build_info
     return lambda: Answer(200, generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4)
+
+
+def producer_routes(producer: Producer, *, wait_limit_s: float = PRODUCER_WAIT_LIMIT_S
+                    ) -> dict[str, Route]:
+    """K11: `rsc produce --metrics-port`: `/metrics` (the default registry: the producers'
+    figures, process_* and rsc_build_info), `/healthz` (200 while it runs) and `/readyz` (200
+    while it has routing and no record has waited for confirmation longer than a lease TTL)."""
+    from prometheus_client import REGISTRY
+    from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+
+    def readyz() -> Answer:
+        if producer.routing is None:
+            return probe_http.probe(False, f"prefix {producer.stream_prefix!r} has no routing")
+        waited = producer.oldest_unconfirmed_seconds()
+        if waited > wait_limit_s:
+            return probe_http.probe(False, f"a record has waited {waited:.1f} s for confirmation "
+                                    f"(more than {wait_limit_s:g} s): see the log for why")
+        return probe_http.probe(True, "ready")
+
+    return {"/metrics": lambda: Answer(200, generate_latest(REGISTRY), CONTENT_TYPE_PLAIN_0_0_4),
+            "/healthz": lambda: probe_http.probe(True, "ok"), "/readyz": readyz}
 
 
 async def serve_probes(nursery: trio.Nursery, routes: dict[str, Route], host: str, port: int,

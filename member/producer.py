@@ -38,8 +38,10 @@ raises `StoreMismatch` instead of writing anything. A coordinator that sends no
 
 from __future__ import annotations
 
+import itertools
 import logging
 import ssl
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, TypedDict, cast
@@ -62,6 +64,7 @@ from rsc.member.producer_core import (
     Refused,
     RoutingTable,
 )
+from rsc.member.producer_metrics import register_producer
 from rsc.member.producer_redis import ProducerRedis
 from rsc.member.producer_routing import (
     REQUEST_TIMEOUT_S,
@@ -173,6 +176,10 @@ class Producer:
         # L3: where a delivery that outlived its call's timeout goes on (open_producer's nursery)
         self.background: trio.Nursery | None = None
         self.ping = self._redis.ping
+        # K11: the records being delivered (a token each: its count and when it was handed in)
+        self._unconfirmed: dict[int, tuple[int, float]] = {}
+        self._tokens = itertools.count()
+        register_producer(self)
 
     @property
     def stream_prefix(self) -> str:
@@ -209,6 +216,21 @@ class Producer:
     def sent(self) -> int:
         """Records in Redis."""
         return self._core.sent
+
+    @property
+    def unconfirmed(self) -> int:
+        """K11: records handed to `deliver` and not yet confirmed (D2; K5 with min_replicas)."""
+        return sum(count for count, _ in list(self._unconfirmed.values()))
+
+    def oldest_unconfirmed_seconds(self) -> float:
+        """K11: how long the oldest unconfirmed record has waited (0.0 with none)."""
+        started = [since for _, since in list(self._unconfirmed.values())]
+        return max(0.0, time.monotonic() - min(started)) if started else 0.0
+
+    @property
+    def replica_shortfalls(self) -> int:
+        """K11: WAITs that found fewer replicas than `min_replicas` (each waited again)."""
+        return self._redis.replica_shortfalls
 
     @property
     def retried(self) -> int:
@@ -318,7 +340,16 @@ class Producer:
             "not send them again", confirmed=confirmed)
 
     async def _deliver(self, delivery: Delivery) -> None:
-        """Write until Redis has every record of `delivery` (D2)."""
+        """Write until Redis has every record of `delivery` (D2); its records count as
+        unconfirmed meanwhile (K11: `unconfirmed`, `oldest_unconfirmed_seconds`)."""
+        token = next(self._tokens)
+        self._unconfirmed[token] = (delivery.size, time.monotonic())
+        try:
+            await self._write_all(delivery)
+        finally:
+            del self._unconfirmed[token]
+
+    async def _write_all(self, delivery: Delivery) -> None:
         redis_backoff = Backoff(0.05, 2.0)
         refused_backoff = Backoff(0.05, 2.0)
         store = self._redis
@@ -377,7 +408,8 @@ class Producer:
         if one was given, and StoreMismatch when this Redis is another one.
         """
         routing = self.routing
-        if routing is not None and may_take_messages(reached=True, store_checked=self._redis.store_checked,
+        if routing is not None and may_take_messages(reached=True, store_checked=self._redis.store_checked
+                                                     and not self._redis.store_recheck,
                                              store_to_check=True):
             return routing
         if not self._redis.store_checked:  # K6: refused credentials are said before any routing wait

@@ -27,7 +27,8 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, Outgoing, entry_fields, outgoing
-from rsc.protocol import HASH_NAME, Routing, Status, shard_for_key
+from rsc.member.store_identity import StoreChanged, store_changed_line
+from rsc.protocol import HASH_NAME, KnownRouting, Routing, Status, shard_for_key
 
 Record = tuple[str | bytes | None, str | bytes] | tuple[str | bytes | None, str | bytes,
                                                         Mapping[str, str | bytes] | None]
@@ -105,6 +106,9 @@ class ProducerCore:
         """Take a routing message (an answer to getRouting, or a push); raises ValueError for
         a routing hash this producer does not know."""
         if message.store_id is not None:
+            if self.store_id is not None and message.store_id != self.store_id:
+                raise StoreChanged(store_changed_line("the coordinator", self.store_id,
+                                                      message.store_id))  # K9
             self.store_id = message.store_id
         table = routing_table(message)
         if table is None:
@@ -119,6 +123,13 @@ class ProducerCore:
             self._no_routing = False
             return Adoption.ARRIVED
         return Adoption.ADOPTED
+
+    def known(self) -> tuple[str | None, KnownRouting | None]:
+        """K8: the storeId and routing this producer holds, for its getRouting."""
+        routing = self.routing
+        known = None if routing is None else KnownRouting(
+            version=routing.version, shard_count=len(routing.streams), hash=HASH_NAME)
+        return self.store_id, known
 
     def delivery(self, records: Sequence[Record],
                  limit: int = DEFAULT_MAX_MESSAGE_BYTES) -> Delivery:
@@ -165,6 +176,11 @@ class Delivery:
     def done(self) -> bool:
         """Redis has every record."""
         return not self._todo
+
+    @property
+    def size(self) -> int:
+        """How many records the batch has."""
+        return len(self._records)
 
     def confirmed(self) -> dict[int, str]:
         """L3: the index of each record Redis has so far, and its entry id."""

@@ -27,6 +27,7 @@ from rsc.member.streams import (
     WriteResult,
     check_store_id,
     read_store_id,
+    recheck_store_id,
     store_mismatch_line,
 )
 from rsc.member.unrecoverable import (
@@ -63,6 +64,8 @@ class ProducerRedis:
         self.min_replicas = check_min_replicas(min_replicas, client)
         self.holds_input = False  # K6: once True, a permanent Redis error is said, not raised
         self.store_checked = False
+        self.replica_shortfalls = 0  # K11: WAITs that found fewer replicas than asked
+        self.store_recheck = False  # K9: a reconnect happened since the storeId was compared
         self._notices = notices
         self._ops = produce_ops(client)
         self._native = native_produce_ops(client)  # writes without a thread hop, one server
@@ -92,6 +95,7 @@ class ProducerRedis:
             self._ops.write_and_wait, writes, wanted, WAIT_TIMEOUT_MS)
         try:
             while waiter.replicas < wanted:
+                self.replica_shortfalls += 1  # K11: counted, not only said
                 self._notices.say("replicas", (
                     f"Redis at {self.shown_url}: {waiter.replicas} of the {wanted} replicas asked "
                     f"for (--min-replicas) acknowledged the last write within {WAIT_TIMEOUT_MS} ms; "
@@ -106,8 +110,13 @@ class ProducerRedis:
     async def check_store(self, expected: str | None, coordinator_url: str) -> None:
         """Refuse to write into a Redis whose storeId is not the coordinator's (`expected`;
         None: an older coordinator, nothing to compare); load the scripts (K6: a missing
-        permission is said now)."""
+        permission is said now). K9: after a reconnect the storeId is compared again (another
+        one raises StoreChanged; none is K8's empty store: compared again on the next call)."""
         if self.store_checked:
+            if self.store_recheck and expected is not None:
+                held = await self.call(lambda: recheck_store_id(
+                    self._ops.client, expected, redis_url=self.redis_url))
+                self.store_recheck = not held
             return
         if expected is not None:
             await self.call(lambda: check_store_id(
@@ -161,7 +170,10 @@ class ProducerRedis:
             return result
 
     def failed(self, exc: BaseException) -> None:
-        """Say a Redis failure (raise Unrecoverable for a permanent one while holding nothing)."""
+        """Say a Redis failure (raise Unrecoverable for a permanent one while holding nothing);
+        K9: the next call reconnects, so the storeId is compared again before the next write."""
+        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+            self.store_recheck = True
         if redis_error_is_permanent(exc):  # D3: a bad db index never heals
             line = redis_unrecoverable_line(exc, self.redis_url)
             if not self.holds_input:

@@ -106,8 +106,10 @@ class RoutingFollower:
 
     async def _request(self, session: Session) -> None:
         with trio.fail_after(REQUEST_TIMEOUT_S):
+            store_id, known = self._core.known()  # K8: what a coordinator that lost it may adopt
             response = await session.request(GetRouting(
-                request_id=0, stream_prefix=self.stream_prefix, subscribe=self.subscribe))
+                request_id=0, stream_prefix=self.stream_prefix, subscribe=self.subscribe,
+                known_store_id=store_id, known_routing=known))
         if isinstance(response, Routing):
             self.adopt(response)
 
@@ -142,8 +144,8 @@ class RoutingFollower:
                 async with open_session(url, "member", token=self._token,
                                         connect_timeout=CONNECT_TIMEOUT_S, ca_file=self._ca_file,
                                         ssl_context=self._ssl_context) as session:
-                    if self.subscribe or self.routing is None:
-                        await self._request(session)
+                    # K9: every new session is asked (its storeId compared), routing known or not
+                    await self._request(session)
                     self._session = session  # usable by writers once routing was asked for
                     self._changed.fire()
                     self._notices.clear("coordinator", f"connected to the coordinator at {url}")

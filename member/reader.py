@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING
 import redis
 import trio
 
+from rsc.common.redact import redact_url
 from rsc.member.attempts import is_crash_loop
 from rsc.member.budget import read_shape
 from rsc.member.message import Queued, queued_entries
 from rsc.member.native_streams import NativeStreamOps, native_ops
 from rsc.member.ops import stream_ops
 from rsc.member.reconcile import NO_ACTIONS
-from rsc.member.streams import Claimed, FlatEntry, StreamOps, connect
+from rsc.member.streams import Claimed, FlatEntry, StreamOps, connect, read_store_id
 from rsc.member.unrecoverable import check_permanent
 
 if TYPE_CHECKING:
@@ -77,8 +78,13 @@ class Reader:
                         use_xackdel=core.server_xackdel)
         native = native_ops(ops.client, config.consumer_group, core.member_id,
                             use_xackdel=ops.use_xackdel)
+        store_unsure = False  # K9: a read failed; the storeId is compared again before the next
         try:
             while True:
+                if store_unsure:
+                    store_unsure = not await self._recheck_store(ops.client)
+                if core.life.fatal is not None:  # K9 (or S3): nothing more is read
+                    await trio.sleep_forever()
                 if self.read_ahead is None:  # never park with a read in flight
                     while not self._can_work():
                         core.reader.waiting = True
@@ -108,11 +114,28 @@ class Reader:
                     ops.reset_reads()
                     self.read_ahead = None
                     core.apply(core.ledger.read_failed())
+                    store_unsure = isinstance(exc, (redis.ConnectionError, redis.TimeoutError))
                     await trio.sleep(RETRY_PAUSE_S)
         finally:
             if native is not None:
                 await native.aclose()
             ops.client.close()
+
+    async def _recheck_store(self, client: redis.Redis) -> bool:
+        """K9: after a failed read the next call reconnects: this Redis must still hold the
+        storeId the member started with. Another one stops the member; none (K8's store lost
+        with its coordinator) or no answer: True only once it was compared."""
+        core = self.core
+        known = core.ledger.store_id
+        if known is None:  # an older coordinator names none: nothing to compare
+            return True
+        try:
+            held = await trio.to_thread.run_sync(read_store_id, client)
+        except redis.RedisError:
+            return False  # still down: compared before the read after next
+        if held is not None and held != known:
+            core.store_changed(f"the Redis at {redact_url(core.config.redis_url)}", held)
+        return held is not None
 
     def _observe(self, shards: frozenset[str], started: float) -> None:
         if self.core.observers.read_observer is not None:

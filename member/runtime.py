@@ -27,6 +27,7 @@ from collections.abc import Callable
 import redis
 import trio
 
+from rsc.common.permission_probe import MEMBER_PROBES, probe_permissions
 from rsc.common.redact import redact_url
 from rsc.member.acker import run_acker
 from rsc.member.budget import ReadBudget
@@ -136,6 +137,9 @@ class Member:
                 task_status.started(self)
                 return
             core.server_xackdel = server_xackdel
+            if await self._until_redis_answers(probe, _member_permissions) is None:  # K10
+                task_status.started(self)
+                return
             if not config.check_store_id:
                 core.life.store_ok.set()
             async with trio.open_nursery() as nursery:
@@ -210,6 +214,12 @@ class Member:
         core.life.store_ok.set()
         core.changed.fire()
         core.wake_reader()
+
+
+def _member_permissions(client: redis.Redis) -> bool:
+    """K10: every kind of command a member needs, tried once (NOPERM: Unrecoverable, exit 2)."""
+    probe_permissions(client, MEMBER_PROBES, role="member")
+    return True
 
 
 async def _cancel_on(event: trio.Event, scope: trio.CancelScope) -> None:

@@ -39,10 +39,12 @@ from rsc.common.lua import (
     reply_int,
     reply_list,
 )
+from rsc.common.permission_probe import PRODUCER_PROBES, probe_permissions
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import connect as connect_any
 from rsc.common.server_features import supports_xackdel
 from rsc.member.producer_core import Refused
+from rsc.member.store_identity import StoreChanged, store_changed_line
 from rsc.protocol.routing import owner_key, seal_key
 
 NOT_OWNER = -1
@@ -105,7 +107,21 @@ def connect(redis_url: str, *, timeout_s: float | None = None,
 def read_store_id(client: redis.Redis) -> str | None:
     """The storeId the coordinator wrote in this Redis, None when the key is absent."""
     value = client.get(STORE_ID_KEY)
+    if isinstance(value, bytes):  # a client without decode_responses (the reader's)
+        return value.decode()
     return None if value is None else str(value)
+
+
+def recheck_store_id(client: redis.Redis, known: str, *, redis_url: str) -> bool:
+    """K9 after a Redis reconnect: raise StoreChanged if this Redis holds another storeId than
+    `known`; False while it holds none (K8: a store lost with its coordinator, being restored
+    from clients), True when it holds `known`. Redis errors are raised for the caller."""
+    own = read_store_id(client)
+    if own is None:
+        return False
+    if own != known:
+        raise StoreChanged(store_changed_line(f"the Redis at {redact_url(redis_url)}", known, own))
+    return True
 
 
 def store_id_of(message: object) -> str | None:
@@ -538,7 +554,9 @@ class ProduceOps:
         return [write_result(result) for result in PRODUCE_SCRIPT.run_on(self.client, calls)]
 
     def prepare(self) -> None:
-        """Load the script now (before a producer accepts input)."""
+        """Try each kind of command once (K10) and load the script now (before a producer
+        accepts input)."""
+        probe_permissions(self.client, PRODUCER_PROBES, role="producer")
         load_all(self.client, [PRODUCE_SCRIPT])
 
     def add_raw(self, stream: str, fields: Mapping[str, str | bytes]) -> str:

@@ -113,6 +113,11 @@ def _json_type(value: object) -> str:
             list: "array", dict: "object"}.get(type(value), type(value).__name__)
 
 
+# K8's optional request fields: left out of a frame while null, so every heartbeat and
+# getRouting of a client that knows nothing reads as before
+OMITTED_WHEN_NULL = frozenset({"known_store_id", "known_routing"})
+
+
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=False)
     conv.register_structure_hook(int, _strict(int, "integer"))
@@ -193,7 +198,10 @@ def _make_converter() -> cattrs.Converter:
         return structure_object
 
     def unstructure_factory(cls: type) -> Callable[[object], dict[str, object]]:
-        return make_dict_unstructure_fn(cls, conv, **renames(cls))
+        overrides = renames(cls)
+        for name in OMITTED_WHEN_NULL.intersection(overrides):  # K8: sent only when known
+            overrides[name] = override(rename=camel(name), omit_if_default=True)
+        return make_dict_unstructure_fn(cls, conv, **overrides)
 
     conv.register_structure_hook_factory(attrs.has, structure_factory)
     conv.register_unstructure_hook_factory(attrs.has, unstructure_factory)
@@ -328,13 +336,16 @@ _REVOKE_STATES: dict[str, RevokeState] = {state.value: state for state in Revoke
 # the attrs fields).
 FAST_HEARTBEAT_KEYS = frozenset({"requestId", "streamPrefix", "consumerGroup", "memberId",
                                  "memberEpoch", "capacity", "ownedShards", "revokingShards",
-                                 "instanceId", "deadLetterStream"})
+                                 "instanceId", "deadLetterStream",
+                                 "knownStoreId", "knownRouting"})
 FAST_REVOKING_SHARD_KEYS = frozenset({"shard", "state"})
 
 
 def _fast_heartbeat(obj: dict[str, object]) -> m.Heartbeat | None:
     """The heartbeat of `obj` if every field has exactly its JSON type and the message is
     valid, else None (the caller then takes the converter, which names the problem)."""
+    if obj.get("knownStoreId") is not None or obj.get("knownRouting") is not None:
+        return None  # K8: only joins carry them; the converter reads them
     request_id = obj.get("requestId")
     member_epoch = obj.get("memberEpoch")
     stream_prefix = obj.get("streamPrefix")

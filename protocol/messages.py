@@ -44,6 +44,7 @@ __all__ = [
     "Groups",
     "Heartbeat",
     "HeartbeatResponse",
+    "KnownRouting",
     "ListGroups",
     "MaxConcurrencyChanged",
     "MemberDescription",
@@ -239,6 +240,16 @@ class RevokingShard:
 
 
 @attrs.frozen(kw_only=True)
+class KnownRouting:
+    """K8: the routing a client holds for its prefix, carried into joins and getRouting so
+    that a coordinator whose store and memory were both lost can adopt it."""
+
+    version: int = attrs.field(validator=_at_least(1))
+    shard_count: int = attrs.field(validator=_at_least(1))
+    hash: str = attrs.field(validator=_name)
+
+
+@attrs.frozen(kw_only=True)
 class Heartbeat(GroupRequest):
     TYPE: ClassVar[str] = "heartbeat"
     request_id: int
@@ -253,6 +264,8 @@ class Heartbeat(GroupRequest):
     instance_id: str | None = None  # S1 (checked by memberId's validator, see there)
     # P2: the member's dead-letter stream (a RetryPolicy's), absent = unchanged
     dead_letter_stream: str | None = attrs.field(default=None, validator=_optional_stream_name)
+    known_store_id: str | None = None  # K8: sent on a join (epoch 0) by a member that knows it
+    known_routing: KnownRouting | None = None  # K8: the routing the member holds, on a join
 
     def error(self, status: Status, error: str) -> HeartbeatResponse:
         return HeartbeatResponse(request_id=self.request_id, status=status,
@@ -333,6 +346,8 @@ class GetRouting(Request):
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
     subscribe: bool = False
+    known_store_id: str | None = None  # K8: the storeId the client learnt before
+    known_routing: KnownRouting | None = None  # K8: the routing the client holds
 
     def error(self, status: Status, error: str) -> Routing:
         return Routing(request_id=self.request_id, status=status, stream_prefix=self.stream_prefix,

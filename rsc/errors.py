@@ -22,6 +22,7 @@ group leaves a public call (the host's own cancellation aside).
     │   ├── ConfigurationError   a bad URL, option, scheme, TLS setup, db, Sentinel service
     │   ├── AuthenticationError  a token refused (HTTP 401/403), Redis credentials or ACL refused
     │   ├── StoreMismatch        the Redis given is not the coordinator's (another storeId)
+    │   │   └── StoreChanged     K9: the store changed under a running client
     │   └── InstanceFenced       S3: a newer member took over this instance id
     ├── CoordinatorUnavailable   the coordinator cannot be reached (or has no routing) in time
     ├── RedisUnavailable         Redis cannot be reached in time
@@ -48,10 +49,11 @@ from rsc.common.error_family import (
     RedisUnavailable,
     RscError,
     SendTimeout,
+    StoreChanged,
     StoreMismatch,
     Unrecoverable,
 )
 
 __all__ = ["AdminError", "AuthenticationError", "ConfigurationError", "CoordinatorUnavailable",
            "InstanceFenced", "MessageTooLarge", "ProducerClosed", "RedisUnavailable", "RscError",
-           "SendTimeout", "StoreMismatch", "Unrecoverable"]
+           "SendTimeout", "StoreChanged", "StoreMismatch", "Unrecoverable"]

@@ -1071,3 +1071,22 @@ def test_fuzz_request_fields_on_their_endpoint(base: dict[str, Any], data: st.Da
     if message is not None:
         # Whatever was accepted is a valid instance: its validators hold on re-construction.
         assert attrs.evolve(message) == message  # type: ignore[misc]  # every Message is attrs
+
+
+def test_k8_a_join_and_a_get_routing_carry_the_known_store_id_and_routing() -> None:
+    known = m.KnownRouting(version=3, shard_count=8, hash="crc32")
+    join = m.Heartbeat(request_id=1, stream_prefix="orders", consumer_group="billing",
+                       member_id="m-1", member_epoch=0, known_store_id="ab12",
+                       known_routing=known)
+    wire = json.loads(encode(join))
+    assert wire["knownStoreId"] == "ab12"
+    assert wire["knownRouting"] == {"version": 3, "shardCount": 8, "hash": "crc32"}
+    assert decode(encode(join), MEMBER_REQUESTS) == join  # through the converter, not dropped
+    ask = m.GetRouting(request_id=2, stream_prefix="orders", known_store_id="ab12",
+                       known_routing=known)
+    assert decode(encode(ask), MEMBER_REQUESTS) == ask
+    plain = m.GetRouting(request_id=2, stream_prefix="orders")
+    assert "knownStoreId" not in json.loads(encode(plain))  # left out while unknown
+    with pytest.raises(ProtocolError, match="shardCount.*>= 1"):
+        decode('{"type": "getRouting", "requestId": 1, "streamPrefix": "o", '
+               '"knownRouting": {"version": 1, "shardCount": 0, "hash": "crc32"}}')

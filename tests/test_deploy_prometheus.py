@@ -438,3 +438,64 @@ def test_an_unknown_metric_or_a_broken_query_is_caught(scenario):
     assert not known("rsc_no_such_metric", exposed_metrics(prometheus))
     body = prometheus.query("sum(rate(rsc_member_processed_total[1m])")
     assert body["status"] == "error" and body["errorType"] == "bad_data"
+
+
+# --- a fleet that waits for routing: what K8 cannot restore ----------------------------------
+
+
+def test_k8_a_prefix_waited_for_without_routing_fires_its_alert(tmp_path):
+    """A store lost with its coordinator whose clients know nothing to present (they started
+    after it: K8 has nothing to adopt): `rsc consume` asks for routing and waits, its probes
+    not ready. A real Prometheus scraping the real coordinator fires `RscPrefixWithoutRouting`
+    on its series (rules at a sixtieth of their durations); before K8 nothing fired."""
+    promtool, prometheus_binary = tool("promtool"), tool("prometheus")
+    processes: list[subprocess.Popen[Any]] = []
+
+    def start(command: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
+        process = subprocess.Popen(command, cwd=ROOT, **kwargs)
+        processes.append(process)
+        return process
+
+    with EmbeddedRedis(binary=server_binary()) as redis_server:
+        try:
+            coordinator_metrics, prometheus_port = free_port(), free_port()
+            coordinator = start(_rsc("coordinator", "--redis-url", redis_server.url, "--port", "0",
+                                     "--metrics-port", str(coordinator_metrics), *TIMINGS),
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            assert coordinator.stdout is not None
+            line = coordinator.stdout.readline()
+            assert line.startswith("listening on "), line
+            env = {**os.environ, "RSC_COORDINATOR_URL": line.split()[-1],
+                   "RSC_REDIS_URL": redis_server.url}
+            start(_rsc("consume", "orders", "billing"), env=env, stdout=subprocess.DEVNULL,
+                  stderr=subprocess.DEVNULL)
+            rules = tmp_path / "rules.yml"
+            rules.write_text(yaml.safe_dump(scaled_rules(RULES.read_text())))
+            subprocess.run([promtool, "check", "rules", str(rules)], check=True, timeout=60,
+                           capture_output=True)
+            config = tmp_path / "prometheus.yml"
+            config.write_text(yaml.safe_dump({
+                "global": {"scrape_interval": "1s", "scrape_timeout": "900ms",
+                           "evaluation_interval": "1s"},
+                "rule_files": [str(rules)],
+                "scrape_configs": [
+                    {"job_name": "rsc-coordinator",
+                     "static_configs": [{"targets": [f"127.0.0.1:{coordinator_metrics}"]}]}]}))
+            start([prometheus_binary, f"--config.file={config}",
+                   f"--storage.tsdb.path={tmp_path / 'data'}",
+                   f"--web.listen-address=127.0.0.1:{prometheus_port}", "--log.level=warn"],
+                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            prometheus = Prometheus(f"http://127.0.0.1:{prometheus_port}")
+
+            def fired() -> set[str] | None:
+                try:
+                    names = {alert["labels"]["alertname"] for alert in prometheus.firing()}
+                except OSError:
+                    return None
+                return names if "RscPrefixWithoutRouting" in names else None
+
+            wait_for("RscPrefixWithoutRouting to fire", fired, 60)
+            assert prometheus.value('rsc_prefix_without_routing{prefix="orders"}') == 1
+        finally:
+            for process in reversed(processes):
+                _stop(process)

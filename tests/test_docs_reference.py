@@ -27,7 +27,8 @@ RULE_IDS = ([f"H{n}" for n in range(1, 15)] + [f"S{n}" for n in range(1, 7)]
             + ["L5"]
             + ["P1", "P2", "P3"]
             + ["L4"]
-            + ["L1", "L2", "L3", "L6", "L7"])
+            + ["L1", "L2", "L3", "L6", "L7"]
+            + [f"K{n}" for n in range(8, 12)])
 
 
 def test_generated_reference_pages_are_current():

@@ -18,6 +18,7 @@ ALLOWED = LEASE_MS + INTERVAL_MS
 
 
 def beat(ledger: Ledger, status: Status, at: float, answered_at: float | None = None, **kw):
+    """One heartbeat at `at` and its answer (`respond(status, **kw)`); returns the request."""
     request, sent, _ = ledger.heartbeat(at, capacity=4, stream_prefix=PREFIX, consumer_group=GROUP)
     ledger.on_response(sent, respond(status, **kw), at if answered_at is None else answered_at)
     return request
@@ -144,3 +145,30 @@ def test_messages_are_taken_once_reached_and_the_store_is_known_to_be_the_coordi
     assert not may_take_messages(reached=True, store_checked=False, store_to_check=True)
     assert may_take_messages(reached=True, store_checked=True, store_to_check=True)
     assert may_take_messages(reached=True, store_checked=False, store_to_check=False)  # none named
+
+
+def test_k8_a_member_whose_prefix_has_no_routing_is_not_ready():
+    ledger = joined("s0", at=0)
+    beat(ledger, Status.OK, 50, routing=None)  # the coordinator's answer carries no routing
+    verdict = ledger.health_verdict(100)
+    assert ledger.in_group
+    assert (verdict.healthy, verdict.ready) == (True, False)
+    assert "no routing" in verdict.reason
+    beat(ledger, Status.OK, 150)  # routing again: ready again
+    assert ledger.health_verdict(200) == HealthVerdict(healthy=True, ready=True)
+
+
+def test_k8_a_join_carries_the_store_id_and_routing_the_member_knows():
+    from rsc.protocol import KnownRouting, RoutingSummary
+
+    ledger = Ledger(MEMBER, capacity=4, now=0)
+    first = beat(ledger, Status.OK, 0, routing=RoutingSummary(version=3, shard_count=6,
+                                                               store_id="abc"))
+    assert first.member_epoch == JOIN_EPOCH and first.known_routing is None  # knew nothing yet
+    beat(ledger, Status.UNKNOWN_MEMBER_ID, 10)  # a coordinator that lost everything: rejoin
+    join = beat(ledger, Status.OK, 20)
+    assert join.member_epoch == JOIN_EPOCH
+    assert join.known_store_id == "abc"
+    assert join.known_routing == KnownRouting(version=3, shard_count=6, hash="crc32")
+    later = beat(ledger, Status.OK, 30)
+    assert later.member_epoch > 0 and later.known_routing is None  # only joins carry it

@@ -30,14 +30,18 @@ PREFIX, GROUP, MEMBER = "orders", "billing", "10.0.0.7-42-0-abcd"
 LEASE_MS = 1000
 
 
+ROUTED = RoutingSummary(version=1, shard_count=4)  # K8: a prefix with routing (else not ready)
+
+
 def respond(status: Status = Status.OK, epoch: int = 5, assigned=(),
-            max_concurrency: int | None = None) -> HeartbeatResponse:
+            max_concurrency: int | None = None,
+            routing: RoutingSummary | None = ROUTED) -> HeartbeatResponse:
     if status not in (Status.OK, Status.REVOKE_PENDING, Status.SYNC_METADATA):
         return HeartbeatResponse(request_id=1, status=status, member_id=MEMBER, error="nope")
     return HeartbeatResponse(
         request_id=1, status=status, member_id=MEMBER, member_epoch=epoch, group_epoch=epoch,
         assignment_epoch=epoch, heartbeat_interval_ms=200, lease_ttl_ms=LEASE_MS,
-        max_concurrency=max_concurrency,
+        max_concurrency=max_concurrency, routing=routing,
         assignment=Assignment(assigned_shards=tuple(assigned), pending_shards=()))
 
 
@@ -353,7 +357,7 @@ def test_ledger_follows_the_retention_of_the_latest_routing_and_keeps_it_when_ab
 
 def test_ledger_keeps_the_first_store_id_a_routing_carries():
     ledger = Ledger(MEMBER, capacity=4)
-    exchange(ledger, respond(assigned=("a",)), 0.0)  # no routing yet
+    exchange(ledger, respond(assigned=("a",), routing=None), 0.0)  # no routing yet
     assert not ledger.routed and ledger.store_id is None
     routed(ledger, routing())
     assert ledger.routed and ledger.store_id is None  # a coordinator that sends no storeId

@@ -96,7 +96,8 @@ def test_health_paths_answer_only_with_a_health_source():
     from rsc.actors.metrics import routes
     from rsc.common.probe_http import render_http_response
 
-    readiness = Readiness()
+    now = [0.0]
+    readiness = Readiness(clock=lambda: now[0])
     body = lambda: b"x 1\n"  # noqa: E731
     assert render_http_response(b"GET /healthz HTTP/1.1\r\n\r\n", routes(body)).startswith(
         b"HTTP/1.1 404")
@@ -110,6 +111,10 @@ def test_health_paths_answer_only_with_a_health_source():
     readiness.write_failed("StoreError: Redis is down")
     failed = render_http_response(b"GET /readyz HTTP/1.1\r\n\r\n", routes(body, readiness))
     assert failed.startswith(b"HTTP/1.1 503") and b"Redis is down" in failed
+    readiness.write_succeeded()
+    latched = render_http_response(b"GET /readyz HTTP/1.1\r\n\r\n", routes(body, readiness))
+    assert latched.startswith(b"HTTP/1.1 503") and b"(K10)" in latched  # K10: not at once
+    now[0] += 10
     readiness.write_succeeded()
     head = render_http_response(b"HEAD /readyz HTTP/1.1\r\n\r\n", routes(body, readiness))
     assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n")
@@ -190,8 +195,40 @@ def test_an_outage_is_logged_once_at_start_once_at_end_and_reminded_at_most_ever
             assert not readiness.ready
             now[0] += 0.1
         readiness.write_succeeded()
+        assert not readiness.ready  # K10: writes must succeed for 10 s first
+        now[0] += 10
         readiness.write_succeeded()
     events = [record.getMessage() for record in caplog.records]
     assert events == ["store.unavailable", "store.still_unavailable", "store.still_unavailable",
                       "store.available"]
     assert readiness.ready
+
+
+def test_k10_readiness_that_fails_every_other_second_stays_503_and_logs_one_outage(caplog):
+    """A permission or a replica shortfall that fails a write every second: /readyz does not
+    flap (503 throughout), and the outage is one `store.unavailable`, reminders every 10 s,
+    one `store.available` once writes succeeded for 10 s."""
+    import logging
+
+    from rsc.actors.app import Readiness
+
+    now = [0.0]
+    readiness = Readiness(clock=lambda: now[0])
+    readiness.lease_held(True)
+    seen = []
+    with caplog.at_level(logging.INFO, logger="rsc.coordinator"):
+        for _ in range(30):  # 30 s: a failed write, then a good one, each second
+            readiness.write_failed("NOPERM this user has no permissions to run the 'hset' command")
+            seen.append(readiness.ready)
+            now[0] += 0.5
+            readiness.write_succeeded()
+            seen.append(readiness.ready)
+            now[0] += 0.5
+        while not readiness.ready:
+            readiness.write_succeeded()
+            now[0] += 1
+    assert not any(seen)
+    assert now[0] == 29.0 + 10  # ready 10 s after the last failure (at 29 s)
+    events = [record.getMessage() for record in caplog.records]
+    assert events == ["store.unavailable", "store.still_unavailable", "store.still_unavailable",
+                      "store.available"]

@@ -12,6 +12,7 @@ from rsc.member.producer_core import (
     Refused,
     RoutingTable,
 )
+from rsc.member.store_identity import StoreChanged
 from rsc.protocol import Routing, Status, shard_for_key
 
 V1 = tuple(f"{{orders:v1:{i}}}" for i in range(2))
@@ -83,13 +84,14 @@ def test_an_unknown_routing_hash_is_refused_and_changes_nothing():
     assert core.routing is not None and core.routing.version == 1
 
 
-def test_the_store_id_named_last_is_kept():
+def test_k9_a_routing_naming_another_store_id_stops_the_producer():
     core = ProducerCore()
     core.adopt(routing(1, V1, store_id="s-1"))
-    core.adopt(routing(2, V2))  # names none: the last one stands
+    core.adopt(routing(2, V2))  # names none (K8's empty store, an older coordinator): it stands
     assert core.store_id == "s-1"
-    core.adopt(routing(2, V2, store_id="s-2"))
-    assert core.store_id == "s-2"
+    with pytest.raises(StoreChanged, match="storeId 's-2', not 's-1'"):
+        core.adopt(routing(3, V2, store_id="s-2"))  # a new coordinator session: another store
+    assert core.store_id == "s-1" and core.routing is not None and core.routing.version == 2
 
 
 # --- D2: nothing accepted is dropped ----------------------------------------------------------

@@ -157,7 +157,7 @@ async def test_k6_the_tools_run_end_to_end_as_the_documented_acl_users(acl_serve
 
 @pytest.mark.parametrize(("tool", "user", "rule", "named"), [
     ("consume", "rsc-member", "+xreadgroup", "'xreadgroup'"),
-    ("consume", "rsc-member", "+xack", "the script's XACK"),
+    ("consume", "rsc-member", "+xack", "+xack"),  # K10: found by the probe at start
     ("produce", "rsc-producer", "+script|load", "'script|load'"),
     ("produce", "rsc-producer", "%R~rsc:store-id", "rsc:store-id"),
 ])
@@ -189,6 +189,49 @@ async def test_k6_the_coordinator_exits_1_at_start_naming_the_missing_permission
     assert done.returncode == 1, done.stderr
     assert re.search(rb"no permissions to run the 'incrby' command", done.stderr), done.stderr
     assert b"configuration error" in done.stderr
+
+
+async def test_k10_the_coordinator_without_hset_exits_1_at_start_naming_it(acl_server):
+    server, admin = acl_server
+    create_users(admin, drop=("rsc-coordinator", "+hset"))  # used only by metadata writes
+    done = await rsc("coordinator", "--redis-url", role_url(server, "rsc-coordinator"), "--port", "0")
+    assert done.returncode == 1, done.stderr
+    assert b"the permission +hset" in done.stderr and b"configuration error" in done.stderr
+    assert b"listening on" not in done.stdout
+
+
+async def test_k10_produce_without_xadd_exits_2_before_taking_any_input(acl_server, nursery):
+    server, admin = acl_server
+    coordinator = Coordinator(role_url(server, "rsc-coordinator"), TEST_TIMING)
+    await coordinator.start(nursery)
+    try:
+        streams = await set_shards(coordinator.url, PREFIX, GROUP, 1)
+        create_users(admin, drop=("rsc-producer", "+xadd"))
+        done = await rsc("produce", PREFIX, "--coordinator", coordinator.url,
+                         "--redis-url", role_url(server, "rsc-producer"), stdin=b"k\tv\n")
+        assert done.returncode == 2, done.stderr
+        assert b"the permission +xadd" in done.stderr
+        assert admin.xlen(streams[0]) == 0
+    finally:
+        await coordinator.stop()
+
+
+async def test_k10_consume_without_xack_exits_2_before_handling_anything(acl_server, nursery):
+    server, admin = acl_server
+    coordinator = Coordinator(role_url(server, "rsc-coordinator"), TEST_TIMING)
+    await coordinator.start(nursery)
+    try:
+        await set_shards(coordinator.url, PREFIX, GROUP, 1)
+        async with open_producer(coordinator.url, role_url(server, "rsc-producer"), PREFIX) as producer:
+            await producer.send_batch([("k", f"v{n}") for n in range(50)])
+        create_users(admin, drop=("rsc-member", "+xack"))
+        done = await rsc("consume", PREFIX, GROUP, "--coordinator", coordinator.url,
+                         "--redis-url", role_url(server, "rsc-member"))
+        assert done.returncode == 2, done.stderr
+        assert b"the permission +xack" in done.stderr
+        assert done.stdout == b""  # not one of the 50 handled (they would be again on restart)
+    finally:
+        await coordinator.stop()
 
 
 async def test_k6_a_wrong_password_is_a_configuration_error_for_every_tool(acl_server):

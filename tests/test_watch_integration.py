@@ -158,11 +158,14 @@ async def test_watch_of_an_unknown_group_is_answered_unknown_group_and_nothing_m
 async def test_routing_and_heartbeat_routing_carry_the_store_id_of_the_redis(coordinator):
     client = redis.Redis.from_url(coordinator.redis_url, decode_responses=True)
     try:
-        stored = client.get(STORE_ID_KEY)
-        assert stored and len(stored) == 32
+        assert client.get(STORE_ID_KEY) is None  # K8: none until routing exists or a client presents one
         async with open_session(coordinator.url, "admin") as admin, \
                 open_session(coordinator.url, "member") as member:
-            await set_shards(admin, 2)
+            await set_shards(admin, 2)  # the first routing of a new store: a new storeId
+            with trio.fail_after(5):
+                while (stored := client.get(STORE_ID_KEY)) is None:
+                    await trio.sleep(0.02)
+            assert len(stored) == 32
             routing = await member.request(m.GetRouting(request_id=0, stream_prefix=PREFIX))
             assert isinstance(routing, m.Routing) and routing.store_id == stored
             joined = await member.request(join("a"))
@@ -190,12 +193,14 @@ async def test_routing_and_heartbeat_routing_carry_the_store_id_of_the_redis(coo
 async def test_a_restarted_coordinator_keeps_the_store_id(coordinator, coordinator_factory):
     client = redis.Redis.from_url(coordinator.redis_url, decode_responses=True)
     try:
-        stored = client.get(STORE_ID_KEY)
+        async with open_session(coordinator.url, "admin") as admin:
+            await set_shards(admin, 1)  # K8: a store gets its storeId with its first routing
+        with trio.fail_after(5):
+            while (stored := client.get(STORE_ID_KEY)) is None:
+                await trio.sleep(0.02)
         await coordinator.stop()
         restarted = await coordinator_factory()
-        async with open_session(restarted.url, "admin") as admin, \
-                open_session(restarted.url, "member") as member:
-            await set_shards(admin, 1)
+        async with open_session(restarted.url, "member") as member:
             routing = await member.request(m.GetRouting(request_id=0, stream_prefix=PREFIX))
         assert isinstance(routing, m.Routing) and routing.store_id == stored
     finally:

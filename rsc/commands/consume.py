@@ -42,6 +42,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     own_argument(parser.add_argument("--peek", action="store_true",
                         help="print what the shards hold (XRANGE over the current routing) "
                              "without joining a group or acking anything"))
+    parser.add_argument("--no-output", action="store_true",
+                        help="handle and ack messages without printing them (the counts stay in "
+                             "the metrics): a deployed example keeps payloads out of its logs")
     parser.add_argument("--concurrency", type=positive, default=1,
                         help="members to run (default 1)")
     parser.add_argument("--workers", type=positive, default=4,
@@ -153,7 +156,8 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
             await trio.sleep(args.work_ms / 1000)
         if not quota.take():  # --max-messages: not printed, so not acked: it stays pending
             raise QuotaReached
-        out.write(message_line(message))
+        if not args.no_output:
+            out.write(message_line(message))
         if quota.reached:  # the last one: leave once it (and every other printed one) is acked
             stopping.set()
 

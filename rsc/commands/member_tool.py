@@ -35,7 +35,7 @@ def run_tool(tool: str, main: Callable[..., Awaitable[int]], *args: object) -> i
     from rsc.common.tls import TlsFailed
     from rsc.member.runtime import InstanceFenced
     from rsc.member.session import BadCoordinatorUrl
-    from rsc.member.streams import StoreMismatch
+    from rsc.member.store_identity import StoreChanged, StoreMismatch
     from rsc.member.tool_config import BadConfig
     from rsc.member.tool_output import EXIT_INTERRUPTED, line_writer
     from rsc.member.unrecoverable import EXIT_UNRECOVERABLE, Unrecoverable
@@ -45,6 +45,9 @@ def run_tool(tool: str, main: Callable[..., Awaitable[int]], *args: object) -> i
         return trio.run(main, *args)
     except KeyboardInterrupt:  # before the signal handlers were installed
         return EXIT_INTERRUPTED
+    except StoreChanged as exc:  # K9: the store changed under a running tool
+        say(str(exc), level=logging.ERROR)
+        return EXIT_UNRECOVERABLE
     except (StoreMismatch, BadConfig, BadCoordinatorUrl, InstanceFenced) as exc:
         say(str(exc), level=logging.ERROR)
         return 1

@@ -43,6 +43,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="a line counts as written only once N replicas hold it (Redis WAIT "
                              "on the connection that wrote it); a shortfall waits, and is said "
                              "every 15 s (default %(default)s: no wait)")
+    parser.add_argument("--metrics-port", type=int, default=None,
+                        help="serve the producer's Prometheus metrics on this port (/metrics), "
+                             "with GET /healthz and /readyz (ready while it has routing and no "
+                             "line waited for confirmation longer than a lease TTL, K11)")
+    parser.add_argument("--metrics-host", default="127.0.0.1",
+                        help="address of the metrics port (default 127.0.0.1)")
     parser.add_argument("--max-message-bytes", type=positive, default=DEFAULT_MAX_MESSAGE_BYTES,
                         metavar="N",
                         help="refuse a message whose key, value and headers take more than N "
@@ -67,12 +73,14 @@ def run(args: argparse.Namespace) -> int:
         line_writer("produce")(str(exc), level=logging.ERROR)
         return EXIT_UNRECOVERABLE
     return run_tool("produce", produce, args.prefix, urls, sys.stdin.fileno(), args.flush_timeout,
-                    args.min_replicas, args.max_message_bytes)
+                    args.min_replicas, args.max_message_bytes,
+                    None if args.metrics_port is None else (args.metrics_host, args.metrics_port))
 
 
 async def produce(prefix: str, urls: Endpoints, input_fd: int,
                   flush_timeout_s: float = FLUSH_TIMEOUT_S, min_replicas: int = 0,
-                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> int:
+                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                  metrics_at: tuple[str, int] | None = None) -> int:
     import trio
 
     from rsc.common.errors import unwrap_single
@@ -139,6 +147,11 @@ async def produce(prefix: str, urls: Endpoints, input_fd: int,
 
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async with trio.open_nursery() as nursery:
+                    if metrics_at is not None:  # K11
+                        from rsc.member.probes import producer_routes, serve_probes
+
+                        await serve_probes(nursery, producer_routes(producer), *metrics_at,
+                                           "metrics")
                     nursery.start_soon(dispatch_signals, signals, on_signal)
                     with flushing:
                         async with trio.open_nursery() as work:

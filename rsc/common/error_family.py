@@ -35,6 +35,12 @@ class StoreMismatch(Unrecoverable):
     """The Redis given is not the coordinator's: their storeIds differ (K4)."""
 
 
+class StoreChanged(StoreMismatch):
+    """K9: a re-check (a new coordinator session, a Redis reconnect) found another storeId
+    than the one this client started with: it stops before reading, acking or writing more
+    (the console tools exit 2)."""
+
+
 class InstanceFenced(Unrecoverable):
     """S3: a newer member took over this member's instanceId (FENCED_INSTANCE_ID). The member
     stopped for good: it holds nothing and does not rejoin."""
