@@ -32,6 +32,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import attrs
@@ -49,6 +50,7 @@ from rsc.actors.admission import (
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.format_admin import FormatVersionAdmin
 from rsc.actors.group import GroupSettings
+from rsc.actors.group_lag import group_lag_loop
 from rsc.actors.lease import (
     LapseVerdict,
     LeaseContinuity,
@@ -418,6 +420,9 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
         shard_work.failed_pass = router.pass_failed
         if metrics is not None:
             metrics.report_unowned_shards(router.unowned_shards)
+            nursery.start_soon(partial(group_lag_loop, store.client, router.group_streams, metrics,
+                                       interval_s=config.lag_metrics_interval_ms / 1000,
+                                       deadline_s=shard_work.deadline_s))
         nursery.start_soon(shard_work.run)
         now = now_ms()  # H12: every restored member gets a fresh lease from now
         for prefix, data in persisted.items():

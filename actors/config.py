@@ -52,6 +52,8 @@ class CoordinatorConfig:
     metrics_tls: bool = False
     # K5: every metadata write waits (WAIT, within D4's budget) for this many replicas
     min_replicas: int = attrs.field(default=0, validator=_not_negative)
+    # C4: how often rsc_group_lag_seconds and rsc_group_pending_age_seconds are read from Redis
+    lag_metrics_interval_ms: int = attrs.field(default=15000, validator=_positive)
 
     def __attrs_post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from rsc.actors.group import GroupMachine
-from rsc.actors.shard_reports import GroupTotals, ShardLag
+from rsc.actors.shard_reports import GroupTotals, ShardLag, oldest_age
 from rsc.protocol import messages as m
 from rsc.protocol.vocabulary import MemberState
 
@@ -43,10 +43,15 @@ def describe(request: m.DescribeGroup, group: GroupMachine, now_ms: int,
         m.ShardDescription(shard=lag.shard, version=versions.get(lag.shard, 0),
                            owner=group.owners.get(lag.shard), length=lag.length,
                            last_delivered_id=lag.last_delivered_id, lag=lag.lag,
-                           pending=lag.pending, oldest_pending_ms=lag.oldest_pending_ms)
+                           pending=lag.pending, oldest_pending_ms=lag.oldest_pending_ms,
+                           oldest_undelivered_age_ms=lag.oldest_undelivered_age_ms,
+                           oldest_pending_entry_age_ms=lag.oldest_pending_entry_age_ms)
         for lag in lags or ())
-    return attrs.evolve(description, request_id=request.request_id, members=members,
-                        shards=shards, retention=retention)
+    return attrs.evolve(
+        description, request_id=request.request_id, members=members, shards=shards,
+        retention=retention,
+        oldest_undelivered_age_ms=oldest_age([s.oldest_undelivered_age_ms for s in shards]),
+        oldest_pending_entry_age_ms=oldest_age([s.oldest_pending_entry_age_ms for s in shards]))
 
 
 def summaries(groups: Mapping[str, GroupMachine], totals: Mapping[str, GroupTotals] | None,

@@ -515,6 +515,9 @@ class ShardDescription:
     lag: int | None
     pending: int
     oldest_pending_ms: int | None
+    # C4: ages on the Redis node's clock of the oldest undelivered and oldest pending entries
+    oldest_undelivered_age_ms: int | None = None
+    oldest_pending_entry_age_ms: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -552,6 +555,8 @@ class GroupDescription(Response):
     shards: tuple[ShardDescription, ...] = ()
     retention: Retention | None = None
     store_went_back_at_ms: int | None = None  # K3: when the store last went back (unix ms)
+    oldest_undelivered_age_ms: int | None = None  # C4: the largest over the shards
+    oldest_pending_entry_age_ms: int | None = None  # C4: the largest over the shards
     error: str | None = None
 
 

@@ -149,6 +149,7 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "currentAssignment": {"10.0.0.7-4242-0-k3f9": ["orders:v2:0", "orders:v1:1"]}}
 """, m.GroupDescription, {
         "error": None, "shards": [], "retention": None, "storeWentBackAtMs": None,
+        "oldestUndeliveredAgeMs": None, "oldestPendingEntryAgeMs": None,
         "routing": {"version": 2, "shardCount": 8, "storeId": None, "retention": None},
         "members": [{"memberId": "10.0.0.7-4242-0-k3f9", "memberEpoch": 8,
                      "state": "UNREVOKED_SHARDS", "capacity": 8, "lastHeartbeatMsAgo": 420,
@@ -169,10 +170,13 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "targetAssignment": {"m1": ["orders:v2:0"]}, "currentAssignment": {"m1": ["orders:v2:0"]},
  "shards": [{"shard": "orders:v2:0", "version": 2, "owner": "m1",
              "length": 1204, "lastDeliveredId": "1733040000000-3",
-             "lag": 17, "pending": 4, "oldestPendingMs": 820},
+             "lag": 17, "pending": 4, "oldestPendingMs": 820,
+             "oldestUndeliveredAgeMs": 5200, "oldestPendingEntryAgeMs": 9100},
             {"shard": "orders:v1:0", "version": 1, "owner": null, "length": 0,
-             "lastDeliveredId": null, "lag": null, "pending": 0, "oldestPendingMs": null}],
- "retention": {"mode": "acked", "maxLength": null, "maxAgeMs": null}}
+             "lastDeliveredId": null, "lag": null, "pending": 0, "oldestPendingMs": null,
+             "oldestUndeliveredAgeMs": null, "oldestPendingEntryAgeMs": null}],
+ "retention": {"mode": "acked", "maxLength": null, "maxAgeMs": null},
+ "oldestUndeliveredAgeMs": 5200, "oldestPendingEntryAgeMs": 9100}
 """, m.GroupDescription, {"error": None, "storeWentBackAtMs": None}),
     ("groupDescription with an AWAY static member (S6)", """
 {"type": "groupDescription", "requestId": 3, "status": "OK",
@@ -187,8 +191,9 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "targetAssignment": {"m1": ["orders:v1:0"]}, "currentAssignment": {"m1": []},
  "shards": [{"shard": "orders:v1:0", "version": 1, "owner": null,
              "length": 1204, "lastDeliveredId": "1733040000000-3",
-             "lag": 17, "pending": 0, "oldestPendingMs": null}],
- "retention": null}
+             "lag": 17, "pending": 0, "oldestPendingMs": null,
+             "oldestUndeliveredAgeMs": 61000, "oldestPendingEntryAgeMs": null}],
+ "retention": null, "oldestUndeliveredAgeMs": 61000, "oldestPendingEntryAgeMs": null}
 """, m.GroupDescription, {"error": None, "storeWentBackAtMs": None}),
     # The admin table's requests and responses, with concrete values.
     ("listGroups", '{"type": "listGroups", "requestId": 2}', m.ListGroups, {}),

@@ -782,7 +782,9 @@ def watch_header(url: str, prefix: str, group: str, mode: str) -> Text:
 
 
 MEMBERS_NAMED_FIRST = 5  # watch's first line names the members up to this many
-SHARD_FIGURES = ("length", "last_delivered_id", "lag", "pending", "oldest_pending_ms")
+SHARD_FIGURES = ("length", "last_delivered_id", "lag", "pending", "oldest_pending_ms",
+                 "oldest_undelivered_age_ms", "oldest_pending_entry_age_ms")
+SHARD_AGES = ("oldest_pending_ms", "oldest_undelivered_age_ms", "oldest_pending_entry_age_ms")
 """A shard's moving figures: `watch` shows them in its table, never as a change line."""
 
 
@@ -793,6 +795,8 @@ class _DescriptionChanges(TypedDict, total=False):
     members: tuple[MemberDescription, ...]
     shards: tuple[ShardDescription, ...]
     migration: MigrationDescription
+    oldest_undelivered_age_ms: int | None
+    oldest_pending_entry_age_ms: int | None
 
 
 def watch_signature(description: GroupDescription, figures: bool = False) -> GroupDescription:
@@ -805,10 +809,12 @@ def watch_signature(description: GroupDescription, figures: bool = False) -> Gro
     """
     members = tuple(attrs.evolve(member, last_heartbeat_ms_ago=None, away_ms=None)
                     for member in description.members)
-    changes: _DescriptionChanges = {"request_id": None, "members": members}
+    changes: _DescriptionChanges = {"request_id": None, "members": members,
+                                    "oldest_undelivered_age_ms": None,  # C4: ages tick
+                                    "oldest_pending_entry_age_ms": None}
     shards = field(description, "shards", ())
     if shards and attrs.has(type(shards[0])):
-        moving = SHARD_FIGURES if not figures else ("oldest_pending_ms",)
+        moving = SHARD_FIGURES if not figures else SHARD_AGES
         blank = {name: None for name in moving if name in attrs.fields_dict(type(shards[0]))}
         changes["shards"] = tuple(attrs.evolve(shard, **blank) for shard in shards)
     migration = description.migration

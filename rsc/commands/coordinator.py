@@ -79,6 +79,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="every metadata write waits (Redis WAIT, within a third of the lease) "
                              "until this many replicas hold it; fewer is a failed write, answered "
                              "COORDINATOR_NOT_AVAILABLE (default: 0)")
+    parser.add_argument("--lag-metrics-interval-ms", type=positive,
+                        default=defaults.lag_metrics_interval_ms,
+                        help="how often the lag in time of every group is read from Redis for "
+                             "rsc_group_lag_seconds and rsc_group_pending_age_seconds "
+                             "(default %(default)s)")
     parser.add_argument("--no-push", dest="push", action="store_false",
                         help="do not push assignmentChanged hints (members poll)")
     parser.add_argument("--keep-drained-streams", action="store_true",
@@ -99,7 +104,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         keep_drained_streams=args.keep_drained_streams, max_sessions=args.max_sessions,
         max_groups=args.max_groups, max_group_size=args.max_group_size,
         tls_cert=args.tls_cert, tls_key=args.tls_key, metrics_tls=args.metrics_tls,
-        min_replicas=args.min_replicas,
+        min_replicas=args.min_replicas, lag_metrics_interval_ms=args.lag_metrics_interval_ms,
     )
 
 
