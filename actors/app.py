@@ -47,6 +47,7 @@ from rsc.actors.admission import (
     default_max_sessions,
     raise_fd_limit,
 )
+from rsc.actors.audit import AuditLog
 from rsc.actors.config import CoordinatorConfig
 from rsc.actors.format_admin import FormatVersionAdmin
 from rsc.actors.group import GroupSettings
@@ -430,7 +431,9 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
             actor.restore(data, now)
             router.add(actor)
             log_event(log, "prefix.restored", prefix=prefix, groups=len(actor.groups))
+        audit_log = AuditLog(store.client, deadline_s=shard_work.deadline_s, metrics=metrics)
         server = CoordinatorServer(router, nursery, admin_token=config.admin_token,
+                                   viewer_token=config.viewer_token, audit_log=audit_log,
                                    member_token=config.member_token, admission=admission,
                                    metrics=metrics,
                                    max_frame_bytes=config.max_frame_bytes,

@@ -35,6 +35,7 @@ class CoordinatorConfig:
     revoke_timeout_ms: int = 60000
     static_session_timeout_ms: int = attrs.field(default=45000, validator=_positive)  # S5
     admin_token: str | None = None
+    viewer_token: str | None = None  # C1: /v1/admin for read requests only
     member_token: str | None = None
     max_frame_bytes: int = attrs.field(default=1 << 20, validator=_positive)
     metrics_port: int | None = None
@@ -58,5 +59,8 @@ class CoordinatorConfig:
     def __attrs_post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("--tls-cert and --tls-key go together: give both or neither")
+        if self.viewer_token is not None and self.admin_token is None:
+            raise ValueError("--viewer-token needs --admin-token: without an admin token every "
+                             "client may change everything, so a read-only token means nothing")
         if self.metrics_tls and self.tls_cert is None:
             raise ValueError("--metrics-tls needs --tls-cert and --tls-key")

@@ -245,6 +245,10 @@ class CoordinatorMetrics:
             "acked) entry on the Redis node's clock, the largest over its live shards (0: none)",
             GROUP_LABELS, registry=registry)
         self._lag_groups: set[tuple[str, str]] = set()
+        self.audit_lost_entries = Counter(
+            "rsc_audit_lost", "Audit entries (C3) that could not be appended to rsc:audit "
+            "(Redis failed or was too slow); the request was answered all the same",
+            registry=registry)
         self.joins = Counter("rsc_member_joins", "Members that joined (or rejoined)",
                              GROUP_LABELS, registry=registry)
         self.leaves = Counter("rsc_member_leaves", "Members that left (memberEpoch -1)",
@@ -391,6 +395,10 @@ class CoordinatorMetrics:
         self.group_epoch.labels(*labels).set(group_epoch)
         self.assignment_epoch.labels(*labels).set(assignment_epoch)
         self.shards.labels(*labels).set(shards)
+
+    def audit_lost(self) -> None:
+        """C3: an audit entry could not be appended."""
+        self.audit_lost_entries.inc()
 
     def set_group_lag(self, figures: Iterable[GroupLagFigures]) -> None:
         """C4: every group's backlog as just read; groups not in `figures` lose their series."""

@@ -50,6 +50,8 @@ MESSAGE_TYPES: dict[str, type[m.Message]] = {
         m.FormatVersion,
         m.SetFormatVersion,
         m.FormatVersionChanged,
+        m.ReadAudit,
+        m.AuditEntries,
         m.ErrorResponse,
     )
 }
@@ -59,7 +61,7 @@ ADMIN_REQUESTS: frozenset[str] = frozenset(
     cls.TYPE
     for cls in (m.ListGroups, m.DescribeGroup, m.SetShardCount, m.SetMaxConcurrency, m.RemoveMember,
                 m.DeleteGroup, m.ResetOffsets, m.SetRetention, m.GetFormatVersion,
-                m.SetFormatVersion)
+                m.SetFormatVersion, m.ReadAudit)
 )
 
 

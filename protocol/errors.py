@@ -24,6 +24,8 @@ class Status(enum.StrEnum):
     UNRELEASED_INSTANCE_ID = "UNRELEASED_INSTANCE_ID"  # S4: another live member holds it
     FENCED_INSTANCE_ID = "FENCED_INSTANCE_ID"  # S3: a newer member took this instanceId over
     UNSUPPORTED_FORMAT_VERSION = "UNSUPPORTED_FORMAT_VERSION"  # setFormatVersion refused
+    NOT_AUTHORIZED = "NOT_AUTHORIZED"  # C1: a change asked with the viewer token
+    STALE_CONFIRMATION = "STALE_CONFIRMATION"  # C1: the group moved since the action was confirmed
 
 
 class ProtocolError(Exception):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 import attrs
 
@@ -148,6 +148,15 @@ def _at_least(low: int) -> Callable[[object, attrs.Attribute[_Bounded], _Bounded
     def check(instance: object, attribute: attrs.Attribute[_Bounded], value: _Bounded) -> None:
         if value is not None and value < low:
             raise FieldValueError(f"field '{camel(attribute.name)}' must be >= {low}, got {value}")
+
+    return check
+
+
+def _between(low: int, high: int) -> Callable[[object, attrs.Attribute[int], int], None]:
+    def check(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+        if not low <= value <= high:
+            raise FieldValueError(f"field '{camel(attribute.name)}' must be in {low}..{high}, "
+                                  f"got {value}")
 
     return check
 
@@ -706,6 +715,31 @@ class FormatVersionChanged(Response):
 
 
 @attrs.frozen(kw_only=True)
+class ReadAudit(Request):
+    """C3: the newest entries of the audit log `rsc:audit`, newest first (`beforeId`: older
+    than that entry, to page back)."""
+
+    TYPE: ClassVar[str] = "readAudit"
+    request_id: int
+    count: int = attrs.field(default=50, validator=_between(1, 1000))
+    before_id: str | None = None
+
+    def error(self, status: Status, error: str) -> AuditEntries:
+        return AuditEntries(request_id=self.request_id, status=status, error=error)
+
+
+@attrs.frozen(kw_only=True)
+class AuditEntries(Response):
+    """C3: audit entries, each the JSON object stored in `rsc:audit` plus its stream `id`."""
+
+    TYPE: ClassVar[str] = "auditEntries"
+    request_id: int | None
+    status: Status
+    entries: tuple[dict[str, Any], ...] = ()
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class ErrorResponse(Response):
     """The reply to anything malformed (INVALID_REQUEST)."""
 
@@ -717,7 +751,8 @@ class ErrorResponse(Response):
 
 MemberRequest = Heartbeat | GetRouting
 AdminRequest = (ListGroups | DescribeGroup | SetShardCount | SetMaxConcurrency | RemoveMember
-                | DeleteGroup | ResetOffsets | SetRetention | GetFormatVersion | SetFormatVersion)
+                | DeleteGroup | ResetOffsets | SetRetention | GetFormatVersion | SetFormatVersion
+                | ReadAudit)
 AdminResponse = (Groups | GroupDescription | ShardCountChanged | MaxConcurrencyChanged
                  | MemberRemoved | GroupDeleted | OffsetsReset | RetentionChanged | FormatVersion
-                 | FormatVersionChanged)
+                 | FormatVersionChanged | AuditEntries)

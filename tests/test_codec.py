@@ -239,6 +239,18 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
 {"type": "formatVersionChanged", "requestId": 15, "status": "UNSUPPORTED_FORMAT_VERSION",
  "error": "format 3 is unknown to this coordinator, which writes formats 1 to 2"}
 """, m.FormatVersionChanged, {"formatVersion": None, "previousFormatVersion": None}),
+    ("readAudit (C3)", """
+{"type": "readAudit", "requestId": 16, "count": 20, "beforeId": "1733040000000-0"}
+""", m.ReadAudit, {}),
+    ("auditEntries (C3)", """
+{"type": "auditEntries", "requestId": 16, "status": "OK",
+ "entries": [{"id": "1733040000001-0", "timeMs": 1733040000001, "endpoint": "/v1/admin",
+              "peer": "10.0.0.9:51000", "via": "console", "role": "admin",
+              "request": {"type": "deleteGroup", "requestId": 3, "streamPrefix": "orders",
+                          "consumerGroup": "billing"},
+              "status": "OK", "error": null,
+              "before": {"groupEpoch": 9, "members": [], "shards": []}}]}
+""", m.AuditEntries, {"error": None}),
     ("setShardCount", """
 {"type": "setShardCount", "requestId": 4, "streamPrefix": "orders", "consumerGroup": "billing",
  "shardCount": 8, "cutover": "ordered"}
@@ -530,6 +542,12 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
                                       status=statuses, format_version=opt(st.integers(1, 2**31)),
                                       previous_format_version=opt(st.integers(1, 2**31)),
                                       error=opt(texts)),
+    m.ReadAudit: st.builds(m.ReadAudit, request_id=request_ids, count=st.integers(1, 1000),
+                           before_id=opt(texts)),
+    m.AuditEntries: st.builds(
+        m.AuditEntries, request_id=maybe_request_ids, status=statuses, error=opt(texts),
+        entries=st.lists(st.dictionaries(texts, st.none() | st.integers(0, 2**53) | texts,
+                                         max_size=4), max_size=3).map(tuple)),
 }
 
 
@@ -703,7 +721,7 @@ def test_endpoint_sets() -> None:
     assert MEMBER_REQUESTS == {"heartbeat", "getRouting"}
     assert ADMIN_REQUESTS == {"listGroups", "describeGroup", "setShardCount", "setMaxConcurrency",
                               "removeMember", "deleteGroup", "resetOffsets", "setRetention",
-                              "getFormatVersion", "setFormatVersion"}
+                              "getFormatVersion", "setFormatVersion", "readAudit"}
 
 
 OPTIONAL_IN = {"setShardCount": {"consumerGroup"}}  # G1: optional there, required elsewhere

@@ -466,6 +466,29 @@ def test_markup_in_names_is_shown_as_text(coordinators: Callable[..., Coordinato
     tab.no_errors()  # includes: no alert() dialog ever opened
 
 
+def test_c3_the_audit_page_shows_changes_from_the_cli_live_with_their_peer(
+        coordinators: Callable[..., Coordinator], tab: Tab):
+    coordinator = coordinators("--admin-token", "s3cret")
+    set_shards(coordinator, MARKUP_PREFIX, MARKUP_GROUP, 2, token="s3cret")
+    tab.page.goto(coordinator.console + "audit")
+    tab.page.fill("#token", "s3cret")
+    tab.page.press("#token", "Enter")
+    first = row(tab, "audit", "setShardCount")
+    expect()(first).to_have_count(1, timeout=WAIT_MS)
+    shown = cells(first)
+    assert shown[1].startswith("127.0.0.1:") and shown[2] == "admin"
+    assert shown[4:6] == [MARKUP_PREFIX, MARKUP_GROUP] and shown[7] == "OK"
+    assert '"routing":null' in shown[8].replace(" ", "")
+    mark_page(tab)
+    set_shards(coordinator, MARKUP_PREFIX, MARKUP_GROUP, 3, token="s3cret")  # live, no reload
+    expect()(row(tab, "audit", "setShardCount")).to_have_count(2, timeout=WAIT_MS)
+    newest = cells(tab.page.locator("#audit tbody tr").first)
+    assert '"shardCount":3' in newest[6].replace(" ", "") and '"version": 1' in newest[8]
+    assert same_document(tab)
+    assert tab.page.locator("main img, main b").count() == 0
+    tab.no_errors()
+
+
 def test_a_broken_connection_reconnects_and_says_so(coordinators: Callable[..., Coordinator], tab: Tab):
     coordinator = coordinators()
     set_shards(coordinator, "orders", "billing", 2)

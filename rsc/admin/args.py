@@ -9,7 +9,7 @@
     | watch PREFIX GROUP | delete-group PREFIX GROUP
     | set-retention PREFIX (--acked|--none) [--max-length N] [--max-age DURATION]
     | reset-offsets PREFIX GROUP (--to-earliest|--to-latest|--to-datetime ISO8601)
-    | format-version | set-format-version N
+    | format-version | set-format-version N | audit [--count N] [--before ID]
 
 The URL and token come from `RSC_COORDINATOR_URL` and `RSC_TOKEN` when the flags
 are absent, so a token stays out of `ps` (like every flag of `rsc admin` itself, through
@@ -40,6 +40,7 @@ from rsc.protocol.messages import (
     FieldValueError,
     GetFormatVersion,
     ListGroups,
+    ReadAudit,
     RemoveMember,
     ResetOffsets,
     Retention,
@@ -171,6 +172,8 @@ def build_request(args: argparse.Namespace) -> AdminRequest:
         return GetFormatVersion(request_id=0)
     if name == "set-format-version":
         return SetFormatVersion(request_id=0, format_version=args.format_version)
+    if name == "audit":  # C3
+        return ReadAudit(request_id=0, count=args.count, before_id=args.before_id)
     raise FieldValueError(f"unknown admin command {name!r}")
 
 
@@ -341,5 +344,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     set_format.add_argument("format_version", metavar="N", type=_argument_type(_positive_int),
                             help="the format version to write from now on (never lower than "
                                  "the one in use)")
+    audit = command("audit", "show the audit log: every change and every refused request, "
+                             "newest first, with who sent it from where (C3)")
+    audit.add_argument("--count", type=_argument_type(_positive_int), default=50,
+                       help="entries to show, at most 1000 (default %(default)s)")
+    audit.add_argument("--before", dest="before_id", metavar="ID", default=None,
+                       help="only entries older than this entry id (to page back)")
     admin.set_defaults(run=run)
     return admin

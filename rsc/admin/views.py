@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -720,6 +721,45 @@ def format_version_changed_view(response: object) -> Text:
     return plain(f"metadata format version raised from {before} to {now}")
 
 
+def audit_view(response: object) -> RenderableType:
+    """C3: the audit entries, newest first: when, who (peer, role, via), what, the outcome."""
+    entries = field(response, "entries", ()) or ()
+    if not entries:
+        return plain("the audit log is empty")
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for column in ("time (UTC)", "peer", "role", "request", "outcome", "before"):
+        table.add_column(column)
+    for entry in entries:
+        request = entry.get("request") or {}
+        what = " ".join(str(part) for part in (
+            request.get("type", "handshake") if isinstance(request, Mapping) else "handshake",
+            *(request.get(key) for key in ("streamPrefix", "consumerGroup")
+              if isinstance(request, Mapping) and request.get(key) is not None)))
+        detail = {key: value for key, value in request.items()
+                  if key not in ("type", "requestId", "streamPrefix", "consumerGroup")} \
+            if isinstance(request, Mapping) else {}
+        if detail:
+            what += " " + json_text(detail)
+        outcome = str(entry.get("status"))
+        if entry.get("error"):
+            outcome += f": {entry['error']}"
+        who = str(entry.get("peer"))
+        if entry.get("via"):
+            who += f" (via {entry['via']})"
+        time_ms = entry.get("timeMs")
+        when = datetime.datetime.fromtimestamp(time_ms / 1000, datetime.UTC).strftime(
+            "%Y-%m-%d %H:%M:%S") if isinstance(time_ms, int) else "-"
+        before = entry.get("before")
+        table.add_row(name_text(when), name_text(who), name_text(entry.get("role")),
+                      name_text(what), name_text(outcome),
+                      name_text("-" if before is None else json_text(before)))
+    return table
+
+
+def json_text(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
 def generic_view(response: Message | Mapping[str, object]) -> RenderableType:
     """Any response as a key/value grid (for response types this version has no view for)."""
     body = response if isinstance(response, Mapping) else attrs.asdict(response)
@@ -750,6 +790,7 @@ RESPONSE_VIEWS: dict[str, Callable[[object], RenderableType]] = {
     OffsetsReset.TYPE: offsets_reset_view,
     FormatVersion.TYPE: format_version_view,
     FormatVersionChanged.TYPE: format_version_changed_view,
+    "auditEntries": audit_view,
 }
 
 

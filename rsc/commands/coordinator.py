@@ -49,6 +49,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     # tokens may come from the environment so they stay out of `ps` (docs/protocol.md, Transport)
     parser.add_argument("--admin-token", default=None,
                         help="require this bearer token on /v1/admin (default: $RSC_ADMIN_TOKEN)")
+    parser.add_argument("--viewer-token", default=None,
+                        help="also accept this bearer token on /v1/admin, for read requests only "
+                             "(changes get NOT_AUTHORIZED); needs --admin-token "
+                             "(default: $RSC_VIEWER_TOKEN)")
     parser.add_argument("--member-token", default=None,
                         help="require this bearer token on /v1/member (default: $RSC_MEMBER_TOKEN)")
     parser.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes,
@@ -99,6 +103,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         heartbeat_interval_ms=args.heartbeat_interval_ms, revoke_timeout_ms=args.revoke_timeout_ms,
         static_session_timeout_ms=args.static_session_timeout_ms,
         admin_token=args.admin_token, member_token=args.member_token,
+        viewer_token=args.viewer_token,
         max_frame_bytes=args.max_frame_bytes, metrics_port=args.metrics_port,
         console_port=args.console_port, push=args.push,
         keep_drained_streams=args.keep_drained_streams, max_sessions=args.max_sessions,

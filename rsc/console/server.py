@@ -54,7 +54,7 @@ from rsc.console.http import (
     parse_request_head,
     route,
 )
-from rsc.protocol.messages import DescribeGroup, ListGroups
+from rsc.protocol.messages import DescribeGroup, ListGroups, ReadAudit
 
 log = logging.getLogger("rsc.console")
 
@@ -66,6 +66,7 @@ CONNECT_TIMEOUT_S: Final = 5.0
 OVERVIEW_REFRESH_S: Final = 1.0
 UNKNOWN_GROUP_RETRY_S: Final = 1.0
 FEED_QUEUE: Final = 4
+AUDIT_REFRESH_S: Final = 1.0
 
 
 class ConsoleError(Exception):
@@ -185,22 +186,36 @@ class _Console:
             return
         answer = route(request, self.files)
         if answer == WEBSOCKET:
-            await self._feed(ReplayStream(stream, received))
+            await self._feed(ReplayStream(stream, received), browser_address(stream))
         elif isinstance(answer, Response):
             await _send(stream, answer)
 
-    async def _feed(self, stream: ReplayStream) -> None:
+    async def _feed(self, stream: ReplayStream, browser: str) -> None:
         async with trio.open_nursery() as nursery:
             request = await wrap_server_stream(nursery, stream, message_queue_size=FEED_QUEUE,
                                                max_message_size=views.MAX_HELLO_BYTES)
             websocket = await request.accept()
             try:
                 await Feed(websocket, self.coordinator_url, self.coordinator_tls,
-                           history=self.history).run()
+                           history=self.history, browser=browser).run()
             finally:
                 with trio.move_on_after(2.0):
                     await websocket.aclose()
                 nursery.cancel_scope.cancel()
+
+
+def browser_address(stream: object) -> str:
+    """`host:port` of the browser at the other end of an accepted stream (plain or TLS)."""
+    for _ in range(3):
+        sock = getattr(stream, "socket", None)
+        if sock is not None:
+            try:
+                host, port = sock.getpeername()[:2]
+            except OSError:
+                break
+            return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        stream = getattr(stream, "transport_stream", None)
+    return "unknown"
 
 
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionClosed)
@@ -238,8 +253,9 @@ class Feed:
 
     def __init__(self, websocket: WebSocketConnection, coordinator_url: str,
                  coordinator_tls: ssl.SSLContext | None = None, *,
-                 history: views.LagHistory | None = None) -> None:
+                 history: views.LagHistory | None = None, browser: str | None = None) -> None:
         self.websocket = websocket
+        self.browser = browser  # C3: the audit log's peer for what this page asks
         self.history = history if history is not None else views.LagHistory()
         self.coordinator_url = coordinator_url
         self.coordinator_tls = coordinator_tls
@@ -284,10 +300,12 @@ class Feed:
 
     async def _follow(self, hello: views.Hello) -> None:
         """An admin session with the page's token, then the view until the page or it closes."""
-        async with _admin(self.coordinator_url, hello.token, self.coordinator_tls) as admin:
+        async with _admin(self.coordinator_url, hello.token, self.coordinator_tls,
+                          self.browser) as admin:
             await self.send({"type": "auth", "status": "ok"})
             follow: Callable[[AdminClient], Awaitable[None]] = \
                 self.follow_overview if hello.view == "overview" else \
+                self.follow_audit if hello.view == "audit" else \
                 (lambda client: self.follow_group(client, hello))
             try:
                 async with trio.open_nursery() as nursery:
@@ -351,6 +369,18 @@ class Feed:
                     migrations[pushed] = push.get("migration")
                     self.offer_changed("overview", {"type": "overview",
                                                     **views.overview(groups, migrations, watched)})
+
+    async def follow_audit(self, admin: AdminClient) -> None:
+        """C3: the newest audit entries, read again every AUDIT_REFRESH_S (one at a time)."""
+        while True:
+            answer = await admin.session.request(
+                ReadAudit(request_id=0, count=views.AUDIT_PAGE_ENTRIES))
+            _raise_unless_ok(answer)
+            found = answer.get("entries")
+            entries = [entry for entry in found if isinstance(entry, dict)] \
+                if isinstance(found, list) else []
+            self.offer_changed("audit", {"type": "audit", "rows": views.audit_rows(entries)})
+            await trio.sleep(AUDIT_REFRESH_S)
 
     async def follow_group(self, admin: AdminClient, hello: views.Hello) -> None:
         """describeGroup with watch; each push is the page's next state. An unknown (or deleted)
@@ -431,7 +461,8 @@ async def _next_push(admin: AdminClient) -> dict[str, object]:
         raise SessionLost(f"the coordinator at {admin.url} closed the session") from None
 
 
-def _admin(url: str, token: str | None,
-           context: ssl.SSLContext | None) -> AbstractAsyncContextManager[AdminClient]:
+def _admin(url: str, token: str | None, context: ssl.SSLContext | None,
+           browser: str | None = None) -> AbstractAsyncContextManager[AdminClient]:
     return open_admin_client(url, token=token, connect_timeout=CONNECT_TIMEOUT_S,
-                             url_source="the coordinator", ssl_context=context)
+                             url_source="the coordinator", ssl_context=context,
+                             console_client=browser)

@@ -34,7 +34,7 @@ MIN_SEND_INTERVAL_MS: Final = 1000 // MAX_SENDS_PER_SECOND
 MAX_HELLO_BYTES: Final = 4096
 MAX_WATCHED_PREFIXES: Final = 50  # the overview watches one group per prefix for its migration
 
-VIEWS: Final = ("overview", "group")
+VIEWS: Final = ("overview", "group", "audit")
 HISTORY_MS: Final = 10 * 60 * 1000  # as long as the page's chart reaches back
 HISTORY_STEP_MS: Final = 1000  # at most a point a second per group
 MAX_HISTORIES: Final = 64  # groups remembered; the least recently seen is forgotten first
@@ -53,7 +53,7 @@ class Hello:
 
 
 def parse_hello(text: str | bytes) -> Hello:
-    """`{"view": "overview" | "group", "token": str | null, "streamPrefix", "consumerGroup"}`."""
+    """`{"view": "overview" | "group" | "audit", "token": str | null, "streamPrefix", "consumerGroup"}`."""
     if isinstance(text, bytes) or len(text.encode()) > MAX_HELLO_BYTES:
         raise HelloError("the first message must be a JSON text frame of at most 4096 bytes")
     try:
@@ -69,7 +69,7 @@ def parse_hello(text: str | bytes) -> Hello:
     if token is not None and (not isinstance(token, str) or not token or "\n" in token
                               or "\r" in token):
         raise HelloError("field 'token' must be a non-empty one-line string or null")
-    if view == "overview":
+    if view in ("overview", "audit"):
         return Hello(view=view, token=token)
     prefix, group = body.get("streamPrefix"), body.get("consumerGroup")
     if not isinstance(prefix, str) or not isinstance(group, str):
@@ -436,3 +436,28 @@ def laggiest_shard(shards: Sequence[ShardRow]) -> Laggiest | None:
     return {"shard": best.get("shard"), "owner": best.get("owner"), "lag": best.get("lag"),
             "pending": best.get("pending"),
             "backlog": backlog(best.get("lag"), best.get("pending"))}
+
+
+AUDIT_PAGE_ENTRIES: Final = 100
+
+
+def audit_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """C3: the audit page's rows, newest first: when, who, what, the outcome, what was before.
+    Values stay data (the page sets them as text)."""
+    rows = []
+    for entry in entries:
+        request = entry.get("request")
+        body = request if isinstance(request, Mapping) else {}
+        rows.append({
+            "id": entry.get("id"), "timeMs": entry.get("timeMs"), "peer": entry.get("peer"),
+            "via": entry.get("via"), "role": entry.get("role"),
+            "request": body.get("type", "handshake"),
+            "streamPrefix": body.get("streamPrefix"), "consumerGroup": body.get("consumerGroup"),
+            "detail": json.dumps({key: value for key, value in body.items()
+                                  if key not in ("type", "requestId", "streamPrefix",
+                                                 "consumerGroup")},
+                                 ensure_ascii=False, sort_keys=True) if body else "",
+            "status": entry.get("status"), "error": entry.get("error"),
+            "before": None if entry.get("before") is None else json.dumps(
+                entry.get("before"), ensure_ascii=False, sort_keys=True)})
+    return rows

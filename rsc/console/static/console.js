@@ -148,6 +148,8 @@
       renderGroup(body);
     } else if (body.type === "history" && page === "group") {
       mergeHistory(body.points);
+    } else if (body.type === "audit" && page === "audit") {
+      renderAudit(body.rows);
     }
   }
 
@@ -497,6 +499,31 @@
       }
       drawChart();
     }
+  }
+
+  // --- audit log (C3) -----------------------------------------------------------------
+
+  function renderAudit(rows) {
+    const body = document.querySelector("#audit tbody");
+    clear(body);
+    for (const row of rows) {
+      const tr = document.createElement("tr");
+      tr.dataset.id = row.id;
+      const when = typeof row.timeMs === "number" ?
+        new Date(row.timeMs).toISOString().replace("T", " ").slice(0, 19) : "-";
+      cell(tr, when, "id");
+      cell(tr, row.via ? `${row.peer} (via ${row.via})` : row.peer, "id");
+      cell(tr, row.role);
+      cell(tr, row.request, "name");
+      cell(tr, row.streamPrefix, "name");
+      cell(tr, row.consumerGroup, "name");
+      cell(tr, row.detail || "-", "ids");
+      cell(tr, row.error ? `${row.status}: ${row.error}` : row.status,
+        row.status === "OK" ? "" : "blocked");
+      cell(tr, row.before || "-", "ids");
+      body.appendChild(tr);
+    }
+    $("audit-empty").hidden = rows.length > 0;
   }
 
   // --- start --------------------------------------------------------------------------
