@@ -72,6 +72,8 @@ class Client:
 
 def audited(request: m.Request, response: m.Response) -> bool:
     """C3: a request that changes something (any outcome), or one that was refused."""
+    if isinstance(request, m.ResetOffsets) and request.dry_run:
+        return response.status == Status.NOT_AUTHORIZED  # C1: a dry run changes nothing
     return isinstance(request, CHANGING) or response.status == Status.NOT_AUTHORIZED
 
 

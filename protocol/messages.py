@@ -464,6 +464,7 @@ class ResetOffsets(GroupRequest):
     consumer_group: str = attrs.field(validator=_name)
     to: ResetTo
     timestamp_ms: int | None = attrs.field(default=None, validator=_timestamp_ms)
+    dry_run: bool = False  # C1: answer the ids it would set, move nothing
 
     def error(self, status: Status, error: str) -> OffsetsReset:
         return OffsetsReset(request_id=self.request_id, status=status,
@@ -637,6 +638,7 @@ class OffsetsReset(Response):
     stream_prefix: str
     consumer_group: str
     shards: tuple[ShardOffset, ...] = ()
+    dry_run: bool = False  # C1: what a reset would set; nothing moved
     error: str | None = None
 
 

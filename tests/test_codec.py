@@ -326,16 +326,20 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
     ("resetOffsets to a timestamp", """
 {"type": "resetOffsets", "requestId": 8, "streamPrefix": "orders", "consumerGroup": "billing",
  "to": "timestamp", "timestampMs": 1733040000000}
-""", m.ResetOffsets, {}),
+""", m.ResetOffsets, {"dryRun": False}),
     ("resetOffsets to earliest", """
 {"type": "resetOffsets", "requestId": 8, "streamPrefix": "orders", "consumerGroup": "billing",
  "to": "earliest"}
-""", m.ResetOffsets, {"timestampMs": None}),
+""", m.ResetOffsets, {"timestampMs": None, "dryRun": False}),
+    ("resetOffsets dry run (C1)", """
+{"type": "resetOffsets", "requestId": 8, "streamPrefix": "orders", "consumerGroup": "billing",
+ "to": "latest", "timestampMs": null, "dryRun": true}
+""", m.ResetOffsets, {}),
     ("offsetsReset", """
 {"type": "offsetsReset", "requestId": 8, "status": "OK", "streamPrefix": "orders",
  "consumerGroup": "billing",
  "shards": [{"shard": "orders:v2:0", "lastDeliveredId": "1733040000000-3"}]}
-""", m.OffsetsReset, {"error": None}),
+""", m.OffsetsReset, {"error": None, "dryRun": False}),
     ("groupDeleted GROUP_NOT_EMPTY", """
 {"type": "groupDeleted", "requestId": 7, "status": "GROUP_NOT_EMPTY", "streamPrefix": "orders",
  "consumerGroup": "billing", "error": "group 'billing' of 'orders' has 2 live member(s)"}
@@ -600,7 +604,7 @@ SET_RETENTION: dict[str, Any] = {"type": "setRetention", "requestId": 9, "stream
 
 REQUESTS = [HEARTBEAT, GET_ROUTING, LIST_GROUPS, DESCRIBE_GROUP, SET_SHARD_COUNT, SET_MAX_CONCURRENCY,
             REMOVE_MEMBER, DELETE_GROUP, RESET_OFFSETS, SET_RETENTION]
-OPTIONAL = {"capacity", "ownedShards", "revokingShards", "subscribe", "cutover"}
+OPTIONAL = {"capacity", "ownedShards", "revokingShards", "subscribe", "cutover", "dryRun"}
 
 
 def endpoint_of(obj: dict[str, Any]) -> frozenset[str]:

@@ -205,7 +205,8 @@ async def _serve_until_signal(config: CoordinatorConfig) -> None:
 
                 port = await nursery.start(functools.partial(  # --metrics-tls: HTTPS, wss:// feed
                     serve_console, url, config.host, config.console_port, tls_cert=config.tls_cert,
-                    tls_key=config.tls_key, https=config.metrics_tls))
+                    tls_key=config.tls_key, https=config.metrics_tls,
+                    admin_token=config.admin_token, viewer_token=config.viewer_token))
                 print(f"console at {console_url(config.host, port, https=config.metrics_tls)}", flush=True)
 
 

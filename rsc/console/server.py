@@ -32,9 +32,11 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
+import attrs
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_server_stream
 
+from rsc.actors.server import admin_role
 from rsc.admin.client import (
     AdminClient,
     AdminConnectError,
@@ -116,6 +118,7 @@ class ReplayStream(trio.abc.Stream):
 
 async def serve_console(coordinator_url: str, host: str, port: int, *, tls_cert: str | None = None,
                         tls_key: str | None = None, https: bool = False,
+                        admin_token: str | None = None, viewer_token: str | None = None,
                         task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the console on host:port until cancelled; it follows the coordinator at
     `coordinator_url` (ws:// or wss://) for each open page.
@@ -137,16 +140,34 @@ async def serve_console(coordinator_url: str, host: str, port: int, *, tls_cert:
                            f"{exc.strerror or exc}") from None
     files = StaticFiles()
     files.read("index.html")  # a broken install fails here, at start, not on the first page
-    console = _Console(dial, files, client_tls)
+    console = _Console(dial, files, client_tls, Roles(admin_token, viewer_token))
     listeners: list[trio.abc.Listener[trio.abc.Stream]] = list(sockets) if server_tls is None else [
         trio.SSLListener(socket, server_tls, https_compatible=True) for socket in sockets]
     task_status.started(int(sockets[0].socket.getsockname()[1]))
     await trio.serve_listeners(console.handle, listeners)
 
 
+@attrs.frozen
+class Roles:
+    """C1: the coordinator's tokens, so the console knows what a page's token may do. The
+    coordinator still checks every request itself (the page's token is its session's)."""
+
+    admin_token: str | None = None
+    viewer_token: str | None = None
+
+    def role(self, token: str | None) -> str | None:
+        headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+        return admin_role(headers, self.admin_token, self.viewer_token)
+
+    def may_act(self, token: str | None) -> bool:
+        """Actions (and message contents): only with an admin token configured, and given."""
+        return self.admin_token is not None and self.role(token) == "admin"
+
+
 class _Console:
     def __init__(self, coordinator_url: str, files: StaticFiles,
-                 coordinator_tls: ssl.SSLContext | None = None) -> None:
+                 coordinator_tls: ssl.SSLContext | None = None, roles: Roles | None = None) -> None:
+        self.roles = roles or Roles()
         self.coordinator_url = coordinator_url
         self.files = files
         self.coordinator_tls = coordinator_tls
@@ -197,7 +218,7 @@ class _Console:
             websocket = await request.accept()
             try:
                 await Feed(websocket, self.coordinator_url, self.coordinator_tls,
-                           history=self.history, browser=browser).run()
+                           history=self.history, browser=browser, roles=self.roles).run()
             finally:
                 with trio.move_on_after(2.0):
                     await websocket.aclose()
@@ -253,8 +274,10 @@ class Feed:
 
     def __init__(self, websocket: WebSocketConnection, coordinator_url: str,
                  coordinator_tls: ssl.SSLContext | None = None, *,
-                 history: views.LagHistory | None = None, browser: str | None = None) -> None:
+                 history: views.LagHistory | None = None, browser: str | None = None,
+                 roles: Roles | None = None) -> None:
         self.websocket = websocket
+        self.roles = roles or Roles()
         self.browser = browser  # C3: the audit log's peer for what this page asks
         self.history = history if history is not None else views.LagHistory()
         self.coordinator_url = coordinator_url
@@ -302,14 +325,17 @@ class Feed:
         """An admin session with the page's token, then the view until the page or it closes."""
         async with _admin(self.coordinator_url, hello.token, self.coordinator_tls,
                           self.browser) as admin:
-            await self.send({"type": "auth", "status": "ok"})
+            may_act = self.roles.may_act(hello.token)
+            await self.send({"type": "auth", "status": "ok", "role": self.roles.role(hello.token),
+                             "actions": may_act})
             follow: Callable[[AdminClient], Awaitable[None]] = \
                 self.follow_overview if hello.view == "overview" else \
                 self.follow_audit if hello.view == "audit" else \
                 (lambda client: self.follow_group(client, hello))
             try:
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._until_page_closes, nursery.cancel_scope)
+                    nursery.start_soon(self._read_page, nursery.cancel_scope, admin, hello,
+                                       may_act)
                     nursery.start_soon(self._sender)
                     await follow(admin)
             except BaseExceptionGroup as group:
@@ -318,13 +344,41 @@ class Feed:
                     raise
                 raise leaf from None
 
-    async def _until_page_closes(self, scope: trio.CancelScope) -> None:
-        """The page sends nothing after its hello; reading notices when it goes away."""
+    async def _read_page(self, scope: trio.CancelScope, admin: AdminClient, hello: views.Hello,
+                         may_act: bool) -> None:
+        """After its hello a page sends only C1 actions (group page); reading also notices
+        when it goes away. One action at a time, answered with an `actionResult`."""
         try:
             while True:
-                await self.websocket.get_message()
+                text = await self.websocket.get_message()
+                await self.send(await self.act(admin, hello, may_act, text))
         except ConnectionClosed:
             scope.cancel()
+
+    async def act(self, admin: AdminClient, hello: views.Hello, may_act: bool,
+                  text: str | bytes) -> dict[str, object]:
+        """C1: one action of a page, through the same admin request `rsc admin` sends, on this
+        page's own admin session (its token, the browser's address for the audit log)."""
+        if hello.view != "group" or hello.stream_prefix is None or hello.consumer_group is None:
+            return {"type": "actionResult", "status": "INVALID_REQUEST",
+                    "error": "actions are sent from a group page"}
+        try:
+            action = views.parse_action(text, hello.stream_prefix, hello.consumer_group)
+        except views.ActionError as exc:
+            return {"type": "actionResult", "status": "INVALID_REQUEST", "error": str(exc)}
+        result: dict[str, object] = {"type": "actionResult", "id": action.action_id,
+                                     "action": action.request.TYPE, "dryRun": action.dry_run}
+        if not may_act:
+            return {**result, "status": "NOT_AUTHORIZED",
+                    "error": "actions need the admin token (and a coordinator that has one)"}
+        described = await admin.session.request(DescribeGroup(
+            request_id=0, stream_prefix=hello.stream_prefix, consumer_group=hello.consumer_group))
+        moved = views.stale_confirmation(action, described)
+        if moved is not None:
+            return {**result, "status": "STALE_CONFIRMATION", "error": moved}
+        answer = await admin.session.request(action.request)
+        return {**result, "status": answer.get("status"), "error": answer.get("error"),
+                "answer": answer}
 
     async def _sender(self) -> None:
         while True:
