@@ -19,7 +19,7 @@ import reference_gen  # noqa: E402
 RULE_IDS = ([f"H{n}" for n in range(1, 15)] + [f"S{n}" for n in range(1, 7)]
             + [f"R{n}" for n in range(1, 6)] + ["A1"] + [f"G{n}" for n in range(1, 4)]
             + [f"T{n}" for n in range(1, 4)] + [f"D{n}" for n in range(1, 6)]
-            + ["C3", "C4"]
+            + ["C1", "C3", "C4"]
             )
 
 
