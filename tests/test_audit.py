@@ -204,3 +204,21 @@ async def test_c3_rsc_admin_audit_shows_the_entries_as_text_and_json(redis_url, 
         code, _, err = await rsc_admin(url, "audit", "--count", "2000", token=ADMIN)
         assert code == 1 and "'count' must be in 1..1000" in err
 
+
+
+async def test_c1_a_reset_dry_run_answers_the_ids_moves_nothing_and_is_not_audited(
+        redis_url, client, nursery):
+    url = await start(nursery, redis_url, admin_token=ADMIN)
+    with trio.fail_after(30):
+        changed = await ask(url, m.SetShardCount(request_id=0, stream_prefix=PREFIX,
+                                                 consumer_group=GROUP, shard_count=1))
+        [stream] = changed.routing.streams
+        last = [client.xadd(stream, {"key": "k", "value": str(n)}) for n in range(3)][-1]
+        await register_empty_group(url)
+        dry = await ask(url, m.ResetOffsets(request_id=0, stream_prefix=PREFIX,
+                                            consumer_group=GROUP, to="latest", dry_run=True))
+    assert dry.status == Status.OK and dry.dry_run
+    assert [(s.shard, s.last_delivered_id) for s in dry.shards] == [(stream, last)]
+    [info] = client.xinfo_groups(stream)
+    assert info["last-delivered-id"] == "0-0" and info["lag"] == 3  # nothing moved
+    assert [e["request"]["type"] for e in entries(client)] == ["setShardCount"]
