@@ -33,6 +33,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import attrs
@@ -47,10 +48,12 @@ from rsc.actors.admission import (
     default_max_sessions,
     raise_fd_limit,
 )
+from rsc.actors.audit import AuditLog
 from rsc.actors.config import CoordinatorConfig, is_loopback_host
 from rsc.actors.dead_letter_admin import DeadLetterAdmin
 from rsc.actors.format_admin import FormatVersionAdmin
 from rsc.actors.group import GroupSettings
+from rsc.actors.group_lag import group_lag_loop
 from rsc.actors.lease import (
     LapseVerdict,
     LeaseContinuity,
@@ -477,6 +480,9 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
         if metrics is not None:
             metrics.report_unowned_shards(router.unowned_shards)
             metrics.report_prefixes_without_routing(router.prefixes_without_routing)
+            nursery.start_soon(partial(group_lag_loop, store.client, router.group_streams, metrics,
+                                       interval_s=config.lag_metrics_interval_ms / 1000,
+                                       deadline_s=shard_work.deadline_s))
         nursery.start_soon(shard_work.run)
         now = now_ms()  # H12: every restored member gets a fresh lease from now
         for prefix, data in persisted.items():
@@ -484,7 +490,9 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
             actor.restore(data, now)
             router.add(actor)
             log_event(log, "prefix.restored", prefix=prefix, groups=len(actor.groups))
+        audit_log = AuditLog(store.client, deadline_s=shard_work.deadline_s, metrics=metrics)
         server = CoordinatorServer(router, nursery, admin_token=config.admin_token,
+                                   viewer_token=config.viewer_token, audit_log=audit_log,
                                    member_token=config.member_token, admission=admission,
                                    metrics=metrics,
                                    max_frame_bytes=config.max_frame_bytes,

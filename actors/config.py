@@ -70,6 +70,7 @@ class CoordinatorConfig:
     # surrounding whitespace is no part of a token (a file written by `openssl rand -hex 32`
     # ends with a newline; an HTTP header value is trimmed)
     admin_token: str | None = attrs.field(default=None, converter=_token)
+    viewer_token: str | None = attrs.field(default=None, converter=_token)  # C1: reads only
     member_token: str | None = attrs.field(default=None, converter=_token)
     max_frame_bytes: int = attrs.field(default=1 << 20, validator=_positive)
     metrics_port: int | None = None
@@ -96,10 +97,15 @@ class CoordinatorConfig:
     allow_unauthenticated: bool = False
     # B5: loopback peers are never throttled; tests turn that off (they reach loopback only)
     throttle_loopback: bool = False
+    # C4: how often rsc_group_lag_seconds and rsc_group_pending_age_seconds are read from Redis
+    lag_metrics_interval_ms: int = attrs.field(default=15000, validator=_positive)
 
     def __attrs_post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("--tls-cert and --tls-key go together: give both or neither")
+        if self.viewer_token is not None and self.admin_token is None:
+            raise ValueError("--viewer-token needs --admin-token: without an admin token every "
+                             "client may change everything, so a read-only token means nothing")
         if self.metrics_tls and self.tls_cert is None:
             raise ValueError("--metrics-tls needs --tls-cert and --tls-key")
         for flag, token in (("--admin-token", self.admin_token), ("--member-token", self.member_token)):

@@ -246,10 +246,21 @@ class HandshakeGate:
     tokens: Mapping[str, str | None]  # endpoint path -> its token (None: open)
     allowed_origins: frozenset[str] = frozenset()
     table: RefusalTable = attrs.Factory(RefusalTable)
+    # endpoint path -> more tokens it takes (C1: the viewer token on /v1/admin, reads only)
+    more_tokens: Mapping[str, tuple[str, ...]] = attrs.Factory(dict)
+
+    def token_problem(self, path: str, headers: Headers) -> Reason | None:
+        """Why the handshake of `path` fails its token check (None: it passes): the endpoint's
+        token, or one of its `more_tokens`."""
+        problem = token_refusal(headers, self.tokens.get(path))
+        if problem is not None and any(token_refusal(headers, more) is None
+                                       for more in self.more_tokens.get(path, ())):
+            return None
+        return problem
 
     def check(self, path: str, headers: Headers, address: str, now: float) -> Refusal | None:
         """None to go on with the handshake of `path` (a known endpoint); else the refusal."""
-        token_problem = token_refusal(headers, self.tokens.get(path))
+        token_problem = self.token_problem(path, headers)
         valid_token = token_problem is None and self.tokens.get(path) is not None
         if not valid_token and self.table.throttled(address, path, now):
             return self._refuse(429, Reason.THROTTLED, path, address, now, (

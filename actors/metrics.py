@@ -68,6 +68,7 @@ import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from rsc.actors import latency
@@ -118,6 +119,28 @@ class GroupGauges(Protocol):
 
     @property
     def assignment_epoch(self) -> int: ...
+
+
+class GroupLagFigures(Protocol):
+    """One group's backlog (actors.group_lag.GroupLag)."""
+
+    @property
+    def prefix(self) -> str: ...
+
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def lag_entries(self) -> int | None: ...
+
+    @property
+    def pending_entries(self) -> int: ...
+
+    @property
+    def lag_ms(self) -> int: ...
+
+    @property
+    def pending_age_ms(self) -> int: ...
 
 
 class RetentionReport(Protocol):
@@ -258,6 +281,26 @@ class CoordinatorMetrics:
                                       GROUP_LABELS, registry=registry)
         self.shards = Gauge("rsc_group_shards", "Shards of the live routing versions of a group",
                             GROUP_LABELS, registry=registry)
+        # C4: a group's backlog, read from Redis every --lag-metrics-interval-ms
+        self.group_lag_entries = Gauge(
+            "rsc_group_lag_entries", "Entries of a group not delivered yet, summed over its "
+            "live shards (absent while Redis cannot tell)", GROUP_LABELS, registry=registry)
+        self.group_pending_entries = Gauge(
+            "rsc_group_pending_entries", "Entries delivered to a group and not acked, summed "
+            "over its live shards", GROUP_LABELS, registry=registry)
+        self.group_lag_seconds = Gauge(
+            "rsc_group_lag_seconds", "Age of a group's oldest undelivered entry on the Redis "
+            "node's clock, the largest over its live shards (0: none)", GROUP_LABELS,
+            registry=registry)
+        self.group_pending_age_seconds = Gauge(
+            "rsc_group_pending_age_seconds", "Age of a group's oldest pending (delivered, not "
+            "acked) entry on the Redis node's clock, the largest over its live shards (0: none)",
+            GROUP_LABELS, registry=registry)
+        self._lag_groups: set[tuple[str, str]] = set()
+        self.audit_lost_entries = Counter(
+            "rsc_audit_lost", "Audit entries (C3) that could not be appended to rsc:audit "
+            "(Redis failed or was too slow); the request was answered all the same",
+            registry=registry)
         self.joins = Counter("rsc_member_joins", "Members that joined (or rejoined)",
                              GROUP_LABELS, registry=registry)
         self.leaves = Counter("rsc_member_leaves", "Members that left (memberEpoch -1)",
@@ -427,6 +470,39 @@ class CoordinatorMetrics:
         self.assignment_epoch.labels(*labels).set(assignment_epoch)
         self.shards.labels(*labels).set(shards)
 
+    def audit_lost(self) -> None:
+        """C3: an audit entry could not be appended."""
+        self.audit_lost_entries.inc()
+
+    def set_group_lag(self, figures: Iterable[GroupLagFigures]) -> None:
+        """C4: every group's backlog as just read; groups not in `figures` lose their series."""
+        seen = set()
+        for figure in figures:
+            labels = (figure.prefix, figure.group)
+            seen.add(labels)
+            if figure.lag_entries is None:
+                self._remove(self.group_lag_entries, labels)
+            else:
+                self.group_lag_entries.labels(*labels).set(figure.lag_entries)
+            self.group_pending_entries.labels(*labels).set(figure.pending_entries)
+            self.group_lag_seconds.labels(*labels).set(figure.lag_ms / 1000)
+            self.group_pending_age_seconds.labels(*labels).set(figure.pending_age_ms / 1000)
+        for labels in self._lag_groups - seen:
+            for metric in self._lag_metrics():
+                self._remove(metric, labels)
+        self._lag_groups = seen
+
+    def _lag_metrics(self) -> tuple[Gauge, ...]:
+        return (self.group_lag_entries, self.group_pending_entries, self.group_lag_seconds,
+                self.group_pending_age_seconds)
+
+    @staticmethod
+    def _remove(metric: MetricWrapperBase, labels: tuple[str, ...]) -> None:
+        try:
+            metric.remove(*labels)
+        except KeyError:
+            pass
+
     def group_forgotten(self, group: GroupKey) -> None:
         """Drop every series of a group the coordinator no longer tracks."""
         labels = group_labels(group)
@@ -434,11 +510,9 @@ class CoordinatorMetrics:
         self.groups.set(len(self._known_groups))
         for metric in (self.members, self.group_epoch, self.assignment_epoch, self.shards,
                        self.joins, self.leaves, self.expirations, self.removals, self.fenced,
-                       self.rebalances):
-            try:
-                metric.remove(*labels)
-            except KeyError:
-                pass
+                       self.rebalances, *self._lag_metrics()):
+            self._remove(metric, labels)
+        self._lag_groups.discard(labels)
 
     def observe_store_went_back(self) -> None:
         """The store lost writes and the coordinator wrote everything back (K3, K4)."""

@@ -154,6 +154,7 @@ class MoveOffsets:
     group: str
     to: m.ResetTo
     timestamp_ms: int | None
+    dry_run: bool = False  # C1: the ids it would set; nothing moves
 
 
 MIGRATION_COMPLETE = "migration.complete"

@@ -65,7 +65,8 @@ class Lifecycle:
                 Status.GROUP_NOT_EMPTY,
                 f"group {request.consumer_group!r} of {self.prefix!r} has {len(group.members)} "
                 "live member(s); stop them (or remove them) before moving its offsets"))
-        move = MoveOffsets(live_streams, request.consumer_group, request.to, request.timestamp_ms)
+        move = MoveOffsets(live_streams, request.consumer_group, request.to, request.timestamp_ms,
+                           dry_run=request.dry_run)
         self.moves.append(move)
 
         def answer() -> m.Response:
@@ -75,7 +76,7 @@ class Lifecycle:
                                      "the offsets could not be moved right now; retry with backoff")
             return m.OffsetsReset(
                 request_id=request.request_id, status=Status.OK, stream_prefix=self.prefix,
-                consumer_group=request.consumer_group,
+                consumer_group=request.consumer_group, dry_run=request.dry_run,
                 shards=tuple(m.ShardOffset(shard=stream, last_delivered_id=moved[stream])
                              for stream in move.streams if stream in moved))
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from rsc.actors.group import GroupMachine
-from rsc.actors.shard_reports import GroupTotals, ShardLag
+from rsc.actors.shard_reports import GroupTotals, ShardLag, oldest_age
 from rsc.protocol import messages as m
 from rsc.protocol.vocabulary import MemberState
 
@@ -46,10 +46,15 @@ def describe(request: m.DescribeGroup, group: GroupMachine, now_ms: int,
                            last_delivered_id=lag.last_delivered_id, lag=lag.lag,
                            pending=lag.pending, oldest_pending_ms=lag.oldest_pending_ms,
                            damage=damage.get(lag.shard) if damage else None,
-                           max_delivery_count=lag.max_delivery_count)
+                           max_delivery_count=lag.max_delivery_count,
+                           oldest_undelivered_age_ms=lag.oldest_undelivered_age_ms,
+                           oldest_pending_entry_age_ms=lag.oldest_pending_entry_age_ms)
         for lag in lags or ())
-    return attrs.evolve(description, request_id=request.request_id, members=members,
-                        shards=shards, retention=retention, expires_at_ms=group.expires_at_ms)
+    return attrs.evolve(
+        description, request_id=request.request_id, members=members, shards=shards,
+        retention=retention, expires_at_ms=group.expires_at_ms,
+        oldest_undelivered_age_ms=oldest_age([s.oldest_undelivered_age_ms for s in shards]),
+        oldest_pending_entry_age_ms=oldest_age([s.oldest_pending_entry_age_ms for s in shards]))
 
 
 def summaries(groups: Mapping[str, GroupMachine], totals: Mapping[str, GroupTotals] | None,

@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from rsc.actors.actor import PrefixActor, now_ms
+from rsc.actors.group_lag import PrefixGroups
 from rsc.actors.listing import list_groups
 from rsc.actors.logs import log_event
 from rsc.actors.mailbox import Envelope, Tick
@@ -112,6 +113,11 @@ class Router:
         waiting = self._addresses.take_waiting(actor.prefix)
         if waiting:
             actor.subscribe(*waiting)
+
+    def group_streams(self) -> list[PrefixGroups]:
+        """C4: every prefix's live streams and groups (what the lag metrics read)."""
+        return [PrefixGroups(prefix, actor.machine.live_streams(), tuple(sorted(actor.groups)))
+                for prefix, actor in self.actors.items() if prefix in self._live]
 
     def unowned_shards(self) -> list[tuple[str, str, int]]:
         """D7: `(prefix, group, count)` of every group with live members (the metric's source)."""

@@ -12,6 +12,11 @@ any case) with the endpoint's token; each refusal is counted
 (`rsc_auth_failures_total{endpoint,reason}`) and logged (`auth.refused`, never the
 token); past `--max-sessions` 503 (A1).
 A frame over `--max-frame-bytes` in UTF-8 bytes closes the session with 1009.
+
+C1 roles: `/v1/admin` takes the admin token (every request) or the viewer token (reads
+only: a change is answered NOT_AUTHORIZED); `admin_role` is the one place that decides.
+C3: every change, and every refused request or handshake on `/v1/admin`, is appended to
+the audit log (actors/audit.py) before its answer goes out.
 """
 
 from __future__ import annotations
@@ -26,12 +31,12 @@ from typing import cast
 import attrs
 import trio
 
-from rsc.actors import latency
+from rsc.actors import audit, latency
 from rsc.actors.admission import Admission
 from rsc.actors.dead_letter_admin import DeadLetterAdmin
 from rsc.actors.format_admin import FormatVersionAdmin
 from rsc.actors.group import malformed_join
-from rsc.actors.handshake_gate import HandshakeGate, Refusal, RefusalTable
+from rsc.actors.handshake_gate import HandshakeGate, Refusal, RefusalTable, authorized
 from rsc.actors.logs import log_event
 from rsc.actors.ports import AuthMetrics, SessionMetrics
 from rsc.actors.prefix_admission import REFUSALS
@@ -216,13 +221,21 @@ class CoordinatorServer:
                  format_admin: FormatVersionAdmin | None = None,
                  allowed_origins: tuple[str, ...] = (), throttle_loopback: bool = False,
                  auth_metrics: AuthMetrics | None = None,
-                 dead_letters: DeadLetterAdmin | None = None) -> None:
+                 dead_letters: DeadLetterAdmin | None = None,
+                 viewer_token: str | None = None, audit_log: audit.AuditLog | None = None) -> None:
+        if viewer_token is not None and admin_token is None:
+            raise ValueError("--viewer-token needs --admin-token: a viewer token alone would "
+                             "leave every change open")
         self.router = router
+        self.viewer_token = viewer_token
+        self.audit_log = audit_log
         self.format_admin = format_admin  # the store-wide format version requests
         self.dead_letters = dead_letters  # P3: a group's dead letters, read and sent back
         self.handshake_timeout_s = handshake_timeout_s
         self.nursery = nursery
+        self.admin_token = admin_token
         self.gate = HandshakeGate(tokens={"/v1/admin": admin_token, "/v1/member": member_token},
+                                  more_tokens={"/v1/admin": (viewer_token,)} if viewer_token else {},
                                   allowed_origins=frozenset(allowed_origins),
                                   table=RefusalTable(exempt_loopback=not throttle_loopback))
         self.auth_metrics = auth_metrics
@@ -241,7 +254,8 @@ class CoordinatorServer:
         try:
             request = await connection.handshake(self.handshake_timeout_s)
             if request is not None:
-                await self.handle(connection, request.target, request.extra_headers, address)
+                await self.handle(connection, request.target, request.extra_headers, address,
+                                  peer=peer_host_port(stream))
         except trio.Cancelled:
             connection.start_close(1001, "the coordinator is stopping")  # written in place, if at all
             raise
@@ -252,13 +266,23 @@ class CoordinatorServer:
             await connection.aclose()
 
     async def handle(self, connection: ServerConnection, target: str,
-                     headers: list[tuple[bytes, bytes]], address: str = "") -> None:
+                     headers: list[tuple[bytes, bytes]], address: str = "", *,
+                     peer: str = "unknown") -> None:
         path = target.split("?", 1)[0]
         allowed = ENDPOINTS.get(path)
         if allowed is None:
             await connection.reject(404, f"unknown endpoint {path}; use /v1/member or /v1/admin".encode())
             return
         refusal = self.gate.check(path, headers, address, trio.current_time())
+        client: audit.Client | None = None
+        if path == "/v1/admin":  # C1, C3: the session's role, and whom the audit log names
+            role = admin_role(headers, self.admin_token, self.viewer_token)
+            vouched = console_client(headers, peer)
+            client = audit.Client(peer=vouched or peer, role=role or "none",
+                                  via="console" if vouched else None)
+            if refusal is not None and refusal.status == 401:
+                await self._audit(audit.refused_handshake(client, "no or a wrong token",
+                                                          time_ms=audit.now_ms()))
         if refusal is not None:
             self._report(refusal, path)
             await connection.reject(refusal.status, refusal.body, headers=refusal.headers)
@@ -270,7 +294,7 @@ class CoordinatorServer:
         session = Session(connection, self.metrics)
         try:
             await connection.accept()
-            await self._read(session, allowed)
+            await self._read(session, allowed, client)
         finally:
             self.admission.close_session()
             session.close(functools.partial(self.router.forget, session))
@@ -290,7 +314,8 @@ class CoordinatorServer:
                       endpoint=line.endpoint, reason=line.reason.value, status=refusal.status,
                       **extra)
 
-    async def _read(self, session: Session, allowed: frozenset[str]) -> None:
+    async def _read(self, session: Session, allowed: frozenset[str],
+                    client: audit.Client | None = None) -> None:
         connection = session.connection
         text: str | bytes | None = None
         message: m.Request | None = None
@@ -311,6 +336,10 @@ class CoordinatorServer:
                 reply.resolve(m.ErrorResponse(request_id=exc.request_id,
                                               status=Status.INVALID_REQUEST, error=exc.message))
                 continue
+            if client is not None and (isinstance(message, audit.CHANGING)
+                                       or client.role == "viewer"):
+                self.nursery.start_soon(self._answer_audited, message, reply, session, client)
+                continue
             try:
                 await self._dispatch(message, reply, session)
             except Exception as exc:  # noqa: BLE001 - a bug met by one request ends only that request
@@ -320,8 +349,59 @@ class CoordinatorServer:
                     reply.resolve(unavailable_response(message, "the coordinator failed to handle "
                                                                 "this request; retry with backoff"))
 
+    async def _answer_audited(self, message: m.Request, reply: Reply, session: Session,
+                              client: audit.Client) -> None:
+        """C1, C3: a change (or any request of a viewer): refused for a viewer, else handled;
+        either way appended to the audit log when it must be, then answered."""
+        response: m.Response
+        try:
+            if client.role == "viewer" and isinstance(message, audit.CHANGING):
+                response = message.error(Status.NOT_AUTHORIZED,
+                                         f"{message.TYPE} needs the admin token; the viewer "
+                                         f"token reads only")
+                before = None
+            else:
+                before = await self._before(message)
+                collect = Collect()
+                await self._dispatch(message, collect, session)
+                response = await collect.wait()
+            if audit.audited(message, response):
+                await self._audit(audit.entry(client, message, response, time_ms=audit.now_ms(),
+                                              before=before))
+        except Exception as exc:  # noqa: BLE001 - a bug met by one request ends only that request
+            log_event(log, "request.failed", level=logging.ERROR, type=message.TYPE,
+                      error=f"{type(exc).__name__}: {exc}")
+            response = unavailable_response(message, "the coordinator failed to handle this "
+                                                     "request; retry with backoff")
+        reply.resolve(response)
+
+    async def _before(self, message: m.Request) -> dict[str, object] | None:
+        """C3: what a reshard, a reset or a deletion is about to change, as the router says."""
+        if not isinstance(message, audit.WITH_BEFORE):
+            return None
+        description = routing = None
+        if isinstance(message, m.SetShardCount):
+            routing = await self._ask(m.GetRouting(request_id=0, stream_prefix=message.stream_prefix))
+        else:
+            description = await self._ask(m.DescribeGroup(
+                request_id=0, stream_prefix=message.stream_prefix,
+                consumer_group=message.consumer_group))
+        return audit.before_of(message, description, routing)
+
+    async def _ask(self, request: m.Request) -> m.Response:
+        collect = Collect()
+        await self.router.route(request, collect, None)
+        return await collect.wait()
+
+    async def _audit(self, body: dict[str, object]) -> None:
+        if self.audit_log is not None:
+            await self.audit_log.append(body)
+
     async def _dispatch(self, message: m.Request, reply: Reply | Collect,
                         session: Session | None) -> None:
+        if isinstance(message, m.ReadAudit):
+            reply.resolve(await self._read_audit(message))
+            return
         if isinstance(message, m.ListGroups):
             reply.resolve(m.Groups(request_id=message.request_id, status=Status.OK,
                                    groups=await self.router.list_groups()))
@@ -347,6 +427,17 @@ class CoordinatorServer:
         await self.router.route(request, collect, None)
         return await collect.wait()
 
+    async def _read_audit(self, message: m.ReadAudit) -> m.Response:
+        if self.audit_log is None:
+            return message.error(Status.COORDINATOR_NOT_AVAILABLE, "no store to read the audit from")
+        try:
+            found = await self.audit_log.read(message.count, message.before_id)
+        except Exception as exc:  # noqa: BLE001 - Redis failed or was too slow: say so
+            return message.error(Status.COORDINATOR_NOT_AVAILABLE,
+                                 f"cannot read the audit log: {type(exc).__name__}: {exc}")
+        return m.AuditEntries(request_id=message.request_id, status=Status.OK,
+                              entries=audit.entries_of(found))
+
 
 def peer_address(stream: trio.abc.Stream) -> str:
     """The peer's IP address of an accepted connection (TLS or not); "" when it has none."""
@@ -371,6 +462,56 @@ def _over_the_cap(message: m.Request, holdings: Holdings) -> m.Response | None:
         if holdings.over_watch_cap(message.stream_prefix, message.consumer_group):
             return watch_refused(message, holdings.max_watches)
     return None
+
+
+CONSOLE_CLIENT_HEADER = b"rsc-console-client"
+"""C3: the browser's address, sent by the console (which dials the coordinator on loopback)."""
+
+
+def admin_role(headers: list[tuple[bytes, bytes]], admin_token: str | None,
+               viewer_token: str | None) -> str | None:
+    """C1: the role an `/v1/admin` handshake gets: `admin` (the admin token), `viewer` (the
+    viewer token: reads only), `open` (no admin token configured: everyone is admin, as
+    before roles), or None (refused: no token, a wrong one, or more than one header)."""
+    if admin_token is None:
+        return "open"
+    if authorized(headers, admin_token):
+        return "admin"
+    if viewer_token is not None and authorized(headers, viewer_token):
+        return "viewer"
+    return None
+
+
+def console_client(headers: list[tuple[bytes, bytes]], peer: str) -> str | None:
+    """C3: the browser's address the console vouches for; only believed from a loopback peer
+    (the console runs in the coordinator's process and dials it on loopback)."""
+    values = [value for name, value in headers if name.lower() == CONSOLE_CLIENT_HEADER]
+    if len(values) != 1 or not _loopback(peer):
+        return None
+    text = values[0].decode("ascii", "replace").strip()
+    return text[:100] or None
+
+
+def _loopback(peer: str) -> bool:
+    host = peer[1:peer.index("]")] if peer.startswith("[") else peer.rsplit(":", 1)[0]
+    return host == "::1" or host.startswith(("127.", "::ffff:127."))
+
+
+def peer_host_port(stream: object) -> str:
+    """`host:port` of the peer of an accepted stream (through its wrappers), or "unknown"."""
+    for _ in range(4):
+        sock = getattr(stream, "socket", None)
+        if sock is not None:
+            try:
+                address = sock.getpeername()
+            except OSError:
+                return "unknown"
+            host, port = address[0], address[1]
+            return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        stream = getattr(stream, "transport", None) or getattr(stream, "_stream", None)
+        if stream is None:
+            break
+    return "unknown"
 
 
 

@@ -23,13 +23,16 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import redis
+from redis.exceptions import NoScriptError
 
 from rsc.actors.shard_reports import (  # the values these reads return, re-exported
     DrainCount,
     GroupTotals,
     RetentionResult,
+    ShardAges,
     ShardLag,
     age_cut_id,
+    entry_age_ms,
     sum_known,
 )
 from rsc.actors.shard_reports import drain_report as drain_report
@@ -57,12 +60,13 @@ def _check_positive(name: str, value: int | None) -> None:
 # per shard, atomically: read its state and act on it (rsc/common/scripts/*.lua say KEYS, ARGV)
 RETENTION_SCRIPT = Script("stream_ids", "retention")
 DRAIN_SCRIPT = Script("stream_ids", "drain")
+AGES_SCRIPT = Script("stream_ids", "ages")  # C4: the node's TIME and the oldest entries' ids
 
 
 def load_scripts(client: redis.Redis) -> None:
     """Load every script now (at start), so the first call costs one round trip too."""
     try:
-        load_all(client, (RETENTION_SCRIPT, DRAIN_SCRIPT))
+        load_all(client, (RETENTION_SCRIPT, DRAIN_SCRIPT, AGES_SCRIPT))
     except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot load the shard scripts: {exc}") from exc
 
@@ -94,6 +98,9 @@ def shard_lag(client: redis.Redis, streams: Sequence[str], group: str) -> list[S
     or an entry after its last-delivered id was deleted (XDEL). It is known again once the
     group reads up to the last entry. Entries deleted by XACKDEL leave the same kind of gap,
     so expect nil more often there.
+
+    C4: the same round trip runs the ages script per shard (the oldest undelivered and
+    pending entries' ages against the node's TIME); a shard whose script failed shows none.
     """
     try:
         pipe = client.pipeline(transaction=False)
@@ -101,9 +108,16 @@ def shard_lag(client: redis.Redis, streams: Sequence[str], group: str) -> list[S
             pipe.xinfo_groups(stream)
             pipe.xpending_range(stream, group, "-", "+", PENDING_LOOKED_AT)
             _queue_ends(pipe, stream)
+        for _, words in AGES_SCRIPT.commands([([stream], [group]) for stream in streams]):
+            pipe.execute_command(*words)
         results = pipe.execute(raise_on_error=False)
+        replies = results[5 * len(streams):]
+        if any(isinstance(reply, NoScriptError) for reply in replies):
+            replies = AGES_SCRIPT.run_on(client, [([stream], [group]) for stream in streams])
     except STORE_IO_ERRORS as exc:
         raise StoreError(f"cannot read shard lag: {exc}") from exc
+    ages = {age.shard: age for stream, reply in zip(streams, replies, strict=True)
+            for age in _ages(stream, [group], reply).values()}
     lags = []
     for index, stream in enumerate(streams):
         infos, first_pending, length, first, last = results[5 * index: 5 * index + 5]
@@ -122,11 +136,54 @@ def shard_lag(client: redis.Redis, streams: Sequence[str], group: str) -> list[S
             max_deliveries = max(int(row["times_delivered"]) for row in first_pending)
         last_delivered = _text(info["last-delivered-id"])
         lag = lag_from_ends(info.get("lag"), last_delivered, (length, first, last))
+        age = ages.get(stream)
         lags.append(ShardLag(
             shard=stream, length=length, last_delivered_id=last_delivered,
             lag=lag, pending=int(info["pending"]), oldest_pending_ms=oldest,
-            max_delivery_count=max_deliveries))
+            max_delivery_count=max_deliveries,
+            oldest_undelivered_age_ms=None if age is None else age.oldest_undelivered_age_ms,
+            oldest_pending_entry_age_ms=None if age is None else age.oldest_pending_entry_age_ms))
     return lags
+
+
+def _ages(stream: str, groups: Sequence[str], reply: Reply) -> dict[str, ShardAges]:
+    """The ages script's reply for one shard, per group (none when the script failed)."""
+    if isinstance(reply, Exception) or not isinstance(reply, list) or not reply:
+        return {}
+    now_ms = reply_int(reply[0])
+    ids = [_text(value) for value in reply[1:]]
+    return {group: ShardAges(shard=stream,
+                             oldest_undelivered_age_ms=entry_age_ms(ids[2 * n], now_ms),
+                             oldest_pending_entry_age_ms=entry_age_ms(ids[2 * n + 1], now_ms))
+            for n, group in enumerate(groups)}
+
+
+def group_ages(client: redis.Redis, streams: Sequence[str], groups: Sequence[str]
+               ) -> dict[str, list[ShardAges]]:
+    """C4: per group, its ages on every shard whose script answered (one round trip)."""
+    return group_ages_many(client, [(streams, groups)])[0]
+
+
+def group_ages_many(client: redis.Redis, reads: Sequence[tuple[Sequence[str], Sequence[str]]]
+                    ) -> list[dict[str, list[ShardAges]]]:
+    """`group_ages` of many prefixes, (streams, groups) each, in ONE round trip (one ages
+    script per shard): the source of `rsc_group_lag_seconds` and `rsc_group_pending_age_seconds`."""
+    calls = [([stream], list(groups)) for streams, groups in reads if groups for stream in streams]
+    try:
+        replies = AGES_SCRIPT.run_on(client, calls)
+    except STORE_IO_ERRORS as exc:
+        raise StoreError(f"cannot read group ages: {exc}") from exc
+    out: list[dict[str, list[ShardAges]]] = []
+    position = 0
+    for streams, groups in reads:
+        found: dict[str, list[ShardAges]] = {group: [] for group in groups}
+        if groups:
+            for stream in streams:
+                for group, age in _ages(stream, groups, replies[position]).items():
+                    found[group].append(age)
+                position += 1
+        out.append(found)
+    return out
 
 
 def _queue_ends(pipe: redis.client.Pipeline, stream: str) -> None:

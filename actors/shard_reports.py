@@ -25,6 +25,19 @@ class ShardLag:
     pending: int
     oldest_pending_ms: int | None  # idle ms of the pending entry with the smallest id
     max_delivery_count: int | None = None  # the highest delivery count of the oldest pending (P1)
+    # C4: now (the node's TIME) minus the id time of the first undelivered / first pending entry
+    oldest_undelivered_age_ms: int | None = None
+    oldest_pending_entry_age_ms: int | None = None
+
+
+@attrs.frozen
+class ShardAges:
+    """C4: how old one group's oldest undelivered and oldest pending entries are on one shard,
+    against the Redis node's own clock (None: there is no such entry)."""
+
+    shard: str
+    oldest_undelivered_age_ms: int | None
+    oldest_pending_entry_age_ms: int | None
 
 
 @attrs.frozen
@@ -77,3 +90,18 @@ def age_cut_id(max_age_ms: int, now_ms: int) -> str | None:
     """The MINID that removes entries older than `max_age_ms` at `now_ms` (None: nothing is)."""
     cut = now_ms - max_age_ms
     return f"{cut}-0" if cut > 0 else None
+
+
+def entry_age_ms(entry_id: str | None, now_ms: int) -> int | None:
+    """C4: how old an entry is at `now_ms` on its node's clock (its id's milliseconds), never
+    below 0 (None: no entry)."""
+    if not entry_id:
+        return None
+    milliseconds = int(entry_id.partition("-")[0])
+    return max(0, now_ms - milliseconds)
+
+
+def oldest_age(ages: Sequence[int | None]) -> int | None:
+    """The largest known age (a group's, over its shards); None when no shard has one."""
+    known = [age for age in ages if age is not None]
+    return max(known) if known else None

@@ -596,14 +596,15 @@ class StreamAdmin:
             raise StoreError(f"cannot delete consumer groups: {error_text(exc)}") from exc
 
     def move_offsets(self, streams: Iterable[str], group: str, to: str,
-                     timestamp_ms: int | None) -> dict[str, str]:
+                     timestamp_ms: int | None, *, dry_run: bool = False) -> dict[str, str]:
         """G3: the group's new last-delivered id on each stream, its pending entries dropped.
 
         `timestamp` makes the first entry at or after `timestamp_ms` the next one
         delivered, or acts like `latest` when there is none. One pipelined round trip.
+        C1 `dry_run`: the ids it would set, nothing moved.
         """
         streams = list(streams)
-        args: list[str | int] = [group, to, timestamp_ms or 0]
+        args: list[str | int] = [group, to, timestamp_ms or 0, "dry" if dry_run else "move"]
         try:
             results = MOVE_OFFSETS.run_on(self.client, [([stream], args) for stream in streams])
         except STORE_IO_ERRORS as exc:

@@ -9,6 +9,7 @@ means is the machine's. Retention passes and the T1 wait are actors/retention_ru
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import trio
@@ -85,8 +86,11 @@ class PrefixSteps:
                                       self.store.client, step.streams, step.groups)
             return Outcome(shard_ops.drain_report(counts))
         if isinstance(step, MoveOffsets):
-            moved = await calls.call(deadline, "offset move", self.streams.move_offsets,
-                                     step.streams, step.group, step.to, step.timestamp_ms)
+            moved = await calls.call(deadline, "offset move", functools.partial(
+                self.streams.move_offsets, dry_run=step.dry_run),
+                step.streams, step.group, step.to, step.timestamp_ms)
+            if step.dry_run:
+                return Outcome(moved)
             log_event(log, "group.offsets_reset", prefix=self.prefix, group=step.group,
                       to=step.to, shards=len(moved))
             return Outcome(moved)

@@ -2,7 +2,8 @@
 
 A watch pushes the latest description whenever it differs from the last one
 pushed in any field except `lastHeartbeatMsAgo`, `awayMs` (S6) and
-`oldestPendingMs` (those tick on their own), and at most `MAX_PUSHES_PER_SECOND` times a second: a
+`oldestPendingMs`, and C4's `oldestUndeliveredAgeMs` and `oldestPendingEntryAgeMs` (those tick
+on their own), and at most `MAX_PUSHES_PER_SECOND` times a second: a
 description is looked at again only `MIN_INTERVAL_MS` after the last look, so
 whatever changed in between is pushed once, as it is then (the latest wins).
 
@@ -29,9 +30,12 @@ def significant(description: m.GroupDescription) -> m.GroupDescription:
     """The description without what changes by itself (clocks) or per answer (requestId)."""
     return attrs.evolve(
         description, request_id=None,
+        oldest_undelivered_age_ms=None, oldest_pending_entry_age_ms=None,  # C4
         members=tuple(attrs.evolve(member, last_heartbeat_ms_ago=None, away_ms=None)
                       for member in description.members),
-        shards=tuple(attrs.evolve(shard, oldest_pending_ms=None) for shard in description.shards))
+        shards=tuple(attrs.evolve(shard, oldest_pending_ms=None, oldest_undelivered_age_ms=None,
+                                  oldest_pending_entry_age_ms=None)
+                     for shard in description.shards))
 
 
 @attrs.define

@@ -54,6 +54,8 @@ MESSAGE_TYPES: dict[str, type[m.Message]] = {
         m.DeadLetters,
         m.RedriveDeadLetters,
         m.DeadLettersRedriven,
+        m.ReadAudit,
+        m.AuditEntries,
         m.ErrorResponse,
     )
 }
@@ -63,7 +65,7 @@ ADMIN_REQUESTS: frozenset[str] = frozenset(
     cls.TYPE
     for cls in (m.ListGroups, m.DescribeGroup, m.SetShardCount, m.SetMaxConcurrency, m.RemoveMember,
                 m.DeleteGroup, m.ResetOffsets, m.SetRetention, m.GetFormatVersion,
-                m.SetFormatVersion, m.ListDeadLetters, m.RedriveDeadLetters)
+                m.SetFormatVersion, m.ListDeadLetters, m.RedriveDeadLetters, m.ReadAudit)
 )
 
 

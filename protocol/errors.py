@@ -26,6 +26,8 @@ class Status(enum.StrEnum):
     UNSUPPORTED_FORMAT_VERSION = "UNSUPPORTED_FORMAT_VERSION"  # setFormatVersion refused
     SUBSCRIPTION_LIMIT_REACHED = "SUBSCRIPTION_LIMIT_REACHED"  # B4: a session's watches or subscriptions
     REDRIVE_IN_PROGRESS = "REDRIVE_IN_PROGRESS"  # P3: the group's re-drive runs already
+    NOT_AUTHORIZED = "NOT_AUTHORIZED"  # C1: a change asked with the viewer token
+    STALE_CONFIRMATION = "STALE_CONFIRMATION"  # C1: the group moved since the action was confirmed
 
 
 class ProtocolError(Exception):

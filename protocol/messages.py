@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 import attrs
 
@@ -502,6 +502,7 @@ class ResetOffsets(GroupRequest):
     consumer_group: str = attrs.field(validator=_name)
     to: ResetTo
     timestamp_ms: int | None = attrs.field(default=None, validator=_timestamp_ms)
+    dry_run: bool = False  # C1: answer the ids it would set, move nothing
 
     def error(self, status: Status, error: str) -> OffsetsReset:
         return OffsetsReset(request_id=self.request_id, status=status,
@@ -566,6 +567,9 @@ class ShardDescription:
     damage: str | None = None  # B7: maxId, falseSeal or missingSeal, as last checked
     # P1: the highest delivery count among the shard's oldest 100 pending entries (None: none)
     max_delivery_count: int | None = None
+    # C4: ages on the Redis node's clock of the oldest undelivered and oldest pending entries
+    oldest_undelivered_age_ms: int | None = None
+    oldest_pending_entry_age_ms: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -605,6 +609,8 @@ class GroupDescription(Response):
     retention: Retention | None = None
     store_went_back_at_ms: int | None = None  # K3: when the store last went back (unix ms)
     expires_at_ms: int | None = None  # B6: when an empty group expires (unix ms); null otherwise
+    oldest_undelivered_age_ms: int | None = None  # C4: the largest over the shards
+    oldest_pending_entry_age_ms: int | None = None  # C4: the largest over the shards
     error: str | None = None
 
 
@@ -676,6 +682,7 @@ class OffsetsReset(Response):
     stream_prefix: str
     consumer_group: str
     shards: tuple[ShardOffset, ...] = ()
+    dry_run: bool = False  # C1: what a reset would set; nothing moved
     error: str | None = None
 
 
@@ -857,6 +864,31 @@ class DeadLettersRedriven(Response):
 
 
 @attrs.frozen(kw_only=True)
+class ReadAudit(Request):
+    """C3: the newest entries of the audit log `rsc:audit`, newest first (`beforeId`: older
+    than that entry, to page back)."""
+
+    TYPE: ClassVar[str] = "readAudit"
+    request_id: int
+    count: int = attrs.field(default=50, validator=_within(1, 1000))
+    before_id: str | None = None
+
+    def error(self, status: Status, error: str) -> AuditEntries:
+        return AuditEntries(request_id=self.request_id, status=status, error=error)
+
+
+@attrs.frozen(kw_only=True)
+class AuditEntries(Response):
+    """C3: audit entries, each the JSON object stored in `rsc:audit` plus its stream `id`."""
+
+    TYPE: ClassVar[str] = "auditEntries"
+    request_id: int | None
+    status: Status
+    entries: tuple[dict[str, Any], ...] = ()
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class ErrorResponse(Response):
     """The reply to anything malformed (INVALID_REQUEST)."""
 
@@ -869,7 +901,7 @@ class ErrorResponse(Response):
 MemberRequest = Heartbeat | GetRouting
 AdminRequest = (ListGroups | DescribeGroup | SetShardCount | SetMaxConcurrency | RemoveMember
                 | DeleteGroup | ResetOffsets | SetRetention | GetFormatVersion | SetFormatVersion
-                | ListDeadLetters | RedriveDeadLetters)
+                | ListDeadLetters | RedriveDeadLetters | ReadAudit)
 AdminResponse = (Groups | GroupDescription | ShardCountChanged | MaxConcurrencyChanged
                  | MemberRemoved | GroupDeleted | OffsetsReset | RetentionChanged | FormatVersion
-                 | FormatVersionChanged | DeadLetters | DeadLettersRedriven)
+                 | FormatVersionChanged | DeadLetters | DeadLettersRedriven | AuditEntries)

@@ -393,8 +393,12 @@ def test_shard_operations_run_per_shard_on_every_master(cluster_url: str,
         counts = {c.shard: (c.undelivered, c.pending)
                   for c in shard_ops.drain_counts(client, shards, [GROUP])}
         assert counts == dict.fromkeys(shards, (2, 1))
-        lags = {lag.shard: (lag.lag, lag.pending) for lag in shard_ops.shard_lag(client, shards, GROUP)}
+        measured = shard_ops.shard_lag(client, shards, GROUP)
+        lags = {lag.shard: (lag.lag, lag.pending) for lag in measured}
         assert lags == dict.fromkeys(shards, (2, 1))
+        # C4: the ages script ran on each shard's own node (its TIME), reloaded where flushed
+        assert all(lag.oldest_undelivered_age_ms is not None
+                   and lag.oldest_pending_entry_age_ms is not None for lag in measured)
         trimmed = [result.removed_acked for result in shard_ops.apply_retention(
             client, shards, [GROUP], acked=True, max_length=None, max_age_ms=None, now_ms=0)]
         assert trimmed == [0 if ops.use_xackdel else 2] * SHARDS  # XACKDEL deleted them already

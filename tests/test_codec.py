@@ -151,7 +151,7 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "currentAssignment": {"10.0.0.7-4242-0-k3f9": ["orders:v2:0", "orders:v1:1"]}}
 """, m.GroupDescription, {
         "error": None, "shards": [], "retention": None, "storeWentBackAtMs": None,
-        "expiresAtMs": None,
+        "expiresAtMs": None, "oldestUndeliveredAgeMs": None, "oldestPendingEntryAgeMs": None,
         "routing": {"version": 2, "shardCount": 8, "storeId": None, "retention": None},
         "members": [{"memberId": "10.0.0.7-4242-0-k3f9", "memberEpoch": 8,
                      "state": "UNREVOKED_SHARDS", "capacity": 8, "lastHeartbeatMsAgo": 420,
@@ -174,11 +174,13 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "targetAssignment": {"m1": ["orders:v2:0"]}, "currentAssignment": {"m1": ["orders:v2:0"]},
  "shards": [{"shard": "orders:v2:0", "version": 2, "owner": "m1",
              "length": 1204, "lastDeliveredId": "1733040000000-3",
-             "lag": 17, "pending": 4, "oldestPendingMs": 820, "damage": null, "maxDeliveryCount": 12},
+             "lag": 17, "pending": 4, "oldestPendingMs": 820, "damage": null, "maxDeliveryCount": 12,
+             "oldestUndeliveredAgeMs": 5200, "oldestPendingEntryAgeMs": 9100},
             {"shard": "orders:v1:0", "version": 1, "owner": null, "length": 0,
              "lastDeliveredId": null, "lag": null, "pending": 0, "oldestPendingMs": null, "damage": null,
-             "maxDeliveryCount": null}],
- "retention": {"mode": "acked", "maxLength": null, "maxAgeMs": null}}
+             "maxDeliveryCount": null, "oldestUndeliveredAgeMs": null, "oldestPendingEntryAgeMs": null}],
+ "retention": {"mode": "acked", "maxLength": null, "maxAgeMs": null},
+ "oldestUndeliveredAgeMs": 5200, "oldestPendingEntryAgeMs": 9100}
 """, m.GroupDescription, {"error": None, "storeWentBackAtMs": None, "expiresAtMs": None}),
     ("groupDescription with an AWAY static member (S6)", """
 {"type": "groupDescription", "requestId": 3, "status": "OK",
@@ -194,8 +196,8 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
  "shards": [{"shard": "orders:v1:0", "version": 1, "owner": null,
              "length": 1204, "lastDeliveredId": "1733040000000-3",
              "lag": 17, "pending": 0, "oldestPendingMs": null, "damage": null,
-             "maxDeliveryCount": null}],
- "retention": null}
+             "maxDeliveryCount": null, "oldestUndeliveredAgeMs": 61000, "oldestPendingEntryAgeMs": null}],
+ "retention": null, "oldestUndeliveredAgeMs": 61000, "oldestPendingEntryAgeMs": null}
 """, m.GroupDescription, {"error": None, "storeWentBackAtMs": None, "expiresAtMs": None}),
     # The admin table's requests and responses, with concrete values.
     ("listGroups", '{"type": "listGroups", "requestId": 2}', m.ListGroups, {}),
@@ -242,6 +244,18 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
 {"type": "formatVersionChanged", "requestId": 15, "status": "UNSUPPORTED_FORMAT_VERSION",
  "error": "format 3 is unknown to this coordinator, which writes formats 1 to 2"}
 """, m.FormatVersionChanged, {"formatVersion": None, "previousFormatVersion": None}),
+    ("readAudit (C3)", """
+{"type": "readAudit", "requestId": 16, "count": 20, "beforeId": "1733040000000-0"}
+""", m.ReadAudit, {}),
+    ("auditEntries (C3)", """
+{"type": "auditEntries", "requestId": 16, "status": "OK",
+ "entries": [{"id": "1733040000001-0", "timeMs": 1733040000001, "endpoint": "/v1/admin",
+              "peer": "10.0.0.9:51000", "via": "console", "role": "admin",
+              "request": {"type": "deleteGroup", "requestId": 3, "streamPrefix": "orders",
+                          "consumerGroup": "billing"},
+              "status": "OK", "error": null,
+              "before": {"groupEpoch": 9, "members": [], "shards": []}}]}
+""", m.AuditEntries, {"error": None}),
     ("setShardCount", """
 {"type": "setShardCount", "requestId": 4, "streamPrefix": "orders", "consumerGroup": "billing",
  "shardCount": 8, "cutover": "ordered"}
@@ -317,16 +331,20 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
     ("resetOffsets to a timestamp", """
 {"type": "resetOffsets", "requestId": 8, "streamPrefix": "orders", "consumerGroup": "billing",
  "to": "timestamp", "timestampMs": 1733040000000}
-""", m.ResetOffsets, {}),
+""", m.ResetOffsets, {"dryRun": False}),
     ("resetOffsets to earliest", """
 {"type": "resetOffsets", "requestId": 8, "streamPrefix": "orders", "consumerGroup": "billing",
  "to": "earliest"}
-""", m.ResetOffsets, {"timestampMs": None}),
+""", m.ResetOffsets, {"timestampMs": None, "dryRun": False}),
+    ("resetOffsets dry run (C1)", """
+{"type": "resetOffsets", "requestId": 8, "streamPrefix": "orders", "consumerGroup": "billing",
+ "to": "latest", "timestampMs": null, "dryRun": true}
+""", m.ResetOffsets, {}),
     ("offsetsReset", """
 {"type": "offsetsReset", "requestId": 8, "status": "OK", "streamPrefix": "orders",
  "consumerGroup": "billing",
  "shards": [{"shard": "orders:v2:0", "lastDeliveredId": "1733040000000-3"}]}
-""", m.OffsetsReset, {"error": None}),
+""", m.OffsetsReset, {"error": None, "dryRun": False}),
     ("listDeadLetters", """
 {"type": "listDeadLetters", "requestId": 9, "streamPrefix": "orders", "consumerGroup": "billing",
  "count": 20, "after": null}
@@ -585,6 +603,12 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
         skipped=st.lists(st.builds(m.SkippedDeadLetter, id=texts, reason=texts),
                          max_size=3).map(tuple),
         error=opt(texts)),
+    m.ReadAudit: st.builds(m.ReadAudit, request_id=request_ids, count=st.integers(1, 1000),
+                           before_id=opt(texts)),
+    m.AuditEntries: st.builds(
+        m.AuditEntries, request_id=maybe_request_ids, status=statuses, error=opt(texts),
+        entries=st.lists(st.dictionaries(texts, st.none() | st.integers(0, 2**53) | texts,
+                                         max_size=4), max_size=3).map(tuple)),
 }
 
 
@@ -637,7 +661,7 @@ SET_RETENTION: dict[str, Any] = {"type": "setRetention", "requestId": 9, "stream
 
 REQUESTS = [HEARTBEAT, GET_ROUTING, LIST_GROUPS, DESCRIBE_GROUP, SET_SHARD_COUNT, SET_MAX_CONCURRENCY,
             REMOVE_MEMBER, DELETE_GROUP, RESET_OFFSETS, SET_RETENTION]
-OPTIONAL = {"capacity", "ownedShards", "revokingShards", "subscribe", "cutover"}
+OPTIONAL = {"capacity", "ownedShards", "revokingShards", "subscribe", "cutover", "dryRun"}
 
 
 def endpoint_of(obj: dict[str, Any]) -> frozenset[str]:
@@ -759,7 +783,7 @@ def test_endpoint_sets() -> None:
     assert ADMIN_REQUESTS == {"listGroups", "describeGroup", "setShardCount", "setMaxConcurrency",
                               "removeMember", "deleteGroup", "resetOffsets", "setRetention",
                               "getFormatVersion", "setFormatVersion", "listDeadLetters",
-                              "redriveDeadLetters"}
+                              "redriveDeadLetters", "readAudit"}
 
 
 OPTIONAL_IN = {"setShardCount": {"consumerGroup"}}  # G1: optional there, required elsewhere

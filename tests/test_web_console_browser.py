@@ -27,7 +27,7 @@ import pytest
 import trio
 
 from rsc.admin.client import open_admin_client
-from rsc.protocol.messages import DescribeGroup, Request, SetShardCount
+from rsc.protocol.messages import DescribeGroup, ReadAudit, Request, SetMaxConcurrency, SetShardCount
 
 ROOT = Path(__file__).resolve().parent.parent
 LEASE_MS = 2000
@@ -464,6 +464,173 @@ def test_markup_in_names_is_shown_as_text(coordinators: Callable[..., Coordinato
     assert tab.page.locator("main img, main b, header img, header b").count() == 0
     assert MARKUP_GROUP in tab.page.title()
     tab.no_errors()  # includes: no alert() dialog ever opened
+
+
+def test_c3_the_audit_page_shows_changes_from_the_cli_live_with_their_peer(
+        coordinators: Callable[..., Coordinator], tab: Tab):
+    coordinator = coordinators("--admin-token", "s3cret")
+    set_shards(coordinator, MARKUP_PREFIX, MARKUP_GROUP, 2, token="s3cret")
+    tab.page.goto(coordinator.console + "audit")
+    tab.page.fill("#token", "s3cret")
+    tab.page.press("#token", "Enter")
+    first = row(tab, "audit", "setShardCount")
+    expect()(first).to_have_count(1, timeout=WAIT_MS)
+    shown = cells(first)
+    assert shown[1].startswith("127.0.0.1:") and shown[2] == "admin"
+    assert shown[4:6] == [MARKUP_PREFIX, MARKUP_GROUP] and shown[7] == "OK"
+    assert '"routing":null' in shown[8].replace(" ", "")
+    mark_page(tab)
+    set_shards(coordinator, MARKUP_PREFIX, MARKUP_GROUP, 3, token="s3cret")  # live, no reload
+    expect()(row(tab, "audit", "setShardCount")).to_have_count(2, timeout=WAIT_MS)
+    newest = cells(tab.page.locator("#audit tbody tr").first)
+    assert '"shardCount":3' in newest[6].replace(" ", "") and '"version": 1' in newest[8]
+    assert same_document(tab)
+    assert tab.page.locator("main img, main b").count() == 0
+    tab.no_errors()
+
+
+def audit_entries(coordinator: Coordinator, token: str) -> list[dict[str, Any]]:
+    return list(admin(coordinator, ReadAudit(request_id=0, count=100), token)["entries"])
+
+
+def confirm(tab: Tab, *expected: str) -> None:
+    """The confirmation dialog shows what will change; confirm it."""
+    dialog = tab.page.locator("#confirm")
+    expect()(dialog).to_be_visible(timeout=WAIT_MS)
+    for text in expected:
+        expect()(dialog).to_contain_text(text)
+    tab.page.click("#confirm-yes")
+    expect()(dialog).to_be_hidden()
+
+
+def result(tab: Tab, text: str) -> None:
+    expect()(tab.page.locator("#action-result")).to_have_text(text, timeout=WAIT_MS)
+
+
+def test_c1_every_action_behind_its_confirmation_through_the_admin_requests(
+        coordinators: Callable[..., Coordinator], tab: Tab):
+    coordinator = coordinators("--admin-token", "s3cret", "--viewer-token", "peek")
+    set_shards(coordinator, "orders", "billing", 2, token="s3cret")
+    tab.page.goto(group_url(coordinator, "orders", "billing"))
+    tab.page.fill("#token", "s3cret")
+    tab.page.press("#token", "Enter")
+    expect()(tab.page.locator("#actions")).to_be_visible(timeout=WAIT_MS)
+    mark_page(tab)
+
+    tab.page.fill("#concurrency-input", "3")
+    tab.page.click("#action-concurrency button")
+    confirm(tab, "max concurrency: members' capacity -> 3", "group epoch")
+    result(tab, "setMaxConcurrency: OK")
+    assert describe(coordinator, "orders", "billing", "s3cret")["maxConcurrency"] == 3
+
+    tab.page.fill("#retention-length", "5000")
+    tab.page.click("#action-retention button")
+    confirm(tab, "-> acked, max length 5,000")
+    result(tab, "setRetention: OK")
+
+    tab.page.select_option("#reset-to", "latest")
+    tab.page.click("#action-reset button")  # the dry run answers first, nothing moves yet
+    confirm(tab, "{orders:v1:0}: last delivered", "{orders:v1:1}")
+    result(tab, "resetOffsets: OK")
+
+    # a confirmation older than the group's epoch is refused and changes nothing
+    tab.page.fill("#shards-input", "4")
+    tab.page.click("#action-shards button")
+    expect()(tab.page.locator("#confirm")).to_contain_text("2 -> 4 shard(s)", timeout=WAIT_MS)
+    admin(coordinator, SetMaxConcurrency(request_id=0, stream_prefix="orders",
+                                         consumer_group="billing", max_concurrency=5), "s3cret")
+    tab.page.click("#confirm-yes")
+    expect()(tab.page.locator("#action-result")).to_contain_text("STALE_CONFIRMATION",
+                                                                 timeout=WAIT_MS)
+    assert describe(coordinator, "orders", "billing", "s3cret")["routing"]["shardCount"] == 2
+    expect()(tab.page.locator("#facts")).to_contain_text("5", timeout=WAIT_MS)  # the page moved on
+    tab.page.click("#action-shards button")
+    confirm(tab, "2 -> 4 shard(s)", "routing version 1 -> 2")
+    result(tab, "setShardCount: OK")
+    expect()(tab.page.locator("#shards tbody tr")).to_have_count(4, timeout=WAIT_MS)  # drained
+
+    member = consumer(coordinator, "orders", "billing")
+    try:
+        remove = tab.page.locator("#members tbody tr button.remove")
+        expect()(remove).to_have_count(1, timeout=WAIT_MS)
+        member_id = tab.page.locator("#members tbody tr td").first.inner_text()
+        remove.click()
+        confirm(tab, f"member {member_id} leaves the group")
+        result(tab, "removeMember: OK")
+    finally:
+        stop_process(member)
+    wait_for(lambda: not describe(coordinator, "orders", "billing", "s3cret")["members"],
+             "the consumer left")
+    tab.page.click("#action-delete button")
+    confirm(tab, "group billing of orders is deleted")
+    expect()(tab.page.locator("#unknown")).to_be_visible(timeout=WAIT_MS)
+    assert same_document(tab)
+
+    entries = audit_entries(coordinator, "s3cret")
+    refused = [e for e in entries if e.get("via") == "console" and e["request"] is None]
+    assert refused and refused[0]["status"] == "UNAUTHORIZED"  # the page's first, tokenless try
+    mine = [e for e in entries if e.get("via") == "console" and e["request"] is not None]
+    assert [e["request"]["type"] for e in reversed(mine)] == [
+        "setMaxConcurrency", "setRetention", "resetOffsets", "setShardCount", "removeMember",
+        "deleteGroup"]  # the dry run and the stale confirmation sent no change
+    assert all(e["role"] == "admin" and e["status"] == "OK" and e["peer"].startswith("127.0.0.1:")
+               for e in mine)
+    assert mine[0]["before"]["groupEpoch"] is not None  # deleteGroup: what was there
+    tab.no_errors()
+
+
+def test_c1_the_viewer_token_shows_no_actions_and_an_action_sent_anyway_is_refused(
+        coordinators: Callable[..., Coordinator], tab: Tab):
+    coordinator = coordinators("--admin-token", "s3cret", "--viewer-token", "peek")
+    set_shards(coordinator, "orders", "billing", 2, token="s3cret")
+    tab.page.goto(group_url(coordinator, "orders", "billing"))
+    tab.page.fill("#token", "peek")
+    tab.page.press("#token", "Enter")
+    expect()(tab.page.locator("#shards tbody tr")).to_have_count(2, timeout=WAIT_MS)
+    expect()(tab.page.locator("#actions")).to_be_hidden()
+    answer = tab.page.evaluate("""() => new Promise((resolve) => {
+        const socket = new WebSocket(`ws://${location.host}/ws`);
+        socket.onopen = () => socket.send(JSON.stringify({view: "group", token: "peek",
+            streamPrefix: "orders", consumerGroup: "billing"}));
+        socket.onmessage = (event) => {
+          const body = JSON.parse(event.data);
+          if (body.type === "auth") {
+            socket.send(JSON.stringify({type: "action", id: 1, action: "deleteGroup",
+              params: {}, confirmedAt: {groupEpoch: null, routingVersion: null}}));
+          } else if (body.type === "actionResult") { resolve(body); socket.close(); }
+        };
+    })""")
+    assert answer["status"] == "NOT_AUTHORIZED"
+    assert describe(coordinator, "orders", "billing", "s3cret")["status"] == "OK"
+    tab.no_errors()
+
+
+def test_c1_a_page_on_another_origin_cannot_trigger_an_action(
+        coordinators: Callable[..., Coordinator], tab: Tab):
+    coordinator = coordinators("--admin-token", "s3cret")
+    set_shards(coordinator, "orders", "billing", 2, token="s3cret")
+    feed = coordinator.console.replace("http://", "ws://") + "ws"
+    hostile = """<!doctype html><html><body><script>
+      window.outcome = [];
+      const socket = new WebSocket(FEED_URL);
+      socket.onopen = () => { window.outcome.push("open");
+        socket.send(JSON.stringify({view: "group", token: "s3cret", streamPrefix: "orders",
+          consumerGroup: "billing"}));
+        socket.send(JSON.stringify({type: "action", id: 1, action: "deleteGroup", params: {},
+          confirmedAt: {groupEpoch: null, routingVersion: null}})); };
+      socket.onmessage = (event) => window.outcome.push(event.data);
+      socket.onerror = () => window.outcome.push("error");
+      socket.onclose = () => window.outcome.push("closed");
+    </script></body></html>""".replace("FEED_URL", json.dumps(feed))
+    tab.page.route("http://elsewhere.test/**", lambda route: route.fulfill(
+        status=200, content_type="text/html", body=hostile))
+    tab.page.goto("http://elsewhere.test/page")
+    wait_for(lambda: "closed" in tab.page.evaluate("window.outcome"), "the refused socket closed")
+    assert "open" not in tab.page.evaluate("window.outcome")  # the handshake got 403
+    posted = tab.page.request.post(coordinator.console + "ws", data="{}")
+    assert posted.status in (400, 405)  # never as plain HTTP
+    assert describe(coordinator, "orders", "billing", "s3cret")["status"] == "OK"
+    assert [e["request"]["type"] for e in audit_entries(coordinator, "s3cret")] == ["setShardCount"]
 
 
 def test_a_broken_connection_reconnects_and_says_so(coordinators: Callable[..., Coordinator], tab: Tab):

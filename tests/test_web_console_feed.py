@@ -7,6 +7,7 @@ The browser tests are in tests/test_web_console_browser.py.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -54,7 +55,9 @@ async def start(nursery: trio.Nursery, redis_url: str, **overrides: Any) -> Cons
             await serve(config, metrics=metrics, task_status=task_status)
 
     url = await nursery.start(coordinator)
-    port = await nursery.start(serve_console, url, "127.0.0.1", 0)
+    port = await nursery.start(functools.partial(
+        serve_console, url, "127.0.0.1", 0, admin_token=config.admin_token,
+        viewer_token=config.viewer_token))
     return Console(url=url, port=port, metrics=metrics, coordinator_scope=scope)
 
 
@@ -107,7 +110,8 @@ async def test_pages_are_served_and_no_connection_reaches_the_coordinator_until_
     async with open_websocket_url(f"ws://127.0.0.1:{console.port}/ws") as websocket:
         assert console.gauge("rsc_sessions") == 0  # a feed dials the coordinator after its hello
         await websocket.send_message(json.dumps({"view": "overview", "token": None}))
-        assert await frame(websocket) == {"type": "auth", "status": "ok"}
+        assert await frame(websocket) == {"type": "auth", "status": "ok", "role": "open",
+                                          "actions": False}  # C1: no admin token, no actions
         assert console.gauge("rsc_sessions") == 1
     await wait_until(lambda: console.gauge("rsc_sessions") == 0)  # closed with the page
 
@@ -146,7 +150,8 @@ async def test_the_token_is_checked_by_the_coordinator_itself(redis_url: str, nu
     guarded = await start(nursery, redis_url, admin_token="s3cret")
     for token, answer in ((None, {"type": "auth", "status": "unauthorized", "tokenGiven": False}),
                           ("wrong", {"type": "auth", "status": "unauthorized", "tokenGiven": True}),
-                          ("s3cret", {"type": "auth", "status": "ok"})):
+                          ("s3cret", {"type": "auth", "status": "ok", "role": "admin",
+                                      "actions": True})):
         async with feed(guarded.port, {"view": "overview", "token": token}) as websocket:
             assert await frame(websocket) == answer, token
             if token == "s3cret":

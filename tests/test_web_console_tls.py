@@ -97,7 +97,7 @@ def rows(overview: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 async def assert_overview_names_the_group(websocket: WebSocketConnection) -> None:
-    assert await frame(websocket) == {"type": "auth", "status": "ok"}
+    assert await frame(websocket) == {"type": "auth", "status": "ok", "role": "open", "actions": False}
     overview = await frame_where(websocket, lambda body: body.get("type") == "overview")
     assert rows(overview) == [(PREFIX, GROUP)]
 

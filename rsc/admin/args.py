@@ -9,7 +9,7 @@
     | watch PREFIX GROUP | delete-group PREFIX GROUP
     | set-retention PREFIX (--acked|--none) [--max-length N] [--max-age DURATION]
     | reset-offsets PREFIX GROUP (--to-earliest|--to-latest|--to-datetime ISO8601)
-    | format-version | set-format-version N
+    | format-version | set-format-version N | audit [--count N] [--before ID]
     | dead-letters PREFIX GROUP [--count N] [--after ID]
     | redrive PREFIX GROUP [--dry-run] [--max N] [--id ID ...] [--force]
 
@@ -43,6 +43,7 @@ from rsc.protocol.messages import (
     GetFormatVersion,
     ListDeadLetters,
     ListGroups,
+    ReadAudit,
     RedriveDeadLetters,
     RemoveMember,
     ResetOffsets,
@@ -185,6 +186,8 @@ def build_request(args: argparse.Namespace) -> AdminRequest:
         return GetFormatVersion(request_id=0)
     if name == "set-format-version":
         return SetFormatVersion(request_id=0, format_version=args.format_version)
+    if name == "audit":  # C3
+        return ReadAudit(request_id=0, count=args.count, before_id=args.before_id)
     raise FieldValueError(f"unknown admin command {name!r}")
 
 
@@ -373,5 +376,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
                          help="send back this dead letter (repeat for more; default: all)")
     redrive.add_argument("--force", action="store_true",
                          help="send back entries already sent back 3 times too")
+    audit = command("audit", "show the audit log: every change and every refused request, "
+                             "newest first, with who sent it from where (C3)")
+    audit.add_argument("--count", type=_argument_type(_positive_int), default=50,
+                       help="entries to show, at most 1000 (default %(default)s)")
+    audit.add_argument("--before", dest="before_id", metavar="ID", default=None,
+                       help="only entries older than this entry id (to page back)")
     admin.set_defaults(run=run)
     return admin

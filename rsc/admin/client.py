@@ -454,15 +454,19 @@ class AdminClient:
 @asynccontextmanager
 async def open_admin_client(url: str, *, token: str | None = None, connect_timeout: float = 5.0,
                             url_source: str = "--url", ca_file: str | None = None,
-                            ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[AdminClient]:
+                            ssl_context: ssl.SSLContext | None = None,
+                            console_client: str | None = None) -> AsyncIterator[AdminClient]:
     """Connect to the admin endpoint of the coordinator at `url` (ws://host:port or wss://).
 
     Raises AdminConnectError (one line, D3) when the URL is bad, no session comes up
     within `connect_timeout` seconds, or a wss:// coordinator does not verify against
     `ssl_context` (else the system trust store and `ca_file`, default $RSC_CA_FILE).
+    `console_client` is the browser address the console sends (the audit log's peer, C3).
     """
     coordinator = parse_coordinator_url(url, url_source)
-    headers = [(b"Authorization", f"Bearer {token.strip()}".encode())] if token else None
+    headers = [(b"Authorization", f"Bearer {token.strip()}".encode())] if token else []
+    if console_client is not None:  # C3: the console says whose browser it acts for
+        headers.append((b"rsc-console-client", console_client.encode("ascii", "replace")))
     context = tls.websocket_context(coordinator.endpoint, ca_file=ca_file, ssl_context=ssl_context)
     if context is not None:
         try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -773,6 +774,45 @@ def format_version_changed_view(response: object) -> Text:
     return plain(f"metadata format version raised from {before} to {now}")
 
 
+def audit_view(response: object) -> RenderableType:
+    """C3: the audit entries, newest first: when, who (peer, role, via), what, the outcome."""
+    entries = field(response, "entries", ()) or ()
+    if not entries:
+        return plain("the audit log is empty")
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for column in ("time (UTC)", "peer", "role", "request", "outcome", "before"):
+        table.add_column(column)
+    for entry in entries:
+        request = entry.get("request") or {}
+        what = " ".join(str(part) for part in (
+            request.get("type", "handshake") if isinstance(request, Mapping) else "handshake",
+            *(request.get(key) for key in ("streamPrefix", "consumerGroup")
+              if isinstance(request, Mapping) and request.get(key) is not None)))
+        detail = {key: value for key, value in request.items()
+                  if key not in ("type", "requestId", "streamPrefix", "consumerGroup")} \
+            if isinstance(request, Mapping) else {}
+        if detail:
+            what += " " + json_text(detail)
+        outcome = str(entry.get("status"))
+        if entry.get("error"):
+            outcome += f": {entry['error']}"
+        who = str(entry.get("peer"))
+        if entry.get("via"):
+            who += f" (via {entry['via']})"
+        time_ms = entry.get("timeMs")
+        when = datetime.datetime.fromtimestamp(time_ms / 1000, datetime.UTC).strftime(
+            "%Y-%m-%d %H:%M:%S") if isinstance(time_ms, int) else "-"
+        before = entry.get("before")
+        table.add_row(name_text(when), name_text(who), name_text(entry.get("role")),
+                      name_text(what), name_text(outcome),
+                      name_text("-" if before is None else json_text(before)))
+    return table
+
+
+def json_text(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
 def generic_view(response: Message | Mapping[str, object]) -> RenderableType:
     """Any response as a key/value grid (for response types this version has no view for)."""
     body = response if isinstance(response, Mapping) else attrs.asdict(response)
@@ -805,6 +845,7 @@ RESPONSE_VIEWS: dict[str, Callable[[object], RenderableType]] = {
     FormatVersionChanged.TYPE: format_version_changed_view,
     DeadLetters.TYPE: dead_letters_view,
     DeadLettersRedriven.TYPE: dead_letters_redriven_view,
+    "auditEntries": audit_view,
 }
 
 
@@ -838,7 +879,8 @@ def watch_header(url: str, prefix: str, group: str, mode: str) -> Text:
 
 MEMBERS_NAMED_FIRST = 5  # watch's first line names the members up to this many
 SHARD_FIGURES = ("length", "last_delivered_id", "lag", "pending", "oldest_pending_ms",
-                 "max_delivery_count")
+                 "max_delivery_count", "oldest_undelivered_age_ms", "oldest_pending_entry_age_ms")
+SHARD_AGES = ("oldest_pending_ms", "oldest_undelivered_age_ms", "oldest_pending_entry_age_ms")
 """A shard's moving figures: `watch` shows them in its table, never as a change line."""
 
 
@@ -849,6 +891,8 @@ class _DescriptionChanges(TypedDict, total=False):
     members: tuple[MemberDescription, ...]
     shards: tuple[ShardDescription, ...]
     migration: MigrationDescription
+    oldest_undelivered_age_ms: int | None
+    oldest_pending_entry_age_ms: int | None
 
 
 def watch_signature(description: GroupDescription, figures: bool = False) -> GroupDescription:
@@ -861,10 +905,12 @@ def watch_signature(description: GroupDescription, figures: bool = False) -> Gro
     """
     members = tuple(attrs.evolve(member, last_heartbeat_ms_ago=None, away_ms=None)
                     for member in description.members)
-    changes: _DescriptionChanges = {"request_id": None, "members": members}
+    changes: _DescriptionChanges = {"request_id": None, "members": members,
+                                    "oldest_undelivered_age_ms": None,  # C4: ages tick
+                                    "oldest_pending_entry_age_ms": None}
     shards = field(description, "shards", ())
     if shards and attrs.has(type(shards[0])):
-        moving = SHARD_FIGURES if not figures else ("oldest_pending_ms",)
+        moving = SHARD_FIGURES if not figures else SHARD_AGES
         blank = {name: None for name in moving if name in attrs.fields_dict(type(shards[0]))}
         changes["shards"] = tuple(attrs.evolve(shard, **blank) for shard in shards)
     migration = description.migration

@@ -54,6 +54,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     # tokens may come from the environment so they stay out of `ps` (docs/protocol.md, Transport)
     parser.add_argument("--admin-token", default=None,
                         help="require this bearer token on /v1/admin (default: $RSC_ADMIN_TOKEN)")
+    parser.add_argument("--viewer-token", default=None,
+                        help="also accept this bearer token on /v1/admin, for read requests only "
+                             "(changes get NOT_AUTHORIZED); needs --admin-token "
+                             "(default: $RSC_VIEWER_TOKEN)")
     parser.add_argument("--member-token", default=None,
                         help="require this bearer token on /v1/member (default: $RSC_MEMBER_TOKEN)")
     parser.add_argument("--allow-unauthenticated", action="store_true",
@@ -95,6 +99,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="every metadata write waits (Redis WAIT, within a third of the lease) "
                              "until this many replicas hold it; fewer is a failed write, answered "
                              "COORDINATOR_NOT_AVAILABLE (default: 0)")
+    parser.add_argument("--lag-metrics-interval-ms", type=positive,
+                        default=defaults.lag_metrics_interval_ms,
+                        help="how often the lag in time of every group is read from Redis for "
+                             "rsc_group_lag_seconds and rsc_group_pending_age_seconds "
+                             "(default %(default)s)")
     parser.add_argument("--no-push", dest="push", action="store_false",
                         help="do not push assignmentChanged hints (members poll)")
     parser.add_argument("--keep-drained-streams", action="store_true",
@@ -111,6 +120,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         static_session_timeout_ms=args.static_session_timeout_ms,
         empty_group_retention_ms=args.empty_group_retention_ms,
         admin_token=args.admin_token, member_token=args.member_token,
+        viewer_token=args.viewer_token,
         max_frame_bytes=args.max_frame_bytes, metrics_port=args.metrics_port,
         console_port=args.console_port, push=args.push,
         keep_drained_streams=args.keep_drained_streams, max_sessions=args.max_sessions,
@@ -118,6 +128,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         tls_cert=args.tls_cert, tls_key=args.tls_key, metrics_tls=args.metrics_tls,
         min_replicas=args.min_replicas, allowed_origins=args.allowed_origins,
         console_hosts=args.console_hosts, allow_unauthenticated=args.allow_unauthenticated,
+        lag_metrics_interval_ms=args.lag_metrics_interval_ms,
     )
 
 
@@ -214,7 +225,8 @@ async def _serve_until_signal(config: CoordinatorConfig) -> None:
                 port = await nursery.start(functools.partial(  # --metrics-tls: HTTPS, wss:// feed
                     serve_console, url, config.host, config.console_port, tls_cert=config.tls_cert,
                     tls_key=config.tls_key, https=config.metrics_tls,
-                    console_hosts=config.console_hosts))
+                    console_hosts=config.console_hosts,
+                    admin_token=config.admin_token, viewer_token=config.viewer_token))
                 print(f"console at {console_url(config.host, port, https=config.metrics_tls)}", flush=True)
 
 

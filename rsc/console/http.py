@@ -49,7 +49,8 @@ LOOPBACK_NAMES: Final = ("localhost", "127.0.0.1", "::1")
 _WILDCARDS: Final = ("", "0.0.0.0", "::")
 
 # the pages and files of the console: URL path -> file in rsc/console/static
-ROUTES: Final = {"/": "index.html", "/group": "group.html", "/static/console.js": "console.js",
+ROUTES: Final = {"/": "index.html", "/group": "group.html", "/audit": "audit.html",
+                 "/static/console.js": "console.js",
                  "/static/chart.js": "chart.js", "/static/console.css": "console.css",
                  "/favicon.svg": "favicon.svg"}
 

@@ -32,10 +32,12 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
+import attrs
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_server_stream
 
 from rsc.actors.handshake_gate import Reason, RefusalTable
+from rsc.actors.server import admin_role
 from rsc.admin.client import (
     AdminClient,
     AdminConnectError,
@@ -57,7 +59,7 @@ from rsc.console.http import (
     route,
     with_hsts,
 )
-from rsc.protocol.messages import DescribeGroup, ListGroups
+from rsc.protocol.messages import DescribeGroup, ListGroups, ReadAudit
 
 log = logging.getLogger("rsc.console")
 
@@ -69,6 +71,7 @@ CONNECT_TIMEOUT_S: Final = 5.0
 OVERVIEW_REFRESH_S: Final = 1.0
 UNKNOWN_GROUP_RETRY_S: Final = 1.0
 FEED_QUEUE: Final = 4
+AUDIT_REFRESH_S: Final = 1.0
 
 
 class ConsoleError(Exception):
@@ -119,6 +122,7 @@ class ReplayStream(trio.abc.Stream):
 async def serve_console(coordinator_url: str, host: str, port: int, *, tls_cert: str | None = None,
                         tls_key: str | None = None, https: bool = False,
                         console_hosts: tuple[str, ...] = (), throttle_loopback: bool = False,
+                        admin_token: str | None = None, viewer_token: str | None = None,
                         task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the console on host:port until cancelled; it follows the coordinator at
     `coordinator_url` (ws:// or wss://) for each open page.
@@ -145,18 +149,37 @@ async def serve_console(coordinator_url: str, host: str, port: int, *, tls_cert:
     files.read("index.html")  # a broken install fails here, at start, not on the first page
     console = _Console(dial, files, client_tls, hosts=ConsoleHosts.serving(host, console_hosts),
                        https=server_tls is not None,
-                       logins=RefusalTable(exempt_loopback=not throttle_loopback))
+                       logins=RefusalTable(exempt_loopback=not throttle_loopback),
+                       roles=Roles(admin_token, viewer_token))
     listeners: list[trio.abc.Listener[trio.abc.Stream]] = list(sockets) if server_tls is None else [
         trio.SSLListener(socket, server_tls, https_compatible=True) for socket in sockets]
     task_status.started(int(sockets[0].socket.getsockname()[1]))
     await trio.serve_listeners(console.handle, listeners)
 
 
+@attrs.frozen
+class Roles:
+    """C1: the coordinator's tokens, so the console knows what a page's token may do. The
+    coordinator still checks every request itself (the page's token is its session's)."""
+
+    admin_token: str | None = None
+    viewer_token: str | None = None
+
+    def role(self, token: str | None) -> str | None:
+        headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+        return admin_role(headers, self.admin_token, self.viewer_token)
+
+    def may_act(self, token: str | None) -> bool:
+        """Actions (and message contents): only with an admin token configured, and given."""
+        return self.admin_token is not None and self.role(token) == "admin"
+
+
 class _Console:
     def __init__(self, coordinator_url: str, files: StaticFiles,
                  coordinator_tls: ssl.SSLContext | None = None, *,
                  hosts: ConsoleHosts | None = None, https: bool = False,
-                 logins: RefusalTable | None = None) -> None:
+                 logins: RefusalTable | None = None, roles: Roles | None = None) -> None:
+        self.roles = roles or Roles()
         self.coordinator_url = coordinator_url
         self.hosts = hosts or ConsoleHosts.serving("127.0.0.1")
         self.https = https
@@ -199,25 +222,41 @@ class _Console:
             return
         answer = route(request, self.files, self.hosts)
         if answer == WEBSOCKET:
-            await self._feed(ReplayStream(stream, received), Login(self.logins, address))
+            await self._feed(ReplayStream(stream, received), Login(self.logins, address),
+                             browser_host_port(stream))
         elif isinstance(answer, Response):
             await self._send(stream, answer)
 
     async def _send(self, stream: trio.abc.Stream, response: Response) -> None:
         await _send(stream, with_hsts(response) if self.https else response)
 
-    async def _feed(self, stream: ReplayStream, login: Login) -> None:
+    async def _feed(self, stream: ReplayStream, login: Login, browser: str) -> None:
         async with trio.open_nursery() as nursery:
             request = await wrap_server_stream(nursery, stream, message_queue_size=FEED_QUEUE,
                                                max_message_size=views.MAX_HELLO_BYTES)
             websocket = await request.accept()
             try:
                 await Feed(websocket, self.coordinator_url, self.coordinator_tls,
-                           history=self.history, login=login).run()
+                           history=self.history, login=login, browser=browser,
+                           roles=self.roles).run()
             finally:
                 with trio.move_on_after(2.0):
                     await websocket.aclose()
                 nursery.cancel_scope.cancel()
+
+
+def browser_host_port(stream: object) -> str:
+    """`host:port` of the browser at the other end of an accepted stream (plain or TLS)."""
+    for _ in range(3):
+        sock = getattr(stream, "socket", None)
+        if sock is not None:
+            try:
+                host, port = sock.getpeername()[:2]
+            except OSError:
+                break
+            return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        stream = getattr(stream, "transport_stream", None)
+    return "unknown"
 
 
 _GONE = (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionClosed)
@@ -290,9 +329,12 @@ class Feed:
 
     def __init__(self, websocket: WebSocketConnection, coordinator_url: str,
                  coordinator_tls: ssl.SSLContext | None = None, *,
-                 history: views.LagHistory | None = None, login: Login | None = None) -> None:
+                 history: views.LagHistory | None = None, login: Login | None = None,
+                 browser: str | None = None, roles: Roles | None = None) -> None:
         self.websocket = websocket
         self.login = login
+        self.roles = roles or Roles()
+        self.browser = browser  # C3: the audit log's peer for what this page asks
         self.history = history if history is not None else views.LagHistory()
         self.coordinator_url = coordinator_url
         self.coordinator_tls = coordinator_tls
@@ -339,14 +381,19 @@ class Feed:
 
     async def _follow(self, hello: views.Hello) -> None:
         """An admin session with the page's token, then the view until the page or it closes."""
-        async with _admin(self.coordinator_url, hello.token, self.coordinator_tls) as admin:
-            await self.send({"type": "auth", "status": "ok"})
+        async with _admin(self.coordinator_url, hello.token, self.coordinator_tls,
+                          self.browser) as admin:
+            may_act = self.roles.may_act(hello.token)
+            await self.send({"type": "auth", "status": "ok", "role": self.roles.role(hello.token),
+                             "actions": may_act})
             follow: Callable[[AdminClient], Awaitable[None]] = \
                 self.follow_overview if hello.view == "overview" else \
+                self.follow_audit if hello.view == "audit" else \
                 (lambda client: self.follow_group(client, hello))
             try:
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._until_page_closes, nursery.cancel_scope)
+                    nursery.start_soon(self._read_page, nursery.cancel_scope, admin, hello,
+                                       may_act)
                     nursery.start_soon(self._sender)
                     await follow(admin)
             except BaseExceptionGroup as group:
@@ -355,13 +402,41 @@ class Feed:
                     raise
                 raise leaf from None
 
-    async def _until_page_closes(self, scope: trio.CancelScope) -> None:
-        """The page sends nothing after its hello; reading notices when it goes away."""
+    async def _read_page(self, scope: trio.CancelScope, admin: AdminClient, hello: views.Hello,
+                         may_act: bool) -> None:
+        """After its hello a page sends only C1 actions (group page); reading also notices
+        when it goes away. One action at a time, answered with an `actionResult`."""
         try:
             while True:
-                await self.websocket.get_message()
+                text = await self.websocket.get_message()
+                await self.send(await self.act(admin, hello, may_act, text))
         except ConnectionClosed:
             scope.cancel()
+
+    async def act(self, admin: AdminClient, hello: views.Hello, may_act: bool,
+                  text: str | bytes) -> dict[str, object]:
+        """C1: one action of a page, through the same admin request `rsc admin` sends, on this
+        page's own admin session (its token, the browser's address for the audit log)."""
+        if hello.view != "group" or hello.stream_prefix is None or hello.consumer_group is None:
+            return {"type": "actionResult", "status": "INVALID_REQUEST",
+                    "error": "actions are sent from a group page"}
+        try:
+            action = views.parse_action(text, hello.stream_prefix, hello.consumer_group)
+        except views.ActionError as exc:
+            return {"type": "actionResult", "status": "INVALID_REQUEST", "error": str(exc)}
+        result: dict[str, object] = {"type": "actionResult", "id": action.action_id,
+                                     "action": action.request.TYPE, "dryRun": action.dry_run}
+        if not may_act:
+            return {**result, "status": "NOT_AUTHORIZED",
+                    "error": "actions need the admin token (and a coordinator that has one)"}
+        described = await admin.session.request(DescribeGroup(
+            request_id=0, stream_prefix=hello.stream_prefix, consumer_group=hello.consumer_group))
+        moved = views.stale_confirmation(action, described)
+        if moved is not None:
+            return {**result, "status": "STALE_CONFIRMATION", "error": moved}
+        answer = await admin.session.request(action.request)
+        return {**result, "status": answer.get("status"), "error": answer.get("error"),
+                "answer": answer}
 
     async def _sender(self) -> None:
         while True:
@@ -406,6 +481,18 @@ class Feed:
                     migrations[pushed] = push.get("migration")
                     self.offer_changed("overview", {"type": "overview",
                                                     **views.overview(groups, migrations, watched)})
+
+    async def follow_audit(self, admin: AdminClient) -> None:
+        """C3: the newest audit entries, read again every AUDIT_REFRESH_S (one at a time)."""
+        while True:
+            answer = await admin.session.request(
+                ReadAudit(request_id=0, count=views.AUDIT_PAGE_ENTRIES))
+            _raise_unless_ok(answer)
+            found = answer.get("entries")
+            entries = [entry for entry in found if isinstance(entry, dict)] \
+                if isinstance(found, list) else []
+            self.offer_changed("audit", {"type": "audit", "rows": views.audit_rows(entries)})
+            await trio.sleep(AUDIT_REFRESH_S)
 
     async def follow_group(self, admin: AdminClient, hello: views.Hello) -> None:
         """describeGroup with watch; each push is the page's next state. An unknown (or deleted)
@@ -486,7 +573,8 @@ async def _next_push(admin: AdminClient) -> dict[str, object]:
         raise SessionLost(f"the coordinator at {admin.url} closed the session") from None
 
 
-def _admin(url: str, token: str | None,
-           context: ssl.SSLContext | None) -> AbstractAsyncContextManager[AdminClient]:
+def _admin(url: str, token: str | None, context: ssl.SSLContext | None,
+           browser: str | None = None) -> AbstractAsyncContextManager[AdminClient]:
     return open_admin_client(url, token=token, connect_timeout=CONNECT_TIMEOUT_S,
-                             url_source="the coordinator", ssl_context=context)
+                             url_source="the coordinator", ssl_context=context,
+                             console_client=browser)

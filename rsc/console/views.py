@@ -27,14 +27,16 @@ from typing import Any, Final, Generic, TypedDict, TypeVar
 import attrs
 
 from rsc.common.lag import backlog
+from rsc.protocol import messages as m
 from rsc.protocol.messages import FieldValueError, check_name
+from rsc.protocol.vocabulary import RetentionMode
 
 MAX_SENDS_PER_SECOND: Final = 10
 MIN_SEND_INTERVAL_MS: Final = 1000 // MAX_SENDS_PER_SECOND
 MAX_HELLO_BYTES: Final = 4096
 MAX_WATCHED_PREFIXES: Final = 50  # the overview watches one group per prefix for its migration
 
-VIEWS: Final = ("overview", "group")
+VIEWS: Final = ("overview", "group", "audit")
 HISTORY_MS: Final = 10 * 60 * 1000  # as long as the page's chart reaches back
 HISTORY_STEP_MS: Final = 1000  # at most a point a second per group
 MAX_HISTORIES: Final = 64  # groups remembered; the least recently seen is forgotten first
@@ -53,7 +55,7 @@ class Hello:
 
 
 def parse_hello(text: str | bytes) -> Hello:
-    """`{"view": "overview" | "group", "token": str | null, "streamPrefix", "consumerGroup"}`."""
+    """`{"view": "overview" | "group" | "audit", "token": str | null, "streamPrefix", "consumerGroup"}`."""
     if isinstance(text, bytes) or len(text.encode()) > MAX_HELLO_BYTES:
         raise HelloError("the first message must be a JSON text frame of at most 4096 bytes")
     try:
@@ -69,7 +71,7 @@ def parse_hello(text: str | bytes) -> Hello:
     if token is not None and (not isinstance(token, str) or not token or "\n" in token
                               or "\r" in token):
         raise HelloError("field 'token' must be a non-empty one-line string or null")
-    if view == "overview":
+    if view in ("overview", "audit"):
         return Hello(view=view, token=token)
     prefix, group = body.get("streamPrefix"), body.get("consumerGroup")
     if not isinstance(prefix, str) or not isinstance(group, str):
@@ -436,3 +438,139 @@ def laggiest_shard(shards: Sequence[ShardRow]) -> Laggiest | None:
     return {"shard": best.get("shard"), "owner": best.get("owner"), "lag": best.get("lag"),
             "pending": best.get("pending"),
             "backlog": backlog(best.get("lag"), best.get("pending"))}
+
+
+AUDIT_PAGE_ENTRIES: Final = 100
+
+
+def audit_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """C3: the audit page's rows, newest first: when, who, what, the outcome, what was before.
+    Values stay data (the page sets them as text)."""
+    rows = []
+    for entry in entries:
+        request = entry.get("request")
+        body = request if isinstance(request, Mapping) else {}
+        rows.append({
+            "id": entry.get("id"), "timeMs": entry.get("timeMs"), "peer": entry.get("peer"),
+            "via": entry.get("via"), "role": entry.get("role"),
+            "request": body.get("type", "handshake"),
+            "streamPrefix": body.get("streamPrefix"), "consumerGroup": body.get("consumerGroup"),
+            "detail": json.dumps({key: value for key, value in body.items()
+                                  if key not in ("type", "requestId", "streamPrefix",
+                                                 "consumerGroup")},
+                                 ensure_ascii=False, sort_keys=True) if body else "",
+            "status": entry.get("status"), "error": entry.get("error"),
+            "before": None if entry.get("before") is None else json.dumps(
+                entry.get("before"), ensure_ascii=False, sort_keys=True)})
+    return rows
+
+
+# --- C1 actions ---------------------------------------------------------------------------
+
+ACTIONS: Final = ("setShardCount", "setMaxConcurrency", "removeMember", "resetOffsets",
+                  "deleteGroup", "setRetention")
+"""What the group page can do, each through the admin request of the same name. (P3's
+dead-letter re-drive joins here as one more name when the coordinator has it.)"""
+
+MAX_ACTION_BYTES: Final = 4096
+
+
+class ActionError(ValueError):
+    """A page's action message the console cannot send; the text names what is wrong."""
+
+
+@attrs.frozen
+class Action:
+    """One confirmed action of a group page: its id (echoed in the result), the admin
+    request to send, and the group epoch and routing version the operator confirmed at."""
+
+    action_id: int
+    request: Any  # rsc.protocol.messages.Request
+    group_epoch: int | None
+    routing_version: int | None
+    dry_run: bool = False
+
+
+def _int_or_none(params: Mapping[str, Any], name: str) -> int | None:
+    value = params.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ActionError(f"field 'params.{name}' must be an integer or null, got {value!r}")
+    return value
+
+
+def parse_action(text: str | bytes, prefix: str, group: str) -> Action:
+    """A group page's action message: `{"type": "action", "id", "action", "params",
+    "confirmedAt": {"groupEpoch", "routingVersion"}}`, as the admin request it sends."""
+    if isinstance(text, bytes) or len(text.encode()) > MAX_ACTION_BYTES:
+        raise ActionError("an action must be a JSON text frame of at most 4096 bytes")
+    try:
+        body = json.loads(text)
+    except ValueError:
+        raise ActionError("the action is not JSON") from None
+    if not isinstance(body, dict) or body.get("type") != "action":
+        raise ActionError("a page sends only actions after its hello: {\"type\": \"action\", ...}")
+    action_id = body.get("id")
+    if isinstance(action_id, bool) or not isinstance(action_id, int):
+        raise ActionError(f"field 'id' must be an integer, got {action_id!r}")
+    name = body.get("action")
+    if name not in ACTIONS:
+        raise ActionError(f"field 'action' must be one of {', '.join(ACTIONS)}, got {name!r}")
+    params = body.get("params") or {}
+    confirmed = body.get("confirmedAt")
+    if not isinstance(params, dict) or not isinstance(confirmed, dict):
+        raise ActionError("fields 'params' and 'confirmedAt' must be objects")
+    epoch = _int_or_none(confirmed, "groupEpoch")
+    version = _int_or_none(confirmed, "routingVersion")
+    named: dict[str, Any] = {"request_id": 0, "stream_prefix": prefix}
+    try:
+        request: Any
+        if name == "setShardCount":
+            count = _int_or_none(params, "shardCount")
+            if count is None:
+                raise ActionError("field 'params.shardCount' is missing")
+            request = m.SetShardCount(**named, consumer_group=group, shard_count=count)
+        elif name == "setMaxConcurrency":
+            request = m.SetMaxConcurrency(**named, consumer_group=group,
+                                          max_concurrency=_int_or_none(params, "maxConcurrency"))
+        elif name == "removeMember":
+            member = params.get("memberId")
+            if not isinstance(member, str):
+                raise ActionError("field 'params.memberId' must be a string")
+            request = m.RemoveMember(**named, consumer_group=group, member_id=member)
+        elif name == "resetOffsets":
+            to = params.get("to")
+            if to not in ("earliest", "latest"):
+                raise ActionError(f"field 'params.to' must be earliest or latest, got {to!r}")
+            request = m.ResetOffsets(**named, consumer_group=group, to=to,
+                                     dry_run=params.get("dryRun") is True)
+        elif name == "deleteGroup":
+            request = m.DeleteGroup(**named, consumer_group=group)
+        else:
+            mode = params.get("mode")
+            if mode not in ("acked", "none"):
+                raise ActionError(f"field 'params.mode' must be acked or none, got {mode!r}")
+            request = m.SetRetention(**named, retention=m.Retention(
+                mode=RetentionMode(mode), max_length=_int_or_none(params, "maxLength"),
+                max_age_ms=_int_or_none(params, "maxAgeMs")))
+    except FieldValueError as exc:
+        raise ActionError(str(exc)) from None
+    return Action(action_id=action_id, request=request, group_epoch=epoch, routing_version=version,
+                  dry_run=getattr(request, "dry_run", False))
+
+
+def stale_confirmation(action: Action, description: Mapping[str, Any]) -> str | None:
+    """C1: why the group moved since the operator confirmed (None: it did not)."""
+    routing = description.get("routing")
+    version = routing.get("version") if isinstance(routing, Mapping) else None
+    epoch = description.get("groupEpoch")
+    moved = []
+    if epoch != action.group_epoch:
+        moved.append(f"group epoch {action.group_epoch} -> {epoch}")
+    if version != action.routing_version:
+        moved.append(f"routing version {action.routing_version} -> {version}")
+    if not moved:
+        return None
+    return "the group changed since this was confirmed (" + ", ".join(moved) + \
+        "): look at it again and confirm again"

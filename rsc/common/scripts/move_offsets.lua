@@ -1,6 +1,7 @@
 -- KEYS[1] a shard stream; ARGV[1] the group; ARGV[2] earliest | latest | timestamp; ARGV[3]
--- the timestamp in ms. Returns the group's new last-delivered id (G3). Recreating the group
--- at the new id drops its pending entries (XGROUP SETID alone keeps them).
+-- the timestamp in ms; ARGV[4] 'dry' for a dry run (C1: nothing moves). Returns the group's
+-- new last-delivered id (G3). Recreating the group at the new id drops its pending entries
+-- (XGROUP SETID alone keeps them).
 local id = '$'
 if ARGV[2] == 'earliest' then
   id = '0-0'
@@ -16,6 +17,14 @@ elseif ARGV[2] == 'timestamp' then
       id = '0-0'
     end
   end
+end
+if ARGV[4] == 'dry' then
+  if id == '$' then
+    local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+    id = '0-0'
+    if #last > 0 then id = last[1][1] end
+  end
+  return id
 end
 redis.pcall('XGROUP', 'DESTROY', KEYS[1], ARGV[1])
 redis.call('XGROUP', 'CREATE', KEYS[1], ARGV[1], id, 'MKSTREAM')

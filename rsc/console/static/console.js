@@ -22,6 +22,9 @@
     sort: {key: "streamPrefix", dir: 1},
     view: null,
     history: [],
+    actions: false,  // C1: this page's token may act (the console says so at login)
+    pendingAction: null,
+    nextActionId: 1,
   };
 
   // --- small helpers ------------------------------------------------------------------
@@ -134,6 +137,11 @@
         state.attempts = 0;
         $("login").hidden = true;
         $("content").hidden = false;
+        state.actions = body.actions === true;
+        if (page === "group") {
+          $("actions").hidden = !state.actions;
+          $("member-actions").hidden = !state.actions;
+        }
         setStatus(again ? `live, reconnected at ${clock()}` : "live", "live");
       } else {
         askForToken(body.tokenGiven, body.status === "throttled");
@@ -148,6 +156,10 @@
       renderGroup(body);
     } else if (body.type === "history" && page === "group") {
       mergeHistory(body.points);
+    } else if (body.type === "actionResult" && page === "group") {
+      actionResult(body);
+    } else if (body.type === "audit" && page === "audit") {
+      renderAudit(body.rows);
     }
   }
 
@@ -420,6 +432,17 @@
       cell(tr, ids(member.assignedShards));
       cell(tr, ids(member.pendingShards));
       cell(tr, ids(member.revokingShards));
+      if (state.actions) {
+        const remove = document.createElement("button");
+        remove.type = "button";
+        remove.className = "remove";
+        remove.textContent = "Remove";
+        remove.addEventListener("click", () => confirmAction("Remove a member",
+          [`member ${member.memberId} leaves the group (epoch ${num(view.groupEpoch)} moves on)`,
+            `its shards (${member.assignedShards.join(" ") || "none"}) move to the other members`],
+          "removeMember", {memberId: member.memberId}));
+        cell(tr, remove);
+      }
       body.appendChild(tr);
     }
     $("member-count").textContent = `(${num(view.members.length)})`;
@@ -501,10 +524,151 @@
     }
   }
 
+  // --- actions (C1) --------------------------------------------------------------------
+
+  // what the operator confirms: the changes, and the group epoch and routing version seen
+  function confirmAction(title, changes, action, params) {
+    const view = state.view;
+    if (view === null) {
+      return;
+    }
+    const at = {groupEpoch: view.groupEpoch, routingVersion: view.routingVersion};
+    state.pendingAction = {action: action, params: params, confirmedAt: at};
+    $("confirm-title").textContent = `${title}: ${view.streamPrefix} / ${view.consumerGroup}`;
+    const list = $("confirm-changes");
+    clear(list);
+    for (const change of changes) {
+      const item = document.createElement("li");
+      item.textContent = change;
+      list.appendChild(item);
+    }
+    $("confirm-at").textContent = `as seen at group epoch ${num(at.groupEpoch)}, routing ` +
+      `version ${num(at.routingVersion)}: if either moves first, nothing is done`;
+    $("confirm").showModal();
+  }
+
+  function sendAction(action, params, confirmedAt) {
+    if (state.socket === null) {
+      $("action-result").textContent = `${action}: not sent, the connection is down`;
+      return;
+    }
+    const id = state.nextActionId++;
+    state.socket.send(JSON.stringify({type: "action", id: id, action: action, params: params,
+      confirmedAt: confirmedAt}));
+    $("action-result").textContent = `${action}: sent, waiting for the answer`;
+  }
+
+  function actionResult(body) {
+    if (body.dryRun && body.status === "OK" && body.answer) {
+      // reset offsets: the dry run's answer is what the confirmation shows
+      const view = state.view;
+      const before = new Map((view ? view.shards : []).map((s) => [s.shard, s.lastDeliveredId]));
+      const changes = body.answer.shards.map((shard) =>
+        `${shard.shard}: last delivered ${before.get(shard.shard) || "none"} -> ${shard.lastDeliveredId}`);
+      changes.push(`its ${num(view ? view.pending : null)} unacked entries are dropped`);
+      confirmAction("Reset offsets", changes, "resetOffsets",
+        {to: body.answer.to || $("reset-to").value, dryRun: false});
+      return;
+    }
+    const line = `${body.action || "action"}: ${body.status}` + (body.error ? `: ${body.error}` : "");
+    $("action-result").textContent = line;
+    $("action-result").className = "summary " + (body.status === "OK" ? "ok" : "refused");
+  }
+
+  function optionalNumber(id) {
+    const text = $(id).value.trim();
+    return text === "" ? null : Number(text);
+  }
+
+  function setUpActions() {
+    $("confirm-yes").addEventListener("click", () => {
+      const pending = state.pendingAction;
+      state.pendingAction = null;
+      $("confirm").close();
+      if (pending !== null) {
+        sendAction(pending.action, pending.params, pending.confirmedAt);
+      }
+    });
+    $("confirm-no").addEventListener("click", () => {
+      state.pendingAction = null;
+      $("confirm").close();
+      $("action-result").textContent = "cancelled: nothing was sent";
+    });
+    $("action-shards").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const view = state.view;
+      const count = Number($("shards-input").value);
+      confirmAction("Set shards", [
+        `prefix ${view.streamPrefix}: ${num(view.shardCount)} -> ${num(count)} shard(s), ` +
+          `routing version ${num(view.routingVersion)} -> ${num((view.routingVersion || 0) + 1)}`,
+        "every group of the prefix drains the old shards before they are retired"],
+      "setShardCount", {shardCount: count});
+    });
+    $("action-concurrency").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const view = state.view;
+      const value = optionalNumber("concurrency-input");
+      confirmAction("Set max concurrency", [`max concurrency: ${view.maxConcurrency === null ?
+        "members' capacity" : num(view.maxConcurrency)} -> ${value === null ? "members' capacity" :
+        num(value)}`], "setMaxConcurrency", {maxConcurrency: value});
+    });
+    $("action-retention").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const view = state.view;
+      const wanted = {mode: $("retention-mode").value, maxLength: optionalNumber("retention-length"),
+        maxAgeMs: optionalNumber("retention-age")};
+      confirmAction("Set retention", [`retention of prefix ${view.streamPrefix}: ` +
+        `${retentionText(view.retention)} -> ${retentionText(wanted)}`], "setRetention", wanted);
+    });
+    $("action-reset").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const view = state.view;
+      // the dry run first: its answer is what the confirmation shows
+      sendAction("resetOffsets", {to: $("reset-to").value, dryRun: true},
+        {groupEpoch: view.groupEpoch, routingVersion: view.routingVersion});
+    });
+    $("action-delete").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const view = state.view;
+      confirmAction("Delete group", [`group ${view.consumerGroup} of ${view.streamPrefix} is ` +
+        `deleted, with its consumer group on ${num(view.shards.length)} shard(s)`,
+      `its backlog (${num(view.backlog)} entries) is no longer tracked; it needs no live member`],
+      "deleteGroup", {});
+    });
+  }
+
+  // --- audit log (C3) -----------------------------------------------------------------
+
+  function renderAudit(rows) {
+    const body = document.querySelector("#audit tbody");
+    clear(body);
+    for (const row of rows) {
+      const tr = document.createElement("tr");
+      tr.dataset.id = row.id;
+      const when = typeof row.timeMs === "number" ?
+        new Date(row.timeMs).toISOString().replace("T", " ").slice(0, 19) : "-";
+      cell(tr, when, "id");
+      cell(tr, row.via ? `${row.peer} (via ${row.via})` : row.peer, "id");
+      cell(tr, row.role);
+      cell(tr, row.request, "name");
+      cell(tr, row.streamPrefix, "name");
+      cell(tr, row.consumerGroup, "name");
+      cell(tr, row.detail || "-", "ids");
+      cell(tr, row.error ? `${row.status}: ${row.error}` : row.status,
+        row.status === "OK" ? "" : "blocked");
+      cell(tr, row.before || "-", "ids");
+      body.appendChild(tr);
+    }
+    $("audit-empty").hidden = rows.length > 0;
+  }
+
   // --- start --------------------------------------------------------------------------
 
   if (page === "overview") {
     setUpOverview();
+  }
+  if (page === "group") {
+    setUpActions();
   }
   const query = new URLSearchParams(location.search);
   if (page === "group" && (!query.get("prefix") || !query.get("group"))) {

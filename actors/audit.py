@@ -1,0 +1,211 @@
+"""C3: the audit log. Every admin request that changes something, or was refused, from any
+client (the console, `rsc admin`, the API), appends one entry to the capped stream
+`rsc:audit` before its answer is sent.
+
+An entry is one stream field, `entry`, holding a JSON object:
+
+- `timeMs` (the coordinator's wall clock), `endpoint` (`/v1/admin`), `peer` (the client's
+  address; for the console the browser's, with `via: "console"`), `role` (`admin`, `viewer`,
+  or `open` on a coordinator without an admin token);
+- `request`: the request as received, with tokens and K7's secrets masked;
+- `status` and `error`: the outcome;
+- `before`: for reshards, offset resets and deletions, what was there before (the routing,
+  the group's shards with their last-delivered ids, the group's epoch and members).
+
+The decisions (what is audited, masking, the entry) are pure functions here; `AuditLog` is
+the shell that appends on a worker thread within D4's deadline. An append that fails or is
+too slow is logged and counted (`rsc_audit_lost_total`) and the request still answers.
+On a Redis Cluster the key lives on one node like the other coordinator keys.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+import redis
+import trio
+
+from rsc.actors.logs import log_event
+from rsc.actors.store import STORE_IO_ERRORS
+from rsc.common.redact import MASK, redact_text
+from rsc.protocol import messages as m
+from rsc.protocol.codec import encode
+from rsc.protocol.errors import Status
+
+log = logging.getLogger("rsc.coordinator")
+
+AUDIT_KEY = "rsc:audit"
+AUDIT_MAX_ENTRIES = 100_000  # XADD MAXLEN ~: Redis trims in whole nodes, so a little more stays
+MAX_READ = 1000  # entries one readAudit may ask for
+
+CHANGING = (m.SetShardCount, m.SetMaxConcurrency, m.RemoveMember, m.DeleteGroup, m.ResetOffsets,
+            m.SetRetention, m.SetFormatVersion)
+"""The admin requests that change something: audited whatever their outcome."""
+
+WITH_BEFORE = (m.SetShardCount, m.ResetOffsets, m.DeleteGroup)
+"""The changes whose entry says what was there before."""
+
+_SECRET_KEY = re.compile(r"token|password|secret|authorization", re.IGNORECASE)
+
+
+class AuditMetrics(Protocol):
+    """What the audit log tells metrics (actors.metrics.CoordinatorMetrics)."""
+
+    def audit_lost(self) -> None: ...
+
+
+@attrs.frozen
+class Client:
+    """Who sent a request: its address, the role its token gave, and through what."""
+
+    peer: str
+    role: str  # admin, viewer, or open (no admin token configured)
+    via: str | None = None  # "console" when the console sent it for a browser
+    endpoint: str = "/v1/admin"
+
+
+def audited(request: m.Request, response: m.Response) -> bool:
+    """C3: a request that changes something (any outcome), or one that was refused."""
+    if isinstance(request, m.ResetOffsets) and request.dry_run:
+        return response.status == Status.NOT_AUTHORIZED  # C1: a dry run changes nothing
+    return isinstance(request, CHANGING) or response.status == Status.NOT_AUTHORIZED
+
+
+def masked(value: Any) -> Any:
+    """`value` (decoded JSON) with every field named like a token, password or secret masked,
+    and K7's secrets (URL passwords, remembered passwords) masked in every string."""
+    if isinstance(value, Mapping):
+        return {key: MASK if _SECRET_KEY.search(str(key)) and item is not None else masked(item)
+                for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [masked(item) for item in value]
+    if isinstance(value, str):
+        return redact_text(value)
+    return value
+
+
+def wire(message: m.Message) -> dict[str, Any]:
+    """A message as it travels (camelCase JSON), decoded."""
+    body: dict[str, Any] = json.loads(encode(message))
+    return body
+
+
+def entry(client: Client, request: m.Request, response: m.Response, *, time_ms: int,
+          before: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The audit entry of one answered request (the JSON object stored in `rsc:audit`)."""
+    body: dict[str, Any] = {"timeMs": time_ms, "endpoint": client.endpoint, "peer": client.peer,
+                            "role": client.role}
+    if client.via is not None:
+        body["via"] = client.via
+    answer = wire(response)
+    body.update(request=masked(wire(request)), status=answer.get("status"),
+                error=masked(answer.get("error")))
+    if before is not None:
+        body["before"] = masked(dict(before))
+    return body
+
+
+def refused_handshake(client: Client, reason: str, *, time_ms: int) -> dict[str, Any]:
+    """The entry of an admin session refused at its handshake (no or a wrong token)."""
+    body: dict[str, Any] = {"timeMs": time_ms, "endpoint": client.endpoint,
+                            "peer": client.peer, "role": client.role, "request": None,
+                            "status": "UNAUTHORIZED", "error": reason}
+    if client.via is not None:
+        body["via"] = client.via
+    return body
+
+
+def before_of(request: m.Request, description: m.Response | None,
+              routing: m.Response | None) -> dict[str, Any] | None:
+    """What was there before a reshard (the routing), a reset or a deletion (the group)."""
+    if isinstance(request, m.SetShardCount):
+        if isinstance(routing, m.Routing) and routing.status == Status.OK:
+            return {"routing": {"version": routing.version, "shardCount": routing.shard_count,
+                                "streams": list(routing.streams or ())}}
+        return {"routing": None}
+    if isinstance(request, m.ResetOffsets | m.DeleteGroup):
+        if isinstance(description, m.GroupDescription) and description.status == Status.OK:
+            return {"groupEpoch": description.group_epoch,
+                    "members": [member.member_id for member in description.members],
+                    "shards": [{"shard": shard.shard, "lastDeliveredId": shard.last_delivered_id,
+                                "lag": shard.lag, "pending": shard.pending}
+                               for shard in description.shards]}
+        return {"group": None}
+    return None
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def append_entry(client: redis.Redis, body: Mapping[str, Any]) -> str:
+    """XADD one entry to `rsc:audit`, capped (blocking). Its id."""
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    entry_id = client.xadd(AUDIT_KEY, {"entry": text}, maxlen=AUDIT_MAX_ENTRIES, approximate=True)
+    return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+
+
+def read_entries(client: redis.Redis, count: int, before_id: str | None) -> list[dict[str, Any]]:
+    """The newest `count` entries (before `before_id` when given), newest first (blocking)."""
+    top = "+" if before_id is None else f"({before_id}"
+    found = client.xrevrange(AUDIT_KEY, top, "-", count=count)
+    out = []
+    for entry_id, fields in found or ():
+        raw = fields.get("entry") if isinstance(fields, dict) else None
+        if raw is None:
+            raw = fields.get(b"entry") if isinstance(fields, dict) else None
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        try:
+            body = json.loads(text)
+        except ValueError:
+            body = {"unreadable": text[:200]}
+        out.append({"id": entry_id.decode() if isinstance(entry_id, bytes) else entry_id,
+                    **(body if isinstance(body, dict) else {"unreadable": text[:200]})})
+    return out
+
+
+class AuditLog:
+    """Appends entries to `rsc:audit` for one coordinator epoch (a worker thread each, within
+    `deadline_s`); a failed or abandoned append is logged and counted, never raised."""
+
+    def __init__(self, client: redis.Redis, *, deadline_s: float,
+                 metrics: AuditMetrics | None = None) -> None:
+        self.client = client
+        self.deadline_s = deadline_s
+        self.metrics = metrics
+
+    async def append(self, body: Mapping[str, Any]) -> bool:
+        """Append `body`; False (logged, counted) when it could not be."""
+        problem: str | None = "Redis did not answer in time"
+        with trio.move_on_after(self.deadline_s):
+            try:
+                await trio.to_thread.run_sync(append_entry, self.client, body,
+                                              abandon_on_cancel=True)
+                problem = None
+            except STORE_IO_ERRORS as exc:
+                problem = str(exc)
+            except redis.RedisError as exc:  # a denied XADD (K6 ACL), a wrong type at the key
+                problem = str(exc)
+        if problem is None:
+            return True
+        log_event(log, "audit.lost", level=logging.WARNING, error=problem,
+                  request=str((body.get("request") or {}).get("type")))
+        if self.metrics is not None:
+            self.metrics.audit_lost()
+        return False
+
+    async def read(self, count: int, before_id: str | None) -> list[dict[str, Any]]:
+        """The newest entries; raises StoreError-like exceptions to the caller."""
+        with trio.fail_after(self.deadline_s):
+            return await trio.to_thread.run_sync(read_entries, self.client, count, before_id,
+                                                 abandon_on_cancel=True)
+
+
+def entries_of(found: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+    return tuple(dict(item) for item in found)
