@@ -727,7 +727,7 @@ def test_c1_the_group_page_shows_its_dead_letters_and_redrives_them_after_the_dr
         expect()(tab.page.locator("#dead-letters-line")).to_contain_text("crashed 1")
         mark_page(tab)
         tab.page.click("#action-redrive button")  # the dry run answers first, nothing moves yet
-        confirm(tab, f"dead letter {dead} -> {{orders:v1:0}}", "group epoch")
+        confirm(tab, f"dead letter {dead!s} -> {{orders:v1:0}}", "group epoch")
         result(tab, "redriveDeadLetters: OK")
         expect()(tab.page.locator("#dead-letter-count")).to_have_text("(0)", timeout=WAIT_MS)
         assert client.xlen(stream) == 0 and client.xlen("{orders:v1:0}") == 1
