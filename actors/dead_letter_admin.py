@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -162,8 +163,7 @@ class DeadLetterAdmin:
         settings = self.client.hgetall(RETENTION_KEY)
         if not settings:
             return 0
-        now_s, now_us = self.client.time()
-        now_ms = int(now_s) * 1000 + int(now_us) // 1000
+        now_ms = int(time.time() * 1000)  # stream ids are wall-clock ms, as for the prefixes
         for raw_field, raw in settings.items():
             prefix, group = json.loads(_text(raw_field))
             stream = self._reported.get((prefix, group), default_stream(prefix, group))
