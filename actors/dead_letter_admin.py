@@ -48,7 +48,7 @@ Ask = Callable[[m.Request], Awaitable[m.Response]]
 
 RETENTION_KEY = "rsc:dead-letter-retention"
 """P2: a hash, one field per group (JSON `[prefix, group]`), its dead letters' retention (JSON
-`{"maxLength", "maxAgeMs"}`); no field, no retention (the default)."""
+`{"maxLength", "maxAgeMs", "stream"}`); no field, no retention (the default)."""
 
 
 def retention_field(prefix: str, group: str) -> str:
@@ -131,8 +131,10 @@ class DeadLetterAdmin:
             if retention.max_length is None and retention.max_age_ms is None:
                 await trio.to_thread.run_sync(self.client.hdel, RETENTION_KEY, field)
             else:
+                stream = await self._stream_of(prefix, group)  # kept: members may all go
                 await trio.to_thread.run_sync(self.client.hset, RETENTION_KEY, field, json.dumps(
-                    {"maxLength": retention.max_length, "maxAgeMs": retention.max_age_ms}))
+                    {"maxLength": retention.max_length, "maxAgeMs": retention.max_age_ms,
+                     "stream": stream}))
         except redis.RedisError as exc:
             return request.error(Status.COORDINATOR_NOT_AVAILABLE,
                                  f"Redis failed: {error_text(exc)}; retry with backoff")
@@ -158,7 +160,8 @@ class DeadLetterAdmin:
 
     def trim_once(self) -> int:
         """One round of P2's dead-letter retention: the dead letters it removed. The stream is
-        the group's default one (`{<prefix>}:dead:<group>`) or the one its members report."""
+        the one the group's members reported last (when the retention was set, or since), else
+        the group's default one (`{<prefix>}:dead:<group>`)."""
         removed = 0
         settings = self.client.hgetall(RETENTION_KEY)
         if not settings:
@@ -166,7 +169,8 @@ class DeadLetterAdmin:
         now_ms = int(time.time() * 1000)  # stream ids are wall-clock ms, as for the prefixes
         for raw_field, raw in settings.items():
             prefix, group = json.loads(_text(raw_field))
-            stream = self._reported.get((prefix, group), default_stream(prefix, group))
+            stream = self._reported.get((prefix, group)) \
+                or json.loads(_text(raw)).get("stream") or default_stream(prefix, group)
             for command in trim_commands(_retention_of(raw), now_ms):
                 removed += int(self.client.execute_command("XTRIM", stream, *command))
         return removed
