@@ -308,6 +308,10 @@ async def test_p2_set_retention_on_dead_letters_is_stored_shown_applied_and_audi
         code, out, err = await rsc_admin(coordinator.url, "dead-letters", PREFIX, GROUP, "--json")
         assert code == 0, err
         assert '"retention":{"mode":"none","maxLength":3,"maxAgeMs":3600000}' in out
+        code, out, err = await rsc_admin(coordinator.url, "describe", PREFIX, GROUP)
+        assert code == 0, err
+        assert f"dead letters: 3 in {stream}; their retention: none" in out
+        assert "max length 3, max age 1h" in out
         async with open_session(coordinator.url, "admin") as session:
             described = await session.request(m.DescribeGroup(
                 request_id=0, stream_prefix=PREFIX, consumer_group=GROUP))

@@ -719,6 +719,15 @@ def offsets_reset_view(response: object) -> RenderableType:
     return Group(title, table)
 
 
+def dead_letters_line(answer: Mapping[str, object]) -> Text:
+    """`describe`'s line on the group's dead letters (a raw `listDeadLetters` answer): how
+    many, where, and their own retention (P2)."""
+    retention = answer.get("retention")
+    kept = "none (kept until re-driven)" if retention is None else retention_summary(retention)
+    return plain(f"dead letters: {format_count(answer.get('count'))} in ",
+                 name_text(str(answer.get("stream"))), f"; their retention: {kept}")
+
+
 def dead_letters_view(response: object) -> RenderableType:
     """listDeadLetters: the count, oldest and newest, errors by type, then the page."""
     count = field(response, "count", 0)
