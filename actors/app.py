@@ -66,6 +66,7 @@ from rsc.actors.logs import log_event
 from rsc.actors.ports import StoreMetrics
 from rsc.actors.prefix import PrefixMachine
 from rsc.actors.prefix_admission import GroupBudget
+from rsc.actors.prefix_retention import RETENTION_EVERY_TICKS
 from rsc.actors.prefix_schedule import Schedule
 from rsc.actors.records import PrefixSnapshot
 from rsc.actors.router import Router
@@ -505,6 +506,9 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
         server.dead_letters = DeadLetterAdmin(config.redis_url or "", server.ask,
                                               min_replicas=config.min_replicas,
                                               wait_timeout_ms=config.lease_ttl_ms // 3)
+        # P2: the dead letters' own retention, on the prefixes' retention cadence
+        nursery.start_soon(server.dead_letters.run_retention,
+                           config.tick_interval_ms * RETENTION_EVERY_TICKS / 1000)
         bound = await nursery.start(_serve_websocket, server, config, admission, port, server_tls)
         nursery.start_soon(_lease_loop, config, store, readiness, continuity, lapsed, identity)
         nursery.start_soon(_tick_loop, config, router, continuity, lapsed)

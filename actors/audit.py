@@ -45,7 +45,7 @@ AUDIT_MAX_ENTRIES = 100_000  # XADD MAXLEN ~: Redis trims in whole nodes, so a l
 MAX_READ = 1000  # entries one readAudit may ask for
 
 CHANGING = (m.SetShardCount, m.SetMaxConcurrency, m.RemoveMember, m.DeleteGroup, m.ResetOffsets,
-            m.SetRetention, m.SetFormatVersion)
+            m.SetRetention, m.SetFormatVersion, m.RedriveDeadLetters)
 """The admin requests that change something: audited whatever their outcome."""
 
 WITH_BEFORE = (m.SetShardCount, m.ResetOffsets, m.DeleteGroup)
@@ -72,7 +72,7 @@ class Client:
 
 def audited(request: m.Request, response: m.Response) -> bool:
     """C3: a request that changes something (any outcome), or one that was refused."""
-    if isinstance(request, m.ResetOffsets) and request.dry_run:
+    if isinstance(request, m.ResetOffsets | m.RedriveDeadLetters) and request.dry_run:
         return response.status == Status.NOT_AUTHORIZED  # C1: a dry run changes nothing
     return isinstance(request, CHANGING) or response.status == Status.NOT_AUTHORIZED
 

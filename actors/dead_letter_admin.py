@@ -12,7 +12,9 @@ never a loss. One re-drive at a time per group (REDRIVE_IN_PROGRESS otherwise).
 from __future__ import annotations
 
 import itertools
+import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -33,6 +35,7 @@ from rsc.common.redis_connect import connect, error_text
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.routing import seal_key, shard_for_key
+from rsc.protocol.vocabulary import RetentionMode
 
 log = logging.getLogger("rsc.coordinator")
 
@@ -41,6 +44,27 @@ READ_BATCH = 1000
 SUMMARY_LIMIT = 10_000  # errors by type are counted over the oldest this many dead letters
 
 Ask = Callable[[m.Request], Awaitable[m.Response]]
+
+
+RETENTION_KEY = "rsc:dead-letter-retention"
+"""P2: a hash, one field per group (JSON `[prefix, group]`), its dead letters' retention (JSON
+`{"maxLength", "maxAgeMs", "stream"}`); no field, no retention (the default)."""
+
+
+def retention_field(prefix: str, group: str) -> str:
+    return json.dumps([prefix, group], ensure_ascii=False)
+
+
+def trim_commands(retention: m.Retention, now_ms: int) -> list[tuple[str | int, ...]]:
+    """P2: the XTRIM arguments (after the key) that apply a dead-letter retention at `now_ms`:
+    MAXLEN by its length cap, MINID by its age cap (a dead letter's id is the time it was
+    written). Exact trims: a dead letter is kept or removed by the rule, not by Redis's nodes."""
+    commands: list[tuple[str | int, ...]] = []
+    if retention.max_length is not None:
+        commands.append(("MAXLEN", retention.max_length))
+    if retention.max_age_ms is not None:
+        commands.append(("MINID", f"{max(0, now_ms - retention.max_age_ms)}-0"))
+    return commands
 
 
 def default_stream(prefix: str, group: str) -> str:
@@ -59,8 +83,12 @@ class DeadLetterAdmin:
         self.min_replicas = min_replicas
         self.wait_timeout_ms = wait_timeout_ms
         self._redriving: set[tuple[str, str]] = set()
+        self._reported: dict[tuple[str, str], str] = {}  # the last stream members reported
 
-    async def answer(self, request: m.ListDeadLetters | m.RedriveDeadLetters) -> m.Response:
+    async def answer(self, request: m.ListDeadLetters | m.RedriveDeadLetters | m.SetRetention
+                     ) -> m.Response:
+        if isinstance(request, m.SetRetention):
+            return await self._set_retention(request)
         prefix, group = request.stream_prefix, request.consumer_group
         try:
             stream = await self._stream_of(prefix, group)
@@ -85,6 +113,68 @@ class DeadLetterAdmin:
             return request.error(Status.COORDINATOR_NOT_AVAILABLE,
                                  f"Redis failed: {error_text(exc)}; retry with backoff")
 
+    async def _set_retention(self, request: m.SetRetention) -> m.Response:
+        """P2: `setRetention` with `deadLettersOf`: the group's dead letters get their own
+        retention (mode `none`, with caps or without: without, the field is removed)."""
+        prefix, group = request.stream_prefix, request.dead_letters_of
+        assert group is not None
+        retention = request.retention
+        if retention.mode != RetentionMode.NONE:
+            return request.error(Status.INVALID_REQUEST,
+                                 "dead letters have no acks to wait for: their retention takes "
+                                 "mode 'none' (--none) and the caps maxLength/maxAgeMs")
+        routing = await self.ask(m.GetRouting(request_id=0, stream_prefix=prefix))
+        if not isinstance(routing, m.Routing) or routing.status != Status.OK:
+            return request.unknown_stream()
+        field = retention_field(prefix, group)
+        try:
+            if retention.max_length is None and retention.max_age_ms is None:
+                await trio.to_thread.run_sync(self.client.hdel, RETENTION_KEY, field)
+            else:
+                stream = await self._stream_of(prefix, group)  # kept: members may all go
+                await trio.to_thread.run_sync(self.client.hset, RETENTION_KEY, field, json.dumps(
+                    {"maxLength": retention.max_length, "maxAgeMs": retention.max_age_ms,
+                     "stream": stream}))
+        except redis.RedisError as exc:
+            return request.error(Status.COORDINATOR_NOT_AVAILABLE,
+                                 f"Redis failed: {error_text(exc)}; retry with backoff")
+        log_event(log, "dead_letters.retention_set", prefix=prefix, group=group,
+                  max_length=retention.max_length, max_age_ms=retention.max_age_ms)
+        return m.RetentionChanged(request_id=request.request_id, status=Status.OK,
+                                  stream_prefix=prefix, retention=retention, dead_letters_of=group)
+
+    def _retention(self, prefix: str, group: str) -> m.Retention | None:
+        raw = self.client.hget(RETENTION_KEY, retention_field(prefix, group))
+        return None if raw is None else _retention_of(raw)
+
+    async def run_retention(self, interval_s: float) -> None:
+        """P2: apply every stored dead-letter retention, every `interval_s`, for ever. A Redis
+        error is logged and the next round tries again."""
+        while True:
+            await trio.sleep(interval_s)
+            try:
+                await trio.to_thread.run_sync(self.trim_once)
+            except redis.RedisError as exc:
+                log_event(log, "dead_letters.retention_failed", level=logging.WARNING,
+                          error=error_text(exc))
+
+    def trim_once(self) -> int:
+        """One round of P2's dead-letter retention: the dead letters it removed. The stream is
+        the one the group's members reported last (when the retention was set, or since), else
+        the group's default one (`{<prefix>}:dead:<group>`)."""
+        removed = 0
+        settings = self.client.hgetall(RETENTION_KEY)
+        if not settings:
+            return 0
+        now_ms = int(time.time() * 1000)  # stream ids are wall-clock ms, as for the prefixes
+        for raw_field, raw in settings.items():
+            prefix, group = json.loads(_text(raw_field))
+            stream = self._reported.get((prefix, group)) \
+                or json.loads(_text(raw)).get("stream") or default_stream(prefix, group)
+            for command in trim_commands(_retention_of(raw), now_ms):
+                removed += int(self.client.execute_command("XTRIM", stream, *command))
+        return removed
+
     async def _stream_of(self, prefix: str, group: str) -> str:
         """The stream the group's members report (P2), else the group's default."""
         described = await self.ask(m.DescribeGroup(request_id=0, stream_prefix=prefix,
@@ -92,6 +182,7 @@ class DeadLetterAdmin:
         if isinstance(described, m.GroupDescription):
             for member in described.members:
                 if member.dead_letter_stream is not None:
+                    self._reported[(prefix, group)] = member.dead_letter_stream
                     return member.dead_letter_stream
         return default_stream(prefix, group)
 
@@ -127,6 +218,7 @@ class DeadLetterAdmin:
             oldest_ms=scanned[0].dead_at_ms if scanned else None,
             newest_ms=newest_record.dead_at_ms if newest_record else None,
             errors_by_type=errors_by_type(scanned),
+            retention=self._retention(request.stream_prefix, request.consumer_group),
             entries=tuple(_entry(record) for record in page))
 
     def _redrive(self, request: m.RedriveDeadLetters, stream: str,
@@ -192,6 +284,12 @@ class DeadLetterAdmin:
             return replies, 0
         waited = replies.pop()
         return replies, int(waited) if isinstance(waited, int) else 0
+
+
+def _retention_of(raw: object) -> m.Retention:
+    stored = json.loads(_text(raw))
+    return m.Retention(mode=RetentionMode.NONE, max_length=stored.get("maxLength"),
+                       max_age_ms=stored.get("maxAgeMs"))
 
 
 def _text(data: object) -> str:

@@ -756,7 +756,9 @@ class PrefixMachine:
             since = group.empty_since_ms
             if wall_ms >= expires_at:
                 group.effects.events.append(Event("group_expired", fields={
-                    "empty_since_ms": since, "retention_ms": retention}))
+                    "empty_since_ms": since, "retention_ms": retention,
+                    # P2: deleteGroup and B6 leave the group's dead letters where they are
+                    "dead_letters": "kept"}))
                 self._delete_group(m.DeleteGroup(request_id=0, stream_prefix=self.prefix,
                                                  consumer_group=name))
                 warned.discard(name)

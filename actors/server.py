@@ -410,7 +410,8 @@ class CoordinatorServer:
             reply.resolve(await self.format_admin.answer(message) if self.format_admin is not None
                           else unavailable_response(message, "no store to ask"))
             return
-        if isinstance(message, m.ListDeadLetters | m.RedriveDeadLetters):
+        if isinstance(message, m.ListDeadLetters | m.RedriveDeadLetters) or (
+                isinstance(message, m.SetRetention) and message.dead_letters_of is not None):
             reply.resolve(await self.dead_letters.answer(message) if self.dead_letters is not None
                           else unavailable_response(message, "no Redis to read dead letters from"))
             return

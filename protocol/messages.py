@@ -694,10 +694,13 @@ class SetRetention(Request):
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
     retention: Retention
+    # P2: set the retention of this group's dead letters instead (mode `none` and its caps)
+    dead_letters_of: str | None = attrs.field(default=None, validator=_optional_name)
 
     def error(self, status: Status, error: str) -> RetentionChanged:
         return RetentionChanged(request_id=self.request_id, status=status,
-                                stream_prefix=self.stream_prefix, error=error)
+                                stream_prefix=self.stream_prefix,
+                                dead_letters_of=self.dead_letters_of, error=error)
 
     def unknown_stream(self) -> RetentionChanged:
         """UNKNOWN_STREAM: the prefix has no routing yet."""
@@ -712,6 +715,7 @@ class RetentionChanged(Response):
     status: Status
     stream_prefix: str
     retention: Retention | None = None
+    dead_letters_of: str | None = None  # P2: the group whose dead letters' retention it is
     error: str | None = None
 
 
@@ -814,6 +818,7 @@ class DeadLetters(Response):
     newest_ms: int | None = None
     errors_by_type: dict[str, int] = attrs.field(factory=dict)
     entries: tuple[DeadLetterEntry, ...] = ()
+    retention: Retention | None = None  # P2: the dead letters' own retention (None: none)
     error: str | None = None
 
 

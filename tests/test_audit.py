@@ -222,3 +222,15 @@ async def test_c1_a_reset_dry_run_answers_the_ids_moves_nothing_and_is_not_audit
     [info] = client.xinfo_groups(stream)
     assert info["last-delivered-id"] == "0-0" and info["lag"] == 3  # nothing moved
     assert [e["request"]["type"] for e in entries(client)] == ["setShardCount"]
+
+
+def test_c3_a_redrive_is_a_change_its_dry_run_is_not():
+    redrive = m.RedriveDeadLetters(request_id=1, stream_prefix=PREFIX, consumer_group=GROUP)
+    dry = m.RedriveDeadLetters(request_id=1, stream_prefix=PREFIX, consumer_group=GROUP,
+                               dry_run=True)
+    done = m.DeadLettersRedriven(request_id=1, status=Status.OK, stream_prefix=PREFIX,
+                                 consumer_group=GROUP)
+    assert isinstance(redrive, audit.CHANGING)  # so a viewer token gets NOT_AUTHORIZED (C1)
+    assert audit.audited(redrive, done)
+    assert not audit.audited(dry, done)
+    assert audit.audited(dry, dry.error(Status.NOT_AUTHORIZED, "viewer"))

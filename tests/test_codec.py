@@ -217,15 +217,25 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
     ("setRetention", """
 {"type": "setRetention", "requestId": 13, "streamPrefix": "orders",
  "retention": {"mode": "acked", "maxLength": 1000000, "maxAgeMs": null}}
+""", m.SetRetention, {"deadLettersOf": None}),
+    ("setRetention of dead letters", """
+{"type": "setRetention", "requestId": 13, "streamPrefix": "orders",
+ "retention": {"mode": "none", "maxLength": 10000, "maxAgeMs": 604800000},
+ "deadLettersOf": "billing"}
 """, m.SetRetention, {}),
     ("retentionChanged", """
 {"type": "retentionChanged", "requestId": 13, "status": "OK", "streamPrefix": "orders",
  "retention": {"mode": "none", "maxLength": null, "maxAgeMs": 604800000}}
-""", m.RetentionChanged, {"error": None}),
+""", m.RetentionChanged, {"error": None, "deadLettersOf": None}),
+    ("retentionChanged of dead letters", """
+{"type": "retentionChanged", "requestId": 13, "status": "OK", "streamPrefix": "orders",
+ "retention": {"mode": "none", "maxLength": 10000, "maxAgeMs": null},
+ "deadLettersOf": "billing", "error": null}
+""", m.RetentionChanged, {}),
     ("retentionChanged UNKNOWN_STREAM", """
 {"type": "retentionChanged", "requestId": 13, "status": "UNKNOWN_STREAM", "streamPrefix": "orders",
  "error": "stream prefix 'orders' has no routing yet"}
-""", m.RetentionChanged, {"retention": None}),
+""", m.RetentionChanged, {"retention": None, "deadLettersOf": None}),
     ("getFormatVersion", """
 {"type": "getFormatVersion", "requestId": 14}
 """, m.GetFormatVersion, {}),
@@ -357,7 +367,7 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
               "sourceId": "1733039999000-0", "consumerGroup": "billing", "deliveries": 3,
               "error": "crashed", "memberId": "m1", "deadAtMs": 1733040000000,
               "key": "customer-7", "value": "paid", "redriven": 0}],
- "error": null}
+ "retention": {"mode": "none", "maxLength": 10000, "maxAgeMs": null}, "error": null}
 """, m.DeadLetters, {}),
     ("redriveDeadLetters", """
 {"type": "redriveDeadLetters", "requestId": 10, "streamPrefix": "orders",
@@ -564,9 +574,10 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
     m.ErrorResponse: st.builds(m.ErrorResponse, request_id=maybe_request_ids, status=statuses,
                                error=texts),
     m.SetRetention: st.builds(m.SetRetention, request_id=request_ids, stream_prefix=names,
-                              retention=retentions),
+                              retention=retentions, dead_letters_of=opt(names)),
     m.RetentionChanged: st.builds(m.RetentionChanged, request_id=maybe_request_ids, status=statuses,
-                                  stream_prefix=texts, retention=opt(retentions), error=opt(texts)),
+                                  stream_prefix=texts, retention=opt(retentions),
+                                  dead_letters_of=opt(texts), error=opt(texts)),
     m.GetFormatVersion: st.builds(m.GetFormatVersion, request_id=request_ids),
     m.FormatVersion: st.builds(m.FormatVersion, request_id=maybe_request_ids, status=statuses,
                                format_version=opt(st.integers(1, 2**31)),
@@ -585,6 +596,7 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
         consumer_group=texts, stream=opt(texts), count=st.integers(0, 2**31),
         oldest_ms=opt(ints), newest_ms=opt(ints),
         errors_by_type=st.dictionaries(texts, st.integers(0, 2**31), max_size=3),
+        retention=opt(retentions),
         entries=st.lists(st.builds(
             m.DeadLetterEntry, id=texts, source_stream=opt(texts), source_id=opt(texts),
             consumer_group=opt(texts), deliveries=opt(ints), error=opt(texts),

@@ -120,3 +120,84 @@ async def test_c1_actions_never_travel_as_plain_http_and_never_from_another_orig
         async with feed(console.port, hello(ADMIN), origin="http://elsewhere.test"):
             pass
     assert refused.value.status_code == 403
+
+
+def test_c1_a_redrive_action_becomes_redrive_dead_letters_or_a_clear_error():
+    dry = views.parse_action(action("redriveDeadLetters", {"dryRun": True, "max": 5}, 3, 1),
+                             "orders", "billing")
+    assert (dry.request.TYPE, dry.request.consumer_group, dry.request.dry_run, dry.request.max,
+            dry.dry_run) == ("redriveDeadLetters", "billing", True, 5, True)
+    sent = views.parse_action(action("redriveDeadLetters", {"max": None}, 3, 1), "orders",
+                              "billing")
+    assert (sent.request.dry_run, sent.request.max, sent.request.ids) == (False, 1000, ())
+    for params, problem in (({"dryRun": "yes"}, "params.dryRun"), ({"max": 0}, "max"),
+                            ({"max": "5"}, "params.max")):
+        with pytest.raises(views.ActionError, match=problem):
+            views.parse_action(action("redriveDeadLetters", params, 1, 1), "orders", "billing")
+
+
+def test_c1_the_group_page_gets_its_dead_letters_summary_never_their_contents():
+    answer = {"type": "deadLetters", "status": "OK", "streamPrefix": "orders",
+              "consumerGroup": "billing", "stream": "{orders}:dead:billing", "count": 2,
+              "oldestMs": 1, "newestMs": 2, "errorsByType": {"crashed": 2},
+              "retention": None, "entries": [{"id": "1-0", "value": "secret"}]}
+    summary = views.dead_letters_summary(answer)
+    assert summary == {"status": "OK", "count": 2,
+                       "stream": "{orders}:dead:billing", "oldestMs": 1, "newestMs": 2,
+                       "errorsByType": {"crashed": 2}, "retention": None}
+    assert "secret" not in json.dumps(summary)
+    refused = views.dead_letters_summary({"status": "NOT_AUTHORIZED", "error": "no"})
+    assert refused == {"status": "NOT_AUTHORIZED", "error": "no"}
+
+
+async def test_c1_a_group_page_shows_its_dead_letters_and_redrives_them_after_the_dry_run(
+        redis_url, nursery):
+    import redis
+
+    console = await start(nursery, redis_url, admin_token=ADMIN, viewer_token=VIEWER)
+    async with open_admin_client(console.url, token=ADMIN) as admin:
+        await admin.set_shard_count("orders", "billing", 1)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    stream = "{orders}:dead:billing"
+    dead = client.xadd(stream, {"key": "k1", "value": "v", "rsc-source-stream": "{orders:v1:0}",
+                                "rsc-source-id": "5-0", "rsc-group": "billing",
+                                "rsc-deliveries": "3", "rsc-error": "crashed",
+                                "rsc-member": "m-1", "rsc-dead-at-ms": "1700"})
+    try:
+        async with feed(console.port, hello(ADMIN)) as websocket:
+            assert (await frame(websocket))["actions"] is True
+            first = await frame_where(websocket, lambda body: body.get("type") == "group"
+                                      and body.get("deadLetters") is not None)
+            shown, view = first["deadLetters"], first["view"]
+            assert (shown["count"], shown["stream"], shown["errorsByType"]) == (
+                1, stream, {"crashed": 1})
+            at = (view["groupEpoch"], view["routingVersion"])
+            await websocket.send_message(action("redriveDeadLetters", {"dryRun": True}, *at))
+            dry = await frame_where(websocket, lambda body: body.get("type") == "actionResult")
+            assert (dry["status"], dry["dryRun"], dry["action"]) == (
+                "OK", True, "redriveDeadLetters")
+            assert [entry["id"] for entry in dry["answer"]["redriven"]] == [dead]
+            assert client.xlen(stream) == 1, "a dry run sends nothing back"
+            await websocket.send_message(action("redriveDeadLetters", {"dryRun": False}, *at,
+                                                action_id=2))
+            done = await frame_where(websocket, lambda body: body.get("type") == "actionResult")
+            assert (done["id"], done["status"], done["dryRun"]) == (2, "OK", False)
+            assert [entry["id"] for entry in done["answer"]["redriven"]] == [dead]
+            with trio.fail_after(WAIT_S):  # the page's count follows
+                await frame_where(websocket, lambda body: body.get("type") == "group"
+                                  and (body.get("deadLetters") or {}).get("count") == 0)
+        assert client.xlen(stream) == 0 and client.xlen("{orders:v1:0}") == 1
+        entries = [json.loads(body["entry"]) for _, body in client.xrange("rsc:audit")]
+        redrives = [entry for entry in entries
+                    if entry["request"]["type"] == "redriveDeadLetters"]
+        assert len(redrives) == 1, "the re-drive is audited, its dry run is not"
+        assert (redrives[0]["via"], redrives[0]["status"]) == ("console", "OK")
+        async with feed(console.port, hello(VIEWER)) as websocket:  # a viewer: refused
+            view = await group_frame(websocket)
+            await websocket.send_message(action("redriveDeadLetters", {"dryRun": False},
+                                                view["groupEpoch"], view["routingVersion"]))
+            refused = await frame_where(websocket,
+                                        lambda body: body.get("type") == "actionResult")
+            assert refused["status"] == "NOT_AUTHORIZED"
+    finally:
+        client.close()

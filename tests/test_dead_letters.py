@@ -3,6 +3,8 @@ coordinator, Redis and listeners of two groups."""
 
 from __future__ import annotations
 
+import json
+
 import trio
 
 from rsc.actors.dead_letter_admin import DeadLetterAdmin
@@ -20,6 +22,7 @@ from rsc.member.session import open_session
 from rsc.member.streams import connect
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
+from rsc.protocol.vocabulary import RetentionMode
 from tests.test_member_support import pending_count, set_shards, write_messages
 
 PREFIX, GROUP, OTHER = "orders", "billing", "audit"
@@ -258,3 +261,94 @@ async def test_p3_rsc_admin_dead_letters_and_redrive_read_both_formats(coordinat
         assert fields[b"h:rsc-redriven"] == b"1" and fields[b"h:rsc-redrive-group"] == b"billing"
     finally:
         client.close()
+
+
+# --- P2: a dead-letter stream's retention is its own --------------------------------------
+
+
+def test_p2_a_dead_letter_retention_trims_by_length_then_by_age():
+    from rsc.actors.dead_letter_admin import trim_commands
+    from rsc.protocol.vocabulary import RetentionMode
+
+    both = m.Retention(mode=RetentionMode.NONE, max_length=100, max_age_ms=60_000)
+    assert trim_commands(both, 1_000_000) == [("MAXLEN", 100), ("MINID", "940000-0")]
+    assert trim_commands(m.Retention(mode=RetentionMode.NONE), 1_000_000) == []
+    young = m.Retention(mode=RetentionMode.NONE, max_age_ms=5_000_000)
+    assert trim_commands(young, 1_000) == [("MINID", "0-0")]  # never a negative id
+
+
+async def test_p2_set_retention_on_dead_letters_is_stored_shown_applied_and_audited(coordinator):
+    from tests.test_admin_cli import rsc_admin
+
+    [shard] = await set_shards(coordinator.url, PREFIX, GROUP, 1)
+    client = connect(coordinator.redis_url)
+    stream = default_dead_letter_stream(PREFIX, GROUP)
+    other = default_dead_letter_stream(PREFIX, OTHER)
+    fields = {**{name.decode(): value for name, value in NEW.items()}, "value": b"v"}
+    try:
+        old = [client.xadd(stream, fields, id=f"{n}-0") for n in (1000, 2000)]  # long dead
+        young = [client.xadd(stream, fields) for _ in range(4)]
+        client.xadd(other, fields, id="1000-0")  # another group's: no retention, kept
+        client.xadd(shard, {"value": "v"}, id="1000-0")  # the prefix's own entries: untouched
+        code, out, err = await rsc_admin(coordinator.url, "dead-letters", PREFIX, GROUP)
+        assert code == 0 and "retention: none (kept until re-driven or trimmed)" in out, err
+
+        code, out, err = await rsc_admin(coordinator.url, "set-retention", PREFIX, "--none",
+                                         "--max-length", "3", "--max-age", "1h",
+                                         "--dead-letters", GROUP)
+        assert code == 0, err
+        assert "retention of the dead letters of" in out and "max length 3" in out
+        with trio.fail_after(15):  # the coordinator's retention round (tick x 10) trims it
+            while client.xlen(stream) != 3:
+                await trio.sleep(0.05)
+        assert [entry_id for entry_id, _ in client.xrange(stream)] == young[1:]
+        assert not set(old) & {entry_id for entry_id, _ in client.xrange(stream)}
+        assert client.xlen(other) == 1 and client.xlen(shard) == 1
+
+        code, out, err = await rsc_admin(coordinator.url, "dead-letters", PREFIX, GROUP, "--json")
+        assert code == 0, err
+        assert '"retention":{"mode":"none","maxLength":3,"maxAgeMs":3600000}' in out
+        code, out, err = await rsc_admin(coordinator.url, "describe", PREFIX, GROUP)
+        assert code == 0, err
+        assert f"dead letters: 3 in {stream}; their retention: none" in out
+        assert "max length 3, max age 1h" in out
+        async with open_session(coordinator.url, "admin") as session:
+            described = await session.request(m.DescribeGroup(
+                request_id=0, stream_prefix=PREFIX, consumer_group=GROUP))
+        assert isinstance(described, m.GroupDescription)
+        assert described.retention is None or described.retention.mode == "acked", \
+            "the prefix's own retention is not the dead letters'"
+
+        entries = [json.loads(body["entry"]) for _, body in client.xrange("rsc:audit")]
+        [audited] = [entry for entry in entries
+                     if entry["request"].get("deadLettersOf") == GROUP]
+        assert audited["request"]["type"] == "setRetention" and audited["status"] == "OK"
+
+        # none again, no caps: the setting is removed and nothing more is trimmed
+        code, out, err = await rsc_admin(coordinator.url, "set-retention", PREFIX, "--none",
+                                         "--dead-letters", GROUP)
+        assert code == 0 and "none (kept until re-driven)" in out, err
+        assert client.hlen("rsc:dead-letter-retention") == 0
+    finally:
+        client.close()
+
+
+async def test_p2_dead_letter_retention_takes_mode_none_and_a_known_prefix(coordinator):
+    from tests.test_admin_cli import rsc_admin
+
+    code, out, err = await rsc_admin(coordinator.url, "set-retention", PREFIX, "--acked",
+                                     "--max-length", "3", "--dead-letters", GROUP)
+    assert code != 0 and "--dead-letters takes --none" in err
+    async with open_session(coordinator.url, "admin") as session:
+        acked = await session.request(m.SetRetention(
+            request_id=0, stream_prefix=PREFIX, dead_letters_of=GROUP,
+            retention=m.Retention(max_length=3)))
+        unknown = await session.request(m.SetRetention(
+            request_id=0, stream_prefix="nowhere", dead_letters_of=GROUP,
+            retention=m.Retention(mode=RetentionMode.NONE, max_length=3)))
+    assert isinstance(acked, m.RetentionChanged) and acked.status == Status.INVALID_REQUEST
+    assert "mode 'none'" in (acked.error or "")
+    assert unknown.status == Status.UNKNOWN_STREAM
+    client = connect(coordinator.redis_url)
+    assert client.hlen("rsc:dead-letter-retention") == 0, "a refused request changes nothing"
+    client.close()

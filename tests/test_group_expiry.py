@@ -336,3 +336,15 @@ async def test_b6_raising_a_format_1_store_to_2_writes_the_empty_since_times_kep
         stored = json.loads(client.hget("rsc:meta:{orders}", field) or "{}")
         assert stored["emptySinceMs"] == shown.expires_at_ms - 604_800_000
     client.close()
+
+
+def test_p2_an_expired_group_says_its_dead_letters_are_kept():
+    driven = driver()
+    ok(driven.one(set_shards(2)))  # registered, never joined: empty from the start
+    driven.tick()
+    driven.now = RETENTION_MS
+    batch = driven.tick()
+    assert batch.committed is not None
+    [(name, event)] = batch.committed.events
+    assert (name, event.kind) == (GROUP, "group_expired")
+    assert event.fields["dead_letters"] == "kept"  # in the group.expired log line (B6)

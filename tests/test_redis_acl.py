@@ -135,6 +135,14 @@ async def test_k6_the_tools_run_end_to_end_as_the_documented_acl_users(acl_serve
             with trio.fail_after(30):  # the old shards drained and retired
                 while admin.exists(f"{{{PREFIX}:v1:0}}"):
                     await trio.sleep(0.1)
+            # P2: the dead letters' own retention, applied by the coordinator as its user
+            capped = await rsc("admin", "--url", coordinator.url, "set-retention", PREFIX,
+                               "--none", "--max-length", "1", "--dead-letters", GROUP)
+            assert capped.returncode == 0, capped.stderr
+            admin.xadd(DEAD_LETTERS, {"value": "newer"})
+            with trio.fail_after(30):
+                while admin.xlen(DEAD_LETTERS) != 1:
+                    await trio.sleep(0.05)
             listener.stop()
             members.cancel_scope.deadline = trio.current_time() + 20
         async with open_producer(coordinator.url, producer_url, PREFIX) as producer:

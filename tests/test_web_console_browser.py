@@ -705,3 +705,37 @@ def screenshots(out: Path) -> None:  # pragma: no cover - run by hand for docs/i
 
 if __name__ == "__main__":  # pragma: no cover
     screenshots(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/img"))
+
+
+def test_c1_the_group_page_shows_its_dead_letters_and_redrives_them_after_the_dry_run(
+        coordinators: Callable[..., Coordinator], tab: Tab):
+    import redis
+
+    coordinator = coordinators("--admin-token", "s3cret")
+    set_shards(coordinator, "orders", "billing", 1, token="s3cret")
+    client = redis.Redis.from_url(coordinator.redis_url, decode_responses=True)
+    stream = "{orders}:dead:billing"
+    try:
+        dead = client.xadd(stream, {"key": "k1", "value": "v", "rsc-source-stream": "{orders:v1:0}",
+                                    "rsc-source-id": "5-0", "rsc-group": "billing",
+                                    "rsc-deliveries": "3", "rsc-error": "crashed",
+                                    "rsc-member": "m-1", "rsc-dead-at-ms": "1700"})
+        tab.page.goto(group_url(coordinator, "orders", "billing"))
+        tab.page.fill("#token", "s3cret")
+        tab.page.press("#token", "Enter")
+        expect()(tab.page.locator("#dead-letter-count")).to_have_text("(1)", timeout=WAIT_MS)
+        expect()(tab.page.locator("#dead-letters-line")).to_contain_text("crashed 1")
+        mark_page(tab)
+        tab.page.click("#action-redrive button")  # the dry run answers first, nothing moves yet
+        confirm(tab, f"dead letter {dead!s} -> {{orders:v1:0}}", "group epoch")
+        result(tab, "redriveDeadLetters: OK")
+        expect()(tab.page.locator("#dead-letter-count")).to_have_text("(0)", timeout=WAIT_MS)
+        assert client.xlen(stream) == 0 and client.xlen("{orders:v1:0}") == 1
+        assert same_document(tab)
+        mine = [e for e in audit_entries(coordinator, "s3cret") if e.get("via") == "console"
+                and e["request"] is not None]
+        assert [e["request"]["type"] for e in mine] == ["redriveDeadLetters"]  # not the dry run
+        assert mine[0]["request"]["dryRun"] is False and mine[0]["status"] == "OK"
+        tab.no_errors()
+    finally:
+        client.close()

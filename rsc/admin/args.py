@@ -8,6 +8,7 @@
     | remove-member PREFIX GROUP (MEMBER | --instance-id ID)
     | watch PREFIX GROUP | delete-group PREFIX GROUP
     | set-retention PREFIX (--acked|--none) [--max-length N] [--max-age DURATION]
+      [--dead-letters GROUP]
     | reset-offsets PREFIX GROUP (--to-earliest|--to-latest|--to-datetime ISO8601)
     | format-version | set-format-version N | audit [--count N] [--before ID]
     | dead-letters PREFIX GROUP [--count N] [--after ID]
@@ -168,7 +169,11 @@ def build_request(args: argparse.Namespace) -> AdminRequest:
     if name == "set-retention":
         retention = Retention(mode=RetentionMode(args.mode), max_length=args.max_length,
                               max_age_ms=args.max_age_ms)
-        return SetRetention(request_id=0, stream_prefix=args.prefix, retention=retention)
+        if args.dead_letters is not None and retention.mode != RetentionMode.NONE:
+            raise FieldValueError("--dead-letters takes --none: dead letters have no acks to "
+                                  "wait for, only the caps --max-length and --max-age remove them")
+        return SetRetention(request_id=0, stream_prefix=args.prefix, retention=retention,
+                            dead_letters_of=args.dead_letters)
     if name == "reset-offsets":
         if args.to_datetime_ms is not None:
             return ResetOffsets(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
@@ -338,6 +343,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
                            default=None, metavar="DURATION",
                            help="remove entries older than this (30s, 15m, 24h, 7d), even "
                                 "unconsumed ones (lossy)")
+    retention.add_argument("--dead-letters", metavar="GROUP", default=None,
+                           help="set the retention of GROUP's dead letters instead (P2; with "
+                                "--none: its caps, or none to keep them all, the default)")
     reset = command("reset-offsets", "move the offsets of a group without live members on every "
                                      "shard, dropping its pending entries")
     group_arguments(reset)

@@ -692,6 +692,14 @@ def group_deleted_view(response: object) -> Text:
 
 
 def retention_changed_view(response: object) -> Text:
+    group = field(response, "dead_letters_of")
+    if group is not None:  # P2: a group's dead letters
+        retention = field(response, "retention")
+        capped = retention is not None and (field(retention, "max_length") is not None
+                                            or field(retention, "max_age_ms") is not None)
+        return plain("retention of the dead letters of ",
+                     group_text(field(response, "stream_prefix"), group), ": ",
+                     retention_summary(retention) if capped else "none (kept until re-driven)")
     return plain("retention of prefix ", name_text(field(response, "stream_prefix")), ": ",
                  retention_summary(field(response, "retention")))
 
@@ -711,6 +719,15 @@ def offsets_reset_view(response: object) -> RenderableType:
     return Group(title, table)
 
 
+def dead_letters_line(answer: Mapping[str, object]) -> Text:
+    """`describe`'s line on the group's dead letters (a raw `listDeadLetters` answer): how
+    many, where, and their own retention (P2)."""
+    retention = answer.get("retention")
+    kept = "none (kept until re-driven)" if retention is None else retention_summary(retention)
+    return plain(f"dead letters: {format_count(answer.get('count'))} in ",
+                 name_text(str(answer.get("stream"))), f"; their retention: {kept}")
+
+
 def dead_letters_view(response: object) -> RenderableType:
     """listDeadLetters: the count, oldest and newest, errors by type, then the page."""
     count = field(response, "count", 0)
@@ -719,6 +736,9 @@ def dead_letters_view(response: object) -> RenderableType:
                   f" in {field(response, 'stream')}")
     errors = field(response, "errors_by_type", {}) or {}
     lines: list[RenderableType] = [title]
+    retention = field(response, "retention")  # P2: the dead letters' own
+    lines.append(plain("retention: " + (retention_summary(retention) if retention is not None
+                                        else "none (kept until re-driven or trimmed)")))
     if errors:
         lines.append(plain("errors: " + ", ".join(f"{name} {number}" for name, number
                                                   in sorted(errors.items(), key=lambda e: -e[1]))))

@@ -59,7 +59,7 @@ from rsc.console.http import (
     route,
     with_hsts,
 )
-from rsc.protocol.messages import DescribeGroup, ListGroups, ReadAudit
+from rsc.protocol.messages import DescribeGroup, ListDeadLetters, ListGroups, ReadAudit
 
 log = logging.getLogger("rsc.console")
 
@@ -72,6 +72,7 @@ OVERVIEW_REFRESH_S: Final = 1.0
 UNKNOWN_GROUP_RETRY_S: Final = 1.0
 FEED_QUEUE: Final = 4
 AUDIT_REFRESH_S: Final = 1.0
+DEAD_LETTERS_REFRESH_S: Final = 2.0  # P3: a group page reads its dead letters' count again
 
 
 class ConsoleError(Exception):
@@ -341,6 +342,8 @@ class Feed:
         self.throttle: views.Throttle[Mapping[str, object]] = views.Throttle()
         self.offered = trio.Event()
         self.last_offered: dict[str, Mapping[str, object]] = {}
+        self.group_view: views.GroupPage | None = None  # the group page's last view
+        self.dead_letters: dict[str, Any] | None = None  # P3: its dead letters, as last read
 
     async def send(self, body: Mapping[str, object]) -> None:
         await self.websocket.send_message(json.dumps(body, ensure_ascii=False, separators=(",", ":")))
@@ -395,6 +398,8 @@ class Feed:
                     nursery.start_soon(self._read_page, nursery.cancel_scope, admin, hello,
                                        may_act)
                     nursery.start_soon(self._sender)
+                    if hello.view == "group":
+                        nursery.start_soon(self.follow_dead_letters, admin, hello)
                     await follow(admin)
             except BaseExceptionGroup as group:
                 leaf = single_exception(group)
@@ -494,6 +499,22 @@ class Feed:
             self.offer_changed("audit", {"type": "audit", "rows": views.audit_rows(entries)})
             await trio.sleep(AUDIT_REFRESH_S)
 
+    async def follow_dead_letters(self, admin: AdminClient, hello: views.Hello) -> None:
+        """P3, C1: the group's dead letters (count, stream, errors, retention; no contents),
+        read again every DEAD_LETTERS_REFRESH_S and sent with the group's view (its frame's
+        `deadLetters`) when they changed."""
+        assert hello.stream_prefix is not None and hello.consumer_group is not None
+        while True:
+            answer = await admin.session.request(ListDeadLetters(
+                request_id=0, stream_prefix=hello.stream_prefix,
+                consumer_group=hello.consumer_group, count=1))
+            summary = views.dead_letters_summary(answer)
+            if summary != self.dead_letters:
+                self.dead_letters = summary
+                if self.group_view is not None:  # else it goes with the first view
+                    self._offer_group(self.group_view)
+            await trio.sleep(DEAD_LETTERS_REFRESH_S)
+
     async def follow_group(self, admin: AdminClient, hello: views.Hello) -> None:
         """describeGroup with watch; each push is the page's next state. An unknown (or deleted)
         group is said so and asked for again every UNKNOWN_GROUP_RETRY_S."""
@@ -530,7 +551,12 @@ class Feed:
 
     def _offer_view(self, key: tuple[str, str], view: views.GroupPage) -> None:
         self.history.record(key, _wall_ms(), view["lag"], view["pending"])
-        self.offer("group", {"type": "group", "status": "OK", "view": view})
+        self._offer_group(view)
+
+    def _offer_group(self, view: views.GroupPage) -> None:
+        self.group_view = view
+        self.offer("group", {"type": "group", "status": "OK", "view": view,
+                             "deadLetters": self.dead_letters})
 
 
 def _unknown(prefix: str, group: str) -> dict[str, object]:

@@ -468,11 +468,23 @@ def audit_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 # --- C1 actions ---------------------------------------------------------------------------
 
 ACTIONS: Final = ("setShardCount", "setMaxConcurrency", "removeMember", "resetOffsets",
-                  "deleteGroup", "setRetention")
-"""What the group page can do, each through the admin request of the same name. (P3's
-dead-letter re-drive joins here as one more name when the coordinator has it.)"""
+                  "deleteGroup", "setRetention", "redriveDeadLetters")
+"""What the group page can do, each through the admin request of the same name."""
+
+
+def dead_letters_summary(answer: Mapping[str, Any]) -> dict[str, Any]:
+    """P3, C1: what the group page shows of its dead letters (a `listDeadLetters` answer):
+    the count, the stream, oldest and newest, errors by type and their retention (P2), never
+    an entry's contents."""
+    if answer.get("status") != "OK":
+        return {"status": answer.get("status"), "error": answer.get("error")}
+    return {"status": "OK", "count": answer.get("count"), "stream": answer.get("stream"),
+            "oldestMs": answer.get("oldestMs"), "newestMs": answer.get("newestMs"),
+            "errorsByType": answer.get("errorsByType") or {}, "retention": answer.get("retention")}
+
 
 MAX_ACTION_BYTES: Final = 4096
+DEFAULT_REDRIVE: Final = 1000  # P3: a re-drive sends back at most this many unless told
 
 
 class ActionError(ValueError):
@@ -547,6 +559,13 @@ def parse_action(text: str | bytes, prefix: str, group: str) -> Action:
                                      dry_run=params.get("dryRun") is True)
         elif name == "deleteGroup":
             request = m.DeleteGroup(**named, consumer_group=group)
+        elif name == "redriveDeadLetters":
+            dry_run = params.get("dryRun", False)
+            if not isinstance(dry_run, bool):
+                raise ActionError(f"field 'params.dryRun' must be true or false, got {dry_run!r}")
+            most = _int_or_none(params, "max")
+            request = m.RedriveDeadLetters(**named, consumer_group=group, dry_run=dry_run,
+                                           max=DEFAULT_REDRIVE if most is None else most)
         else:
             mode = params.get("mode")
             if mode not in ("acked", "none"):

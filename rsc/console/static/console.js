@@ -24,6 +24,7 @@
     history: [],
     actions: false,  // C1: this page's token may act (the console says so at login)
     pendingAction: null,
+    deadLetters: null,  // P3: the group's dead letters as last read
     nextActionId: 1,
   };
 
@@ -154,6 +155,9 @@
       renderOverview();
     } else if (body.type === "group" && page === "group") {
       renderGroup(body);
+      if (body.deadLetters) {
+        renderDeadLetters(body.deadLetters);
+      }
     } else if (body.type === "history" && page === "group") {
       mergeHistory(body.points);
     } else if (body.type === "actionResult" && page === "group") {
@@ -558,7 +562,45 @@
     $("action-result").textContent = `${action}: sent, waiting for the answer`;
   }
 
+  // P3: the group's dead letters (count, stream, errors, retention; never contents)
+  function renderDeadLetters(body) {
+    if (body.status !== "OK") {
+      $("dead-letter-count").textContent = "";
+      $("dead-letters-line").textContent = `not read: ${body.status}: ${body.error || ""}`;
+      return;
+    }
+    state.deadLetters = body;
+    $("dead-letter-count").textContent = `(${num(body.count)})`;
+    const errors = Object.entries(body.errorsByType || {}).sort((a, b) => b[1] - a[1])
+      .map(([name, count]) => `${name} ${num(count)}`);
+    $("dead-letters-line").textContent = `${num(body.count)} in ${body.stream || "-"}` +
+      (errors.length ? `; errors: ${errors.join(", ")}` : "") +
+      `; retention: ${body.retention ? retentionText(body.retention) : "none (kept until re-driven)"}`;
+  }
+
+  // the re-drive's dry run answered: its answer is what the confirmation shows
+  function confirmRedrive(body) {
+    const answer = body.answer;
+    const changes = (answer.redriven || []).map((entry) =>
+      `dead letter ${entry.id} -> ${entry.shard}`);
+    if (changes.length === 0) {
+      changes.push("no dead letter would be sent back");
+    }
+    for (const entry of answer.skipped || []) {
+      changes.push(`stays: ${entry.id}: ${entry.reason}`);
+    }
+    changes.push(`each goes back to its source shard with rsc-redrive-group: ${answer.consumerGroup}` +
+      " and is deleted from the dead letters once its write is confirmed");
+    confirmAction(`Re-drive ${num((answer.redriven || []).length)} dead letter(s)`, changes,
+      "redriveDeadLetters", {dryRun: false, max: optionalNumber("redrive-max")});
+  }
+
   function actionResult(body) {
+    if (body.dryRun && body.status === "OK" && body.answer &&
+        body.action === "redriveDeadLetters") {
+      confirmRedrive(body);
+      return;
+    }
     if (body.dryRun && body.status === "OK" && body.answer) {
       // reset offsets: the dry run's answer is what the confirmation shows
       const view = state.view;
@@ -625,6 +667,13 @@
       const view = state.view;
       // the dry run first: its answer is what the confirmation shows
       sendAction("resetOffsets", {to: $("reset-to").value, dryRun: true},
+        {groupEpoch: view.groupEpoch, routingVersion: view.routingVersion});
+    });
+    $("action-redrive").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const view = state.view;
+      // the dry run first: its answer is what the confirmation shows
+      sendAction("redriveDeadLetters", {dryRun: true, max: optionalNumber("redrive-max")},
         {groupEpoch: view.groupEpoch, routingVersion: view.routingVersion});
     });
     $("action-delete").addEventListener("submit", (event) => {
