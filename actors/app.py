@@ -63,6 +63,7 @@ from rsc.actors.lease import (
     waiting_line,
 )
 from rsc.actors.logs import log_event
+from rsc.actors.message_admin import MessageAdmin
 from rsc.actors.ports import StoreMetrics
 from rsc.actors.prefix import PrefixMachine
 from rsc.actors.prefix_admission import GroupBudget
@@ -505,6 +506,7 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
         server.dead_letters = DeadLetterAdmin(config.redis_url or "", server.ask,
                                               min_replicas=config.min_replicas,
                                               wait_timeout_ms=config.lease_ttl_ms // 3)
+        server.messages = MessageAdmin(config.redis_url or "", server.ask)
         bound = await nursery.start(_serve_websocket, server, config, admission, port, server_tls)
         nursery.start_soon(_lease_loop, config, store, readiness, continuity, lapsed, identity)
         nursery.start_soon(_tick_loop, config, router, continuity, lapsed)
