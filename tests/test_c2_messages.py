@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 import pytest
+import redis
 import trio
 
 from rsc.actors import message_admin as ma
@@ -227,3 +228,55 @@ async def test_c2_an_open_coordinator_shows_no_contents(redis_url, client, nurse
         got = await ask(url, m.ReadShard(request_id=0, stream_prefix=PREFIX, shard=shard),
                         token=None)
     assert got.status == Status.NOT_AUTHORIZED and "--admin-token" in got.error
+
+
+# --- rsc admin messages / pending --------------------------------------------------------
+
+
+def test_c2_rsc_admin_messages_arguments_become_the_requests():
+    from rsc.admin.args import build_request
+    from tests.test_admin_args import parse
+
+    def request(*argv: str) -> m.Request:
+        return build_request(parse(*argv))
+
+    assert request("messages", PREFIX, "orders:v1:0", "--oldest-first", "--from", "5-0",
+                   "--count", "7") == m.ReadShard(request_id=0, stream_prefix=PREFIX,
+                                                  shard="orders:v1:0", newest_first=False,
+                                                  from_id="5-0", count=7)
+    assert request("messages", PREFIX, "--key", "k", "--continue", "9-0") == m.FindKey(
+        request_id=0, stream_prefix=PREFIX, key="k", continue_id="9-0")
+    assert request("pending", PREFIX, GROUP, "s", "--after", "3-0") == m.ListPending(
+        request_id=0, stream_prefix=PREFIX, consumer_group=GROUP, shard="s", after_id="3-0")
+    with pytest.raises(m.FieldValueError, match="SHARD"):
+        request("messages", PREFIX)
+    with pytest.raises(m.FieldValueError, match="takes no"):
+        request("messages", PREFIX, "s", "--key", "k")
+
+
+async def test_c2_rsc_admin_messages_and_pending_show_the_pages(redis_url, client, nursery):
+    from tests.test_admin_cli import rsc_admin
+
+    url = await start(nursery, redis_url, admin_token=ADMIN, viewer_token=VIEWER)
+    with trio.fail_after(60):
+        [shard] = await shards(url, 1)
+        first = client.xadd(shard, {"key": "[bold]k[/bold]", "value": '{"a":1}',
+                                    "h:trace": b"\xff"})
+        client.xadd(shard, {"key": "k2", "value": "plain"})
+        raw_client = redis.Redis.from_url(redis_url)  # the entry holds bytes that are not UTF-8
+        raw_client.xreadgroup(GROUP, "member-1", {shard: ">"}, count=1)
+        raw_client.close()
+        code, out, err = await rsc_admin(url, "messages", PREFIX, shard, "--oldest-first",
+                                         "--count", "1", token=ADMIN)
+        assert code == 0, err
+        assert "[bold]k[/bold]" in out and '"a": 1' in out and "trace: base64:/w==" in out
+        assert "next page: --from" in out
+        code, out, err = await rsc_admin(url, "messages", PREFIX, "--key", "k2", "--json",
+                                         token=ADMIN)
+        assert code == 0, err
+        assert json.loads(out)["entries"][0]["value"]["text"] == "plain"
+        code, out, err = await rsc_admin(url, "pending", PREFIX, GROUP, shard, token=VIEWER)
+        assert code == 0, err
+        assert first in out and "member-1" in out
+        code, out, err = await rsc_admin(url, "messages", PREFIX, shard, token=VIEWER)
+        assert code != 0 and "NOT_AUTHORIZED" in out + err
