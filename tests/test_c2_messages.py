@@ -18,7 +18,17 @@ import trio
 from rsc.actors import message_admin as ma
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
-from tests.test_audit import ADMIN, GROUP, PREFIX, VIEWER, ask, client, entries, start
+from tests.test_audit import (
+    ADMIN,
+    GROUP,
+    PREFIX,
+    VIEWER,
+    ask,
+    client,
+    entries,
+    register_empty_group,
+    start,
+)
 
 __all__ = ["client"]  # the fixture, imported for the tests below
 
@@ -280,3 +290,87 @@ async def test_c2_rsc_admin_messages_and_pending_show_the_pages(redis_url, clien
         assert first in out and "member-1" in out
         code, out, err = await rsc_admin(url, "messages", PREFIX, shard, token=VIEWER)
         assert code != 0 and "NOT_AUTHORIZED" in out + err
+
+
+# --- the console's messages page, through its feed (no browser) ------------------------------
+
+
+def read_frame(request: str, params: dict[str, Any], read_id: int = 1) -> str:
+    return json.dumps({"type": "read", "id": read_id, "request": request, "params": params})
+
+
+def test_c2_the_messages_page_keeps_the_consoles_csp_and_sets_values_as_text():
+    from rsc.console import http
+
+    answer = http.route(http.parse_request_head(b"GET /messages HTTP/1.1\r\nHost: h\r\n\r\n"),
+                        http.StaticFiles())
+    assert isinstance(answer, http.Response) and answer.status == 200
+    head = answer.encode().split(b"\r\n\r\n", 1)[0].decode().lower()
+    assert "script-src 'self'" in head and "unsafe-inline" not in head
+    script = http.StaticFiles().read("console.js")
+    assert b"function blobNode" in script and b"innerHTML" not in script
+
+
+def test_c2_a_page_read_becomes_the_admin_request_for_its_own_prefix_only():
+    from rsc.console import views
+
+    read = views.parse_read(read_frame("readShard", {"shard": "s", "streamPrefix": "other",
+                                                     "count": 5}), PREFIX, GROUP)
+    assert read.read_id == 1 and read.request == m.ReadShard(
+        request_id=0, stream_prefix=PREFIX, shard="s", count=5)  # never another prefix
+    pending = views.parse_read(read_frame("listPending", {"shard": "s"}), PREFIX, GROUP)
+    assert pending.request.consumer_group == GROUP
+    for text, problem in ((read_frame("deleteGroup", {}), "field 'request' must be one of"),
+                          (read_frame("readShard", {"shard": "s", "count": 500}), "count"),
+                          ("[1]", "only reads")):
+        with pytest.raises(views.ActionError, match=problem):
+            views.parse_read(text, PREFIX, GROUP)
+
+
+async def test_c2_the_console_messages_page_reads_pages_and_refuses_contents_to_the_viewer(
+        redis_url, client, nursery):
+    from tests.test_web_console_feed import console_get, feed, frame, frame_where
+    from tests.test_web_console_feed import start as start_console
+
+    console = await start_console(nursery, redis_url, admin_token=ADMIN, viewer_token=VIEWER)
+    hostile = "<img src=x onerror=alert(1)>"
+    with trio.fail_after(30):
+        [shard] = await shards(console.url, 1)
+        await register_empty_group(console.url)
+        raw_client = redis.Redis.from_url(redis_url)
+        # between two text entries: XINFO STREAM (B7's stream facts) decodes the first and
+        # the last entry, and fails on bytes that are not UTF-8 (see the report)
+        raw_client.xadd(shard, {"value": "first"})
+        binary = raw_client.xadd(shard, {"key": hostile, "value": b"\x00\xff",
+                                         f"h:{hostile}": b"{}"}).decode()
+        raw_client.xadd(shard, {"value": "last"})
+        raw_client.close()
+        hello = {"view": "messages", "token": ADMIN, "streamPrefix": PREFIX,
+                 "consumerGroup": GROUP}
+        async with feed(console.port, hello) as websocket:
+            assert (await frame(websocket))["actions"] is True
+            shown = await frame_where(websocket, lambda body: body.get("type") == "messages")
+            assert shown["shards"] == [shard] and shown["contents"] is True, shown
+            await websocket.send_message(read_frame("readShard", {"shard": shard,
+                                                                  "fromId": binary, "count": 1}))
+            got = await frame_where(websocket, lambda body: body.get("type") == "readResult")
+            assert got["status"] == "OK"
+            [entry] = got["answer"]["entries"]
+            assert entry["key"]["text"] == hostile and entry["value"]["base64"] == "AP8="
+            assert entry["headers"][0]["name"] == hostile
+        hello["token"] = VIEWER
+        async with feed(console.port, hello) as websocket:
+            shown = await frame_where(websocket, lambda body: body.get("type") == "messages")
+            assert shown["contents"] is False
+            await websocket.send_message(read_frame("readShard", {"shard": shard}))
+            refused = await frame_where(websocket, lambda body: body.get("type") == "readResult")
+            assert refused["status"] == "NOT_AUTHORIZED" and "answer" not in refused
+            await websocket.send_message(read_frame("listPending", {"shard": shard}, 2))
+            pending = await frame_where(websocket, lambda body: body.get("type") == "readResult")
+            assert (pending["id"], pending["status"]) == (2, "OK")
+        status, body = await console_get(console.port, "/messages")
+    assert status == 200 and b'data-page="messages"' in body
+    assert b'<form id="login-form"' in body and b"<script>" not in body  # no inline script
+    audited = [e for e in entries(client) if (e["request"] or {}).get("type") == "readShard"]
+    assert [(e["role"], e.get("via"), e["status"]) for e in audited] == [
+        ("admin", "console", "OK")]  # the viewer's was refused by the console itself
