@@ -826,6 +826,7 @@
   }
   if (page === "group") {
     setUpActions();
+    $("messages-link").href = "/messages" + location.search;  // C2: this group's messages
   }
   if (page === "messages") {
     setUpMessages();
