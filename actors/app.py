@@ -63,6 +63,7 @@ from rsc.actors.lease import (
     waiting_line,
 )
 from rsc.actors.logs import log_event
+from rsc.actors.message_admin import MessageAdmin
 from rsc.actors.ports import StoreMetrics
 from rsc.actors.prefix import PrefixMachine
 from rsc.actors.prefix_admission import GroupBudget
@@ -506,6 +507,7 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
         server.dead_letters = DeadLetterAdmin(config.redis_url or "", server.ask,
                                               min_replicas=config.min_replicas,
                                               wait_timeout_ms=config.lease_ttl_ms // 3)
+        server.messages = MessageAdmin(config.redis_url or "", server.ask)
         # P2: the dead letters' own retention, on the prefixes' retention cadence
         nursery.start_soon(server.dead_letters.run_retention,
                            config.tick_interval_ms * RETENTION_EVERY_TICKS / 1000)

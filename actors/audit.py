@@ -48,6 +48,13 @@ CHANGING = (m.SetShardCount, m.SetMaxConcurrency, m.RemoveMember, m.DeleteGroup,
             m.SetRetention, m.SetFormatVersion, m.RedriveDeadLetters)
 """The admin requests that change something: audited whatever their outcome."""
 
+READS_CONTENTS = (m.ReadShard, m.FindKey)
+"""C2: the reads that show message contents: the admin token only, each audited (who, shard,
+range; never the contents)."""
+
+ADMIN_ONLY = CHANGING + READS_CONTENTS
+"""What the viewer token is refused (NOT_AUTHORIZED)."""
+
 WITH_BEFORE = (m.SetShardCount, m.ResetOffsets, m.DeleteGroup)
 """The changes whose entry says what was there before."""
 
@@ -74,7 +81,17 @@ def audited(request: m.Request, response: m.Response) -> bool:
     """C3: a request that changes something (any outcome), or one that was refused."""
     if isinstance(request, m.ResetOffsets | m.RedriveDeadLetters) and request.dry_run:
         return response.status == Status.NOT_AUTHORIZED  # C1: a dry run changes nothing
-    return isinstance(request, CHANGING) or response.status == Status.NOT_AUTHORIZED
+    return isinstance(request, ADMIN_ONLY) or response.status == Status.NOT_AUTHORIZED
+
+
+def read_range(response: m.Response) -> dict[str, Any] | None:
+    """C2: what a read of contents showed: the shard, how many entries, the first and last id
+    (never a key, value or header)."""
+    if not isinstance(response, m.ShardEntries | m.KeyEntries):
+        return None
+    ids = [item.id for item in response.entries]
+    return {"shard": response.shard, "entries": len(ids), "firstId": ids[0] if ids else None,
+            "lastId": ids[-1] if ids else None}
 
 
 def masked(value: Any) -> Any:
@@ -108,6 +125,9 @@ def entry(client: Client, request: m.Request, response: m.Response, *, time_ms: 
                 error=masked(answer.get("error")))
     if before is not None:
         body["before"] = masked(dict(before))
+    shown = read_range(response)
+    if shown is not None:
+        body["read"] = shown
     return body
 
 

@@ -38,6 +38,7 @@ from rsc.actors.format_admin import FormatVersionAdmin
 from rsc.actors.group import malformed_join
 from rsc.actors.handshake_gate import HandshakeGate, Refusal, RefusalTable, authorized
 from rsc.actors.logs import log_event
+from rsc.actors.message_admin import MessageAdmin
 from rsc.actors.ports import AuthMetrics, SessionMetrics
 from rsc.actors.prefix_admission import REFUSALS
 from rsc.actors.router import Router, unavailable_response
@@ -231,6 +232,7 @@ class CoordinatorServer:
         self.audit_log = audit_log
         self.format_admin = format_admin  # the store-wide format version requests
         self.dead_letters = dead_letters  # P3: a group's dead letters, read and sent back
+        self.messages: MessageAdmin | None = None  # C2: a shard's messages, pending entries
         self.handshake_timeout_s = handshake_timeout_s
         self.nursery = nursery
         self.admin_token = admin_token
@@ -336,7 +338,7 @@ class CoordinatorServer:
                 reply.resolve(m.ErrorResponse(request_id=exc.request_id,
                                               status=Status.INVALID_REQUEST, error=exc.message))
                 continue
-            if client is not None and (isinstance(message, audit.CHANGING)
+            if client is not None and (isinstance(message, audit.ADMIN_ONLY)
                                        or client.role == "viewer"):
                 self.nursery.start_soon(self._answer_audited, message, reply, session, client)
                 continue
@@ -359,6 +361,12 @@ class CoordinatorServer:
                 response = message.error(Status.NOT_AUTHORIZED,
                                          f"{message.TYPE} needs the admin token; the viewer "
                                          f"token reads only")
+                before = None
+            elif client.role != "admin" and isinstance(message, audit.READS_CONTENTS):
+                response = message.error(Status.NOT_AUTHORIZED,
+                                         f"{message.TYPE} shows message contents: it needs the "
+                                         f"admin token (a coordinator without --admin-token "
+                                         f"shows none)")
                 before = None
             else:
                 before = await self._before(message)
@@ -409,6 +417,10 @@ class CoordinatorServer:
         if isinstance(message, m.GetFormatVersion | m.SetFormatVersion):
             reply.resolve(await self.format_admin.answer(message) if self.format_admin is not None
                           else unavailable_response(message, "no store to ask"))
+            return
+        if isinstance(message, m.ReadShard | m.FindKey | m.ListPending):
+            reply.resolve(await self.messages.answer(message) if self.messages is not None
+                          else unavailable_response(message, "no Redis to read messages from"))
             return
         if isinstance(message, m.ListDeadLetters | m.RedriveDeadLetters) or (
                 isinstance(message, m.SetRetention) and message.dead_letters_of is not None):

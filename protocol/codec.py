@@ -56,6 +56,12 @@ MESSAGE_TYPES: dict[str, type[m.Message]] = {
         m.DeadLettersRedriven,
         m.ReadAudit,
         m.AuditEntries,
+        m.ReadShard,
+        m.ShardEntries,
+        m.FindKey,
+        m.KeyEntries,
+        m.ListPending,
+        m.PendingEntries,
         m.ErrorResponse,
     )
 }
@@ -65,7 +71,8 @@ ADMIN_REQUESTS: frozenset[str] = frozenset(
     cls.TYPE
     for cls in (m.ListGroups, m.DescribeGroup, m.SetShardCount, m.SetMaxConcurrency, m.RemoveMember,
                 m.DeleteGroup, m.ResetOffsets, m.SetRetention, m.GetFormatVersion,
-                m.SetFormatVersion, m.ListDeadLetters, m.RedriveDeadLetters, m.ReadAudit)
+                m.SetFormatVersion, m.ListDeadLetters, m.RedriveDeadLetters, m.ReadAudit,
+                m.ReadShard, m.FindKey, m.ListPending)
 )
 
 

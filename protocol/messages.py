@@ -84,6 +84,16 @@ __all__ = [
     "RedriveDeadLetters",
     "RedrivenEntry",
     "SkippedDeadLetter",
+    "Blob",
+    "FieldBlob",
+    "StreamEntry",
+    "ReadShard",
+    "ShardEntries",
+    "FindKey",
+    "KeyEntries",
+    "ListPending",
+    "PendingEntry",
+    "PendingEntries",
 ]
 
 MAX_NAME_LENGTH = 200
@@ -893,6 +903,165 @@ class AuditEntries(Response):
     error: str | None = None
 
 
+# --- messages (C2) ----------------------------------------------------------------------
+
+MAX_MESSAGE_PAGE = 50  # entries a page of readShard, findKey or listPending
+MAX_PAGE_BYTES = 256 * 1024  # contents a page (keys, values, header and field values)
+MAX_KEY_SCAN = 10_000  # entries one findKey scans
+_ENTRY_ID = re.compile(r"\A[0-9]{1,20}(-[0-9]{1,20})?\Z")
+
+
+def _optional_entry_id(instance: object, attribute: attrs.Attribute[str | None],
+                       value: str | None) -> None:
+    if value is not None and not _ENTRY_ID.match(value):
+        raise FieldValueError(f"field '{camel(attribute.name)}' must be a stream entry id "
+                              f"like 1733040000000-0, got {value!r}")
+
+
+def _shard_name(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not value or len(value) > MAX_STREAM_NAME_LENGTH or _CONTROL.search(value):
+        raise FieldValueError(f"field '{camel(attribute.name)}' must be a stream key of 1 to "
+                              f"{MAX_STREAM_NAME_LENGTH} characters without control characters")
+
+
+@attrs.frozen(kw_only=True)
+class Blob:
+    """C2: bytes as shown: `text` when they are UTF-8 (else `base64`), `size` their full length,
+    `cut` when only the first bytes are shown."""
+
+    text: str | None = None
+    base64: str | None = None
+    size: int = 0
+    cut: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class FieldBlob:
+    """C2: a header (`h:<name>`, M2) or another field of an entry: its name as text."""
+
+    name: str
+    value: Blob
+
+
+@attrs.frozen(kw_only=True)
+class StreamEntry:
+    """C2: one stream entry as M1/M2 lay it out: key, value, headers, and any other field."""
+
+    id: str
+    key: Blob | None = None
+    value: Blob | None = None
+    headers: tuple[FieldBlob, ...] = ()
+    fields: tuple[FieldBlob, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class ReadShard(Request):
+    """C2: a page of one shard's entries, newest (or oldest) first, from an id or a time."""
+
+    TYPE: ClassVar[str] = "readShard"
+    request_id: int
+    stream_prefix: str = attrs.field(validator=_name)
+    shard: str = attrs.field(validator=_shard_name)
+    newest_first: bool = True
+    from_id: str | None = attrs.field(default=None, validator=_optional_entry_id)
+    from_ms: int | None = attrs.field(default=None, validator=_at_least(0))
+    count: int = attrs.field(default=MAX_MESSAGE_PAGE, validator=_within(1, MAX_MESSAGE_PAGE))
+
+    def __attrs_post_init__(self) -> None:
+        if self.from_id is not None and self.from_ms is not None:
+            raise FieldValueError("fields 'fromId' and 'fromMs' exclude each other: give one")
+
+    def error(self, status: Status, error: str) -> ShardEntries:
+        return ShardEntries(request_id=self.request_id, status=status,
+                            stream_prefix=self.stream_prefix, shard=self.shard, error=error)
+
+
+@attrs.frozen(kw_only=True)
+class ShardEntries(Response):
+    """C2: a page of entries; `nextId` starts the next page (None: none left)."""
+
+    TYPE: ClassVar[str] = "shardEntries"
+    request_id: int | None
+    status: Status
+    stream_prefix: str
+    shard: str
+    length: int | None = None
+    entries: tuple[StreamEntry, ...] = ()
+    next_id: str | None = None
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class FindKey(Request):
+    """C2: a key's entries, in its shard as the routing says, newest first; each request scans
+    at most 10,000 entries and says where to continue."""
+
+    TYPE: ClassVar[str] = "findKey"
+    request_id: int
+    stream_prefix: str = attrs.field(validator=_name)
+    key: str
+    continue_id: str | None = attrs.field(default=None, validator=_optional_entry_id)
+    count: int = attrs.field(default=MAX_MESSAGE_PAGE, validator=_within(1, MAX_MESSAGE_PAGE))
+
+    def error(self, status: Status, error: str) -> KeyEntries:
+        return KeyEntries(request_id=self.request_id, status=status,
+                          stream_prefix=self.stream_prefix, key=self.key, error=error)
+
+
+@attrs.frozen(kw_only=True)
+class KeyEntries(Response):
+    TYPE: ClassVar[str] = "keyEntries"
+    request_id: int | None
+    status: Status
+    stream_prefix: str
+    key: str
+    shard: str | None = None
+    scanned: int = 0
+    entries: tuple[StreamEntry, ...] = ()
+    continue_id: str | None = None  # scan on from here (None: the shard was scanned)
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ListPending(GroupRequest):
+    """C2: a group's pending entries in one shard: owner, idle time, delivery count."""
+
+    TYPE: ClassVar[str] = "listPending"
+    request_id: int
+    stream_prefix: str = attrs.field(validator=_name)
+    consumer_group: str = attrs.field(validator=_name)
+    shard: str = attrs.field(validator=_shard_name)
+    after_id: str | None = attrs.field(default=None, validator=_optional_entry_id)
+    count: int = attrs.field(default=MAX_MESSAGE_PAGE, validator=_within(1, MAX_MESSAGE_PAGE))
+
+    def error(self, status: Status, error: str) -> PendingEntries:
+        return PendingEntries(request_id=self.request_id, status=status,
+                              stream_prefix=self.stream_prefix,
+                              consumer_group=self.consumer_group, shard=self.shard, error=error)
+
+
+@attrs.frozen(kw_only=True)
+class PendingEntry:
+    id: str
+    owner: str
+    idle_ms: int
+    deliveries: int
+
+
+@attrs.frozen(kw_only=True)
+class PendingEntries(Response):
+    TYPE: ClassVar[str] = "pendingEntries"
+    request_id: int | None
+    status: Status
+    stream_prefix: str
+    consumer_group: str
+    shard: str
+    pending: int = 0  # the shard's whole count for the group
+    entries: tuple[PendingEntry, ...] = ()
+    next_id: str | None = None  # page on after this id (None: none left)
+    error: str | None = None
+
+
 @attrs.frozen(kw_only=True)
 class ErrorResponse(Response):
     """The reply to anything malformed (INVALID_REQUEST)."""
@@ -906,7 +1075,9 @@ class ErrorResponse(Response):
 MemberRequest = Heartbeat | GetRouting
 AdminRequest = (ListGroups | DescribeGroup | SetShardCount | SetMaxConcurrency | RemoveMember
                 | DeleteGroup | ResetOffsets | SetRetention | GetFormatVersion | SetFormatVersion
-                | ListDeadLetters | RedriveDeadLetters | ReadAudit)
+                | ListDeadLetters | RedriveDeadLetters | ReadAudit | ReadShard | FindKey
+                | ListPending)
 AdminResponse = (Groups | GroupDescription | ShardCountChanged | MaxConcurrencyChanged
                  | MemberRemoved | GroupDeleted | OffsetsReset | RetentionChanged | FormatVersion
-                 | FormatVersionChanged | DeadLetters | DeadLettersRedriven | AuditEntries)
+                 | FormatVersionChanged | DeadLetters | DeadLettersRedriven | AuditEntries
+                 | ShardEntries | KeyEntries | PendingEntries)

@@ -124,7 +124,9 @@ EVERY_COMMAND = [["list"], ["describe", "o", "g"], ["watch", "o", "g"],
                  ["remove-member", "o", "g", "--instance-id", "pod-0"],
                  ["set-retention", "o", "--none", "--max-length", "10", "--max-age", "1h"],
                  ["reset-offsets", "o", "g", "--to-earliest"],
-                 ["reset-offsets", "o", "g", "--to-datetime", "2026-12-01"]]
+                 ["reset-offsets", "o", "g", "--to-datetime", "2026-12-01"],
+                 ["messages", "o", "o:v1:0", "--from-time", "2026-12-01"],
+                 ["messages", "o", "--key", "k"], ["pending", "o", "g", "o:v1:0"]]
 
 
 @pytest.mark.parametrize("argv", EVERY_COMMAND, ids=" ".join)

@@ -266,6 +266,38 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
               "status": "OK", "error": null,
               "before": {"groupEpoch": 9, "members": [], "shards": []}}]}
 """, m.AuditEntries, {"error": None}),
+    ("readShard (C2)", """
+{"type": "readShard", "requestId": 17, "streamPrefix": "orders", "shard": "orders:v1:0",
+ "newestFirst": false, "fromId": null, "fromMs": 1733040000000, "count": 50}
+""", m.ReadShard, {}),
+    ("shardEntries (C2)", """
+{"type": "shardEntries", "requestId": 17, "status": "OK", "streamPrefix": "orders",
+ "shard": "orders:v1:0", "length": 3, "nextId": "1733040000002-0",
+ "entries": [{"id": "1733040000001-0",
+              "key": {"text": "customer-7", "base64": null, "size": 10, "cut": false},
+              "value": {"text": null, "base64": "AP8=", "size": 2, "cut": false},
+              "headers": [{"name": "<b>trace</b>",
+                           "value": {"text": "t-1", "base64": null, "size": 3, "cut": false}}],
+              "fields": []}]}
+""", m.ShardEntries, {"error": None}),
+    ("findKey (C2)", """
+{"type": "findKey", "requestId": 18, "streamPrefix": "orders", "key": "customer-7",
+ "continueId": "1733040000000-5", "count": 20}
+""", m.FindKey, {}),
+    ("keyEntries (C2)", """
+{"type": "keyEntries", "requestId": 18, "status": "OK", "streamPrefix": "orders",
+ "key": "customer-7", "shard": "orders:v1:1", "scanned": 10000, "entries": [],
+ "continueId": "1733039990000-0"}
+""", m.KeyEntries, {"error": None}),
+    ("listPending (C2)", """
+{"type": "listPending", "requestId": 19, "streamPrefix": "orders", "consumerGroup": "billing",
+ "shard": "orders:v1:0", "afterId": null, "count": 50}
+""", m.ListPending, {}),
+    ("pendingEntries (C2)", """
+{"type": "pendingEntries", "requestId": 19, "status": "OK", "streamPrefix": "orders",
+ "consumerGroup": "billing", "shard": "orders:v1:0", "pending": 1, "nextId": null,
+ "entries": [{"id": "1733040000001-0", "owner": "member-1", "idleMs": 5000, "deliveries": 2}]}
+""", m.PendingEntries, {"error": None}),
     ("setShardCount", """
 {"type": "setShardCount", "requestId": 4, "streamPrefix": "orders", "consumerGroup": "billing",
  "shardCount": 8, "cutover": "ordered"}
@@ -474,6 +506,16 @@ def opt(strategy: st.SearchStrategy) -> st.SearchStrategy:
     return st.none() | strategy
 
 
+entry_ids = st.builds(lambda ms, seq: f"{ms}-{seq}", st.integers(0, 2**44), st.integers(0, 99))
+blobs = st.builds(m.Blob, text=opt(texts), base64=opt(texts), size=st.integers(0, 2**20),
+                  cut=st.booleans())
+stream_entries = st.lists(st.builds(
+    m.StreamEntry, id=texts, key=st.none() | blobs, value=st.none() | blobs,
+    headers=st.lists(st.builds(m.FieldBlob, name=texts, value=blobs), max_size=2).map(tuple),
+    fields=st.lists(st.builds(m.FieldBlob, name=texts, value=blobs), max_size=2).map(tuple)),
+    max_size=2).map(tuple)
+
+
 retentions = st.builds(m.Retention, mode=st.sampled_from(RetentionMode),
                        max_length=opt(st.integers(1, 2**63)), max_age_ms=opt(st.integers(1, 2**63)))
 routing_summaries = st.builds(m.RoutingSummary, version=ints, shard_count=ints,
@@ -621,6 +663,28 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
         m.AuditEntries, request_id=maybe_request_ids, status=statuses, error=opt(texts),
         entries=st.lists(st.dictionaries(texts, st.none() | st.integers(0, 2**53) | texts,
                                          max_size=4), max_size=3).map(tuple)),
+    m.ReadShard: st.builds(m.ReadShard, request_id=request_ids, stream_prefix=names, shard=names,
+                           newest_first=st.booleans(), from_id=opt(entry_ids),
+                           count=st.integers(1, 50)),
+    m.ShardEntries: st.builds(m.ShardEntries, request_id=maybe_request_ids, status=statuses,
+                              stream_prefix=texts, shard=texts, length=opt(ints),
+                              entries=stream_entries, next_id=opt(texts), error=opt(texts)),
+    m.FindKey: st.builds(m.FindKey, request_id=request_ids, stream_prefix=names, key=texts,
+                         continue_id=opt(entry_ids), count=st.integers(1, 50)),
+    m.KeyEntries: st.builds(m.KeyEntries, request_id=maybe_request_ids, status=statuses,
+                            stream_prefix=texts, key=texts, shard=opt(texts),
+                            scanned=st.integers(0, 10_000), entries=stream_entries,
+                            continue_id=opt(texts), error=opt(texts)),
+    m.ListPending: st.builds(m.ListPending, request_id=request_ids, stream_prefix=names,
+                             consumer_group=names, shard=names, after_id=opt(entry_ids),
+                             count=st.integers(1, 50)),
+    m.PendingEntries: st.builds(
+        m.PendingEntries, request_id=maybe_request_ids, status=statuses, stream_prefix=texts,
+        consumer_group=texts, shard=texts, pending=st.integers(0, 2**31),
+        entries=st.lists(st.builds(m.PendingEntry, id=texts, owner=texts,
+                                   idle_ms=st.integers(0, 2**40), deliveries=st.integers(0, 100)),
+                         max_size=3).map(tuple),
+        next_id=opt(texts), error=opt(texts)),
 }
 
 
@@ -795,7 +859,8 @@ def test_endpoint_sets() -> None:
     assert ADMIN_REQUESTS == {"listGroups", "describeGroup", "setShardCount", "setMaxConcurrency",
                               "removeMember", "deleteGroup", "resetOffsets", "setRetention",
                               "getFormatVersion", "setFormatVersion", "listDeadLetters",
-                              "redriveDeadLetters", "readAudit"}
+                              "redriveDeadLetters", "readAudit", "readShard", "findKey",
+                              "listPending"}
 
 
 OPTIONAL_IN = {"setShardCount": {"consumerGroup"}}  # G1: optional there, required elsewhere

@@ -29,7 +29,8 @@ RULE_IDS = ([f"H{n}" for n in range(1, 15)] + [f"S{n}" for n in range(1, 7)]
             + ["L4"]
             + ["L1", "L2", "L3", "L6", "L7"]
             + [f"K{n}" for n in range(8, 12)]
-            + ["C1", "C3", "C4"])
+            + ["C1", "C3", "C4"]
+            + ["C2"])
 
 
 def test_generated_reference_pages_are_current():

@@ -489,6 +489,35 @@ def test_c3_the_audit_page_shows_changes_from_the_cli_live_with_their_peer(
     tab.no_errors()
 
 
+def test_c2_the_messages_page_shows_binary_values_and_hostile_names_as_text(
+        coordinators: Callable[..., Coordinator], tab: Tab):
+    import redis
+
+    coordinator = coordinators("--admin-token", "s3cret")
+    set_shards(coordinator, MARKUP_PREFIX, MARKUP_GROUP, 1, token="s3cret")
+    shard = f"{{{MARKUP_PREFIX}:v1:0}}"
+    client = redis.Redis.from_url(coordinator.redis_url)
+    client.xadd(shard, {"key": MARKUP_GROUP, "value": '{"b": [1, 2]}',
+                        "h:<script>alert(1)</script>": "<b>x</b>"})
+    client.xadd(shard, {"value": b"\x00\xff"})  # not UTF-8: base64
+    client.xadd(shard, {"value": "last"})
+    client.close()
+    tab.page.goto(group_url(coordinator, MARKUP_PREFIX, MARKUP_GROUP))
+    tab.page.fill("#token", "s3cret")
+    tab.page.press("#token", "Enter")
+    tab.page.click("#messages-link")  # the token stays for the session
+    expect()(tab.page.locator("#shard option")).to_have_count(1, timeout=WAIT_MS)
+    tab.page.click("#read")
+    expect()(tab.page.locator("#messages tbody tr")).to_have_count(3, timeout=WAIT_MS)
+    texts = [cells(tab.page.locator("#messages tbody tr").nth(i)) for i in range(3)]
+    assert texts[0][2] == "last" and texts[1][2] == "base64: AP8="
+    assert texts[2][1] == MARKUP_GROUP and texts[2][2] == '{\n  "b": [\n    1,\n    2\n  ]\n}'
+    assert "h:<script>alert(1)</script>" in texts[2][3] and "<b>x</b>" in texts[2][3]
+    assert tab.page.locator("main img, main b, main script").count() == 0
+    assert tab.page.locator("#next").is_disabled()
+    tab.no_errors()  # includes: no alert() dialog ever opened
+
+
 def audit_entries(coordinator: Coordinator, token: str) -> list[dict[str, Any]]:
     return list(admin(coordinator, ReadAudit(request_id=0, count=100), token)["entries"])
 

@@ -13,6 +13,9 @@
     | format-version | set-format-version N | audit [--count N] [--before ID]
     | dead-letters PREFIX GROUP [--count N] [--after ID]
     | redrive PREFIX GROUP [--dry-run] [--max N] [--id ID ...] [--force]
+    | messages PREFIX SHARD [--oldest-first] [--from ID | --from-time ISO8601] [--count N]
+    | messages PREFIX --key KEY [--continue ID] [--count N]
+    | pending PREFIX GROUP SHARD [--after ID] [--count N]
 
 The URL and token come from `RSC_COORDINATOR_URL` and `RSC_TOKEN` when the flags
 are absent, so a token stays out of `ps` (like every flag of `rsc admin` itself, through
@@ -41,10 +44,13 @@ from rsc.protocol.messages import (
     DeleteGroup,
     DescribeGroup,
     FieldValueError,
+    FindKey,
     GetFormatVersion,
     ListDeadLetters,
     ListGroups,
+    ListPending,
     ReadAudit,
+    ReadShard,
     RedriveDeadLetters,
     RemoveMember,
     ResetOffsets,
@@ -191,6 +197,24 @@ def build_request(args: argparse.Namespace) -> AdminRequest:
         return GetFormatVersion(request_id=0)
     if name == "set-format-version":
         return SetFormatVersion(request_id=0, format_version=args.format_version)
+    if name == "messages":  # C2
+        if args.key is not None:
+            if args.shard is not None or args.from_id is not None \
+                    or args.from_time_ms is not None or args.oldest_first:
+                raise FieldValueError("messages --key finds the key's shard itself: it takes no "
+                                      "SHARD, --from, --from-time or --oldest-first")
+            return FindKey(request_id=0, stream_prefix=args.prefix, key=args.key,
+                           continue_id=args.continue_id, count=args.count)
+        if args.shard is None:
+            raise FieldValueError("messages takes a SHARD (or --key KEY)")
+        if args.continue_id is not None:
+            raise FieldValueError("--continue goes with --key; a shard's page starts at --from")
+        return ReadShard(request_id=0, stream_prefix=args.prefix, shard=args.shard,
+                         newest_first=not args.oldest_first, from_id=args.from_id,
+                         from_ms=args.from_time_ms, count=args.count)
+    if name == "pending":  # C2
+        return ListPending(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
+                           shard=args.shard, after_id=args.after_id, count=args.count)
     if name == "audit":  # C3
         return ReadAudit(request_id=0, count=args.count, before_id=args.before_id)
     raise FieldValueError(f"unknown admin command {name!r}")
@@ -384,6 +408,32 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
                          help="send back this dead letter (repeat for more; default: all)")
     redrive.add_argument("--force", action="store_true",
                          help="send back entries already sent back 3 times too")
+    messages = command("messages", "show a page of a shard's entries (newest first), or a "
+                                   "key's entries with --key; needs the admin token (C2)")
+    messages.add_argument("prefix", metavar="PREFIX", help="stream prefix")
+    messages.add_argument("shard", metavar="SHARD", nargs="?", default=None,
+                          help="the shard's stream (see describe --shards)")
+    messages.add_argument("--key", default=None, help="find this key's entries in its shard")
+    messages.add_argument("--oldest-first", action="store_true",
+                          help="the oldest entries first")
+    start = messages.add_mutually_exclusive_group()
+    start.add_argument("--from", dest="from_id", metavar="ID", default=None,
+                       help="start at this entry id (the nextId of the page before)")
+    start.add_argument("--from-time", dest="from_time_ms", metavar="ISO8601",
+                       type=_argument_type(parse_datetime_ms), default=None,
+                       help="start at this time (UTC unless it names a zone)")
+    messages.add_argument("--continue", dest="continue_id", metavar="ID", default=None,
+                          help="with --key: scan on from this id (the continueId of before)")
+    messages.add_argument("--count", type=_argument_type(_positive_int), default=50,
+                          help="entries on the page (1..50, default 50)")
+    pending = command("pending", "show a group's pending entries in a shard: owner, idle time, "
+                                 "deliveries (C2)")
+    group_arguments(pending)
+    pending.add_argument("shard", metavar="SHARD", help="the shard's stream")
+    pending.add_argument("--after", dest="after_id", metavar="ID", default=None,
+                         help="start after this entry id (the nextId of the page before)")
+    pending.add_argument("--count", type=_argument_type(_positive_int), default=50,
+                         help="entries on the page (1..50, default 50)")
     audit = command("audit", "show the audit log: every change and every refused request, "
                              "newest first, with who sent it from where (C3)")
     audit.add_argument("--count", type=_argument_type(_positive_int), default=50,

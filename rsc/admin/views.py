@@ -48,7 +48,15 @@ from rsc.protocol import (
     ShardCountChanged,
     ShardDescription,
 )
-from rsc.protocol.messages import DeadLetters, DeadLettersRedriven, Message, camel
+from rsc.protocol.messages import (
+    DeadLetters,
+    DeadLettersRedriven,
+    KeyEntries,
+    Message,
+    PendingEntries,
+    ShardEntries,
+    camel,
+)
 
 Column = tuple[str, JustifyMethod]
 """A table column: its header and how its cells are justified."""
@@ -829,6 +837,68 @@ def audit_view(response: object) -> RenderableType:
     return table
 
 
+def blob_text(value: object) -> str:
+    """C2: a shown value: its text (JSON pretty-printed when it parses), else `base64:...`,
+    with its full size when it was cut."""
+    if value is None:
+        return "-"
+    text, encoded = field(value, "text"), field(value, "base64")
+    if text is not None:
+        try:
+            shown = json.dumps(json.loads(text), ensure_ascii=False, indent=2) \
+                if text.strip()[:1] in ("{", "[") else text
+        except ValueError:
+            shown = text
+    else:
+        shown = f"base64:{encoded}"
+    if field(value, "cut"):
+        shown += f" ... ({field(value, 'size')} bytes in all)"
+    return shown
+
+
+def stream_entries_view(response: object) -> RenderableType:
+    """C2: readShard and findKey: the page's entries (id, key, value, headers, other fields),
+    and where the next page starts."""
+    entries = field(response, "entries", ()) or ()
+    if field(response, "type") == "keyEntries" or isinstance(response, KeyEntries):
+        title = plain(f"{len(entries)} entr(ies) of key ", name_text(field(response, "key")),
+                      " in ", name_text(field(response, "shard")),
+                      f" ({field(response, 'scanned')} scanned)")
+        after = field(response, "continue_id")
+        more = f"scan on: --continue {after}" if after else "the shard was scanned to its oldest"
+    else:
+        title = plain(f"{len(entries)} of {field(response, 'length')} entr(ies) of ",
+                      name_text(field(response, "shard")))
+        after = field(response, "next_id")
+        more = f"next page: --from {after}" if after else "no more entries"
+    table = Table(header_style="bold")
+    _columns(table, (("id", "left"), ("key", "left"), ("value", "left"), ("headers", "left")))
+    for entry in entries:
+        extra = [*field(entry, "headers", ()), *field(entry, "fields", ())]
+        table.add_row(name_text(field(entry, "id")), name_text(blob_text(field(entry, "key"))),
+                      name_text(blob_text(field(entry, "value"))),
+                      name_text("\n".join(f"{field(item, 'name')}: "
+                                          f"{blob_text(field(item, 'value'))}" for item in extra)))
+    return Group(title, table, plain(more)) if entries else Group(title, plain(more))
+
+
+def pending_entries_view(response: object) -> RenderableType:
+    """C2: listPending: a group's pending entries in one shard."""
+    entries = field(response, "entries", ()) or ()
+    title = plain(f"{field(response, 'pending')} pending entr(ies) of ",
+                  group_text(field(response, "stream_prefix"), field(response, "consumer_group")),
+                  " in ", name_text(field(response, "shard")))
+    table = Table(header_style="bold")
+    _columns(table, (("id", "left"), ("owner", "left"), ("idle (ms)", "right"),
+                     ("deliveries", "right")))
+    for entry in entries:
+        table.add_row(name_text(field(entry, "id")), name_text(field(entry, "owner")),
+                      name_text(format_count(field(entry, "idle_ms"))),
+                      name_text(format_count(field(entry, "deliveries"))))
+    after = field(response, "next_id")
+    return Group(title, table, plain(f"next page: --after {after}" if after else "no more"))
+
+
 def json_text(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
@@ -866,6 +936,9 @@ RESPONSE_VIEWS: dict[str, Callable[[object], RenderableType]] = {
     DeadLetters.TYPE: dead_letters_view,
     DeadLettersRedriven.TYPE: dead_letters_redriven_view,
     "auditEntries": audit_view,
+    ShardEntries.TYPE: stream_entries_view,
+    KeyEntries.TYPE: stream_entries_view,
+    PendingEntries.TYPE: pending_entries_view,
 }
 
 

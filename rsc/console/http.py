@@ -50,6 +50,7 @@ _WILDCARDS: Final = ("", "0.0.0.0", "::")
 
 # the pages and files of the console: URL path -> file in rsc/console/static
 ROUTES: Final = {"/": "index.html", "/group": "group.html", "/audit": "audit.html",
+                 "/messages": "messages.html",
                  "/static/console.js": "console.js",
                  "/static/chart.js": "chart.js", "/static/console.css": "console.css",
                  "/favicon.svg": "favicon.svg"}

@@ -59,7 +59,7 @@ from rsc.console.http import (
     route,
     with_hsts,
 )
-from rsc.protocol.messages import DescribeGroup, ListDeadLetters, ListGroups, ReadAudit
+from rsc.protocol.messages import DescribeGroup, ListDeadLetters, ListGroups, ListPending, ReadAudit
 
 log = logging.getLogger("rsc.console")
 
@@ -392,6 +392,8 @@ class Feed:
             follow: Callable[[AdminClient], Awaitable[None]] = \
                 self.follow_overview if hello.view == "overview" else \
                 self.follow_audit if hello.view == "audit" else \
+                (lambda client: self.follow_messages(client, hello, may_act)) \
+                if hello.view == "messages" else \
                 (lambda client: self.follow_group(client, hello))
             try:
                 async with trio.open_nursery() as nursery:
@@ -414,7 +416,10 @@ class Feed:
         try:
             while True:
                 text = await self.websocket.get_message()
-                await self.send(await self.act(admin, hello, may_act, text))
+                if hello.view == "messages":
+                    await self.send(await self.read(admin, hello, may_act, text))
+                else:
+                    await self.send(await self.act(admin, hello, may_act, text))
         except ConnectionClosed:
             scope.cancel()
 
@@ -442,6 +447,39 @@ class Feed:
         answer = await admin.session.request(action.request)
         return {**result, "status": answer.get("status"), "error": answer.get("error"),
                 "answer": answer}
+
+    async def read(self, admin: AdminClient, hello: views.Hello, may_act: bool,
+                   text: str | bytes) -> dict[str, object]:
+        """C2: one read of a messages page (a shard's page, a key's entries, pending entries),
+        on the page's own admin session; contents only with the admin token."""
+        assert hello.stream_prefix is not None and hello.consumer_group is not None
+        try:
+            read = views.parse_read(text, hello.stream_prefix, hello.consumer_group)
+        except views.ActionError as exc:
+            return {"type": "readResult", "status": "INVALID_REQUEST", "error": str(exc)}
+        result: dict[str, object] = {"type": "readResult", "id": read.read_id,
+                                     "request": read.request.TYPE}
+        if not may_act and not isinstance(read.request, ListPending):
+            return {**result, "status": "NOT_AUTHORIZED",
+                    "error": "message contents need the admin token (and a coordinator that "
+                             "has one)"}
+        answer = await admin.session.request(read.request)
+        return {**result, "status": answer.get("status"), "error": answer.get("error"),
+                "answer": answer}
+
+    async def follow_messages(self, admin: AdminClient, hello: views.Hello,
+                              may_act: bool) -> None:
+        """C2: the group's shards once (the page asks for pages itself), then nothing."""
+        assert hello.stream_prefix is not None and hello.consumer_group is not None
+        described = await admin.session.request(DescribeGroup(
+            request_id=0, stream_prefix=hello.stream_prefix, consumer_group=hello.consumer_group))
+        found = described.get("shards")
+        shards = [item.get("shard") for item in found if isinstance(item, dict)] \
+            if isinstance(found, list) else []
+        self.offer("messages", {"type": "messages", "status": described.get("status"),
+                                "error": described.get("error"), "contents": may_act,
+                                "shards": [shard for shard in shards if isinstance(shard, str)]})
+        await trio.sleep_forever()
 
     async def _sender(self) -> None:
         while True:

@@ -28,7 +28,9 @@ import attrs
 
 from rsc.common.lag import backlog
 from rsc.protocol import messages as m
-from rsc.protocol.messages import FieldValueError, check_name
+from rsc.protocol.codec import decode_object
+from rsc.protocol.errors import ProtocolError
+from rsc.protocol.messages import FieldValueError, FindKey, ListPending, ReadShard, check_name
 from rsc.protocol.vocabulary import RetentionMode
 
 MAX_SENDS_PER_SECOND: Final = 10
@@ -36,7 +38,7 @@ MIN_SEND_INTERVAL_MS: Final = 1000 // MAX_SENDS_PER_SECOND
 MAX_HELLO_BYTES: Final = 4096
 MAX_WATCHED_PREFIXES: Final = 50  # the overview watches one group per prefix for its migration
 
-VIEWS: Final = ("overview", "group", "audit")
+VIEWS: Final = ("overview", "group", "audit", "messages")
 HISTORY_MS: Final = 10 * 60 * 1000  # as long as the page's chart reaches back
 HISTORY_STEP_MS: Final = 1000  # at most a point a second per group
 MAX_HISTORIES: Final = 64  # groups remembered; the least recently seen is forgotten first
@@ -55,7 +57,8 @@ class Hello:
 
 
 def parse_hello(text: str | bytes) -> Hello:
-    """`{"view": "overview" | "group" | "audit", "token": str | null, "streamPrefix", "consumerGroup"}`."""
+    """`{"view": "overview" | "group" | "audit" | "messages", "token": str | null,
+    "streamPrefix", "consumerGroup"}`."""
     if isinstance(text, bytes) or len(text.encode()) > MAX_HELLO_BYTES:
         raise HelloError("the first message must be a JSON text frame of at most 4096 bytes")
     try:
@@ -593,3 +596,41 @@ def stale_confirmation(action: Action, description: Mapping[str, Any]) -> str | 
         return None
     return "the group changed since this was confirmed (" + ", ".join(moved) + \
         "): look at it again and confirm again"
+
+
+# --- messages (C2) --------------------------------------------------------------------------
+
+READS: Final = frozenset({ReadShard.TYPE, FindKey.TYPE, ListPending.TYPE})
+"""C2: what a messages page may ask, each for its own prefix and group only."""
+
+
+@attrs.frozen
+class Read:
+    read_id: object
+    request: ReadShard | FindKey | ListPending
+
+
+def parse_read(text: str | bytes, prefix: str, group: str) -> Read:
+    """C2: `{"type": "read", "id": N, "request": "readShard" | "findKey" | "listPending",
+    "params": {...}}` to the admin request, for the page's prefix and group (params cannot
+    name another)."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        raise ActionError("a messages page sends only reads (JSON objects)") from None
+    if not isinstance(body, dict) or body.get("type") != "read":
+        raise ActionError("a messages page sends only reads: {\"type\": \"read\", ...}")
+    kind, params = body.get("request"), body.get("params", {})
+    if kind not in READS:
+        raise ActionError(f"field 'request' must be one of {', '.join(sorted(READS))}, "
+                          f"got {kind!r}")
+    if not isinstance(params, dict):
+        raise ActionError("field 'params' must be an object")
+    wire = {**params, "type": kind, "requestId": 0, "streamPrefix": prefix,
+            "consumerGroup": group}
+    try:
+        request = decode_object(wire, READS)
+    except ProtocolError as exc:
+        raise ActionError(f"params: {exc.message}") from None
+    assert isinstance(request, ReadShard | FindKey | ListPending)
+    return Read(read_id=body.get("id"), request=request)

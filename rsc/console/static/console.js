@@ -26,6 +26,8 @@
     pendingAction: null,
     deadLetters: null,  // P3: the group's dead letters as last read
     nextActionId: 1,
+    lastRead: null,  // C2: the messages page's last read, and the next page's
+    nextRead: null,
   };
 
   // --- small helpers ------------------------------------------------------------------
@@ -82,7 +84,7 @@
 
   function hello() {
     const body = {view: page, token: sessionStorage.getItem(TOKEN_KEY)};
-    if (page === "group") {
+    if (page === "group" || page === "messages") {
       const query = new URLSearchParams(location.search);
       body.streamPrefix = query.get("prefix");
       body.consumerGroup = query.get("group");
@@ -164,6 +166,10 @@
       actionResult(body);
     } else if (body.type === "audit" && page === "audit") {
       renderAudit(body.rows);
+    } else if (body.type === "messages" && page === "messages") {
+      setUpShards(body);
+    } else if (body.type === "readResult" && page === "messages") {
+      readResult(body);
     }
   }
 
@@ -711,6 +717,157 @@
     $("audit-empty").hidden = rows.length > 0;
   }
 
+  // --- messages (C2) -----------------------------------------------------------------
+  // Every key, value and name goes in with textContent: a hostile one stays text.
+
+  function blobNode(blob) {
+    const pre = document.createElement("pre");
+    pre.className = "blob";
+    if (blob === null || blob === undefined) {
+      pre.textContent = "-";
+      return pre;
+    }
+    let text;
+    if (typeof blob.text === "string") {
+      text = blob.text;
+      try {
+        const parsed = JSON.parse(text);
+        if (typeof parsed === "object" && parsed !== null) {
+          text = JSON.stringify(parsed, null, 2);
+        }
+      } catch (problem) {
+        // not JSON: shown as it is
+      }
+    } else {
+      text = "base64: " + blob.base64;
+      pre.classList.add("base64");
+    }
+    if (blob.cut) {
+      text += ` ... (${num(blob.size)} bytes in all)`;
+    }
+    pre.textContent = text;
+    return pre;
+  }
+
+  function fieldsNode(entry) {
+    const box = document.createElement("div");
+    const named = [...(entry.headers || []).map((h) => ["h:" + h.name, h.value]),
+      ...(entry.fields || []).map((f) => [f.name, f.value])];
+    for (const [name, value] of named) {
+      const line = document.createElement("div");
+      const label = document.createElement("span");
+      label.className = "name";
+      label.textContent = name;
+      line.append(label, blobNode(value));
+      box.appendChild(line);
+    }
+    return box;
+  }
+
+  function setUpShards(body) {
+    const select = $("shard");
+    clear(select);
+    for (const shard of body.shards) {
+      const option = document.createElement("option");
+      option.value = shard;
+      option.textContent = shard;
+      select.appendChild(option);
+    }
+    $("no-contents").hidden = body.contents === true;
+    if (body.status !== "OK") {
+      showReadError(`${body.status}: ${body.error}`);
+    }
+  }
+
+  function showReadError(text) {
+    $("read-error").hidden = !text;
+    $("read-error").textContent = text || "";
+  }
+
+  function sendRead(request, params) {
+    if (state.socket === null || state.socket.readyState !== WebSocket.OPEN) {
+      showReadError("not connected");
+      return;
+    }
+    state.lastRead = {request: request, params: params};
+    state.socket.send(JSON.stringify({type: "read", id: state.nextActionId++, request: request,
+      params: params}));
+  }
+
+  function readShardParams() {
+    const params = {shard: $("shard").value, newestFirst: $("order").value === "newest"};
+    const fromId = $("from-id").value.trim();
+    const fromMs = $("from-ms").value.trim();
+    if (fromId) {
+      params.fromId = fromId;
+    } else if (fromMs) {
+      params.fromMs = Number(fromMs);
+    }
+    return params;
+  }
+
+  function readResult(body) {
+    showReadError(body.status === "OK" ? "" : `${body.status}: ${body.error}`);
+    const answer = body.answer || {};
+    const next = body.status !== "OK" || !state.lastRead ? null :
+      body.request === "readShard" && answer.nextId ?
+        {request: "readShard", params: {...state.lastRead.params, fromId: answer.nextId,
+          fromMs: undefined}} :
+      body.request === "findKey" && answer.continueId ?
+        {request: "findKey", params: {...state.lastRead.params, continueId: answer.continueId}} :
+      body.request === "listPending" && answer.nextId ?
+        {request: "listPending", params: {...state.lastRead.params, afterId: answer.nextId}} :
+        null;
+    state.nextRead = next;
+    $("next").disabled = next === null;
+    if (body.status !== "OK") {
+      return;
+    }
+    const pending = body.request === "listPending";
+    $("messages").hidden = pending;
+    $("pending-entries").hidden = !pending;
+    if (pending) {
+      $("read-summary").textContent =
+        `${num(answer.pending)} pending entries of the group in ${answer.shard}`;
+      const tbody = document.querySelector("#pending-entries tbody");
+      clear(tbody);
+      for (const entry of answer.entries) {
+        const tr = document.createElement("tr");
+        cell(tr, entry.id, "id");
+        cell(tr, entry.owner, "name");
+        cell(tr, num(entry.idleMs), "num");
+        cell(tr, num(entry.deliveries), "num");
+        tbody.appendChild(tr);
+      }
+      return;
+    }
+    $("read-summary").textContent = body.request === "findKey" ?
+      `${answer.entries.length} entries of the key in ${answer.shard} (${num(answer.scanned)} scanned)` :
+      `${answer.entries.length} of ${num(answer.length)} entries of ${answer.shard}`;
+    const tbody = document.querySelector("#messages tbody");
+    clear(tbody);
+    for (const entry of answer.entries) {
+      const tr = document.createElement("tr");
+      tr.dataset.id = entry.id;
+      cell(tr, entry.id, "id");
+      cell(tr, blobNode(entry.key));
+      cell(tr, blobNode(entry.value));
+      cell(tr, fieldsNode(entry));
+      tbody.appendChild(tr);
+    }
+  }
+
+  function setUpMessages() {
+    $("read").addEventListener("click", () => sendRead("readShard", readShardParams()));
+    $("find").addEventListener("click", () => sendRead("findKey", {key: $("key").value}));
+    $("pending").addEventListener("click", () => sendRead("listPending", {shard: $("shard").value}));
+    $("next").addEventListener("click", () => {
+      if (state.nextRead !== null) {
+        sendRead(state.nextRead.request, state.nextRead.params);
+      }
+    });
+  }
+
   // --- start --------------------------------------------------------------------------
 
   if (page === "overview") {
@@ -718,6 +875,10 @@
   }
   if (page === "group") {
     setUpActions();
+    $("messages-link").href = "/messages" + location.search;  // C2: this group's messages
+  }
+  if (page === "messages") {
+    setUpMessages();
   }
   const query = new URLSearchParams(location.search);
   if (page === "group" && (!query.get("prefix") || !query.get("group"))) {
