@@ -187,9 +187,11 @@ def group_ages_many(client: redis.Redis, reads: Sequence[tuple[Sequence[str], Se
 
 
 def _queue_ends(pipe: redis.client.Pipeline, stream: str) -> None:
-    """Queue what the lag rule needs of the stream besides Redis's lag (rsc/common/lag.py)."""
+    """Queue what the lag rule needs of the stream besides Redis's lag (rsc/common/lag.py).
+    Its replies are read undecoded: the first and last entries come with their values, which
+    may be any bytes (M1), and the store's client decodes replies as UTF-8."""
     for command in ends_commands(stream):
-        pipe.execute_command(*command)
+        pipe.execute_command(*command, NEVER_DECODE=True)
 
 
 def group_totals(client: redis.Redis, streams: Sequence[str],

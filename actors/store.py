@@ -83,6 +83,15 @@ _PLACEHOLDER_GROUP = "rsc:create"  # R1: makes an empty stream (XGROUP CREATE ..
 # refuses a write of ours that arrives after a later one), the lease, and the offset moves (G3);
 # rsc/common/scripts/*.lua say their KEYS and ARGV
 CAS_WRITE = Script("cas_write")
+# B7: a stream's last-generated-id alone (XINFO STREAM's reply also holds the first and last
+# entries, whose values may be any bytes: the store's client decodes replies as UTF-8)
+LAST_GENERATED_ID = """
+local info = redis.call('XINFO', 'STREAM', KEYS[1])
+for i = 1, #info, 2 do
+  if info[i] == 'last-generated-id' then return info[i + 1] end
+end
+return false
+"""
 RENEW_LEASE = Script("renew_lease")
 RELEASE_LEASE = Script("release_lease")
 MOVE_OFFSETS = Script("move_offsets")
@@ -626,17 +635,17 @@ class StreamAdmin:
             found = pipe.execute()
             existing = [stream for index, stream in enumerate(streams) if found[2 * index]]
             pipe = self.client.pipeline(transaction=False)
-            for stream in existing:
-                pipe.xinfo_stream(stream)
+            for stream in existing:  # not XINFO STREAM itself: its first and last entries come
+                pipe.eval(LAST_GENERATED_ID, 1, stream)  # with it, and bytes need not be UTF-8 (M1)
             infos = dict(zip(existing, pipe.execute(raise_on_error=False), strict=True))
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot check shards: {error_text(exc)}") from exc
         facts: dict[str, StreamFacts] = {}
         for index, stream in enumerate(streams):
             info = infos.get(stream)
-            last = info.get("last-generated-id") if isinstance(info, dict) else None
+            last = info.decode() if isinstance(info, bytes) else info
             facts[stream] = StreamFacts(exists=bool(found[2 * index]),
-                                        last_id=None if last is None else str(last),
+                                        last_id=last if isinstance(last, str) else None,
                                         sealed=bool(found[2 * index + 1]))
         return facts
 

@@ -110,3 +110,31 @@ async def test_b7_the_coordinator_finds_the_three_damages_and_repairs_the_marker
                 await trio.sleep(0.1)
         assert damage[new[1]] == "maxId"
     client.close()
+
+
+async def test_b7_the_check_reads_shards_whose_entries_are_not_utf8(coordinator_factory):
+    """M1 allows any bytes in a value: XINFO STREAM's reply and the lag rule's XRANGE and
+    XREVRANGE COUNT 1 carry the first and last entries, so the check reads the last id alone and
+    the lag read leaves those replies undecoded (a decoding error used to fail the prefix's
+    actor on every describe and every check)."""
+    coordinator = await coordinator_factory(shard_check_interval_s=0.2)
+    raw = redis.Redis.from_url(coordinator.redis_url)
+    async with open_session(coordinator.url, "admin") as admin:
+        made = await admin.request(m.SetShardCount(request_id=0, stream_prefix="bytes",
+                                                   consumer_group="g", shard_count=2))
+        assert isinstance(made, m.ShardCountChanged) and made.routing is not None
+        first, second = made.routing.streams
+        raw.xadd(first, {b"key": b"k", b"value": b"\x00\xff\xfe"})
+        raw.xadd(second, {b"key": b"\xff", b"value": b"\x80"}, id=MAX_STREAM_ID)
+        with trio.fail_after(20):
+            while True:
+                shown = await admin.request(m.DescribeGroup(request_id=0, stream_prefix="bytes",
+                                                            consumer_group="g"))
+                assert isinstance(shown, m.GroupDescription)
+                assert shown.status in (Status.OK, Status.COORDINATOR_NOT_AVAILABLE), shown
+                damage = {shard.shard: shard.damage for shard in shown.shards}
+                if shown.status == Status.OK and damage.get(second) == "maxId":
+                    break
+                await trio.sleep(0.1)
+        assert damage[first] is None
+    raw.close()
