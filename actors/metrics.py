@@ -210,7 +210,7 @@ class _UnownedShards(Collector):
 PrefixSource = Callable[[], Iterable[str]]
 
 
-class _PrefixesWithoutRouting:
+class _PrefixesWithoutRouting(Collector):
     """`rsc_prefix_without_routing` (K8): 1 for every prefix that clients ask for (a join, a
     heartbeat, a getRouting) and that has no routing, read at scrape time."""
 
@@ -228,7 +228,7 @@ class _PrefixesWithoutRouting:
         return [family]
 
 
-class _ReplicaShortfalls:
+class _ReplicaShortfalls(Collector):
     """`rsc_replica_wait_shortfall_total` (K11): metadata WAITs that found fewer replicas than
     --min-replicas, read at scrape time from the store's count."""
 
