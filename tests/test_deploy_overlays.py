@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.deploy_tools import ROOT, tool
-from tests.test_deploy_kubernetes import validate
+from tests.test_deploy_kubernetes import validate, with_tokens
 
 PAGE = ROOT / "docs" / "operations" / "deploying.md"
 COMPONENTS = ROOT / "deploy" / "kubernetes" / "components"
@@ -28,8 +28,9 @@ def kustomize(directory: Path) -> list[dict[str, Any]]:
 
 
 def beside_a_checkout(tmp_path: Path, kustomization: str) -> Path:
-    """`kustomization` in a directory of its own next to `rsc/` (a checkout: this one)."""
-    (tmp_path / "rsc").symlink_to(ROOT)
+    """`kustomization` in a directory of its own next to `rsc/` (a checkout: this one's
+    deploy/kubernetes, with the token files the operator writes first, B2)."""
+    with_tokens(tmp_path / "rsc" / "deploy" / "kubernetes")
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text(kustomization)
