@@ -144,3 +144,39 @@ async def test_l6_two_node_members_split_the_shards_and_each_message_is_handled_
     assert all(len(held) == 2 for held in shards), shards  # H2: 4 shards, 2 each
     assert shards[0].isdisjoint(shards[1]), shards  # H3: never two owners
     assert shards[0] | shards[1] == set(streams)
+
+
+async def test_l6_a_node_member_gives_up_shards_to_a_second_one_by_the_page_and_nothing_is_lost(
+        coordinator):
+    """The revoke path of the page: the first member reports REVOKED what the second one's join
+    takes away (H3, H4), the second recovers what was left pending (M5 step 1)."""
+    url, redis_url = coordinator.url, coordinator.redis_url
+    streams = await set_shards(url, PREFIX, GROUP, 4)
+    first, second = (NodeMember(url, redis_url, f"node-member-{n}") for n in (1, 2))
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(first.run)
+            await wait_for_stable_members(url, PREFIX, GROUP, 1)
+            before = await produce(url, redis_url, 1000)
+            await wait_until_handled([first], before)
+            await nursery.start(second.run)
+            await wait_for_stable_members(url, PREFIX, GROUP, 2)
+            async with open_producer(url, redis_url, PREFIX) as producer:
+                await producer.send_batch([(f"k{n % 97}", f"w{n}") for n in range(1000)])
+            after = {f"w{n}" for n in range(1000)}
+            await wait_until_handled([first, second], after)
+            codes = [await first.leave(), await second.leave()]
+        assert codes == [0, 0], codes
+    finally:
+        first.kill()
+        second.kill()
+    values = Counter(str(line["value"]) for m in (first, second) for line in m.handled)
+    assert set(values) == before | after, sorted(set(values) ^ (before | after))[:10]  # 0 lost
+    # produced once the group was stable: read by the shard's one owner only (H3)
+    assert all(values[value] == 1 for value in after), [v for v in after if values[v] > 1][:10]
+    assert any(str(line["value"]) in after for line in second.handled), "the second took part"
+    later = [{line["shard"] for line in m.handled if str(line["value"]) in after}
+             for m in (first, second)]
+    assert later[0].isdisjoint(later[1]) and len(later[0]) == len(later[1]) == 2, later
+    assert not (await described(url)).members
+    assert pending_counts(redis_url, streams) == dict.fromkeys(streams, 0)
