@@ -179,7 +179,8 @@ async function heartbeat(leaving = false) {
   const body = {
     type: "heartbeat", streamPrefix: prefix, consumerGroup: group, memberId,
     memberEpoch: leaving ? -1 : epoch, capacity: 1,
-    ownedShards: epoch === 0 || leaving ? [] : [...held.keys(), ...draining, ...revoked],
+    // revoked shards stay listed until the heartbeat that reports them REVOKED (notes 5)
+    ownedShards: epoch === 0 || leaving ? [] : [...held.keys(), ...draining],
     revokingShards: leaving ? [] : [...revoked].map((shard) => ({ shard, state: "REVOKED" })),
   };
   const reported = [...revoked];
