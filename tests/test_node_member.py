@@ -180,3 +180,38 @@ async def test_l6_a_node_member_gives_up_shards_to_a_second_one_by_the_page_and_
     assert later[0].isdisjoint(later[1]) and len(later[0]) == len(later[1]) == 2, later
     assert not (await described(url)).members
     assert pending_counts(redis_url, streams) == dict.fromkeys(streams, 0)
+
+
+async def test_l6_a_removed_node_member_rejoins_by_the_status_table_and_nothing_is_lost(coordinator):
+    """`removeMember` while it reads: its next heartbeat gets UNKNOWN_MEMBER_ID, and as the page's
+    status table says it forgets what it held and rejoins with epoch 0 and the same memberId."""
+    from rsc.protocol import MemberRemoved, RemoveMember, Status
+
+    url, redis_url = coordinator.url, coordinator.redis_url
+    streams = await set_shards(url, PREFIX, GROUP, 4)
+    member = NodeMember(url, redis_url, "node-member-removed")
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(member.run)
+            await wait_for_stable_members(url, PREFIX, GROUP, 1)
+            epoch_before = (await described(url)).members[0].member_epoch
+            before = await produce(url, redis_url, 1000)
+            async with open_session(url, "admin") as session:
+                removed = await session.request(RemoveMember(
+                    request_id=0, stream_prefix=PREFIX, consumer_group=GROUP,
+                    member_id=member.member_id))
+            assert isinstance(removed, MemberRemoved) and removed.status == Status.OK, removed
+            await wait_for_stable_members(url, PREFIX, GROUP, 1)  # back, under the same id
+            [back] = (await described(url)).members
+            assert back.member_id == member.member_id and back.member_epoch > epoch_before, back
+            async with open_producer(url, redis_url, PREFIX) as producer:
+                await producer.send_batch([(f"k{n % 97}", f"w{n}") for n in range(1000)])
+            after = {f"w{n}" for n in range(1000)}
+            await wait_until_handled([member], before | after)
+            assert await member.leave() == 0
+    finally:
+        member.kill()
+    values = Counter(str(line["value"]) for line in member.handled)
+    assert set(values) == before | after, sorted(set(values) ^ (before | after))[:10]
+    assert not (await described(url)).members
+    assert pending_counts(redis_url, streams) == dict.fromkeys(streams, 0)
