@@ -62,21 +62,26 @@ class FedProducer:
         self.fed = 0
         self.running = True
         self.stderr = bytearray()
+        self.fed_all = trio.Event()  # the feeder left its loop: nothing is being written
 
     async def feed(self) -> None:
         assert self.process.stdin is not None
         batch_size = 10
         deadline = trio.current_time()
-        while self.running:
-            lines = b"".join(f"k{n % 97}\t{n}\n".encode() for n in range(self.fed, self.fed + batch_size))
-            try:
-                await self.process.stdin.send_all(lines)
-            except trio.BrokenResourceError:  # it exited: `finish` says how
-                self.running = False
-                return
-            self.fed += batch_size
-            deadline += batch_size / RATE_PER_S
-            await trio.sleep_until(deadline)
+        try:
+            while self.running:
+                lines = b"".join(f"k{n % 97}\t{n}\n".encode()
+                                 for n in range(self.fed, self.fed + batch_size))
+                try:
+                    await self.process.stdin.send_all(lines)
+                except trio.BrokenResourceError:  # it exited: `finish` says how
+                    self.running = False
+                    return
+                self.fed += batch_size
+                deadline += batch_size / RATE_PER_S
+                await trio.sleep_until(deadline)
+        finally:
+            self.fed_all.set()
 
     async def collect(self) -> None:
         assert self.process.stderr is not None
@@ -86,7 +91,8 @@ class FedProducer:
     async def finish(self) -> int:
         self.running = False
         assert self.process.stdin is not None
-        await trio.sleep(0)
+        with trio.fail_after(60):  # a write in progress (the pipe full while the producer is
+            await self.fed_all.wait()  # slow to read) ends whole before stdin is closed
         try:
             await self.process.stdin.aclose()
         except trio.BrokenResourceError:
