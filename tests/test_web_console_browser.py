@@ -588,10 +588,15 @@ def test_c1_every_action_behind_its_confirmation_through_the_admin_requests(
         result(tab, "removeMember: OK")
     finally:
         stop_process(member)
-    wait_for(lambda: not describe(coordinator, "orders", "billing", "s3cret")["members"],
-             "the consumer left")
+    left = wait_for(lambda: (lambda d: d if not d["members"] else None)(
+        describe(coordinator, "orders", "billing", "s3cret")), "the consumer left")
+    # the confirmation carries the epoch the page shows: wait until the page shows the one the
+    # coordinator has (the member's leaving moved it), or the delete is refused as stale
+    expect()(tab.page.locator("#facts dt:text-is('Group epoch') + dd")).to_have_text(
+        f"{left['groupEpoch']:,}", timeout=WAIT_MS)
     tab.page.click("#action-delete button")
     confirm(tab, "group billing of orders is deleted")
+    result(tab, "deleteGroup: OK")
     expect()(tab.page.locator("#unknown")).to_be_visible(timeout=WAIT_MS)
     assert same_document(tab)
 
