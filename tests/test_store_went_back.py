@@ -350,12 +350,13 @@ async def test_k4_redis_sigkilled_and_restarted_empty_consumption_resumes_withou
         assert "streams_recreated=4" in line or '"streams_recreated": 4' in line, line
         assert all(c.process.returncode is None for c in consumers)
         assert coordinator.process is not None and coordinator.process.returncode is None
-    finally:
-        if producer is not None and producer.process.returncode is None:
-            producer.process.kill()
-        for consumer in consumers:
-            await consumer.stop()
-        await coordinator.stop()
+    finally:  # shielded and bounded: a failed wait above (a Cancelled) still stops them all
+        with trio.CancelScope(shield=True), trio.move_on_after(60):
+            if producer is not None and producer.process.returncode is None:
+                producer.process.kill()
+            for consumer in consumers:
+                await consumer.stop()
+            await coordinator.stop()
         server.stop()
 
 
