@@ -11,13 +11,13 @@ import math
 import redis
 import trio
 
+from rsc.common.backoff import RETRY
 from rsc.common.errors import unwrap_single
 from rsc.common.redact import redact_url
 from rsc.member.health import may_take_messages
 from rsc.member.notices import REPEAT_S, Notices, redis_problem, then
 from rsc.member.producer import no_routing_line
 from rsc.member.session import (
-    Backoff,
     ResponseUndecodable,
     Session,
     SessionClosed,
@@ -92,7 +92,7 @@ class ConsumeWatch:
 
     async def _watch_coordinator(self) -> None:
         url = self.urls.coordinator_url
-        backoff = Backoff(0.05, 2.0)
+        backoff = RETRY.start()
         while True:
             try:
                 async with open_session(url, "member", token=self.urls.token,
@@ -154,7 +154,7 @@ class ConsumeWatch:
 
     async def _check_store(self, expected: str) -> None:
         """StoreMismatch unless this Redis is the coordinator's (Redis errors retried)."""
-        backoff = Backoff(0.05, 2.0)
+        backoff = RETRY.start()
         while True:
             try:
                 await trio.to_thread.run_sync(tls_checked, lambda: check_store_id(

@@ -49,9 +49,9 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 import redis
 import trio
 
+from rsc.common.backoff import RETRY
 from rsc.common.error_family import ProducerClosed, SendTimeout
 from rsc.common.errors import raise_first
-from rsc.member.backoff import Backoff
 from rsc.member.codecs import Codec, codec_for, encode_records
 from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, MessageTooLarge
 from rsc.member.health import may_take_messages
@@ -350,8 +350,8 @@ class Producer:
             del self._unconfirmed[token]
 
     async def _write_all(self, delivery: Delivery) -> None:
-        redis_backoff = Backoff(0.05, 2.0)
-        refused_backoff = Backoff(0.05, 2.0)
+        redis_backoff = RETRY.start()
+        refused_backoff = RETRY.start()
         store = self._redis
         while not delivery.done:
             self._follower.raise_fatal()

@@ -15,10 +15,10 @@ from typing import TypeVar
 import redis
 import trio
 
+from rsc.common.backoff import RETRY
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import is_cluster
 from rsc.common.wording import log_final
-from rsc.member.backoff import Backoff
 from rsc.member.native_streams import native_produce_ops
 from rsc.member.notices import Notices, redis_problem, then
 from rsc.member.ops import produce_ops
@@ -158,7 +158,7 @@ class ProducerRedis:
 
     async def call(self, call: Callable[[], T]) -> T:
         """`call()` in a thread, retried with backoff while Redis fails."""
-        backoff = Backoff(0.05, 2.0)
+        backoff = RETRY.start()
         while True:
             try:
                 result = await trio.to_thread.run_sync(tls_checked, call, self.redis_url)

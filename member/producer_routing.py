@@ -16,10 +16,10 @@ import ssl
 
 import trio
 
+from rsc.common.backoff import RETRY, ROUTING_WAIT
 from rsc.common.error_family import CoordinatorUnavailable
 from rsc.common.tls import TlsFailed
 from rsc.common.wording import log_final
-from rsc.member.backoff import Backoff
 from rsc.member.notices import Notices, then
 from rsc.member.producer_core import Adoption, ProducerCore, RoutingTable
 from rsc.member.session import (
@@ -76,7 +76,7 @@ class RoutingFollower:
     async def first_routing(self) -> RoutingTable:
         """The routing, waiting for it (forever, or `routing_wait_s`: then RoutingUnavailable)."""
         wait_s = math.inf if self._routing_wait_s is None else self._routing_wait_s
-        backoff = Backoff(0.05, 1.0)
+        backoff = ROUTING_WAIT.start()
         with trio.move_on_after(wait_s):
             while self.routing is None:
                 self.raise_fatal()
@@ -136,7 +136,7 @@ class RoutingFollower:
         403, 404) is raised before it, so the producer's open fails with it; anything else
         is said and retried in the background. A later final refusal is raised here and by
         every call waiting for routing (`fatal`)."""
-        backoff = Backoff(0.05, 2.0)
+        backoff = RETRY.start()
         url = self.coordinator_url
         first = True
         while True:

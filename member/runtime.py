@@ -27,6 +27,7 @@ from collections.abc import Callable
 import redis
 import trio
 
+from rsc.common.backoff import RETRY
 from rsc.common.permission_probe import MEMBER_PROBES, probe_permissions
 from rsc.common.redact import redact_url
 from rsc.member.acker import run_acker
@@ -41,7 +42,6 @@ from rsc.member.message import Handler, Message, Queued, queued_entries
 from rsc.member.notices import Notices, redis_problem, then
 from rsc.member.reader import Reader
 from rsc.member.reconcile import MemberState
-from rsc.member.session import Backoff
 from rsc.member.stats import MemberStats
 from rsc.member.streams import StoreMismatch, check_store_id, connect, supports_xackdel
 from rsc.member.trace import HandlerTrace
@@ -174,7 +174,7 @@ class Member:
         """`call(client)` in a thread, retried with backoff while Redis fails (said as a
         rate-limited warning); None when `stop()` came first."""
         core, url = self.core, self.config.redis_url
-        backoff = Backoff(0.05, self.config.redis_retry_max_s)
+        backoff = RETRY.start(maximum=self.config.redis_retry_max_s)
         while not core.life.stop_requested.is_set():
             try:
                 result = await trio.to_thread.run_sync(tls_checked, lambda: call(client), url)

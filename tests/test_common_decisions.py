@@ -23,7 +23,16 @@ import trio
 
 from rsc.actors import shard_ops
 from rsc.common import lag, lua, server_features
-from rsc.common.backoff import Backoff, no_jitter
+from rsc.common.backoff import (
+    ACK_RETRY,
+    HEARTBEAT_RECONNECT,
+    MEMBERS_RESTART,
+    RETRY,
+    ROUTING_WAIT,
+    Backoff,
+    BackoffPreset,
+    no_jitter,
+)
 from rsc.common.errors import single_exception
 from rsc.member.streams import StreamOps
 
@@ -164,10 +173,34 @@ def test_backoff_doubles_to_its_maximum_and_starts_again_after_a_reset() -> None
 
 def test_backoff_is_one_class_for_members_and_the_coordinator() -> None:
     from rsc.actors import router
-    from rsc.member import backoff as member_backoff
 
-    assert member_backoff.Backoff is Backoff
     assert router.Backoff is Backoff
+
+
+def test_a_backoff_preset_starts_a_fresh_backoff_of_its_delays() -> None:
+    preset = BackoffPreset(0.05, 0.2)
+    first = preset.start(jitter=no_jitter)
+    assert [first.next() for _ in range(4)] == [0.05, 0.1, 0.2, 0.2]
+    again = preset.start(jitter=no_jitter)
+    assert again.next() == 0.05, "each start is its own backoff"
+    assert preset.start(maximum=0.1, jitter=no_jitter).maximum == 0.1
+
+
+def test_a_preset_without_jitter_waits_exactly_and_a_bad_one_fails_at_definition() -> None:
+    fixed = BackoffPreset(0.2, 0.2, jittered=False).start()
+    assert [fixed.next() for _ in range(3)] == [0.2, 0.2, 0.2]
+    assert ACK_RETRY.start().next() == 0.2
+    jittered = RETRY.start()
+    assert all(0.025 <= jittered.next() <= 2.0 for _ in range(10))
+    with pytest.raises(ValueError, match="initial <= maximum"):
+        BackoffPreset(1.0, 0.5)
+
+
+def test_the_member_side_names_its_delays() -> None:
+    assert (RETRY.initial, RETRY.maximum) == (0.05, 2.0)
+    assert (ROUTING_WAIT.initial, ROUTING_WAIT.maximum) == (0.05, 1.0)
+    assert (HEARTBEAT_RECONNECT.initial, HEARTBEAT_RECONNECT.maximum) == (0.05, 1.0)
+    assert (MEMBERS_RESTART.initial, MEMBERS_RESTART.maximum) == (0.5, 5.0)
 
 
 # --- exception groups ---------------------------------------------------------------------
