@@ -13,10 +13,10 @@ import trio
 
 from rsc.common.backoff import RETRY
 from rsc.common.errors import unwrap_single
-from rsc.common.redact import redact_url
 from rsc.member.health import may_take_messages
-from rsc.member.notices import REPEAT_S, Notices, redis_problem, then
+from rsc.member.notices import REPEAT_S, Notices, then
 from rsc.member.producer import no_routing_line
+from rsc.member.redis_retry import RedisRetry
 from rsc.member.session import (
     ResponseUndecodable,
     Session,
@@ -24,11 +24,9 @@ from rsc.member.session import (
     SessionRefused,
     open_session,
 )
-from rsc.member.streams import check_store_id, connect, store_id_of
+from rsc.member.streams import connect, store_id_of
 from rsc.member.tool_config import Endpoints
 from rsc.member.unrecoverable import (
-    redis_error_is_permanent,
-    redis_unrecoverable,
     refusal_error,
     refusal_is_permanent,
     tls_checked,
@@ -54,6 +52,7 @@ class ConsumeWatch:
         self.ready = trio.Event()
         self._redis_interval_s = redis_interval_s
         self._client = connect(urls.redis_url, timeout_s=2.0, retries=False)
+        self._retry = RedisRetry(urls.redis_url, notices)
         self._redis_ok = False
         self._store_checked = False
         self._routed = False
@@ -76,17 +75,15 @@ class ConsumeWatch:
 
     async def _watch_redis(self) -> None:
         url = self.urls.redis_url
-        while True:
+        while True:  # a health poll: every `redis_interval_s`, whatever the last answer was
             try:
                 await trio.to_thread.run_sync(tls_checked, self._client.ping, url)
             except redis.RedisError as exc:
-                if redis_error_is_permanent(exc):  # D3: a bad db index never heals
-                    raise redis_unrecoverable(exc, url) from exc
                 self._redis_ok = False
-                self.notices.say("redis", then(redis_problem(exc, url), "retrying"))
+                self._retry.failed(exc)  # said; D3: a bad db index never heals (raised)
             else:
                 self._redis_ok = True
-                self.notices.clear("redis", f"Redis at {redact_url(url)} answers again")
+                self._retry.answered()
                 self._check_ready()
             await trio.sleep(self._redis_interval_s)
 
@@ -154,15 +151,5 @@ class ConsumeWatch:
 
     async def _check_store(self, expected: str) -> None:
         """StoreMismatch unless this Redis is the coordinator's (Redis errors retried)."""
-        backoff = RETRY.start()
-        while True:
-            try:
-                await trio.to_thread.run_sync(tls_checked, lambda: check_store_id(
-                    self._client, expected, redis_url=self.urls.redis_url,
-                    coordinator_url=self.urls.coordinator_url), self.urls.redis_url)
-                return
-            except redis.RedisError as exc:
-                if redis_error_is_permanent(exc):  # D3: a bad db index never heals
-                    raise redis_unrecoverable(exc, self.urls.redis_url) from exc
-                self.notices.say("redis", then(redis_problem(exc, self.urls.redis_url), "retrying"))
-                await trio.sleep(backoff.next())
+        await self._retry.check_store(self._client, expected,
+                                      coordinator_url=self.urls.coordinator_url)
