@@ -51,7 +51,7 @@ import trio
 
 from rsc.common.backoff import RETRY
 from rsc.common.error_family import ProducerClosed, SendTimeout
-from rsc.common.errors import raise_first
+from rsc.common.errors import ErrorBoundary
 from rsc.member.codecs import Codec, codec_for, encode_records
 from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, MessageTooLarge
 from rsc.member.health import may_take_messages
@@ -476,15 +476,13 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
                             notices=notices, ca_file=ca_file, ssl_context=ssl_context,
                             min_replicas=min_replicas, max_message_bytes=max_message_bytes,
                             codec=codec, tracing=tracing, send_timeout_s=send_timeout_s)
-        try:
+        with ErrorBoundary():  # L1: one error, never a group
             async with trio.open_nursery() as nursery:
                 producer.background = nursery
                 await nursery.start(producer.keep_session)  # L2: after one attempt
                 await producer.first_checks()
                 yield producer
                 nursery.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            raise_first(group)
     finally:
         try:
             if producer is not None:

@@ -33,7 +33,7 @@ from rsc.common.backoff import (
     BackoffPreset,
     no_jitter,
 )
-from rsc.common.errors import single_exception
+from rsc.common.errors import ErrorBoundary, single_exception
 from rsc.member.streams import StreamOps
 
 STREAM = "{orders:v1:0}"
@@ -222,3 +222,44 @@ async def test_single_exception_leaves_out_the_cancellations_of_the_helper_tasks
             await trio.sleep(0)
             raise error
     assert single_exception(caught.value) is error
+
+
+async def test_l1_error_boundary_raises_the_first_real_error_of_a_nursery_never_a_group() -> None:
+    error = ValueError("the member's own")
+    context = KeyError("what it met first")
+    said: list[BaseException] = []
+
+    async def fail() -> None:
+        try:
+            raise context
+        except KeyError:
+            raise error from None
+
+    with pytest.raises(ValueError) as caught:
+        with ErrorBoundary(on_failure=said.append):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.sleep_forever)
+                nursery.start_soon(fail)
+    assert caught.value is error and said == [error]
+    assert error.__context__ is context, "its own context, not the group"
+    assert not getattr(error, "__notes__", None), "the helper's cancellation is no error"
+
+
+def test_l1_error_boundary_names_the_others_once_and_lets_interrupts_win() -> None:
+    first, second = ValueError("a"), KeyError("b")
+    with pytest.raises(ValueError) as caught, ErrorBoundary():
+        raise ExceptionGroup("two", [first, second])
+    assert caught.value.__notes__ == ["at the same time: KeyError: 'b'"]
+    with pytest.raises(KeyboardInterrupt), ErrorBoundary():
+        raise BaseExceptionGroup("interrupted", [ValueError("c"), KeyboardInterrupt()])
+
+
+def test_l1_error_boundary_passes_anything_else_as_it_is() -> None:
+    said: list[BaseException] = []
+    error = RuntimeError("plain")
+    with pytest.raises(RuntimeError) as caught, ErrorBoundary(on_failure=said.append):
+        raise error
+    assert caught.value is error
+    with ErrorBoundary(on_failure=said.append):
+        pass
+    assert said == []
