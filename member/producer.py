@@ -68,7 +68,7 @@ from rsc.member.producer_metrics import register_producer
 from rsc.member.producer_redis import ProducerRedis
 from rsc.member.producer_routing import (
     REQUEST_TIMEOUT_S,
-    RoutingFollower,
+    ProducerRoutingFollower,
     RoutingUnavailable,
     no_routing_line,
 )
@@ -139,7 +139,7 @@ class Producer:
     """Writes messages of one stream prefix; build it with `open_producer`.
 
     The decisions (which routing to write with, what each write's result means) are the
-    pure `ProducerCore`'s (producer_core.py); the coordinator side is `RoutingFollower`
+    pure `ProducerCore`'s (producer_core.py); the coordinator side is `ProducerRoutingFollower`
     (producer_routing.py), the Redis side `ProducerRedis` (producer_redis.py); this shell
     encodes, traces and delivers.
     """
@@ -164,7 +164,7 @@ class Producer:
         self.max_message_bytes = max_message_bytes  # M4
         self.notices = notices or Notices(_log_notice)
         self._core = ProducerCore()
-        self._follower = RoutingFollower(
+        self._follower = ProducerRoutingFollower(
             coordinator_url, stream_prefix, self._core, self.notices, token=token,
             subscribe=subscribe, routing_wait_s=routing_wait_s, ca_file=ca_file,
             ssl_context=ssl_context)
@@ -424,7 +424,7 @@ class Producer:
         return self.routing
 
     def _adopt(self, message: Routing) -> None:
-        self._follower.adopt(message)
+        self._follower.adopt_now(message)
 
     async def first_checks(self) -> None:
         """L2 at open: one attempt at Redis's final errors (credentials, db, Sentinel
