@@ -27,6 +27,7 @@ from rsc.common.backoff import (
     ACK_RETRY,
     HEARTBEAT_RECONNECT,
     MEMBERS_RESTART,
+    RECORD_RETRY,
     RETRY,
     ROUTING_WAIT,
     Backoff,
@@ -189,7 +190,7 @@ def test_a_backoff_preset_starts_a_fresh_backoff_of_its_delays() -> None:
 def test_a_preset_without_jitter_waits_exactly_and_a_bad_one_fails_at_definition() -> None:
     fixed = BackoffPreset(0.2, 0.2, jittered=False).start()
     assert [fixed.next() for _ in range(3)] == [0.2, 0.2, 0.2]
-    assert ACK_RETRY.start().next() == 0.2
+    assert ACK_RETRY.start().next() == RECORD_RETRY.start().next() == 0.2
     jittered = RETRY.start()
     assert all(0.025 <= jittered.next() <= 2.0 for _ in range(10))
     with pytest.raises(ValueError, match="initial <= maximum"):

@@ -79,3 +79,6 @@ MEMBERS_RESTART = BackoffPreset(0.5, 5.0)
 
 ACK_RETRY = BackoffPreset(0.2, 0.2, jittered=False)
 """A member's failed ack batch sent again: a fixed 0.2 s, the batch is kept meanwhile."""
+
+RECORD_RETRY = BackoffPreset(0.2, 0.2, jittered=False)
+"""A handler attempt Redis could not record (P1) tried again: a fixed 0.2 s, while still owned."""
