@@ -119,8 +119,8 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
     import redis
     import trio
 
+    from rsc.common.backoff import MEMBERS_RESTART
     from rsc.common.errors import unwrap_single
-    from rsc.member.backoff import Backoff
     from rsc.member.budget import ReadBudget
     from rsc.member.consume_watch import ConsumeWatch
     from rsc.member.listener import Listener
@@ -191,7 +191,7 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
 
     async def run_members() -> None:
         nonlocal consumers
-        backoff = Backoff(0.5, 5.0)
+        backoff = MEMBERS_RESTART.start()
         while True:
             try:
                 await consumers.run()
