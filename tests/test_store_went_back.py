@@ -47,13 +47,14 @@ from rsc.actors.store_rewrite import (
     went_back,
     went_back_epoch,
 )
-from rsc.common.redis_server import EmbeddedRedis, server_binary
+from rsc.common.redis_server import EmbeddedRedis
 from rsc.member.session import open_session
 from rsc.protocol import DescribeGroup, GroupDescription
 from rsc.protocol.routing import owner_key, seal_key
 from rsc.protocol.vocabulary import Cutover
 from tests.conftest import start_coordinator
 from tests.processes import ROOT
+from tests.redis_rigs import server_binary
 from tests.test_coordinator_outage import (
     GROUP,
     PREFIX,
