@@ -29,11 +29,25 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # setuptools stages the wheel in the checkout's build/ and never empties it: a module
+    # moved or deleted since an earlier build would ship again from there
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
     subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--quiet",
                     "--wheel-dir", str(out)], check=True, timeout=300,
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     [built] = out.glob("*.whl")
     return built
+
+
+def test_the_wheel_holds_only_modules_the_tree_has(wheel: Path):
+    """Nothing stale: every module in the wheel is one of the checkout's (rsc/protocol, actors
+    and member are the top-level folders through their links)."""
+    with zipfile.ZipFile(wheel) as archive:
+        modules = [name for name in archive.namelist() if name.endswith(".py")]
+    assert modules
+    generated = {"rsc/_version.py"}
+    stale = [name for name in modules if name not in generated and not (ROOT / name).exists()]
+    assert not stale, stale
 
 
 def wheel_version(wheel: Path) -> str:
