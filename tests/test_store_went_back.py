@@ -562,7 +562,8 @@ def test_k4_rsc_describe_shows_when_the_store_went_back():
 def test_k4_the_console_group_page_carries_when_the_store_went_back():
     from rsc.console import views
 
-    base = {"streamPrefix": "p", "consumerGroup": "g", "members": [], "shards": []}
+    base = {"type": "groupDescription", "status": "OK", "streamPrefix": "p", "consumerGroup": "g",
+            "members": [], "shards": []}
     assert views.group_view(base)["storeWentBackAtMs"] is None
     assert views.group_view({**base, "storeWentBackAtMs": 1_796_000_000_000})["storeWentBackAtMs"] \
         == 1_796_000_000_000
