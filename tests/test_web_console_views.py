@@ -12,6 +12,7 @@ import pytest
 
 from rsc.console import http, views
 from rsc.console.server import console_url, loopback_url
+from rsc.protocol.errors import ProtocolError
 
 
 def request(text: str) -> http.Request:
@@ -270,6 +271,13 @@ def test_the_laggiest_shard_is_the_one_with_the_largest_backlog_then_most_undeli
     calm = {**DESCRIPTION, "shards": [{**shard, "lag": 0, "pending": 0}
                                       for shard in DESCRIPTION["shards"]]}
     assert views.group_view(calm)["laggiest"] is None
+
+
+def test_the_group_page_is_the_json_of_the_decoded_description_s_group_view():
+    assert views.group_view(views.described(DESCRIPTION)) == views.group_view(DESCRIPTION)
+    assert json.loads(json.dumps(views.group_view(DESCRIPTION))) == views.group_view(DESCRIPTION)
+    with pytest.raises(ProtocolError, match="state"):  # the server ends the page saying so
+        views.group_view({**DESCRIPTION, "state": "SOMETHING_NEW"})
 
 
 # --- the lag history a later page starts from ---------------------------------------------

@@ -5,7 +5,8 @@
 - `overview(groups, migrations)`: the overview's rows (one per group, from `listGroups`)
   and totals, with each prefix's migration (from a watched `describeGroup`).
 - `group_view(description)`: a group page: members, shards of the live versions with their
-  owners, migration progress with its blocking groups (G2), the laggiest shard.
+  owners, migration progress with its blocking groups (G2), the laggiest shard; the JSON of the
+  group's `GroupView` (rsc/admin/group_view.py, the one `rsc admin describe` draws).
 - `Throttle`: at most `MAX_SENDS_PER_SECOND` frames to a page; the latest state wins.
 - `LagHistory`: the undelivered and unacked counts each group showed while pages followed it, so a page
   opened later (or reloaded) draws the minutes before it.
@@ -184,9 +185,10 @@ def _trim(points: list[list[Any]], now_ms: int) -> None:
 
 
 # --- overview ---------------------------------------------------------------------------
-# What the page receives. Its inputs are the raw JSON objects of admin answers (Mapping[str,
-# Any]: the coordinator's wire, docs/protocol.md); the figures and names they carry are passed
-# on as the wire has them.
+# What the page receives. The overview's inputs are the raw JSON objects of admin answers
+# (the coordinator's wire, docs/protocol.md); a group page's is its describeGroup answer,
+# decoded into the protocol's GroupDescription and derived into the GroupView. The figures and
+# names are passed on as the wire has them.
 
 
 class Blocker(TypedDict):
@@ -300,7 +302,7 @@ def _sum(values: Iterable[int | None]) -> int | None:
     return total
 
 
-def migration_summary(migration: Mapping[str, Any] | MigrationView | None
+def migration_summary(migration: Mapping[str, object] | MigrationView | None
                       ) -> MigrationSummary | None:
     """A migration's progress (G2): versions, drained of total, remaining shards, blockers
     (most behind first). `migration` is a describe answer's (its JSON object or its view)."""
@@ -389,7 +391,7 @@ def prefixes_to_watch(groups: Sequence[Mapping[str, object]], current: Mapping[s
 # --- group page -------------------------------------------------------------------------
 
 
-def described(answer: Mapping[str, Any]) -> GroupDescription:
+def described(answer: Mapping[str, object]) -> GroupDescription:
     """A `groupDescription` (an answer or a push: its JSON object) as the protocol's message;
     ProtocolError names what does not decode."""
     message = decode_object({"requestId": None, **answer}, frozenset({GroupDescription.TYPE}))
@@ -397,7 +399,7 @@ def described(answer: Mapping[str, Any]) -> GroupDescription:
     return message
 
 
-def group_view(description: Mapping[str, Any] | GroupDescription) -> GroupPage:
+def group_view(description: Mapping[str, object] | GroupDescription) -> GroupPage:
     """A group page from a `groupDescription`: header, members, shards, migration, laggiest."""
     view = build_group_view(description if isinstance(description, GroupDescription)
                             else described(description))
