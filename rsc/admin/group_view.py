@@ -5,8 +5,9 @@ Pure: no I/O, no rich, no clock. `group_view(description)` takes the protocol's 
 (by id, with what each holds against its target), the shards of the live versions (owner,
 the member revoking it, backlog), the migration's progress and the groups it waits on (G2),
 the retention in force, the group's backlog (undelivered, unacked, oldest unacked) and its
-laggiest shard. `rsc admin describe` and `watch` draw it (rsc/admin/views.py), the web
-console sends it to its group page (rsc/console/views.py).
+laggiest shard. `rsc admin describe` (and `watch --table`) draws it (rsc/admin/describe.py),
+`watch`'s change lines use its rules (rsc/admin/watch_view.py), the web console sends it to
+its group page (rsc/console/views.py).
 
 Display words (rsc/common/lag.py): the wire's `lag` is *undelivered*, its `pending` is
 *unacked*, and the *backlog* is both together.
