@@ -37,7 +37,8 @@ from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
 from rsc.admin.cli import print_view
 from rsc.admin.client import AdminClient, AdminError, open_admin_client
-from rsc.admin.views import describe_view, format_age, shards_text
+from rsc.admin.describe import describe_view
+from rsc.admin.view_text import format_age, shards_text
 from rsc.common.errors import ErrorBoundary
 from rsc.common.exit_codes import EXIT_FAILED, EXIT_OK
 from rsc.common.extras import MissingExtra

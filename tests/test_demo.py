@@ -13,7 +13,7 @@ import attrs
 import pytest
 import trio
 
-from rsc.admin.views import render_plain
+from rsc.admin.view_text import render_plain
 from rsc.demo import DemoState, demo_view, kill_due, members_wanted, reconcile
 from rsc.protocol import GroupDescription, GroupState, Status
 

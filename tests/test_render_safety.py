@@ -11,17 +11,15 @@ import json
 import pytest
 from rich.console import Console, RenderableType
 
+from rsc.admin.describe import describe_view
+from rsc.admin.view_text import display_name
 from rsc.admin.views import (
-    change_lines,
-    describe_view,
-    display_name,
     groups_view,
     member_removed_view,
     response_view,
     shard_count_changed_view,
-    waiting_view,
-    watch_header,
 )
+from rsc.admin.watch_view import change_lines, waiting_view, watch_header
 from rsc.protocol import GroupDescription, Groups, MemberRemoved, Status, decode
 
 MARKUP_LIKE = ["p[/]", "[red]x[/red]", "[bold]", "[/]", "a[b]c", "[link=http://x]y[/link]"]

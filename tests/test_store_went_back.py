@@ -547,7 +547,8 @@ async def test_k4_readyz_stays_503_until_the_store_is_written_back(nursery, capl
 
 
 def test_k4_rsc_describe_shows_when_the_store_went_back():
-    from rsc.admin.views import describe_view, render_plain
+    from rsc.admin.describe import describe_view
+    from rsc.admin.view_text import render_plain
     from rsc.protocol.errors import Status
 
     description = GroupDescription(request_id=0, status=Status.OK, stream_prefix="p",
@@ -563,7 +564,8 @@ def test_k4_rsc_describe_shows_when_the_store_went_back():
 def test_k4_the_console_group_page_carries_when_the_store_went_back():
     from rsc.console import views
 
-    base = {"streamPrefix": "p", "consumerGroup": "g", "members": [], "shards": []}
+    base = {"type": "groupDescription", "status": "OK", "streamPrefix": "p", "consumerGroup": "g",
+            "members": [], "shards": []}
     assert views.group_view(base)["storeWentBackAtMs"] is None
     assert views.group_view({**base, "storeWentBackAtMs": 1_796_000_000_000})["storeWentBackAtMs"] \
         == 1_796_000_000_000

@@ -12,6 +12,7 @@ import pytest
 
 from rsc.console import http, views
 from rsc.console.server import console_url, loopback_url
+from rsc.protocol.errors import ProtocolError
 
 
 def request(text: str) -> http.Request:
@@ -264,16 +265,19 @@ def test_every_shard_of_the_live_versions_has_its_owner_and_figures_on_its_row()
 
 
 def test_the_laggiest_shard_is_the_one_with_the_largest_backlog_then_most_undelivered():
-    assert views.laggiest_shard(DESCRIPTION["shards"]) == {"shard": "{orders:v2:1}", "owner": "m-b",
-                                                           "lag": 70, "pending": 0, "backlog": 70}
-    tied = [{"shard": "a", "lag": 5, "pending": 0}, {"shard": "b", "lag": 5, "pending": 2}]
-    assert views.laggiest_shard(tied)["shard"] == "b"
-    read_ahead = [{"shard": "a", "lag": 5, "pending": 0}, {"shard": "b", "lag": 0, "pending": 9}]
-    assert views.laggiest_shard(read_ahead)["shard"] == "b", "unacked entries are behind too"
-    even = [{"shard": "a", "lag": 0, "pending": 5}, {"shard": "b", "lag": 5, "pending": 0}]
-    assert views.laggiest_shard(even)["shard"] == "b"
-    assert views.laggiest_shard([{"shard": "a", "lag": 0, "pending": 0}]) is None
-    assert views.laggiest_shard([{"shard": "a", "lag": None, "pending": 0}]) is None
+    # the ranking itself: tests/test_group_view.py
+    assert views.group_view(DESCRIPTION)["laggiest"] == {"shard": "{orders:v2:1}", "owner": "m-b",
+                                                         "lag": 70, "pending": 0, "backlog": 70}
+    calm = {**DESCRIPTION, "shards": [{**shard, "lag": 0, "pending": 0}
+                                      for shard in DESCRIPTION["shards"]]}
+    assert views.group_view(calm)["laggiest"] is None
+
+
+def test_the_group_page_is_the_json_of_the_decoded_description_s_group_view():
+    assert views.group_view(views.described(DESCRIPTION)) == views.group_view(DESCRIPTION)
+    assert json.loads(json.dumps(views.group_view(DESCRIPTION))) == views.group_view(DESCRIPTION)
+    with pytest.raises(ProtocolError, match="state"):  # the server ends the page saying so
+        views.group_view({**DESCRIPTION, "state": "SOMETHING_NEW"})
 
 
 # --- the lag history a later page starts from ---------------------------------------------

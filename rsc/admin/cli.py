@@ -1,6 +1,7 @@
 """`rsc admin`: run one admin command against the coordinator and print its answer.
 
-The arguments and requests are `rsc.admin.args`, the pictures `rsc.admin.views`,
+The arguments and requests are `rsc.admin.args`, the pictures `rsc.admin.views` (and
+`rsc.admin.describe`),
 `watch` is `rsc.admin.watch`. This module is the runner: connect, send, print
 (a view, or with `--json` the raw response as one line), and turn every
 expected failure into one line on stderr and exit code 1 (D3), never a
@@ -24,20 +25,17 @@ from rsc.admin.client import (
     AdminError,
     SessionLost,
     open_admin_client,
+    read_answer,
 )
-from rsc.admin.views import (
-    dead_letters_line,
-    describe_view,
-    plain_width,
-    render_plain,
-    response_view,
-)
+from rsc.admin.describe import dead_letters_line, describe_view
+from rsc.admin.view_text import plain_width, render_plain
+from rsc.admin.views import response_view
 from rsc.common.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from rsc.common.logs import LogFormat, configure_logging, format_line
 from rsc.common.redact import redact_text
 from rsc.common.wording import cli_words
-from rsc.protocol import GroupDescription
-from rsc.protocol.messages import AdminRequest, FieldValueError, ListDeadLetters
+from rsc.protocol import GroupDescription, Status
+from rsc.protocol.messages import AdminRequest, DeadLetters, FieldValueError, ListDeadLetters
 
 
 def run(args: argparse.Namespace) -> int:
@@ -123,13 +121,15 @@ async def _dead_letters_line(admin: AdminClient, description: GroupDescription
                              ) -> RenderableType | None:
     """`describe`'s last line: the group's dead letters and their own retention (P2, P3), or
     nothing when the coordinator does not answer `listDeadLetters`."""
+    request = ListDeadLetters(request_id=0, stream_prefix=description.stream_prefix,
+                              consumer_group=description.consumer_group, count=1)
     try:
-        raw = await admin.session.request(ListDeadLetters(
-            request_id=0, stream_prefix=description.stream_prefix,
-            consumer_group=description.consumer_group, count=1))
+        answer = read_answer(request, await admin.session.request(request))
     except Exception:  # noqa: BLE001 - an older coordinator, a lost session: the line is left out
         return None
-    return dead_letters_line(raw) if raw.get("status") == "OK" else None
+    if not isinstance(answer, DeadLetters) or answer.status != Status.OK:
+        return None
+    return dead_letters_line(answer)
 
 
 async def run_command(admin: AdminClient, request: AdminRequest, args: argparse.Namespace,

@@ -41,14 +41,11 @@ from rsc.admin.client import (
     decode_response,
     read_answer,
 )
-from rsc.admin.views import (
+from rsc.admin.describe import describe_view
+from rsc.admin.view_text import group_text, plain, plain_width, render_plain
+from rsc.admin.watch_view import (
     change_event_text,
     change_lines,
-    describe_view,
-    group_text,
-    plain,
-    plain_width,
-    render_plain,
     waiting_view,
     watch_header,
     watch_signature,

@@ -61,6 +61,7 @@ from rsc.console.http import (
     route,
     with_hsts,
 )
+from rsc.protocol.errors import ProtocolError
 from rsc.protocol.messages import DescribeGroup, ListDeadLetters, ListGroups, ListPending, ReadAudit
 
 log = logging.getLogger("rsc.console")
@@ -563,7 +564,7 @@ class Feed:
                     await trio.sleep(UNKNOWN_GROUP_RETRY_S)
                     continue
                 _raise_unless_ok(described)
-                view = views.group_view(described)
+                view = _group_page(described)
                 earlier = history.points(key, _wall_ms()) if first else []
                 first = False
                 self._offer_view(key, view)
@@ -577,7 +578,7 @@ class Feed:
                     if push.get("status") != "OK":
                         self.offer("group", _unknown(prefix, group))
                         break  # the watch is over (G1: deleted); wait for the group to come back
-                    self._offer_view(key, views.group_view(push))
+                    self._offer_view(key, _group_page(push))
         finally:
             history.unfollow(key, _wall_ms())
 
@@ -589,6 +590,16 @@ class Feed:
         self.group_view = view
         self.offer("group", {"type": "group", "status": "OK", "view": view,
                              "deadLetters": self.dead_letters})
+
+
+def _group_page(answer: Mapping[str, object]) -> views.GroupPage:
+    """The group page of a describeGroup answer or push. One that does not decode (the console
+    and its coordinator are one release: a bug) ends the page's session, saying why."""
+    try:
+        return views.group_view(answer)
+    except ProtocolError as exc:
+        raise SessionLost(f"the coordinator's groupDescription does not decode: {exc.message}") \
+            from None
 
 
 def _unknown(prefix: str, group: str) -> dict[str, object]:

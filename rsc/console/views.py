@@ -5,7 +5,8 @@
 - `overview(groups, migrations)`: the overview's rows (one per group, from `listGroups`)
   and totals, with each prefix's migration (from a watched `describeGroup`).
 - `group_view(description)`: a group page: members, shards of the live versions with their
-  owners, migration progress with its blocking groups (G2), the laggiest shard.
+  owners, migration progress with its blocking groups (G2), the laggiest shard; the JSON of the
+  group's `GroupView` (rsc/admin/group_view.py, the one `rsc admin describe` draws).
 - `Throttle`: at most `MAX_SENDS_PER_SECOND` frames to a page; the latest state wins.
 - `LagHistory`: the undelivered and unacked counts each group showed while pages followed it, so a page
   opened later (or reloaded) draws the minutes before it.
@@ -26,11 +27,21 @@ from typing import Any, Final, Generic, TypedDict, TypeVar
 
 import attrs
 
+from rsc.admin.group_view import MigrationView, migration_view
+from rsc.admin.group_view import group_view as build_group_view
 from rsc.common.lag import backlog
 from rsc.protocol import messages as m
-from rsc.protocol.codec import decode_object
+from rsc.protocol.codec import converter, decode_object
 from rsc.protocol.errors import ProtocolError
-from rsc.protocol.messages import FieldValueError, FindKey, ListPending, ReadShard, check_name
+from rsc.protocol.messages import (
+    FieldValueError,
+    FindKey,
+    GroupDescription,
+    ListPending,
+    MigrationDescription,
+    ReadShard,
+    check_name,
+)
 from rsc.protocol.vocabulary import RetentionMode
 
 MAX_SENDS_PER_SECOND: Final = 10
@@ -174,9 +185,10 @@ def _trim(points: list[list[Any]], now_ms: int) -> None:
 
 
 # --- overview ---------------------------------------------------------------------------
-# What the page receives. Its inputs are the raw JSON objects of admin answers (Mapping[str,
-# Any]: the coordinator's wire, docs/protocol.md); the figures and names they carry are passed
-# on as the wire has them.
+# What the page receives. The overview's inputs are the raw JSON objects of admin answers
+# (the coordinator's wire, docs/protocol.md); a group page's is its describeGroup answer,
+# decoded into the protocol's GroupDescription and derived into the GroupView. The figures and
+# names are passed on as the wire has them.
 
 
 class Blocker(TypedDict):
@@ -290,21 +302,22 @@ def _sum(values: Iterable[int | None]) -> int | None:
     return total
 
 
-def migration_summary(migration: Mapping[str, Any] | None) -> MigrationSummary | None:
-    """A migration's progress (G2): versions, drained of total, remaining shards, blockers."""
+def migration_summary(migration: Mapping[str, object] | MigrationView | None
+                      ) -> MigrationSummary | None:
+    """A migration's progress (G2): versions, drained of total, remaining shards, blockers
+    (most behind first). `migration` is a describe answer's (its JSON object or its view)."""
     if not migration:
         return None
-    drained = list(migration.get("drainedShards") or [])
-    remaining = list(migration.get("remainingShards") or [])
-    blocking: list[Blocker] = [{"consumerGroup": str(entry.get("consumerGroup")),
-                 "undelivered": entry.get("undelivered"), "pending": entry.get("pending")}
-                for entry in migration.get("blockingGroups") or []]
-    blocking.sort(key=lambda entry: (-(entry["undelivered"] or 0) - (entry["pending"] or 0),
-                                     entry["consumerGroup"]))
-    return {"state": migration.get("state"), "fromVersion": migration.get("fromVersion"),
-            "toVersion": migration.get("toVersion"), "cutover": migration.get("cutover"),
-            "drained": len(drained), "total": len(drained) + len(remaining),
-            "remainingShards": remaining, "blockingGroups": blocking}
+    view = migration if isinstance(migration, MigrationView) else migration_view(
+        converter.structure(dict(migration), MigrationDescription))
+    assert view is not None
+    blocking: list[Blocker] = [{"consumerGroup": entry.consumer_group,
+                                "undelivered": entry.undelivered, "pending": entry.pending}
+                               for entry in view.most_behind_first()]
+    return {"state": view.state.value, "fromVersion": view.from_version,
+            "toVersion": view.to_version, "cutover": view.cutover.value,
+            "drained": view.drained, "total": view.total,
+            "remainingShards": list(view.remaining_shards), "blockingGroups": blocking}
 
 
 def migration_text(summary: MigrationSummary | None) -> str:
@@ -378,69 +391,50 @@ def prefixes_to_watch(groups: Sequence[Mapping[str, object]], current: Mapping[s
 # --- group page -------------------------------------------------------------------------
 
 
-def group_view(description: Mapping[str, Any]) -> GroupPage:
+def described(answer: Mapping[str, object]) -> GroupDescription:
+    """A `groupDescription` (an answer or a push: its JSON object) as the protocol's message;
+    ProtocolError names what does not decode."""
+    message = decode_object({"requestId": None, **answer}, frozenset({GroupDescription.TYPE}))
+    assert isinstance(message, GroupDescription)
+    return message
+
+
+def group_view(description: Mapping[str, object] | GroupDescription) -> GroupPage:
     """A group page from a `groupDescription`: header, members, shards, migration, laggiest."""
-    members: list[MemberRow] = []
-    for member in description.get("members") or []:
-        members.append({
-            "memberId": member.get("memberId"), "instanceId": member.get("instanceId"),
-            "state": member.get("state"), "memberEpoch": member.get("memberEpoch"),
-            "capacity": member.get("capacity"),
-            "lastHeartbeatMsAgo": member.get("lastHeartbeatMsAgo"),
-            "overdue": bool(member.get("overdue")),
-            "assignedShards": list(member.get("assignedShards") or []),
-            "pendingShards": list(member.get("pendingShards") or []),
-            "revokingShards": list(member.get("revokingShards") or []),
-        })
-    members.sort(key=lambda row: str(row["memberId"]))
-    revoking = {shard: row["memberId"] for row in members for shard in row["revokingShards"]}
-    shards: list[ShardRow] = []
-    for shard in description.get("shards") or []:
-        shard_id = shard.get("shard")
-        shards.append({
-            "shard": shard_id, "version": shard.get("version"), "owner": shard.get("owner"),
-            "revokingFrom": revoking.get(shard_id), "length": shard.get("length"),
-            "lag": shard.get("lag"), "pending": shard.get("pending"),
-            "backlog": backlog(shard.get("lag"), shard.get("pending")),
-            "oldestPendingMs": shard.get("oldestPendingMs"),
-            "lastDeliveredId": shard.get("lastDeliveredId"),
-        })
-    routing = description.get("routing") or {}
+    view = build_group_view(description if isinstance(description, GroupDescription)
+                            else described(description))
+    members: list[MemberRow] = [{
+        "memberId": member.member_id, "instanceId": member.instance_id,
+        "state": member.state.value, "memberEpoch": member.member_epoch,
+        "capacity": member.capacity, "lastHeartbeatMsAgo": member.last_heartbeat_ms_ago,
+        "overdue": member.overdue, "assignedShards": list(member.assigned_shards),
+        "pendingShards": list(member.pending_shards),
+        "revokingShards": list(member.revoking_shards),
+    } for member in (row.member for row in view.members)]
+    shards: list[ShardRow] = [{
+        "shard": shard.shard, "version": shard.version, "owner": shard.owner,
+        "revokingFrom": shard.revoking_from, "length": shard.length, "lag": shard.lag,
+        "pending": shard.pending, "backlog": shard.backlog,
+        "oldestPendingMs": shard.oldest_pending_ms, "lastDeliveredId": shard.last_delivered_id,
+    } for shard in view.shards]
+    retention = view.retention
+    laggiest = view.laggiest
     return {
-        "streamPrefix": description.get("streamPrefix"),
-        "consumerGroup": description.get("consumerGroup"),
-        "state": description.get("state"), "groupEpoch": description.get("groupEpoch"),
-        "assignmentEpoch": description.get("assignmentEpoch"),
-        "maxConcurrency": description.get("maxConcurrency"),
-        "routingVersion": routing.get("version"), "shardCount": routing.get("shardCount"),
-        "retention": description.get("retention") or routing.get("retention"),
+        "streamPrefix": view.stream_prefix, "consumerGroup": view.consumer_group,
+        "state": None if view.state is None else view.state.value,
+        "groupEpoch": view.group_epoch, "assignmentEpoch": view.assignment_epoch,
+        "maxConcurrency": view.max_concurrency,
+        "routingVersion": view.routing_version, "shardCount": view.shard_count,
+        "retention": None if retention is None else converter.unstructure(retention),
         "members": members, "shards": shards,
-        "migration": migration_summary(description.get("migration")),
-        "backlog": _sum(shard["backlog"] for shard in shards),
-        "lag": _sum(shard["lag"] for shard in shards),
-        "pending": _sum(shard["pending"] for shard in shards),
-        "laggiest": laggiest_shard(shards),
-        "storeWentBackAtMs": description.get("storeWentBackAtMs"),  # K3, K4: null if never
+        "migration": migration_summary(view.migration),
+        "backlog": view.totals.backlog, "lag": view.totals.undelivered,
+        "pending": view.totals.unacked,
+        "laggiest": None if laggiest is None else {
+            "shard": laggiest.shard, "owner": laggiest.owner, "lag": laggiest.lag,
+            "pending": laggiest.pending, "backlog": laggiest.backlog},
+        "storeWentBackAtMs": view.store_went_back_at_ms,  # K3, K4: null if never
     }
-
-
-def laggiest_shard(shards: Sequence[ShardRow]) -> Laggiest | None:
-    """The shard most behind: the largest backlog (ties: most undelivered, then first in
-    routing order); None if no shard has anything undelivered or unacked."""
-    def rank(shard: ShardRow) -> tuple[int, int]:
-        undelivered = shard.get("lag") or 0
-        return undelivered + (shard.get("pending") or 0), undelivered
-    best: ShardRow | None = None
-    for shard in shards:
-        if rank(shard) == (0, 0):
-            continue
-        if best is None or rank(shard) > rank(best):
-            best = shard
-    if best is None:
-        return None
-    return {"shard": best.get("shard"), "owner": best.get("owner"), "lag": best.get("lag"),
-            "pending": best.get("pending"),
-            "backlog": backlog(best.get("lag"), best.get("pending"))}
 
 
 AUDIT_PAGE_ENTRIES: Final = 100
