@@ -571,8 +571,13 @@ def test_c1_every_action_behind_its_confirmation_through_the_admin_requests(
     tab.page.click("#confirm-yes")
     expect()(tab.page.locator("#action-result")).to_contain_text("STALE_CONFIRMATION",
                                                                  timeout=WAIT_MS)
-    assert describe(coordinator, "orders", "billing", "s3cret")["routing"]["shardCount"] == 2
-    expect()(tab.page.locator("#facts")).to_contain_text("5", timeout=WAIT_MS)  # the page moved on
+    now = describe(coordinator, "orders", "billing", "s3cret")
+    assert now["routing"]["shardCount"] == 2
+    # the page moved on: it shows the group epoch the change made (the next confirmation
+    # carries it; "max length 5,000" already held a 5) and the new max concurrency
+    expect()(tab.page.locator("#facts dt:text-is('Group epoch') + dd")).to_have_text(
+        f"{now['groupEpoch']:,}", timeout=WAIT_MS)
+    expect()(tab.page.locator("#facts dt:text-is('Max concurrency') + dd")).to_have_text("5")
     tab.page.click("#action-shards button")
     confirm(tab, "2 -> 4 shard(s)", "routing version 1 -> 2")
     result(tab, "setShardCount: OK")
