@@ -106,10 +106,11 @@ from rsc.protocol.vocabulary import JOIN_EPOCH, LEAVE_EPOCH
 __all__ = [
     "OVERDUE_FACTOR", "RETENTION_EVERY_TICKS", "REVEALING", "UNAVAILABLE", "Answer",
     "AwaitRetention", "Backlog", "Checkpoint", "Committed", "CreateConsumerGroups", "Deliver",
-    "DestroyConsumerGroups", "DrainQuery", "DrainReport", "GroupBudget", "IORequest", "LagRead",
-    "MoveOffsets", "Outcome", "PrefixEvent", "PrefixMachine", "RetentionPass", "RetireStreams",
-    "TotalsRead", "is_overdue", "migration_description", "pushes_to_session", "retention_message",
-    "retention_record", "routing_description", "routing_summary", "starts_watch",
+    "DestroyConsumerGroups", "DrainQuery", "DrainReport", "ExpiredGroup", "GroupBudget",
+    "IORequest", "LagRead", "MoveOffsets", "Outcome", "PrefixEvent", "PrefixMachine",
+    "RetentionPass", "RetireStreams", "TotalsRead", "is_overdue", "migration_description",
+    "pushes_to_session", "retention_message", "retention_record", "routing_description",
+    "routing_summary", "starts_watch",
 ]
 
 AWAIT_RETENTION = AwaitRetention()
@@ -128,6 +129,18 @@ def expiry_warning_ms(retention_ms: int) -> int:
     """B6: how long before its expiry an empty group is warned of: a day, or the whole
     retention when it is shorter (at once)."""
     return min(EXPIRY_WARNING_MS, retention_ms)
+
+
+@attrs.frozen
+class ExpiredGroup:
+    """C3: a group B6 deleted, as it was just before (what the machine holds in memory; the
+    shell adds each shard's figures from Redis and audits it)."""
+
+    group: str
+    group_epoch: int
+    members: tuple[str, ...]
+    empty_since_ms: int | None
+    retention_ms: int
 
 
 class PrefixMachine:
@@ -164,6 +177,7 @@ class PrefixMachine:
         self.shard_damage: dict[str, str] = {}  # B7: shard -> damage kind, as last checked
         self._expiry_warned: set[str] = set()
         self.expiry_notices: list[dict[str, object]] = []
+        self.expired: list[ExpiredGroup] = []  # C3: the expiries the shell audits
 
     # --- the parts' state, as one object -------------------------------------------
 
@@ -755,6 +769,9 @@ class PrefixMachine:
                 continue
             since = group.empty_since_ms
             if wall_ms >= expires_at:
+                self.expired.append(ExpiredGroup(
+                    group=name, group_epoch=group.group_epoch, members=tuple(group.members),
+                    empty_since_ms=since, retention_ms=retention))
                 group.effects.events.append(Event("group_expired", fields={
                     "empty_since_ms": since, "retention_ms": retention,
                     # P2: deleteGroup and B6 leave the group's dead letters where they are
@@ -777,6 +794,11 @@ class PrefixMachine:
         for group in empty:
             group.effects.group_dirty = True
         return bool(empty)
+
+    def take_expired(self) -> list[ExpiredGroup]:
+        """C3: the groups B6 deleted since the last call (the shell audits them)."""
+        expired, self.expired = self.expired, []
+        return expired
 
     def take_expiry_notices(self) -> list[dict[str, object]]:
         """B6: the `group.expiry_pending` warnings since the last call (the shell logs them)."""

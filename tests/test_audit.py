@@ -234,3 +234,36 @@ def test_c3_a_redrive_is_a_change_its_dry_run_is_not():
     assert audit.audited(redrive, done)
     assert not audit.audited(dry, done)
     assert audit.audited(dry, dry.error(Status.NOT_AUTHORIZED, "viewer"))
+
+
+async def test_c3_a_b6_expiry_appends_one_entry_with_what_the_group_held(redis_url, client,
+                                                                          nursery):
+    url = await start(nursery, redis_url, empty_group_retention_ms=1500)
+    with trio.fail_after(30):
+        changed = await ask(url, m.SetShardCount(request_id=0, stream_prefix=PREFIX,
+                                                 consumer_group=GROUP, shard_count=1), token=None)
+        [stream] = changed.routing.streams
+        client.xadd(stream, {"key": "k", "value": "v"})
+        await register_empty_group(url)
+        described = await ask(url, m.DescribeGroup(request_id=0, stream_prefix=PREFIX,
+                                                   consumer_group=GROUP), token=None)
+        assert described.status == Status.OK
+        while len(entries(client)) < 2:
+            await trio.sleep(0.05)
+    gone = await ask(url, m.DescribeGroup(request_id=0, stream_prefix=PREFIX,
+                                          consumer_group=GROUP), token=None)
+    assert gone.status == Status.UNKNOWN_GROUP
+    found = entries(client)
+    assert [e["request"]["type"] for e in found] == ["setShardCount", "expireGroup"]
+    expiry = found[1]
+    assert (expiry["endpoint"], expiry["peer"], expiry["role"]) == ("coordinator", "-",
+                                                                    "coordinator")
+    assert expiry["status"] == "OK" and expiry["error"] is None and "via" not in expiry
+    assert expiry["request"]["streamPrefix"] == PREFIX
+    assert expiry["request"]["consumerGroup"] == GROUP
+    assert expiry["request"]["retentionMs"] == 1500
+    assert isinstance(expiry["request"]["emptySinceMs"], int)
+    assert expiry["before"]["groupEpoch"] == described.group_epoch
+    assert expiry["before"]["members"] == []
+    assert expiry["before"]["shards"] == [{"shard": stream, "lastDeliveredId": "0-0", "lag": 1,
+                                           "pending": 0}]
