@@ -376,6 +376,30 @@ def test_a_reloaded_group_page_draws_the_lag_from_before_it_opened(scenario: Ord
     tab.no_errors()
 
 
+def test_c4_the_chart_reaches_back_an_hour(scenario: Orders, tab: Tab):
+    tab.page.goto(group_url(scenario.coordinator, "orders", "billing"))
+    chart = tab.page.locator("#lag-chart")
+    expect()(chart.locator("polyline").first).to_be_attached(timeout=WAIT_MS)
+    # the page's own chart code, given an hour of 20 s buckets (as the console sends them)
+    labels = tab.page.evaluate("""() => {
+        const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+        document.body.appendChild(svg);
+        const now = Date.now();
+        const points = [];
+        for (let t = now - 3600000; t <= now; t += 20000) { points.push([t, (t / 1000) % 50]); }
+        window.RscChart.draw(svg, [{name: "undelivered", cls: "lag", points: points}],
+                             {now: now, windowMs: 3600000});
+        const shown = Array.from(svg.querySelectorAll(".axes text")).map((n) => n.textContent);
+        const drawn = svg.querySelector("polyline").getAttribute("points").split(" ").length;
+        svg.remove();
+        return {shown: shown, drawn: drawn};
+    }""")
+    assert labels["drawn"] == 181
+    assert [text for text in labels["shown"] if "min" in text or text == "now"] == [
+        "now", "-10 min", "-20 min", "-30 min", "-40 min", "-50 min", "-60 min"]
+    tab.no_errors()
+
+
 def test_a_sigkilled_member_disappears_from_the_page_without_reload(scenario: Orders, tab: Tab):
     coordinator = scenario.coordinator
     victim, survivor = scenario.members
