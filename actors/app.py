@@ -508,7 +508,8 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
         server.dead_letters = DeadLetterAdmin(config.redis_url or "", server.ask,
                                               min_replicas=config.min_replicas,
                                               wait_timeout_ms=config.lease_ttl_ms // 3)
-        server.messages = MessageAdmin(config.redis_url or "", server.ask)
+        server.messages = MessageAdmin(config.redis_url or "", server.ask,
+                                       versions=router.routing_versions)
         # P2: the dead letters' own retention, on the prefixes' retention cadence
         nursery.start_soon(server.dead_letters.run_retention,
                            config.tick_interval_ms * RETENTION_EVERY_TICKS / 1000)

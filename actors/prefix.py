@@ -622,6 +622,11 @@ class PrefixMachine:
         """Every stream that may still hold undelivered entries: undrained old ones, current ones."""
         return self.resharding.live_streams()
 
+    def routing_versions(self) -> tuple[tuple[str, ...], ...]:
+        """C2: the streams of every routing version whose streams are all still there, newest
+        first: the current one, and the one before while its migration lasts."""
+        return self.resharding.routing_versions()
+
     def assignable_shards(self) -> tuple[str, ...]:
         """What the groups assign now: undrained old shards, and the new ones unless held back (R3)."""
         return self.resharding.assignable_shards()

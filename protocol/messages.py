@@ -993,8 +993,9 @@ class ShardEntries(Response):
 
 @attrs.frozen(kw_only=True)
 class FindKey(Request):
-    """C2: a key's entries, in its shard as the routing says, newest first; each request scans
-    at most 10,000 entries and says where to continue."""
+    """C2: a key's entries, in its shard of every routing version still present (the current
+    one, and the previous one while a resharding drains it), newest first by id; each request
+    scans at most 10,000 entries and says where to continue."""
 
     TYPE: ClassVar[str] = "findKey"
     request_id: int
@@ -1015,10 +1016,11 @@ class KeyEntries(Response):
     status: Status
     stream_prefix: str
     key: str
-    shard: str | None = None
+    shard: str | None = None  # the key's shard in the current routing
     scanned: int = 0
     entries: tuple[StreamEntry, ...] = ()
-    continue_id: str | None = None  # scan on from here (None: the shard was scanned)
+    continue_id: str | None = None  # scan on from here (None: the shards were scanned)
+    shards: tuple[str, ...] = ()  # every shard searched, the current version's first
     error: str | None = None
 
 

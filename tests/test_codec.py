@@ -286,8 +286,8 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
 """, m.FindKey, {}),
     ("keyEntries (C2)", """
 {"type": "keyEntries", "requestId": 18, "status": "OK", "streamPrefix": "orders",
- "key": "customer-7", "shard": "orders:v1:1", "scanned": 10000, "entries": [],
- "continueId": "1733039990000-0"}
+ "key": "customer-7", "shard": "orders:v2:3", "scanned": 10000, "entries": [],
+ "continueId": "1733039990000-0", "shards": ["orders:v2:3", "orders:v1:1"]}
 """, m.KeyEntries, {"error": None}),
     ("listPending (C2)", """
 {"type": "listPending", "requestId": 19, "streamPrefix": "orders", "consumerGroup": "billing",
@@ -674,7 +674,8 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
     m.KeyEntries: st.builds(m.KeyEntries, request_id=maybe_request_ids, status=statuses,
                             stream_prefix=texts, key=texts, shard=opt(texts),
                             scanned=st.integers(0, 10_000), entries=stream_entries,
-                            continue_id=opt(texts), error=opt(texts)),
+                            continue_id=opt(texts), shards=st.tuples(texts) | st.just(()),
+                            error=opt(texts)),
     m.ListPending: st.builds(m.ListPending, request_id=request_ids, stream_prefix=names,
                              consumer_group=names, shard=names, after_id=opt(entry_ids),
                              count=st.integers(1, 50)),

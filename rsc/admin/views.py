@@ -862,7 +862,8 @@ def stream_entries_view(response: object) -> RenderableType:
     entries = field(response, "entries", ()) or ()
     if field(response, "type") == "keyEntries" or isinstance(response, KeyEntries):
         title = plain(f"{len(entries)} entr(ies) of key ", name_text(field(response, "key")),
-                      " in ", name_text(field(response, "shard")),
+                      " in ", name_text(" and ".join(field(response, "shards", ()) or ())
+                                        or field(response, "shard")),
                       f" ({field(response, 'scanned')} scanned)")
         after = field(response, "continue_id")
         more = f"scan on: --continue {after}" if after else "the shard was scanned to its oldest"

@@ -867,7 +867,9 @@
       return;
     }
     $("read-summary").textContent = body.request === "findKey" ?
-      `${answer.entries.length} entries of the key in ${answer.shard} (${num(answer.scanned)} scanned)` :
+      `${answer.entries.length} entries of the key in ` +
+        `${(answer.shards && answer.shards.length ? answer.shards : [answer.shard]).join(" and ")} ` +
+        `(${num(answer.scanned)} scanned)` :
       `${answer.entries.length} of ${num(answer.length)} entries of ${answer.shard}`;
     const tbody = document.querySelector("#messages tbody");
     clear(tbody);
