@@ -122,6 +122,12 @@ def pushes_to_session(request: m.Heartbeat) -> bool:
     return request.member_epoch != LEAVE_EPOCH
 
 
+Confirmed = (m.SetShardCount | m.SetMaxConcurrency | m.RemoveMember | m.DeleteGroup
+             | m.ResetOffsets | m.SetRetention)
+CONFIRMED = (m.SetShardCount, m.SetMaxConcurrency, m.RemoveMember, m.DeleteGroup,
+             m.ResetOffsets, m.SetRetention)
+"""C1: the changes that may carry the group epoch and routing version they were confirmed at."""
+
 EXPIRY_WARNING_MS = 86_400_000  # B6: an empty group's expiry is said a day ahead
 
 
@@ -252,6 +258,10 @@ class PrefixMachine:
             if self.resharding.routing is None:
                 self._asked_without_routing(request)
             return Answer(request, later=lambda: self._routing_response(request))
+        if isinstance(request, CONFIRMED):
+            stale = self._stale_confirmation(request)
+            if stale is not None:
+                return Answer(request, stale)
         if isinstance(request, m.SetShardCount):
             return Answer(request, self._set_shard_count(request))
         if isinstance(request, m.SetMaxConcurrency):
@@ -271,6 +281,29 @@ class PrefixMachine:
                 request, now_ms, self._lags.get(request.consumer_group)))
         return Answer(request, request.error(
             Status.INVALID_REQUEST, f"{request.TYPE} is not a request of a stream prefix"))
+
+    def _stale_confirmation(self, request: Confirmed) -> m.Response | None:
+        """C1: STALE_CONFIRMATION when the group's epoch or the routing version is not what
+        the request was confirmed at, checked in the prefix's order with the change itself."""
+        moved = []
+        epoch = getattr(request, "if_group_epoch", None)
+        if epoch is not None:
+            name = getattr(request, "consumer_group", None)
+            group = self.groups.get(name) if name is not None else None
+            if group is None:
+                moved.append(f"group {name!r} is gone")
+            elif group.group_epoch != epoch:
+                moved.append(f"group epoch {epoch} -> {group.group_epoch}")
+        version = request.if_routing_version
+        if version is not None:
+            current = self.routing.version if self.routing is not None else 0
+            if current != version:
+                moved.append(f"routing version {version or 'none'} -> {current or 'none'}")
+        if not moved:
+            return None
+        return request.error(Status.STALE_CONFIRMATION,
+                             "the group changed since this was confirmed (" + ", ".join(moved)
+                             + "): nothing changed; look at it again and confirm again")
 
     def tick(self, now_ms: int, retention: bool | None = None, *, expire: bool = True) -> None:
         """Expire leases and revoke timeouts (H6, H14); measure drain and retire (R2).

@@ -366,6 +366,15 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
     ("deleteGroup", """
 {"type": "deleteGroup", "requestId": 7, "streamPrefix": "orders", "consumerGroup": "billing"}
 """, m.DeleteGroup, {}),
+    ("deleteGroup confirmed at a group epoch and routing version (C1)", """
+{"type": "deleteGroup", "requestId": 7, "streamPrefix": "orders", "consumerGroup": "billing",
+ "ifGroupEpoch": 9, "ifRoutingVersion": 2}
+""", m.DeleteGroup, {}),
+    ("setRetention confirmed at no routing (C1)", """
+{"type": "setRetention", "requestId": 12, "streamPrefix": "orders",
+ "retention": {"mode": "acked", "maxLength": null, "maxAgeMs": null}, "deadLettersOf": null,
+ "ifRoutingVersion": 0}
+""", m.SetRetention, {}),
     ("groupDeleted", """
 {"type": "groupDeleted", "requestId": 7, "status": "OK", "streamPrefix": "orders",
  "consumerGroup": "billing"}

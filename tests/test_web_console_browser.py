@@ -628,11 +628,13 @@ def test_c1_every_action_behind_its_confirmation_through_the_admin_requests(
     refused = [e for e in entries if e.get("via") == "console" and e["request"] is None]
     assert refused and refused[0]["status"] == "UNAUTHORIZED"  # the page's first, tokenless try
     mine = [e for e in entries if e.get("via") == "console" and e["request"] is not None]
-    assert [e["request"]["type"] for e in reversed(mine)] == [
-        "setMaxConcurrency", "setRetention", "resetOffsets", "setShardCount", "removeMember",
-        "deleteGroup"]  # the dry run and the stale confirmation sent no change
-    assert all(e["role"] == "admin" and e["status"] == "OK" and e["peer"].startswith("127.0.0.1:")
-               for e in mine)
+    assert [(e["request"]["type"], e["status"]) for e in reversed(mine)] == [
+        ("setMaxConcurrency", "OK"), ("setRetention", "OK"), ("resetOffsets", "OK"),
+        ("setShardCount", "STALE_CONFIRMATION"), ("setShardCount", "OK"), ("removeMember", "OK"),
+        ("deleteGroup", "OK")]  # the dry run sent no change; the coordinator refused the stale one
+    stale = [e for e in mine if e["status"] == "STALE_CONFIRMATION"][0]["request"]
+    assert stale["ifRoutingVersion"] == 1 and isinstance(stale["ifGroupEpoch"], int)
+    assert all(e["role"] == "admin" and e["peer"].startswith("127.0.0.1:") for e in mine)
     assert mine[0]["before"]["groupEpoch"] is not None  # deleteGroup: what was there
     tab.no_errors()
 

@@ -611,6 +611,22 @@ def parse_action(text: str | bytes, prefix: str, group: str) -> Action:
                   dry_run=getattr(request, "dry_run", False))
 
 
+def confirmed_request(action: Action) -> tuple[Any, bool]:
+    """C1: the action's request carrying the group epoch and routing version (0: none) the
+    operator confirmed at, which the coordinator checks with the change itself; and whether
+    that covers both (else the console checks them one request before: the re-drive, and the
+    group epoch of setRetention)."""
+    request = action.request
+    fields = attrs.fields_dict(type(request))
+    changes: dict[str, int] = {}
+    if "if_routing_version" in fields:
+        changes["if_routing_version"] = action.routing_version or 0
+    if "if_group_epoch" in fields and action.group_epoch is not None:
+        changes["if_group_epoch"] = action.group_epoch
+    covered = "if_routing_version" in changes and "if_group_epoch" in changes
+    return attrs.evolve(request, **changes), covered
+
+
 def stale_confirmation(action: Action, description: Mapping[str, Any]) -> str | None:
     """C1: why the group moved since the operator confirmed (None: it did not)."""
     routing = description.get("routing")
