@@ -268,6 +268,8 @@ async def test_c3_a_b6_expiry_appends_one_entry_with_what_the_group_held(redis_u
     assert expiry["before"]["members"] == []
     assert expiry["before"]["shards"] == [{"shard": stream, "lastDeliveredId": "0-0", "lag": 1,
                                            "pending": 0}]
+    code, out, err = await rsc_admin(url, "audit")
+    assert code == 0 and "expireGroup orders billing" in out and "coordinator" in out, err
 
 
 def test_c1_the_confirmation_fields_are_checked_where_they_can_be():
