@@ -581,7 +581,9 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
                                cutover=st.sampled_from(["parallel", "ordered"])),
     m.SetMaxConcurrency: st.builds(m.SetMaxConcurrency, request_id=request_ids, stream_prefix=names,
                                    consumer_group=names,
-                                   max_concurrency=opt(st.integers(min_value=1, max_value=2**63))),
+                                   max_concurrency=opt(st.integers(min_value=1, max_value=2**63)),
+                                   if_group_epoch=opt(st.integers(0, 2**63)),
+                                   if_routing_version=opt(st.integers(0, 2**63))),
     m.RemoveMember: st.one_of(
         st.builds(m.RemoveMember, request_id=request_ids, stream_prefix=names,
                   consumer_group=names, member_id=member_ids),
@@ -609,7 +611,8 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
         m.MemberRemoved, request_id=maybe_request_ids, status=statuses, stream_prefix=texts,
         consumer_group=texts, member_id=opt(texts), group_epoch=opt(ints), error=opt(texts)),
     m.DeleteGroup: st.builds(m.DeleteGroup, request_id=request_ids, stream_prefix=names,
-                             consumer_group=names),
+                             consumer_group=names, if_group_epoch=opt(st.integers(0, 2**63)),
+                             if_routing_version=opt(st.integers(0, 2**63))),
     m.GroupDeleted: st.builds(m.GroupDeleted, request_id=maybe_request_ids, status=statuses,
                               stream_prefix=texts, consumer_group=texts, error=opt(texts)),
     m.ResetOffsets: st.one_of(
