@@ -150,12 +150,16 @@ def key_shards(key: str, versions: Sequence[tuple[str, ...]]) -> list[str]:
 
 @attrs.define
 class _Cursor:
-    """One shard of a key search: what was read of it and not scanned yet, and where its
-    next read starts (None: its oldest entry was read)."""
+    """One shard of a key search: what was read of it and not scanned yet (each entry with
+    its id parsed), and where its next read starts (None: its oldest entry was read)."""
 
     shard: str
     top: str | None
-    buffer: deque[tuple[Any, dict[bytes, bytes]]] = attrs.field(factory=deque)
+    buffer: deque[tuple[tuple[int, int], Any, dict[bytes, bytes]]] = attrs.field(factory=deque)
+
+
+def _before(entry_id: tuple[int, int]) -> str | None:
+    return id_before(f"{entry_id[0]}-{entry_id[1]}")
 
 
 # --- the shell ----------------------------------------------------------------------------
@@ -234,7 +238,7 @@ class MessageAdmin:
         start = request.continue_id or "+"
         cursors = [_Cursor(shard, start) for shard in shards]
         matches: list[tuple[Any, dict[bytes, bytes]]] = []
-        scanned = 0
+        scanned, count = 0, request.count
         top: str | None = None
         while True:
             for cursor in cursors:  # every shard's next entry is at hand
@@ -242,27 +246,35 @@ class MessageAdmin:
                     want = min(SCAN_BATCH, m.MAX_KEY_SCAN - scanned)
                     batch = self.client.xrevrange(cursor.shard, max=cursor.top, min="-",
                                                   count=want)
-                    cursor.buffer.extend(batch)
-                    cursor.top = id_before(_text(batch[-1][0])) if len(batch) == want else None
+                    cursor.buffer.extend((parse_id(_text(entry_id)), entry_id, fields)
+                                         for entry_id, fields in batch)
+                    cursor.top = _before(cursor.buffer[-1][0]) if len(batch) == want else None
             heads = [cursor for cursor in cursors if cursor.buffer]
             if not heads:
                 top = None  # every shard's oldest entry was scanned
                 break
-            newest = max(parse_id(_text(cursor.buffer[0][0])) for cursor in heads)
-            same = [cursor for cursor in heads if parse_id(_text(cursor.buffer[0][0])) == newest]
-            found = [cursor.buffer[0] for cursor in same
-                     if cursor.buffer[0][1].get(KEY_FIELD) == key]
-            newest_id = f"{newest[0]}-{newest[1]}"
-            if scanned and (scanned + len(same) > m.MAX_KEY_SCAN
-                            or len(matches) + len(found) > request.count):
-                top = newest_id  # (only where one id is in several shards; never the first)
-                break
-            for cursor in same:
-                cursor.buffer.popleft()
-            scanned += len(same)
-            matches.extend(found)
-            if scanned >= m.MAX_KEY_SCAN or len(matches) >= request.count:
-                top = id_before(newest_id)
+            if len(heads) == 1:  # the others are scanned to their oldest: no merge
+                buffer = heads[0].buffer
+                while buffer and scanned < m.MAX_KEY_SCAN and len(matches) < count:
+                    newest, entry_id, fields = buffer.popleft()
+                    scanned += 1
+                    if fields.get(KEY_FIELD) == key:
+                        matches.append((entry_id, fields))
+            else:
+                newest = max(cursor.buffer[0][0] for cursor in heads)
+                same = [cursor.buffer for cursor in heads if cursor.buffer[0][0] == newest]
+                found = [(buffer[0][1], buffer[0][2]) for buffer in same
+                         if buffer[0][2].get(KEY_FIELD) == key]
+                if scanned and (scanned + len(same) > m.MAX_KEY_SCAN
+                                or len(matches) + len(found) > count):
+                    top = f"{newest[0]}-{newest[1]}"  # (an id in several shards; never the first)
+                    break
+                for buffer in same:
+                    buffer.popleft()
+                scanned += len(same)
+                matches.extend(found)
+            if scanned >= m.MAX_KEY_SCAN or len(matches) >= count:
+                top = _before(newest)
                 break
         entries, taken = page(matches)
         if taken < len(matches):

@@ -230,6 +230,28 @@ def test_c2_a_key_search_across_shards_goes_by_id_and_scans_one_id_in_both_toget
     assert ma.key_shards("k", [("x",), ("y", "z"), ("x",)])[0] == "x"
 
 
+def test_c2_a_key_search_across_shards_keeps_the_scan_cap_and_continues_without_a_gap(
+        redis_url, client, monkeypatch):
+    monkeypatch.setattr(m, "MAX_KEY_SCAN", 3)  # a small cap and batch: many requests
+    monkeypatch.setattr(ma, "SCAN_BATCH", 2)
+    admin = ma.MessageAdmin(redis_url, ask=None)  # type: ignore[arg-type]
+    for shard in ("c", "d"):
+        client.delete(shard)
+    for i in range(1, 11):  # c holds the odd ids, d the even ones; every third is the key's
+        client.xadd("c" if i % 2 else "d", {"key": "k" if i % 3 == 0 else "hay",
+                                            "value": str(i)}, id=f"{i}-0")
+    seen, scanned, continue_id = [], [], None
+    while True:
+        found = admin._find(m.FindKey(request_id=0, stream_prefix=PREFIX, key="k",
+                                      continue_id=continue_id), ["c", "d"])
+        scanned.append(found.scanned)
+        seen += [e.id for e in found.entries]
+        continue_id = found.continue_id
+        if continue_id is None:
+            break
+    assert seen == ["9-0", "6-0", "3-0"] and scanned == [3, 3, 3, 1]
+
+
 async def test_c2_a_groups_pending_entries_show_owner_idle_time_and_deliveries(
         redis_url, client, nursery):
     url = await start(nursery, redis_url, admin_token=ADMIN, viewer_token=VIEWER)
