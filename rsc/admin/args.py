@@ -463,7 +463,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     messages.add_argument("prefix", metavar="PREFIX", help="stream prefix")
     messages.add_argument("shard", metavar="SHARD", nargs="?", default=None,
                           help="the shard's stream (see describe --shards)")
-    messages.add_argument("--key", default=None, help="find this key's entries in its shard")
+    messages.add_argument("--key", default=None,
+                          help="find this key's entries in its shard (of the current routing, "
+                               "and of the previous one while a resharding drains it)")
     messages.add_argument("--oldest-first", action="store_true",
                           help="the oldest entries first")
     start = messages.add_mutually_exclusive_group()
