@@ -27,13 +27,13 @@ import time
 import attrs
 import trio
 
-from rsc.actors import shard_ops
+from rsc.actors import audit, shard_ops
 from rsc.actors.delivery import Answered, Delivery
 from rsc.actors.group import GroupMachine, GroupSettings
 from rsc.actors.logs import log_event
 from rsc.actors.mailbox import Envelope, Mailbox, SummariesRequest, Tick
 from rsc.actors.ports import Outbox, PrefixMetrics
-from rsc.actors.prefix import PrefixMachine
+from rsc.actors.prefix import ExpiredGroup, PrefixMachine
 from rsc.actors.prefix_admission import GroupBudget
 from rsc.actors.prefix_io import DONE, AwaitRetention, Deliver, IORequest, Outcome, RetentionPass
 from rsc.actors.prefix_schedule import Activity, Schedule
@@ -100,8 +100,10 @@ class PrefixActor:
                  identity: StoreIdentity | None = None, budget: GroupBudget | None = None,
                  max_group_size: int | None = None, store_deadline_ms: float | None = None,
                  background: trio.Nursery | None = None,
-                 shard_work: ShardWork | None = None) -> None:
+                 shard_work: ShardWork | None = None,
+                 audit_log: audit.AuditLog | None = None) -> None:
         self.prefix = prefix
+        self.audit_log = audit_log  # C3: where B6's expiries are recorded
         self.identity = identity or StoreIdentity()
         self.metrics = metrics
         self.machine = machine = PrefixMachine(
@@ -190,6 +192,10 @@ class PrefixActor:
                 delivery.subscribe(envelope.session)
         busy_s = time.perf_counter() - handling_started  # the batch's time without a yield
 
+        # C3: what a group B6 deleted in this batch held, read before the flush destroys its
+        # Redis consumer groups; audited after it
+        expired = [await self._before_expiry(gone) for gone in machine.take_expired()]
+
         # the machine's I/O, in the batch order it owns (actors/prefix.py); each outcome goes back
         deadline = trio.current_time() + self.calls.deadline_s
         flush = machine.flush(now, summaries=bool(summaries))
@@ -216,6 +222,9 @@ class PrefixActor:
             machine.mark_watches(())
         for notice in machine.take_expiry_notices():  # B6: said ahead, whatever the checkpoint
             await self._warn_of_expiry(notice)
+        if self.audit_log is not None:
+            for body in expired:
+                await self.audit_log.append(body)
         if self.metrics is not None and machine.migration is not None:
             self.metrics.set_migration_progress(self.prefix, len(machine.migration.drained),
                                                 len(machine.migration.from_streams))
@@ -250,6 +259,18 @@ class PrefixActor:
                 return
             notice = {**notice, "undelivered": undelivered, "pending": pending}
         log_event(log, "group.expiry_pending", level=logging.WARNING, **notice)
+
+    async def _before_expiry(self, gone: ExpiredGroup) -> dict[str, object]:
+        """C3: the audit entry of a group B6 deleted: its epoch and members as the machine
+        had them, each shard's last-delivered id, lag and pending as Redis still has them."""
+        lags = await self._read_lag(gone.group) if self.audit_log is not None else None
+        shards = None if lags is None else [
+            {"shard": lag.shard, "lastDeliveredId": lag.last_delivered_id, "lag": lag.lag,
+             "pending": lag.pending} for lag in lags]
+        return audit.expiry_entry(self.prefix, gone.group, group_epoch=gone.group_epoch,
+                                  members=gone.members, empty_since_ms=gone.empty_since_ms,
+                                  retention_ms=gone.retention_ms, shards=shards,
+                                  time_ms=audit.now_ms())
 
     async def _read_lag(self, group: str) -> list[ShardLag] | None:
         if not self.machine.store_open:  # D4: an abandoned call still runs

@@ -454,11 +454,13 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
     shard_work = ShardWork(store.client, deadline_s=settings.lease_ttl_ms / 3 / 1000,
                            metrics=metrics)
 
+    audit_log = AuditLog(store.client, deadline_s=shard_work.deadline_s, metrics=metrics)
+
     def make_actor(prefix: str) -> PrefixActor:
         return PrefixActor(prefix, store, settings, push_enabled=config.push, metrics=metrics,
                            keep_drained_streams=config.keep_drained_streams, identity=identity,
                            budget=budget, max_group_size=config.max_group_size,
-                           background=background, shard_work=shard_work)
+                           background=background, shard_work=shard_work, audit_log=audit_log)
 
     async def reload(prefix: str) -> PrefixActor:
         data = await trio.to_thread.run_sync(load_prefix, store, prefix)
@@ -492,7 +494,6 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
             actor.restore(data, now)
             router.add(actor)
             log_event(log, "prefix.restored", prefix=prefix, groups=len(actor.groups))
-        audit_log = AuditLog(store.client, deadline_s=shard_work.deadline_s, metrics=metrics)
         server = CoordinatorServer(router, nursery, admin_token=config.admin_token,
                                    viewer_token=config.viewer_token, audit_log=audit_log,
                                    member_token=config.member_token, admission=admission,
@@ -507,7 +508,8 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
         server.dead_letters = DeadLetterAdmin(config.redis_url or "", server.ask,
                                               min_replicas=config.min_replicas,
                                               wait_timeout_ms=config.lease_ttl_ms // 3)
-        server.messages = MessageAdmin(config.redis_url or "", server.ask)
+        server.messages = MessageAdmin(config.redis_url or "", server.ask,
+                                       versions=router.routing_versions)
         # P2: the dead letters' own retention, on the prefixes' retention cadence
         nursery.start_soon(server.dead_letters.run_retention,
                            config.tick_interval_ms * RETENTION_EVERY_TICKS / 1000)

@@ -7,6 +7,8 @@ An entry is one stream field, `entry`, holding a JSON object:
 - `timeMs` (the coordinator's wall clock), `endpoint` (`/v1/admin`), `peer` (the client's
   address; for the console the browser's, with `via: "console"`), `role` (`admin`, `viewer`,
   or `open` on a coordinator without an admin token);
+- a B6 expiry is the coordinator's own (`endpoint` `coordinator`, `peer` `-`, `role`
+  `coordinator`, request `expireGroup`), appended by the prefix actor after the batch;
 - `request`: the request as received, with tokens and K7's secrets masked;
 - `status` and `error`: the outcome;
 - `before`: for reshards, offset resets and deletions, what was there before (the routing,
@@ -139,6 +141,26 @@ def refused_handshake(client: Client, reason: str, *, time_ms: int) -> dict[str,
     if client.via is not None:
         body["via"] = client.via
     return body
+
+
+COORDINATOR = Client(peer="-", role="coordinator", endpoint="coordinator")
+"""Who acts when the coordinator changes something by itself (a B6 expiry)."""
+
+
+def expiry_entry(prefix: str, group: str, *, group_epoch: int, members: Sequence[str],
+                 empty_since_ms: int | None, retention_ms: int,
+                 shards: Sequence[Mapping[str, Any]] | None, time_ms: int) -> dict[str, Any]:
+    """C3: the entry of a group B6 deleted: the coordinator's own `expireGroup`, with what
+    was there before as for `deleteGroup` (`shards` None: Redis could not be read)."""
+    client = COORDINATOR
+    return {"timeMs": time_ms, "endpoint": client.endpoint, "peer": client.peer,
+            "role": client.role,
+            "request": masked({"type": "expireGroup", "streamPrefix": prefix,
+                               "consumerGroup": group, "emptySinceMs": empty_since_ms,
+                               "retentionMs": retention_ms}),
+            "status": Status.OK.value, "error": None,
+            "before": masked({"groupEpoch": group_epoch, "members": list(members),
+                              "shards": None if shards is None else [dict(s) for s in shards]})}
 
 
 def before_of(request: m.Request, description: m.Response | None,

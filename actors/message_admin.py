@@ -4,18 +4,22 @@ entries, read page by page with bounded Redis calls only.
 The pure part turns stream entries into what the wire shows (M1/M2's field layout: `key`,
 `value`, `h:<name>` headers, any other field as is): bytes as text when they are UTF-8, else
 base64, each cut at 64 KiB with its full size, a page at most 50 entries and 256 KiB of
-contents. The shell checks that the shard belongs to the prefix's routing (so no other key of
-the store can be read this way), then runs one XRANGE/XREVRANGE with COUNT (a key search:
-batches of 1,000, at most 10,000 entries a request) or XPENDING's extended form on a worker
-thread. Who may read contents, and the audit of each read, are the server's (actors/server.py).
+contents. The shell checks that the shard belongs to the prefix's routing (the current
+version's, or the previous one's while a resharding drains it; so no other key of the store can
+be read this way), then runs one XRANGE/XREVRANGE with COUNT (a key search: the key's shard in
+each of those versions, read newest first by id in batches of 1,000, at most 10,000 entries a
+request) or XPENDING's extended form on a worker thread. Who may read contents, and the
+audit of each read, are the server's (actors/server.py).
 """
 
 from __future__ import annotations
 
 import base64
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import attrs
 import redis
 import trio
 
@@ -30,6 +34,8 @@ MAX_SEQ = (1 << 64) - 1
 KEY_FIELD, VALUE_FIELD, HEADER_PREFIX = b"key", b"value", b"h:"
 
 Ask = Callable[[m.Request], Awaitable[m.Response]]
+Versions = Callable[[str], Sequence[tuple[str, ...]]]
+"""A prefix's routing versions still present, newest first (actors/router.py)."""
 
 
 # --- pure --------------------------------------------------------------------------------
@@ -125,16 +131,48 @@ def _text(data: object) -> str:
     return data.decode() if isinstance(data, bytes) else str(data)
 
 
+def with_current(streams: tuple[str, ...], versions: Sequence[tuple[str, ...]]
+                 ) -> list[tuple[str, ...]]:
+    """The routing versions to read: the current routing's streams first, then every other
+    version still present."""
+    return [streams, *(version for version in versions if version and version != streams)]
+
+
+def key_shards(key: str, versions: Sequence[tuple[str, ...]]) -> list[str]:
+    """C2: the key's shard in each routing version (M3's rule on that version), in order."""
+    shards: list[str] = []
+    for streams in versions:
+        shard = streams[shard_for_key(key, len(streams))]
+        if shard not in shards:
+            shards.append(shard)
+    return shards
+
+
+@attrs.define
+class _Cursor:
+    """One shard of a key search: what was read of it and not scanned yet (each entry with
+    its id parsed), and where its next read starts (None: its oldest entry was read)."""
+
+    shard: str
+    top: str | None
+    buffer: deque[tuple[tuple[int, int], Any, dict[bytes, bytes]]] = attrs.field(factory=deque)
+
+
+def _before(entry_id: tuple[int, int]) -> str | None:
+    return id_before(f"{entry_id[0]}-{entry_id[1]}")
+
+
 # --- the shell ----------------------------------------------------------------------------
 
 
 class MessageAdmin:
     """Answers the three C2 requests; `ask` routes a request inside the coordinator."""
 
-    def __init__(self, redis_url: str, ask: Ask) -> None:
+    def __init__(self, redis_url: str, ask: Ask, versions: Versions | None = None) -> None:
         self.client: Any = connect(redis_url, decode_responses=False, socket_timeout=5,
                                    socket_connect_timeout=5)
         self.ask = ask
+        self.versions = versions
 
     async def answer(self, request: m.ReadShard | m.FindKey | m.ListPending) -> m.Response:
         try:
@@ -145,14 +183,16 @@ class MessageAdmin:
             if not streams:
                 return request.error(Status.UNKNOWN_STREAM,
                                      f"prefix {request.stream_prefix!r} has no routing")
+            versions = with_current(streams, self.versions(request.stream_prefix)
+                                    if self.versions is not None else ())
             if isinstance(request, m.FindKey):
-                shard = streams[shard_for_key(request.key, len(streams))]
-                return await trio.to_thread.run_sync(self._find, request, shard)
-            if request.shard not in streams:
+                return await trio.to_thread.run_sync(
+                    self._find, request, key_shards(request.key, versions))
+            if not any(request.shard in version for version in versions):
                 return request.error(Status.UNKNOWN_STREAM,
                                      f"{request.shard!r} is not a shard of prefix "
                                      f"{request.stream_prefix!r}; its shards are "
-                                     f"{', '.join(streams)}")
+                                     f"{', '.join(s for version in versions for s in version)}")
             if isinstance(request, m.ReadShard):
                 return await trio.to_thread.run_sync(self._read, request)
             return await trio.to_thread.run_sync(self._pending, request)
@@ -190,30 +230,59 @@ class MessageAdmin:
                               length=int(self.client.xlen(shard)), entries=tuple(entries),
                               next_id=next_id)
 
-    def _find(self, request: m.FindKey, shard: str) -> m.KeyEntries:
+    def _find(self, request: m.FindKey, shards: Sequence[str]) -> m.KeyEntries:
+        """The key's entries in `shards`, newest first by id across them: the entries with the
+        same id in several shards are scanned together, so `continueId` (inclusive, the same
+        for every shard) never skips nor repeats one."""
         key = request.key.encode("utf-8")
-        top: str | None = request.continue_id or "+"
+        start = request.continue_id or "+"
+        cursors = [_Cursor(shard, start) for shard in shards]
         matches: list[tuple[Any, dict[bytes, bytes]]] = []
-        scanned = 0
-        while top is not None and scanned < m.MAX_KEY_SCAN and len(matches) < request.count:
-            want = min(SCAN_BATCH, m.MAX_KEY_SCAN - scanned)
-            batch = self.client.xrevrange(shard, max=top, min="-", count=want)
-            for entry_id, fields in batch:
-                scanned += 1
-                top = id_before(_text(entry_id))
-                if fields.get(KEY_FIELD) == key:
-                    matches.append((entry_id, fields))
-                    if len(matches) == request.count:
-                        break
+        scanned, count = 0, request.count
+        top: str | None = None
+        while True:
+            for cursor in cursors:  # every shard's next entry is at hand
+                if not cursor.buffer and cursor.top is not None:
+                    want = min(SCAN_BATCH, m.MAX_KEY_SCAN - scanned)
+                    batch = self.client.xrevrange(cursor.shard, max=cursor.top, min="-",
+                                                  count=want)
+                    cursor.buffer.extend((parse_id(_text(entry_id)), entry_id, fields)
+                                         for entry_id, fields in batch)
+                    cursor.top = _before(cursor.buffer[-1][0]) if len(batch) == want else None
+            heads = [cursor for cursor in cursors if cursor.buffer]
+            if not heads:
+                top = None  # every shard's oldest entry was scanned
+                break
+            if len(heads) == 1:  # the others are scanned to their oldest: no merge
+                buffer = heads[0].buffer
+                while buffer and scanned < m.MAX_KEY_SCAN and len(matches) < count:
+                    newest, entry_id, fields = buffer.popleft()
+                    scanned += 1
+                    if fields.get(KEY_FIELD) == key:
+                        matches.append((entry_id, fields))
             else:
-                if len(batch) < want:
-                    top = None  # the shard's oldest entry was scanned
+                newest = max(cursor.buffer[0][0] for cursor in heads)
+                same = [cursor.buffer for cursor in heads if cursor.buffer[0][0] == newest]
+                found = [(buffer[0][1], buffer[0][2]) for buffer in same
+                         if buffer[0][2].get(KEY_FIELD) == key]
+                if scanned and (scanned + len(same) > m.MAX_KEY_SCAN
+                                or len(matches) + len(found) > count):
+                    top = f"{newest[0]}-{newest[1]}"  # (an id in several shards; never the first)
+                    break
+                for buffer in same:
+                    buffer.popleft()
+                scanned += len(same)
+                matches.extend(found)
+            if scanned >= m.MAX_KEY_SCAN or len(matches) >= count:
+                top = _before(newest)
+                break
         entries, taken = page(matches)
         if taken < len(matches):
             top = _text(matches[taken][0])
         return m.KeyEntries(request_id=request.request_id, status=Status.OK,
-                            stream_prefix=request.stream_prefix, key=request.key, shard=shard,
-                            scanned=scanned, entries=tuple(entries), continue_id=top)
+                            stream_prefix=request.stream_prefix, key=request.key,
+                            shard=shards[0], scanned=scanned, entries=tuple(entries),
+                            continue_id=top, shards=tuple(shards))
 
     def _pending(self, request: m.ListPending) -> m.PendingEntries:
         shard, group = request.shard, request.consumer_group

@@ -106,10 +106,11 @@ from rsc.protocol.vocabulary import JOIN_EPOCH, LEAVE_EPOCH
 __all__ = [
     "OVERDUE_FACTOR", "RETENTION_EVERY_TICKS", "REVEALING", "UNAVAILABLE", "Answer",
     "AwaitRetention", "Backlog", "Checkpoint", "Committed", "CreateConsumerGroups", "Deliver",
-    "DestroyConsumerGroups", "DrainQuery", "DrainReport", "GroupBudget", "IORequest", "LagRead",
-    "MoveOffsets", "Outcome", "PrefixEvent", "PrefixMachine", "RetentionPass", "RetireStreams",
-    "TotalsRead", "is_overdue", "migration_description", "pushes_to_session", "retention_message",
-    "retention_record", "routing_description", "routing_summary", "starts_watch",
+    "DestroyConsumerGroups", "DrainQuery", "DrainReport", "ExpiredGroup", "GroupBudget",
+    "IORequest", "LagRead", "MoveOffsets", "Outcome", "PrefixEvent", "PrefixMachine",
+    "RetentionPass", "RetireStreams", "TotalsRead", "is_overdue", "migration_description",
+    "pushes_to_session", "retention_message", "retention_record", "routing_description",
+    "routing_summary", "starts_watch",
 ]
 
 AWAIT_RETENTION = AwaitRetention()
@@ -121,6 +122,12 @@ def pushes_to_session(request: m.Heartbeat) -> bool:
     return request.member_epoch != LEAVE_EPOCH
 
 
+Confirmed = (m.SetShardCount | m.SetMaxConcurrency | m.RemoveMember | m.DeleteGroup
+             | m.ResetOffsets | m.SetRetention)
+CONFIRMED = (m.SetShardCount, m.SetMaxConcurrency, m.RemoveMember, m.DeleteGroup,
+             m.ResetOffsets, m.SetRetention)
+"""C1: the changes that may carry the group epoch and routing version they were confirmed at."""
+
 EXPIRY_WARNING_MS = 86_400_000  # B6: an empty group's expiry is said a day ahead
 
 
@@ -128,6 +135,18 @@ def expiry_warning_ms(retention_ms: int) -> int:
     """B6: how long before its expiry an empty group is warned of: a day, or the whole
     retention when it is shorter (at once)."""
     return min(EXPIRY_WARNING_MS, retention_ms)
+
+
+@attrs.frozen
+class ExpiredGroup:
+    """C3: a group B6 deleted, as it was just before (what the machine holds in memory; the
+    shell adds each shard's figures from Redis and audits it)."""
+
+    group: str
+    group_epoch: int
+    members: tuple[str, ...]
+    empty_since_ms: int | None
+    retention_ms: int
 
 
 class PrefixMachine:
@@ -164,6 +183,7 @@ class PrefixMachine:
         self.shard_damage: dict[str, str] = {}  # B7: shard -> damage kind, as last checked
         self._expiry_warned: set[str] = set()
         self.expiry_notices: list[dict[str, object]] = []
+        self.expired: list[ExpiredGroup] = []  # C3: the expiries the shell audits
 
     # --- the parts' state, as one object -------------------------------------------
 
@@ -238,6 +258,10 @@ class PrefixMachine:
             if self.resharding.routing is None:
                 self._asked_without_routing(request)
             return Answer(request, later=lambda: self._routing_response(request))
+        if isinstance(request, CONFIRMED):
+            stale = self._stale_confirmation(request)
+            if stale is not None:
+                return Answer(request, stale)
         if isinstance(request, m.SetShardCount):
             return Answer(request, self._set_shard_count(request))
         if isinstance(request, m.SetMaxConcurrency):
@@ -257,6 +281,29 @@ class PrefixMachine:
                 request, now_ms, self._lags.get(request.consumer_group)))
         return Answer(request, request.error(
             Status.INVALID_REQUEST, f"{request.TYPE} is not a request of a stream prefix"))
+
+    def _stale_confirmation(self, request: Confirmed) -> m.Response | None:
+        """C1: STALE_CONFIRMATION when the group's epoch or the routing version is not what
+        the request was confirmed at, checked in the prefix's order with the change itself."""
+        moved = []
+        epoch = getattr(request, "if_group_epoch", None)
+        if epoch is not None:
+            name = getattr(request, "consumer_group", None)
+            group = self.groups.get(name) if name is not None else None
+            if group is None:
+                moved.append(f"group {name!r} is gone")
+            elif group.group_epoch != epoch:
+                moved.append(f"group epoch {epoch} -> {group.group_epoch}")
+        version = request.if_routing_version
+        if version is not None:
+            current = self.routing.version if self.routing is not None else 0
+            if current != version:
+                moved.append(f"routing version {version or 'none'} -> {current or 'none'}")
+        if not moved:
+            return None
+        return request.error(Status.STALE_CONFIRMATION,
+                             "the group changed since this was confirmed (" + ", ".join(moved)
+                             + "): nothing changed; look at it again and confirm again")
 
     def tick(self, now_ms: int, retention: bool | None = None, *, expire: bool = True) -> None:
         """Expire leases and revoke timeouts (H6, H14); measure drain and retire (R2).
@@ -608,6 +655,11 @@ class PrefixMachine:
         """Every stream that may still hold undelivered entries: undrained old ones, current ones."""
         return self.resharding.live_streams()
 
+    def routing_versions(self) -> tuple[tuple[str, ...], ...]:
+        """C2: the streams of every routing version whose streams are all still there, newest
+        first: the current one, and the one before while its migration lasts."""
+        return self.resharding.routing_versions()
+
     def assignable_shards(self) -> tuple[str, ...]:
         """What the groups assign now: undrained old shards, and the new ones unless held back (R3)."""
         return self.resharding.assignable_shards()
@@ -755,6 +807,9 @@ class PrefixMachine:
                 continue
             since = group.empty_since_ms
             if wall_ms >= expires_at:
+                self.expired.append(ExpiredGroup(
+                    group=name, group_epoch=group.group_epoch, members=tuple(group.members),
+                    empty_since_ms=since, retention_ms=retention))
                 group.effects.events.append(Event("group_expired", fields={
                     "empty_since_ms": since, "retention_ms": retention,
                     # P2: deleteGroup and B6 leave the group's dead letters where they are
@@ -777,6 +832,11 @@ class PrefixMachine:
         for group in empty:
             group.effects.group_dirty = True
         return bool(empty)
+
+    def take_expired(self) -> list[ExpiredGroup]:
+        """C3: the groups B6 deleted since the last call (the shell audits them)."""
+        expired, self.expired = self.expired, []
+        return expired
 
     def take_expiry_notices(self) -> list[dict[str, object]]:
         """B6: the `group.expiry_pending` warnings since the last call (the shell logs them)."""

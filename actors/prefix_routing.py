@@ -104,6 +104,14 @@ class Resharding:
         old = self.migration.remaining if self.migration else ()
         return old + current
 
+    def routing_versions(self) -> tuple[tuple[str, ...], ...]:
+        """C2: the current routing's streams, then the previous version's while a migration
+        from it lasts (drained ones too: they go only when the migration is retired)."""
+        current = (self.routing.streams,) if self.routing else ()
+        if self.migration is None:
+            return current
+        return current + (self.migration.from_streams,)
+
     def assignable_shards(self) -> tuple[str, ...]:
         """What the groups assign now: undrained old shards, and the new ones unless held back (R3)."""
         if self.routing is None:

@@ -119,6 +119,12 @@ class Router:
         return [PrefixGroups(prefix, actor.machine.live_streams(), tuple(sorted(actor.groups)))
                 for prefix, actor in self.actors.items() if prefix in self._live]
 
+    def routing_versions(self, prefix: str) -> tuple[tuple[str, ...], ...]:
+        """C2: the prefix's routing versions still present, newest first (() for a prefix
+        this coordinator has no actor for)."""
+        actor = self.actors.get(prefix)
+        return actor.machine.routing_versions() if actor is not None else ()
+
     def unowned_shards(self) -> list[tuple[str, str, int]]:
         """D7: `(prefix, group, count)` of every group with live members (the metric's source)."""
         now = now_ms()

@@ -124,7 +124,8 @@ def _json_type(value: object) -> str:
 
 # K8's optional request fields: left out of a frame while null, so every heartbeat and
 # getRouting of a client that knows nothing reads as before
-OMITTED_WHEN_NULL = frozenset({"known_store_id", "known_routing"})
+OMITTED_WHEN_NULL = frozenset({"known_store_id", "known_routing",
+                               "if_group_epoch", "if_routing_version"})  # C1: as before
 
 
 def _make_converter() -> cattrs.Converter:

@@ -412,6 +412,14 @@ class DescribeGroup(GroupRequest):
                                 consumer_group=self.consumer_group, error=error)
 
 
+def _group_epoch_needs_group(instance: SetShardCount, attribute: attrs.Attribute[int | None],
+                             value: int | None) -> None:
+    """C1: setShardCount checks a group's epoch only when it names the group."""
+    _at_least(0)(instance, attribute, value)
+    if value is not None and instance.consumer_group is None:
+        raise FieldValueError("field 'ifGroupEpoch' needs field 'consumerGroup'")
+
+
 @attrs.frozen(kw_only=True)
 class SetShardCount(Request):
     """Reshard a prefix; the group is optional (G1: on a prefix with routing it must exist)."""
@@ -422,6 +430,10 @@ class SetShardCount(Request):
     shard_count: int = attrs.field(validator=_shard_count)
     consumer_group: str | None = attrs.field(default=None, validator=_optional_name)
     cutover: Cutover = Cutover.PARALLEL
+    # C1: answered STALE_CONFIRMATION, changing nothing, unless the group's epoch and the
+    # routing version (0: no routing) are these when the prefix takes it (absent: not checked)
+    if_group_epoch: int | None = attrs.field(default=None, validator=_group_epoch_needs_group)
+    if_routing_version: int | None = attrs.field(default=None, validator=_at_least(0))
 
     def unknown_group(self) -> ShardCountChanged:
         return self.error(Status.UNKNOWN_GROUP,
@@ -440,6 +452,10 @@ class SetMaxConcurrency(GroupRequest):
     stream_prefix: str = attrs.field(validator=_name)
     consumer_group: str = attrs.field(validator=_name)
     max_concurrency: int | None = attrs.field(validator=_at_least(1))
+    # C1: answered STALE_CONFIRMATION, changing nothing, unless the group's epoch and the
+    # routing version (0: no routing) are these when the prefix takes it (absent: not checked)
+    if_group_epoch: int | None = attrs.field(default=None, validator=_at_least(0))
+    if_routing_version: int | None = attrs.field(default=None, validator=_at_least(0))
 
     def error(self, status: Status, error: str) -> MaxConcurrencyChanged:
         return MaxConcurrencyChanged(request_id=self.request_id, status=status,
@@ -465,6 +481,10 @@ class RemoveMember(GroupRequest):
     consumer_group: str = attrs.field(validator=_name)
     member_id: str | None = attrs.field(default=None, validator=_optional_member_id)
     instance_id: str | None = attrs.field(default=None, validator=_one_member)  # S5
+    # C1: answered STALE_CONFIRMATION, changing nothing, unless the group's epoch and the
+    # routing version (0: no routing) are these when the prefix takes it (absent: not checked)
+    if_group_epoch: int | None = attrs.field(default=None, validator=_at_least(0))
+    if_routing_version: int | None = attrs.field(default=None, validator=_at_least(0))
 
     def error(self, status: Status, error: str) -> MemberRemoved:
         return MemberRemoved(request_id=self.request_id, status=status,
@@ -480,6 +500,10 @@ class DeleteGroup(GroupRequest):
     request_id: int
     stream_prefix: str = attrs.field(validator=_name)
     consumer_group: str = attrs.field(validator=_name)
+    # C1: answered STALE_CONFIRMATION, changing nothing, unless the group's epoch and the
+    # routing version (0: no routing) are these when the prefix takes it (absent: not checked)
+    if_group_epoch: int | None = attrs.field(default=None, validator=_at_least(0))
+    if_routing_version: int | None = attrs.field(default=None, validator=_at_least(0))
 
     def error(self, status: Status, error: str) -> GroupDeleted:
         return GroupDeleted(request_id=self.request_id, status=status,
@@ -513,6 +537,10 @@ class ResetOffsets(GroupRequest):
     to: ResetTo
     timestamp_ms: int | None = attrs.field(default=None, validator=_timestamp_ms)
     dry_run: bool = False  # C1: answer the ids it would set, move nothing
+    # C1: answered STALE_CONFIRMATION, changing nothing, unless the group's epoch and the
+    # routing version (0: no routing) are these when the prefix takes it (absent: not checked)
+    if_group_epoch: int | None = attrs.field(default=None, validator=_at_least(0))
+    if_routing_version: int | None = attrs.field(default=None, validator=_at_least(0))
 
     def error(self, status: Status, error: str) -> OffsetsReset:
         return OffsetsReset(request_id=self.request_id, status=status,
@@ -696,6 +724,15 @@ class OffsetsReset(Response):
     error: str | None = None
 
 
+def _prefix_retention_only(instance: SetRetention, attribute: attrs.Attribute[int | None],
+                           value: int | None) -> None:
+    """C1: the routing version is checked with the prefix's own retention, not its dead
+    letters' (P2)."""
+    _at_least(0)(instance, attribute, value)
+    if value is not None and instance.dead_letters_of is not None:
+        raise FieldValueError("field 'ifRoutingVersion' is not taken with field 'deadLettersOf'")
+
+
 @attrs.frozen(kw_only=True)
 class SetRetention(Request):
     """T1..T3: replace the prefix's whole retention."""
@@ -706,6 +743,9 @@ class SetRetention(Request):
     retention: Retention
     # P2: set the retention of this group's dead letters instead (mode `none` and its caps)
     dead_letters_of: str | None = attrs.field(default=None, validator=_optional_name)
+    # C1: answered STALE_CONFIRMATION, changing nothing, unless the routing version (0: no
+    # routing) is this when the prefix takes it (absent: not checked); not with deadLettersOf
+    if_routing_version: int | None = attrs.field(default=None, validator=_prefix_retention_only)
 
     def error(self, status: Status, error: str) -> RetentionChanged:
         return RetentionChanged(request_id=self.request_id, status=status,
@@ -993,8 +1033,9 @@ class ShardEntries(Response):
 
 @attrs.frozen(kw_only=True)
 class FindKey(Request):
-    """C2: a key's entries, in its shard as the routing says, newest first; each request scans
-    at most 10,000 entries and says where to continue."""
+    """C2: a key's entries, in its shard of every routing version still present (the current
+    one, and the previous one while a resharding drains it), newest first by id; each request
+    scans at most 10,000 entries and says where to continue."""
 
     TYPE: ClassVar[str] = "findKey"
     request_id: int
@@ -1015,10 +1056,11 @@ class KeyEntries(Response):
     status: Status
     stream_prefix: str
     key: str
-    shard: str | None = None
+    shard: str | None = None  # the key's shard in the current routing
     scanned: int = 0
     entries: tuple[StreamEntry, ...] = ()
-    continue_id: str | None = None  # scan on from here (None: the shard was scanned)
+    continue_id: str | None = None  # scan on from here (None: the shards were scanned)
+    shards: tuple[str, ...] = ()  # every shard searched, the current version's first
     error: str | None = None
 
 

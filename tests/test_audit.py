@@ -21,6 +21,7 @@ from rsc.admin.client import AdminConnectError, decode_response, open_admin_clie
 from rsc.member.session import open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
+from rsc.protocol.vocabulary import RetentionMode
 from tests.conftest import FAST
 from tests.test_admin_cli import rsc_admin
 
@@ -285,3 +286,125 @@ def test_c3_a_redrive_is_a_change_its_dry_run_is_not():
     assert audit.audited(redrive, done)
     assert not audit.audited(dry, done)
     assert audit.audited(dry, dry.error(Status.NOT_AUTHORIZED, "viewer"))
+
+
+async def test_c3_a_b6_expiry_appends_one_entry_with_what_the_group_held(redis_url, client,
+                                                                          nursery):
+    url = await start(nursery, redis_url, empty_group_retention_ms=1500)
+    with trio.fail_after(30):
+        changed = await ask(url, m.SetShardCount(request_id=0, stream_prefix=PREFIX,
+                                                 consumer_group=GROUP, shard_count=1), token=None)
+        [stream] = changed.routing.streams
+        client.xadd(stream, {"key": "k", "value": "v"})
+        await register_empty_group(url)
+        described = await ask(url, m.DescribeGroup(request_id=0, stream_prefix=PREFIX,
+                                                   consumer_group=GROUP), token=None)
+        assert described.status == Status.OK
+        while len(entries(client)) < 2:
+            await trio.sleep(0.05)
+    gone = await ask(url, m.DescribeGroup(request_id=0, stream_prefix=PREFIX,
+                                          consumer_group=GROUP), token=None)
+    assert gone.status == Status.UNKNOWN_GROUP
+    found = entries(client)
+    assert [e["request"]["type"] for e in found] == ["setShardCount", "expireGroup"]
+    expiry = found[1]
+    assert (expiry["endpoint"], expiry["peer"], expiry["role"]) == ("coordinator", "-",
+                                                                    "coordinator")
+    assert expiry["status"] == "OK" and expiry["error"] is None and "via" not in expiry
+    assert expiry["request"]["streamPrefix"] == PREFIX
+    assert expiry["request"]["consumerGroup"] == GROUP
+    assert expiry["request"]["retentionMs"] == 1500
+    assert isinstance(expiry["request"]["emptySinceMs"], int)
+    assert expiry["before"]["groupEpoch"] == described.group_epoch
+    assert expiry["before"]["members"] == []
+    assert expiry["before"]["shards"] == [{"shard": stream, "lastDeliveredId": "0-0", "lag": 1,
+                                           "pending": 0}]
+    code, out, err = await rsc_admin(url, "audit")
+    assert code == 0 and "expireGroup orders billing" in out and "coordinator" in out, err
+
+
+def test_c1_the_confirmation_fields_are_checked_where_they_can_be():
+    with pytest.raises(m.FieldValueError, match="ifGroupEpoch.*consumerGroup"):
+        m.SetShardCount(request_id=0, stream_prefix=PREFIX, shard_count=2, if_group_epoch=1)
+    with pytest.raises(m.FieldValueError, match="ifRoutingVersion.*deadLettersOf"):
+        m.SetRetention(request_id=0, stream_prefix=PREFIX, dead_letters_of=GROUP,
+                       retention=m.Retention(mode=RetentionMode.NONE, max_length=5),
+                       if_routing_version=1)
+    with pytest.raises(m.FieldValueError, match="ifGroupEpoch"):
+        m.DeleteGroup(request_id=0, stream_prefix=PREFIX, consumer_group=GROUP, if_group_epoch=-1)
+
+
+async def test_c1_a_change_confirmed_at_a_moved_group_or_routing_is_stale_and_changes_nothing(
+        redis_url, client, nursery):
+    url = await start(nursery, redis_url)
+    group = {"stream_prefix": PREFIX, "consumer_group": GROUP}
+    with trio.fail_after(30):
+        first = await ask(url, m.SetShardCount(request_id=0, shard_count=1, **group), token=None)
+        assert first.status == Status.OK and first.routing.version == 1
+        await register_empty_group(url)
+        epoch = (await ask(url, m.DescribeGroup(request_id=0, **group), token=None)).group_epoch
+        stale = [
+            m.SetShardCount(request_id=0, shard_count=2, if_group_epoch=epoch + 1, **group),
+            m.SetShardCount(request_id=0, shard_count=2, if_routing_version=2, **group),
+            m.SetMaxConcurrency(request_id=0, max_concurrency=3, if_group_epoch=epoch - 1,
+                                **group),
+            m.DeleteGroup(request_id=0, if_group_epoch=epoch, if_routing_version=0, **group),
+            m.ResetOffsets(request_id=0, to="latest", if_group_epoch=epoch + 1, **group),
+            m.RemoveMember(request_id=0, member_id="m1", if_routing_version=7, **group),
+            m.SetRetention(request_id=0, stream_prefix=PREFIX, if_routing_version=0,
+                           retention=m.Retention(mode=RetentionMode.NONE, max_length=5)),
+            m.SetMaxConcurrency(request_id=0, stream_prefix=PREFIX, consumer_group="nobody",
+                                max_concurrency=3, if_group_epoch=0),
+        ]
+        for request in stale:
+            answer = await ask(url, request, token=None)
+            assert answer.status == Status.STALE_CONFIRMATION, (request, answer)
+            assert "nothing changed" in answer.error
+        described = await ask(url, m.DescribeGroup(request_id=0, **group), token=None)
+        assert (described.group_epoch, described.routing.version) == (epoch, 1)
+        assert described.max_concurrency is None
+        # confirmed at what it is: it changes
+        changed = await ask(url, m.SetMaxConcurrency(request_id=0, max_concurrency=3,
+                                                     if_group_epoch=epoch, if_routing_version=1,
+                                                     **group), token=None)
+        assert changed.status == Status.OK and changed.group_epoch > epoch
+        # two changes confirmed at the same state, sent together: the prefix takes one, then
+        # the other is stale (the check is made with the change, in the prefix's order)
+        answers: list[Any] = []
+
+        async def reshard(count: int) -> None:
+            answers.append(await ask(url, m.SetShardCount(
+                request_id=0, shard_count=count, if_group_epoch=changed.group_epoch,
+                if_routing_version=1, **group), token=None))
+
+        async with trio.open_nursery() as both:
+            both.start_soon(reshard, 2)
+            both.start_soon(reshard, 3)
+        assert sorted(answer.status.value for answer in answers) == ["OK", "STALE_CONFIRMATION"]
+    found = entries(client)  # every change is audited, a stale one too
+    assert [e["status"] for e in found].count("STALE_CONFIRMATION") == len(stale) + 1
+    assert found[-1]["request"].get("ifRoutingVersion") == 1
+
+
+async def test_c1_rsc_admin_sends_if_group_epoch_and_if_routing_version(redis_url, nursery):
+    url = await start(nursery, redis_url)
+    with trio.fail_after(60):
+        code, _, err = await rsc_admin(url, "set-shards", PREFIX, GROUP, "1")
+        assert code == 0, err
+        code, _, err = await rsc_admin(url, "set-shards", PREFIX, GROUP, "2",
+                                       "--if-routing-version", "5")
+        assert code == 1 and err.startswith("error: STALE_CONFIRMATION: "), err
+        code, _, err = await rsc_admin(url, "set-max-concurrency", PREFIX, GROUP, "2",
+                                       "--if-group-epoch", "999")
+        assert code == 1 and "group epoch 999 ->" in err
+        code, _, err = await rsc_admin(url, "set-retention", PREFIX, "--acked",
+                                       "--if-routing-version", "1")
+        assert code == 0, err
+        epoch = (await ask(url, m.DescribeGroup(request_id=0, stream_prefix=PREFIX,
+                                                consumer_group=GROUP), token=None)).group_epoch
+        code, out, err = await rsc_admin(url, "set-max-concurrency", PREFIX, GROUP, "2", "--json",
+                                         "--if-group-epoch", str(epoch),
+                                         "--if-routing-version", "1")
+        assert code == 0 and json.loads(out)["maxConcurrency"] == 2, err
+        code, _, err = await rsc_admin(url, "set-shards", PREFIX, "2", "--if-group-epoch", "1")
+        assert code == 1 and "ifGroupEpoch" in err  # a group's epoch needs the group

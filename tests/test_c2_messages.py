@@ -177,6 +177,81 @@ async def test_c2_a_key_search_scans_10000_entries_a_request_and_continues(
     assert second.scanned == 12_002 - m.MAX_KEY_SCAN and second.continue_id is None
 
 
+async def test_c2_a_key_search_reads_the_keys_shard_in_the_draining_version_too(
+        redis_url, client, nursery):
+    from rsc.protocol.routing import shard_for_key
+
+    url = await start(nursery, redis_url, admin_token=ADMIN)
+    with trio.fail_after(30):
+        [old] = await shards(url, 1)
+        client.xadd(old, {"key": "needle", "value": "before"}, id="10-0")
+        client.xadd(old, {"key": "hay", "value": "x"}, id="11-0")
+        await register_empty_group(url)  # it read nothing: the old shard stays to drain (R2)
+        new = await shards(url, 3)
+        mine = new[shard_for_key("needle", 3)]
+        client.xadd(mine, {"key": "needle", "value": "after"}, id="20-0")
+        client.xadd(mine, {"key": "hay", "value": "y"}, id="21-0")
+        found = await ask(url, m.FindKey(request_id=0, stream_prefix=PREFIX, key="needle"))
+        assert found.status == Status.OK, found
+        assert (found.shard, found.shards) == (mine, (mine, old))
+        assert [(e.id, raw(e.value)) for e in found.entries] == [("20-0", b"after"),
+                                                               ("10-0", b"before")]
+        assert found.continue_id is None and found.scanned >= 4
+        first = await ask(url, m.FindKey(request_id=0, stream_prefix=PREFIX, key="needle",
+                                         count=1))
+        assert [raw(e.value) for e in first.entries] == [b"after"]
+        rest = await ask(url, m.FindKey(request_id=0, stream_prefix=PREFIX, key="needle",
+                                        continue_id=first.continue_id))
+        assert [raw(e.value) for e in rest.entries] == [b"before"] and rest.continue_id is None
+        # the draining shard can be read too (its pending entries, its entries)
+        page = await ask(url, m.ReadShard(request_id=0, stream_prefix=PREFIX, shard=old))
+        assert page.status == Status.OK and "10-0" in [e.id for e in page.entries]
+
+
+def test_c2_a_key_search_across_shards_goes_by_id_and_scans_one_id_in_both_together(redis_url,
+                                                                                      client):
+    admin = ma.MessageAdmin(redis_url, ask=None)  # type: ignore[arg-type]
+    for shard, ids in (("a", ("1-0", "3-0", "5-0")), ("b", ("2-0", "4-0", "5-0"))):
+        client.delete(shard)
+        for entry_id in ids:
+            client.xadd(shard, {"key": "k", "value": f"{shard}{entry_id}"}, id=entry_id)
+    seen, continue_id, pages = [], None, 0
+    while True:
+        found = admin._find(m.FindKey(request_id=0, stream_prefix=PREFIX, key="k", count=2,
+                                      continue_id=continue_id), ["a", "b"])
+        pages += 1
+        seen += [raw(e.value).decode() for e in found.entries]
+        continue_id = found.continue_id
+        if continue_id is None:
+            break
+    assert seen == ["a5-0", "b5-0", "b4-0", "a3-0", "b2-0", "a1-0"]  # none skipped or repeated
+    one = admin._find(m.FindKey(request_id=0, stream_prefix=PREFIX, key="k", count=1), ["a", "b"])
+    assert len(one.entries) == 2 and one.continue_id == ma.id_before("5-0")  # never split
+    assert ma.key_shards("k", [("x",), ("y", "z"), ("x",)])[0] == "x"
+
+
+def test_c2_a_key_search_across_shards_keeps_the_scan_cap_and_continues_without_a_gap(
+        redis_url, client, monkeypatch):
+    monkeypatch.setattr(m, "MAX_KEY_SCAN", 3)  # a small cap and batch: many requests
+    monkeypatch.setattr(ma, "SCAN_BATCH", 2)
+    admin = ma.MessageAdmin(redis_url, ask=None)  # type: ignore[arg-type]
+    for shard in ("c", "d"):
+        client.delete(shard)
+    for i in range(1, 11):  # c holds the odd ids, d the even ones; every third is the key's
+        client.xadd("c" if i % 2 else "d", {"key": "k" if i % 3 == 0 else "hay",
+                                            "value": str(i)}, id=f"{i}-0")
+    seen, scanned, continue_id = [], [], None
+    while True:
+        found = admin._find(m.FindKey(request_id=0, stream_prefix=PREFIX, key="k",
+                                      continue_id=continue_id), ["c", "d"])
+        scanned.append(found.scanned)
+        seen += [e.id for e in found.entries]
+        continue_id = found.continue_id
+        if continue_id is None:
+            break
+    assert seen == ["9-0", "6-0", "3-0"] and scanned == [3, 3, 3, 1]
+
+
 async def test_c2_a_groups_pending_entries_show_owner_idle_time_and_deliveries(
         redis_url, client, nursery):
     url = await start(nursery, redis_url, admin_token=ADMIN, viewer_token=VIEWER)

@@ -286,8 +286,8 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
 """, m.FindKey, {}),
     ("keyEntries (C2)", """
 {"type": "keyEntries", "requestId": 18, "status": "OK", "streamPrefix": "orders",
- "key": "customer-7", "shard": "orders:v1:1", "scanned": 10000, "entries": [],
- "continueId": "1733039990000-0"}
+ "key": "customer-7", "shard": "orders:v2:3", "scanned": 10000, "entries": [],
+ "continueId": "1733039990000-0", "shards": ["orders:v2:3", "orders:v1:1"]}
 """, m.KeyEntries, {"error": None}),
     ("listPending (C2)", """
 {"type": "listPending", "requestId": 19, "streamPrefix": "orders", "consumerGroup": "billing",
@@ -366,6 +366,15 @@ EXAMPLES: list[tuple[str, str, type[m.Message], dict[str, Any]]] = [
     ("deleteGroup", """
 {"type": "deleteGroup", "requestId": 7, "streamPrefix": "orders", "consumerGroup": "billing"}
 """, m.DeleteGroup, {}),
+    ("deleteGroup confirmed at a group epoch and routing version (C1)", """
+{"type": "deleteGroup", "requestId": 7, "streamPrefix": "orders", "consumerGroup": "billing",
+ "ifGroupEpoch": 9, "ifRoutingVersion": 2}
+""", m.DeleteGroup, {}),
+    ("setRetention confirmed at no routing (C1)", """
+{"type": "setRetention", "requestId": 12, "streamPrefix": "orders",
+ "retention": {"mode": "acked", "maxLength": null, "maxAgeMs": null}, "deadLettersOf": null,
+ "ifRoutingVersion": 0}
+""", m.SetRetention, {}),
     ("groupDeleted", """
 {"type": "groupDeleted", "requestId": 7, "status": "OK", "streamPrefix": "orders",
  "consumerGroup": "billing"}
@@ -572,7 +581,9 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
                                cutover=st.sampled_from(["parallel", "ordered"])),
     m.SetMaxConcurrency: st.builds(m.SetMaxConcurrency, request_id=request_ids, stream_prefix=names,
                                    consumer_group=names,
-                                   max_concurrency=opt(st.integers(min_value=1, max_value=2**63))),
+                                   max_concurrency=opt(st.integers(min_value=1, max_value=2**63)),
+                                   if_group_epoch=opt(st.integers(0, 2**63)),
+                                   if_routing_version=opt(st.integers(0, 2**63))),
     m.RemoveMember: st.one_of(
         st.builds(m.RemoveMember, request_id=request_ids, stream_prefix=names,
                   consumer_group=names, member_id=member_ids),
@@ -600,7 +611,8 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
         m.MemberRemoved, request_id=maybe_request_ids, status=statuses, stream_prefix=texts,
         consumer_group=texts, member_id=opt(texts), group_epoch=opt(ints), error=opt(texts)),
     m.DeleteGroup: st.builds(m.DeleteGroup, request_id=request_ids, stream_prefix=names,
-                             consumer_group=names),
+                             consumer_group=names, if_group_epoch=opt(st.integers(0, 2**63)),
+                             if_routing_version=opt(st.integers(0, 2**63))),
     m.GroupDeleted: st.builds(m.GroupDeleted, request_id=maybe_request_ids, status=statuses,
                               stream_prefix=texts, consumer_group=texts, error=opt(texts)),
     m.ResetOffsets: st.one_of(
@@ -674,7 +686,8 @@ STRATEGIES: dict[type[m.Message], st.SearchStrategy] = {
     m.KeyEntries: st.builds(m.KeyEntries, request_id=maybe_request_ids, status=statuses,
                             stream_prefix=texts, key=texts, shard=opt(texts),
                             scanned=st.integers(0, 10_000), entries=stream_entries,
-                            continue_id=opt(texts), error=opt(texts)),
+                            continue_id=opt(texts), shards=st.tuples(texts) | st.just(()),
+                            error=opt(texts)),
     m.ListPending: st.builds(m.ListPending, request_id=request_ids, stream_prefix=names,
                              consumer_group=names, shard=names, after_id=opt(entry_ids),
                              count=st.integers(1, 50)),

@@ -1,9 +1,10 @@
 """C1 actions through the console's feed, without a browser: a real coordinator and console.
 
 An action is one message on a group page's `/ws` after its hello; the console checks that the
-page's token may act (an admin token configured and given), that the group has not moved since
-the confirmation (group epoch and routing version), and sends the same admin request
-`rsc admin` sends on the page's own session. The browser tests drive the same through the page.
+page's token may act (an admin token configured and given) and sends the same admin request
+`rsc admin` sends on the page's own session, carrying the group epoch and routing version of
+the confirmation for the coordinator to check with the change (the console checks what a
+request cannot carry, one request before). The browser tests drive the same through the page.
 """
 
 from __future__ import annotations
@@ -55,6 +56,17 @@ def test_c1_an_action_message_becomes_the_admin_request_or_a_clear_error():
     assert views.stale_confirmation(parsed, {"groupEpoch": 3, "routing": {"version": 1}}) is None
     assert "group epoch 3 -> 4" in views.stale_confirmation(
         parsed, {"groupEpoch": 4, "routing": {"version": 1}})
+    # the request carries what was confirmed; the coordinator checks it with the change
+    request, checked = views.confirmed_request(parsed)
+    assert checked and (request.if_group_epoch, request.if_routing_version) == (3, 1)
+    retention = views.parse_action(action("setRetention", {"mode": "acked"}, 3, None),
+                                   "orders", "billing")
+    request, checked = views.confirmed_request(retention)  # no group: the console checks it
+    assert not checked and request.if_routing_version == 0  # 0: confirmed at no routing
+    redrive = views.parse_action(action("redriveDeadLetters", {"dryRun": True}, 3, 1),
+                                 "orders", "billing")
+    request, checked = views.confirmed_request(redrive)
+    assert not checked and request == redrive.request
 
 
 async def test_c1_an_admin_page_acts_and_a_moved_group_is_stale_confirmation(redis_url, nursery):
@@ -74,6 +86,7 @@ async def test_c1_an_admin_page_acts_and_a_moved_group_is_stale_confirmation(red
                                                 version, action_id=2))
             stale = await frame_where(websocket, lambda body: body.get("type") == "actionResult")
             assert (stale["id"], stale["status"]) == (2, "STALE_CONFIRMATION")
+            assert "nothing changed" in stale["error"]  # the coordinator's check, with the change
             assert (await admin.describe_group("orders", "billing")).routing.shard_count == 2
 
 

@@ -376,6 +376,30 @@ def test_a_reloaded_group_page_draws_the_lag_from_before_it_opened(scenario: Ord
     tab.no_errors()
 
 
+def test_c4_the_chart_reaches_back_an_hour(scenario: Orders, tab: Tab):
+    tab.page.goto(group_url(scenario.coordinator, "orders", "billing"))
+    chart = tab.page.locator("#lag-chart")
+    expect()(chart.locator("polyline").first).to_be_attached(timeout=WAIT_MS)
+    # the page's own chart code, given an hour of 20 s buckets (as the console sends them)
+    labels = tab.page.evaluate("""() => {
+        const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+        document.body.appendChild(svg);
+        const now = Date.now();
+        const points = [];
+        for (let t = now - 3600000; t <= now; t += 20000) { points.push([t, (t / 1000) % 50]); }
+        window.RscChart.draw(svg, [{name: "undelivered", cls: "lag", points: points}],
+                             {now: now, windowMs: 3600000});
+        const shown = Array.from(svg.querySelectorAll(".axes text")).map((n) => n.textContent);
+        const drawn = svg.querySelector("polyline").getAttribute("points").split(" ").length;
+        svg.remove();
+        return {shown: shown, drawn: drawn};
+    }""")
+    assert labels["drawn"] == 181
+    assert [text for text in labels["shown"] if "min" in text or text == "now"] == [
+        "now", "-10 min", "-20 min", "-30 min", "-40 min", "-50 min", "-60 min"]
+    tab.no_errors()
+
+
 def test_a_sigkilled_member_disappears_from_the_page_without_reload(scenario: Orders, tab: Tab):
     coordinator = scenario.coordinator
     victim, survivor = scenario.members
@@ -609,11 +633,13 @@ def test_c1_every_action_behind_its_confirmation_through_the_admin_requests(
     refused = [e for e in entries if e.get("via") == "console" and e["request"] is None]
     assert refused and refused[0]["status"] == "UNAUTHORIZED"  # the page's first, tokenless try
     mine = [e for e in entries if e.get("via") == "console" and e["request"] is not None]
-    assert [e["request"]["type"] for e in reversed(mine)] == [
-        "setMaxConcurrency", "setRetention", "resetOffsets", "setShardCount", "removeMember",
-        "deleteGroup"]  # the dry run and the stale confirmation sent no change
-    assert all(e["role"] == "admin" and e["status"] == "OK" and e["peer"].startswith("127.0.0.1:")
-               for e in mine)
+    assert [(e["request"]["type"], e["status"]) for e in reversed(mine)] == [
+        ("setMaxConcurrency", "OK"), ("setRetention", "OK"), ("resetOffsets", "OK"),
+        ("setShardCount", "STALE_CONFIRMATION"), ("setShardCount", "OK"), ("removeMember", "OK"),
+        ("deleteGroup", "OK")]  # the dry run sent no change; the coordinator refused the stale one
+    stale = [e for e in mine if e["status"] == "STALE_CONFIRMATION"][0]["request"]
+    assert stale["ifRoutingVersion"] == 1 and isinstance(stale["ifGroupEpoch"], int)
+    assert all(e["role"] == "admin" and e["peer"].startswith("127.0.0.1:") for e in mine)
     assert mine[0]["before"]["groupEpoch"] is not None  # deleteGroup: what was there
     tab.no_errors()
 

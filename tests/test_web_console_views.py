@@ -300,19 +300,51 @@ def test_lag_history_keeps_a_point_a_second_while_followed_and_a_break_when_nobo
     assert history.points(key, 3_200)[-2:] == [[3_000, None, None], [3_100, 9, 0]]
 
 
-def test_lag_history_reaches_back_ten_minutes_and_remembers_a_bounded_number_of_groups():
-    from rsc.console.views import HISTORY_MS, MAX_HISTORIES, LagHistory
+def test_lag_history_reaches_back_an_hour_in_buckets_and_remembers_a_bounded_number_of_groups():
+    from rsc.console.views import (
+        HISTORY_BUCKET_MS,
+        HISTORY_MS,
+        HISTORY_RECENT_MS,
+        MAX_HISTORIES,
+        MAX_HISTORY_POINTS,
+        LagHistory,
+    )
 
+    assert HISTORY_MS == 3_600_000  # C4: the last hour
     history = LagHistory()
-    for second in range(700):
-        history.record(("p", "g"), second * 1000, second, 0)
-    points = history.points(("p", "g"), 699_000)
-    assert points[0][0] == 699_000 - HISTORY_MS and len(points) == HISTORY_MS // 1000 + 1
+    now = 2 * HISTORY_MS  # two hours followed, a point a second
+    for second in range(now // 1000 + 1):
+        history.record(("p", "g"), second * 1000, second, second % 7)
+    points = history.points(("p", "g"), now)
+    assert len(points) <= MAX_HISTORY_POINTS
+    assert now - HISTORY_MS <= points[0][0] < now - HISTORY_MS + HISTORY_BUCKET_MS  # an hour back
+    recent = [point for point in points if point[0] >= now - HISTORY_RECENT_MS]
+    assert [t for t, _, _ in recent] == list(range(now - HISTORY_RECENT_MS, now + 1, 1000))
+    older = points[:len(points) - len(recent)]
+    assert all(b[0] - a[0] == HISTORY_BUCKET_MS for a, b in zip(older, older[1:], strict=False))
+    # a bucket keeps its largest figures, at its first point's time
+    bucket = older[-1]
+    assert bucket[0] % HISTORY_BUCKET_MS == 0 and bucket[1] == bucket[0] // 1000 + 19
+    assert bucket[2] == 6
     points[0][1] = -1  # a copy: the page's list is its own
-    assert history.points(("p", "g"), 699_000)[0][1] != -1
+    assert history.points(("p", "g"), now)[0][1] != -1
     for n in range(MAX_HISTORIES + 5):
-        history.record(("p", f"g{n}"), 700_000, n, 0)
-    assert history.points(("p", "g"), 700_000) == []  # the least recently seen went first
-    assert history.points(("p", f"g{MAX_HISTORIES + 4}"), 700_000) == [[700_000, MAX_HISTORIES + 4, 0]]
-    assert history.points(("p", "g4"), 700_000) == []
-    assert history.points(("p", "g5"), 700_000) == [[700_000, 5, 0]]
+        history.record(("p", f"g{n}"), now + 1000, n, 0)
+    assert history.points(("p", "g"), now + 1000) == []  # the least recently seen went first
+    assert history.points(("p", f"g{MAX_HISTORIES + 4}"), now + 1000) == [
+        [now + 1000, MAX_HISTORIES + 4, 0]]
+    assert history.points(("p", "g4"), now + 1000) == []
+    assert history.points(("p", "g5"), now + 1000) == [[now + 1000, 5, 0]]
+
+
+def test_lag_history_stays_bounded_when_pages_come_and_go_every_second():
+    from rsc.console.views import HISTORY_MS, MAX_HISTORY_POINTS, LagHistory
+
+    history, key = LagHistory(), ("p", "g")
+    for second in range(HISTORY_MS // 1000):  # a break after every point: nothing merges
+        history.follow(key)
+        history.record(key, second * 1000, second, 0)
+        history.unfollow(key, second * 1000 + 500)
+    points = history.points(key, HISTORY_MS)
+    assert len(points) == MAX_HISTORY_POINTS  # the oldest went first
+    assert points[-1] == [HISTORY_MS - 500, None, None]

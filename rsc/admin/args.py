@@ -33,7 +33,7 @@ import re
 import sys
 import types
 from collections.abc import Callable, Mapping
-from typing import NoReturn, TypeVar
+from typing import NoReturn, TypedDict, TypeVar
 
 from rsc.common.env_config import FROM_ENVIRONMENT, command_arguments, own_usage_errors
 from rsc.common.exit_codes import EXIT_FAILED
@@ -146,6 +146,22 @@ def admin_token(args: argparse.Namespace, environ: Mapping[str, str] = os.enviro
     return args.token if args.token is not None else (environ.get(TOKEN_ENV) or None)
 
 
+class _ConfirmedAt(TypedDict, total=False):
+    if_group_epoch: int
+    if_routing_version: int
+
+
+def _confirmed_at(args: argparse.Namespace) -> _ConfirmedAt:
+    """C1: `--if-group-epoch` and `--if-routing-version`, as the request's fields (when given)."""
+    fields = _ConfirmedAt()
+    epoch, version = getattr(args, "if_group_epoch", None), getattr(args, "if_routing_version", None)
+    if epoch is not None:
+        fields["if_group_epoch"] = epoch
+    if version is not None:
+        fields["if_routing_version"] = version
+    return fields
+
+
 def build_request(args: argparse.Namespace) -> AdminRequest:
     """The request a (non-watch) admin command sends; FieldValueError for a bad value.
 
@@ -160,18 +176,21 @@ def build_request(args: argparse.Namespace) -> AdminRequest:
     if name == "set-shards":
         group, shard_count = split_set_shards(args.group_and_count)
         return SetShardCount(request_id=0, stream_prefix=args.prefix, consumer_group=group,
-                             shard_count=shard_count, cutover=Cutover(args.cutover))
+                             shard_count=shard_count, cutover=Cutover(args.cutover),
+                             **_confirmed_at(args))
     if name == "set-max-concurrency":
         return SetMaxConcurrency(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
-                                 max_concurrency=args.max_concurrency)
+                                 max_concurrency=args.max_concurrency, **_confirmed_at(args))
     if name == "remove-member":  # S5: by memberId or by instanceId, exactly one
         if (args.member_id is None) == (args.instance_id is None):
             raise FieldValueError("remove-member takes MEMBER or --instance-id ID, exactly one "
                                   "of them")
         return RemoveMember(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
-                            member_id=args.member_id, instance_id=args.instance_id)
+                            member_id=args.member_id, instance_id=args.instance_id,
+                            **_confirmed_at(args))
     if name == "delete-group":
-        return DeleteGroup(request_id=0, stream_prefix=args.prefix, consumer_group=args.group)
+        return DeleteGroup(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
+                           **_confirmed_at(args))
     if name == "set-retention":
         retention = Retention(mode=RetentionMode(args.mode), max_length=args.max_length,
                               max_age_ms=args.max_age_ms)
@@ -179,13 +198,15 @@ def build_request(args: argparse.Namespace) -> AdminRequest:
             raise FieldValueError("--dead-letters takes --none: dead letters have no acks to "
                                   "wait for, only the caps --max-length and --max-age remove them")
         return SetRetention(request_id=0, stream_prefix=args.prefix, retention=retention,
-                            dead_letters_of=args.dead_letters)
+                            dead_letters_of=args.dead_letters,
+                            if_routing_version=args.if_routing_version)
     if name == "reset-offsets":
         if args.to_datetime_ms is not None:
             return ResetOffsets(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
-                                to="timestamp", timestamp_ms=args.to_datetime_ms)
+                                to="timestamp", timestamp_ms=args.to_datetime_ms,
+                                **_confirmed_at(args))
         return ResetOffsets(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
-                            to=args.to)
+                            to=args.to, **_confirmed_at(args))
     if name == "dead-letters":
         return ListDeadLetters(request_id=0, stream_prefix=args.prefix, consumer_group=args.group,
                                count=args.count, after=args.after)
@@ -252,6 +273,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise ValueError(f"must be an integer >= 0, got {value}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -305,6 +336,19 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
         parser.add_argument("prefix", metavar="PREFIX", help="stream prefix")
         parser.add_argument("group", metavar="GROUP", help="consumer group")
 
+    def confirmation_arguments(parser: argparse.ArgumentParser, *, group: bool = True) -> None:
+        """C1: change only if the group and the routing are still as the operator saw them."""
+        if group:
+            parser.add_argument("--if-group-epoch", type=_argument_type(_non_negative_int),
+                                default=None, metavar="N",
+                                help="change nothing (STALE_CONFIRMATION) unless the group's "
+                                     "epoch is N when the coordinator takes the request")
+        parser.add_argument("--if-routing-version", type=_argument_type(_non_negative_int),
+                            default=None, metavar="N",
+                            help="change nothing (STALE_CONFIRMATION) unless the prefix's "
+                                 "routing version is N (0: no routing) when the coordinator "
+                                 "takes the request")
+
     command("list", "list every group with state, epoch, members, shards and backlog "
                     "(undelivered and unacked entries)")
     describe = command("describe", "show a group: epochs, routing, migration, members, shards")
@@ -325,10 +369,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     set_shards.add_argument("--cutover", choices=cutovers, default=Cutover.PARALLEL.value,
                             help=f"{Cutover.ORDERED}: new shards start after the old ones are "
                                  f"drained (default: {Cutover.PARALLEL})")
+    confirmation_arguments(set_shards)
     set_max = command("set-max-concurrency", "set or clear (none) the group's maxConcurrency")
     group_arguments(set_max)
     set_max.add_argument("max_concurrency", metavar="N", type=_argument_type(_max_concurrency),
                          help="workers per member (>= 1), or 'none' to clear")
+    confirmation_arguments(set_max)
     remove = command("remove-member", "remove a member (an AWAY one too); its shards are freed "
                                       "at once")
     group_arguments(remove)
@@ -336,6 +382,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
                         help="memberId as shown by describe")
     remove.add_argument("--instance-id", default=None, metavar="ID",
                         help="remove the static member holding this instanceId instead")
+    confirmation_arguments(remove)
     watch = command("watch", "follow a group live: a timestamped line per change of members, "
                              "epochs, state, assignment, routing or migration (server pushes)")
     group_arguments(watch)
@@ -353,6 +400,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     delete = command("delete-group", "delete a group that has no live members (its metadata and "
                                      "its Redis consumer group on every shard)")
     group_arguments(delete)
+    confirmation_arguments(delete)
     retention = command("set-retention", "replace a prefix's retention: remove entries once every "
                                          "group acked them, or not, and optional length and age caps")
     retention.add_argument("prefix", metavar="PREFIX", help="stream prefix")
@@ -370,6 +418,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     retention.add_argument("--dead-letters", metavar="GROUP", default=None,
                            help="set the retention of GROUP's dead letters instead (P2; with "
                                 "--none: its caps, or none to keep them all, the default)")
+    confirmation_arguments(retention, group=False)
     reset = command("reset-offsets", "move the offsets of a group without live members on every "
                                      "shard, dropping its pending entries")
     group_arguments(reset)
@@ -382,6 +431,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
                         type=_argument_type(parse_datetime_ms), default=None,
                         help="deliver from the first entry at or after this time (UTC unless "
                              "it names a zone)")
+    confirmation_arguments(reset)
     command("format-version", "show the metadata format version of the coordinator's store, and "
                               "the newest the coordinator writes")
     set_format = command("set-format-version", "raise the metadata format version of the store "
@@ -413,7 +463,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     messages.add_argument("prefix", metavar="PREFIX", help="stream prefix")
     messages.add_argument("shard", metavar="SHARD", nargs="?", default=None,
                           help="the shard's stream (see describe --shards)")
-    messages.add_argument("--key", default=None, help="find this key's entries in its shard")
+    messages.add_argument("--key", default=None,
+                          help="find this key's entries in its shard (of the current routing, "
+                               "and of the previous one while a resharding drains it)")
     messages.add_argument("--oldest-first", action="store_true",
                           help="the oldest entries first")
     start = messages.add_mutually_exclusive_group()

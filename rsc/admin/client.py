@@ -260,7 +260,7 @@ def request_body(request: Request) -> dict[str, object]:
     for field in attrs.fields(type(request)):
         if (field.default is None or field.default is False) \
                 and getattr(request, field.name) is field.default:
-            del body[camel(field.name)]
+            body.pop(camel(field.name), None)  # (the codec leaves some out itself)
     return body
 
 

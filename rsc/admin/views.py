@@ -270,7 +270,8 @@ def stream_entries_view(response: ShardEntries | KeyEntries) -> RenderableType:
     entries = response.entries
     if isinstance(response, KeyEntries):
         title = plain(f"{len(entries)} entr(ies) of key ", name_text(response.key),
-                      " in ", name_text(response.shard), f" ({response.scanned} scanned)")
+                      " in ", name_text(" and ".join(response.shards or ()) or response.shard),
+                      f" ({response.scanned} scanned)")
         after = response.continue_id
         more = f"scan on: --continue {after}" if after else "the shard was scanned to its oldest"
     else:

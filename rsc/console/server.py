@@ -434,12 +434,15 @@ class Feed:
         if not may_act:
             return {**result, "status": "NOT_AUTHORIZED",
                     "error": "actions need the admin token (and a coordinator that has one)"}
-        described = await admin.session.request(DescribeGroup(
-            request_id=0, stream_prefix=hello.stream_prefix, consumer_group=hello.consumer_group))
-        moved = views.stale_confirmation(action, described)
-        if moved is not None:
-            return {**result, "status": "STALE_CONFIRMATION", "error": moved}
-        answer = await admin.session.request(action.request)
+        request, checked = views.confirmed_request(action)  # the coordinator checks with it
+        if not checked:
+            described = await admin.session.request(DescribeGroup(
+                request_id=0, stream_prefix=hello.stream_prefix,
+                consumer_group=hello.consumer_group))
+            moved = views.stale_confirmation(action, described)
+            if moved is not None:
+                return {**result, "status": "STALE_CONFIRMATION", "error": moved}
+        answer = await admin.session.request(request)
         return {**result, "status": answer.get("status"), "error": answer.get("error"),
                 "answer": answer}
 

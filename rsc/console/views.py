@@ -50,8 +50,14 @@ MAX_HELLO_BYTES: Final = 4096
 MAX_WATCHED_PREFIXES: Final = 50  # the overview watches one group per prefix for its migration
 
 VIEWS: Final = ("overview", "group", "audit", "messages")
-HISTORY_MS: Final = 10 * 60 * 1000  # as long as the page's chart reaches back
-HISTORY_STEP_MS: Final = 1000  # at most a point a second per group
+HISTORY_MS: Final = 60 * 60 * 1000  # C4: the last hour, as far as the page's chart reaches back
+HISTORY_STEP_MS: Final = 1000  # at most a point a second per group, for the recent minute
+HISTORY_RECENT_MS: Final = 60 * 1000  # kept a point a second; older points are merged ...
+HISTORY_BUCKET_MS: Final = 20 * 1000  # ... into one a bucket of 20 s (the largest figures)
+MAX_HISTORY_POINTS: Final = 240  # per group, breaks included: the oldest go first
+"""A group's history is at most MAX_HISTORY_POINTS points of three small values (about 120
+bytes each in CPython), some 30 KB; 60 + 3,540 / 20 = 237 points cover an hour followed
+without a break. With MAX_HISTORIES groups that is under 2 MB for the whole console."""
 MAX_HISTORIES: Final = 64  # groups remembered; the least recently seen is forgotten first
 
 
@@ -139,9 +145,11 @@ class Throttle(Generic[Payload]):
 
 class LagHistory:
     """What this console saw of each group's lag and pending over the last HISTORY_MS, while
-    some page followed it: points `[wallMs, lag, pending]`, at most one per HISTORY_STEP_MS,
-    and a break `[wallMs, None, None]` where the last page stopped following (nobody looked
-    after that, so the chart must not draw a line across). Nothing is sampled for it: a group
+    some page followed it: points `[wallMs, lag, pending]`, at most one per HISTORY_STEP_MS
+    over the last HISTORY_RECENT_MS and one per HISTORY_BUCKET_MS before (the bucket's largest
+    lag and pending, at its first point's time), at most MAX_HISTORY_POINTS a group, and a
+    break `[wallMs, None, None]` where the last page stopped following (nobody looked after
+    that, so the chart must not draw a line across). Nothing is sampled for it: a group
     nobody opens has no history, and the coordinator is asked nothing more."""
 
     def __init__(self) -> None:
@@ -178,10 +186,31 @@ class LagHistory:
 
 
 def _trim(points: list[list[Any]], now_ms: int) -> None:
-    cut = 0
-    while cut < len(points) and points[cut][0] < now_ms - HISTORY_MS:
-        cut += 1
-    del points[:cut]
+    """Merge what is older than HISTORY_RECENT_MS into buckets, drop what is older than
+    HISTORY_MS, and keep at most MAX_HISTORY_POINTS (in place)."""
+    recent = now_ms - HISTORY_RECENT_MS
+    kept: list[list[Any]] = []
+    for point in points:
+        if point[0] < now_ms - HISTORY_MS:
+            continue
+        last = kept[-1] if kept else None
+        if last is not None and point[0] < recent and not _is_break(point) \
+                and not _is_break(last) \
+                and last[0] // HISTORY_BUCKET_MS == point[0] // HISTORY_BUCKET_MS:
+            last[1], last[2] = _larger(last[1], point[1]), _larger(last[2], point[2])
+            continue
+        kept.append(point)
+    points[:] = kept[-MAX_HISTORY_POINTS:]
+
+
+def _is_break(point: list[Any]) -> bool:
+    return point[1] is None and point[2] is None
+
+
+def _larger(a: int | None, b: int | None) -> int | None:
+    if a is None or b is None:
+        return b if a is None else a
+    return max(a, b)
 
 
 # --- overview ---------------------------------------------------------------------------
@@ -574,6 +603,22 @@ def parse_action(text: str | bytes, prefix: str, group: str) -> Action:
         raise ActionError(str(exc)) from None
     return Action(action_id=action_id, request=request, group_epoch=epoch, routing_version=version,
                   dry_run=getattr(request, "dry_run", False))
+
+
+def confirmed_request(action: Action) -> tuple[Any, bool]:
+    """C1: the action's request carrying the group epoch and routing version (0: none) the
+    operator confirmed at, which the coordinator checks with the change itself; and whether
+    that covers both (else the console checks them one request before: the re-drive, and the
+    group epoch of setRetention)."""
+    request = action.request
+    fields = attrs.fields_dict(type(request))
+    changes: dict[str, int] = {}
+    if "if_routing_version" in fields:
+        changes["if_routing_version"] = action.routing_version or 0
+    if "if_group_epoch" in fields and action.group_epoch is not None:
+        changes["if_group_epoch"] = action.group_epoch
+    covered = "if_routing_version" in changes and "if_group_epoch" in changes
+    return attrs.evolve(request, **changes), covered
 
 
 def stale_confirmation(action: Action, description: Mapping[str, Any]) -> str | None:

@@ -64,10 +64,11 @@
         figure.format(v)));
     }
     const seconds = Math.round(windowMs / 1000);
-    const stepS = seconds > 300 ? 120 : seconds > 120 ? 60 : seconds > 60 ? 20 : 10;
+    const stepS = seconds > 1800 ? 600 : seconds > 900 ? 300 : seconds > 300 ? 120 :
+      seconds > 120 ? 60 : seconds > 60 ? 20 : 10;
     for (let s = 0; s <= seconds; s += stepS) {
       axes.appendChild(node("text", {x: x(now - s * 1000), y: height - 8, "text-anchor": "middle"},
-        s === 0 ? "now" : `-${s} s`));
+        s === 0 ? "now" : s % 60 === 0 && s >= 120 ? `-${s / 60} min` : `-${s} s`));
     }
     svg.appendChild(axes);
 

@@ -6,7 +6,11 @@
 (function () {
   const TOKEN_KEY = "rsc-console-token";
   const RECONNECT_MS = [500, 1000, 2000, 3000, 5000];
-  const HISTORY_MS = 10 * 60 * 1000;
+  // C4: the chart reaches back an hour; points older than a minute are merged into 20 s
+  // buckets (their largest figures), as the console's own history (rsc/console/views.py)
+  const HISTORY_MS = 60 * 60 * 1000;
+  const HISTORY_RECENT_MS = 60 * 1000;
+  const HISTORY_BUCKET_MS = 20 * 1000;
   const figure = new Intl.NumberFormat("en-US", {maximumFractionDigits: 0});
   const page = document.body.dataset.page;
   const $ = (id) => document.getElementById(id);
@@ -491,9 +495,30 @@
   function record(view) {
     const now = Date.now();
     state.history.push([now, view.lag, view.pending]);
-    while (state.history.length && state.history[0][0] < now - HISTORY_MS) {
-      state.history.shift();
+    state.history = compact(state.history, now);
+  }
+
+  const isBreak = (point) => point[1] === null && point[2] === null;
+  const larger = (a, b) => (a === null || a === undefined ? b :
+    b === null || b === undefined ? a : Math.max(a, b));
+
+  // the last hour, with what is older than a minute in 20 s buckets: a few hundred points
+  function compact(points, now) {
+    const kept = [];
+    for (const point of points) {
+      if (point[0] < now - HISTORY_MS) {
+        continue;
+      }
+      const last = kept.length ? kept[kept.length - 1] : null;
+      if (last !== null && point[0] < now - HISTORY_RECENT_MS && !isBreak(point) &&
+          !isBreak(last) &&
+          Math.floor(last[0] / HISTORY_BUCKET_MS) === Math.floor(point[0] / HISTORY_BUCKET_MS)) {
+        kept[kept.length - 1] = [last[0], larger(last[1], point[1]), larger(last[2], point[2])];
+        continue;
+      }
+      kept.push(point);
     }
+    return kept;
   }
 
   // the minutes before this page: what the console saw while other pages (or this one,
@@ -842,7 +867,9 @@
       return;
     }
     $("read-summary").textContent = body.request === "findKey" ?
-      `${answer.entries.length} entries of the key in ${answer.shard} (${num(answer.scanned)} scanned)` :
+      `${answer.entries.length} entries of the key in ` +
+        `${(answer.shards && answer.shards.length ? answer.shards : [answer.shard]).join(" and ")} ` +
+        `(${num(answer.scanned)} scanned)` :
       `${answer.entries.length} of ${num(answer.length)} entries of ${answer.shard}`;
     const tbody = document.querySelector("#messages tbody");
     clear(tbody);
