@@ -28,6 +28,7 @@ import attrs
 import trio
 
 from rsc.actors import shard_ops
+from rsc.actors.config import store_deadline_ms as default_store_deadline_ms
 from rsc.actors.delivery import Answered, Delivery
 from rsc.actors.group import GroupMachine, GroupSettings
 from rsc.actors.logs import log_event
@@ -109,7 +110,7 @@ class PrefixActor:
             max_group_size=max_group_size)
         self.mailbox = Mailbox()
         # D4: the store I/O of one batch gets a third of the lease
-        deadline_s = (settings.lease_ttl_ms / 3 if store_deadline_ms is None
+        deadline_s = (default_store_deadline_ms(settings.lease_ttl_ms) if store_deadline_ms is None
                       else store_deadline_ms) / 1000
         self.calls = StoreCalls(prefix, store, deadline_s, on_abandoned=machine.call_abandoned,
                                 metrics=metrics)

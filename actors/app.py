@@ -74,6 +74,7 @@ from rsc.actors.router import Router
 from rsc.actors.server import CoordinatorServer
 from rsc.actors.shard_work import ShardWork
 from rsc.actors.store import LEASE_KEY, MetadataStore, StoreError, StoreFenced, StreamAdmin
+from rsc.actors.store_deadline import StoreStalled, run_by_deadline
 from rsc.common import gc_policy as gc_control
 from rsc.common import tls
 from rsc.common.errors import first_of
@@ -214,7 +215,7 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
     server_tls = tls.server_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key \
         else None  # a bad certificate or key fails here, before anything listens
     store = ReportingStore(redis_url, lease_ms=lease_ms, min_replicas=config.min_replicas,
-                           wait_timeout_ms=config.lease_ttl_ms // 3)  # K5 within D4's budget
+                           wait_timeout_ms=int(config.store_deadline_ms))  # K5 within D4
     store.readiness = readiness
     failure: Exception | None = None
     async with trio.open_nursery() as outer:
@@ -451,7 +452,7 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
     background: trio.Nursery | None = None  # where retention passes run (the server's nursery)
     # periodic work by what changed: one schedule of wakes, one set of pipelines (T1, T2, R2)
     schedule = Schedule(config.tick_interval_ms)
-    shard_work = ShardWork(store.client, deadline_s=settings.lease_ttl_ms / 3 / 1000,
+    shard_work = ShardWork(store.client, deadline_s=config.store_deadline_s,
                            metrics=metrics)
 
     def make_actor(prefix: str) -> PrefixActor:
@@ -484,7 +485,7 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
             metrics.report_prefixes_without_routing(router.prefixes_without_routing)
             nursery.start_soon(partial(group_lag_loop, store.client, router.group_streams, metrics,
                                        interval_s=config.lag_metrics_interval_ms / 1000,
-                                       deadline_s=shard_work.deadline_s))
+                                       deadline_s=config.store_deadline_s))
         nursery.start_soon(shard_work.run)
         now = now_ms()  # H12: every restored member gets a fresh lease from now
         for prefix, data in persisted.items():
@@ -492,21 +493,21 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
             actor.restore(data, now)
             router.add(actor)
             log_event(log, "prefix.restored", prefix=prefix, groups=len(actor.groups))
-        audit_log = AuditLog(store.client, deadline_s=shard_work.deadline_s, metrics=metrics)
+        audit_log = AuditLog(store.client, deadline_s=config.store_deadline_s, metrics=metrics)
         server = CoordinatorServer(router, nursery, admin_token=config.admin_token,
                                    viewer_token=config.viewer_token, audit_log=audit_log,
                                    member_token=config.member_token, admission=admission,
                                    metrics=metrics,
                                    max_frame_bytes=config.max_frame_bytes,
                                    handshake_timeout_s=config.handshake_timeout_s,
-                                   format_admin=FormatVersionAdmin(store, deadline_s=shard_work.deadline_s,
+                                   format_admin=FormatVersionAdmin(store, deadline_s=config.store_deadline_s,
                                                                    on_raised=router.format_raised),
                                    allowed_origins=config.allowed_origins,
                                    throttle_loopback=config.throttle_loopback,
                                    auth_metrics=metrics)
         server.dead_letters = DeadLetterAdmin(config.redis_url or "", server.ask,
                                               min_replicas=config.min_replicas,
-                                              wait_timeout_ms=config.lease_ttl_ms // 3)
+                                              wait_timeout_ms=int(config.store_deadline_ms))
         server.messages = MessageAdmin(config.redis_url or "", server.ask)
         # P2: the dead letters' own retention, on the prefixes' retention cadence
         nursery.start_soon(server.dead_letters.run_retention,
@@ -565,7 +566,7 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
     STORE_WENT_BACK, and the coordinator writes everything back from memory.
     """
     interval = config.tick_interval_ms / 1000
-    stall_s = config.lease_ttl_ms / 3000  # D4's deadline: a slower renewal is a failed write
+    stall_s = config.store_deadline_s  # D4: a slower renewal is a failed write
     own_thread = trio.CapacityLimiter(1)
     deadline = trio.current_time()
     while True:
@@ -573,22 +574,20 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
         await trio.sleep_until(deadline)
         deadline = max(deadline, trio.current_time() - interval)  # never a burst after a stall
         sent_at = _monotonic_ms()
-        outcome: Renewal | None = None
-        with trio.move_on_after(stall_s):
-            try:
-                # abandoned past the deadline: the thread ends with the socket timeout and holds
-                # `own_thread` until then, so renewals never pile up on a stalled Redis
-                outcome = await trio.to_thread.run_sync(store.renew, limiter=own_thread,
-                                                        abandon_on_cancel=True)
-            except (StoreError, OSError) as exc:
-                continuity.renewal(sent_at, Renewal.FAILED)
-                readiness.lease_held(False, str(exc))
-                readiness.write_failed(str(exc))
-                continue
-        if outcome is None:  # D4: unanswered within a third of the lease is a failed write
+        try:
+            # abandoned past the deadline: the thread ends with the socket timeout and holds
+            # `own_thread` until then, so renewals never pile up on a stalled Redis
+            outcome = await run_by_deadline(trio.current_time() + stall_s, "lease renewal",
+                                            store.renew, limiter=own_thread)
+        except StoreStalled:  # D4: unanswered within a third of the lease is a failed write
             continuity.renewal(sent_at, Renewal.FAILED)
             readiness.write_failed(f"Redis did not answer the lease renewal within "
                                    f"{round(stall_s * 1000)} ms")
+            continue
+        except StoreError as exc:
+            continuity.renewal(sent_at, Renewal.FAILED)
+            readiness.lease_held(False, str(exc))
+            readiness.write_failed(str(exc))
             continue
         continuity.renewal(sent_at, outcome)
         reason = continuity.broken
@@ -629,12 +628,13 @@ async def _check_went_back(store: MetadataStore, limiter: trio.CapacityLimiter,
                            identity: StoreIdentity, stall_s: float) -> str | None:
     """K3: why the store lost writes of this coordinator (None: it did not, or it did not
     answer in time: the renewals report an outage)."""
-    with trio.move_on_after(stall_s):
-        try:
-            return await trio.to_thread.run_sync(store.check_went_back, identity.stored,
-                                                 limiter=limiter, abandon_on_cancel=True)
-        except StoreError as exc:
-            log.debug("store not checked: %s", exc)
+    try:
+        return await run_by_deadline(trio.current_time() + stall_s, "store check",
+                                     store.check_went_back, identity.stored, limiter=limiter)
+    except StoreStalled:
+        return None
+    except StoreError as exc:
+        log.debug("store not checked: %s", exc)
     return None
 
 
