@@ -57,8 +57,13 @@ from rsc.actors.group_lag import group_lag_loop
 from rsc.actors.lease import (
     LapseVerdict,
     LeaseContinuity,
+    OutageEnded,
+    OutageLasts,
+    OutageNotice,
+    OutageStarted,
     Renewal,
     Takeover,
+    WriteHealth,
     lapse_verdict,
     waiting_line,
 )
@@ -98,34 +103,31 @@ class Readiness:
     """What `/readyz` reports, and the one place a Redis outage is logged.
 
     Ready: the lease is held and metadata writes have succeeded for `latch_s` (10 s) since
-    the last one that failed (K10: a store that fails every other write is not ready, and
-    its probe does not flap). The lease task and the store's writes report into it (from
-    worker threads: a lock guards it). An outage runs from its first failed write to the
-    end of that latch: it is logged once when it starts (`store.unavailable`), at most every
-    10 s while it lasts (`store.still_unavailable`) and once when it ends (`store.available`),
-    however many writes fail or succeed meanwhile. `/healthz` needs nothing: it answers
-    while the process runs.
+    the last one that failed (K10, actors/lease.py `WriteHealth`: a store that fails every
+    other write is not ready, and its probe does not flap; the outage is logged once when
+    it starts, at most every 10 s while it lasts and once when it ends). The lease task and
+    the store's writes report into it (from worker threads: a lock guards it). `/healthz`
+    needs nothing: it answers while the process runs.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic,
                  reminder_s: float = OUTAGE_REMINDER_S, latch_s: float = READY_AFTER_S) -> None:
         self.holds_lease = False
-        self.last_write_ok = True
         self.last_error: str | None = None
         self._clock = clock
-        self._reminder_s = reminder_s
         self._latch_s = latch_s
         self._lock = threading.Lock()
-        self._down_since: float | None = None
-        self._last_failure = 0.0
-        self._last_reminder = 0.0
-        self._failures = 0
+        self._health = WriteHealth(reminder_s=reminder_s, latch_s=latch_s)
+
+    @property
+    def last_write_ok(self) -> bool:
+        return self._health.last_write_ok
 
     @property
     def ready(self) -> bool:
         with self._lock:
-            self._settle(self._clock())
-            return self.holds_lease and self.last_write_ok and self._down_since is None
+            _say(self._health.settle(self._clock()))
+            return self.holds_lease and self._health.healthy
 
     def lease_held(self, held: bool, error: str | None = None) -> None:
         self.holds_lease = held
@@ -134,32 +136,12 @@ class Readiness:
 
     def write_succeeded(self) -> None:
         with self._lock:
-            self.last_write_ok = True
-            self._settle(self._clock())
-
-    def _settle(self, now: float) -> None:
-        """K10: the outage ends once writes succeeded for the latch since the last failure."""
-        if self._down_since is not None and self.last_write_ok \
-                and now - self._last_failure >= self._latch_s:
-            log_event(log, "store.available", level=logging.WARNING,
-                      seconds=round(self._last_failure - self._down_since, 1),
-                      failures=self._failures)
-            self._down_since, self._failures = None, 0
+            _say(self._health.succeeded(self._clock()))
 
     def write_failed(self, error: str) -> None:
         with self._lock:
-            self.last_write_ok = False
             self.last_error = error
-            self._failures += 1
-            now = self._last_failure = self._clock()
-            if self._down_since is None:
-                self._down_since = self._last_reminder = now
-                log_event(log, "store.unavailable", level=logging.WARNING, error=error)
-            elif now - self._last_reminder >= self._reminder_s:
-                self._last_reminder = now
-                log_event(log, "store.still_unavailable", level=logging.WARNING,
-                          seconds=round(now - self._down_since, 1), failures=self._failures,
-                          error=error)
+            _say(self._health.failed(self._clock(), error))
 
     def reason(self) -> str:
         if self.ready:
@@ -167,10 +149,23 @@ class Readiness:
         if not self.holds_lease:
             return f"not holding the coordinator lease ({self.last_error or 'not taken yet'})"
         if self.last_write_ok:
-            return (f"metadata writes failed until {self._clock() - self._last_failure:.1f} s ago "
+            return (f"metadata writes failed until "
+                    f"{self._clock() - self._health.last_failure:.1f} s ago "
                     f"({self.last_error}); ready once they succeeded for {self._latch_s:g} s "
                     "(K10)")
         return f"the last metadata write failed ({self.last_error})"
+
+
+def _say(notice: OutageNotice | None) -> None:
+    """K10's lines: an outage's start, its reminders, its end."""
+    if isinstance(notice, OutageStarted):
+        log_event(log, "store.unavailable", level=logging.WARNING, error=notice.error)
+    elif isinstance(notice, OutageLasts):
+        log_event(log, "store.still_unavailable", level=logging.WARNING, seconds=notice.seconds,
+                  failures=notice.failures, error=notice.error)
+    elif isinstance(notice, OutageEnded):
+        log_event(log, "store.available", level=logging.WARNING, seconds=notice.seconds,
+                  failures=notice.failures)
 
 
 class ReportingStore(MetadataStore):
