@@ -1,6 +1,10 @@
-"""Lease continuity: whether this coordinator held its lease without a gap.
+"""The coordinator's lifecycle: its lease (D5), the store going back (K3, K4), K8's first look,
+K10's outage latch, and the instance id it holds the lease under.
 
-Pure: no trio, no Redis, `now` passed in.
+Pure: no trio, no Redis, `now` passed in. actors/app.py runs it: `CoordinatorLifecycle`
+takes each event (the lease taken, a renewal's outcome, what the store said of a lapse, a
+take-back, the store check, a fenced or failed write) and says what to do next; the shell
+does the I/O and hands back what it found. `WriteHealth` is `/readyz`'s latch (K10).
 
 docs/protocol.md, Data plane rules, D5. The coordinator renews the key
 `rsc:coordinator:lease` every tick; the key lapses `lease_ms` after the last

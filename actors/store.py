@@ -41,7 +41,7 @@ from typing import Any
 
 import redis
 
-from rsc.actors.lease import Renewal
+from rsc.actors.lease import Renewal, instance_id
 from rsc.actors.logs import log_event
 from rsc.actors.records import (
     COORDINATOR_EPOCH_FIELD,
@@ -144,7 +144,7 @@ class MetadataStore:
             raise StoreError(f"cannot use Redis at {self.redis_url}: "
                              f"{failure_text(exc, self.redis_url)}") from exc
         self.lease_ms = lease_ms
-        self.instance_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.instance_id = instance_id(socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8])
         self.coordinator_epoch = 0
         self.format_version = LATEST_FORMAT_VERSION  # the store's, once load_all has read it
         # one server: the owner tokens join the hash's script; a cluster keeps them in the
