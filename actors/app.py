@@ -177,25 +177,6 @@ def _say(notice: OutageNotice | None) -> None:
                   failures=notice.failures)
 
 
-class ReportingStore(MetadataStore):
-    """The metadata store, telling `Readiness` whether each metadata write succeeded."""
-
-    readiness: Readiness
-
-    def write(self, *args: Any, **kwargs: Any) -> None:
-        try:
-            super().write(*args, **kwargs)
-        except StoreFenced:
-            raise  # not an outage: this coordinator is stopping
-        except Exception as exc:
-            self.readiness.write_failed(str(exc))
-            raise
-        self.readiness.write_succeeded()
-
-    def stalled(self, error: str) -> None:
-        self.readiness.write_failed(error)  # D4: an abandoned call is a failed write for /readyz
-
-
 async def serve(config: CoordinatorConfig, *, metrics: Any = None,
                 task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
     """Run a coordinator on `config.redis_url` until cancelled; `task_status.started(url)` once it
@@ -218,9 +199,9 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
     lease_ms = coordinator_lease_ms(config)
     server_tls = tls.server_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key \
         else None  # a bad certificate or key fails here, before anything listens
-    store = ReportingStore(redis_url, lease_ms=lease_ms, min_replicas=config.min_replicas,
-                           wait_timeout_ms=int(config.store_deadline_ms))  # K5 within D4
-    store.readiness = readiness
+    store = MetadataStore(redis_url, lease_ms=lease_ms, min_replicas=config.min_replicas,
+                          wait_timeout_ms=int(config.store_deadline_ms),  # K5 within D4
+                          report=readiness)  # every metadata write says whether it worked
     failure: Exception | None = None
     async with trio.open_nursery() as outer:
         metrics_port_wanted = config.metrics_port
@@ -294,7 +275,7 @@ class Coordinator:
     """One coordinator process: what its epochs and their loops share (built once by `serve`)."""
 
     config: CoordinatorConfig
-    store: ReportingStore
+    store: MetadataStore
     readiness: Readiness
     admission: Admission
     metrics: Any  # CoordinatorMetrics (or a test's), None without a metrics port
@@ -519,7 +500,7 @@ async def _serve_epoch(co: Coordinator, lapsed: trio.Event, port: int, served: E
         task_status.started(bound)
 
 
-async def _write_back(store: ReportingStore, went_back: WentBack, identity: StoreIdentity,
+async def _write_back(store: MetadataStore, went_back: WentBack, identity: StoreIdentity,
                       metrics: StoreMetrics | None, *, keep_drained_streams: bool = False) -> None:
     """K3, K4: everything memory held written back under this new epoch; one line says what."""
     started = time.monotonic()

@@ -36,6 +36,15 @@ class ReplySlot(Protocol):
     def resolve(self, message: m.Response) -> None: ...
 
 
+class WriteReport(Protocol):
+    """Who hears whether each metadata write worked, a lease renewal's included (K10: rsc's
+    actors/app.py `Readiness`); a call abandoned at its D4 deadline is a failed write."""
+
+    def write_succeeded(self) -> None: ...
+
+    def write_failed(self, error: str) -> None: ...
+
+
 class RetentionMetrics(Protocol):
     def observe_retention(self, prefix: str, results: Sequence[RetentionResult]) -> None: ...
 

@@ -43,6 +43,7 @@ import redis
 
 from rsc.actors.lease import Renewal, instance_id
 from rsc.actors.logs import log_event
+from rsc.actors.ports import WriteReport
 from rsc.actors.records import (
     COORDINATOR_EPOCH_FIELD,
     LATEST_FORMAT_VERSION,
@@ -135,8 +136,9 @@ class MetadataStore:
     """Reads and check-and-set writes of the per-prefix metadata hashes."""
 
     def __init__(self, redis_url: str, *, lease_ms: int, min_replicas: int = 0,
-                 wait_timeout_ms: int = 1000) -> None:
+                 wait_timeout_ms: int = 1000, report: WriteReport | None = None) -> None:
         self.redis_url = redact_url(redis_url)  # as shown in lines and errors (K7)
+        self.report = report  # told whether each metadata write worked (K10: readiness)
         try:  # one server, a cluster through any one of its nodes, or Sentinel's master
             self.client: Any = connect(redis_url, decode_responses=True,
                                        socket_timeout=5, socket_connect_timeout=5)
@@ -281,7 +283,9 @@ class MetadataStore:
         return (None if holder is None else str(holder)), (None if epoch is None else int(epoch))
 
     def stalled(self, error: str) -> None:
-        """A call on this store passed its D4 deadline and was abandoned (a hook: readiness)."""
+        """A call on this store passed its D4 deadline and was abandoned: a failed write."""
+        if self.report is not None:
+            self.report.write_failed(error)
 
     # --- metadata ------------------------------------------------------------------
 
@@ -338,6 +342,20 @@ class MetadataStore:
         return replay(fields) if fields else None
 
     def write(self, prefix: str, changes: Changes, owners: Iterable[OwnerToken] = ()) -> None:
+        """`_write`, its success or failure told to `report` (a fenced write is no outage:
+        this coordinator is stopping)."""
+        try:
+            self._write(prefix, changes, owners)
+        except StoreFenced:
+            raise
+        except Exception as exc:
+            if self.report is not None:
+                self.report.write_failed(str(exc))
+            raise
+        if self.report is not None:
+            self.report.write_succeeded()
+
+    def _write(self, prefix: str, changes: Changes, owners: Iterable[OwnerToken]) -> None:
         """Check-and-set the hash fields of `changes` and (only if that held) the owner tokens.
 
         On one Redis server both are one script call: one atomic step. With
