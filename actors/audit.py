@@ -33,6 +33,7 @@ import trio
 
 from rsc.actors.logs import log_event
 from rsc.actors.store import STORE_IO_ERRORS
+from rsc.common.lua import Client as RedisClient
 from rsc.common.redact import MASK, redact_text
 from rsc.protocol import messages as m
 from rsc.protocol.codec import encode
@@ -164,14 +165,14 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def append_entry(client: redis.Redis, body: Mapping[str, Any]) -> str:
+def append_entry(client: RedisClient, body: Mapping[str, Any]) -> str:
     """XADD one entry to `rsc:audit`, capped (blocking). Its id."""
     text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
     entry_id = client.xadd(AUDIT_KEY, {"entry": text}, maxlen=AUDIT_MAX_ENTRIES, approximate=True)
     return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
 
-def read_entries(client: redis.Redis, count: int, before_id: str | None) -> list[dict[str, Any]]:
+def read_entries(client: RedisClient, count: int, before_id: str | None) -> list[dict[str, Any]]:
     """The newest `count` entries (before `before_id` when given), newest first (blocking)."""
     top = "+" if before_id is None else f"({before_id}"
     found = client.xrevrange(AUDIT_KEY, top, "-", count=count)
@@ -194,7 +195,7 @@ class AuditLog:
     """Appends entries to `rsc:audit` for one coordinator epoch (a worker thread each, within
     `deadline_s`); a failed or abandoned append is logged and counted, never raised."""
 
-    def __init__(self, client: redis.Redis, *, deadline_s: float,
+    def __init__(self, client: RedisClient, *, deadline_s: float,
                  metrics: AuditMetrics | None = None) -> None:
         self.client = client
         self.deadline_s = deadline_s

@@ -19,13 +19,13 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import attrs
-import redis
 import trio
 
 from rsc.actors import shard_ops
 from rsc.actors.logs import log_event
 from rsc.actors.shard_reports import oldest_age
 from rsc.actors.store import StoreError
+from rsc.common.lua import Client
 
 log = logging.getLogger("rsc.coordinator")
 
@@ -57,7 +57,7 @@ class LagMetrics(Protocol):
     def set_group_lag(self, figures: Sequence[GroupLag]) -> None: ...
 
 
-def read_group_lag(client: redis.Redis, reads: Sequence[PrefixGroups]) -> list[GroupLag]:
+def read_group_lag(client: Client, reads: Sequence[PrefixGroups]) -> list[GroupLag]:
     """Every group's counts and ages (blocking: two round trips in all). StoreError on failure."""
     wanted = [read for read in reads if read.groups]
     pairs = [(read.streams, read.groups) for read in wanted]
@@ -78,7 +78,7 @@ def read_group_lag(client: redis.Redis, reads: Sequence[PrefixGroups]) -> list[G
     return figures
 
 
-async def group_lag_loop(client: redis.Redis, source: Callable[[], list[PrefixGroups]],
+async def group_lag_loop(client: Client, source: Callable[[], list[PrefixGroups]],
                          metrics: LagMetrics, *, interval_s: float, deadline_s: float) -> None:
     """Read every group's lag every `interval_s` (the first read at once); a read slower than
     `deadline_s` is abandoned (D4) and the gauges keep their last values until the next."""

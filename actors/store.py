@@ -37,7 +37,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import cast
 
 import redis
 
@@ -67,7 +67,7 @@ from rsc.actors.store_rewrite import (
     went_back,
     went_back_epoch,
 )
-from rsc.common.lua import Command, Reply, Script, Word, pipelined, reply_int
+from rsc.common.lua import Client, Command, Reply, Script, Word, pipelined, reply_int
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import connect, error_text, failure_text, is_cluster
 from rsc.protocol.routing import owner_key, seal_key
@@ -140,7 +140,7 @@ class MetadataStore:
         self.redis_url = redact_url(redis_url)  # as shown in lines and errors (K7)
         self.report = report  # told whether each metadata write worked (K10: readiness)
         try:  # one server, a cluster through any one of its nodes, or Sentinel's master
-            self.client: Any = connect(redis_url, decode_responses=True,
+            self.client: Client = connect(redis_url, decode_responses=True,
                                        socket_timeout=5, socket_connect_timeout=5)
         except (redis.RedisError, ValueError) as exc:  # ValueError: a URL it cannot use
             raise StoreError(f"cannot use Redis at {self.redis_url}: "
@@ -293,11 +293,11 @@ class MetadataStore:
         """Every prefix's metadata, replayed from its hash, once its format version is known
         to be one this code reads (UnsupportedFormatVersion otherwise, before anything is read)."""
         try:
-            prefixes: set[str] = self.client.smembers(PREFIXES_KEY)
+            prefixes = cast("set[str]", self.client.smembers(PREFIXES_KEY))  # decoded
             self.format_version = self._check_format_version(fresh=not prefixes)
             result: dict[str, PrefixSnapshot] = {}
             for prefix in sorted(prefixes):
-                fields: dict[str, str] = self.client.hgetall(meta_key(prefix))
+                fields = cast("dict[str, str]", self.client.hgetall(meta_key(prefix)))
                 result[prefix] = replay(fields)
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot load the metadata: {error_text(exc)}") from exc
@@ -313,7 +313,7 @@ class MetadataStore:
             self.client.set(FORMAT_VERSION_KEY, initial, nx=True)
             stored = self.client.get(FORMAT_VERSION_KEY)
         try:
-            version = stored_format_version(stored)
+            version = stored_format_version(cast("str | None", stored))  # decoded
         except ValueError as exc:
             raise UnsupportedFormatVersion(f"{FORMAT_VERSION_KEY} {exc}") from None
         refusal = load_refusal(version, LATEST_FORMAT_VERSION)
@@ -336,7 +336,7 @@ class MetadataStore:
     def load_prefix(self, prefix: str) -> PrefixSnapshot | None:
         """One prefix's metadata (None if it has none), to reload a failed actor."""
         try:
-            fields: dict[str, str] = self.client.hgetall(meta_key(prefix))
+            fields = cast("dict[str, str]", self.client.hgetall(meta_key(prefix)))
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot load the metadata of {prefix!r}: {error_text(exc)}") from exc
         return replay(fields) if fields else None
@@ -458,12 +458,14 @@ class MetadataStore:
         (a failover of any master's node to a replica that was behind shows there)."""
         if self.atomic_owner_tokens:
             return [MARK_KEY]
-        masters = {node.name for node in self.client.get_primaries()}
-        slots = self.client.nodes_manager.slots_cache
+        cluster = self.client
+        assert isinstance(cluster, redis.RedisCluster)  # not atomic: a cluster (is_cluster)
+        masters = {node.name for node in cluster.get_primaries()}
+        slots = cluster.nodes_manager.slots_cache
         found: dict[str, str] = {}
         for tag in range(1 << 16):
             key = mark_key(str(tag))
-            nodes = slots.get(self.client.keyslot(key))
+            nodes = slots.get(cluster.keyslot(key))
             if nodes and nodes[0].name in masters:
                 found.setdefault(nodes[0].name, key)
                 if len(found) == len(masters):
@@ -520,7 +522,7 @@ class MetadataStore:
         try:
             self.client.set(FORMAT_VERSION_KEY, self.format_version)
             for prefix, snapshot in sorted(memory.items()):
-                stored: dict[str, str] = self.client.hgetall(meta_key(prefix))
+                stored = cast("dict[str, str]", self.client.hgetall(meta_key(prefix)))
                 plan = prefix_rewrite(snapshot, stored)
                 if plan.streams:
                     pipe = self.client.pipeline(transaction=False)
@@ -588,7 +590,7 @@ class StreamAdmin:
     Drain is measured by actors/shard_ops.py (`drain_counts`), which knows retention.
     """
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: Client) -> None:
         self.client = client
 
     def seal(self, streams: Iterable[str]) -> None:
