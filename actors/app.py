@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -93,6 +93,9 @@ from rsc.common import gc_policy as gc_control
 from rsc.common import tls
 from rsc.common.errors import first_of
 from rsc.common.lua import Script
+
+if TYPE_CHECKING:
+    from rsc.actors.metrics import CoordinatorMetrics
 
 log = logging.getLogger("rsc.coordinator")
 
@@ -177,7 +180,7 @@ def _say(notice: OutageNotice | None) -> None:
                   failures=notice.failures)
 
 
-async def serve(config: CoordinatorConfig, *, metrics: Any = None,
+async def serve(config: CoordinatorConfig, *, metrics: CoordinatorMetrics | None = None,
                 task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
     """Run a coordinator on `config.redis_url` until cancelled; `task_status.started(url)` once it
     accepts sessions. (Starting an embedded redis-server when there is none is the caller's job.)"""
@@ -186,7 +189,7 @@ async def serve(config: CoordinatorConfig, *, metrics: Any = None,
     await _serve(config, config.redis_url, metrics, task_status)
 
 
-async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
+async def _serve(config: CoordinatorConfig, redis_url: str, metrics: CoordinatorMetrics | None,
                  task_status: trio.TaskStatus[str]) -> None:
     _warn_if_open(config, tls_served=config.tls_cert is not None)
     fd_limit = raise_fd_limit()
@@ -278,7 +281,7 @@ class Coordinator:
     store: MetadataStore
     readiness: Readiness
     admission: Admission
-    metrics: Any  # CoordinatorMetrics (or a test's), None without a metrics port
+    metrics: CoordinatorMetrics | None  # None without a metrics port
     server_tls: ssl.SSLContext | None
     max_sessions: int
     fd_limit: int
@@ -643,7 +646,7 @@ async def _tick_loop(config: CoordinatorConfig, router: Router,
 
 
 async def _shard_check_loop(config: CoordinatorConfig, router: Router, streams: StreamAdmin,
-                            metrics: Any) -> None:
+                            metrics: CoordinatorMetrics | None) -> None:
     """B7: once a minute, every shard of every live version of every idle prefix is checked
     for damage a Redis user could do (actors/shard_damage.py); the seal markers are repaired
     where the confirmed metadata makes that safe. A busy prefix is checked next time."""
@@ -654,7 +657,7 @@ async def _shard_check_loop(config: CoordinatorConfig, router: Router, streams: 
                                                               metrics))
 
 
-async def _check_shards(prefix: str, streams: StreamAdmin, metrics: Any,
+async def _check_shards(prefix: str, streams: StreamAdmin, metrics: CoordinatorMetrics | None,
                         machine: PrefixMachine) -> None:
     persisted = machine.persisted
     current, sealed = shard_damage.streams_to_check(persisted.routing, persisted.migration)
