@@ -27,7 +27,6 @@ import time
 import attrs
 import trio
 
-from rsc.actors import shard_ops
 from rsc.actors.config import store_deadline_ms as default_store_deadline_ms
 from rsc.actors.delivery import Answered, Delivery
 from rsc.actors.group import GroupMachine, GroupSettings
@@ -253,9 +252,16 @@ class PrefixActor:
         log_event(log, "group.expiry_pending", level=logging.WARNING, **notice)
 
     async def _read_lag(self, group: str) -> list[ShardLag] | None:
-        if not self.machine.store_open:  # D4: an abandoned call still runs
-            return None
-        return await self.calls.read(shard_ops.shard_lag, self.machine.live_streams(), group)
+        """A group's lag as the machine asks for it (its D4 gate: nothing sent while an
+        abandoned call runs), with a deadline of its own."""
+        reads = self.machine.lag_read(group, now_ms())
+        deadline = trio.current_time() + self.calls.deadline_s
+        try:
+            step = next(reads)
+            while True:
+                step = reads.send(await self._run(step, deadline))
+        except StopIteration as done:
+            return done.value
 
     # --- sessions ----------------------------------------------------------------------
 
