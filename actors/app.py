@@ -30,12 +30,8 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
-import socket
 import ssl
-import threading
 import time
-from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -62,15 +58,9 @@ from rsc.actors.lease import (
     LapseVerdict,
     LeaseContinuity,
     Next,
-    OutageEnded,
-    OutageLasts,
-    OutageNotice,
-    OutageStarted,
     Renewal,
     Takeover,
     WentBack,
-    WriteHealth,
-    instance_host_pid,
     lapse_verdict,
     looks_for_lost_store,
     waiting_line,
@@ -78,21 +68,20 @@ from rsc.actors.lease import (
 )
 from rsc.actors.logs import log_event
 from rsc.actors.message_admin import MessageAdmin
-from rsc.actors.ports import StoreMetrics
 from rsc.actors.prefix import PrefixMachine
 from rsc.actors.prefix_admission import GroupBudget
 from rsc.actors.prefix_retention import RETENTION_EVERY_TICKS
 from rsc.actors.prefix_schedule import Schedule
+from rsc.actors.readiness import OUTAGE_REMINDER_S, Readiness
 from rsc.actors.records import PrefixSnapshot
 from rsc.actors.router import Router
 from rsc.actors.server import CoordinatorServer
 from rsc.actors.shard_work import ShardWork
-from rsc.actors.store import LEASE_KEY, MetadataStore, StoreError, StoreFenced, StreamAdmin
+from rsc.actors.store import MetadataStore, StoreError, StoreFenced, StreamAdmin
 from rsc.actors.store_deadline import StoreStalled, run_by_deadline
 from rsc.common import gc_policy as gc_control
 from rsc.common import tls
 from rsc.common.errors import first_of
-from rsc.common.lua import Script
 
 if TYPE_CHECKING:
     from rsc.actors.metrics import CoordinatorMetrics
@@ -100,84 +89,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("rsc.coordinator")
 
 REDIS_THREADS = 16  # worker threads for blocking Redis calls: bounds Redis connections (fds)
-OUTAGE_REMINDER_S = 10.0
-READY_AFTER_S = 10.0  # K10: /readyz 200 again only after writes succeeded this long
 
-DELETE_IF_HOLDER = Script("delete_if_holder")  # a dead local coordinator's lease, if still its
 
 
 def coordinator_lease_ms(config: CoordinatorConfig) -> int:
     """How long the coordinator lease lasts without renewal: three ticks, at least a second."""
     return max(3 * config.tick_interval_ms, 1000)
-
-
-class Readiness:
-    """What `/readyz` reports, and the one place a Redis outage is logged.
-
-    Ready: the lease is held and metadata writes have succeeded for `latch_s` (10 s) since
-    the last one that failed (K10, actors/lease.py `WriteHealth`: a store that fails every
-    other write is not ready, and its probe does not flap; the outage is logged once when
-    it starts, at most every 10 s while it lasts and once when it ends). The lease task and
-    the store's writes report into it (from worker threads: a lock guards it). `/healthz`
-    needs nothing: it answers while the process runs.
-    """
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic,
-                 reminder_s: float = OUTAGE_REMINDER_S, latch_s: float = READY_AFTER_S) -> None:
-        self.holds_lease = False
-        self.last_error: str | None = None
-        self._clock = clock
-        self._latch_s = latch_s
-        self._lock = threading.Lock()
-        self._health = WriteHealth(reminder_s=reminder_s, latch_s=latch_s)
-
-    @property
-    def last_write_ok(self) -> bool:
-        return self._health.last_write_ok
-
-    @property
-    def ready(self) -> bool:
-        with self._lock:
-            _say(self._health.settle(self._clock()))
-            return self.holds_lease and self._health.healthy
-
-    def lease_held(self, held: bool, error: str | None = None) -> None:
-        self.holds_lease = held
-        if error is not None:
-            self.last_error = error
-
-    def write_succeeded(self) -> None:
-        with self._lock:
-            _say(self._health.succeeded(self._clock()))
-
-    def write_failed(self, error: str) -> None:
-        with self._lock:
-            self.last_error = error
-            _say(self._health.failed(self._clock(), error))
-
-    def reason(self) -> str:
-        if self.ready:
-            return "ready"
-        if not self.holds_lease:
-            return f"not holding the coordinator lease ({self.last_error or 'not taken yet'})"
-        if self.last_write_ok:
-            return (f"metadata writes failed until "
-                    f"{self._clock() - self._health.last_failure:.1f} s ago "
-                    f"({self.last_error}); ready once they succeeded for {self._latch_s:g} s "
-                    "(K10)")
-        return f"the last metadata write failed ({self.last_error})"
-
-
-def _say(notice: OutageNotice | None) -> None:
-    """K10's lines: an outage's start, its reminders, its end."""
-    if isinstance(notice, OutageStarted):
-        log_event(log, "store.unavailable", level=logging.WARNING, error=notice.error)
-    elif isinstance(notice, OutageLasts):
-        log_event(log, "store.still_unavailable", level=logging.WARNING, seconds=notice.seconds,
-                  failures=notice.failures, error=notice.error)
-    elif isinstance(notice, OutageEnded):
-        log_event(log, "store.available", level=logging.WARNING, seconds=notice.seconds,
-                  failures=notice.failures)
 
 
 async def serve(config: CoordinatorConfig, *, metrics: CoordinatorMetrics | None = None,
@@ -364,7 +281,7 @@ async def _wait_for_lease(co: Coordinator) -> tuple[int, bool]:
     looked = False  # Redis answered this call's look
     while True:
         try:
-            await trio.to_thread.run_sync(take_over_dead_local_holder, store)
+            await trio.to_thread.run_sync(store.take_over_dead_local_holder)
         except Exception as exc:  # noqa: BLE001 - best effort: the look says what is wrong
             log_event(log, "coordinator.lease_takeover_skipped", level=logging.DEBUG,
                       error=str(exc))  # debug: during an outage it fails every poll
@@ -454,8 +371,7 @@ async def _serve_epoch(co: Coordinator, lapsed: trio.Event, port: int, served: E
             persisted = await trio.to_thread.run_sync(store.load_all)
     else:
         persisted = went_back.memory
-        await _write_back(store, went_back, identity, metrics,
-                          keep_drained_streams=config.keep_drained_streams)
+        await _write_back(co, went_back)
     async with trio.open_nursery() as nursery:
         background = nursery
         router = served.router = Router(nursery, make_actor, reload=reload, metrics=metrics,
@@ -497,21 +413,21 @@ async def _serve_epoch(co: Coordinator, lapsed: trio.Event, port: int, served: E
                                     co.server_tls)
         nursery.start_soon(_lease_loop, co, lapsed)
         nursery.start_soon(_tick_loop, config, router, co.life.continuity)
-        nursery.start_soon(_store_id_loop, config, store, identity, router)
+        nursery.start_soon(_store_id_loop, co, router)
         nursery.start_soon(_shard_check_loop, config, router, StreamAdmin(store.client), metrics)
         co.readiness.lease_held(True)  # restored (or written back): ready from here
         task_status.started(bound)
 
 
-async def _write_back(store: MetadataStore, went_back: WentBack, identity: StoreIdentity,
-                      metrics: StoreMetrics | None, *, keep_drained_streams: bool = False) -> None:
+async def _write_back(co: Coordinator, went_back: WentBack) -> None:
     """K3, K4: everything memory held written back under this new epoch; one line says what."""
+    store, identity = co.store, co.identity
     started = time.monotonic()
-    done = await trio.to_thread.run_sync(
-        functools.partial(store.rewrite, went_back.memory, retire_old=not keep_drained_streams))
+    done = await trio.to_thread.run_sync(functools.partial(
+        store.rewrite, went_back.memory, retire_old=not co.config.keep_drained_streams))
     identity.went_back_at_ms = int(time.time() * 1000)
-    if metrics is not None:
-        metrics.observe_store_went_back()
+    if co.metrics is not None:
+        co.metrics.observe_store_went_back()
     log_event(log, "store.went_back", level=logging.WARNING, reason=went_back.reason,
               previous_epoch=went_back.epoch, coordinator_epoch=store.coordinator_epoch,
               store_id=identity.value, **done, ms=round((time.monotonic() - started) * 1000, 1))
@@ -685,13 +601,13 @@ async def _check_shards(prefix: str, streams: StreamAdmin, metrics: CoordinatorM
     machine.shard_damage = damage
 
 
-async def _store_id_loop(config: CoordinatorConfig, store: MetadataStore,
-                         identity: StoreIdentity, router: Router) -> None:
+async def _store_id_loop(co: Coordinator, router: Router) -> None:
     """Every 10 ticks, write the same `rsc:store-id` again if the key went missing (a flush).
 
     K8: while the coordinator has no storeId yet (a store lost with its memory), every tick:
     the one a client presented is written as soon as it is (`identity.wanted`), a fresh one
     once some prefix has routing from an admin and no client presented any."""
+    config, store, identity = co.config, co.store, co.identity
     interval = 10 * config.tick_interval_ms / 1000
     while True:
         if identity.written:
@@ -735,29 +651,3 @@ def _probe_permissions(store: MetadataStore) -> None:
 def load_prefix(store: MetadataStore, prefix: str) -> PrefixSnapshot | None:
     """One prefix's persisted metadata (None if it has none), to reload a failed actor."""
     return store.load_prefix(prefix)
-
-
-def take_over_dead_local_holder(store: MetadataStore) -> bool:
-    """Drop the lease of a coordinator that died on this host (its pid is gone), so a restart
-    after SIGKILL need not wait for the lease to lapse. Fencing still guards the takeover: the
-    new epoch outranks every write the dead one could still have in flight."""
-    holder = store.client.get(LEASE_KEY)
-    if not holder:
-        return False
-    named = instance_host_pid(str(holder))
-    if named is None or named[0] != socket.gethostname() or named[1] == os.getpid():
-        return False
-    try:
-        os.kill(named[1], 0)
-    except ProcessLookupError:
-        pass  # dead
-    except PermissionError:
-        return False  # alive, another user's
-    else:
-        return False
-    started = time.monotonic()
-    taken = bool(DELETE_IF_HOLDER.call(store.client, [LEASE_KEY], [holder]))
-    if taken:
-        log_event(log, "coordinator.lease_taken_over", holder=str(holder),
-                  ms=round((time.monotonic() - started) * 1000, 1))
-    return taken

@@ -41,7 +41,7 @@ from typing import cast
 
 import redis
 
-from rsc.actors.lease import Renewal, instance_id
+from rsc.actors.lease import Renewal, instance_host_pid, instance_id
 from rsc.actors.logs import log_event
 from rsc.actors.ports import WriteReport
 from rsc.actors.records import (
@@ -94,6 +94,7 @@ end
 return false
 """
 RENEW_LEASE = Script("renew_lease")
+DELETE_IF_HOLDER = Script("delete_if_holder")  # a dead local coordinator's lease, if still its
 RELEASE_LEASE = Script("release_lease")
 MOVE_OFFSETS = Script("move_offsets")
 RAISE_FORMAT_VERSION = Script("raise_format_version")
@@ -281,6 +282,31 @@ class MetadataStore:
             raise StoreError(f"cannot use Redis at {self.redis_url}: "
                              f"{failure_text(exc, self.redis_url)}") from exc
         return (None if holder is None else str(holder)), (None if epoch is None else int(epoch))
+
+    def take_over_dead_local_holder(self) -> bool:
+        """Drop the lease of a coordinator that died on this host (its pid is gone), so a restart
+        after SIGKILL need not wait for the lease to lapse. Fencing still guards the takeover: the
+        new epoch outranks every write the dead one could still have in flight."""
+        holder = self.client.get(LEASE_KEY)
+        if not holder:
+            return False
+        named = instance_host_pid(str(holder))
+        if named is None or named[0] != socket.gethostname() or named[1] == os.getpid():
+            return False
+        try:
+            os.kill(named[1], 0)
+        except ProcessLookupError:
+            pass  # dead
+        except PermissionError:
+            return False  # alive, another user's
+        else:
+            return False
+        started = time.monotonic()
+        taken = bool(DELETE_IF_HOLDER.call(self.client, [LEASE_KEY], [holder]))
+        if taken:
+            log_event(log, "coordinator.lease_taken_over", holder=str(holder),
+                      ms=round((time.monotonic() - started) * 1000, 1))
+        return taken
 
     def stalled(self, error: str) -> None:
         """A call on this store passed its D4 deadline and was abandoned: a failed write."""
