@@ -9,7 +9,7 @@ actors/server.py `Reply`, or one awaited inside the coordinator, `Collect`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from rsc.actors.group import Event, GroupMachine
 from rsc.actors.shard_reports import RetentionResult
@@ -66,7 +66,7 @@ class PrefixMetrics(RetentionMetrics, Protocol):
 
     def set_group_state(self, prefix: str, group: str, machine: GroupMachine) -> None: ...
 
-    def group_forgotten(self, group: Any) -> None: ...
+    def group_forgotten(self, group: tuple[str, str]) -> None: ...  # (prefix, group)
 
     def observe_restored_from_clients(self) -> None: ...
 

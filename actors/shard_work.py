@@ -20,7 +20,7 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import trio
 
@@ -29,6 +29,7 @@ from rsc.actors.prefix_io import RetentionPass
 from rsc.actors.shard_reports import GroupTotals, RetentionResult
 from rsc.actors.store import StoreError
 from rsc.actors.store_deadline import AbandonedCall, OutageLine, StoreStalled, run_by_deadline
+from rsc.common.lua import Client
 
 RETENTION_STREAMS_PER_ROUND_TRIP = 256  # a pass over 4,096 shards held the GIL for 160 ms
 TOTALS_STREAMS_PER_ROUND_TRIP = 2048
@@ -80,7 +81,7 @@ class _Totals(_Job[dict[str, GroupTotals]]):
 class ShardWork:
     """One task running every prefix's retention passes and listGroups reads in shared pipelines."""
 
-    def __init__(self, client: Any, *, deadline_s: float, metrics: RetentionMetrics | None = None,
+    def __init__(self, client: Client, *, deadline_s: float, metrics: RetentionMetrics | None = None,
                  pause_s: float = PAUSE_S,
                  retention_streams: int = RETENTION_STREAMS_PER_ROUND_TRIP,
                  totals_streams: int = TOTALS_STREAMS_PER_ROUND_TRIP,
