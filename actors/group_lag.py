@@ -25,6 +25,7 @@ from rsc.actors import shard_ops
 from rsc.actors.logs import log_event
 from rsc.actors.shard_reports import oldest_age
 from rsc.actors.store import StoreError
+from rsc.actors.store_deadline import run_by_deadline
 from rsc.common.lua import Client
 
 log = logging.getLogger("rsc.coordinator")
@@ -85,10 +86,9 @@ async def group_lag_loop(client: Client, source: Callable[[], list[PrefixGroups]
     while True:
         reads = source()
         try:
-            with trio.fail_after(deadline_s):
-                figures = await trio.to_thread.run_sync(read_group_lag, client, reads,
-                                                        abandon_on_cancel=True)
-        except (StoreError, trio.TooSlowError) as exc:
+            figures = await run_by_deadline(trio.current_time() + deadline_s, "group lag read",
+                                            read_group_lag, client, reads)
+        except StoreError as exc:  # StoreStalled too: abandoned at the deadline
             log_event(log, "metrics.group_lag_unread", level=logging.DEBUG, error=str(exc))
         else:
             metrics.set_group_lag(figures)
