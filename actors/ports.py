@@ -38,7 +38,7 @@ class ReplySlot(Protocol):
 
 class WriteReport(Protocol):
     """Who hears whether each metadata write worked, a lease renewal's included (K10: rsc's
-    actors/app.py `Readiness`); a call abandoned at its D4 deadline is a failed write."""
+    actors/readiness.py `Readiness`); a call abandoned at its D4 deadline is a failed write."""
 
     def write_succeeded(self) -> None: ...
 
