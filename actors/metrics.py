@@ -55,7 +55,7 @@ process, as in tests, never share counters). The coordinator calls:
 
 `serve_metrics(metrics, host, port, health=...)` serves `GET /metrics` in the
 Prometheus text format from a trio task, and with `health` (actors.readiness.Readiness)
-`GET /healthz` and `GET /readyz` (`routes`; rsc/common/probe_http.py serves them).
+`GET /healthz` and `GET /readyz` (`routes`; rsc/common/http_server.py serves them).
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from rsc.actors import latency
-from rsc.common import probe_http
-from rsc.common.probe_http import Answer, Route
+from rsc.common import http_server
+from rsc.common.http_server import Answer, Route
 from rsc.common.process_metrics import register_process_metrics
 
 GROUP_LABELS = ("prefix", "group")
@@ -591,8 +591,8 @@ def routes(exposition: Callable[[], bytes], health: Health | None = None) -> dic
     served: dict[str, Route] = {"/metrics": lambda: Answer(200, exposition(),
                                                            CONTENT_TYPE_PLAIN_0_0_4)}
     if health is not None:
-        served["/healthz"] = lambda: probe_http.text(200, "ok")
-        served["/readyz"] = lambda: probe_http.probe(health.ready, health.reason())
+        served["/healthz"] = lambda: http_server.text(200, "ok")
+        served["/readyz"] = lambda: http_server.probe(health.ready, health.reason())
     return served
 
 
@@ -600,9 +600,9 @@ async def serve_metrics(metrics: CoordinatorMetrics, host: str, port: int, *,
                         health: Health | None = None, ssl_context: ssl.SSLContext | None = None,
                         task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve `routes(metrics.exposition, health)` on host:port until cancelled
-    (rsc/common/probe_http.py); `task_status.started(bound_port)` once listening."""
+    (rsc/common/http_server.py); `task_status.started(bound_port)` once listening."""
     if health is not None:
         metrics.follow_health(health)
-    await probe_http.serve_http(routes(metrics.exposition, health), host, port,
+    await http_server.serve_http(routes(metrics.exposition, health), host, port,
                                 ssl_context=ssl_context,
                                 task_status=task_status)

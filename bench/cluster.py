@@ -31,8 +31,8 @@ from redis.crc import key_slot
 from bench.procs import BenchError, Child, Redis, _drain_stderr_forever, start_coordinator
 from bench.report import Progressor, ScenarioResult
 from rsc.common.redis_connect import connect
-from rsc.common.redis_server import SLOTS, LocalCluster
 from rsc.protocol.routing import stream_key
+from tests.redis_rigs import SLOTS, LocalCluster
 
 GROUP, SHARDS, ROUNDS = "g", 12, 2
 GATE_KEY = "gate"

@@ -1,6 +1,6 @@
 """The cost of `min_replicas=1` (K5) against 0, measured in the same run on the same Redis.
 
-A primary and one replica on loopback (rsc/common/redis_server.py `SentinelGroup` without
+A primary and one replica on loopback (tests/redis_rigs.py `SentinelGroup` without
 sentinels), a coordinator process on the primary, one producer per setting in this process.
 Each round writes `--messages` messages in batches of `--batch` (one `send_batch` each, the
 unit a WAIT covers), with `min_replicas` 0 and 1 alternately, so drift on a shared machine
@@ -26,8 +26,8 @@ import trio
 from bench.dataplane import _set_shards
 from bench.procs import start_coordinator
 from bench.report import Progressor, ScenarioResult
-from rsc.common.redis_server import SentinelGroup, server_binary
 from rsc.member.producer import open_producer
+from tests.redis_rigs import SentinelGroup, server_binary
 
 
 async def one_round(coordinator_url: str, redis_url: str, prefix: str, min_replicas: int,

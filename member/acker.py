@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import redis
 import trio
 
+from rsc.common.backoff import ACK_RETRY
 from rsc.member.ackbook import Taken
 from rsc.member.ledger import Verdict
 from rsc.member.native_streams import NativeStreamOps, native_ops
@@ -64,6 +65,7 @@ async def run_acker(core: MemberCore) -> None:
 async def _send(core: MemberCore, ops: StreamOps, batch: Taken,
                 native: NativeStreamOps | None = None) -> None:
     ledger = core.ledger
+    retry = ACK_RETRY.start()
     while True:
         ids_by_shard: dict[str, list[str]] = {}
         now = core.clock()
@@ -91,7 +93,7 @@ async def _send(core: MemberCore, ops: StreamOps, batch: Taken,
         except redis.RedisError as exc:
             check_permanent(exc, core.config.redis_url)
             log.warning("member %s: ack failed, retrying: %r", core.member_id, exc)
-            await trio.sleep(0.2)
+            await trio.sleep(retry.next())
     for shard, result in results.items():
         if result == NOT_OWNER:
             core.stats.ack_refusals += 1

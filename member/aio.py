@@ -48,9 +48,8 @@ from typing import Any, Unpack
 
 import trio
 
-from rsc.common.error_family import ProducerClosed, Unrecoverable
-from rsc.common.errors import first_of, raise_first
-from rsc.common.wording import log_final
+from rsc.common.error_family import ProducerClosed
+from rsc.common.errors import ErrorBoundary
 from rsc.member.aio_guest import GuestHost, HostStopped
 from rsc.member.aio_workers import AioWorkers
 from rsc.member.codecs import AnyHandler
@@ -202,17 +201,11 @@ class AioListener:
             if self._joined == len(members) and not joined.done():
                 joined.set_result(None)
 
-        try:
+        with ErrorBoundary(on_failure=self._listener.say_final):  # L1: one error, never a group
             async with trio.open_nursery() as nursery:
                 for member in members:
                     nursery.start_soon(functools.partial(
                         member.run, task_status=_Started(one_started)))
-        except BaseExceptionGroup as group:  # L1: one error, never a group
-            failure = first_of(group)
-            if isinstance(failure, Unrecoverable):
-                where = f"{self._listener.stream_prefix}/{self._listener.consumer_group}"
-                log_final(log, f"listener {where} stopped: {failure}")  # L2: said once
-            raise_first(group)
 
 
 

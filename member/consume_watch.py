@@ -12,34 +12,22 @@ import redis
 import trio
 
 from rsc.common.errors import unwrap_single
-from rsc.common.redact import redact_url
 from rsc.member.health import may_take_messages
-from rsc.member.notices import REPEAT_S, Notices, redis_problem, then
+from rsc.member.notices import REPEAT_S, Notices
 from rsc.member.producer import no_routing_line
-from rsc.member.session import (
-    Backoff,
-    ResponseUndecodable,
-    Session,
-    SessionClosed,
-    SessionRefused,
-    open_session,
-)
-from rsc.member.streams import check_store_id, connect, store_id_of
+from rsc.member.redis_retry import RedisRetry
+from rsc.member.routing_follower import RoutingFollower
+from rsc.member.streams import connect, store_id_of
 from rsc.member.tool_config import Endpoints
-from rsc.member.unrecoverable import (
-    redis_error_is_permanent,
-    redis_unrecoverable,
-    refusal_error,
-    refusal_is_permanent,
-    tls_checked,
-)
-from rsc.protocol import GetRouting, Routing, Status
+from rsc.member.unrecoverable import tls_checked
+from rsc.protocol import Routing, Status
 
 
-class ConsumeWatch:
+class ConsumeWatch(RoutingFollower):
     """What `rsc consume` needs before its members start, and says while it is missing.
 
-    Keeps its own session to the coordinator (getRouting with subscribe) and pings
+    Follows the routing on its own session to the coordinator (the member side's one
+    `RoutingFollower`: getRouting with subscribe, asked again while there is none) and pings
     Redis, so an unreachable or refusing coordinator, a prefix with no routing, a
     down Redis or another Redis (storeId) each get their line. `ready` is set once
     Redis answers and the storeId was checked (or the prefix has routing and the
@@ -48,12 +36,13 @@ class ConsumeWatch:
 
     def __init__(self, urls: Endpoints, stream_prefix: str, notices: Notices, *,
                  redis_interval_s: float = 2.0) -> None:
+        super().__init__(urls.coordinator_url, stream_prefix, notices, token=urls.token,
+                         ca_file=urls.ca_file)
         self.urls = urls
-        self.stream_prefix = stream_prefix
-        self.notices = notices
         self.ready = trio.Event()
         self._redis_interval_s = redis_interval_s
         self._client = connect(urls.redis_url, timeout_s=2.0, retries=False)
+        self._retry = RedisRetry(urls.redis_url, notices)
         self._redis_ok = False
         self._store_checked = False
         self._routed = False
@@ -62,7 +51,7 @@ class ConsumeWatch:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch_redis)
-                nursery.start_soon(self._watch_coordinator)
+                nursery.start_soon(self.keep_session)
         except BaseExceptionGroup as group:
             unwrap_single(group)
         finally:
@@ -76,69 +65,27 @@ class ConsumeWatch:
 
     async def _watch_redis(self) -> None:
         url = self.urls.redis_url
-        while True:
+        while True:  # a health poll: every `redis_interval_s`, whatever the last answer was
             try:
                 await trio.to_thread.run_sync(tls_checked, self._client.ping, url)
             except redis.RedisError as exc:
-                if redis_error_is_permanent(exc):  # D3: a bad db index never heals
-                    raise redis_unrecoverable(exc, url) from exc
                 self._redis_ok = False
-                self.notices.say("redis", then(redis_problem(exc, url), "retrying"))
+                self._retry.failed(exc)  # said; D3: a bad db index never heals (raised)
             else:
                 self._redis_ok = True
-                self.notices.clear("redis", f"Redis at {redact_url(url)} answers again")
+                self._retry.answered()
                 self._check_ready()
             await trio.sleep(self._redis_interval_s)
 
-    async def _watch_coordinator(self) -> None:
-        url = self.urls.coordinator_url
-        backoff = Backoff(0.05, 2.0)
-        while True:
-            try:
-                async with open_session(url, "member", token=self.urls.token,
-                                        connect_timeout=5.0, ca_file=self.urls.ca_file) as session:
-                    await self._ask(session, subscribe=True)
-                    self.notices.clear("coordinator", f"connected to the coordinator at {url}")
-                    backoff.reset()
-                    await self._follow(session)
-                    line = (f"lost the coordinator session at {url} "
-                            f"({session.close_reason or 'connection closed'})")
-            except SessionRefused as exc:
-                if refusal_is_permanent(exc.status_code):  # D3: a wrong token never heals
-                    raise refusal_error(exc.status_code, exc.line) from exc
-                line = exc.line
-            except SessionClosed as exc:
-                line = exc.line
-            except (ResponseUndecodable, trio.TooSlowError):
-                line = f"the coordinator at {url} did not answer a request in time"
-            suffix = " (members keep their shards while their lease lasts)" \
-                if self.ready.is_set() else ""
-            self.notices.say("coordinator", then(line, f"retrying{suffix}"))
-            await trio.sleep(backoff.next())
+    def retry_suffix(self) -> str:
+        return "retrying (members keep their shards while their lease lasts)" \
+            if self.ready.is_set() else "retrying"
 
-    async def _ask(self, session: Session, *, subscribe: bool) -> None:
-        with trio.fail_after(10):
-            response = await session.request(
-                GetRouting(request_id=0, stream_prefix=self.stream_prefix, subscribe=subscribe))
-        if isinstance(response, Routing):
-            await self._adopt(response)
+    def reask_after_s(self) -> float:
+        """While there is no routing, ask again now and then, so the hint is repeated."""
+        return REPEAT_S / 3 if not self._routed else math.inf
 
-    async def _follow(self, session: Session) -> None:
-        """Adopt routing pushes until the session ends; while there is no routing, ask
-        again now and then, so the hint is repeated."""
-        pushes = session.pushes
-        while True:
-            with trio.move_on_after(REPEAT_S / 3 if not self._routed else math.inf):
-                try:
-                    push = await pushes.receive()
-                except (trio.EndOfChannel, trio.ClosedResourceError):
-                    return
-                if isinstance(push, Routing) and push.stream_prefix == self.stream_prefix:
-                    await self._adopt(push)
-                continue
-            await self._ask(session, subscribe=False)
-
-    async def _adopt(self, message: Routing) -> None:
+    async def adopt(self, message: Routing) -> None:
         expected = store_id_of(message)
         if expected is not None and not self._store_checked:
             await self._check_store(expected)
@@ -154,15 +101,5 @@ class ConsumeWatch:
 
     async def _check_store(self, expected: str) -> None:
         """StoreMismatch unless this Redis is the coordinator's (Redis errors retried)."""
-        backoff = Backoff(0.05, 2.0)
-        while True:
-            try:
-                await trio.to_thread.run_sync(tls_checked, lambda: check_store_id(
-                    self._client, expected, redis_url=self.urls.redis_url,
-                    coordinator_url=self.urls.coordinator_url), self.urls.redis_url)
-                return
-            except redis.RedisError as exc:
-                if redis_error_is_permanent(exc):  # D3: a bad db index never heals
-                    raise redis_unrecoverable(exc, self.urls.redis_url) from exc
-                self.notices.say("redis", then(redis_problem(exc, self.urls.redis_url), "retrying"))
-                await trio.sleep(backoff.next())
+        await self._retry.check_store(self._client, expected,
+                                      coordinator_url=self.urls.coordinator_url)

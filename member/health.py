@@ -78,6 +78,7 @@ class MembershipHealth:
         self.answering_since: float | None = None  # heartbeats answered again since
         self.failing = False  # the last heartbeat or session attempt failed
         self.refused: Status | None = None  # the cap or duplicate that refused its join
+        self.unavailable = False  # the last answer was COORDINATOR_NOT_AVAILABLE (D4: no store)
         self.stopping = False
 
     # --- what happened ---------------------------------------------------------------
@@ -91,10 +92,11 @@ class MembershipHealth:
 
     def answered(self, now: float, status: Status) -> None:
         """A heartbeat answer arrived (any status: the coordinator answers)."""
-        if self.failing or self.answering_since is None:
-            self.answering_since = now
+        if self.failing or self.answering_since is None or self.unavailable:
+            self.answering_since = now  # answering, and able to admit, since
         self.failing = False
         self.refused = status if status in REFUSALS else None
+        self.unavailable = status == Status.COORDINATOR_NOT_AVAILABLE
 
     def failed(self) -> None:
         """A heartbeat went unanswered, or no session could be opened."""
@@ -127,6 +129,11 @@ class MembershipHealth:
         if self.failing or self.answering_since is None:
             return HealthVerdict(healthy=True, ready=False, reason=(
                 f"{who} is not in its group: {coordinator_url} does not answer; retrying"))
+        if self.unavailable:  # it answers, but cannot admit anyone: its store is out (D4)
+            return HealthVerdict(healthy=True, ready=False, reason=(
+                f"{who} is not in its group: {coordinator_url} answers "
+                f"{Status.COORDINATOR_NOT_AVAILABLE.value} (it cannot reach its store, Redis); "
+                "retrying"))
         out_for = now - max(self.out_since, self.answering_since)
         allowed = lease_ttl_ms + heartbeat_interval_ms
         if out_for < allowed:

@@ -47,7 +47,7 @@ from typing import Any, Required, TypedDict, Unpack
 import trio
 
 from rsc.common.error_family import Unrecoverable
-from rsc.common.errors import first_of, raise_first
+from rsc.common.errors import ErrorBoundary
 from rsc.common.wording import log_final
 from rsc.member.budget import ReadBudget
 from rsc.member.codecs import AnyHandler, codec_for, typed_handler
@@ -183,6 +183,12 @@ class Listener:
         for member in self.members:
             member.stop(leave=leave)
 
+    def say_final(self, failure: BaseException) -> None:
+        """L2: a final error that stopped the listener, logged once at ERROR."""
+        if isinstance(failure, Unrecoverable):
+            where = f"{self.stream_prefix}/{self.consumer_group}"
+            log_final(log, f"listener {where} stopped: {failure}")  # L2: said once
+
     async def run(self, *, task_status: trio.TaskStatus[Listener] = trio.TASK_STATUS_IGNORED
                   ) -> None:
         """Run every member; `started` once all have joined; return once all have left.
@@ -195,18 +201,11 @@ class Listener:
         """
         self._running, self._failure = True, None
         try:
-            async with trio.open_nursery() as nursery:
-                for member in self.members:
-                    await nursery.start(member.run)
-                task_status.started(self)
-        except BaseExceptionGroup as group:  # L1: one error, never a group
-            failure = first_of(group)
-            if isinstance(failure, Exception):
-                self._failure = str(failure)
-            if isinstance(failure, Unrecoverable):
-                where = f"{self.stream_prefix}/{self.consumer_group}"
-                log_final(log, f"listener {where} stopped: {failure}")  # L2: said once
-            raise_first(group)
+            with ErrorBoundary(on_failure=self.say_final):  # L1: one error, never a group
+                async with trio.open_nursery() as nursery:
+                    for member in self.members:
+                        await nursery.start(member.run)
+                    task_status.started(self)
         except Exception as exc:
             self._failure = str(exc)
             raise

@@ -30,12 +30,9 @@ from collections.abc import Callable
 
 import attrs
 
-from rsc.member.backoff import Backoff
+from rsc.common.backoff import HEARTBEAT_RECONNECT, Backoff
 from rsc.member.ledger import Ledger
 from rsc.protocol import Status
-
-RECONNECT_FIRST_S = 0.05
-RECONNECT_MAX_S = 1.0
 
 
 def jittered(interval_ms: float, jitter: float, draw: Callable[[], float] = random.random) -> float:
@@ -68,7 +65,7 @@ class HeartbeatPacing:
         self._join_backoff = Backoff(join_retry_initial_s,
                                      max(join_retry_initial_s, join_retry_max_s), jitter=draw)
         self._refused = False  # a refusal was said and no join taken since
-        self._reconnect = Backoff(RECONNECT_FIRST_S, RECONNECT_MAX_S, jitter=draw)
+        self._reconnect = HEARTBEAT_RECONNECT.start(jitter=draw)
 
     def connect_timeout_s(self, ledger: Ledger) -> float:
         """How long a session may take to open (then it failed: D5, and try again)."""

@@ -49,9 +49,9 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 import redis
 import trio
 
+from rsc.common.backoff import RETRY
 from rsc.common.error_family import ProducerClosed, SendTimeout
-from rsc.common.errors import raise_first
-from rsc.member.backoff import Backoff
+from rsc.common.errors import ErrorBoundary
 from rsc.member.codecs import Codec, codec_for, encode_records
 from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, MessageTooLarge
 from rsc.member.health import may_take_messages
@@ -68,7 +68,7 @@ from rsc.member.producer_metrics import register_producer
 from rsc.member.producer_redis import ProducerRedis
 from rsc.member.producer_routing import (
     REQUEST_TIMEOUT_S,
-    RoutingFollower,
+    ProducerRoutingFollower,
     RoutingUnavailable,
     no_routing_line,
 )
@@ -139,7 +139,7 @@ class Producer:
     """Writes messages of one stream prefix; build it with `open_producer`.
 
     The decisions (which routing to write with, what each write's result means) are the
-    pure `ProducerCore`'s (producer_core.py); the coordinator side is `RoutingFollower`
+    pure `ProducerCore`'s (producer_core.py); the coordinator side is `ProducerRoutingFollower`
     (producer_routing.py), the Redis side `ProducerRedis` (producer_redis.py); this shell
     encodes, traces and delivers.
     """
@@ -164,7 +164,7 @@ class Producer:
         self.max_message_bytes = max_message_bytes  # M4
         self.notices = notices or Notices(_log_notice)
         self._core = ProducerCore()
-        self._follower = RoutingFollower(
+        self._follower = ProducerRoutingFollower(
             coordinator_url, stream_prefix, self._core, self.notices, token=token,
             subscribe=subscribe, routing_wait_s=routing_wait_s, ca_file=ca_file,
             ssl_context=ssl_context)
@@ -350,8 +350,8 @@ class Producer:
             del self._unconfirmed[token]
 
     async def _write_all(self, delivery: Delivery) -> None:
-        redis_backoff = Backoff(0.05, 2.0)
-        refused_backoff = Backoff(0.05, 2.0)
+        redis_backoff = RETRY.start()
+        refused_backoff = RETRY.start()
         store = self._redis
         while not delivery.done:
             self._follower.raise_fatal()
@@ -424,7 +424,7 @@ class Producer:
         return self.routing
 
     def _adopt(self, message: Routing) -> None:
-        self._follower.adopt(message)
+        self._follower.adopt_now(message)
 
     async def first_checks(self) -> None:
         """L2 at open: one attempt at Redis's final errors (credentials, db, Sentinel
@@ -476,15 +476,13 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
                             notices=notices, ca_file=ca_file, ssl_context=ssl_context,
                             min_replicas=min_replicas, max_message_bytes=max_message_bytes,
                             codec=codec, tracing=tracing, send_timeout_s=send_timeout_s)
-        try:
+        with ErrorBoundary():  # L1: one error, never a group
             async with trio.open_nursery() as nursery:
                 producer.background = nursery
                 await nursery.start(producer.keep_session)  # L2: after one attempt
                 await producer.first_checks()
                 yield producer
                 nursery.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            raise_first(group)
     finally:
         try:
             if producer is not None:

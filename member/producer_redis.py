@@ -18,14 +18,13 @@ import trio
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import is_cluster
 from rsc.common.wording import log_final
-from rsc.member.backoff import Backoff
 from rsc.member.native_streams import native_produce_ops
-from rsc.member.notices import Notices, redis_problem, then
+from rsc.member.notices import Notices, then
 from rsc.member.ops import produce_ops
+from rsc.member.redis_retry import REDIS_TOPIC, RedisRetry
 from rsc.member.streams import (
     StoreMismatch,
     WriteResult,
-    check_store_id,
     read_store_id,
     recheck_store_id,
     store_mismatch_line,
@@ -70,6 +69,7 @@ class ProducerRedis:
         self._ops = produce_ops(client)
         self._native = native_produce_ops(client)  # writes without a thread hop, one server
         self._native_busy = trio.Lock()
+        self._retry = RedisRetry(redis_url, notices, on_failure=self.failed)
 
     async def write(self, writes: list[tuple[str, list[bytes]]]) -> list[WriteResult]:
         """One pipeline of writes (XADDs through the seal-checking script); their results.
@@ -119,9 +119,8 @@ class ProducerRedis:
                 self.store_recheck = not held
             return
         if expected is not None:
-            await self.call(lambda: check_store_id(
-                self._ops.client, expected, redis_url=self.redis_url,
-                coordinator_url=coordinator_url))
+            await self._retry.check_store(self._ops.client, expected,
+                                          coordinator_url=coordinator_url)
         await self.call(self._ops.prepare)
         self.store_checked = True
 
@@ -158,30 +157,19 @@ class ProducerRedis:
 
     async def call(self, call: Callable[[], T]) -> T:
         """`call()` in a thread, retried with backoff while Redis fails."""
-        backoff = Backoff(0.05, 2.0)
-        while True:
-            try:
-                result = await trio.to_thread.run_sync(tls_checked, call, self.redis_url)
-            except redis.RedisError as exc:
-                self.failed(exc)
-                await trio.sleep(backoff.next())
-                continue
-            self.answered()
-            return result
+        return await self._retry.call(call)
 
     def failed(self, exc: BaseException) -> None:
         """Say a Redis failure (raise Unrecoverable for a permanent one while holding nothing);
         K9: the next call reconnects, so the storeId is compared again before the next write."""
         if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
             self.store_recheck = True
-        if redis_error_is_permanent(exc):  # D3: a bad db index never heals
-            line = redis_unrecoverable_line(exc, self.redis_url)
-            if not self.holds_input:
-                raise redis_unrecoverable(exc, self.redis_url) from exc
+        if redis_error_is_permanent(exc) and self.holds_input:
             # K6 after input was accepted: D2 wins, the accepted messages are kept
-            self._notices.say("redis", then(line, "retrying: the accepted messages are kept (D2)"))
+            line = redis_unrecoverable_line(exc, self.redis_url)
+            self._notices.say(REDIS_TOPIC, then(line, "retrying: the accepted messages are kept (D2)"))
             return
-        self._notices.say("redis", then(redis_problem(exc, self.redis_url), "retrying"))
+        self._retry.failed(exc)  # said; a permanent error while holding nothing raises (D3)
 
     def answered(self) -> None:
-        self._notices.clear("redis", f"Redis at {self.shown_url} answers again")
+        self._retry.answered()

@@ -28,7 +28,6 @@ import redis
 import trio
 
 from rsc.common.permission_probe import MEMBER_PROBES, probe_permissions
-from rsc.common.redact import redact_url
 from rsc.member.acker import run_acker
 from rsc.member.budget import ReadBudget
 from rsc.member.config import MemberConfig
@@ -38,25 +37,19 @@ from rsc.member.heartbeat import leave, run_session
 from rsc.member.lag import poll_lag
 from rsc.member.ledger import Ledger
 from rsc.member.message import Handler, Message, Queued, queued_entries
-from rsc.member.notices import Notices, redis_problem, then
+from rsc.member.notices import Notices
 from rsc.member.reader import Reader
 from rsc.member.reconcile import MemberState
-from rsc.member.session import Backoff
+from rsc.member.redis_retry import RedisRetry
 from rsc.member.stats import MemberStats
-from rsc.member.streams import StoreMismatch, check_store_id, connect, supports_xackdel
+from rsc.member.streams import StoreMismatch, connect, supports_xackdel
 from rsc.member.trace import HandlerTrace
-from rsc.member.unrecoverable import (
-    redis_error_is_permanent,
-    redis_unrecoverable,
-    tls_checked,
-)
 from rsc.member.workers import Workers
 
 __all__ = ["AckObserver", "EventCallback", "Handler", "InstanceFenced", "Member", "MemberConfig",
            "Message",
            "Queued", "ReadObserver", "StoreMismatch", "queued_entries"]
 
-REDIS_TOPIC = "redis"
 PROBE_TIMEOUT_S = 2.0  # start-up calls (XACKDEL probe, storeId) give up on a silent Redis
 
 
@@ -169,25 +162,17 @@ class Member:
         return may_take_messages(reached=core.life.joined.is_set(), store_checked=core.life.store_ok.is_set(),
                          store_to_check=core.ledger.routed)
 
+    def _redis_retry(self) -> RedisRetry:
+        """Start-up calls retried while Redis fails (said as a rate-limited warning)."""
+        return RedisRetry(self.config.redis_url, self.core.notices,
+                          maximum_s=self.config.redis_retry_max_s)
+
     async def _until_redis_answers(self, client: redis.Redis,
                                    call: Callable[[redis.Redis], bool]) -> bool | None:
-        """`call(client)` in a thread, retried with backoff while Redis fails (said as a
-        rate-limited warning); None when `stop()` came first."""
-        core, url = self.core, self.config.redis_url
-        backoff = Backoff(0.05, self.config.redis_retry_max_s)
-        while not core.life.stop_requested.is_set():
-            try:
-                result = await trio.to_thread.run_sync(tls_checked, lambda: call(client), url)
-            except redis.RedisError as exc:
-                if redis_error_is_permanent(exc):  # D3: a bad db index never heals
-                    raise redis_unrecoverable(exc, url) from exc
-                core.notices.say(REDIS_TOPIC, then(redis_problem(exc, url), "retrying"))
-                with trio.move_on_after(backoff.next()):
-                    await core.life.stop_requested.wait()
-                continue
-            core.notices.clear(REDIS_TOPIC, f"Redis at {redact_url(url)} answers again")
-            return result
-        return None
+        """`call(client)` in a thread, retried with backoff while Redis fails; None when
+        `stop()` came first."""
+        return await self._redis_retry().call_until(lambda: call(client),
+                                                    self.core.life.stop_requested)
 
     async def _check_store(self, client: redis.Redis) -> None:
         """Before the first read: the first storeId a heartbeat routing carries must be the
@@ -199,13 +184,10 @@ class Member:
         await core.changed.wait_until(lambda: ledger.routed)
         expected = ledger.store_id
         if expected is not None:
-            def check(client: redis.Redis) -> bool:
-                check_store_id(client, expected, redis_url=config.redis_url,
-                               coordinator_url=config.coordinator_url)
-                return True
-
             try:
-                if await self._until_redis_answers(client, check) is None:
+                if not await self._redis_retry().check_store(
+                        client, expected, coordinator_url=config.coordinator_url,
+                        stop=core.life.stop_requested):
                     return
             except StoreMismatch as exc:
                 core.life.fatal = exc

@@ -38,7 +38,6 @@ from rsc.common.errors import unwrap_single
 from rsc.common.tls import forget_server, verify_server, websocket_context
 from rsc.common.ws_client import connect_websocket
 from rsc.common.ws_session import ClientSession, Undecodable
-from rsc.member.backoff import Backoff as Backoff  # re-exported: the shells import it from here
 from rsc.protocol import Message, ProtocolError, decode, encode
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 from redis import exceptions as redis_errors
 
+from rsc.common.backoff import RECORD_RETRY
 from rsc.common.dead_letters import CRASHED, REDRIVE_GROUP_HEADER
 from rsc.common.redact import redact_text
 from rsc.member.attempts import DeadLetterNow, next_step
@@ -56,7 +57,6 @@ class After(enum.Enum):
     WAIT = "wait"  # it waits for its next attempt on no worker, its key held (L4)
 
 CHECKPOINT_EVERY = 64  # a handler that never awaits must not starve the other tasks
-RECORD_RETRY_S = 0.2  # an attempt Redis could not record is tried again after this
 MAX_ERROR_BYTES = 1024  # rsc-error: type and message, at most 1 KiB (P2)
 
 
@@ -397,6 +397,7 @@ class WorkerPool:
         """Record the next call in Redis before it runs (P1); True once recorded. Refused
         (another owner): the shard stops as on a refused ack. No longer pending: no call."""
         core = self.core
+        retry = RECORD_RETRY.start()
         while True:
             try:
                 outcome = await self._in_thread(self.attempts.record_attempt, message.shard,
@@ -406,7 +407,7 @@ class WorkerPool:
                 check_permanent(exc, core.config.redis_url)
                 self.log.warning("member %s: cannot record an attempt of %s %s, retrying: %r",
                                  core.member_id, message.shard, message.id, exc)
-                await self._sleep(RECORD_RETRY_S)
+                await self._sleep(retry.next())
                 if not self.admit(message.shard, generation):
                     return False
         if outcome == NOT_OWNER:

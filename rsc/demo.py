@@ -38,7 +38,7 @@ from rsc.actors.config import CoordinatorConfig
 from rsc.admin.cli import print_view
 from rsc.admin.client import AdminClient, AdminError, open_admin_client
 from rsc.admin.views import describe_view, format_age, shards_text
-from rsc.common.errors import first_of
+from rsc.common.errors import ErrorBoundary
 from rsc.common.exit_codes import EXIT_FAILED, EXIT_OK
 from rsc.common.extras import MissingExtra
 from rsc.common.logs import configure_logging, log_event, tool_log
@@ -281,15 +281,12 @@ def run(args: argparse.Namespace) -> int:
     console = Console(highlight=False)
     configure_logging(getattr(args, "log_level", "error"), getattr(args, "log_format", "text"))
     try:
-        trio.run(functools.partial(run_demo, args.duration, console,
-                                   console_port=getattr(args, "console_port", 0)))
+        with ErrorBoundary():  # L1: the real error, not "Exceptions from Trio nursery"
+            trio.run(functools.partial(run_demo, args.duration, console,
+                                       console_port=getattr(args, "console_port", 0)))
     except KeyboardInterrupt:
         return 0
-    except Exception as caught:  # noqa: BLE001 - one clear line for whatever stopped the demo
-        exc = caught
-        if isinstance(caught, ExceptionGroup):  # the real error, not "Exceptions from Trio nursery"
-            leaf = first_of(caught)
-            exc = leaf if isinstance(leaf, Exception) else caught
+    except Exception as exc:  # noqa: BLE001 - one clear line for whatever stopped the demo
         if isinstance(exc, MissingExtra):  # rsc's main says which extra to install
             raise exc from None
         log_event(tool_log("demo"), f"rsc demo: {type(exc).__name__}: {exc}", level=logging.ERROR)

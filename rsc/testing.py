@@ -220,12 +220,15 @@ def _acked(listener: Listener | AioListener) -> int:
 async def _run_trio_listener(listener: Listener, handled: int, timeout: float) -> None:
     import trio
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(listener.run)
-        with trio.move_on_after(timeout) as waited:
-            while _acked(listener) < handled:
-                await trio.sleep(0.01)
-        listener.stop()
+    from rsc.common.errors import ErrorBoundary
+
+    with ErrorBoundary():  # L1: the listener's own error, never a group
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(listener.run)
+            with trio.move_on_after(timeout) as waited:
+                while _acked(listener) < handled:
+                    await trio.sleep(0.01)
+            listener.stop()
     if waited.cancelled_caught:
         raise KitTimeout(f"{_acked(listener)} of {handled} messages handled within {timeout:g} s")
 

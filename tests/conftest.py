@@ -7,10 +7,11 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from rsc.common.redis_server import EmbeddedRedis, server_binary
+from rsc.common.redis_server import EmbeddedRedis
 from tests.conftest_cluster import *  # noqa: F403  (server choice, cluster fixtures)
 from tests.conftest_sentinel import *  # noqa: F403  (primary, replica and sentinels)
 from tests.conftest_tls import *  # noqa: F403  (certificates, TLS redis-server and cluster)
+from tests.redis_rigs import server_binary
 
 
 @pytest.fixture(scope="session")

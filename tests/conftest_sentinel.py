@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rsc.common.redis_server import SentinelGroup, sentinel_binary, server_binary
+from tests.redis_rigs import SentinelGroup, sentinel_binary, server_binary
 
 __all__ = ["SENTINEL_TEST_PASSWORD", "fresh_sentinel_group", "replicated_redis", "require_sentinel",
            "sentinel_group", "sentinel_url"]

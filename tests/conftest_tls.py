@@ -19,16 +19,8 @@ import attrs
 import pytest
 import redis
 
-from rsc.common.redis_server import (
-    ClusterError,
-    EmbeddedRedis,
-    EmbeddedRedisError,
-    LocalCluster,
-    ServerTls,
-    server_binary,
-    server_name,
-    supports_tls,
-)
+from rsc.common.redis_server import EmbeddedRedis, EmbeddedRedisError, ServerTls
+from tests.redis_rigs import ClusterError, LocalCluster, server_binary, server_name, supports_tls
 
 __all__ = ["certs", "rediss_url", "tls_cluster", "tls_redis_server"]
 

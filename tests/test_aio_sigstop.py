@@ -19,9 +19,9 @@ import sys
 import pytest
 
 from rsc.member.aio import listener
-from rsc.member.output_lines import event_line, message_line
 from rsc.member.reconcile import Event
 from rsc.member.runtime import Message
+from rsc.tools.output_lines import event_line, message_line
 from tests.test_member_sigstop import (
     freeze_each_consumer_in_turn,
     handler_starts_after_pauses,

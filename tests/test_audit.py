@@ -183,6 +183,57 @@ async def test_c3_a_failed_append_is_counted_and_the_request_still_answers(redis
     assert "rsc_audit_lost_total 1.0" in metrics.exposition().decode()
 
 
+async def test_c3_a_burst_of_appends_is_written_in_groups_each_before_its_caller_returns(
+        redis_url, client):
+    """Appends that queue while one is written go together in the next write; every caller
+    returns only once its own entry is in the stream, in the order they were queued."""
+    writes: list[int] = []
+    real = audit.append_entries
+
+    def counted(connection: Any, bodies: Any) -> Any:
+        writes.append(len(bodies))
+        return real(connection, bodies)
+
+    log = audit.AuditLog(client, deadline_s=10)
+    returned: list[tuple[int, int]] = []  # (n, entries in the stream when append n returned)
+    queued: list[int] = []  # the order the appends were queued in (trio runs tasks in any order)
+
+    async def one(n: int) -> None:
+        queued.append(n)  # no checkpoint between this and the append's queueing
+        assert await log.append({"n": n})
+        returned.append((n, client.xlen(audit.AUDIT_KEY)))
+
+    audit.append_entries = counted  # type: ignore[assignment]
+    try:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as burst:
+                for n in range(40):
+                    burst.start_soon(one, n)
+    finally:
+        audit.append_entries = real  # type: ignore[assignment]
+    assert [body["n"] for body in entries(client)] == queued and sorted(queued) == list(range(40))
+    assert sum(writes) == 40 and len(writes) < 40, writes  # grouped: fewer writes than entries
+    position = {n: i for i, n in enumerate(queued)}
+    assert all(in_stream > position[n] for n, in_stream in returned)  # its own entry was there
+
+
+async def test_c3_a_group_that_cannot_be_written_is_lost_whole_and_counted(redis_url, client):
+    metrics = CoordinatorMetrics()
+    log = audit.AuditLog(client, deadline_s=10, metrics=metrics)
+    client.set(audit.AUDIT_KEY, "not a stream")  # every XADD fails: WRONGTYPE
+    results: list[bool] = []
+
+    async def one(n: int) -> None:
+        results.append(await log.append({"n": n}))
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as burst:
+            for n in range(5):
+                burst.start_soon(one, n)
+    assert results == [False] * 5
+    assert "rsc_audit_lost_total 5.0" in metrics.exposition().decode()
+
+
 async def test_c3_rsc_admin_audit_shows_the_entries_as_text_and_json(redis_url, nursery):
     url = await start(nursery, redis_url, admin_token=ADMIN)
     with trio.fail_after(60):

@@ -22,7 +22,7 @@ from redis.exceptions import RedisClusterException, TryAgainError
 from rsc.actors.records import COORDINATOR_EPOCH_FIELD, WRITE_SEQUENCE_FIELD
 from rsc.actors.store import CAS_WRITE, meta_key
 from rsc.common import redis_connect
-from rsc.common.redis_server import SLOTS, ClusterError, EmbeddedRedis, LocalCluster, server_binary
+from rsc.common.redis_server import EmbeddedRedis
 from rsc.member.cluster_streams import ClusterProduceOps, ClusterStreamOps
 from rsc.member.ops import produce_ops, stream_ops
 from rsc.member.streams import (
@@ -35,6 +35,7 @@ from rsc.member.streams import (
     supports_xackdel,
 )
 from rsc.protocol.routing import owner_key, seal_key, stream_key
+from tests.redis_rigs import SLOTS, ClusterError, LocalCluster, server_binary
 from tests.test_member_support import entry
 
 pytestmark = pytest.mark.cluster

@@ -24,11 +24,11 @@ import pytest
 import redis
 import trio
 
-from rsc.common.redis_server import LocalCluster, free_cluster_port
 from rsc.member.listener import Listener
 from rsc.protocol import messages as m
 from tests.conftest import RunningCoordinator, start_coordinator
 from tests.processes import spawn_coordinator
+from tests.redis_rigs import LocalCluster, free_cluster_port
 from tests.test_member_integration import ConsumerProcess
 from tests.test_member_support import pending_count, set_shards, write_messages
 from tests.test_resharding_data import (

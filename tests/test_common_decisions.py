@@ -23,8 +23,18 @@ import trio
 
 from rsc.actors import shard_ops
 from rsc.common import lag, lua, server_features
-from rsc.common.backoff import Backoff, no_jitter
-from rsc.common.errors import single_exception
+from rsc.common.backoff import (
+    ACK_RETRY,
+    HEARTBEAT_RECONNECT,
+    MEMBERS_RESTART,
+    RECORD_RETRY,
+    RETRY,
+    ROUTING_WAIT,
+    Backoff,
+    BackoffPreset,
+    no_jitter,
+)
+from rsc.common.errors import ErrorBoundary, single_exception
 from rsc.member.streams import StreamOps
 
 STREAM = "{orders:v1:0}"
@@ -164,10 +174,34 @@ def test_backoff_doubles_to_its_maximum_and_starts_again_after_a_reset() -> None
 
 def test_backoff_is_one_class_for_members_and_the_coordinator() -> None:
     from rsc.actors import router
-    from rsc.member import backoff as member_backoff
 
-    assert member_backoff.Backoff is Backoff
     assert router.Backoff is Backoff
+
+
+def test_a_backoff_preset_starts_a_fresh_backoff_of_its_delays() -> None:
+    preset = BackoffPreset(0.05, 0.2)
+    first = preset.start(jitter=no_jitter)
+    assert [first.next() for _ in range(4)] == [0.05, 0.1, 0.2, 0.2]
+    again = preset.start(jitter=no_jitter)
+    assert again.next() == 0.05, "each start is its own backoff"
+    assert preset.start(maximum=0.1, jitter=no_jitter).maximum == 0.1
+
+
+def test_a_preset_without_jitter_waits_exactly_and_a_bad_one_fails_at_definition() -> None:
+    fixed = BackoffPreset(0.2, 0.2, jittered=False).start()
+    assert [fixed.next() for _ in range(3)] == [0.2, 0.2, 0.2]
+    assert ACK_RETRY.start().next() == RECORD_RETRY.start().next() == 0.2
+    jittered = RETRY.start()
+    assert all(0.025 <= jittered.next() <= 2.0 for _ in range(10))
+    with pytest.raises(ValueError, match="initial <= maximum"):
+        BackoffPreset(1.0, 0.5)
+
+
+def test_the_member_side_names_its_delays() -> None:
+    assert (RETRY.initial, RETRY.maximum) == (0.05, 2.0)
+    assert (ROUTING_WAIT.initial, ROUTING_WAIT.maximum) == (0.05, 1.0)
+    assert (HEARTBEAT_RECONNECT.initial, HEARTBEAT_RECONNECT.maximum) == (0.05, 1.0)
+    assert (MEMBERS_RESTART.initial, MEMBERS_RESTART.maximum) == (0.5, 5.0)
 
 
 # --- exception groups ---------------------------------------------------------------------
@@ -189,3 +223,44 @@ async def test_single_exception_leaves_out_the_cancellations_of_the_helper_tasks
             await trio.sleep(0)
             raise error
     assert single_exception(caught.value) is error
+
+
+async def test_l1_error_boundary_raises_the_first_real_error_of_a_nursery_never_a_group() -> None:
+    error = ValueError("the member's own")
+    context = KeyError("what it met first")
+    said: list[BaseException] = []
+
+    async def fail() -> None:
+        try:
+            raise context
+        except KeyError:
+            raise error from None
+
+    with pytest.raises(ValueError) as caught:
+        with ErrorBoundary(on_failure=said.append):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.sleep_forever)
+                nursery.start_soon(fail)
+    assert caught.value is error and said == [error]
+    assert error.__context__ is context, "its own context, not the group"
+    assert not getattr(error, "__notes__", None), "the helper's cancellation is no error"
+
+
+def test_l1_error_boundary_names_the_others_once_and_lets_interrupts_win() -> None:
+    first, second = ValueError("a"), KeyError("b")
+    with pytest.raises(ValueError) as caught, ErrorBoundary():
+        raise ExceptionGroup("two", [first, second])
+    assert caught.value.__notes__ == ["at the same time: KeyError: 'b'"]
+    with pytest.raises(KeyboardInterrupt), ErrorBoundary():
+        raise BaseExceptionGroup("interrupted", [ValueError("c"), KeyboardInterrupt()])
+
+
+def test_l1_error_boundary_passes_anything_else_as_it_is() -> None:
+    said: list[BaseException] = []
+    error = RuntimeError("plain")
+    with pytest.raises(RuntimeError) as caught, ErrorBoundary(on_failure=said.append):
+        raise error
+    assert caught.value is error
+    with ErrorBoundary(on_failure=said.append):
+        pass
+    assert said == []

@@ -316,12 +316,12 @@ async def test_consume_refuses_another_redis_before_its_members_start(redis_url)
     urls = Endpoints("ws://127.0.0.1:1", wrong, None)
     watch = ConsumeWatch(urls, "orders", Notices(lambda line: None))
     with pytest.raises(StoreMismatch) as raised:
-        await watch._adopt(store_routing("store-a"))
+        await watch.adopt(store_routing("store-a"))
     assert str(raised.value) == mismatch_line(wrong, "ws://127.0.0.1:1")
     assert not watch.ready.is_set()
     right = ConsumeWatch(Endpoints("ws://127.0.0.1:1", redis_url, None), "orders",
                          Notices(lambda line: None))
-    await right._adopt(store_routing("store-a"))
+    await right.adopt(store_routing("store-a"))
     right._redis_ok = True
     right._check_ready()
     assert right.ready.is_set()

@@ -19,8 +19,8 @@ import redis
 import trio
 
 from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES
-from rsc.member.input_lines import MalformedLine, is_blank, parse_line
-from rsc.member.output_lines import json_line
+from rsc.tools.input_lines import MalformedLine, is_blank, parse_line
+from rsc.tools.output_lines import json_line
 from tests.processes import ROOT, log_message
 from tests.test_console_failures import assert_no_traceback, spawn_tool, tool_env
 from tests.test_member_support import set_shards

@@ -10,9 +10,9 @@ import subprocess
 import redis
 import trio
 
-from rsc.member.peek import MessageQuota
 from rsc.member.session import open_session
 from rsc.protocol import DescribeGroup
+from rsc.tools.peek import MessageQuota
 from tests.test_console_failures import assert_no_traceback, spawn_tool
 from tests.test_member_support import set_shards
 

@@ -159,3 +159,16 @@ def test_l1_a_missing_extra_inside_the_demo_s_task_groups_is_its_install_line(mo
     err = capsys.readouterr().err
     assert "Exceptions from Trio nursery" not in err and "ExceptionGroup" not in err
     assert "pip install 'redis-stream-coordinator[embedded]'" in err
+
+
+def test_l1_ctrl_c_inside_the_demo_s_task_groups_is_a_clean_stop(monkeypatch, capsys):
+    import rsc.demo
+    from rsc.cli import main
+
+    async def interrupted(*args: object, **kwargs: object) -> None:
+        raise BaseExceptionGroup("Exceptions from Trio nursery", [
+            ValueError("a member's own error"), KeyboardInterrupt()])
+
+    monkeypatch.setattr(rsc.demo, "run_demo", interrupted)
+    assert main(["demo", "--duration", "1"]) == 0, "Ctrl-C wins, as outside a task group"
+    assert "ExceptionGroup" not in capsys.readouterr().err

@@ -38,8 +38,9 @@ import yaml
 
 from rsc.actors.app import Readiness
 from rsc.actors.metrics import CoordinatorMetrics
-from rsc.common.redis_server import EmbeddedRedis, server_binary
+from rsc.common.redis_server import EmbeddedRedis
 from tests.deploy_tools import ROOT, tool
+from tests.redis_rigs import server_binary
 
 PROMETHEUS = ROOT / "deploy" / "prometheus"
 RULES = PROMETHEUS / "rules.yml"

@@ -3,7 +3,9 @@
 protocol/ imports nothing of ours and no I/O library; actors/ and member/ never import each
 other, the composition layer (rsc/*.py) or bench/; rsc/common/, the leaf package both sides
 run, imports only rsc.protocol and third-party libraries; everything imports through the one
-`rsc` namespace (never a bare `protocol`, `actors` or `member`).
+`rsc` namespace (never a bare `protocol`, `actors` or `member`). rsc/tools/, the produce and
+consume command lines' shell over member/, is composition too: the library never imports it,
+and it imports neither the coordinator's actors nor the other command code.
 
 From the real import graph (every import statement of a module, those in functions and under
 TYPE_CHECKING too; rsc/protocol, rsc/actors and rsc/member are the top-level folders they link
@@ -86,6 +88,27 @@ def test_the_namespace_symlinks_point_at_the_top_level_folders() -> None:
         assert link.is_symlink() and link.resolve() == (ROOT / folder).resolve()
 
 
+TOOLS_MAY_IMPORT = frozenset({"protocol", "common", "member", "tools"})
+"""rsc/tools/, the produce and consume command lines' shell over the library: it imports the
+member side (and what it runs on), never the coordinator's actors nor the other command code."""
+
+
+def test_tools_is_a_shell_layer_the_library_does_not_import() -> None:
+    assert "tools" in COMPOSITION  # so the layer check above forbids it to protocol, actors, member, common
+    graph = graph_of_the_repository()
+    tools = {module for module in graph.modules if module.split(".")[:2] == ["rsc", "tools"]}
+    assert "rsc.tools.peek" in tools
+    library = [module for module in graph.modules
+               if module.split(".")[:2] in (["rsc", name] for name in (*LINKED, "common"))]
+    importing = sorted(f"{module} -> {target}" for module in library
+                       for target in graph.edges[module] & tools)
+    assert not importing, importing
+    outside = sorted(f"{module} -> {target}" for module in tools for target in graph.edges[module]
+                     if target.split(".")[0] == "rsc" and target != "rsc"
+                     and target.split(".")[1] not in TOOLS_MAY_IMPORT)
+    assert not outside, outside
+
+
 def test_the_check_catches_a_forbidden_import() -> None:
     assert forbidden("rsc.member.session", "actors")
     assert forbidden("rsc.actors.store", "member")
@@ -97,6 +120,8 @@ def test_the_check_catches_a_forbidden_import() -> None:
     assert forbidden("rsc.actors.store", "common")
     assert forbidden("rsc.member.session", "common")
     assert forbidden("tests.cluster", "common")
+    assert forbidden("rsc.tools.peek", "member")
+    assert forbidden("rsc.tools.tool_output", "common")
     assert not forbidden("rsc.protocol.messages", "member")
     assert not forbidden("rsc.common.gc_policy", "member")
     assert not forbidden("rsc.protocol.codec", "common")

@@ -258,8 +258,9 @@ def test_l1_the_kit_and_sync_calls_raise_from_the_family_without_an_event_loop(f
 
 async def test_l2_a_redis_with_another_store_id_is_store_mismatch_at_open_in_every_host(
         coordinator):
-    from rsc.common.redis_server import EmbeddedRedis, server_binary
+    from rsc.common.redis_server import EmbeddedRedis
     from rsc.errors import StoreMismatch
+    from tests.redis_rigs import server_binary
     from tests.test_member_support import set_shards
 
     await set_shards(coordinator.url, PREFIX, GROUP, 2)  # the producers get routing and storeId

@@ -103,6 +103,21 @@ def test_d7_a_heartbeat_unanswered_for_an_interval_means_no_coordinator_answers(
     assert verdict.healthy and not verdict.ready and "does not answer" in verdict.reason
 
 
+def test_d7_a_coordinator_without_its_store_does_not_admit_so_no_restart_is_asked_for():
+    """COORDINATOR_NOT_AVAILABLE is an answer, but not one that would admit the member (D4:
+    the coordinator lost Redis): however long it lasts, a restart cures nothing, and the
+    reason names the store, not the member."""
+    ledger = Ledger(MEMBER, capacity=4, now=0)
+    allowed = ledger.lease_ttl_ms + ledger.heartbeat_interval_ms
+    beat(ledger, Status.COORDINATOR_NOT_AVAILABLE, at=0)
+    verdict = ledger.health_verdict(10 * allowed)
+    assert (verdict.healthy, verdict.ready) == (True, False)
+    assert "COORDINATOR_NOT_AVAILABLE" in verdict.reason and "store" in verdict.reason
+    beat(ledger, Status.UNKNOWN_MEMBER_ID, at=10 * allowed)  # the store is back: D6 counts now
+    assert ledger.health_verdict(11 * allowed - 1).healthy
+    assert not ledger.health_verdict(11 * allowed).healthy
+
+
 def test_d7_a_stopping_member_is_healthy_and_not_ready():
     ledger = joined("s0", at=0)
     ledger.on_leave_requested()

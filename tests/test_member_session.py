@@ -8,8 +8,8 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
 
+from rsc.common.backoff import Backoff
 from rsc.member.session import (
-    Backoff,
     BadCoordinatorUrl,
     CoordinatorUnreachable,
     SessionClosed,

@@ -8,7 +8,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from rsc.actors.metrics import CoordinatorMetrics, routes, serve_metrics
-from rsc.common.probe_http import render_http_response
+from rsc.common.http_server import render_http_response
 from tests.helpers.http import http_get
 
 GROUP = ("orders", "billing")

@@ -94,7 +94,7 @@ async def http_status(port: int, path: str) -> int:
 def test_health_paths_answer_only_with_a_health_source():
     from rsc.actors.app import Readiness
     from rsc.actors.metrics import routes
-    from rsc.common.probe_http import render_http_response
+    from rsc.common.http_server import render_http_response
 
     now = [0.0]
     readiness = Readiness(clock=lambda: now[0])

@@ -19,11 +19,11 @@ import pytest
 import redis
 import trio
 
-from rsc.common.redis_server import SentinelGroup
 from rsc.member.notices import Notices
 from rsc.member.producer import open_producer
 from tests.conftest import start_coordinator
 from tests.processes import ROOT
+from tests.redis_rigs import SentinelGroup
 from tests.test_member_support import entry, set_shards
 
 PREFIX, GROUP = "replicated", "readers"

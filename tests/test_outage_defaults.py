@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 import trio
 
-from rsc.common.redis_server import EmbeddedRedis, server_binary
+from rsc.common.redis_server import EmbeddedRedis
+from tests.redis_rigs import server_binary
 from tests.test_coordinator_outage import Rig, describe, now_s, report, running_rig, wait_for
 
 pytestmark = pytest.mark.shipped_defaults

@@ -1,4 +1,4 @@
-"""The metrics and health port (rsc/common/probe_http.py) under a peer that holds connections:
+"""The metrics and health port (rsc/common/http_server.py) under a peer that holds connections:
 a cap on connections, and one line, not a traceback a retry, when descriptors run out."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import textwrap
 
 import trio
 
-from rsc.common.probe_http import MAX_CONNECTIONS
+from rsc.common.http_server import MAX_CONNECTIONS
 from tests.helpers.http import http_get
 from tests.processes import ROOT, spawn_coordinator, stop
 from tests.test_env_processes import free_port
@@ -57,7 +57,7 @@ async def test_the_metrics_port_holds_at_most_its_cap_of_idle_connections(redis_
 SERVER = textwrap.dedent("""
     import os, resource, trio
     from rsc.common.logs import configure_logging
-    from rsc.common.probe_http import serve_http, text
+    from rsc.common.http_server import serve_http, text
 
     async def run():
         async with trio.open_nursery() as nursery:

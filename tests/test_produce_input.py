@@ -23,7 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rsc.member.entry import outgoing
-from rsc.member.input_lines import (
+from rsc.member.producer import open_producer
+from rsc.member.producer_core import ProducerCore, Record
+from rsc.tools.input_lines import (
     Accepted,
     InputReader,
     LineSplitter,
@@ -34,9 +36,7 @@ from rsc.member.input_lines import (
     max_line_bytes,
     parse_line,
 )
-from rsc.member.output_lines import json_line
-from rsc.member.producer import open_producer
-from rsc.member.producer_core import ProducerCore, Record
+from rsc.tools.output_lines import json_line
 from tests.processes import ROOT, log_message
 from tests.test_console_failures import tool_env
 from tests.test_member_support import set_shards

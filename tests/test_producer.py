@@ -15,7 +15,6 @@ from trio_websocket import ConnectionClosed, serve_websocket
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
 from rsc.common.redis_server import free_port
-from rsc.member.input_lines import LineSplitter, MalformedLine, parse_line
 from rsc.member.notices import Notices
 from rsc.member.producer import RoutingUnavailable, open_producer
 from rsc.member.streams import (
@@ -30,6 +29,7 @@ from rsc.member.streams import (
     write_result,
 )
 from rsc.protocol import Routing, Status, seal_key, shard_for_key
+from rsc.tools.input_lines import LineSplitter, MalformedLine, parse_line
 from tests.conftest import FAST, RunningCoordinator
 from tests.test_member_support import entry, set_shards
 from tests.test_producer_faults import RedisProcess

@@ -102,7 +102,7 @@ def test_k11_the_coordinator_counts_replica_shortfalls(redis_url):
 def test_k11_produce_readyz_is_503_without_routing_or_with_a_record_waiting_past_a_lease():
     import attrs
 
-    from rsc.member.probes import producer_routes
+    from rsc.tools.probes import producer_routes
 
     @attrs.define
     class Figures:  # what the routes read of a producer

@@ -26,13 +26,14 @@ import pytest
 import redis
 import trio
 
-from rsc.common.redis_server import EmbeddedRedis, server_binary
+from rsc.common.redis_server import EmbeddedRedis
 from rsc.member.listener import Listener
 from rsc.member.policies import RetryPolicy
 from rsc.member.producer import open_producer
 from rsc.member.session import open_session
 from rsc.protocol import SetShardCount, Status
 from tests.processes import ROOT
+from tests.redis_rigs import server_binary
 from tests.test_coordinator_outage import TEST_TIMING, Coordinator
 from tests.test_member_support import set_shards
 

@@ -1,5 +1,5 @@
 """The one redis-server starter (rsc/common/redis_server.py): its own session, stopped by pid,
-TLS only on the TLS port, and the binary probe."""
+TLS only on the TLS port; and the binary probe of the test rigs (tests/redis_rigs.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import os
 import pytest
 import redis
 
-from rsc.common.redis_server import EmbeddedRedis, EmbeddedRedisError, find_redis_server, supports_tls
+from rsc.common.redis_server import EmbeddedRedis, EmbeddedRedisError, find_redis_server
+from tests.redis_rigs import supports_tls
 
 
 def test_a_started_server_runs_in_a_session_of_its_own_and_stops_by_pid() -> None:

@@ -19,8 +19,9 @@ import urllib.request
 import redis
 import trio
 
-from rsc.common.redis_server import EmbeddedRedis, server_binary
+from rsc.common.redis_server import EmbeddedRedis
 from tests.processes import ROOT
+from tests.redis_rigs import server_binary
 from tests.test_member_support import set_shards
 
 DEFAULT_PASSWORD = "Sup3rS3cret-K7default"

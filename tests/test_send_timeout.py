@@ -19,11 +19,12 @@ import pytest
 import redis
 import trio
 
-from rsc.common.redis_server import EmbeddedRedis, server_binary
+from rsc.common.redis_server import EmbeddedRedis
 from rsc.errors import RscError, SendTimeout
 from rsc.member import aio, sync
 from rsc.member.producer import open_producer
 from tests.conftest import start_coordinator
+from tests.redis_rigs import server_binary
 from tests.test_member_support import set_shards
 
 PREFIX, GROUP = "orders", "billing"

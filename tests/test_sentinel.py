@@ -20,12 +20,13 @@ import redis
 import trio
 
 from rsc.common.redis_connect import connect
-from rsc.common.redis_server import EmbeddedRedis, SentinelGroup, free_port, server_binary
+from rsc.common.redis_server import EmbeddedRedis, free_port
 from rsc.member.listener import Listener
 from rsc.member.notices import Notices
 from rsc.member.producer import open_producer
 from tests.conftest import start_coordinator
 from tests.processes import ROOT
+from tests.redis_rigs import SentinelGroup, server_binary
 from tests.test_member_support import set_shards
 
 PREFIX, GROUP = "orders", "billing"

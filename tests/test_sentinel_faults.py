@@ -28,11 +28,11 @@ from typing import Any
 import pytest
 import trio
 
-from rsc.common.redis_server import SentinelGroup
 from rsc.member.producer import open_producer
 from tests.conftest import start_coordinator
 from tests.conftest_sentinel import require_sentinel
 from tests.processes import ROOT
+from tests.redis_rigs import SentinelGroup
 from tests.test_coordinator_outage import (
     GROUP,
     PREFIX,

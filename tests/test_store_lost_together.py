@@ -20,11 +20,11 @@ import trio
 from rsc.actors.group import GroupSettings
 from rsc.actors.prefix import PrefixMachine
 from rsc.actors.store import STORE_ID_KEY
-from rsc.common.redis_server import server_binary
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.routing import stream_key
 from tests.processes import ROOT
+from tests.redis_rigs import server_binary
 from tests.test_coordinator_outage import (
     GROUP,
     LEASE_TTL_MS,

@@ -47,13 +47,14 @@ from rsc.actors.store_rewrite import (
     went_back,
     went_back_epoch,
 )
-from rsc.common.redis_server import EmbeddedRedis, server_binary
+from rsc.common.redis_server import EmbeddedRedis
 from rsc.member.session import open_session
 from rsc.protocol import DescribeGroup, GroupDescription
 from rsc.protocol.routing import owner_key, seal_key
 from rsc.protocol.vocabulary import Cutover
 from tests.conftest import start_coordinator
 from tests.processes import ROOT
+from tests.redis_rigs import server_binary
 from tests.test_coordinator_outage import (
     GROUP,
     PREFIX,
@@ -350,12 +351,13 @@ async def test_k4_redis_sigkilled_and_restarted_empty_consumption_resumes_withou
         assert "streams_recreated=4" in line or '"streams_recreated": 4' in line, line
         assert all(c.process.returncode is None for c in consumers)
         assert coordinator.process is not None and coordinator.process.returncode is None
-    finally:
-        if producer is not None and producer.process.returncode is None:
-            producer.process.kill()
-        for consumer in consumers:
-            await consumer.stop()
-        await coordinator.stop()
+    finally:  # shielded and bounded: a failed wait above (a Cancelled) still stops them all
+        with trio.CancelScope(shield=True), trio.move_on_after(60):
+            if producer is not None and producer.process.returncode is None:
+                producer.process.kill()
+            for consumer in consumers:
+                await consumer.stop()
+            await coordinator.stop()
         server.stop()
 
 

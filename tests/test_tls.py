@@ -32,7 +32,7 @@ from rsc.actors.config import CoordinatorConfig
 from rsc.admin.client import open_admin_client
 from rsc.common import tls
 from rsc.common.redis_connect import connect, is_cluster
-from rsc.common.redis_server import EmbeddedRedis, LocalCluster, free_port
+from rsc.common.redis_server import EmbeddedRedis, free_port
 from rsc.member.listener import Listener
 from rsc.member.producer import open_producer
 from rsc.member.session import SessionRefused, open_session
@@ -40,6 +40,7 @@ from rsc.protocol import ShardCountChanged
 from tests.conftest import RunningCoordinator, start_coordinator
 from tests.conftest_tls import Certs
 from tests.processes import log_message, spawn_coordinator, stop
+from tests.redis_rigs import LocalCluster
 from tests.test_console_failures import assert_no_traceback, run_tool, spawn_tool, tool_env
 
 PREFIX, GROUP = "orders", "billing"

@@ -42,7 +42,7 @@ from rsc.common import tls
 from rsc.common.coordinator_url import handshake_hint, shown, url_problem
 from rsc.common.error_family import AdminError as RscAdminError
 from rsc.common.error_family import AuthenticationError, ConfigurationError, CoordinatorUnavailable
-from rsc.common.errors import leaves, raise_first
+from rsc.common.errors import ErrorBoundary, leaves
 from rsc.common.wording import log_final
 from rsc.common.ws_client import connect_websocket
 from rsc.common.ws_session import ClientSession, Undecodable
@@ -476,32 +476,31 @@ async def open_admin_client(url: str, *, token: str | None = None, connect_timeo
             raise AdminConfigError(exc.line) from None
     failure: AdminConnectError | None = None
     connected = False
-    try:
-        async with connect_websocket(coordinator.endpoint, extra_headers=headers,
-                                     ssl_context=context, connect_timeout=connect_timeout,
-                                     max_message_size=MAX_ANSWER_BYTES) as websocket:
-            connected = True
-            session = AdminSession(websocket, coordinator)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(session.receive_loop)
-                try:
-                    yield AdminClient(session)
-                finally:
-                    nursery.cancel_scope.cancel()
-    except (HandshakeError, OSError, trio.TooSlowError) as exc:
-        if connected:
-            raise
-        line = connect_failure(coordinator, exc, token=token, timeout=connect_timeout)
-        status = exc.status_code if isinstance(exc, ConnectionRejected) else None
-        if status in (401, 403):
-            failure = AdminTokenRefused(line)
-        elif status == 404:
-            failure = AdminConfigError(line)
-        else:
-            failure = AdminConnectError(line)
-        if status in (401, 403, 404):
-            log_final(log, line)  # L2: final, said once
-    except BaseExceptionGroup as group:
-        raise_first(group)
+    with ErrorBoundary():  # L1: one error, never a group
+        try:
+            async with connect_websocket(coordinator.endpoint, extra_headers=headers,
+                                         ssl_context=context, connect_timeout=connect_timeout,
+                                         max_message_size=MAX_ANSWER_BYTES) as websocket:
+                connected = True
+                session = AdminSession(websocket, coordinator)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(session.receive_loop)
+                    try:
+                        yield AdminClient(session)
+                    finally:
+                        nursery.cancel_scope.cancel()
+        except (HandshakeError, OSError, trio.TooSlowError) as exc:
+            if connected:
+                raise
+            line = connect_failure(coordinator, exc, token=token, timeout=connect_timeout)
+            status = exc.status_code if isinstance(exc, ConnectionRejected) else None
+            if status in (401, 403):
+                failure = AdminTokenRefused(line)
+            elif status == 404:
+                failure = AdminConfigError(line)
+            else:
+                failure = AdminConnectError(line)
+            if status in (401, 403, 404):
+                log_final(log, line)  # L2: final, said once
     if failure is not None:
         raise failure

@@ -80,9 +80,9 @@ def run(args: argparse.Namespace) -> int:
     from rsc.common import gc_policy as gc_control
     from rsc.member.listener import member_instance_ids
     from rsc.member.tool_config import BadConfig, endpoints
-    from rsc.member.tool_output import line_writer, setup_logging
     from rsc.member.unrecoverable import EXIT_UNRECOVERABLE, Unrecoverable
     from rsc.protocol.messages import FieldValueError, check_name
+    from rsc.tools.tool_output import line_writer, setup_logging
 
     setup_logging("consume", args.log_level, args.log_format)
     try:
@@ -119,21 +119,21 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
     import redis
     import trio
 
+    from rsc.common.backoff import MEMBERS_RESTART
     from rsc.common.errors import unwrap_single
-    from rsc.member.backoff import Backoff
     from rsc.member.budget import ReadBudget
     from rsc.member.consume_watch import ConsumeWatch
     from rsc.member.listener import Listener
     from rsc.member.notices import Notices, redis_problem, then
-    from rsc.member.output_lines import StdoutLines, event_line, message_line
-    from rsc.member.peek import MessageQuota, QuotaReached
-    from rsc.member.probes import env_port, health_routes, metrics_route, serve_probes
     from rsc.member.reconcile import Event
     from rsc.member.runtime import Message
-    from rsc.member.tool_output import exit_now, line_writer
     from rsc.member.unrecoverable import (
         redis_error_is_permanent,
     )
+    from rsc.tools.output_lines import StdoutLines, event_line, message_line
+    from rsc.tools.peek import MessageQuota, QuotaReached
+    from rsc.tools.probes import env_port, health_routes, metrics_route, serve_probes
+    from rsc.tools.tool_output import exit_now, line_writer
 
     say = line_writer("consume")
     notices = Notices(say)
@@ -191,7 +191,7 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
 
     async def run_members() -> None:
         nonlocal consumers
-        backoff = Backoff(0.5, 5.0)
+        backoff = MEMBERS_RESTART.start()
         while True:
             try:
                 await consumers.run()

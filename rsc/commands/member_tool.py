@@ -37,8 +37,8 @@ def run_tool(tool: str, main: Callable[..., Awaitable[int]], *args: object) -> i
     from rsc.member.session import BadCoordinatorUrl
     from rsc.member.store_identity import StoreChanged, StoreMismatch
     from rsc.member.tool_config import BadConfig
-    from rsc.member.tool_output import EXIT_INTERRUPTED, line_writer
     from rsc.member.unrecoverable import EXIT_UNRECOVERABLE, Unrecoverable
+    from rsc.tools.tool_output import EXIT_INTERRUPTED, line_writer
 
     say = line_writer(tool)
     try:

@@ -1,4 +1,4 @@
-"""`rsc consume PREFIX --peek`: the current routing's shards, read with XRANGE (member/peek.py).
+"""`rsc consume PREFIX --peek`: the current routing's shards, read with XRANGE (rsc/tools/peek.py).
 
 Joins no group and acks nothing; the same JSON lines as `rsc consume`, with
 `memberId` null. Every failure is one line and exit 1 (exit 2 for what waiting
@@ -14,13 +14,10 @@ import trio
 
 from rsc.commands.member_tool import run_tool
 from rsc.member.notices import redis_problem
-from rsc.member.output_lines import PipeClosed, StdoutLines
-from rsc.member.peek import peek, routing_request
 from rsc.member.producer import no_routing_line
 from rsc.member.session import ResponseUndecodable, SessionClosed, SessionRefused, open_session
 from rsc.member.streams import connect
 from rsc.member.tool_config import Endpoints
-from rsc.member.tool_output import line_writer
 from rsc.member.unrecoverable import (
     redis_error_is_permanent,
     redis_unrecoverable,
@@ -29,6 +26,9 @@ from rsc.member.unrecoverable import (
     tls_checked,
 )
 from rsc.protocol import Routing, Status
+from rsc.tools.output_lines import PipeClosed, StdoutLines
+from rsc.tools.peek import peek, routing_request
+from rsc.tools.tool_output import line_writer
 
 
 def run(args: argparse.Namespace, urls: Endpoints) -> int:

@@ -60,8 +60,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rsc.member.tool_config import BadConfig, endpoints
-    from rsc.member.tool_output import line_writer, setup_logging
     from rsc.member.unrecoverable import EXIT_UNRECOVERABLE, Unrecoverable
+    from rsc.tools.tool_output import line_writer, setup_logging
 
     setup_logging("produce", args.log_level, args.log_format)
     try:
@@ -84,10 +84,10 @@ async def produce(prefix: str, urls: Endpoints, input_fd: int,
     import trio
 
     from rsc.common.errors import unwrap_single
-    from rsc.member.input_lines import Accepted, read_lines
     from rsc.member.notices import Notices
     from rsc.member.producer import open_producer
-    from rsc.member.tool_output import exit_now, line_writer
+    from rsc.tools.input_lines import Accepted, read_lines
+    from rsc.tools.tool_output import exit_now, line_writer
 
     say = line_writer("produce")
     notices = Notices(say)
@@ -148,7 +148,7 @@ async def produce(prefix: str, urls: Endpoints, input_fd: int,
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async with trio.open_nursery() as nursery:
                     if metrics_at is not None:  # K11
-                        from rsc.member.probes import producer_routes, serve_probes
+                        from rsc.tools.probes import producer_routes, serve_probes
 
                         await serve_probes(nursery, producer_routes(producer), *metrics_at,
                                            "metrics")

@@ -3,10 +3,19 @@
 A context manager that runs a helper task beside its body (a websocket's reader, a
 session's receive loop) wraps whatever ends it in an exception group; its caller wants
 the body's own exception, or the helper's, not a group of one.
+
+`ErrorBoundary` is L1's boundary (docs/protocol.md), the one place a public entry point
+turns its task groups into one error; every entry point wraps its nurseries in it:
+
+    with ErrorBoundary(on_failure=say_once):
+        async with trio.open_nursery() as nursery:
+            ...
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import TracebackType
 from typing import NoReturn
 
 import trio
@@ -68,9 +77,33 @@ def first_of(group: BaseExceptionGroup) -> BaseException:
 
 def raise_first(group: BaseExceptionGroup) -> NoReturn:
     """Raise `first_of(group)` (never a group: L1's one boundary), keeping its own context."""
-    leaf = first_of(group)
+    _raise_keeping_context(first_of(group))
+
+
+def _raise_keeping_context(leaf: BaseException) -> NoReturn:
     context = leaf.__context__
     try:
         raise leaf
     finally:
         leaf.__context__ = context
+
+
+class ErrorBoundary:
+    """L1: no exception group leaves the `with` block; a group raises `first_of(group)`, the
+    others named in its `__notes__`, its own context kept. `on_failure` sees that error first
+    (to say a final one once, L2). Anything else passes as it is."""
+
+    def __init__(self, on_failure: Callable[[BaseException], None] | None = None) -> None:
+        self._on_failure = on_failure
+
+    def __enter__(self) -> ErrorBoundary:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if not isinstance(value, BaseExceptionGroup):
+            return
+        leaf = first_of(value)
+        if self._on_failure is not None:
+            self._on_failure(leaf)
+        _raise_keeping_context(leaf)

@@ -4,7 +4,8 @@
 with the status to answer), `route(request, files, hosts)` decides what it
 gets: a static file of the package, a redirect, an error, or `WEBSOCKET` (the
 live feed at `/ws`, same origin only), and `Response.encode()` is the bytes to
-send. The shell in `rsc.console.server` only moves bytes.
+send (framed by rsc/common/http_server.py, the HTTP server the probe ports
+share). The shell in `rsc.console.server` only moves bytes.
 
 B1: a request whose `Host` is not one of the console's own names (`ConsoleHosts`)
 gets 421 and no page, so a page of another site whose name was rebound to this
@@ -23,12 +24,10 @@ from urllib.parse import unquote, urlsplit
 
 import attrs
 
+from rsc.common.http_server import encode_response
+
 MAX_HEAD_BYTES: Final = 8192
 WEBSOCKET_PATH: Final = "/ws"
-
-_REASONS = {200: "OK", 301: "Moved Permanently", 400: "Bad Request", 403: "Forbidden",
-            404: "Not Found", 405: "Method Not Allowed", 421: "Misdirected Request",
-            431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
 _TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
           ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
@@ -84,12 +83,10 @@ class Response:
     head_only: bool = False
 
     def encode(self) -> bytes:
-        lines = [f"HTTP/1.1 {self.status} {_REASONS.get(self.status, 'Error')}",
-                 f"Content-Type: {self.content_type}", f"Content-Length: {len(self.body)}",
-                 "Connection: close", *(f"{name}: {value}" for name, value in SECURITY_HEADERS),
-                 *(f"{name}: {value}" for name, value in self.extra)]
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        return head if self.head_only else head + self.body
+        """The bytes to send: the shared HTTP/1.1 framing, the security headers, then `extra`."""
+        return encode_response(self.status, self.body, self.content_type,
+                               (*SECURITY_HEADERS, *self.extra), head_only=self.head_only,
+                               unknown_reason="Error")
 
 
 def error(status: int, text: str) -> Response:

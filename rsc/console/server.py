@@ -22,6 +22,7 @@ so no CA file is needed and no host name has to match the loopback address.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -46,6 +47,7 @@ from rsc.admin.client import (
 )
 from rsc.common import tls
 from rsc.common.errors import leaves, single_exception
+from rsc.common.http_server import read_request_head, serve_capped
 from rsc.console import views
 from rsc.console.http import (
     MAX_HEAD_BYTES,
@@ -154,8 +156,13 @@ async def serve_console(coordinator_url: str, host: str, port: int, *, tls_cert:
                        roles=Roles(admin_token, viewer_token))
     listeners: list[trio.abc.Listener[trio.abc.Stream]] = list(sockets) if server_tls is None else [
         trio.SSLListener(socket, server_tls, https_compatible=True) for socket in sockets]
-    task_status.started(int(sockets[0].socket.getsockname()[1]))
-    await trio.serve_listeners(console.handle, listeners)
+    bound_port = int(sockets[0].socket.getsockname()[1])
+    slots = trio.CapacityLimiter(MAX_CONNECTIONS)  # the cap is the listeners' together
+    task_status.started(bound_port)
+    async with trio.open_nursery() as nursery:
+        for listener in listeners:
+            nursery.start_soon(functools.partial(serve_capped, listener, console.handle, bound_port,
+                                                 when_full=console.refuse, slots=slots))
 
 
 @attrs.frozen
@@ -187,30 +194,28 @@ class _Console:
         self.logins = logins if logins is not None else RefusalTable()
         self.files = files
         self.coordinator_tls = coordinator_tls
-        self.limiter = trio.CapacityLimiter(MAX_CONNECTIONS)
         self.history = views.LagHistory()  # shared by the pages of this console
 
     async def handle(self, stream: trio.abc.Stream) -> None:
+        """One connection within MAX_CONNECTIONS (`serve_capped` holds the count)."""
         async with stream:
-            try:
-                self.limiter.acquire_nowait()
-            except trio.WouldBlock:
-                await self._send(stream, error(503, "too many console connections; try again"))
-                return
             try:
                 await self._serve(stream, browser_address(stream))
             except Exception as exc:  # noqa: BLE001 - one page never ends the coordinator (A1)
                 if not went_away(exc):
                     log.warning("console connection failed: %s: %s", type(exc).__name__, exc)
-            finally:
-                self.limiter.release()
+
+    async def refuse(self, stream: trio.abc.Stream) -> None:
+        """A connection past MAX_CONNECTIONS: HTTP 503, then closed."""
+        async with stream:
+            await self._send(stream, error(503, "too many console connections; try again"))
 
     async def _serve(self, stream: trio.abc.Stream, address: str) -> None:
         """One connection: its request head (over TLS, the handshake comes first, within the
         same HEAD_TIMEOUT_S), then a page, a file or the feed."""
         received = b""
         with trio.move_on_after(HEAD_TIMEOUT_S):
-            received = await _read_head(stream)
+            received = await read_request_head(stream, MAX_HEAD_BYTES)
         if b"\r\n\r\n" not in received:
             if len(received) > MAX_HEAD_BYTES:
                 await self._send(stream, error(431, "request head too large"))
@@ -312,17 +317,6 @@ async def _send(stream: trio.abc.Stream, response: Response) -> None:
             await stream.send_all(response.encode())
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
-
-
-async def _read_head(stream: trio.abc.Stream) -> bytes:
-    """Bytes until the head's blank line, or what came before the peer stopped or overflowed."""
-    buffer = b""
-    while b"\r\n\r\n" not in buffer and len(buffer) <= MAX_HEAD_BYTES:
-        chunk = await stream.receive_some(4096)
-        if not chunk:
-            break
-        buffer += chunk
-    return buffer
 
 
 class Feed:

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from rsc.common import probe_http
-from rsc.common.probe_http import Answer, Route
+from rsc.common import http_server
+from rsc.common.http_server import Answer, Route
 from rsc.member.health import ListenerStatus
 from rsc.member.listener import Listener
 from rsc.member.tool_config import BadConfig
@@ -26,11 +26,11 @@ def health_routes(status: Callable[[], ListenerStatus]) -> dict[str, Route]:
     `GET /readyz` 200 while every member is in its group (503 with the reason)."""
     def healthz() -> Answer:
         verdict = status()
-        return probe_http.probe(verdict.healthy, verdict.reason if not verdict.healthy else "ok")
+        return http_server.probe(verdict.healthy, verdict.reason if not verdict.healthy else "ok")
 
     def readyz() -> Answer:
         verdict = status()
-        return probe_http.probe(verdict.ready, verdict.reason or "ready")
+        return http_server.probe(verdict.ready, verdict.reason or "ready")
 
     return {"/healthz": healthz, "/readyz": readyz}
 
@@ -60,22 +60,22 @@ def producer_routes(producer: Producer, *, wait_limit_s: float = PRODUCER_WAIT_L
 
     def readyz() -> Answer:
         if producer.routing is None:
-            return probe_http.probe(False, f"prefix {producer.stream_prefix!r} has no routing")
+            return http_server.probe(False, f"prefix {producer.stream_prefix!r} has no routing")
         waited = producer.oldest_unconfirmed_seconds()
         if waited > wait_limit_s:
-            return probe_http.probe(False, f"a record has waited {waited:.1f} s for confirmation "
+            return http_server.probe(False, f"a record has waited {waited:.1f} s for confirmation "
                                     f"(more than {wait_limit_s:g} s): see the log for why")
-        return probe_http.probe(True, "ready")
+        return http_server.probe(True, "ready")
 
     return {"/metrics": lambda: Answer(200, generate_latest(REGISTRY), CONTENT_TYPE_PLAIN_0_0_4),
-            "/healthz": lambda: probe_http.probe(True, "ok"), "/readyz": readyz}
+            "/healthz": lambda: http_server.probe(True, "ok"), "/readyz": readyz}
 
 
 async def serve_probes(nursery: trio.Nursery, routes: dict[str, Route], host: str, port: int,
                        what: str) -> None:
     """Serve `routes` on host:port; BadConfig naming the flags when the port cannot be had."""
     try:
-        await nursery.start(functools.partial(probe_http.serve_http, routes, host, port))
+        await nursery.start(functools.partial(http_server.serve_http, routes, host, port))
     except OSError as exc:
         raise BadConfig(f"cannot serve {what} on {host}:{port}: {exc.strerror or exc} "
                         f"(pick another --{what}-port or --{what}-host)") from None

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from rsc.common.exit_codes import EXIT_INTERRUPTED
 from rsc.common.logs import configure_logging, log_event, parse_level, tool_log
 from rsc.member.notices import REPEAT_S
-from rsc.member.output_lines import PipeClosed
-from rsc.member.peek import QuotaReached
+from rsc.tools.output_lines import PipeClosed
+from rsc.tools.peek import QuotaReached
 
 MEMBER_LOGGER = "rsc.member"
 

@@ -1,19 +1,26 @@
-"""The tiny HTTP server of the metrics and health ports (coordinator and `rsc consume`).
+"""The one small HTTP/1.1 server: the metrics and health ports (coordinator and `rsc consume`)
+and the web console (rsc/console/) read requests, write responses and accept connections here.
 
-A few fixed `GET` paths, each answered by a `Route` (a call returning status, body and
-content type), one short-lived connection per request, no threads: what Prometheus and
-Kubernetes probes need, nothing more. `render_http_response` is its pure core.
+What both share: `read_request_head` (bytes up to the blank line, bounded), `encode_response`
+(status line, `Content-Type`, `Content-Length`, `Connection: close`, then the caller's own
+headers), and `serve_capped`, the accept loop that bounds what a peer can hold: at most
+`MAX_CONNECTIONS` at once (one more is closed at accept, or given the caller's `when_full`
+answer, the console's 503), and when `accept` fails for want of file descriptors (EMFILE,
+ENFILE) the port says so in one line (`http.fd_exhausted`, then a reminder at most every 10 s
+and `http.fd_available` once it accepts again) and backs off, instead of trio's traceback on
+every retry.
+
+The probe ports: a few fixed `GET` paths, each answered by a `Route` (a call returning status,
+body and content type), one short-lived connection per request, no threads: what Prometheus
+and Kubernetes probes need, nothing more. `render_http_response` is its pure core.
 
 - `GET` (or `HEAD`) of a known path: that route's answer (`HEAD` without the body);
 - another path: 404 naming the paths served; another method: 405; an unreadable request
   line: 400. The connection is always closed after.
 
-What a peer can hold is bounded, as on the console's port: at most `MAX_CONNECTIONS` at once
-(one more is closed at accept), and a connection has `REQUEST_READ_TIMEOUT_S` for its TLS
-handshake, its request head and its answer. When `accept` fails for want of file descriptors
-(EMFILE, ENFILE) the port says so in one line (`http.fd_exhausted`, then a reminder at most
-every 10 s and `http.fd_available` once it accepts again) and backs off, instead of trio's
-traceback on every retry.
+A probe connection has `REQUEST_READ_TIMEOUT_S` for its TLS handshake, its request head and
+its answer. The console's pages, their parsing and its headers (CSP, HSTS) are
+rsc/console/http.py; its shell, rsc/console/server.py.
 """
 
 from __future__ import annotations
@@ -22,8 +29,8 @@ import errno
 import logging
 import os
 import ssl
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Final
 
 import attrs
 import trio
@@ -40,8 +47,9 @@ BACKOFF_START_S = 0.01
 BACKOFF_MAX_S = 0.5
 REMINDER_S = 10.0
 TEXT = "text/plain; charset=utf-8"
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            503: "Service Unavailable"}
+REASONS: Final = {200: "OK", 301: "Moved Permanently", 400: "Bad Request", 403: "Forbidden",
+                  404: "Not Found", 405: "Method Not Allowed", 421: "Misdirected Request",
+                  431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
 
 @attrs.frozen
@@ -86,12 +94,21 @@ def render_http_response(request_head: bytes, routes: Mapping[str, Route]) -> by
 
 
 def _http(answer: Answer, *, allow: str | None = None) -> bytes:
-    headers = [f"HTTP/1.1 {answer.status} {_REASONS.get(answer.status, '')}".rstrip(),
-               f"Content-Type: {answer.content_type}", f"Content-Length: {len(answer.body)}",
-               "Connection: close"]
-    if allow:
-        headers.append(f"Allow: {allow}")
-    return ("\r\n".join(headers) + "\r\n\r\n").encode("latin-1") + answer.body
+    return encode_response(answer.status, answer.body, answer.content_type,
+                           (("Allow", allow),) if allow else ())
+
+
+def encode_response(status: int, body: bytes, content_type: str,
+                    headers: Iterable[tuple[str, str]] = (), *, head_only: bool = False,
+                    unknown_reason: str = "") -> bytes:
+    """The bytes of one HTTP/1.1 response: the status line (`unknown_reason` for a status
+    REASONS does not name), `Content-Type`, `Content-Length`, `Connection: close`, then
+    `headers` in order; `head_only` leaves the body out (a `HEAD`)."""
+    lines = [f"HTTP/1.1 {status} {REASONS.get(status, unknown_reason)}".rstrip(),
+             f"Content-Type: {content_type}", f"Content-Length: {len(body)}", "Connection: close",
+             *(f"{name}: {value}" for name, value in headers)]
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return head if head_only else head + body
 
 
 async def serve_http(routes: Mapping[str, Route], host: str, port: int, *,
@@ -108,8 +125,8 @@ async def serve_http(routes: Mapping[str, Route], host: str, port: int, *,
     async def handle(stream: trio.abc.Stream) -> None:
         async with stream:
             with trio.move_on_after(REQUEST_READ_TIMEOUT_S):
-                head = await _read_request_head(stream)
-                if head is not None:
+                head = await read_request_head(stream)
+                if b"\r\n\r\n" in head:
                     try:
                         await stream.send_all(render_http_response(head, routes))
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -122,18 +139,21 @@ async def serve_http(routes: Mapping[str, Route], host: str, port: int, *,
 
 
 async def serve_capped(listener: trio.abc.Listener[Any], handle: Callable[[Any], Awaitable[None]],
-                       port: int, *, max_connections: int = MAX_CONNECTIONS) -> None:
+                       port: int, *, max_connections: int = MAX_CONNECTIONS,
+                       when_full: Callable[[Any], Awaitable[None]] | None = None,
+                       slots: trio.CapacityLimiter | None = None) -> None:
     """Accept on `listener` and run `handle` for each connection, at most `max_connections` at
-    once (one more is closed at accept); out of descriptors, one line and a back-off."""
+    once (one more is closed at accept, or handed to `when_full`, which answers it and closes
+    it); out of descriptors, one line and a back-off. `slots`, given to the serve_capped of
+    several listeners, makes the cap theirs together (default: this listener's own)."""
     shortage = FdShortage(port)
-    open_connections = 0
+    held = trio.CapacityLimiter(max_connections) if slots is None else slots
 
     async def run(stream: Any) -> None:
-        nonlocal open_connections
         try:
             await handle(stream)
         finally:
-            open_connections -= 1
+            held.release_on_behalf_of(stream)
 
     async with trio.open_nursery() as nursery:
         while True:
@@ -145,10 +165,14 @@ async def serve_capped(listener: trio.abc.Listener[Any], handle: Callable[[Any],
                 await trio.sleep(shortage.failed(exc, trio.current_time()))
                 continue
             shortage.recovered()
-            if open_connections >= max_connections:
-                await trio.aclose_forcefully(stream)
+            try:
+                held.acquire_on_behalf_of_nowait(stream)
+            except trio.WouldBlock:
+                if when_full is None:
+                    await trio.aclose_forcefully(stream)
+                else:
+                    nursery.start_soon(when_full, stream)
                 continue
-            open_connections += 1
             nursery.start_soon(run, stream)
 
 
@@ -184,17 +208,16 @@ class FdShortage:
             self.since, self.failures = None, 0
 
 
-async def _read_request_head(stream: trio.abc.Stream) -> bytes | None:
-    """Bytes up to the blank line ending the headers; None if the peer went away or sent junk."""
+async def read_request_head(stream: trio.abc.Stream, max_bytes: int = MAX_REQUEST_HEAD_BYTES) -> bytes:
+    """Bytes until the head's blank line, or what came before the peer stopped, went away or
+    sent more than `max_bytes` without one (the caller tells these apart by the blank line)."""
     buffer = b""
-    while b"\r\n\r\n" not in buffer:
-        if len(buffer) > MAX_REQUEST_HEAD_BYTES:
-            return None
+    while b"\r\n\r\n" not in buffer and len(buffer) <= max_bytes:
         try:
             chunk = await stream.receive_some(4096)
         except trio.BrokenResourceError:
-            return None
+            break
         if not chunk:
-            return None
+            break
         buffer += chunk
     return buffer

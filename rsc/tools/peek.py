@@ -20,9 +20,9 @@ from typing import Any
 import trio
 
 from rsc.member.entry import read_fields
-from rsc.member.output_lines import json_line
 from rsc.member.streams import connect
 from rsc.protocol import GetRouting, Routing, Status
+from rsc.tools.output_lines import json_line
 
 PEEK_CHUNK = 500
 
