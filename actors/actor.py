@@ -27,7 +27,8 @@ import time
 import attrs
 import trio
 
-from rsc.actors import audit, shard_ops
+from rsc.actors import audit
+from rsc.actors.config import store_deadline_ms as default_store_deadline_ms
 from rsc.actors.delivery import Answered, Delivery
 from rsc.actors.group import GroupMachine, GroupSettings
 from rsc.actors.logs import log_event
@@ -111,7 +112,7 @@ class PrefixActor:
             max_group_size=max_group_size)
         self.mailbox = Mailbox()
         # D4: the store I/O of one batch gets a third of the lease
-        deadline_s = (settings.lease_ttl_ms / 3 if store_deadline_ms is None
+        deadline_s = (default_store_deadline_ms(settings.lease_ttl_ms) if store_deadline_ms is None
                       else store_deadline_ms) / 1000
         self.calls = StoreCalls(prefix, store, deadline_s, on_abandoned=machine.call_abandoned,
                                 metrics=metrics)
@@ -273,9 +274,16 @@ class PrefixActor:
                                   time_ms=audit.now_ms())
 
     async def _read_lag(self, group: str) -> list[ShardLag] | None:
-        if not self.machine.store_open:  # D4: an abandoned call still runs
-            return None
-        return await self.calls.read(shard_ops.shard_lag, self.machine.live_streams(), group)
+        """A group's lag as the machine asks for it (its D4 gate: nothing sent while an
+        abandoned call runs), with a deadline of its own."""
+        reads = self.machine.lag_read(group, now_ms())
+        deadline = trio.current_time() + self.calls.deadline_s
+        try:
+            step = next(reads)
+            while True:
+                step = reads.send(await self._run(step, deadline))
+        except StopIteration as done:
+            return done.value
 
     # --- sessions ----------------------------------------------------------------------
 

@@ -21,20 +21,19 @@ back (`MetadataStore.rewrite`: routing, migrations, the prefix index, group, mem
 owner records, seal markers, streams and consumer groups; the store id and format
 version unchanged), logs `store.went_back`, and only then listens again.
 /readyz says 503 from the moment it noticed until the rewrite landed.
+
+Those decisions are actors/lease.py's (`CoordinatorLifecycle`, `WriteHealth`, pure, tested
+without I/O); this module runs the I/O each asks for, on one `Coordinator` context.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import os
-import socket
 import ssl
-import threading
 import time
-from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -55,37 +54,42 @@ from rsc.actors.format_admin import FormatVersionAdmin
 from rsc.actors.group import GroupSettings
 from rsc.actors.group_lag import group_lag_loop
 from rsc.actors.lease import (
+    CoordinatorLifecycle,
     LapseVerdict,
     LeaseContinuity,
+    Next,
     Renewal,
     Takeover,
+    WentBack,
     lapse_verdict,
+    looks_for_lost_store,
     waiting_line,
+    writes_store_id,
 )
 from rsc.actors.logs import log_event
 from rsc.actors.message_admin import MessageAdmin
-from rsc.actors.ports import StoreMetrics
 from rsc.actors.prefix import PrefixMachine
 from rsc.actors.prefix_admission import GroupBudget
 from rsc.actors.prefix_retention import RETENTION_EVERY_TICKS
 from rsc.actors.prefix_schedule import Schedule
+from rsc.actors.readiness import OUTAGE_REMINDER_S, Readiness
 from rsc.actors.records import PrefixSnapshot
 from rsc.actors.router import Router
 from rsc.actors.server import CoordinatorServer
 from rsc.actors.shard_work import ShardWork
-from rsc.actors.store import LEASE_KEY, MetadataStore, StoreError, StoreFenced, StreamAdmin
+from rsc.actors.store import MetadataStore, StoreError, StoreFenced, StreamAdmin
+from rsc.actors.store_deadline import StoreStalled, run_by_deadline
 from rsc.common import gc_policy as gc_control
 from rsc.common import tls
 from rsc.common.errors import first_of
-from rsc.common.lua import Script
+
+if TYPE_CHECKING:
+    from rsc.actors.metrics import CoordinatorMetrics
 
 log = logging.getLogger("rsc.coordinator")
 
 REDIS_THREADS = 16  # worker threads for blocking Redis calls: bounds Redis connections (fds)
-OUTAGE_REMINDER_S = 10.0
-READY_AFTER_S = 10.0  # K10: /readyz 200 again only after writes succeeded this long
 
-DELETE_IF_HOLDER = Script("delete_if_holder")  # a dead local coordinator's lease, if still its
 
 
 def coordinator_lease_ms(config: CoordinatorConfig) -> int:
@@ -93,105 +97,7 @@ def coordinator_lease_ms(config: CoordinatorConfig) -> int:
     return max(3 * config.tick_interval_ms, 1000)
 
 
-class Readiness:
-    """What `/readyz` reports, and the one place a Redis outage is logged.
-
-    Ready: the lease is held and metadata writes have succeeded for `latch_s` (10 s) since
-    the last one that failed (K10: a store that fails every other write is not ready, and
-    its probe does not flap). The lease task and the store's writes report into it (from
-    worker threads: a lock guards it). An outage runs from its first failed write to the
-    end of that latch: it is logged once when it starts (`store.unavailable`), at most every
-    10 s while it lasts (`store.still_unavailable`) and once when it ends (`store.available`),
-    however many writes fail or succeed meanwhile. `/healthz` needs nothing: it answers
-    while the process runs.
-    """
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic,
-                 reminder_s: float = OUTAGE_REMINDER_S, latch_s: float = READY_AFTER_S) -> None:
-        self.holds_lease = False
-        self.last_write_ok = True
-        self.last_error: str | None = None
-        self._clock = clock
-        self._reminder_s = reminder_s
-        self._latch_s = latch_s
-        self._lock = threading.Lock()
-        self._down_since: float | None = None
-        self._last_failure = 0.0
-        self._last_reminder = 0.0
-        self._failures = 0
-
-    @property
-    def ready(self) -> bool:
-        with self._lock:
-            self._settle(self._clock())
-            return self.holds_lease and self.last_write_ok and self._down_since is None
-
-    def lease_held(self, held: bool, error: str | None = None) -> None:
-        self.holds_lease = held
-        if error is not None:
-            self.last_error = error
-
-    def write_succeeded(self) -> None:
-        with self._lock:
-            self.last_write_ok = True
-            self._settle(self._clock())
-
-    def _settle(self, now: float) -> None:
-        """K10: the outage ends once writes succeeded for the latch since the last failure."""
-        if self._down_since is not None and self.last_write_ok \
-                and now - self._last_failure >= self._latch_s:
-            log_event(log, "store.available", level=logging.WARNING,
-                      seconds=round(self._last_failure - self._down_since, 1),
-                      failures=self._failures)
-            self._down_since, self._failures = None, 0
-
-    def write_failed(self, error: str) -> None:
-        with self._lock:
-            self.last_write_ok = False
-            self.last_error = error
-            self._failures += 1
-            now = self._last_failure = self._clock()
-            if self._down_since is None:
-                self._down_since = self._last_reminder = now
-                log_event(log, "store.unavailable", level=logging.WARNING, error=error)
-            elif now - self._last_reminder >= self._reminder_s:
-                self._last_reminder = now
-                log_event(log, "store.still_unavailable", level=logging.WARNING,
-                          seconds=round(now - self._down_since, 1), failures=self._failures,
-                          error=error)
-
-    def reason(self) -> str:
-        if self.ready:
-            return "ready"
-        if not self.holds_lease:
-            return f"not holding the coordinator lease ({self.last_error or 'not taken yet'})"
-        if self.last_write_ok:
-            return (f"metadata writes failed until {self._clock() - self._last_failure:.1f} s ago "
-                    f"({self.last_error}); ready once they succeeded for {self._latch_s:g} s "
-                    "(K10)")
-        return f"the last metadata write failed ({self.last_error})"
-
-
-class ReportingStore(MetadataStore):
-    """The metadata store, telling `Readiness` whether each metadata write succeeded."""
-
-    readiness: Readiness
-
-    def write(self, *args: Any, **kwargs: Any) -> None:
-        try:
-            super().write(*args, **kwargs)
-        except StoreFenced:
-            raise  # not an outage: this coordinator is stopping
-        except Exception as exc:
-            self.readiness.write_failed(str(exc))
-            raise
-        self.readiness.write_succeeded()
-
-    def stalled(self, error: str) -> None:
-        self.readiness.write_failed(error)  # D4: an abandoned call is a failed write for /readyz
-
-
-async def serve(config: CoordinatorConfig, *, metrics: Any = None,
+async def serve(config: CoordinatorConfig, *, metrics: CoordinatorMetrics | None = None,
                 task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
     """Run a coordinator on `config.redis_url` until cancelled; `task_status.started(url)` once it
     accepts sessions. (Starting an embedded redis-server when there is none is the caller's job.)"""
@@ -200,7 +106,7 @@ async def serve(config: CoordinatorConfig, *, metrics: Any = None,
     await _serve(config, config.redis_url, metrics, task_status)
 
 
-async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
+async def _serve(config: CoordinatorConfig, redis_url: str, metrics: CoordinatorMetrics | None,
                  task_status: trio.TaskStatus[str]) -> None:
     _warn_if_open(config, tls_served=config.tls_cert is not None)
     fd_limit = raise_fd_limit()
@@ -213,9 +119,9 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
     lease_ms = coordinator_lease_ms(config)
     server_tls = tls.server_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key \
         else None  # a bad certificate or key fails here, before anything listens
-    store = ReportingStore(redis_url, lease_ms=lease_ms, min_replicas=config.min_replicas,
-                           wait_timeout_ms=config.lease_ttl_ms // 3)  # K5 within D4's budget
-    store.readiness = readiness
+    store = MetadataStore(redis_url, lease_ms=lease_ms, min_replicas=config.min_replicas,
+                          wait_timeout_ms=int(config.store_deadline_ms),  # K5 within D4
+                          report=readiness)  # every metadata write says whether it worked
     failure: Exception | None = None
     async with trio.open_nursery() as outer:
         metrics_port_wanted = config.metrics_port
@@ -235,9 +141,13 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Any,
         if metrics is not None and hasattr(metrics, "report_replica_shortfalls"):
             metrics.report_replica_shortfalls(lambda: store.replica_shortfalls)  # K11
         gc_control.install(getattr(metrics, "registry", None))
+        coordinator = Coordinator(
+            config=config, store=store, readiness=readiness, admission=admission,
+            metrics=metrics, server_tls=server_tls, max_sessions=max_sessions, fd_limit=fd_limit,
+            life=CoordinatorLifecycle(own_id=store.instance_id, lease_ms=lease_ms,
+                                      member_lease_ttl_ms=config.lease_ttl_ms))
         try:
-            await _run(config, store, admission, readiness, metrics, lease_ms, max_sessions, fd_limit,
-                       server_tls, task_status)
+            await _run(coordinator, task_status)
         except Exception as exc:  # raised bare, as before the health port existed (not in a group)
             failure = exc
             if isinstance(exc, ExceptionGroup):  # the real error, logged and raised (L1)
@@ -280,75 +190,67 @@ def _warn_if_open(config: CoordinatorConfig, *, tls_served: bool) -> None:
                        "(--tls-cert, --tls-key) or put TLS in front")
 
 
-async def _run(config: CoordinatorConfig, store: ReportingStore, admission: Admission,
-               readiness: Readiness, metrics: Any, lease_ms: int, max_sessions: int, fd_limit: int,
-               server_tls: ssl.SSLContext | None, task_status: trio.TaskStatus[str]) -> None:
+@attrs.define(eq=False)
+class Coordinator:
+    """One coordinator process: what its epochs and their loops share (built once by `serve`)."""
+
+    config: CoordinatorConfig
+    store: MetadataStore
+    readiness: Readiness
+    admission: Admission
+    metrics: CoordinatorMetrics | None  # None without a metrics port
+    server_tls: ssl.SSLContext | None
+    max_sessions: int
+    fd_limit: int
+    life: CoordinatorLifecycle  # the decisions of D5, K3, K4 (actors/lease.py)
+    identity: StoreIdentity = attrs.field(factory=StoreIdentity)  # for the process's life (K4)
+
+
+async def _run(co: Coordinator, task_status: trio.TaskStatus[str]) -> None:
     """Serve under one coordinator epoch after another: each time the lease is found taken by
     another coordinator (D5), everything is restored again from Redis as after a restart, under
-    a new epoch, once this one holds the lease again."""
+    a new epoch, once this one holds the lease again; after the store went back (K3) memory
+    is written back instead. What each end means is `CoordinatorLifecycle`'s."""
+    config, store, life = co.config, co.store, co.life
     port = config.port
-    started = False
-    identity = StoreIdentity()  # the same store id for the coordinator's life (K4)
-    went_back: WentBack | None = None  # K3: what to write back, kept until it landed
     while True:
-        epoch, others = await _wait_for_lease(
-            config, store, readiness, lease_ms, above=went_back.epoch if went_back else None,
-            reached=started)
-        if went_back is not None and others:
+        epoch, others = await _wait_for_lease(co)
+        if life.lease_taken(epoch, _monotonic_ms(), others_ran=others):
             log_event(log, "store.rewrite_dropped", level=logging.WARNING,
                       reason="another coordinator held the lease meanwhile: its state wins",
                       then="restoring every prefix from Redis")
-            went_back = None
-        continuity = LeaseContinuity(lease_ms=lease_ms, confirmed_at=_monotonic_ms())
         log_event(log, "coordinator.started", coordinator_epoch=epoch, redis=store.redis_url,
-                  max_sessions=max_sessions, fd_limit=fd_limit)
+                  max_sessions=co.max_sessions, fd_limit=co.fd_limit)
         lapsed = trio.Event()
-        reason: str | None = None
         served = EpochState()
         try:
             async with trio.open_nursery() as nursery:
-                port = await nursery.start(_serve_epoch, config, store, admission, readiness,
-                                           metrics, continuity, lapsed, port, server_tls,
-                                           identity, went_back, served)
-                went_back = None  # written back: the store holds it all again
-                if not started:
-                    started = True
+                port = await nursery.start(_serve_epoch, co, lapsed, port, served)
+                first = not life.served
+                life.served_epoch()  # written back: the store holds it all again
+                if first:
                     gc_control.freeze_after_startup()
-                    task_status.started(f"{'wss' if server_tls else 'ws'}://{config.host}:{port}")
+                    task_status.started(f"{'wss' if co.server_tls else 'ws'}://{config.host}:{port}")
                 await lapsed.wait()
                 nursery.cancel_scope.cancel()
         except* StoreFenced as fenced:  # a newer coordinator wrote: ours lapsed long ago
-            reason = str(fenced.exceptions[0])
-            continuity.verdict = LapseVerdict.STEP_DOWN
+            life.fenced(str(fenced.exceptions[0]))
         except* StoreError as failed:
-            if went_back is None:
-                raise  # at start (exit 1), as before
-            reason = f"the rewrite failed: {failed.exceptions[0]}"  # tried again, lease kept
-        reason = reason or continuity.lapse(_monotonic_ms()) or "the lease lapsed"
-        verdict = continuity.verdict or LapseVerdict.STEP_DOWN
-        if went_back is None and verdict is LapseVerdict.STORE_WENT_BACK and served.router:
-            # K3: what this coordinator confirmed, every prefix's rollback point (H12: every
-            # answer it gave revealed nothing more), is written back under a new epoch
-            went_back = WentBack(epoch=epoch, reason=reason, memory={
-                prefix: actor.machine.persisted for prefix, actor in served.router.actors.items()})
-        readiness.lease_held(False, f"the coordinator lease lapsed ({reason})" if went_back is None
-                             else f"the store went back ({reason}); writing it back from memory")
+            if not life.rewrite_failed(str(failed.exceptions[0])):
+                raise  # at start (exit 1), as before; a failed write-back is tried again
+        router = served.router
+        end = life.epoch_ended(_monotonic_ms(), None if router is None else functools.partial(
+            _memory, router))
+        co.readiness.lease_held(False, end.readiness)
         log_event(log, "coordinator.lease_lapsed", level=logging.WARNING,
-                  coordinator_epoch=epoch, reason=reason, verdict=verdict.value,
-                  then="sessions closed; restoring every prefix under a new coordinator epoch"
-                  if went_back is None else
-                  "sessions closed; writing every prefix back from memory under a new "
-                  "coordinator epoch")
+                  coordinator_epoch=end.epoch, reason=end.reason, verdict=end.verdict.value,
+                  then=end.then)
 
 
-@attrs.define
-class WentBack:
-    """K3: a store found to have lost writes of coordinator epoch `epoch`, and what memory
-    held of every prefix then (their rollback points), to write back."""
-
-    epoch: int
-    reason: str
-    memory: dict[str, PrefixSnapshot]
+def _memory(router: Router) -> dict[str, PrefixSnapshot]:
+    """K3: what this coordinator confirmed, every prefix's rollback point (H12: every answer
+    it gave revealed nothing more), to write back under a new epoch."""
+    return {prefix: actor.machine.persisted for prefix, actor in router.actors.items()}
 
 
 @attrs.define
@@ -358,35 +260,34 @@ class EpochState:
     router: Router | None = None
 
 
-async def _wait_for_lease(config: CoordinatorConfig, store: ReportingStore, readiness: Readiness,
-                          lease_ms: int, *, above: int | None = None,
-                          reached: bool = False) -> tuple[int, bool]:
+async def _wait_for_lease(co: Coordinator) -> tuple[int, bool]:
     """D5: take the coordinator lease, waiting while another live coordinator holds it (not
     listening, `/readyz` 503, one line every 10 s naming the holder). A holder that stops
     marks its release (taken within a poll, well inside a tick); one that died on this host
     is dropped at once; otherwise the key must have been absent for a full lease TTL
     (actors/lease.py `Takeover`).
 
-    With `above` (K3: the store went back under that epoch) the new epoch is above it.
-    `reached`: this coordinator served before (a lapse, not a start): a Redis that fails now
-    (down, restarting, a replica after a failover: K2) is waited out, never an exit.
+    After the store went back (K3) the new epoch is above the one it lost writes of. Once
+    this coordinator served, a Redis that fails now (down, restarting, a replica after a
+    failover: K2) is waited out, never an exit (`CoordinatorLifecycle.look_failed`).
     Returns the new epoch, and whether another coordinator held the lease meanwhile.
     Readiness stays 503 until the epoch restored or wrote back its prefixes.
     """
+    config, store, readiness, life = co.config, co.store, co.readiness, co.life
+    above = life.went_back.epoch if life.went_back is not None else None
     poll_s = min(0.25, max(0.02, config.tick_interval_ms / 4000))
     takeover = Takeover(lease_ttl_ms=config.lease_ttl_ms)
     last_said: float | None = None
-    looked = reached  # Redis answered this coordinator (this call's look, or an earlier epoch)
+    looked = False  # Redis answered this call's look
     while True:
         try:
-            await trio.to_thread.run_sync(take_over_dead_local_holder, store)
+            await trio.to_thread.run_sync(store.take_over_dead_local_holder)
         except Exception as exc:  # noqa: BLE001 - best effort: the look says what is wrong
             log_event(log, "coordinator.lease_takeover_skipped", level=logging.DEBUG,
                       error=str(exc))  # debug: during an outage it fails every poll
         try:
             holder, released = await trio.to_thread.run_sync(store.look)
-            if holder == store.instance_id:  # still ours: an epoch of this process that ended
-                holder = None  # without releasing it (K3: never released, so nobody else takes it)
+            holder = life.look(holder)  # still ours: an epoch of this process that ended
             if takeover.may_take(_monotonic_ms(), holder, released):
                 if above is None:
                     epoch, holder = await trio.to_thread.run_sync(store.try_acquire)
@@ -395,10 +296,8 @@ async def _wait_for_lease(config: CoordinatorConfig, store: ReportingStore, read
                 if epoch is not None:
                     return epoch, takeover.waited_on is not None
         except StoreError as exc:
-            if above is None and not looked:
+            if life.look_failed(looked=looked):
                 raise  # Redis unreachable at start: exit 1 (D3)
-            # once Redis answered, an outage while waiting (a standby's holder's store
-            # restarting, K4) or while writing back (K3) is waited out
             holder = None
             readiness.lease_held(False, str(exc))
         else:
@@ -410,7 +309,7 @@ async def _wait_for_lease(config: CoordinatorConfig, store: ReportingStore, read
         if last_said is None or now - last_said >= OUTAGE_REMINDER_S:
             last_said = now
             log_event(log, "coordinator.waiting", level=logging.WARNING, holder=named,
-                      line=waiting_line(named, store.redis_url, lease_ms))
+                      line=waiting_line(named, store.redis_url, life.lease_ms))
         await trio.sleep(poll_s)
 
 
@@ -418,22 +317,22 @@ def _monotonic_ms() -> float:
     return time.monotonic() * 1000.0
 
 
-async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admission: Admission,
-                       readiness: Readiness, metrics: Any, continuity: LeaseContinuity,
-                       lapsed: trio.Event, port: int, server_tls: ssl.SSLContext | None,
-                       identity: StoreIdentity, went_back: WentBack | None, served: EpochState,
+async def _serve_epoch(co: Coordinator, lapsed: trio.Event, port: int, served: EpochState,
                        task_status: trio.TaskStatus[int]) -> None:
     """Everything of one coordinator epoch: restored (or, after the store went back, written
     back) actors, the websocket server (on `port`), the lease, the tick, the store id.
     `lapsed` is set when the lease is found lapsed or the store went back."""
+    config, store, identity, metrics = co.config, co.store, co.identity, co.metrics
+    went_back = co.life.went_back
     persisted: dict[str, PrefixSnapshot] | None = None
-    if identity.value is None and not identity.from_clients and went_back is None:
+    if looks_for_lost_store(store_id=identity.value, from_clients=identity.from_clients,
+                            writes_back=went_back is not None):
         # K8: a store without a storeId and nothing in memory: it may have been lost together
         # with the coordinator; the clients present what they knew
         if await trio.to_thread.run_sync(shard_ops.read_store_id, store.client) is None:
             persisted = await trio.to_thread.run_sync(store.load_all)
             identity.from_clients = not persisted
-    if identity.value is not None or not identity.from_clients:
+    if writes_store_id(store_id=identity.value, from_clients=identity.from_clients):
         identity.value = await trio.to_thread.run_sync(shard_ops.ensure_store_id, store.client,
                                                        identity.value)
         identity.written = True
@@ -451,10 +350,10 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
     background: trio.Nursery | None = None  # where retention passes run (the server's nursery)
     # periodic work by what changed: one schedule of wakes, one set of pipelines (T1, T2, R2)
     schedule = Schedule(config.tick_interval_ms)
-    shard_work = ShardWork(store.client, deadline_s=settings.lease_ttl_ms / 3 / 1000,
+    shard_work = ShardWork(store.client, deadline_s=config.store_deadline_s,
                            metrics=metrics)
 
-    audit_log = AuditLog(store.client, deadline_s=shard_work.deadline_s, metrics=metrics)
+    audit_log = AuditLog(store.client, deadline_s=config.store_deadline_s, metrics=metrics)
 
     def make_actor(prefix: str) -> PrefixActor:
         return PrefixActor(prefix, store, settings, push_enabled=config.push, metrics=metrics,
@@ -474,8 +373,7 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
             persisted = await trio.to_thread.run_sync(store.load_all)
     else:
         persisted = went_back.memory
-        await _write_back(store, went_back, identity, metrics,
-                          keep_drained_streams=config.keep_drained_streams)
+        await _write_back(co, went_back)
     async with trio.open_nursery() as nursery:
         background = nursery
         router = served.router = Router(nursery, make_actor, reload=reload, metrics=metrics,
@@ -486,7 +384,7 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
             metrics.report_prefixes_without_routing(router.prefixes_without_routing)
             nursery.start_soon(partial(group_lag_loop, store.client, router.group_streams, metrics,
                                        interval_s=config.lag_metrics_interval_ms / 1000,
-                                       deadline_s=shard_work.deadline_s))
+                                       deadline_s=config.store_deadline_s))
         nursery.start_soon(shard_work.run)
         now = now_ms()  # H12: every restored member gets a fresh lease from now
         for prefix, data in persisted.items():
@@ -496,41 +394,42 @@ async def _serve_epoch(config: CoordinatorConfig, store: ReportingStore, admissi
             log_event(log, "prefix.restored", prefix=prefix, groups=len(actor.groups))
         server = CoordinatorServer(router, nursery, admin_token=config.admin_token,
                                    viewer_token=config.viewer_token, audit_log=audit_log,
-                                   member_token=config.member_token, admission=admission,
+                                   member_token=config.member_token, admission=co.admission,
                                    metrics=metrics,
                                    max_frame_bytes=config.max_frame_bytes,
                                    handshake_timeout_s=config.handshake_timeout_s,
-                                   format_admin=FormatVersionAdmin(store, deadline_s=shard_work.deadline_s,
+                                   format_admin=FormatVersionAdmin(store, deadline_s=config.store_deadline_s,
                                                                    on_raised=router.format_raised),
                                    allowed_origins=config.allowed_origins,
                                    throttle_loopback=config.throttle_loopback,
                                    auth_metrics=metrics)
         server.dead_letters = DeadLetterAdmin(config.redis_url or "", server.ask,
                                               min_replicas=config.min_replicas,
-                                              wait_timeout_ms=config.lease_ttl_ms // 3)
+                                              wait_timeout_ms=int(config.store_deadline_ms))
         server.messages = MessageAdmin(config.redis_url or "", server.ask,
                                        versions=router.routing_versions)
         # P2: the dead letters' own retention, on the prefixes' retention cadence
         nursery.start_soon(server.dead_letters.run_retention,
                            config.tick_interval_ms * RETENTION_EVERY_TICKS / 1000)
-        bound = await nursery.start(_serve_websocket, server, config, admission, port, server_tls)
-        nursery.start_soon(_lease_loop, config, store, readiness, continuity, lapsed, identity)
-        nursery.start_soon(_tick_loop, config, router, continuity, lapsed)
-        nursery.start_soon(_store_id_loop, config, store, identity, router)
+        bound = await nursery.start(_serve_websocket, server, config, co.admission, port,
+                                    co.server_tls)
+        nursery.start_soon(_lease_loop, co, lapsed)
+        nursery.start_soon(_tick_loop, config, router, co.life.continuity)
+        nursery.start_soon(_store_id_loop, co, router)
         nursery.start_soon(_shard_check_loop, config, router, StreamAdmin(store.client), metrics)
-        readiness.lease_held(True)  # restored (or written back): ready from here
+        co.readiness.lease_held(True)  # restored (or written back): ready from here
         task_status.started(bound)
 
 
-async def _write_back(store: ReportingStore, went_back: WentBack, identity: StoreIdentity,
-                      metrics: StoreMetrics | None, *, keep_drained_streams: bool = False) -> None:
+async def _write_back(co: Coordinator, went_back: WentBack) -> None:
     """K3, K4: everything memory held written back under this new epoch; one line says what."""
+    store, identity = co.store, co.identity
     started = time.monotonic()
-    done = await trio.to_thread.run_sync(
-        functools.partial(store.rewrite, went_back.memory, retire_old=not keep_drained_streams))
+    done = await trio.to_thread.run_sync(functools.partial(
+        store.rewrite, went_back.memory, retire_old=not co.config.keep_drained_streams))
     identity.went_back_at_ms = int(time.time() * 1000)
-    if metrics is not None:
-        metrics.observe_store_went_back()
+    if co.metrics is not None:
+        co.metrics.observe_store_went_back()
     log_event(log, "store.went_back", level=logging.WARNING, reason=went_back.reason,
               previous_epoch=went_back.epoch, coordinator_epoch=store.coordinator_epoch,
               store_id=identity.value, **done, ms=round((time.monotonic() - started) * 1000, 1))
@@ -550,10 +449,9 @@ async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig,
         task_status.started(admitted[0].port)
 
 
-async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness: Readiness,
-                      continuity: LeaseContinuity, lapsed: trio.Event,
-                      identity: StoreIdentity) -> None:
-    """Renew the coordinator lease every tick, on a thread of its own that nothing else can hold.
+async def _lease_loop(co: Coordinator, lapsed: trio.Event) -> None:
+    """Renew the coordinator lease every tick, on a thread of its own that nothing else can hold,
+    and run the I/O `CoordinatorLifecycle` asks for after each renewal (actors/lease.py `Next`).
 
     Each renewal is a metadata write reported to `readiness` (which logs an
     outage once); one unanswered after a third of the member lease counts as
@@ -566,8 +464,9 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
     (`check_went_back`); a store that lost writes sets `lapsed` with the verdict
     STORE_WENT_BACK, and the coordinator writes everything back from memory.
     """
+    config, store, readiness, life = co.config, co.store, co.readiness, co.life
     interval = config.tick_interval_ms / 1000
-    stall_s = config.lease_ttl_ms / 3000  # D4's deadline: a slower renewal is a failed write
+    stall_s = config.store_deadline_s  # D4: a slower renewal is a failed write
     own_thread = trio.CapacityLimiter(1)
     deadline = trio.current_time()
     while True:
@@ -575,42 +474,40 @@ async def _lease_loop(config: CoordinatorConfig, store: MetadataStore, readiness
         await trio.sleep_until(deadline)
         deadline = max(deadline, trio.current_time() - interval)  # never a burst after a stall
         sent_at = _monotonic_ms()
-        outcome: Renewal | None = None
-        with trio.move_on_after(stall_s):
-            try:
-                # abandoned past the deadline: the thread ends with the socket timeout and holds
-                # `own_thread` until then, so renewals never pile up on a stalled Redis
-                outcome = await trio.to_thread.run_sync(store.renew, limiter=own_thread,
-                                                        abandon_on_cancel=True)
-            except (StoreError, OSError) as exc:
-                continuity.renewal(sent_at, Renewal.FAILED)
-                readiness.lease_held(False, str(exc))
-                readiness.write_failed(str(exc))
-                continue
-        if outcome is None:  # D4: unanswered within a third of the lease is a failed write
-            continuity.renewal(sent_at, Renewal.FAILED)
+        try:
+            # abandoned past the deadline: the thread ends with the socket timeout and holds
+            # `own_thread` until then, so renewals never pile up on a stalled Redis
+            outcome = await run_by_deadline(trio.current_time() + stall_s, "lease renewal",
+                                            store.renew, limiter=own_thread)
+        except StoreStalled:  # D4: unanswered within a third of the lease is a failed write
+            life.renewal(sent_at, Renewal.FAILED)
             readiness.write_failed(f"Redis did not answer the lease renewal within "
                                    f"{round(stall_s * 1000)} ms")
             continue
-        continuity.renewal(sent_at, outcome)
-        reason = continuity.broken
-        if reason is not None:
-            verdict = await _lapse_verdict(store, own_thread)
-            if verdict is not LapseVerdict.TAKE_BACK or not await _retake(store, own_thread):
-                # another coordinator holds it or ran meanwhile, or the store went back (K3):
-                # step down, wait for the lease, restore as after a restart
-                continuity.verdict = verdict
-                lapsed.set()
-                return
-            continuity.resume(_monotonic_ms(), config.lease_ttl_ms)
-            log_event(log, "coordinator.lease_lapsed", level=logging.WARNING, reason=reason,
-                      verdict=verdict.value,
-                      then=f"taken again; no member expires for {config.lease_ttl_ms} ms "
-                           "(fresh leases, H12)")
-        lost = await _check_went_back(store, own_thread, identity, stall_s)
-        if lost is not None:
-            continuity.broken = f"the store went back: {lost}"
-            continuity.verdict = LapseVerdict.STORE_WENT_BACK
+        except StoreError as exc:
+            life.renewal(sent_at, Renewal.FAILED)
+            readiness.lease_held(False, str(exc))
+            readiness.write_failed(str(exc))
+            continue
+        step = life.renewal(sent_at, outcome)
+        while True:
+            if step is Next.READ_LAPSE_FACTS:
+                step = life.lapse_found(await _lapse_verdict(store, own_thread))
+            elif step is Next.RETAKE:
+                step = life.retaken(await _retake(store, own_thread), _monotonic_ms())
+                if step is Next.CHECK_STORE:
+                    log_event(log, "coordinator.lease_lapsed", level=logging.WARNING,
+                              reason=life.taken_back, verdict=LapseVerdict.TAKE_BACK.value,
+                              then=f"taken again; no member expires for {config.lease_ttl_ms} ms "
+                                   "(fresh leases, H12)")
+            elif step is Next.CHECK_STORE:
+                step = life.store_checked(
+                    await _check_went_back(store, own_thread, co.identity, stall_s))
+            else:
+                break
+        if step is Next.STEP_DOWN:
+            # another coordinator holds it or ran meanwhile, or the store went back (K3):
+            # step down, wait for the lease, restore (or write back) as after a restart
             lapsed.set()
             return
         readiness.lease_held(True)
@@ -631,12 +528,13 @@ async def _check_went_back(store: MetadataStore, limiter: trio.CapacityLimiter,
                            identity: StoreIdentity, stall_s: float) -> str | None:
     """K3: why the store lost writes of this coordinator (None: it did not, or it did not
     answer in time: the renewals report an outage)."""
-    with trio.move_on_after(stall_s):
-        try:
-            return await trio.to_thread.run_sync(store.check_went_back, identity.stored,
-                                                 limiter=limiter, abandon_on_cancel=True)
-        except StoreError as exc:
-            log.debug("store not checked: %s", exc)
+    try:
+        return await run_by_deadline(trio.current_time() + stall_s, "store check",
+                                     store.check_went_back, identity.stored, limiter=limiter)
+    except StoreStalled:
+        return None
+    except StoreError as exc:
+        log.debug("store not checked: %s", exc)
     return None
 
 
@@ -647,13 +545,14 @@ async def _retake(store: MetadataStore, limiter: trio.CapacityLimiter) -> bool:
         return False
 
 
-async def _tick_loop(config: CoordinatorConfig, router: Router, continuity: LeaseContinuity,
-                     lapsed: trio.Event) -> None:
+async def _tick_loop(config: CoordinatorConfig, router: Router,
+                     continuity: LeaseContinuity | None) -> None:
     """Send every actor its tick (H6, H14); never waits on any of them. Only while the lease
     is continuous (D5): after a gap, expiring members on heartbeats older than it would fence
     members that went on under D5, so the tick stops and the coordinator restarts instead.
     For a member lease TTL after a lapse it took back, the ticks expire nobody (fresh leases,
     H12) but drain, retirement and retention go on."""
+    assert continuity is not None, "the epoch's lease was taken"
     interval = config.tick_interval_ms / 1000
     while True:
         await trio.sleep(interval)
@@ -665,7 +564,7 @@ async def _tick_loop(config: CoordinatorConfig, router: Router, continuity: Leas
 
 
 async def _shard_check_loop(config: CoordinatorConfig, router: Router, streams: StreamAdmin,
-                            metrics: Any) -> None:
+                            metrics: CoordinatorMetrics | None) -> None:
     """B7: once a minute, every shard of every live version of every idle prefix is checked
     for damage a Redis user could do (actors/shard_damage.py); the seal markers are repaired
     where the confirmed metadata makes that safe. A busy prefix is checked next time."""
@@ -676,7 +575,7 @@ async def _shard_check_loop(config: CoordinatorConfig, router: Router, streams: 
                                                               metrics))
 
 
-async def _check_shards(prefix: str, streams: StreamAdmin, metrics: Any,
+async def _check_shards(prefix: str, streams: StreamAdmin, metrics: CoordinatorMetrics | None,
                         machine: PrefixMachine) -> None:
     persisted = machine.persisted
     current, sealed = shard_damage.streams_to_check(persisted.routing, persisted.migration)
@@ -704,13 +603,13 @@ async def _check_shards(prefix: str, streams: StreamAdmin, metrics: Any,
     machine.shard_damage = damage
 
 
-async def _store_id_loop(config: CoordinatorConfig, store: MetadataStore,
-                         identity: StoreIdentity, router: Router) -> None:
+async def _store_id_loop(co: Coordinator, router: Router) -> None:
     """Every 10 ticks, write the same `rsc:store-id` again if the key went missing (a flush).
 
     K8: while the coordinator has no storeId yet (a store lost with its memory), every tick:
     the one a client presented is written as soon as it is (`identity.wanted`), a fresh one
     once some prefix has routing from an admin and no client presented any."""
+    config, store, identity = co.config, co.store, co.identity
     interval = 10 * config.tick_interval_ms / 1000
     while True:
         if identity.written:
@@ -754,30 +653,3 @@ def _probe_permissions(store: MetadataStore) -> None:
 def load_prefix(store: MetadataStore, prefix: str) -> PrefixSnapshot | None:
     """One prefix's persisted metadata (None if it has none), to reload a failed actor."""
     return store.load_prefix(prefix)
-
-
-def take_over_dead_local_holder(store: MetadataStore) -> bool:
-    """Drop the lease of a coordinator that died on this host (its pid is gone), so a restart
-    after SIGKILL need not wait for the lease to lapse. Fencing still guards the takeover: the
-    new epoch outranks every write the dead one could still have in flight."""
-    holder = store.client.get(LEASE_KEY)
-    if not holder:
-        return False
-    host, _, rest = str(holder).rpartition("-")[0].rpartition("-")
-    pid_text = rest
-    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
-        return False
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        pass  # dead
-    except PermissionError:
-        return False  # alive, another user's
-    else:
-        return False
-    started = time.monotonic()
-    taken = bool(DELETE_IF_HOLDER.call(store.client, [LEASE_KEY], [holder]))
-    if taken:
-        log_event(log, "coordinator.lease_taken_over", holder=str(holder),
-                  ms=round((time.monotonic() - started) * 1000, 1))
-    return taken

@@ -35,6 +35,7 @@ import trio
 
 from rsc.actors.logs import log_event
 from rsc.actors.store import STORE_IO_ERRORS
+from rsc.common.lua import Client as RedisClient
 from rsc.common.redact import MASK, redact_text
 from rsc.protocol import messages as m
 from rsc.protocol.codec import encode
@@ -190,14 +191,14 @@ def entry_text(body: Mapping[str, Any]) -> str:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
 
-def append_entry(client: redis.Redis, body: Mapping[str, Any]) -> str:
+def append_entry(client: RedisClient, body: Mapping[str, Any]) -> str:
     """XADD one entry to `rsc:audit`, capped (blocking). Its id."""
     entry_id = client.xadd(AUDIT_KEY, {"entry": entry_text(body)}, maxlen=AUDIT_MAX_ENTRIES,
                            approximate=True)
     return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
 
-def append_entries(client: redis.Redis, bodies: Sequence[Mapping[str, Any]]) -> list[str | None]:
+def append_entries(client: RedisClient, bodies: Sequence[Mapping[str, Any]]) -> list[str | None]:
     """XADD several entries in order, in one round trip (blocking): per entry, None when it
     was appended, else why not (a denied XADD, a wrong type at the key)."""
     if len(bodies) == 1:
@@ -211,7 +212,7 @@ def append_entries(client: redis.Redis, bodies: Sequence[Mapping[str, Any]]) -> 
     return [str(reply) if isinstance(reply, Exception) else None for reply in replies]
 
 
-def read_entries(client: redis.Redis, count: int, before_id: str | None) -> list[dict[str, Any]]:
+def read_entries(client: RedisClient, count: int, before_id: str | None) -> list[dict[str, Any]]:
     """The newest `count` entries (before `before_id` when given), newest first (blocking)."""
     top = "+" if before_id is None else f"({before_id}"
     found = client.xrevrange(AUDIT_KEY, top, "-", count=count)
@@ -240,7 +241,7 @@ class AuditLog:
     written (or lost), so an answer never goes out before its entry, and a burst of admin
     requests costs one thread hop per group instead of one per request."""
 
-    def __init__(self, client: redis.Redis, *, deadline_s: float,
+    def __init__(self, client: RedisClient, *, deadline_s: float,
                  metrics: AuditMetrics | None = None) -> None:
         self.client = client
         self.deadline_s = deadline_s

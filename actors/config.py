@@ -14,6 +14,12 @@ HANDSHAKE_TIMEOUT_S = 10.0
 DEFAULT_EMPTY_GROUP_RETENTION_MS = 604_800_000  # 7 days (B6)
 
 
+def store_deadline_ms(lease_ttl_ms: float) -> float:
+    """D4: how long a store call (a metadata write, a lease renewal, a shard round trip) may
+    take before it is abandoned and counts as failed: a third of the member lease TTL."""
+    return lease_ttl_ms / 3
+
+
 def _positive_or_none(_instance: object, attribute: attrs.Attribute, value: int | None) -> None:
     if value is not None and value < 1:
         raise ValueError(f"{attribute.name.replace('_', '-')} must be at least 1, got {value}")
@@ -118,6 +124,15 @@ class CoordinatorConfig:
                 f"--host {self.host} listens beyond loopback without {' and '.join(missing)}: "
                 "give both tokens (docs/operations/security.md says how to make them), or pass "
                 "--allow-unauthenticated to serve the endpoints open")
+
+    @property
+    def store_deadline_ms(self) -> float:
+        """D4's deadline of every store call, a third of the lease TTL (`store_deadline_ms`)."""
+        return store_deadline_ms(self.lease_ttl_ms)
+
+    @property
+    def store_deadline_s(self) -> float:
+        return self.store_deadline_ms / 1000
 
     @property
     def missing_tokens(self) -> list[str]:

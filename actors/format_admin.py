@@ -16,6 +16,7 @@ import trio
 from rsc.actors.logs import log_event
 from rsc.actors.records import LATEST_FORMAT_VERSION, format_change
 from rsc.actors.store import MetadataStore, StoreError
+from rsc.actors.store_deadline import StoreStalled, run_by_deadline
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 
@@ -47,18 +48,16 @@ class FormatVersionAdmin:
             return request.error(Status.UNSUPPORTED_FORMAT_VERSION, change.refusal)
         previous: int | None = current
         if change.changed:
-            previous = None
-            with trio.move_on_after(self.deadline_s):
-                try:
-                    previous = await trio.to_thread.run_sync(
-                        self.store.raise_format_version, request.format_version,
-                        abandon_on_cancel=True)
-                except StoreError as exc:
-                    return request.error(Status.COORDINATOR_NOT_AVAILABLE,
-                                         f"the format version was not written: {exc}")
-            if previous is None:  # D4: abandoned; the raise may still land, which is harmless
+            try:
+                previous = await run_by_deadline(
+                    trio.current_time() + self.deadline_s, "format version raise",
+                    self.store.raise_format_version, request.format_version)
+            except StoreStalled:  # D4: abandoned; the raise may still land, which is harmless
                 return request.error(Status.COORDINATOR_NOT_AVAILABLE,
                                      "Redis did not answer in time; retry")
+            except StoreError as exc:
+                return request.error(Status.COORDINATOR_NOT_AVAILABLE,
+                                     f"the format version was not written: {exc}")
             log_event(log, "store.format_raised", level=logging.WARNING, previous=previous,
                       format_version=request.format_version)
             if self.on_raised is not None:

@@ -19,13 +19,14 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import attrs
-import redis
 import trio
 
 from rsc.actors import shard_ops
 from rsc.actors.logs import log_event
 from rsc.actors.shard_reports import oldest_age
 from rsc.actors.store import StoreError
+from rsc.actors.store_deadline import run_by_deadline
+from rsc.common.lua import Client
 
 log = logging.getLogger("rsc.coordinator")
 
@@ -57,7 +58,7 @@ class LagMetrics(Protocol):
     def set_group_lag(self, figures: Sequence[GroupLag]) -> None: ...
 
 
-def read_group_lag(client: redis.Redis, reads: Sequence[PrefixGroups]) -> list[GroupLag]:
+def read_group_lag(client: Client, reads: Sequence[PrefixGroups]) -> list[GroupLag]:
     """Every group's counts and ages (blocking: two round trips in all). StoreError on failure."""
     wanted = [read for read in reads if read.groups]
     pairs = [(read.streams, read.groups) for read in wanted]
@@ -78,17 +79,16 @@ def read_group_lag(client: redis.Redis, reads: Sequence[PrefixGroups]) -> list[G
     return figures
 
 
-async def group_lag_loop(client: redis.Redis, source: Callable[[], list[PrefixGroups]],
+async def group_lag_loop(client: Client, source: Callable[[], list[PrefixGroups]],
                          metrics: LagMetrics, *, interval_s: float, deadline_s: float) -> None:
     """Read every group's lag every `interval_s` (the first read at once); a read slower than
     `deadline_s` is abandoned (D4) and the gauges keep their last values until the next."""
     while True:
         reads = source()
         try:
-            with trio.fail_after(deadline_s):
-                figures = await trio.to_thread.run_sync(read_group_lag, client, reads,
-                                                        abandon_on_cancel=True)
-        except (StoreError, trio.TooSlowError) as exc:
+            figures = await run_by_deadline(trio.current_time() + deadline_s, "group lag read",
+                                            read_group_lag, client, reads)
+        except StoreError as exc:  # StoreStalled too: abandoned at the deadline
             log_event(log, "metrics.group_lag_unread", level=logging.DEBUG, error=str(exc))
         else:
             metrics.set_group_lag(figures)

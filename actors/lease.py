@@ -1,6 +1,10 @@
-"""Lease continuity: whether this coordinator held its lease without a gap.
+"""The coordinator's lifecycle: its lease (D5), the store going back (K3, K4), K8's first look,
+K10's outage latch, and the instance id it holds the lease under.
 
-Pure: no trio, no Redis, `now` passed in.
+Pure: no trio, no Redis, `now` passed in. actors/app.py runs it: `CoordinatorLifecycle`
+takes each event (the lease taken, a renewal's outcome, what the store said of a lapse, a
+take-back, the store check, a fenced or failed write) and says what to do next; the shell
+does the I/O and hands back what it found. `WriteHealth` is `/readyz`'s latch (K10).
 
 docs/protocol.md, Data plane rules, D5. The coordinator renews the key
 `rsc:coordinator:lease` every tick; the key lapses `lease_ms` after the last
@@ -23,8 +27,11 @@ after a restart under a new coordinator epoch.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 
 import attrs
+
+from rsc.actors.records import PrefixSnapshot
 
 
 class Renewal(enum.Enum):
@@ -141,3 +148,294 @@ def waiting_line(holder: str | None, redis_url: str, lease_ms: float) -> str:
     return (f"waiting: coordinator {holder or '(unknown)'} holds the lease on {redis_url}; "
             f"taking over when it stops, or once its lease lapsed ({lease_ms / 1000:g} s without "
             "renewal) and stayed absent for a lease TTL")
+
+
+# --- the coordinator instance id ---------------------------------------------------------
+
+
+def instance_id(host: str, pid: int, nonce: str) -> str:
+    """The value a coordinator writes into `rsc:coordinator:lease`: `<host>-<pid>-<nonce>`
+    (a host name may hold dashes; the pid and the nonce do not)."""
+    return f"{host}-{pid}-{nonce}"
+
+
+def instance_host_pid(holder: str) -> tuple[str, int] | None:
+    """The host and pid an instance id names (`instance_id`), None when it names none."""
+    host, _, pid_text = holder.rpartition("-")[0].rpartition("-")
+    if not pid_text.isdigit():
+        return None
+    return host, int(pid_text)
+
+
+# --- K10: whether metadata writes work ----------------------------------------------------
+
+
+@attrs.frozen
+class OutageStarted:
+    """K10: the first failed write of an outage (`store.unavailable`)."""
+
+    error: str
+
+
+@attrs.frozen
+class OutageLasts:
+    """K10: a reminder while the outage lasts (`store.still_unavailable`)."""
+
+    seconds: float
+    failures: int
+    error: str
+
+
+@attrs.frozen
+class OutageEnded:
+    """K10: writes succeeded for the latch since the last failure (`store.available`)."""
+
+    seconds: float
+    failures: int
+
+
+OutageNotice = OutageStarted | OutageLasts | OutageEnded
+
+
+@attrs.define
+class WriteHealth:
+    """K10: the outage of metadata writes, from its first failed write to the end of the latch.
+
+    Ready again only once writes have succeeded for `latch_s` since the last failure, so a
+    store failing every other write is one outage and `/readyz` does not flap; the outage is
+    said once when it starts, at most every `reminder_s` while it lasts and once when it
+    ends. Pure: `now` (s) passed in; each transition returns what to log (None: nothing).
+    """
+
+    reminder_s: float
+    latch_s: float
+    last_write_ok: bool = True
+    down_since: float | None = None
+    last_failure: float = 0.0
+    last_reminder: float = 0.0
+    failures: int = 0
+
+    def failed(self, now: float, error: str) -> OutageNotice | None:
+        self.last_write_ok = False
+        self.failures += 1
+        self.last_failure = now
+        if self.down_since is None:
+            self.down_since = self.last_reminder = now
+            return OutageStarted(error)
+        if now - self.last_reminder >= self.reminder_s:
+            self.last_reminder = now
+            return OutageLasts(round(now - self.down_since, 1), self.failures, error)
+        return None
+
+    def succeeded(self, now: float) -> OutageNotice | None:
+        self.last_write_ok = True
+        return self.settle(now)
+
+    def settle(self, now: float) -> OutageNotice | None:
+        """The outage ends once writes succeeded for the latch since the last failure."""
+        if self.down_since is not None and self.last_write_ok \
+                and now - self.last_failure >= self.latch_s:
+            ended = OutageEnded(round(self.last_failure - self.down_since, 1), self.failures)
+            self.down_since, self.failures = None, 0
+            return ended
+        return None
+
+    @property
+    def healthy(self) -> bool:
+        return self.last_write_ok and self.down_since is None
+
+
+# --- the coordinator's lifecycle: D5, K3, K4, K8 ------------------------------------------
+
+
+class Next(enum.Enum):
+    """What the lease loop does next, as the lifecycle says (each I/O step's result goes back
+    to it: `lapse_found`, `retaken`, `store_checked`)."""
+
+    READ_LAPSE_FACTS = "read lapse facts"  # the lease broke: who holds it, the stored epoch
+    RETAKE = "retake"  # a plain lapse: take the key again under this epoch
+    CHECK_STORE = "check store"  # K3: read back what the store must still hold
+    HELD = "held"  # the lease is ours and the store has all it wrote: ready
+    FAILED = "failed"  # the renewal failed: nothing learnt, the next tick tries again
+    STEP_DOWN = "step down"  # the epoch ends: lapsed, taken, or the store went back
+
+
+@attrs.define
+class WentBack:
+    """K3: a store found to have lost writes of coordinator epoch `epoch`, and what memory
+    held of every prefix then (their rollback points), to write back."""
+
+    epoch: int
+    reason: str
+    memory: dict[str, PrefixSnapshot]
+
+
+@attrs.frozen
+class EpochEnd:
+    """How one coordinator epoch ended, and what comes next (D5, K3)."""
+
+    epoch: int
+    reason: str
+    verdict: LapseVerdict
+    writes_back: bool  # K3: the next epoch writes memory back rather than restoring from Redis
+
+    @property
+    def readiness(self) -> str:
+        """Why `/readyz` says 503 until the next epoch served."""
+        if self.writes_back:
+            return f"the store went back ({self.reason}); writing it back from memory"
+        return f"the coordinator lease lapsed ({self.reason})"
+
+    @property
+    def then(self) -> str:
+        if self.writes_back:
+            return ("sessions closed; writing every prefix back from memory under a new "
+                    "coordinator epoch")
+        return "sessions closed; restoring every prefix under a new coordinator epoch"
+
+
+@attrs.define
+class CoordinatorLifecycle:
+    """One coordinator process, epoch after epoch: the decisions of D5, K3 and K4 (and K8's
+    first look), as transitions. Pure: no I/O, `now` (monotonic ms) passed in; the shell
+    (actors/app.py) runs the I/O each transition asks for and hands back what it found.
+
+    An epoch starts when the lease is taken (`lease_taken`); each tick's renewal goes to
+    `renewal`, which says what to do next (`Next`): after a lapse, read the facts
+    (`lapse_found`: `lapse_verdict`), take the key back (`retaken`: expiries wait a member
+    lease TTL, H12), then check the store (`store_checked`, K3). `STEP_DOWN` ends the epoch;
+    `epoch_ended` then says why and whether memory is written back under the next epoch (K3,
+    K4: the store lost writes, and this coordinator served prefixes) or every prefix is
+    restored from Redis (D5: another coordinator held the lease or ran meanwhile, which also
+    drops a write-back still pending).
+    """
+
+    own_id: str
+    lease_ms: float  # the coordinator lease (`rsc:coordinator:lease`)
+    member_lease_ttl_ms: float  # a member's lease: the fresh lease after a lapse (H12)
+    epoch: int = 0
+    continuity: LeaseContinuity | None = None
+    served: bool = False  # an epoch served: Redis answered this process once (no exit 1)
+    went_back: WentBack | None = None  # K3: what the next epoch writes back, until it landed
+    lapse_reason: str | None = None  # why the epoch ends, when not its lease's own word
+    taken_back: str | None = None  # why the lease lapsed before the last time it was taken back
+
+    # --- an epoch starts ---------------------------------------------------------------
+
+    @property
+    def writes_back(self) -> bool:
+        """K3: the next epoch writes memory back (`went_back`)."""
+        return self.went_back is not None
+
+    def look(self, holder: str | None) -> str | None:
+        """The holder a waiting coordinator waits on: a key still naming this process (an
+        epoch of it that ended without releasing it, K3) is nobody's."""
+        return None if holder == self.own_id else holder
+
+    def look_failed(self, *, looked: bool) -> bool:
+        """A waiting coordinator's look at Redis failed: True to give up (exit 1, D3), only at
+        start while Redis never answered it; otherwise (a lapse, a write-back pending, K2,
+        K4) the outage is waited out."""
+        return not self.served and not self.writes_back and not looked
+
+    def lease_taken(self, epoch: int, now: float, *, others_ran: bool) -> bool:
+        """The lease is ours under `epoch` from `now`. Returns True when a pending write-back
+        is dropped: another coordinator held the lease meanwhile, its state wins (K3)."""
+        self.epoch = epoch
+        self.continuity = LeaseContinuity(lease_ms=self.lease_ms, confirmed_at=now)
+        self.lapse_reason = self.taken_back = None
+        dropped = self.writes_back and others_ran
+        if dropped:
+            self.went_back = None
+        return dropped
+
+    def served_epoch(self) -> None:
+        """The epoch restored (or wrote back) its prefixes and listens: nothing is pending."""
+        self.served = True
+        self.went_back = None
+
+    # --- each tick's renewal -----------------------------------------------------------
+
+    def _lease(self) -> LeaseContinuity:
+        assert self.continuity is not None, "no epoch started"
+        return self.continuity
+
+    def renewal(self, sent_at: float, outcome: Renewal) -> Next:
+        """A renewal sent at `sent_at` found `outcome` (FAILED: unanswered within D4's
+        deadline, or failed)."""
+        lease = self._lease()
+        lease.renewal(sent_at, outcome)
+        if outcome is Renewal.FAILED:
+            return Next.FAILED
+        return Next.CHECK_STORE if lease.broken is None else Next.READ_LAPSE_FACTS
+
+    def lapse_found(self, verdict: LapseVerdict) -> Next:
+        """What the store said of the lapse (`lapse_verdict`; STEP_DOWN when it said nothing)."""
+        if verdict is LapseVerdict.TAKE_BACK:
+            return Next.RETAKE
+        self._lease().verdict = verdict
+        return Next.STEP_DOWN
+
+    def retaken(self, taken: bool, now: float) -> Next:
+        """D5: the key was taken again at `now` (or not: someone ran after all, step down).
+        Every member gets a fresh lease: no expiry for one member lease TTL (H12)."""
+        lease = self._lease()
+        if not taken:
+            lease.verdict = LapseVerdict.TAKE_BACK
+            return Next.STEP_DOWN
+        self.taken_back = lease.broken
+        lease.resume(now, self.member_lease_ttl_ms)
+        return Next.CHECK_STORE
+
+    def store_checked(self, lost: str | None) -> Next:
+        """K3: why the store lost writes of this coordinator (None: it did not, or the check
+        did not answer in time)."""
+        if lost is None:
+            return Next.HELD
+        lease = self._lease()
+        lease.broken = f"the store went back: {lost}"
+        lease.verdict = LapseVerdict.STORE_WENT_BACK
+        return Next.STEP_DOWN
+
+    # --- an epoch ends -----------------------------------------------------------------
+
+    def fenced(self, error: str) -> None:
+        """A newer coordinator's epoch fenced a write of this one: its lease lapsed long ago."""
+        self.lapse_reason = error
+        self._lease().verdict = LapseVerdict.STEP_DOWN
+
+    def rewrite_failed(self, error: str) -> bool:
+        """The write-back (or the start) failed on the store: True when it is tried again
+        under a new epoch (a write-back was pending), False when it is the start's error."""
+        if not self.writes_back:
+            return False
+        self.lapse_reason = f"the rewrite failed: {error}"
+        return True
+
+    def epoch_ended(self, now: float, memory: Callable[[], dict[str, PrefixSnapshot]] | None
+                    ) -> EpochEnd:
+        """The epoch ended (its lease lapsed, was taken, or the store went back); whether the
+        next one writes `memory()` back (K3: every prefix's rollback point, which holds all
+        any answer revealed, H12; None: this epoch served no prefixes) or restores every
+        prefix from Redis."""
+        lease = self._lease()
+        reason = self.lapse_reason or lease.lapse(now) or "the lease lapsed"
+        verdict = lease.verdict or LapseVerdict.STEP_DOWN
+        if not self.writes_back and verdict is LapseVerdict.STORE_WENT_BACK and memory is not None:
+            self.went_back = WentBack(epoch=self.epoch, reason=reason, memory=memory())
+        self.lapse_reason = None
+        return EpochEnd(epoch=self.epoch, reason=reason, verdict=verdict,
+                        writes_back=self.writes_back)
+
+
+def looks_for_lost_store(*, store_id: str | None, from_clients: bool, writes_back: bool) -> bool:
+    """K8: an epoch that knows no storeId and writes nothing back first looks whether the store
+    holds one (none, and no metadata either: it was lost with the coordinator, and the clients
+    present what they knew)."""
+    return store_id is None and not from_clients and not writes_back
+
+
+def writes_store_id(*, store_id: str | None, from_clients: bool) -> bool:
+    """K8: the storeId is written (kept, or a new one) at the epoch's start unless it waits
+    for the clients to present theirs."""
+    return store_id is not None or not from_clients

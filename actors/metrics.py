@@ -54,7 +54,7 @@ process, as in tests, never share counters). The coordinator calls:
 `prefix` and `group`.
 
 `serve_metrics(metrics, host, port, health=...)` serves `GET /metrics` in the
-Prometheus text format from a trio task, and with `health` (actors.app.Readiness)
+Prometheus text format from a trio task, and with `health` (actors.readiness.Readiness)
 `GET /healthz` and `GET /readyz` (`routes`; rsc/common/http_server.py serves them).
 """
 
@@ -573,7 +573,7 @@ class CoordinatorMetrics:
 
 
 class Health(Protocol):
-    """What `/readyz` asks (actors.app.Readiness): ready, holding the lease, and why not."""
+    """What `/readyz` asks (actors.readiness.Readiness): ready, holding the lease, and why not."""
 
     @property
     def ready(self) -> bool: ...

@@ -9,7 +9,7 @@ actors/server.py `Reply`, or one awaited inside the coordinator, `Collect`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from rsc.actors.group import Event, GroupMachine
 from rsc.actors.shard_reports import RetentionResult
@@ -36,6 +36,15 @@ class ReplySlot(Protocol):
     def resolve(self, message: m.Response) -> None: ...
 
 
+class WriteReport(Protocol):
+    """Who hears whether each metadata write worked, a lease renewal's included (K10: rsc's
+    actors/readiness.py `Readiness`); a call abandoned at its D4 deadline is a failed write."""
+
+    def write_succeeded(self) -> None: ...
+
+    def write_failed(self, error: str) -> None: ...
+
+
 class RetentionMetrics(Protocol):
     def observe_retention(self, prefix: str, results: Sequence[RetentionResult]) -> None: ...
 
@@ -57,7 +66,7 @@ class PrefixMetrics(RetentionMetrics, Protocol):
 
     def set_group_state(self, prefix: str, group: str, machine: GroupMachine) -> None: ...
 
-    def group_forgotten(self, group: Any) -> None: ...
+    def group_forgotten(self, group: tuple[str, str]) -> None: ...  # (prefix, group)
 
     def observe_restored_from_clients(self) -> None: ...
 

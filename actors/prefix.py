@@ -430,6 +430,14 @@ class PrefixMachine:
             outcome = yield from self._io(retention_pass, now_ms)
             self.trimming.ran(beside=outcome.ok and outcome.value == RUNS_BESIDE, sent=outcome.ok)
 
+    def lag_read(self, group: str, now_ms: int
+                 ) -> Generator[IORequest, Outcome, list[ShardLag] | None]:
+        """One group's lag outside a batch's flush: a watch's look (B4) or an expiry notice
+        (B6), as a typed I/O request like the batch's; None when the read failed, or (D4)
+        while an abandoned call runs: then nothing is sent."""
+        outcome = yield from self._io(LagRead(group, self.live_streams()), now_ms)
+        return outcome.value if outcome.ok else None
+
     def _io(self, step: IORequest, now_ms: int) -> Generator[IORequest, Outcome, Outcome]:
         """Yield `step` and return its outcome; D4: while an abandoned call runs nothing is
         sent, the step fails at once as stalled."""

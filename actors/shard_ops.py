@@ -39,7 +39,7 @@ from rsc.actors.shard_reports import drain_report as drain_report
 from rsc.actors.store import STORE_IO_ERRORS, StoreError
 from rsc.common import server_features
 from rsc.common.lag import ends_commands, lag_from_ends
-from rsc.common.lua import Call, Reply, Script, load_all, reply_int, reply_list
+from rsc.common.lua import Call, Client, Reply, Script, load_all, reply_int, reply_list
 
 STORE_ID_KEY = "rsc:store-id"
 
@@ -63,7 +63,7 @@ DRAIN_SCRIPT = Script("stream_ids", "drain")
 AGES_SCRIPT = Script("stream_ids", "ages")  # C4: the node's TIME and the oldest entries' ids
 
 
-def load_scripts(client: redis.Redis) -> None:
+def load_scripts(client: Client) -> None:
     """Load every script now (at start), so the first call costs one round trip too."""
     try:
         load_all(client, (RETENTION_SCRIPT, DRAIN_SCRIPT, AGES_SCRIPT))
@@ -83,7 +83,7 @@ def _raise_errors(what: str, streams: Sequence[str], results: Sequence[object]) 
 PENDING_LOOKED_AT = 100  # the oldest pending entries whose delivery counts describeGroup shows
 
 
-def shard_lag(client: redis.Redis, streams: Sequence[str], group: str) -> list[ShardLag]:
+def shard_lag(client: Client, streams: Sequence[str], group: str) -> list[ShardLag]:
     """Length, last-delivered id, lag, pending, oldest pending idle time and the highest
     delivery count among the oldest pending entries (P1), per shard.
 
@@ -158,13 +158,13 @@ def _ages(stream: str, groups: Sequence[str], reply: Reply) -> dict[str, ShardAg
             for n, group in enumerate(groups)}
 
 
-def group_ages(client: redis.Redis, streams: Sequence[str], groups: Sequence[str]
+def group_ages(client: Client, streams: Sequence[str], groups: Sequence[str]
                ) -> dict[str, list[ShardAges]]:
     """C4: per group, its ages on every shard whose script answered (one round trip)."""
     return group_ages_many(client, [(streams, groups)])[0]
 
 
-def group_ages_many(client: redis.Redis, reads: Sequence[tuple[Sequence[str], Sequence[str]]]
+def group_ages_many(client: Client, reads: Sequence[tuple[Sequence[str], Sequence[str]]]
                     ) -> list[dict[str, list[ShardAges]]]:
     """`group_ages` of many prefixes, (streams, groups) each, in ONE round trip (one ages
     script per shard): the source of `rsc_group_lag_seconds` and `rsc_group_pending_age_seconds`."""
@@ -194,7 +194,7 @@ def _queue_ends(pipe: redis.client.Pipeline, stream: str) -> None:
         pipe.execute_command(*command, NEVER_DECODE=True)
 
 
-def group_totals(client: redis.Redis, streams: Sequence[str],
+def group_totals(client: Client, streams: Sequence[str],
                  groups: Sequence[str]) -> dict[str, GroupTotals]:
     """Lag and pending sums of several groups of one prefix (listGroups): one XINFO GROUPS per shard.
 
@@ -208,7 +208,7 @@ def group_totals(client: redis.Redis, streams: Sequence[str],
     return result
 
 
-def group_totals_many(client: redis.Redis, reads: Sequence[tuple[Sequence[str], Sequence[str]]]
+def group_totals_many(client: Client, reads: Sequence[tuple[Sequence[str], Sequence[str]]]
                       ) -> list[dict[str, GroupTotals] | StoreError]:
     """`group_totals` of many prefixes, (streams, groups) each: ONE pipeline of XINFO GROUPS,
     and a second only for the shards where Redis gives some group no lag (`known_lag` needs
@@ -277,7 +277,7 @@ def _retention_result(stream: str, counts: list[Reply]) -> RetentionResult:
                            removed_unconsumed=reply_int(counts[2]), length=reply_int(counts[3]))
 
 
-def apply_retention(client: redis.Redis, streams: Sequence[str], groups: Sequence[str], *,
+def apply_retention(client: Client, streams: Sequence[str], groups: Sequence[str], *,
                     acked: bool, max_length: int | None, max_age_ms: int | None,
                     now_ms: int) -> list[RetentionResult]:
     """One retention pass over a prefix's shards (T1..T3), one script per shard, one round trip.
@@ -306,7 +306,7 @@ class RetentionCall(NamedTuple):
     max_age_ms: int | None
 
 
-def apply_retention_many(client: redis.Redis, calls: Sequence[RetentionCall],
+def apply_retention_many(client: Client, calls: Sequence[RetentionCall],
                          now_ms: int) -> list[list[RetentionResult] | StoreError]:
     """`apply_retention` of many prefixes in ONE pipeline (T1..T3, each shard its own script);
     a pass with a failed shard comes back as its StoreError (the others still count)."""
@@ -337,7 +337,7 @@ def apply_retention_many(client: redis.Redis, calls: Sequence[RetentionCall],
     return out
 
 
-def supports_xackdel(client: redis.Redis) -> bool:
+def supports_xackdel(client: Client) -> bool:
     """Whether every master has XACKDEL (rsc/common/server_features.py asks the server)."""
     try:
         return server_features.supports_xackdel(client)
@@ -348,7 +348,7 @@ def supports_xackdel(client: redis.Redis) -> bool:
 # --- drain -----------------------------------------------------------------------------
 
 
-def drain_counts(client: redis.Redis, streams: Sequence[str],
+def drain_counts(client: Client, streams: Sequence[str],
                  groups: Sequence[str]) -> list[DrainCount]:
     """Per (shard, group): entries after last-delivered that still exist, and pending (R2, G2).
 
@@ -375,7 +375,7 @@ def drain_counts(client: redis.Redis, streams: Sequence[str],
 # --- store identity --------------------------------------------------------------------
 
 
-def read_store_id(client: redis.Redis) -> str | None:
+def read_store_id(client: Client) -> str | None:
     """The `rsc:store-id` this Redis holds, None when it holds none (K8: lost, or new)."""
     try:
         stored = client.get(STORE_ID_KEY)
@@ -384,7 +384,7 @@ def read_store_id(client: redis.Redis) -> str | None:
     return None if stored is None else _text(stored)
 
 
-def ensure_store_id(client: redis.Redis, known: str | None = None) -> str:
+def ensure_store_id(client: Client, known: str | None = None) -> str:
     """The id of this Redis (`rsc:store-id`): written once, and again whenever it is missing.
 
     `known` is the id the coordinator already holds; it is written back if the key went

@@ -18,21 +18,18 @@ schedule brings it again within ten ticks (actors/prefix_schedule.py). listGroup
 from __future__ import annotations
 
 import collections
-import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import trio
 
 from rsc.actors import shard_ops
-from rsc.actors.logs import log_event
 from rsc.actors.prefix_io import RetentionPass
 from rsc.actors.shard_reports import GroupTotals, RetentionResult
-from rsc.actors.store import STORE_IO_ERRORS, StoreError
-
-log = logging.getLogger("rsc.coordinator")
+from rsc.actors.store import StoreError
+from rsc.actors.store_deadline import AbandonedCall, OutageLine, StoreStalled, run_by_deadline
+from rsc.common.lua import Client
 
 RETENTION_STREAMS_PER_ROUND_TRIP = 256  # a pass over 4,096 shards held the GIL for 160 ms
 TOTALS_STREAMS_PER_ROUND_TRIP = 2048
@@ -84,7 +81,7 @@ class _Totals(_Job[dict[str, GroupTotals]]):
 class ShardWork:
     """One task running every prefix's retention passes and listGroups reads in shared pipelines."""
 
-    def __init__(self, client: Any, *, deadline_s: float, metrics: RetentionMetrics | None = None,
+    def __init__(self, client: Client, *, deadline_s: float, metrics: RetentionMetrics | None = None,
                  pause_s: float = PAUSE_S,
                  retention_streams: int = RETENTION_STREAMS_PER_ROUND_TRIP,
                  totals_streams: int = TOTALS_STREAMS_PER_ROUND_TRIP,
@@ -101,8 +98,8 @@ class ShardWork:
             collections.OrderedDict()
         self._totals: collections.deque[_Totals] = collections.deque()
         self._queued = trio.Event()
-        self._abandoned: threading.Event | None = None  # a round trip past its deadline, running
-        self.readable = True  # the last round trip worked (to log outages once)
+        self._abandoned: AbandonedCall | None = None  # a round trip past its deadline, running
+        self.outage = OutageLine()  # failed round trips: logged once per outage
         self.round_trips = 0
         self.passes = 0
 
@@ -189,14 +186,9 @@ class ShardWork:
         try:
             results = await self._call(fn, jobs)
         except StoreError as exc:
-            if self.readable:
-                log_event(log, "shards.unreadable", level=logging.WARNING, error=str(exc),
-                          prefixes=len(jobs))
-            self.readable = False
+            self.outage.failed(str(exc), prefixes=len(jobs))
         else:
-            if not self.readable:
-                log_event(log, "shards.readable")
-            self.readable = True
+            self.outage.worked()
         finally:
             self.round_trips += 1
             for index, job in enumerate(jobs):
@@ -208,24 +200,14 @@ class ShardWork:
                     jobs: Sequence[_Job[_Result]]) -> list[_Result | StoreError]:
         abandoned = self._abandoned
         if abandoned is not None:
-            if not abandoned.is_set():
+            if not abandoned.done.is_set():
                 raise StoreError("the store has not answered a shard round trip abandoned earlier")
             self._abandoned = None
-        finished = threading.Event()
-
-        def run() -> list[_Result | StoreError]:
-            try:
-                return fn(jobs)
-            except StoreError:
-                raise
-            except STORE_IO_ERRORS as exc:
-                raise StoreError(f"shard round trip failed: {type(exc).__name__}: {exc}") from exc
-            finally:
-                finished.set()
-
-        with trio.move_on_after(self.deadline_s):
-            return await trio.to_thread.run_sync(run, abandon_on_cancel=True)
-        self._abandoned = finished
+        try:
+            return await run_by_deadline(trio.current_time() + self.deadline_s,
+                                         "shard round trip", fn, jobs)
+        except StoreStalled as stalled:
+            self._abandoned = stalled.call
         raise StoreError(f"a shard round trip took longer than {round(self.deadline_s * 1000)} ms "
                          "and was abandoned; retry with backoff")
 

@@ -37,12 +37,13 @@ import socket
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import cast
 
 import redis
 
-from rsc.actors.lease import Renewal
+from rsc.actors.lease import Renewal, instance_host_pid, instance_id
 from rsc.actors.logs import log_event
+from rsc.actors.ports import WriteReport
 from rsc.actors.records import (
     COORDINATOR_EPOCH_FIELD,
     LATEST_FORMAT_VERSION,
@@ -66,7 +67,7 @@ from rsc.actors.store_rewrite import (
     went_back,
     went_back_epoch,
 )
-from rsc.common.lua import Command, Reply, Script, Word, pipelined, reply_int
+from rsc.common.lua import Client, Command, Reply, Script, Word, pipelined, reply_int
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import connect, error_text, failure_text, is_cluster
 from rsc.protocol.routing import owner_key, seal_key
@@ -93,6 +94,7 @@ end
 return false
 """
 RENEW_LEASE = Script("renew_lease")
+DELETE_IF_HOLDER = Script("delete_if_holder")  # a dead local coordinator's lease, if still its
 RELEASE_LEASE = Script("release_lease")
 MOVE_OFFSETS = Script("move_offsets")
 RAISE_FORMAT_VERSION = Script("raise_format_version")
@@ -135,16 +137,17 @@ class MetadataStore:
     """Reads and check-and-set writes of the per-prefix metadata hashes."""
 
     def __init__(self, redis_url: str, *, lease_ms: int, min_replicas: int = 0,
-                 wait_timeout_ms: int = 1000) -> None:
+                 wait_timeout_ms: int = 1000, report: WriteReport | None = None) -> None:
         self.redis_url = redact_url(redis_url)  # as shown in lines and errors (K7)
+        self.report = report  # told whether each metadata write worked (K10: readiness)
         try:  # one server, a cluster through any one of its nodes, or Sentinel's master
-            self.client: Any = connect(redis_url, decode_responses=True,
+            self.client: Client = connect(redis_url, decode_responses=True,
                                        socket_timeout=5, socket_connect_timeout=5)
         except (redis.RedisError, ValueError) as exc:  # ValueError: a URL it cannot use
             raise StoreError(f"cannot use Redis at {self.redis_url}: "
                              f"{failure_text(exc, self.redis_url)}") from exc
         self.lease_ms = lease_ms
-        self.instance_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.instance_id = instance_id(socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8])
         self.coordinator_epoch = 0
         self.format_version = LATEST_FORMAT_VERSION  # the store's, once load_all has read it
         # one server: the owner tokens join the hash's script; a cluster keeps them in the
@@ -280,8 +283,35 @@ class MetadataStore:
                              f"{failure_text(exc, self.redis_url)}") from exc
         return (None if holder is None else str(holder)), (None if epoch is None else int(epoch))
 
+    def take_over_dead_local_holder(self) -> bool:
+        """Drop the lease of a coordinator that died on this host (its pid is gone), so a restart
+        after SIGKILL need not wait for the lease to lapse. Fencing still guards the takeover: the
+        new epoch outranks every write the dead one could still have in flight."""
+        holder = self.client.get(LEASE_KEY)
+        if not holder:
+            return False
+        named = instance_host_pid(str(holder))
+        if named is None or named[0] != socket.gethostname() or named[1] == os.getpid():
+            return False
+        try:
+            os.kill(named[1], 0)
+        except ProcessLookupError:
+            pass  # dead
+        except PermissionError:
+            return False  # alive, another user's
+        else:
+            return False
+        started = time.monotonic()
+        taken = bool(DELETE_IF_HOLDER.call(self.client, [LEASE_KEY], [holder]))
+        if taken:
+            log_event(log, "coordinator.lease_taken_over", holder=str(holder),
+                      ms=round((time.monotonic() - started) * 1000, 1))
+        return taken
+
     def stalled(self, error: str) -> None:
-        """A call on this store passed its D4 deadline and was abandoned (a hook: readiness)."""
+        """A call on this store passed its D4 deadline and was abandoned: a failed write."""
+        if self.report is not None:
+            self.report.write_failed(error)
 
     # --- metadata ------------------------------------------------------------------
 
@@ -289,11 +319,11 @@ class MetadataStore:
         """Every prefix's metadata, replayed from its hash, once its format version is known
         to be one this code reads (UnsupportedFormatVersion otherwise, before anything is read)."""
         try:
-            prefixes: set[str] = self.client.smembers(PREFIXES_KEY)
+            prefixes = cast("set[str]", self.client.smembers(PREFIXES_KEY))  # decoded
             self.format_version = self._check_format_version(fresh=not prefixes)
             result: dict[str, PrefixSnapshot] = {}
             for prefix in sorted(prefixes):
-                fields: dict[str, str] = self.client.hgetall(meta_key(prefix))
+                fields = cast("dict[str, str]", self.client.hgetall(meta_key(prefix)))
                 result[prefix] = replay(fields)
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot load the metadata: {error_text(exc)}") from exc
@@ -309,7 +339,7 @@ class MetadataStore:
             self.client.set(FORMAT_VERSION_KEY, initial, nx=True)
             stored = self.client.get(FORMAT_VERSION_KEY)
         try:
-            version = stored_format_version(stored)
+            version = stored_format_version(cast("str | None", stored))  # decoded
         except ValueError as exc:
             raise UnsupportedFormatVersion(f"{FORMAT_VERSION_KEY} {exc}") from None
         refusal = load_refusal(version, LATEST_FORMAT_VERSION)
@@ -332,12 +362,26 @@ class MetadataStore:
     def load_prefix(self, prefix: str) -> PrefixSnapshot | None:
         """One prefix's metadata (None if it has none), to reload a failed actor."""
         try:
-            fields: dict[str, str] = self.client.hgetall(meta_key(prefix))
+            fields = cast("dict[str, str]", self.client.hgetall(meta_key(prefix)))
         except STORE_IO_ERRORS as exc:
             raise StoreError(f"cannot load the metadata of {prefix!r}: {error_text(exc)}") from exc
         return replay(fields) if fields else None
 
     def write(self, prefix: str, changes: Changes, owners: Iterable[OwnerToken] = ()) -> None:
+        """`_write`, its success or failure told to `report` (a fenced write is no outage:
+        this coordinator is stopping)."""
+        try:
+            self._write(prefix, changes, owners)
+        except StoreFenced:
+            raise
+        except Exception as exc:
+            if self.report is not None:
+                self.report.write_failed(str(exc))
+            raise
+        if self.report is not None:
+            self.report.write_succeeded()
+
+    def _write(self, prefix: str, changes: Changes, owners: Iterable[OwnerToken]) -> None:
         """Check-and-set the hash fields of `changes` and (only if that held) the owner tokens.
 
         On one Redis server both are one script call: one atomic step. With
@@ -440,12 +484,14 @@ class MetadataStore:
         (a failover of any master's node to a replica that was behind shows there)."""
         if self.atomic_owner_tokens:
             return [MARK_KEY]
-        masters = {node.name for node in self.client.get_primaries()}
-        slots = self.client.nodes_manager.slots_cache
+        cluster = self.client
+        assert isinstance(cluster, redis.RedisCluster)  # not atomic: a cluster (is_cluster)
+        masters = {node.name for node in cluster.get_primaries()}
+        slots = cluster.nodes_manager.slots_cache
         found: dict[str, str] = {}
         for tag in range(1 << 16):
             key = mark_key(str(tag))
-            nodes = slots.get(self.client.keyslot(key))
+            nodes = slots.get(cluster.keyslot(key))
             if nodes and nodes[0].name in masters:
                 found.setdefault(nodes[0].name, key)
                 if len(found) == len(masters):
@@ -502,7 +548,7 @@ class MetadataStore:
         try:
             self.client.set(FORMAT_VERSION_KEY, self.format_version)
             for prefix, snapshot in sorted(memory.items()):
-                stored: dict[str, str] = self.client.hgetall(meta_key(prefix))
+                stored = cast("dict[str, str]", self.client.hgetall(meta_key(prefix)))
                 plan = prefix_rewrite(snapshot, stored)
                 if plan.streams:
                     pipe = self.client.pipeline(transaction=False)
@@ -570,7 +616,7 @@ class StreamAdmin:
     Drain is measured by actors/shard_ops.py (`drain_counts`), which knows retention.
     """
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: Client) -> None:
         self.client = client
 
     def seal(self, streams: Iterable[str]) -> None:

@@ -1,49 +1,30 @@
 """The D4 deadline of one prefix's store calls: each on a worker thread, abandoned at its deadline.
 
 The store I/O of one batch (the drain check, the checkpoint, offset moves, cleanup, and
-each shard read) has a deadline of a third of the lease TTL. Past it the worker thread is
-abandoned (it finishes in the background), the call fails as `StoreStalled`, and the prefix
-machine is told (`on_abandoned`): it sends nothing else for the prefix until the thread
-returns, which the actor reports at its next batch (`returned`), landed or not.
-
-Why a trio deadline around an abandonable thread rather than a per-call redis-py
-`socket_timeout`: one checkpoint is several round trips (create, seal, retire, hash), so
-a per-call timeout does not bound the batch; a timeout shorter than a slow but healthy big
-write would fail it for good; and the pool's fixed timeout is shared with the lease renewal
-and loads.
+each shard read) has a deadline of a third of the lease TTL, run by
+actors/store_deadline.py. Past it the worker thread is abandoned (it finishes in the
+background), the call fails as `StoreStalled`, and the prefix machine is told
+(`on_abandoned`): it sends nothing else for the prefix until the thread returns, which the
+actor reports at its next batch (`returned`), landed or not.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import trio
 
 from rsc.actors.logs import log_event
 from rsc.actors.ports import PrefixMetrics
 from rsc.actors.prefix_io import Checkpoint
-from rsc.actors.store import STORE_IO_ERRORS, MetadataStore, StoreError
+from rsc.actors.store import MetadataStore, StoreError
+from rsc.actors.store_deadline import AbandonedCall, OutageLine, StoreStalled, run_by_deadline
 
 log = logging.getLogger("rsc.coordinator")
 
 T = TypeVar("T")
-
-
-class StoreStalled(StoreError):
-    """A store call passed its D4 deadline and was abandoned."""
-
-
-class _Call:
-    """One store call on a worker thread; `done` is set by the thread when it returns."""
-
-    def __init__(self, what: str, checkpoint: Checkpoint | None) -> None:
-        self.what = what
-        self.checkpoint = checkpoint  # a metadata write: adopted if it finishes after all
-        self.ok = False
-        self.done = threading.Event()
 
 
 class StoreCalls:
@@ -58,8 +39,8 @@ class StoreCalls:
         self.on_abandoned = on_abandoned
         self.metrics = metrics
         self.abandoned_calls = 0
-        self.readable = True  # the last shard read worked (to log outages once)
-        self._abandoned: _Call | None = None
+        self.outage = OutageLine(prefix)  # shard reads: logged once per outage
+        self._abandoned: AbandonedCall | None = None
 
     @property
     def abandoned(self) -> bool:
@@ -75,26 +56,14 @@ class StoreCalls:
         self._abandoned = None
         return call.ok
 
-    async def call(self, deadline: float, what: str, fn: Callable[..., T], *args: Any,
+    async def call(self, deadline: float, what: str, fn: Callable[..., T], *args: object,
                    checkpoint: Checkpoint | None = None) -> T:
         """`fn(*args)` on a worker thread, abandoned at `deadline` (D4): StoreStalled then.
         Every I/O failure comes back as a StoreError."""
-        call = _Call(what, checkpoint)
-
-        def run() -> T:
-            try:
-                result = fn(*args)
-                call.ok = True
-                return result
-            except StoreError:
-                raise
-            except STORE_IO_ERRORS as exc:  # any I/O failure the store did not convert
-                raise StoreError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
-            finally:
-                call.done.set()
-
-        with trio.move_on_at(deadline):
-            return await trio.to_thread.run_sync(run, abandon_on_cancel=True)
+        try:
+            return await run_by_deadline(deadline, what, fn, *args)
+        except StoreStalled as stalled:
+            call = stalled.call
         self._abandoned = call
         self.abandoned_calls += 1
         deadline_ms = round(self.deadline_s * 1000)
@@ -105,9 +74,9 @@ class StoreCalls:
         log_event(log, "store.call_abandoned", level=logging.WARNING, prefix=self.prefix, call=what,
                   deadline_ms=deadline_ms)
         raise StoreStalled(f"the {what} took longer than {deadline_ms} ms (a third of the lease) "
-                           "and was abandoned; retry with backoff")
+                           "and was abandoned; retry with backoff", call)
 
-    async def read(self, operation: Callable[..., T], *args: Any,
+    async def read(self, operation: Callable[..., T], *args: object,
                    deadline: float | None = None) -> T | None:
         """A shard_ops call on the store's client; None when Redis failed (logged once per
         outage). Bounded like every store call: by `deadline`, or a third of the lease."""
@@ -117,12 +86,7 @@ class StoreCalls:
         try:
             result = await self.call(deadline, what, operation, self.store.client, *args)
         except StoreError as exc:
-            if self.readable:
-                log_event(log, "shards.unreadable", level=logging.WARNING, prefix=self.prefix,
-                          error=str(exc))
-            self.readable = False
+            self.outage.failed(str(exc))
             return None
-        if not self.readable:
-            log_event(log, "shards.readable", prefix=self.prefix)
-        self.readable = True
+        self.outage.worked()
         return result

@@ -112,7 +112,7 @@ class PrefixSteps:
 
     def _log_failure(self, step: StoreStep, exc: StoreError) -> None:
         if isinstance(step, Checkpoint):
-            # the outage itself is logged once for the whole coordinator (app.Readiness)
+            # the outage itself is logged once for the whole coordinator (actors/readiness.py)
             if self.healthy:
                 log_event(log, "prefix.write_failed", level=logging.DEBUG, prefix=self.prefix,
                           error=str(exc))

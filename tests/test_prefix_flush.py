@@ -14,6 +14,7 @@ from rsc.actors.prefix_io import (
     DrainQuery,
     LagRead,
     MoveOffsets,
+    Outcome,
     RetentionPass,
 )
 from rsc.actors.prefix_retention import RETENTION_EVERY_TICKS
@@ -303,3 +304,30 @@ def test_t1_d4_a_pass_not_sent_while_the_store_is_stalled_is_held():
     driver.machine.abandoned_call_returned(landed=False, now_ms=driver.now)
     driver.batch([])
     assert kinds(driver) == [Deliver, RetentionPass]
+
+
+def test_d4_a_watch_or_expiry_lag_read_is_an_io_request_through_the_same_gate():
+    driver = Driver()
+    ok(driver.one(set_shards(2)))
+    ok(driver.join("a"))
+    reads = driver.machine.lag_read(GROUP, driver.now)
+    assert next(reads) == LagRead(GROUP, driver.machine.live_streams())
+    lags: list[ShardLag] = []
+    try:
+        reads.send(Outcome(lags))
+        raise AssertionError("one read, then the lags")
+    except StopIteration as done:
+        assert done.value is lags
+    failed = driver.machine.lag_read(GROUP, driver.now)
+    next(failed)
+    try:
+        failed.send(Outcome(error="the shards could not be read"))
+    except StopIteration as done:
+        assert done.value is None
+    driver.machine.call_abandoned("drain check")
+    gated = driver.machine.lag_read(GROUP, driver.now)
+    try:
+        next(gated)
+        raise AssertionError("a lag read was sent while an abandoned call runs")
+    except StopIteration as done:
+        assert done.value is None

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import redis
 
+from rsc.common.lua import Client
+
 __all__ = ["COORDINATOR_PROBES", "MEMBER_PROBES", "PROBE_KEY", "PROBE_STREAM", "PRODUCER_PROBES",
            "MissingPermission", "probe_permissions"]
 
@@ -77,7 +79,7 @@ class MissingPermission(redis.exceptions.NoPermissionError):
         self.permission = permission
 
 
-def probe_permissions(client: redis.Redis, probes: Sequence[Probe], *, role: str,
+def probe_permissions(client: Client, probes: Sequence[Probe], *, role: str,
                       shown_url: str | None = None) -> None:
     """Run each probe once; raise MissingPermission naming the first permission refused.
     Connection errors are raised as they are (the caller retries those)."""
