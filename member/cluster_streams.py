@@ -35,29 +35,34 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from rsc.common.lua import Command, Reply, Word, reply_int, reply_list
+from rsc.common.lua import Command, Reply, Word, reply_int
 from rsc.common.server_features import supports_xackdel
-from rsc.member.streams import (
+from rsc.member.stream_commands import (
     ACK_SCRIPT,
     ATTEMPT_SCRIPT,
     PRODUCE_SCRIPT,
-    UNPARSED_COMMANDS,
     Claimed,
     FlatEntry,
-    ProduceOps,
-    StreamOps,
+    StreamEntries,
     WriteResult,
-    _by_stream,
-    _text,
-    _unparsed_reply,
     ack_calls,
     acked_counts,
+    attempt_call,
+    autoclaim_command,
+    autoclaimed,
+    by_stream,
+    produce_calls,
+    read_command,
+    write_result,
+)
+from rsc.member.streams import (
+    ProduceOps,
+    StreamOps,
     claimed_details,
     group_lags,
     pending_counts,
-    write_result,
+    unparsed_client,
 )
-from rsc.protocol.routing import owner_key, seal_key
 
 ATTEMPTS = 6
 RETRY_PAUSE_S = 0.05
@@ -78,10 +83,7 @@ class NodeRouter:
         pool = node.redis_connection.connection_pool
         client = self._unparsed.get(node.name)
         if client is None or client.connection_pool is not pool:
-            client = redis.Redis(connection_pool=pool)
-            for command in UNPARSED_COMMANDS:
-                client.set_response_callback(command, _unparsed_reply)
-            self._unparsed[node.name] = client
+            client = self._unparsed[node.name] = unparsed_client(pool)
         return client
 
     def _refresh(self) -> None:
@@ -240,7 +242,7 @@ class ClusterStreamOps(StreamOps):
         self._queued_reads.append((tuple(shards), count, block_ms))
         self.reads_sent += 1
 
-    def receive_read(self) -> list[tuple[str, list[FlatEntry]]]:
+    def receive_read(self) -> StreamEntries:
         if not self._queued_reads:
             raise RuntimeError("no read in flight")
         shards, count, block_ms = self._queued_reads[0]
@@ -257,21 +259,20 @@ class ClusterStreamOps(StreamOps):
         self._queued_reads.clear()
         self.reads_sent = 0
 
-    def read_new_raw(self, shards: Sequence[str], *, count: int, block_ms: int
-                     ) -> list[tuple[str, list[FlatEntry]]]:
+    def read_new_raw(self, shards: Sequence[str], *, count: int, block_ms: int) -> StreamEntries:
         """Never-delivered entries of `shards`, waiting up to block_ms (0: not at all) for some."""
         if not shards:
             return []
-        commands = [(shard, ("XREADGROUP", "GROUP", self.consumer_group, self.consumer,
-                             "COUNT", count, "STREAMS", shard, ">")) for shard in shards]
+        commands = [(shard, read_command(self.consumer_group, self.consumer, [shard], count=count,
+                                         block_ms=None)) for shard in shards]
         deadline = time.monotonic() + max(block_ms, 0) / 1000
         pause = POLL_MIN_S
         while True:
-            found: list[tuple[str, list[FlatEntry]]] = []
+            found: StreamEntries = []
             for reply in self.router.execute(commands):
                 if isinstance(reply, Exception):
                     raise reply
-                found += [(stream, entries) for stream, entries in _by_stream(reply) if entries]
+                found += [(stream, entries) for stream, entries in by_stream(reply) if entries]
             remaining = deadline - time.monotonic()
             if found or remaining <= 0:
                 return found
@@ -280,24 +281,19 @@ class ClusterStreamOps(StreamOps):
 
     def claim_pending_raw(self, shard: str, start: str, *, count: int
                           ) -> tuple[str, list[FlatEntry]]:
-        reply = self.router.call(shard, "XAUTOCLAIM", shard, self.consumer_group, self.consumer,
-                                 0, start, "COUNT", count)
-        cursor, entries = reply_list(reply)[:2]
-        if not isinstance(cursor, str | bytes):
-            raise TypeError(f"expected XAUTOCLAIM's cursor, got {cursor!r}")
-        return _text(cursor), [entry for entry in reply_list(entries) if isinstance(entry, list)]
+        return autoclaimed(self.router.call(shard, *autoclaim_command(
+            shard, self.consumer_group, self.consumer, start, count=count)))
 
     def claim_counted(self, shard: str, start: str, *, count: int) -> Claimed:
-        reply = self.router.call(shard, "XAUTOCLAIM", shard, self.consumer_group, self.consumer,
-                                 0, start, "COUNT", count, "JUSTID")
+        reply = self.router.call(shard, *autoclaim_command(
+            shard, self.consumer_group, self.consumer, start, count=count, justid=True))
         return claimed_details(self.router.execute, shard, self.consumer_group, reply)
 
     def pending_counts(self, shard: str, ids: Sequence[str]) -> dict[str, int]:
         return pending_counts(self.router.execute, shard, self.consumer_group, ids)
 
     def record_attempt(self, shard: str, entry_id: str, count: int) -> int:
-        call = ([shard, owner_key(shard, self.consumer_group)],
-                [self.consumer, self.consumer_group, entry_id, str(count)])
+        call = attempt_call(shard, self.consumer_group, self.consumer, entry_id, count)
         [reply] = ATTEMPT_SCRIPT.run([call], self.router.execute, self.router.cluster.script_load)
         if isinstance(reply, Exception):
             raise reply
@@ -331,6 +327,6 @@ class ClusterProduceOps(ProduceOps):
         """As `ProduceOps.write`; a redirection is followed, a lost node retried (NodeRouter)."""
         if not records:
             return []
-        calls = [([shard, seal_key(shard)], fields) for shard, fields in records]
-        results = PRODUCE_SCRIPT.run(calls, self.router.execute, self.router.cluster.script_load)
+        results = PRODUCE_SCRIPT.run(produce_calls(records), self.router.execute,
+                                     self.router.cluster.script_load)
         return [write_result(result) for result in results]

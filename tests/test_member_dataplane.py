@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-import rsc.member.streams as streams_module
+import rsc.member.stream_commands as commands_module
 from rsc.member.listener import Listener
 from rsc.member.ordering import KeyOrderedQueue
 from rsc.member.runtime import Message, queued_entries
@@ -103,7 +103,7 @@ def test_acks_are_chunked_and_survive_a_script_flush(redis_url, monkeypatch):
     client.set(owner_key(SHARD, GROUP), "member-a")
     ops = StreamOps(client, GROUP, "member-a", use_xackdel=False)
     ids = [entry.id for entry in ops.read_new([SHARD], count=100, block_ms=100)]
-    monkeypatch.setattr(streams_module, "ACK_CHUNK", 5)
+    monkeypatch.setattr(commands_module, "ACK_CHUNK", 5)
     assert ops.ack({SHARD: ids[:6]}) == {SHARD: 6}
     client.script_flush()  # a restarted or flushed server: the script is loaded again
     assert ops.ack({SHARD: ids[6:]}) == {SHARD: 6}
