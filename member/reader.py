@@ -31,7 +31,7 @@ from rsc.member.dataplane import open_stream_ops
 from rsc.member.message import queued_entries
 from rsc.member.ops import stream_ops
 from rsc.member.reconcile import NO_ACTIONS
-from rsc.member.stream_commands import Claimed, FlatEntry
+from rsc.member.stream_commands import Claimed, word
 from rsc.member.streams import StreamOps, connect, read_store_id
 from rsc.member.unrecoverable import check_permanent
 
@@ -164,7 +164,7 @@ class Reader:
             if counted:  # P1: the claim leaves the counts alone; they and the bodies come next
                 return ops.claim_counted(shard, start, count=count)
             cursor, entries = ops.claim_pending_raw(shard, start, count=count)
-            ids = [_entry_id(entry) for entry in entries]
+            ids = [word(entry[0]) for entry in entries]
             return Claimed(cursor, entries, ops.pending_counts(shard, ids) if ids else {}, [])
 
         self._reads_in_progress(frozenset({shard}))
@@ -261,7 +261,3 @@ class Reader:
             elif budget is not None:
                 budget.give_back(len(messages))
 
-
-def _entry_id(entry: FlatEntry) -> str:
-    raw = entry[0]
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
