@@ -4,8 +4,10 @@ hiredis' `Reader` parsing the replies, with no thread hop per command.
 The member's data plane (rsc/member/native_streams.py) reads and acks over these where
 its Redis URL names one plain server (`redis://`, `rediss://`): the same server, user,
 password, database and TLS settings as the redis-py client `connect` built for that URL
-(rsc/common/redis_connect.py), taken from that client's connection options. A Cluster, a
-Sentinel URL or a `unix://` socket keep redis-py's connections (`settings_of` says None).
+(rsc/common/redis_connect.py), from the options `connect` kept for it (`plain_options`), never
+read back from redis-py's pool. A Cluster, a Sentinel URL or a `unix://` socket keep redis-py's
+connections (`settings_of` says None). A script runs by its plan (`run`: rsc/common/lua.py's one
+NOSCRIPT fallback).
 
 The same rules as the redis-py connections there:
 - an error reply is redis-py's exception for it (NoScriptError, NoPermissionError, ...),
