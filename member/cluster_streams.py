@@ -10,7 +10,8 @@ short pause: a failover takes a few seconds, after which the caller's own
 retry takes over).
 
 `ClusterStreamOps` and `ClusterProduceOps` are `StreamOps` and `ProduceOps`
-over a router; `rsc.member.ops` hands them out for a `RedisCluster` client.
+over a router (their claims, acks, scripts and lag are the base classes', sent through
+the router's `execute`); `rsc.member.ops` hands them out for a `RedisCluster` client.
 Reads differ in one way: XREADGROUP names one stream per call in a cluster
 (one slot), so a read is one non-blocking XREADGROUP per shard,
 pipelined per node, repeated with a short growing pause (POLL_MIN_S ..
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 
 import redis
 from redis.cluster import ClusterNode
@@ -35,32 +36,17 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from rsc.common.lua import Command, Reply, Word, reply_int
+from rsc.common.lua import Command, Reply, Word
 from rsc.common.server_features import supports_xackdel
 from rsc.member.stream_commands import (
-    ACK_SCRIPT,
-    ATTEMPT_SCRIPT,
     PRODUCE_SCRIPT,
-    Claimed,
-    FlatEntry,
     StreamEntries,
-    WriteResult,
-    ack_calls,
-    acked_counts,
-    attempt_call,
-    autoclaim_command,
-    autoclaimed,
     by_stream,
-    produce_calls,
     read_command,
-    write_result,
 )
 from rsc.member.streams import (
     ProduceOps,
     StreamOps,
-    claimed_details,
-    group_lags,
-    pending_counts,
     unparsed_client,
 )
 
@@ -233,6 +219,8 @@ class ClusterStreamOps(StreamOps):
         self.consumer = consumer
         self.use_xackdel = supports_xackdel(client) if use_xackdel is None else use_xackdel
         self.router = NodeRouter(client)
+        self._execute = self.router.execute  # every other command: to its shard's node
+        self._load = client.script_load  # on every master
         self._queued_reads: deque[tuple[tuple[str, ...], int, int]] = deque()
         self.reads_sent = 0
 
@@ -279,37 +267,8 @@ class ClusterStreamOps(StreamOps):
             time.sleep(min(pause, remaining))
             pause = min(pause * 2, POLL_MAX_S)
 
-    def claim_pending_raw(self, shard: str, start: str, *, count: int
-                          ) -> tuple[str, list[FlatEntry]]:
-        return autoclaimed(self.router.call(shard, *autoclaim_command(
-            shard, self.consumer_group, self.consumer, start, count=count)))
-
-    def claim_counted(self, shard: str, start: str, *, count: int) -> Claimed:
-        reply = self.router.call(shard, *autoclaim_command(
-            shard, self.consumer_group, self.consumer, start, count=count, justid=True))
-        return claimed_details(self.router.execute, shard, self.consumer_group, reply)
-
-    def pending_counts(self, shard: str, ids: Sequence[str]) -> dict[str, int]:
-        return pending_counts(self.router.execute, shard, self.consumer_group, ids)
-
-    def record_attempt(self, shard: str, entry_id: str, count: int) -> int:
-        call = attempt_call(shard, self.consumer_group, self.consumer, entry_id, count)
-        [reply] = ATTEMPT_SCRIPT.run([call], self.router.execute, self.router.cluster.script_load)
-        if isinstance(reply, Exception):
-            raise reply
-        return reply_int(reply)
-
-    # --- acks and lag ------------------------------------------------------------------
-
-    def ack(self, ids_by_shard: Mapping[str, Sequence[str]]) -> dict[str, int]:
-        calls = ack_calls(ids_by_shard, self.consumer, self.consumer_group, self.use_xackdel)
-        if not calls:
-            return {}
-        return acked_counts(calls, ACK_SCRIPT.run(calls, self.router.execute,
-                                                  self.router.cluster.script_load))
-
-    def lag(self, shards: Iterable[str]) -> dict[str, int | None]:
-        return group_lags(self.router.execute, list(shards), self.consumer_group)
+    def _call(self, key: str, *words: Word) -> Reply:
+        return self.router.call(key, *words)
 
 
 class ClusterProduceOps(ProduceOps):
@@ -318,15 +277,9 @@ class ClusterProduceOps(ProduceOps):
     def __init__(self, client: redis.RedisCluster) -> None:
         self.client = client  # type: ignore[assignment]
         self.router = NodeRouter(client)
+        self._execute = self.router.execute  # each script call to its shard's node
+        self._load = client.script_load  # on every master
 
     def prepare(self) -> None:
         """Load the script on every master now (before a producer accepts input)."""
-        self.router.cluster.script_load(PRODUCE_SCRIPT.text)
-
-    def write(self, records: Sequence[tuple[str, list[bytes]]]) -> list[WriteResult]:
-        """As `ProduceOps.write`; a redirection is followed, a lost node retried (NodeRouter)."""
-        if not records:
-            return []
-        results = PRODUCE_SCRIPT.run(produce_calls(records), self.router.execute,
-                                     self.router.cluster.script_load)
-        return [write_result(result) for result in results]
+        self._load(PRODUCE_SCRIPT.text)

@@ -16,7 +16,7 @@ lag rule (rsc/common/lag.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 import attrs
@@ -28,7 +28,7 @@ from redis.typing import EncodableT, FieldT
 
 from rsc.common.error_family import StoreMismatch as StoreMismatch  # re-exported
 from rsc.common.lag import ends_commands, lag_from_ends
-from rsc.common.lua import Command, Execute, Reply, load_all, pipelined, reply_int
+from rsc.common.lua import Command, Execute, Reply, Word, load_all, pipelined, reply_int
 from rsc.common.permission_probe import PRODUCER_PROBES, probe_permissions
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import connect as connect_any
@@ -176,6 +176,9 @@ class StreamOps:
         self.consumer = consumer
         self.use_xackdel = supports_xackdel(client) if use_xackdel is None else use_xackdel
         self._unparsed = unparsed_client(client.connection_pool)  # the same connections
+        # how commands other than the pipelined reads reach Redis (the cluster's: its router)
+        self._execute: Execute = pipelined(self._unparsed)
+        self._load: Callable[[str], object] = client.script_load
         self._read_connection: Connection | None = None
         self.reads_sent = 0  # XREADGROUPs sent by `send_read`, replies not yet received
 
@@ -242,37 +245,44 @@ class StreamOps:
     def claim_pending_raw(self, shard: str, start: str, *, count: int
                           ) -> tuple[str, list[FlatEntry]]:
         """`claim_pending` unparsed: (cursor, [[id, [field, value, ...] or None], ...])."""
-        return autoclaimed(self._unparsed.execute_command(*autoclaim_command(
+        return autoclaimed(self._call(shard, *autoclaim_command(
             shard, self.consumer_group, self.consumer, start, count=count)))
 
     def claim_counted(self, shard: str, start: str, *, count: int) -> Claimed:
         """Claim up to `count` pending entries from `start` without raising their delivery
         counts (`XAUTOCLAIM ... JUSTID`), then read their counts (XPENDING) and bodies (XRANGE)
         in one round trip (P1)."""
-        reply = self._unparsed.execute_command(*autoclaim_command(
+        reply = self._call(shard, *autoclaim_command(
             shard, self.consumer_group, self.consumer, start, count=count, justid=True))
-        return claimed_details(pipelined(self._unparsed), shard, self.consumer_group, reply)
+        return claimed_details(self._execute, shard, self.consumer_group, reply)
 
     def pending_counts(self, shard: str, ids: Sequence[str]) -> dict[str, int]:
         """The delivery count of each of `ids` still pending (XPENDING over their range)."""
-        return pending_counts(pipelined(self._unparsed), shard, self.consumer_group, ids)
+        return pending_counts(self._execute, shard, self.consumer_group, ids)
 
     def record_attempt(self, shard: str, entry_id: str, count: int) -> int:
         """Set a pending entry's delivery count to `count` before a handler call, while the
         owner token names this member: RECORDED, NOT_PENDING or NOT_OWNER (attempt.lua)."""
-        keys, args = attempt_call(shard, self.consumer_group, self.consumer, entry_id, count)
-        return reply_int(ATTEMPT_SCRIPT.call(self.client, keys, args))
+        call = attempt_call(shard, self.consumer_group, self.consumer, entry_id, count)
+        [reply] = ATTEMPT_SCRIPT.run([call], self._execute, self._load)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply_int(reply)
 
     def ack(self, ids_by_shard: Mapping[str, Sequence[str]]) -> dict[str, int]:
         """Ack entries per shard in one pipeline; a shard answers NOT_OWNER if not ours."""
         calls = ack_calls(ids_by_shard, self.consumer, self.consumer_group, self.use_xackdel)
         if not calls:
             return {}
-        return acked_counts(calls, ACK_SCRIPT.run_on(self.client, calls))
+        return acked_counts(calls, ACK_SCRIPT.run(calls, self._execute, self._load))
 
     def lag(self, shards: Iterable[str]) -> dict[str, int | None]:
         """Entries not yet delivered to the group, per shard (the lag rule, rsc/common/lag.py)."""
-        return group_lags(pipelined(self.client), list(shards), self.consumer_group)
+        return group_lags(self._execute, list(shards), self.consumer_group)
+
+    def _call(self, key: str, *words: Word) -> Reply:
+        """One command (routed by `key` on a cluster); its error raised."""
+        return self._unparsed.execute_command(*words)
 
 
 def group_lags(execute: Execute, shards: Sequence[str], group: str) -> dict[str, int | None]:
@@ -375,6 +385,8 @@ class ProduceOps:
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
+        self._execute: Execute = pipelined(client)  # (the cluster's: its router)
+        self._load: Callable[[str], object] = client.script_load
 
     def write_and_wait(self, records: Sequence[tuple[str, list[bytes]]], replicas: int,
                        timeout_ms: int) -> tuple[list[WriteResult], ReplicaWait]:
@@ -423,8 +435,8 @@ class ProduceOps:
         """
         if not records:
             return []
-        return [write_result(result)
-                for result in PRODUCE_SCRIPT.run_on(self.client, produce_calls(records))]
+        return [write_result(result) for result in
+                PRODUCE_SCRIPT.run(produce_calls(records), self._execute, self._load)]
 
     def prepare(self) -> None:
         """Try each kind of command once (K10) and load the script now (before a producer
