@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from importlib import resources
+from typing import NamedTuple
 
-import attrs
 import redis
 from redis.exceptions import NoScriptError
 
@@ -77,14 +77,15 @@ def pipelined(client: Client) -> Execute:
     return execute
 
 
-@attrs.frozen
-class ScriptPlan:
+class ScriptPlan(NamedTuple):
     """The one NOSCRIPT fallback, as a plan every executor follows (sync or async):
 
     1. send `commands` (EVALSHA only: no SCRIPT EXISTS round trip);
     2. `resend(results)`: the commands Redis answered NOSCRIPT (a restart, a flush, a promoted
        replica); when there are any, load `text` (SCRIPT LOAD), send those again and
     3. `merge` their replies into `results`, in place.
+
+    (A named tuple: one is made per script round trip, on the acks' path.)
     """
 
     text: str
@@ -96,7 +97,9 @@ class ScriptPlan:
 
     def resend(self, results: Sequence[Reply]) -> list[Command]:
         """The commands to send again once the script is loaded ([]: none)."""
-        return [self.commands[index] for index in self.missing(results)]
+        commands = self.commands
+        return [commands[index] for index, result in enumerate(results)
+                if isinstance(result, NoScriptError)]
 
     def merge(self, results: list[Reply], again: Sequence[Reply]) -> None:
         """Put the replies to `resend(results)` in their places of `results`."""
