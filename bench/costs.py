@@ -23,7 +23,7 @@ import trio
 
 # what ran in the thread -> the round trip it is (qualnames of rsc.member's shells)
 HOP_KINDS = {
-    "Reader._read_new.<locals>.read": "read",
+    "ThreadedStreamOps._read": "read",
     "Reader._recover_some.<locals>.claim": "claim",
     "StreamOps.ack": "ack",
     "StreamOps.lag": "lag",

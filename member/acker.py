@@ -20,11 +20,13 @@ import trio
 
 from rsc.common.backoff import ACK_RETRY
 from rsc.member.ackbook import Taken
+from rsc.member.dataplane import StreamOps as DataPlane
+from rsc.member.dataplane import open_stream_ops
 from rsc.member.ledger import Verdict
-from rsc.member.native_streams import NativeStreamOps, native_ops
 from rsc.member.ops import stream_ops
 from rsc.member.reconcile import NO_ACTIONS
-from rsc.member.streams import NOT_OWNER, StreamOps, connect
+from rsc.member.stream_commands import NOT_OWNER
+from rsc.member.streams import connect
 from rsc.member.unrecoverable import check_permanent
 
 if TYPE_CHECKING:
@@ -44,8 +46,7 @@ async def run_acker(core: MemberCore) -> None:
     config, acks, parking = core.config, core.acks, core.acker_parking
     ops = stream_ops(connect(config.redis_url), config.consumer_group, core.member_id,
                     use_xackdel=core.server_xackdel)
-    native = native_ops(ops.client, config.consumer_group, core.member_id,
-                        use_xackdel=ops.use_xackdel)
+    acking = open_stream_ops(ops)  # native where it can be, else `ops` in a thread
     linger = core.ack_rule.linger_ms / 1000
     try:
         while True:
@@ -55,15 +56,13 @@ async def run_acker(core: MemberCore) -> None:
                 with trio.move_on_after(linger):
                     while not _due(core):
                         await parking.park()
-            await _send(core, ops, acks.take(core.ack_rule.batch), native)
+            await _send(core, acking, acks.take(core.ack_rule.batch))
     finally:
-        if native is not None:
-            await native.aclose()
+        await acking.aclose()
         ops.client.close()
 
 
-async def _send(core: MemberCore, ops: StreamOps, batch: Taken,
-                native: NativeStreamOps | None = None) -> None:
+async def _send(core: MemberCore, ops: DataPlane, batch: Taken) -> None:
     ledger = core.ledger
     retry = ACK_RETRY.start()
     while True:
@@ -82,13 +81,9 @@ async def _send(core: MemberCore, ops: StreamOps, batch: Taken,
                 buffer.refused = True  # no longer ours: stays pending for the next owner
         ops.use_xackdel = core.use_xackdel()  # the prefix's retention, as last heard
         try:
-            if native is not None:
-                native.use_xackdel = ops.use_xackdel
-                # as the thread's round trip was: not cut short by a cancellation
-                with trio.CancelScope(shield=True):
-                    results = await native.ack(ids_by_shard)
-            else:
-                results = await trio.to_thread.run_sync(ops.ack, ids_by_shard)
+            # not cut short by a cancellation (as a thread's round trip is not)
+            with trio.CancelScope(shield=True):
+                results = await ops.ack(ids_by_shard)
             break
         except redis.RedisError as exc:
             check_permanent(exc, core.config.redis_url)

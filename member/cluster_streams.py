@@ -10,7 +10,8 @@ short pause: a failover takes a few seconds, after which the caller's own
 retry takes over).
 
 `ClusterStreamOps` and `ClusterProduceOps` are `StreamOps` and `ProduceOps`
-over a router; `rsc.member.ops` hands them out for a `RedisCluster` client.
+over a router (their claims, acks, scripts and lag are the base classes', sent through
+the router's `execute`); `rsc.member.ops` hands them out for a `RedisCluster` client.
 Reads differ in one way: XREADGROUP names one stream per call in a cluster
 (one slot), so a read is one non-blocking XREADGROUP per shard,
 pipelined per node, repeated with a short growing pause (POLL_MIN_S ..
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 
 import redis
 from redis.cluster import ClusterNode
@@ -35,29 +36,19 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from rsc.common.lua import Command, Reply, Word, reply_int, reply_list
+from rsc.common.lua import Command, Reply, Word
 from rsc.common.server_features import supports_xackdel
-from rsc.member.streams import (
-    ACK_SCRIPT,
-    ATTEMPT_SCRIPT,
+from rsc.member.stream_commands import (
     PRODUCE_SCRIPT,
-    UNPARSED_COMMANDS,
-    Claimed,
-    FlatEntry,
+    StreamEntries,
+    by_stream,
+    read_command,
+)
+from rsc.member.streams import (
     ProduceOps,
     StreamOps,
-    WriteResult,
-    _by_stream,
-    _text,
-    _unparsed_reply,
-    ack_calls,
-    acked_counts,
-    claimed_details,
-    group_lags,
-    pending_counts,
-    write_result,
+    unparsed_client,
 )
-from rsc.protocol.routing import owner_key, seal_key
 
 ATTEMPTS = 6
 RETRY_PAUSE_S = 0.05
@@ -78,10 +69,7 @@ class NodeRouter:
         pool = node.redis_connection.connection_pool
         client = self._unparsed.get(node.name)
         if client is None or client.connection_pool is not pool:
-            client = redis.Redis(connection_pool=pool)
-            for command in UNPARSED_COMMANDS:
-                client.set_response_callback(command, _unparsed_reply)
-            self._unparsed[node.name] = client
+            client = self._unparsed[node.name] = unparsed_client(pool)
         return client
 
     def _refresh(self) -> None:
@@ -231,6 +219,8 @@ class ClusterStreamOps(StreamOps):
         self.consumer = consumer
         self.use_xackdel = supports_xackdel(client) if use_xackdel is None else use_xackdel
         self.router = NodeRouter(client)
+        self._execute = self.router.execute  # every other command: to its shard's node
+        self._load = client.script_load  # on every master
         self._queued_reads: deque[tuple[tuple[str, ...], int, int]] = deque()
         self.reads_sent = 0
 
@@ -240,7 +230,7 @@ class ClusterStreamOps(StreamOps):
         self._queued_reads.append((tuple(shards), count, block_ms))
         self.reads_sent += 1
 
-    def receive_read(self) -> list[tuple[str, list[FlatEntry]]]:
+    def receive_read(self) -> StreamEntries:
         if not self._queued_reads:
             raise RuntimeError("no read in flight")
         shards, count, block_ms = self._queued_reads[0]
@@ -257,63 +247,28 @@ class ClusterStreamOps(StreamOps):
         self._queued_reads.clear()
         self.reads_sent = 0
 
-    def read_new_raw(self, shards: Sequence[str], *, count: int, block_ms: int
-                     ) -> list[tuple[str, list[FlatEntry]]]:
+    def read_new_raw(self, shards: Sequence[str], *, count: int, block_ms: int) -> StreamEntries:
         """Never-delivered entries of `shards`, waiting up to block_ms (0: not at all) for some."""
         if not shards:
             return []
-        commands = [(shard, ("XREADGROUP", "GROUP", self.consumer_group, self.consumer,
-                             "COUNT", count, "STREAMS", shard, ">")) for shard in shards]
+        commands = [(shard, read_command(self.consumer_group, self.consumer, [shard], count=count,
+                                         block_ms=None)) for shard in shards]
         deadline = time.monotonic() + max(block_ms, 0) / 1000
         pause = POLL_MIN_S
         while True:
-            found: list[tuple[str, list[FlatEntry]]] = []
+            found: StreamEntries = []
             for reply in self.router.execute(commands):
                 if isinstance(reply, Exception):
                     raise reply
-                found += [(stream, entries) for stream, entries in _by_stream(reply) if entries]
+                found += [(stream, entries) for stream, entries in by_stream(reply) if entries]
             remaining = deadline - time.monotonic()
             if found or remaining <= 0:
                 return found
             time.sleep(min(pause, remaining))
             pause = min(pause * 2, POLL_MAX_S)
 
-    def claim_pending_raw(self, shard: str, start: str, *, count: int
-                          ) -> tuple[str, list[FlatEntry]]:
-        reply = self.router.call(shard, "XAUTOCLAIM", shard, self.consumer_group, self.consumer,
-                                 0, start, "COUNT", count)
-        cursor, entries = reply_list(reply)[:2]
-        if not isinstance(cursor, str | bytes):
-            raise TypeError(f"expected XAUTOCLAIM's cursor, got {cursor!r}")
-        return _text(cursor), [entry for entry in reply_list(entries) if isinstance(entry, list)]
-
-    def claim_counted(self, shard: str, start: str, *, count: int) -> Claimed:
-        reply = self.router.call(shard, "XAUTOCLAIM", shard, self.consumer_group, self.consumer,
-                                 0, start, "COUNT", count, "JUSTID")
-        return claimed_details(self.router.execute, shard, self.consumer_group, reply)
-
-    def pending_counts(self, shard: str, ids: Sequence[str]) -> dict[str, int]:
-        return pending_counts(self.router.execute, shard, self.consumer_group, ids)
-
-    def record_attempt(self, shard: str, entry_id: str, count: int) -> int:
-        call = ([shard, owner_key(shard, self.consumer_group)],
-                [self.consumer, self.consumer_group, entry_id, str(count)])
-        [reply] = ATTEMPT_SCRIPT.run([call], self.router.execute, self.router.cluster.script_load)
-        if isinstance(reply, Exception):
-            raise reply
-        return reply_int(reply)
-
-    # --- acks and lag ------------------------------------------------------------------
-
-    def ack(self, ids_by_shard: Mapping[str, Sequence[str]]) -> dict[str, int]:
-        calls = ack_calls(ids_by_shard, self.consumer, self.consumer_group, self.use_xackdel)
-        if not calls:
-            return {}
-        return acked_counts(calls, ACK_SCRIPT.run(calls, self.router.execute,
-                                                  self.router.cluster.script_load))
-
-    def lag(self, shards: Iterable[str]) -> dict[str, int | None]:
-        return group_lags(self.router.execute, list(shards), self.consumer_group)
+    def _call(self, key: str, *words: Word) -> Reply:
+        return self.router.call(key, *words)
 
 
 class ClusterProduceOps(ProduceOps):
@@ -322,15 +277,9 @@ class ClusterProduceOps(ProduceOps):
     def __init__(self, client: redis.RedisCluster) -> None:
         self.client = client  # type: ignore[assignment]
         self.router = NodeRouter(client)
+        self._execute = self.router.execute  # each script call to its shard's node
+        self._load = client.script_load  # on every master
 
     def prepare(self) -> None:
         """Load the script on every master now (before a producer accepts input)."""
-        self.router.cluster.script_load(PRODUCE_SCRIPT.text)
-
-    def write(self, records: Sequence[tuple[str, list[bytes]]]) -> list[WriteResult]:
-        """As `ProduceOps.write`; a redirection is followed, a lost node retried (NodeRouter)."""
-        if not records:
-            return []
-        calls = [([shard, seal_key(shard)], fields) for shard, fields in records]
-        results = PRODUCE_SCRIPT.run(calls, self.router.execute, self.router.cluster.script_load)
-        return [write_result(result) for result in results]
+        self._load(PRODUCE_SCRIPT.text)

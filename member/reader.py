@@ -26,11 +26,13 @@ import trio
 from rsc.common.redact import redact_url
 from rsc.member.attempts import is_crash_loop
 from rsc.member.budget import read_shape
-from rsc.member.message import Queued, queued_entries
-from rsc.member.native_streams import NativeStreamOps, native_ops
+from rsc.member.dataplane import StreamOps as DataPlane
+from rsc.member.dataplane import open_stream_ops
+from rsc.member.message import queued_entries
 from rsc.member.ops import stream_ops
 from rsc.member.reconcile import NO_ACTIONS
-from rsc.member.streams import Claimed, FlatEntry, StreamOps, connect, read_store_id
+from rsc.member.stream_commands import Claimed, word
+from rsc.member.streams import StreamOps, connect, read_store_id
 from rsc.member.unrecoverable import check_permanent
 
 if TYPE_CHECKING:
@@ -76,8 +78,7 @@ class Reader:
         await core.life.store_ok.wait()  # no read before the storeId check (runtime.py)
         ops = stream_ops(connect(config.redis_url, decode=False), config.consumer_group, core.member_id,
                         use_xackdel=core.server_xackdel)
-        native = native_ops(ops.client, config.consumer_group, core.member_id,
-                            use_xackdel=ops.use_xackdel)
+        reads = open_stream_ops(ops)  # native where it can be, else `ops` in a thread
         store_unsure = False  # K9: a read failed; the storeId is compared again before the next
         try:
             while True:
@@ -105,20 +106,17 @@ class Reader:
                             await trio.sleep(RETRY_PAUSE_S)
                         continue
                 try:
-                    await self._read_new(ops, native)
+                    await self._read_new(reads)
                 except redis.RedisError as exc:
                     check_permanent(exc, config.redis_url)
                     log.warning("member %s: read failed: %r", core.member_id, exc)
-                    if native is not None:
-                        await native.reset_reads()
-                    ops.reset_reads()
+                    await reads.reset_reads()
                     self.read_ahead = None
                     core.apply(core.ledger.read_failed())
                     store_unsure = isinstance(exc, (redis.ConnectionError, redis.TimeoutError))
                     await trio.sleep(RETRY_PAUSE_S)
         finally:
-            if native is not None:
-                await native.aclose()
+            await reads.aclose()
             ops.client.close()
 
     async def _recheck_store(self, client: redis.Redis) -> bool:
@@ -166,7 +164,7 @@ class Reader:
             if counted:  # P1: the claim leaves the counts alone; they and the bodies come next
                 return ops.claim_counted(shard, start, count=count)
             cursor, entries = ops.claim_pending_raw(shard, start, count=count)
-            ids = [_entry_id(entry) for entry in entries]
+            ids = [word(entry[0]) for entry in entries]
             return Claimed(cursor, entries, ops.pending_counts(shard, ids) if ids else {}, [])
 
         self._reads_in_progress(frozenset({shard}))
@@ -210,7 +208,7 @@ class Reader:
                 core.acks.add(shard, generation, entry_id)
             core.acker_parking.wake()
 
-    async def _read_new(self, ops: StreamOps, native: NativeStreamOps | None = None) -> None:
+    async def _read_new(self, reads: DataPlane) -> None:
         """Receive one XREADGROUP reply, sending the next read first when it will be wanted.
 
         The shards of a read in flight count as being read until its reply is in.
@@ -240,36 +238,13 @@ class Reader:
                 shards = send_first
         ahead_generations = {s: ledger.generation(s) for s in readable} if ahead else None
 
-        def read() -> list[tuple[str, list[Queued]]]:
-            if send_first:
-                ops.send_read(send_first, count=count, block_ms=block_ms)
-            if ahead:
-                ops.send_read(readable, count=count, block_ms=block_ms)
-            if not ops.reads_sent:
-                return []
-            return [(shard, queued_entries(shard, entries, generations[shard]))
-                    for shard, entries in ops.receive_read()]
-
-        async def read_natively(native: NativeStreamOps) -> list[tuple[str, list[Queued]]]:
-            if send_first:
-                await native.send_read(send_first, count=count, block_ms=block_ms)
-            if ahead:
-                await native.send_read(readable, count=count, block_ms=block_ms)
-            if not native.reads_sent:
-                return []
-            return [(shard, queued_entries(shard, entries, generations[shard]))
-                    for shard, entries in await native.receive_read()]
-
+        sends = [sent for sent in (send_first, readable if ahead else None) if sent]
         self._reads_in_progress(frozenset(shards) | frozenset(readable if ahead else ()))
         ahead_sent_at = trio.current_time()
         try:
-            if native is not None:
-                batches = await read_natively(native)
-            else:
-                batches = await trio.to_thread.run_sync(read)
+            replies = await reads.read(sends, count=count, block_ms=block_ms)
         finally:
-            reads_sent = native.reads_sent if native is not None else ops.reads_sent
-            if ahead_generations is not None and reads_sent:
+            if ahead_generations is not None and reads.reads_sent:
                 self.read_ahead = (readable, ahead_generations, ahead_sent_at)
                 in_progress = frozenset(readable)
             else:
@@ -277,7 +252,8 @@ class Reader:
                 in_progress = frozenset()
             self._observe(frozenset(shards), sent_at)
             self._reads_in_progress(in_progress)
-        for shard, messages in batches:
+        for shard, entries in replies:
+            messages = queued_entries(shard, entries, generations[shard])
             if budget is not None:
                 budget.took(len(messages))
             if ledger.still_reading(shard, generations[shard]):
@@ -285,7 +261,3 @@ class Reader:
             elif budget is not None:
                 budget.give_back(len(messages))
 
-
-def _entry_id(entry: FlatEntry) -> str:
-    raw = entry[0]
-    return raw.decode() if isinstance(raw, bytes) else str(raw)

@@ -16,54 +16,60 @@ lag rule (rsc/common/lag.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 import attrs
 import redis
 from redis.backoff import NoBackoff
-from redis.connection import Connection
+from redis.connection import Connection, ConnectionPool
 from redis.retry import Retry
 from redis.typing import EncodableT, FieldT
 
 from rsc.common.error_family import StoreMismatch as StoreMismatch  # re-exported
 from rsc.common.lag import ends_commands, lag_from_ends
-from rsc.common.lua import (
-    Command,
-    Execute,
-    Reply,
-    Script,
-    Word,
-    load_all,
-    pipelined,
-    reply_int,
-    reply_list,
-)
+from rsc.common.lua import Command, Execute, Reply, Word, load_all, pipelined, reply_int
 from rsc.common.permission_probe import PRODUCER_PROBES, probe_permissions
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import connect as connect_any
 from rsc.common.server_features import supports_xackdel
-from rsc.member.producer_core import Refused
+from rsc.member.producer_core import Refused as Refused  # re-exported
 from rsc.member.store_identity import StoreChanged, store_changed_line
-from rsc.protocol.routing import owner_key, seal_key
+from rsc.member.stream_commands import (
+    ACK_SCRIPT,
+    ATTEMPT_SCRIPT,
+    PRODUCE_SCRIPT,
+    Claimed,
+    FlatEntry,
+    StreamEntries,
+    WriteResult,
+    ack_calls,
+    acked_counts,
+    attempt_call,
+    autoclaim_command,
+    autoclaimed,
+    by_stream,
+    claim_plan,
+    pairs,
+    pending_command,
+    pending_of,
+    produce_calls,
+    read_command,
+    write_result,
+)
+from rsc.member.stream_commands import (
+    NOT_OWNER as NOT_OWNER,  # re-exported
+)
+from rsc.member.stream_commands import (
+    NOT_PENDING as NOT_PENDING,  # re-exported
+)
+from rsc.member.stream_commands import (
+    RECORDED as RECORDED,  # re-exported
+)
 
-NOT_OWNER = -1
-ACK_CHUNK = 2000
-SEALED_ERROR = Refused.SEALED.value  # the produce script's error replies
-MISSING_ERROR = Refused.MISSING.value
 STORE_ID_KEY = "rsc:store-id"  # written by the coordinator in its Redis (Producer routing)
 KEY_FIELD = "key"
 VALUE_FIELD = "value"
-
-# the owner-checking ack and the seal-checking produce (rsc/common/scripts/*.lua say KEYS, ARGV)
-ACK_SCRIPT = Script("ack")
-PRODUCE_SCRIPT = Script("produce")
-ATTEMPT_SCRIPT = Script("attempt")  # records a handler call before it runs (P1), owner checked
-RECORDED, NOT_PENDING = 1, 0  # the attempt script's replies besides NOT_OWNER
-
-
-# one stream entry as the server sends it: [id, [field, value, ...]] (fields None if deleted)
-FlatEntry = Sequence[Any]
 
 
 @attrs.frozen
@@ -159,34 +165,6 @@ def check_store_id(client: redis.Redis, expected: str, *, redis_url: str,
         raise StoreMismatch(store_mismatch_line(redis_url, own, coordinator_url, expected))
 
 
-def ack_calls(ids_by_shard: Mapping[str, Sequence[str]], consumer: str, group: str,
-              use_xackdel: bool) -> list[tuple[list[str], list[str]]]:
-    """The owner-checked ack script's calls: (keys, args) per shard and chunk of ids."""
-    xackdel = "1" if use_xackdel else "0"
-    calls = []
-    for shard, ids in ids_by_shard.items():
-        # Lua's unpack has a stack limit: at most ACK_CHUNK ids per script call
-        for start in range(0, len(ids), ACK_CHUNK):
-            calls.append(([shard, owner_key(shard, group)],
-                          [consumer, group, xackdel, *ids[start:start + ACK_CHUNK]]))
-    return calls
-
-
-def acked_counts(calls: Sequence[tuple[list[str], list[str]]], results: Sequence[Reply]) -> dict[str, int]:
-    """Entries acked per shard from the script's replies; NOT_OWNER sticks for its shard."""
-    acked: dict[str, int] = {}
-    for (keys, _), result in zip(calls, results, strict=True):
-        if isinstance(result, Exception):
-            raise result
-        shard = keys[0]
-        count = reply_int(result)
-        if count == NOT_OWNER or acked.get(shard) == NOT_OWNER:
-            acked[shard] = NOT_OWNER
-        else:
-            acked[shard] = acked.get(shard, 0) + count
-    return acked
-
-
 class StreamOps:
     """The data-plane commands for one consumer (memberId) of one consumer group, on one
     Redis (`rsc.member.ops.stream_ops` picks the cluster variant for a cluster client)."""
@@ -197,10 +175,10 @@ class StreamOps:
         self.consumer_group = consumer_group
         self.consumer = consumer
         self.use_xackdel = supports_xackdel(client) if use_xackdel is None else use_xackdel
-        # the same connections, replies as the server sent them (no per-entry tuples and dicts)
-        self._unparsed = redis.Redis(connection_pool=client.connection_pool)
-        for command in UNPARSED_COMMANDS:
-            self._unparsed.set_response_callback(command, _unparsed_reply)
+        self._unparsed = unparsed_client(client.connection_pool)  # the same connections
+        # how commands other than the pipelined reads reach Redis (the cluster's: its router)
+        self._execute: Execute = pipelined(self._unparsed)
+        self._load: Callable[[str], object] = client.script_load
         self._read_connection: Connection | None = None
         self.reads_sent = 0  # XREADGROUPs sent by `send_read`, replies not yet received
 
@@ -215,15 +193,14 @@ class StreamOps:
         if self._read_connection is None:
             self._read_connection = self.client.connection_pool.get_connection()
         try:
-            self._read_connection.send_command(
-                "XREADGROUP", "GROUP", self.consumer_group, self.consumer, "COUNT", count,
-                "BLOCK", block_ms, "STREAMS", *shards, *([">"] * len(shards)))
+            self._read_connection.send_command(*read_command(
+                self.consumer_group, self.consumer, shards, count=count, block_ms=block_ms))
         except BaseException:
             self.reset_reads()
             raise
         self.reads_sent += 1
 
-    def receive_read(self) -> list[tuple[str, list[FlatEntry]]]:
+    def receive_read(self) -> StreamEntries:
         """The reply to the oldest read sent: [(shard, [[id, [field, value, ...]], ...]), ...]."""
         if self._read_connection is None or not self.reads_sent:
             raise RuntimeError("no read in flight")
@@ -233,7 +210,7 @@ class StreamOps:
             self.reset_reads()
             raise
         self.reads_sent -= 1
-        return _by_stream(reply)
+        return by_stream(reply)
 
     def reset_reads(self) -> None:
         """Drop the read connection and whatever is in flight on it."""
@@ -248,16 +225,12 @@ class StreamOps:
                 for shard, entries in self.read_new_raw(shards, count=count, block_ms=block_ms)
                 for entry_id, flat in entries if entry_id is not None]
 
-    def read_new_raw(self, shards: Sequence[str], *, count: int, block_ms: int
-                     ) -> list[tuple[str, list[FlatEntry]]]:
+    def read_new_raw(self, shards: Sequence[str], *, count: int, block_ms: int) -> StreamEntries:
         """`read_new` unparsed: [(shard, [[id, [field, value, ...] or None], ...]), ...]."""
         if not shards:
             return []
-        reply = self._unparsed.xreadgroup(
-            self.consumer_group, self.consumer, {shard: ">" for shard in shards},
-            count=count, block=block_ms,
-        )
-        return _by_stream(reply)
+        return by_stream(self._unparsed.execute_command(*read_command(
+            self.consumer_group, self.consumer, shards, count=count, block_ms=block_ms)))
 
     def claim_pending(self, shard: str, start: str, *, count: int) -> tuple[str, list[Entry]]:
         """Claim up to `count` pending entries of any consumer from `start` (XAUTOCLAIM, idle 0).
@@ -266,45 +239,50 @@ class StreamOps:
         and the claimed entries; entries deleted from the stream leave the PEL.
         """
         cursor, claimed = self.claim_pending_raw(shard, start, count=count)
-        return cursor, [Entry(shard, entry_id, pairs(flat)) for entry_id, flat in claimed
-                        if entry_id is not None]
+        return cursor, [Entry(shard, entry_id, pairs(flat))
+                        for entry_id, flat in claimed if entry_id is not None]
 
     def claim_pending_raw(self, shard: str, start: str, *, count: int
                           ) -> tuple[str, list[FlatEntry]]:
         """`claim_pending` unparsed: (cursor, [[id, [field, value, ...] or None], ...])."""
-        reply = self._unparsed.xautoclaim(shard, self.consumer_group, self.consumer,
-                                          min_idle_time=0, start_id=start, count=count)
-        return _text(reply[0]), [entry for entry in reply[1] if entry is not None]
+        return autoclaimed(self._call(shard, *autoclaim_command(
+            shard, self.consumer_group, self.consumer, start, count=count)))
 
     def claim_counted(self, shard: str, start: str, *, count: int) -> Claimed:
         """Claim up to `count` pending entries from `start` without raising their delivery
         counts (`XAUTOCLAIM ... JUSTID`), then read their counts (XPENDING) and bodies (XRANGE)
         in one round trip (P1)."""
-        reply = self._unparsed.execute_command("XAUTOCLAIM", shard, self.consumer_group,
-                                               self.consumer, 0, start, "COUNT", count, "JUSTID")
-        return claimed_details(pipelined(self._unparsed), shard, self.consumer_group, reply)
+        reply = self._call(shard, *autoclaim_command(
+            shard, self.consumer_group, self.consumer, start, count=count, justid=True))
+        return claimed_details(self._execute, shard, self.consumer_group, reply)
 
     def pending_counts(self, shard: str, ids: Sequence[str]) -> dict[str, int]:
         """The delivery count of each of `ids` still pending (XPENDING over their range)."""
-        return pending_counts(pipelined(self._unparsed), shard, self.consumer_group, ids)
+        return pending_counts(self._execute, shard, self.consumer_group, ids)
 
     def record_attempt(self, shard: str, entry_id: str, count: int) -> int:
         """Set a pending entry's delivery count to `count` before a handler call, while the
         owner token names this member: RECORDED, NOT_PENDING or NOT_OWNER (attempt.lua)."""
-        call = ([shard, owner_key(shard, self.consumer_group)],
-                [self.consumer, self.consumer_group, entry_id, str(count)])
-        return reply_int(ATTEMPT_SCRIPT.call(self.client, *call))
+        call = attempt_call(shard, self.consumer_group, self.consumer, entry_id, count)
+        [reply] = ATTEMPT_SCRIPT.run([call], self._execute, self._load)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply_int(reply)
 
     def ack(self, ids_by_shard: Mapping[str, Sequence[str]]) -> dict[str, int]:
         """Ack entries per shard in one pipeline; a shard answers NOT_OWNER if not ours."""
         calls = ack_calls(ids_by_shard, self.consumer, self.consumer_group, self.use_xackdel)
         if not calls:
             return {}
-        return acked_counts(calls, ACK_SCRIPT.run_on(self.client, calls))
+        return acked_counts(calls, ACK_SCRIPT.run(calls, self._execute, self._load))
 
     def lag(self, shards: Iterable[str]) -> dict[str, int | None]:
         """Entries not yet delivered to the group, per shard (the lag rule, rsc/common/lag.py)."""
-        return group_lags(pipelined(self.client), list(shards), self.consumer_group)
+        return group_lags(self._execute, list(shards), self.consumer_group)
+
+    def _call(self, key: str, *words: Word) -> Reply:
+        """One command (routed by `key` on a cluster); its error raised."""
+        return self._unparsed.execute_command(*words)
 
 
 def group_lags(execute: Execute, shards: Sequence[str], group: str) -> dict[str, int | None]:
@@ -333,71 +311,19 @@ def group_lags(execute: Execute, shards: Sequence[str], group: str) -> dict[str,
     return lags
 
 
-@attrs.frozen
-class Claimed:
-    """What a counted claim took (P1): the cursor of the next claim, the claimed entries with
-    their bodies (as the server sent them, in id order), each one's delivery count, and the
-    ids whose bodies are gone (trimmed while pending: out of the pending list, or to ack)."""
-
-    cursor: str
-    entries: list[FlatEntry]
-    counts: dict[str, int]
-    gone: list[str]
-
-
-def claimed_details(execute: Execute, shard: str, group: str, reply: Any) -> Claimed:
+def claimed_details(execute: Execute, shard: str, group: str, reply: Reply) -> Claimed:
     """From an `XAUTOCLAIM ... JUSTID` reply: the counts (one XPENDING over the claimed range)
     and the bodies (one XRANGE per id), in one round trip."""
-    items = reply_list(reply)
-    cursor = _word(items[0])
-    ids = [_word(entry_id) for entry_id in reply_list(items[1])]
-    gone = [_word(entry_id) for entry_id in reply_list(items[2])] if len(items) > 2 else []
-    if not ids:
-        return Claimed(cursor, [], {}, gone)
-    commands: list[Command] = [(shard, ("XPENDING", shard, group, ids[0], ids[-1], len(ids)))]
-    commands += [(shard, ("XRANGE", shard, entry_id, entry_id)) for entry_id in ids]
-    replies = execute(commands)
-    for result in replies:
-        if isinstance(result, Exception):
-            raise result
-    counts = _counts(replies[0])
-    entries: list[FlatEntry] = []
-    for entry_id, found in zip(ids, replies[1:], strict=True):
-        if isinstance(found, list) and found:
-            entries.append(found[0])
-        else:
-            gone.append(entry_id)  # trimmed between the claim and the read: still pending
-    return Claimed(cursor, entries, counts, gone)
+    plan = claim_plan(shard, group, reply)
+    return plan.claimed(execute(plan.commands) if plan.commands else [])
 
 
 def pending_counts(execute: Execute, shard: str, group: str, ids: Sequence[str]) -> dict[str, int]:
     """The delivery counts of the pending entries among `ids` (one XPENDING over their range)."""
     if not ids:
         return {}
-    [reply] = execute([(shard, ("XPENDING", shard, group, min(ids, key=_id_order),
-                                max(ids, key=_id_order), len(ids)))])
-    if isinstance(reply, Exception):
-        raise reply
-    wanted = set(ids)
-    return {entry_id: count for entry_id, count in _counts(reply).items() if entry_id in wanted}
-
-
-def _id_order(entry_id: str) -> tuple[int, int]:
-    milliseconds, _, sequence = entry_id.partition("-")
-    return int(milliseconds), int(sequence or 0)
-
-
-def _counts(reply: object) -> dict[str, int]:
-    """id -> delivery count from an XPENDING range reply, raw ([id, consumer, idle, count])
-    or as redis-py parses it (dicts)."""
-    counts: dict[str, int] = {}
-    for row in reply_list(reply):
-        if isinstance(row, dict):
-            counts[_word(row["message_id"])] = int(row["times_delivered"])
-        else:
-            fields = reply_list(row)
-            counts[_word(fields[0])] = reply_int(fields[3])
-    return counts
+    [reply] = execute([pending_command(shard, group, ids)])
+    return pending_of(reply, ids)
 
 
 UNPARSED_COMMANDS = ("XREADGROUP", "XAUTOCLAIM", "XPENDING")  # replies kept as the server sent
@@ -409,54 +335,13 @@ def _unparsed_reply(response: _R, **options: object) -> _R:
     return response
 
 
-def _by_stream(reply: Any) -> list[tuple[str, list[FlatEntry]]]:
-    """An XREADGROUP reply as [(stream, entries)], from RESP2 (a list) or RESP3 (a map)."""
-    if not reply:
-        return []
-    items = reply.items() if isinstance(reply, dict) else reply
-    return [(stream.decode() if stream.__class__ is bytes else stream, entries)
-            for stream, entries in items]
-
-
-def _word(reply: object) -> str:
-    """A word of a reply as text; TypeError naming what came instead."""
-    if isinstance(reply, bytes):
-        return reply.decode()
-    if isinstance(reply, str):
-        return reply
-    raise TypeError(f"expected a word in Redis's reply, got {reply!r}")
-
-
-def _text(word: str | bytes) -> str:
-    return word.decode() if word.__class__ is bytes else word  # type: ignore[return-value]
-
-
-def pairs(flat: Sequence[str] | Mapping[str, str] | None) -> dict[str, str]:
-    """An entry's fields from the server's flat [field, value, ...] list."""
-    if flat is None:
-        return {}
-    if isinstance(flat, Mapping):
-        return dict(flat)
-    it = iter(flat)
-    return dict(zip(it, it, strict=True))
-
-
-# per record: the entry id, a refusal (R5), or the Redis error the server answered for it
-WriteResult = str | Refused | redis.RedisError
-
-
-def write_result(reply: object) -> WriteResult:
-    """What the produce script's reply for one record means (shared by every ProduceOps)."""
-    if isinstance(reply, redis.RedisError):
-        text = str(reply)
-        if text.startswith(SEALED_ERROR):
-            return Refused.SEALED
-        if text.startswith(MISSING_ERROR):
-            return Refused.MISSING
-        return reply
-    if isinstance(reply, Exception):
-        raise reply
-    return str(reply)
+def unparsed_client(pool: ConnectionPool) -> redis.Redis:
+    """A client over `pool`'s connections whose stream replies stay as the server sent them
+    (no per-entry tuples and dicts): what the parsers of stream_commands.py read."""
+    client = redis.Redis(connection_pool=pool)
+    for command in UNPARSED_COMMANDS:
+        client.set_response_callback(command, _unparsed_reply)
+    return client
 
 
 class ReplicaWait:
@@ -467,16 +352,19 @@ class ReplicaWait:
     (which wrote nothing and would report every replica at once).
     """
 
-    def __init__(self, client: redis.Redis, connection: Any, replicas: int) -> None:
+    def __init__(self, client: redis.Redis, connection: Connection | None, replicas: int) -> None:
         self.client = client
         self.connection = connection
         self.replicas = replicas  # as the last WAIT reported
 
     def wait(self, wanted: int, timeout_ms: int) -> int:
         """WAIT once more on the writing connection; the replicas it reports."""
+        connection = self.connection
+        if connection is None:
+            raise RuntimeError("the writing connection was released")
         try:
-            self.connection.send_command("WAIT", wanted, timeout_ms)
-            self.replicas = int(self.client.parse_response(self.connection, "WAIT"))
+            connection.send_command("WAIT", wanted, timeout_ms)
+            self.replicas = int(self.client.parse_response(connection, "WAIT"))
         except BaseException:
             self.release(broken=True)
             raise
@@ -497,6 +385,8 @@ class ProduceOps:
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
+        self._execute: Execute = pipelined(client)  # (the cluster's: its router)
+        self._load: Callable[[str], object] = client.script_load
 
     def write_and_wait(self, records: Sequence[tuple[str, list[bytes]]], replicas: int,
                        timeout_ms: int) -> tuple[list[WriteResult], ReplicaWait]:
@@ -507,33 +397,28 @@ class ProduceOps:
         """
         load_all(self.client, [PRODUCE_SCRIPT])
         connection = self.client.connection_pool.get_connection()
-        calls = [([shard, seal_key(shard)], fields) for shard, fields in records]
+        plan = PRODUCE_SCRIPT.plan(produce_calls(records))
         waiter = ReplicaWait(self.client, connection, 0)
+        wait: Command = ("", ("WAIT", replicas, timeout_ms))
         try:
-            replies = self._send_on(connection, calls, replicas, timeout_ms)
-            missing = [index for index, reply in enumerate(replies[:-1])
-                       if isinstance(reply, redis.exceptions.NoScriptError)]
-            if missing:  # a restarted or promoted server: load it, write those again, WAIT again
-                self.client.script_load(PRODUCE_SCRIPT.text)
-                again = self._send_on(connection, [calls[i] for i in missing], replicas, timeout_ms)
-                for index, reply in zip(missing, again[:-1], strict=True):
-                    replies[index] = reply
-                replies[-1] = again[-1]
+            *replies, waited = self._send_on(connection, [*plan.commands, wait])
+            again = plan.resend(replies)
+            if again:  # a restarted or promoted server: load it, write those again, WAIT again
+                self.client.script_load(plan.text)
+                *again_replies, waited = self._send_on(connection, [*again, wait])
+                plan.merge(replies, again_replies)
         except BaseException:
             waiter.release(broken=True)
             raise
-        if isinstance(replies[-1], Exception):
+        if isinstance(waited, Exception):
             waiter.release()
-            raise replies[-1]  # e.g. NOPERM for WAIT
-        waiter.replicas = reply_int(replies[-1])
-        return [write_result(reply) for reply in replies[:-1]], waiter
+            raise waited  # e.g. NOPERM for WAIT
+        waiter.replicas = reply_int(waited)
+        return [write_result(reply) for reply in replies], waiter
 
-    def _send_on(self, connection: Connection, calls: Sequence[tuple[Sequence[str], Sequence[bytes]]],
-                 replicas: int, timeout_ms: int) -> list[Reply]:
-        """The script calls and a WAIT in one packet on `connection`; error replies in place."""
-        words: list[Sequence[Word]] = [("EVALSHA", PRODUCE_SCRIPT.sha, len(keys), *keys, *args)
-                                      for keys, args in calls]
-        words.append(("WAIT", replicas, timeout_ms))
+    def _send_on(self, connection: Connection, commands: Sequence[Command]) -> list[Reply]:
+        """`commands` in one packet on `connection`; error replies in place."""
+        words = [command for _, command in commands]
         connection.send_packed_command(connection.pack_commands(words))
         replies: list[Reply] = []
         for command in words:
@@ -550,8 +435,8 @@ class ProduceOps:
         """
         if not records:
             return []
-        calls = [([shard, seal_key(shard)], fields) for shard, fields in records]
-        return [write_result(result) for result in PRODUCE_SCRIPT.run_on(self.client, calls)]
+        return [write_result(result) for result in
+                PRODUCE_SCRIPT.run(produce_calls(records), self._execute, self._load)]
 
     def prepare(self) -> None:
         """Try each kind of command once (K10) and load the script now (before a producer

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-import rsc.member.streams as streams_module
+import rsc.member.stream_commands as commands_module
 from rsc.member.listener import Listener
 from rsc.member.ordering import KeyOrderedQueue
 from rsc.member.runtime import Message, queued_entries
@@ -103,7 +103,7 @@ def test_acks_are_chunked_and_survive_a_script_flush(redis_url, monkeypatch):
     client.set(owner_key(SHARD, GROUP), "member-a")
     ops = StreamOps(client, GROUP, "member-a", use_xackdel=False)
     ids = [entry.id for entry in ops.read_new([SHARD], count=100, block_ms=100)]
-    monkeypatch.setattr(streams_module, "ACK_CHUNK", 5)
+    monkeypatch.setattr(commands_module, "ACK_CHUNK", 5)
     assert ops.ack({SHARD: ids[:6]}) == {SHARD: 6}
     client.script_flush()  # a restarted or flushed server: the script is loaded again
     assert ops.ack({SHARD: ids[6:]}) == {SHARD: 6}
@@ -174,3 +174,38 @@ async def test_different_keys_run_in_parallel_and_each_key_in_order(coordinator)
     assert most_at_once > 1, "different keys ran in parallel"
     for values in order.values():
         assert values == sorted(values)
+
+
+@pytest.mark.parametrize("executor", ["native", "redis-py"])
+async def test_both_executors_read_ahead_and_ack_alike(redis_url, executor):
+    """The one async protocol (member/dataplane.py): native and redis-py in a thread answer
+    the same reads (sent one ahead, answered in order) and acks (owner checked, NOSCRIPT
+    loaded again)."""
+    from rsc.member.dataplane import ThreadedStreamOps, open_stream_ops
+    from rsc.member.native_streams import NativeStreamOps
+    from rsc.member.stream_commands import NOT_OWNER
+
+    client = connect(redis_url, decode=False)
+    client.xgroup_create(SHARD, GROUP, id="0", mkstream=True)
+    for n in range(5):
+        client.xadd(SHARD, {"key": f"k{n}", "value": str(n)})
+    sync_ops = StreamOps(client, GROUP, "member-a", use_xackdel=False)
+    ops = open_stream_ops(sync_ops) if executor == "native" else ThreadedStreamOps(sync_ops)
+    assert isinstance(ops, NativeStreamOps if executor == "native" else ThreadedStreamOps)
+    try:
+        first = await ops.read([[SHARD], [SHARD]], count=2, block_ms=100)
+        assert ops.reads_sent == 1, "the second read stays in flight"
+        second = await ops.read([], count=2, block_ms=100)
+        assert ops.reads_sent == 0 and await ops.read([], count=2, block_ms=100) == []
+        ids = [entry[0].decode() for _, entries in first + second for entry in entries]
+        assert [shard for shard, _ in first + second] == [SHARD, SHARD] and len(ids) == 4
+        assert await ops.ack({SHARD: ids}) == {SHARD: NOT_OWNER}
+        client.set(owner_key(SHARD, GROUP), "member-a")
+        client.script_flush()
+        assert await ops.ack({SHARD: ids}) == {SHARD: 4} and await ops.ack({}) == {}
+        await ops.read([[SHARD]], count=10, block_ms=5000)  # the last entry, at once
+        await ops.reset_reads()
+        assert ops.reads_sent == 0
+    finally:
+        await ops.aclose()
+        client.close()

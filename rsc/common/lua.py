@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from importlib import resources
+from typing import NamedTuple
 
 import redis
 from redis.exceptions import NoScriptError
@@ -76,6 +77,36 @@ def pipelined(client: Client) -> Execute:
     return execute
 
 
+class ScriptPlan(NamedTuple):
+    """The one NOSCRIPT fallback, as a plan every executor follows (sync or async):
+
+    1. send `commands` (EVALSHA only: no SCRIPT EXISTS round trip);
+    2. `resend(results)`: the commands Redis answered NOSCRIPT (a restart, a flush, a promoted
+       replica); when there are any, load `text` (SCRIPT LOAD), send those again and
+    3. `merge` their replies into `results`, in place.
+
+    (A named tuple: one is made per script round trip, on the acks' path.)
+    """
+
+    text: str
+    commands: list[Command]
+
+    def missing(self, results: Sequence[Reply]) -> list[int]:
+        """The indexes of the calls Redis answered NOSCRIPT."""
+        return [index for index, result in enumerate(results) if isinstance(result, NoScriptError)]
+
+    def resend(self, results: Sequence[Reply]) -> list[Command]:
+        """The commands to send again once the script is loaded ([]: none)."""
+        commands = self.commands
+        return [commands[index] for index, result in enumerate(results)
+                if isinstance(result, NoScriptError)]
+
+    def merge(self, results: list[Reply], again: Sequence[Reply]) -> None:
+        """Put the replies to `resend(results)` in their places of `results`."""
+        for index, result in zip(self.missing(results), again, strict=True):
+            results[index] = result
+
+
 class Script:
     """A Lua script: the files it is made of (a library first, then the script), its SHA1."""
 
@@ -90,21 +121,22 @@ class Script:
         """The EVALSHA commands of `calls`, each routed by its first key."""
         return [(keys[0], ("EVALSHA", self.sha, len(keys), *keys, *args)) for keys, args in calls]
 
+    def plan(self, calls: Sequence[Call]) -> ScriptPlan:
+        """What running `calls` sends, as a value (no I/O): see `ScriptPlan`."""
+        return ScriptPlan(self.text, self.commands(calls))
+
     def run(self, calls: Sequence[Call], execute: Execute,
             load: Callable[[str], object]) -> list[Reply]:
         """Run every call through `execute`; the calls Redis answered NOSCRIPT are sent again
         once `load` loaded the text. Replies in order, errors as values."""
         if not calls:
             return []
-        commands = self.commands(calls)
-        results = execute(commands)
-        missing = [index for index, result in enumerate(results)
-                   if isinstance(result, NoScriptError)]
-        if missing:
-            load(self.text)
-            again = execute([commands[index] for index in missing])
-            for index, result in zip(missing, again, strict=True):
-                results[index] = result
+        plan = self.plan(calls)
+        results = execute(plan.commands)
+        again = plan.resend(results)
+        if again:
+            load(plan.text)
+            plan.merge(results, execute(again))
         return results
 
     def run_on(self, client: Client, calls: Sequence[Call]) -> list[Reply]:

@@ -34,11 +34,13 @@ import socket
 import threading
 import time
 import urllib.parse
+import weakref
 from collections.abc import Mapping
 
 import attrs
 import redis
 from redis.backoff import NoBackoff
+from redis.connection import parse_url
 from redis.retry import Retry
 from redis.sentinel import (
     MasterNotFoundError,
@@ -211,6 +213,13 @@ def connect(url: str, **options: object) -> redis.Redis | redis.RedisCluster:
     except (redis.ConnectionError, redis.TimeoutError):
         enabled = False  # unreachable: the plain client reports it at its first use
     if not enabled:
+        if options.get("connection_class") in (FollowingConnection, FollowingSSLConnection):
+            # what its pool was built from, kept as given (the URL's words win, as in redis-py)
+            from_url: dict[str, object] = parse_url(url)  # type: ignore[no-untyped-call]
+            kept = {**options, **from_url}
+            kept.pop("connection_class", None)
+            _PLAIN[probe] = PlainOptions(
+                kept, tls=options["connection_class"] is FollowingSSLConnection)
         return probe
     probe.close()
     options.pop("connection_class", None)
@@ -323,6 +332,25 @@ class _Sentinel(Sentinel):
                                           f"at {addresses} answers") from None
             raise MasterNotFoundError(f"No master found for {service_name!r}: the sentinels at "
                                       f"{addresses} name no live master now (a failover?)") from None
+
+
+@attrs.frozen
+class PlainOptions:
+    """What `connect` built a client of one plain server (redis://, rediss://) from: the
+    connection options (host, port, db, credentials, timeouts, TLS files) and whether it speaks
+    TLS. What another connection to the same server needs (rsc/common/trio_redis.py)."""
+
+    options: Mapping[str, object]
+    tls: bool
+
+
+_PLAIN: weakref.WeakKeyDictionary[redis.Redis, PlainOptions] = weakref.WeakKeyDictionary()
+
+
+def plain_options(client: object) -> PlainOptions | None:
+    """The options `connect` kept for `client`, None for a client it did not build for one
+    plain server (a cluster, a Sentinel-managed master, a unix socket, a client made elsewhere)."""
+    return _PLAIN.get(client) if isinstance(client, redis.Redis) else None
 
 
 class SentinelRedis(redis.Redis):

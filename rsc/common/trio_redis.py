@@ -4,8 +4,10 @@ hiredis' `Reader` parsing the replies, with no thread hop per command.
 The member's data plane (rsc/member/native_streams.py) reads and acks over these where
 its Redis URL names one plain server (`redis://`, `rediss://`): the same server, user,
 password, database and TLS settings as the redis-py client `connect` built for that URL
-(rsc/common/redis_connect.py), taken from that client's connection options. A Cluster, a
-Sentinel URL or a `unix://` socket keep redis-py's connections (`settings_of` says None).
+(rsc/common/redis_connect.py), from the options `connect` kept for it (`plain_options`), never
+read back from redis-py's pool. A Cluster, a Sentinel URL or a `unix://` socket keep redis-py's
+connections (`settings_of` says None). A script runs by its plan (`run`: rsc/common/lua.py's one
+NOSCRIPT fallback).
 
 The same rules as the redis-py connections there:
 - an error reply is redis-py's exception for it (NoScriptError, NoPermissionError, ...),
@@ -25,21 +27,21 @@ from __future__ import annotations
 
 import socket
 import ssl
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 import hiredis
 import redis
 import trio
 from redis._parsers.base import BaseParser
+from redis.credentials import CredentialProvider
 
-from rsc.common.redis_connect import FollowingConnection, FollowingSSLConnection, ReplicaNow
+from rsc.common.lua import Reply, ScriptPlan, Word
+from rsc.common.redis_connect import ReplicaNow, plain_options
 
 CONNECT_TIMEOUT_S = 10.0  # when the URL's client names no connect timeout
 RECEIVE_SIZE = 65536
 
-Word = str | bytes | int | float
 
 
 @attrs.frozen
@@ -61,28 +63,37 @@ class Settings:
 
 
 def settings_of(client: object) -> Settings | None:
-    """The settings of a redis-py `Redis` client over one plain server (redis://, rediss://),
-    None for anything else (a cluster, a Sentinel-managed master, a unix socket)."""
-    if not isinstance(client, redis.Redis):
-        return None
-    pool = client.connection_pool
-    if pool.connection_class not in (FollowingConnection, FollowingSSLConnection):
-        return None
-    options = pool.connection_kwargs
-    tls = _tls_context(options) if pool.connection_class is FollowingSSLConnection else None
-    password = options.get("password")
-    username = options.get("username")
+    """The settings `connect` (rsc/common/redis_connect.py) kept for a client of one plain server
+    (redis://, rediss://), None for anything else (a cluster, a Sentinel-managed master, a unix
+    socket, a client built elsewhere)."""
+    kept = plain_options(client)
+    return None if kept is None else settings_from(kept.options, tls=kept.tls)
+
+
+def settings_from(options: Mapping[str, object], *, tls: bool) -> Settings:
+    """The settings of a connection built from redis-py's connection `options` (TLS when `tls`)."""
+    password, username = _optional_text(options.get("password")), _optional_text(options.get("username"))
     provider = options.get("credential_provider")
-    if provider is not None:
+    if isinstance(provider, CredentialProvider):
         username, password = _credentials(provider.get_credentials())
-    return Settings(host=str(options.get("host") or "localhost"), port=int(options.get("port") or 6379),
-                    db=int(options.get("db") or 0), username=username or None,
-                    password=password or None, tls=tls,
-                    connect_timeout_s=float(options.get("socket_connect_timeout") or CONNECT_TIMEOUT_S),
-                    reply_timeout_s=options.get("socket_timeout"))
+    return Settings(host=str(options.get("host") or "localhost"),
+                    port=int(str(options.get("port") or 6379)),
+                    db=int(str(options.get("db") or 0)), username=username or None,
+                    password=password or None, tls=_tls_context(options) if tls else None,
+                    connect_timeout_s=_seconds(options.get("socket_connect_timeout"))
+                    or CONNECT_TIMEOUT_S,  # none, or 0: the default bound
+                    reply_timeout_s=_seconds(options.get("socket_timeout")))
 
 
-def _credentials(given: Sequence[str]) -> tuple[str | None, str | None]:
+def _optional_text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _seconds(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _credentials(given: tuple[str] | tuple[str, str]) -> tuple[str | None, str | None]:
     if len(given) == 1:
         return None, given[0]
     return given[0], given[1]
@@ -91,18 +102,20 @@ def _credentials(given: Sequence[str]) -> tuple[str | None, str | None]:
 _CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 
 
-def _tls_context(options: Mapping[str, Any]) -> ssl.SSLContext:
+def _tls_context(options: Mapping[str, object]) -> ssl.SSLContext:
     """The TLS client context redis-py's SSLConnection would make from the same options."""
-    context = ssl.create_default_context(cafile=options.get("ssl_ca_certs"),
-                                         capath=options.get("ssl_ca_path"))
+    context = ssl.create_default_context(cafile=_optional_text(options.get("ssl_ca_certs")),
+                                         capath=_optional_text(options.get("ssl_ca_path")))
     reqs = options.get("ssl_cert_reqs", "required")
-    verify = _CERT_REQS.get(reqs.lower(), ssl.CERT_REQUIRED) if isinstance(reqs, str) else reqs
+    verify = (_CERT_REQS.get(reqs.lower(), ssl.CERT_REQUIRED) if isinstance(reqs, str)
+              else ssl.VerifyMode(reqs) if isinstance(reqs, int) else ssl.CERT_REQUIRED)
     check_hostname = bool(options.get("ssl_check_hostname", True)) and verify != ssl.CERT_NONE
     context.check_hostname = check_hostname
     context.verify_mode = verify
-    if options.get("ssl_certfile"):
-        context.load_cert_chain(options["ssl_certfile"], options.get("ssl_keyfile"),
-                                options.get("ssl_password"))
+    certfile = _optional_text(options.get("ssl_certfile"))
+    if certfile:
+        context.load_cert_chain(certfile, _optional_text(options.get("ssl_keyfile")),
+                                _optional_text(options.get("ssl_password")))
     return context
 
 
@@ -182,7 +195,7 @@ class TrioRedis:
                     f"Error writing to {self.settings.address}: {exc}") from None
             raise
 
-    async def receive(self) -> Any:
+    async def receive(self) -> Reply:
         """The reply to the oldest command sent; an error reply as redis-py's exception value."""
         if not self._sent:
             raise RuntimeError("no command in flight")
@@ -222,19 +235,29 @@ class TrioRedis:
             return redis.exceptions.NoPermissionError(f"{error} (command: {' '.join(command)})")
         return error
 
-    async def execute(self, commands: Sequence[Sequence[Word]]) -> list[Any]:
+    async def execute(self, commands: Sequence[Sequence[Word]]) -> list[Reply]:
         """Send `commands` in one write and receive their replies; errors as values."""
         if self._sent:
             raise RuntimeError("execute with replies still awaited")
         await self.send(commands)
         return [await self.receive() for _ in commands]
 
-    async def call(self, *words: Word) -> Any:
+    async def call(self, *words: Word) -> Reply:
         """One command; its error reply raised."""
         [reply] = await self.execute([words])
         if isinstance(reply, Exception):
             raise reply
         return reply
+
+    async def run(self, plan: ScriptPlan) -> list[Reply]:
+        """A script's calls by EVALSHA in one write, with the plan's NOSCRIPT fallback (load it,
+        send those calls again; rsc/common/lua.py). Replies in order, errors as values."""
+        results = await self.execute([command for _, command in plan.commands])
+        again = plan.resend(results)
+        if again:
+            await self.call("SCRIPT", "LOAD", plan.text)
+            plan.merge(results, await self.execute([command for _, command in again]))
+        return results
 
     async def aclose(self) -> None:
         """Close at once (safe under cancellation); whatever was in flight is dropped."""
@@ -252,7 +275,7 @@ def pack_command(command: Sequence[Word]) -> bytes:
     return b"".join(parts)
 
 
-_pack: Any = getattr(hiredis, "pack_command", None) or pack_command
+_pack: Callable[[tuple[Word, ...]], bytes] = getattr(hiredis, "pack_command", None) or pack_command
 
 
 def _named(command: Sequence[Word]) -> tuple[str, ...]:
