@@ -233,7 +233,7 @@ class AioProducer:
     def routing(self) -> RoutingTable | None:
         return self.producer.routing
 
-    async def send(self, key: str | bytes | None, value: Any,
+    async def send(self, key: str | bytes | None, value: object,
                    headers: Mapping[str, str | bytes] | None = None, *,
                    timeout: float | None = None) -> str:
         """Write one message (as the trio producer's `send`); its entry id. `timeout`

@@ -23,7 +23,7 @@ import functools
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any, Unpack
+from typing import Unpack
 
 import trio
 
@@ -61,7 +61,7 @@ class SyncProducer:
     def routing(self) -> RoutingTable | None:
         return self.producer.routing
 
-    def send(self, key: str | bytes | None, value: Any,
+    def send(self, key: str | bytes | None, value: object,
              headers: Mapping[str, str | bytes] | None = None, *,
              timeout: float | None = None) -> str:
         """Write one message (as the trio producer's `send`); its entry id once Redis has it.
