@@ -45,7 +45,7 @@ class SyncProducer:
                  **options: Unpack[ProducerOptions]) -> None:
         check_options(options, ProducerOptions, "open_producer")
         self.stream_prefix = stream_prefix
-        self._loop = TrioThread(f"rsc producer {stream_prefix}")
+        self._loop: TrioThread[Producer] = TrioThread(f"rsc producer {stream_prefix}")
         self._loop.start(lambda: open_trio_producer(coordinator_url, redis_url, stream_prefix,
                                                     **options))
         with _open_lock:
@@ -54,7 +54,8 @@ class SyncProducer:
     @property
     def producer(self) -> Producer:
         """The trio producer inside (its counters: `sent`, `retried`, `rerouted`)."""
-        producer: Producer = self._loop.opened
+        producer = self._loop.opened
+        assert producer is not None  # __init__ returned: start() opened it
         return producer
 
     @property
