@@ -148,9 +148,9 @@ class RscKit:
         asyncio), pointed at the kit: for a module-level `@listener` whose URLs are
         production's. `stream_prefix` and `consumer_group` replace its own (give each test
         names of its own: `unique`). The given listener is not touched."""
-        options = dict(listener.options)
-        options.update(coordinator_url=self.coordinator_url, redis_url=self.redis_url,
-                       token=None, ca_file=None, ssl_context=None)
+        options = listener.options.copy()
+        options["coordinator_url"], options["redis_url"] = self.coordinator_url, self.redis_url
+        options["token"], options["ca_file"], options["ssl_context"] = None, None, None
         if stream_prefix is not None:
             options["stream_prefix"] = stream_prefix
         if consumer_group is not None:
