@@ -44,7 +44,7 @@ import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Unpack
+from typing import Unpack
 
 import trio
 
@@ -54,7 +54,7 @@ from rsc.member.aio_guest import GuestHost, HostStopped
 from rsc.member.aio_workers import AioWorkers
 from rsc.member.codecs import AnyHandler
 from rsc.member.health import ListenerStatus, listener_status
-from rsc.member.listener import Listener, ListenerOptions, check_listener_options
+from rsc.member.listener import Listener, ListenerArguments, ListenerOptions, check_listener_options
 from rsc.member.producer import Producer, ProducerOptions, RoutingTable, TypedRecord, check_options
 from rsc.member.producer import open_producer as open_trio_producer
 from rsc.member.runtime import Member, StoreMismatch
@@ -102,7 +102,7 @@ class AioListener:
         return self._listener.members
 
     @property
-    def options(self) -> dict[str, Any]:
+    def options(self) -> ListenerArguments:
         """What it was built with (the keywords of `Listener`)."""
         return self._listener.options
 
@@ -233,7 +233,7 @@ class AioProducer:
     def routing(self) -> RoutingTable | None:
         return self.producer.routing
 
-    async def send(self, key: str | bytes | None, value: Any,
+    async def send(self, key: str | bytes | None, value: object,
                    headers: Mapping[str, str | bytes] | None = None, *,
                    timeout: float | None = None) -> str:
         """Write one message (as the trio producer's `send`); its entry id. `timeout`
@@ -280,7 +280,7 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
 
     served = host.call(serve)
     try:
-        first: list[asyncio.Future[Any]] = [opened, served]
+        first: list[asyncio.Future[Producer] | asyncio.Future[None]] = [opened, served]
         await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
         if not opened.done():
             served.result()  # why it did not open

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import outcome
 import trio
@@ -155,7 +155,7 @@ class GuestHost:
             future.set_result(result)
 
 
-async def wait_asyncio(futures: list[asyncio.Future[Any]], host: GuestHost) -> None:
+async def wait_asyncio(futures: Sequence[asyncio.Future[T]], host: GuestHost) -> None:
     """From trio: wait until every asyncio future (or task) is done."""
     pending = [future for future in futures if not future.done()]
     if not pending:
@@ -163,7 +163,7 @@ async def wait_asyncio(futures: list[asyncio.Future[Any]], host: GuestHost) -> N
     finished = trio.Event()
     left = len(pending)
 
-    def one_done(_: asyncio.Future[Any]) -> None:
+    def one_done(_: asyncio.Future[T]) -> None:
         nonlocal left
         left -= 1
         if left == 0:

@@ -24,7 +24,7 @@ Redis is known to be the coordinator's: the storeId checked, or none to check.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TypedDict
 
 import attrs
 
@@ -144,6 +144,35 @@ class MembershipHealth:
             f"answers and would admit it (D6 allows {allowed / 1000:g} s): a restart should cure it"))
 
 
+class MemberStatusJson(TypedDict):
+    """`MemberStatus.to_json()`: a member's part of a health route's answer."""
+
+    memberId: str
+    joined: bool
+    memberEpoch: int
+    shards: list[str]
+    leaving: bool
+    processed: int
+    failed: int
+    acked: int
+    inFlight: int
+    healthy: bool
+    ready: bool
+    reason: str | None
+
+
+class ListenerStatusJson(TypedDict):
+    """`ListenerStatus.to_json()`: what a health route returns."""
+
+    healthy: bool
+    ready: bool
+    reason: str | None
+    running: bool
+    stopping: bool
+    failure: str | None
+    members: list[MemberStatusJson]
+
+
 @attrs.frozen(kw_only=True)
 class MemberStatus:
     """One member as a health route reports it."""
@@ -159,7 +188,7 @@ class MemberStatus:
     in_flight: int
     verdict: HealthVerdict
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> MemberStatusJson:
         return {"memberId": self.member_id, "joined": self.joined,
                 "memberEpoch": self.member_epoch, "shards": list(self.shards),
                 "leaving": self.leaving, "processed": self.processed, "failed": self.failed,
@@ -182,7 +211,7 @@ class ListenerStatus:
     failure: str | None
     members: tuple[MemberStatus, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ListenerStatusJson:
         return {"healthy": self.healthy, "ready": self.ready, "reason": self.reason or None,
                 "running": self.running, "stopping": self.stopping, "failure": self.failure,
                 "members": [member.to_json() for member in self.members]}

@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import ssl
 from collections.abc import Callable, Mapping
-from typing import Any, Required, TypedDict, Unpack
+from typing import Required, TypedDict, Unpack, cast
 
 import trio
 
@@ -96,6 +96,13 @@ class ListenerOptions(TypedDict, total=False):
     read_budget: ReadBudget | None
 
 
+class ListenerArguments(ListenerOptions):
+    """Every keyword a `Listener` was built with (its `options`), the prefix and group too."""
+
+    stream_prefix: Required[str]
+    consumer_group: Required[str]
+
+
 def check_listener_options(options: Mapping[str, object], call: str) -> None:
     """TypeError naming a keyword a listener does not take (L6), at the call."""
     known = ListenerOptions.__annotations__
@@ -123,8 +130,8 @@ class Listener:
                  ca_file: str | None = None, ssl_context: ssl.SSLContext | None = None,
                  instance_id: str | None = None, codec: object | None = None,
                  tracing: object = False, read_budget: ReadBudget | None = None) -> None:
-        self.options: dict[str, Any] = {  # what it was built with (rsc.testing's `bind`)
-            name: value for name, value in locals().items() if name not in ("self", "handler")}
+        self.options = cast("ListenerArguments", {  # what it was built with (rsc.testing's `bind`)
+            name: value for name, value in locals().items() if name not in ("self", "handler")})
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if runtime_max_concurrency < 1:

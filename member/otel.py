@@ -30,10 +30,10 @@ Without the `[otel]` extra, `tracing=True` raises `MissingExtra` naming it; with
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from importlib import metadata
-from typing import Any
+from typing import Protocol
 
 from rsc.common.extras import require
 from rsc.member.message import Handler, Message
@@ -44,7 +44,28 @@ SYSTEM = "redis_streams"
 FEATURE = "tracing=True (OpenTelemetry)"
 
 
-def _tracer(tracing: object) -> Any:
+class Span(Protocol):
+    """What this module calls on an OpenTelemetry span (`opentelemetry.trace.Span`)."""
+
+    def set_attribute(self, key: str, value: str) -> None: ...
+
+    def record_exception(self, exception: BaseException) -> None: ...
+
+    def set_status(self, status: object) -> None: ...
+
+
+class Tracer(Protocol):
+    """What this module calls on an OpenTelemetry tracer (`opentelemetry.trace.Tracer`)."""
+
+    def start_span(self, name: str, *, context: object, kind: object, links: Sequence[object],
+                   attributes: Mapping[str, object]) -> Span: ...
+
+    def start_as_current_span(self, name: str, *, kind: object,
+                              attributes: Mapping[str, object]
+                              ) -> AbstractContextManager[Span]: ...
+
+
+def _tracer(tracing: object) -> Tracer:
     """The tracer of `tracing=`: True for the global tracer provider, or a provider."""
     trace = require("opentelemetry.trace", extra="otel", feature=FEATURE)
     try:
@@ -52,7 +73,8 @@ def _tracer(tracing: object) -> Any:
     except metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
         version = None
     provider = None if tracing is True else tracing
-    return trace.get_tracer("rsc", version, tracer_provider=provider)
+    tracer: Tracer = trace.get_tracer("rsc", version, tracer_provider=provider)
+    return tracer
 
 
 class ProducerTracing:
@@ -66,7 +88,7 @@ class ProducerTracing:
         self.name = f"send {stream_prefix}"
 
     @contextmanager
-    def sending(self, records: Sequence[Any]) -> Iterator[list[Any]]:
+    def sending(self, records: Sequence[object]) -> Iterator[list[object]]:
         """The batch's span (current while it is written) and the records with its context
         in their headers; an exception out of the block is recorded on the span."""
         attributes = {"messaging.system": SYSTEM,
@@ -89,7 +111,7 @@ class ProducerTracing:
                 raise
 
 
-def with_headers(record: Any, carrier: dict[str, str]) -> Any:
+def with_headers(record: object, carrier: dict[str, str]) -> object:
     """A record with the trace context's headers added (a header the record sets wins; a
     malformed record is left for the producer's check to name)."""
     if not isinstance(record, tuple | list) or len(record) not in (2, 3):
@@ -113,7 +135,7 @@ def traced_handler(handler: Handler, *, stream_prefix: str, consumer_group: str,
     status = require("opentelemetry.trace.status", extra="otel", feature=FEATURE)
     consumer, name = trace.SpanKind.CONSUMER, f"process {stream_prefix}"
 
-    def start(message: Message) -> Any:
+    def start(message: Message) -> Span:
         carrier = {header: data.decode("utf-8", "replace")
                    for header, data in message.headers.items()}
         parent = propagate.extract(carrier)
@@ -129,18 +151,20 @@ def traced_handler(handler: Handler, *, stream_prefix: str, consumer_group: str,
                       "messaging.client.id": message.member_id,
                       "messaging.message.body.size": len(message.value_bytes),
                       "rsc.attempt": message.attempt}
-        return tracer.start_span(name, context=parent, kind=consumer, links=links,
-                                 attributes=attributes)
+        span: Span = tracer.start_span(name, context=parent, kind=consumer, links=links,
+                                       attributes=attributes)
+        return span
 
-    def failed(span: Any, error: Exception) -> None:
+    def failed(span: Span, error: Exception) -> None:
         span.record_exception(error)
         span.set_attribute("error.type", type(error).__qualname__)
         span.set_status(status.Status(status.StatusCode.ERROR,
                                       f"{type(error).__name__}: {error}"))
 
-    def using(span: Any) -> Any:
-        return trace.use_span(span, end_on_exit=True, record_exception=False,
-                              set_status_on_exception=False)
+    def using(span: Span) -> AbstractContextManager[object]:
+        used: AbstractContextManager[object] = trace.use_span(
+            span, end_on_exit=True, record_exception=False, set_status_on_exception=False)
+        return used
 
     if inspect.iscoroutinefunction(handler):
         async def run_async(message: Message) -> None:

@@ -44,7 +44,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import redis
 import trio
@@ -129,8 +129,8 @@ def check_options(options: Mapping[str, object], known: type, call: str) -> None
                         f"(it takes {', '.join(sorted(known.__annotations__))})")
 
 
-TypedRecord = (tuple[str | bytes | None, Any]
-               | tuple[str | bytes | None, Any, Mapping[str, str | bytes] | None])
+TypedRecord = (tuple[str | bytes | None, object]
+               | tuple[str | bytes | None, object, Mapping[str, str | bytes] | None])
 """A record of a producer with a codec: (key, value[, headers]), the value what the codec
 encodes (without a codec: str or bytes, a `Record`)."""
 
@@ -244,7 +244,7 @@ class Producer:
 
     # --- writing ---------------------------------------------------------------------
 
-    async def send(self, key: str | bytes | None, value: Any,
+    async def send(self, key: str | bytes | None, value: object,
                    headers: Mapping[str, str | bytes] | None = None, *,
                    timeout: float | None = None) -> str:
         """Write one message; return its stream entry id once Redis has it. Key and value are
@@ -282,7 +282,7 @@ class Producer:
             yield cast("Sequence[Record]", encoded)
             return
         with self._tracing.sending(encoded) as traced:
-            yield traced
+            yield cast("Sequence[Record]", traced)
 
     async def deliver(self, records: Sequence[Record], *,
                       timeout: float | None = None) -> list[tuple[str, str]]:

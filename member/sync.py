@@ -23,7 +23,7 @@ import functools
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any, Unpack
+from typing import Unpack
 
 import trio
 
@@ -45,7 +45,7 @@ class SyncProducer:
                  **options: Unpack[ProducerOptions]) -> None:
         check_options(options, ProducerOptions, "open_producer")
         self.stream_prefix = stream_prefix
-        self._loop = TrioThread(f"rsc producer {stream_prefix}")
+        self._loop: TrioThread[Producer] = TrioThread(f"rsc producer {stream_prefix}")
         self._loop.start(lambda: open_trio_producer(coordinator_url, redis_url, stream_prefix,
                                                     **options))
         with _open_lock:
@@ -54,14 +54,15 @@ class SyncProducer:
     @property
     def producer(self) -> Producer:
         """The trio producer inside (its counters: `sent`, `retried`, `rerouted`)."""
-        producer: Producer = self._loop.opened
+        producer = self._loop.opened
+        assert producer is not None  # __init__ returned: start() opened it
         return producer
 
     @property
     def routing(self) -> RoutingTable | None:
         return self.producer.routing
 
-    def send(self, key: str | bytes | None, value: Any,
+    def send(self, key: str | bytes | None, value: object,
              headers: Mapping[str, str | bytes] | None = None, *,
              timeout: float | None = None) -> str:
         """Write one message (as the trio producer's `send`); its entry id once Redis has it.

@@ -12,7 +12,7 @@ wake-up). Nothing here decides what runs: the ledger does.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import trio
 
@@ -39,20 +39,30 @@ class Signal:
             await self._event.wait()
 
 
+class Lot(Protocol):
+    """Where idle workers park: trio's `ParkingLot`, or a host's own (asyncio's)."""
+
+    async def park(self) -> None: ...
+
+    def unpark(self, *, count: int = 1) -> object: ...
+
+    def unpark_all(self) -> object: ...
+
+
 class WorkQueue(Generic[ItemT]):
     """Key-ordered items for a pool of `workers` long-lived workers."""
 
-    def __init__(self, order_key: Callable[[Any], OrderKey], *, workers: int,
+    def __init__(self, order_key: Callable[[ItemT], OrderKey], *, workers: int,
                  max_buffered: int, on_room: Callable[[], None]) -> None:
         self._items: KeyOrderedQueue[ItemT] = KeyOrderedQueue(order_key)
         self._workers = workers
         self._max_buffered = max_buffered
         self._on_room = on_room
         self.room_wanted = False  # set by the reader while it waits for room
-        self._idle = trio.lowlevel.ParkingLot()
-        self._over_limit = trio.lowlevel.ParkingLot()
+        self._idle: Lot = trio.lowlevel.ParkingLot()
+        self._over_limit: Lot = trio.lowlevel.ParkingLot()
 
-    def park_on(self, make_lot: Callable[[], Any], on_room: Callable[[], None]) -> None:
+    def park_on(self, make_lot: Callable[[], Lot], on_room: Callable[[], None]) -> None:
         """Workers of another host (asyncio) park on lots of its own and wake the reader
         its own way; called before any worker parks."""
         self._idle, self._over_limit, self._on_room = make_lot(), make_lot(), on_room

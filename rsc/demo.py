@@ -24,7 +24,7 @@ import math
 import signal
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 import attrs
 import trio
@@ -70,8 +70,17 @@ SCHEDULE_CYCLE_S = 20.0
 RESHARD_AT_S = 7.0
 KILL_AT_S = 12.0
 
-DEMO_COORDINATOR: dict[str, Any] = dict(tick_interval_ms=250, lease_ttl_ms=3000, heartbeat_interval_ms=500,
-                        revoke_timeout_ms=15000)
+class CoordinatorTiming(TypedDict):
+    """The demo's coordinator timings (keywords of `CoordinatorConfig`)."""
+
+    tick_interval_ms: int
+    lease_ttl_ms: int
+    heartbeat_interval_ms: int
+    revoke_timeout_ms: int
+
+
+DEMO_COORDINATOR: CoordinatorTiming = {"tick_interval_ms": 250, "lease_ttl_ms": 3000,
+                                       "heartbeat_interval_ms": 500, "revoke_timeout_ms": 15000}
 
 
 def members_wanted(elapsed_s: float) -> int:

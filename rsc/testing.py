@@ -84,7 +84,7 @@ class RscKit:
         self._redis_url = redis_url
         self._options = {**TIMINGS, **coordinator_options}
         self._server: EmbeddedRedis | None = None
-        self._loop: TrioThread | None = None
+        self._loop: TrioThread[_Running] | None = None
         self.coordinator_url = ""
         self.redis_url = ""
 
@@ -99,9 +99,11 @@ class RscKit:
             server = self._server = EmbeddedRedis().start()
             self._redis_url = server.url
         redis_url = self._redis_url
-        self._loop = TrioThread("rsc test coordinator")
-        self._loop.start(lambda: _coordinator(redis_url, self._options))
-        running: _Running = self._loop.opened
+        loop: TrioThread[_Running] = TrioThread("rsc test coordinator")
+        self._loop = loop
+        loop.start(lambda: _coordinator(redis_url, self._options))
+        running = loop.opened
+        assert running is not None  # start() returned: the coordinator runs
         self.coordinator_url, self.redis_url = running.coordinator_url, running.redis_url
         return self
 
@@ -146,9 +148,9 @@ class RscKit:
         asyncio), pointed at the kit: for a module-level `@listener` whose URLs are
         production's. `stream_prefix` and `consumer_group` replace its own (give each test
         names of its own: `unique`). The given listener is not touched."""
-        options = dict(listener.options)
-        options.update(coordinator_url=self.coordinator_url, redis_url=self.redis_url,
-                       token=None, ca_file=None, ssl_context=None)
+        options = listener.options.copy()
+        options["coordinator_url"], options["redis_url"] = self.coordinator_url, self.redis_url
+        options["token"], options["ca_file"], options["ssl_context"] = None, None, None
         if stream_prefix is not None:
             options["stream_prefix"] = stream_prefix
         if consumer_group is not None:

@@ -24,6 +24,7 @@ import sniffio
 import trio
 
 from rsc.member.aio import listener, open_producer
+from rsc.member.health import ListenerStatusJson
 from rsc.member.policies import AckPolicy, RetryPolicy
 from rsc.member.runtime import Message
 from rsc.member.session import open_session
@@ -187,7 +188,7 @@ async def test_stop_from_a_signal_handler_leaves(coordinator):
     url, redis_url = coordinator.url, coordinator.redis_url
     await set_shards(url, PREFIX, GROUP, SHARDS)
 
-    async def main() -> list[dict[str, Any]]:
+    async def main() -> list[ListenerStatusJson]:
         @listener(PREFIX, GROUP, coordinator_url=url, redis_url=redis_url)
         async def handle(message: Message) -> None:
             pass
@@ -222,7 +223,7 @@ async def test_a_failing_handler_never_kills_the_workers_and_dead_letters(coordi
     good: list[str] = []
     attempts: dict[str, int] = defaultdict(int)
 
-    async def main() -> dict[str, Any]:
+    async def main() -> ListenerStatusJson:
         @listener(PREFIX, GROUP, coordinator_url=url, redis_url=redis_url,
                   retry=RetryPolicy(max_deliveries=2, dead_letter_stream="dead", backoff_ms=1))
         async def handle(message: Message) -> None:
@@ -427,7 +428,7 @@ async def test_running_yields_while_the_coordinator_is_down_and_the_members_join
         port = sock.getsockname()[1]
     url = f"ws://127.0.0.1:{port}"
 
-    async def main() -> tuple[dict[str, Any], dict[str, Any]]:
+    async def main() -> tuple[ListenerStatusJson, ListenerStatusJson]:
         @listener(PREFIX, GROUP, coordinator_url=url, redis_url=redis_url)
         async def handle(message: Message) -> None:
             pass

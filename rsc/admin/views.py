@@ -307,7 +307,7 @@ def pending_entries_view(response: PendingEntries) -> RenderableType:
 
 
 def generic_view(response: Message | Mapping[str, object]) -> RenderableType:
-    """Any response as a key/value grid (for response types this version has no view for)."""
+    """A response of any type as a key/value grid (for types this version has no view for)."""
     body = response if isinstance(response, Mapping) else attrs.asdict(response)
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")

@@ -7,13 +7,16 @@ import functools
 import logging
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rsc.actors.config import DEFAULT_MAX_GROUP_SIZE, DEFAULT_MAX_GROUPS, CoordinatorConfig
 from rsc.commands.arg_types import non_negative, positive
 from rsc.common.env_config import parse_args
 from rsc.common.exit_codes import EXIT_FAILED, EXIT_OK
 from rsc.common.logs import add_logging_arguments, configure_logging, log_event
+
+if TYPE_CHECKING:
+    from rsc.actors.metrics import CoordinatorMetrics
 
 log = logging.getLogger("rsc.coordinator")
 
@@ -202,7 +205,7 @@ async def _serve_until_signal(config: CoordinatorConfig) -> None:
 
     from rsc.actors.app import serve
 
-    metrics: Any = None
+    metrics: CoordinatorMetrics | None = None
     if config.metrics_port is not None:
         from rsc.actors.metrics import CoordinatorMetrics
 

@@ -30,7 +30,7 @@ import argparse
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 PREFIX = "RSC_"
 USAGE_EXIT = 2  # argparse's exit code for a usage error
@@ -133,7 +133,7 @@ def _parse_switch(text: str) -> bool:
     raise ValueError(f"expected one of {'/'.join(TRUE_WORDS)} or {'/'.join(FALSE_WORDS)}")
 
 
-def convert(flag: Flag, text: str) -> Any:
+def convert(flag: Flag, text: str) -> object:
     """The value `text` (from `flag.variable`) gives `flag`'s dest; EnvironmentValueError if it
     does not parse. An on/off flag's "off" is its default (a store_false flag's True)."""
     action = flag.action
@@ -159,10 +159,10 @@ def convert(flag: Flag, text: str) -> Any:
 
 
 def environment_values(flags: Sequence[Flag], given: set[str], environ: Mapping[str, str]
-                       ) -> dict[str, tuple[Any, str]]:
+                       ) -> dict[str, tuple[object, str]]:
     """dest -> (value, variable) for each flag whose dest is not in `given` (set on the command
     line) and whose variable is set and not empty; the first bad variable raises."""
-    values: dict[str, tuple[Any, str]] = {}
+    values: dict[str, tuple[object, str]] = {}
     for flag in flags:
         dest = flag.action.dest
         if dest in given or dest in values:

@@ -30,7 +30,7 @@ import logging
 import os
 import ssl
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Final
+from typing import Final, TypeVar
 
 import attrs
 import trio
@@ -119,7 +119,7 @@ async def serve_http(routes: Mapping[str, Route], host: str, port: int, *,
     handshake reads as a peer gone away)."""
     sockets = await trio.open_tcp_listeners(port, host=host)
     bound_port = int(sockets[0].socket.getsockname()[1])
-    listeners: list[Any] = sockets if ssl_context is None else [
+    listeners: list[trio.abc.Listener[trio.abc.Stream]] = list(sockets) if ssl_context is None else [
         trio.SSLListener(listener, ssl_context, https_compatible=True) for listener in sockets]
 
     async def handle(stream: trio.abc.Stream) -> None:
@@ -138,9 +138,12 @@ async def serve_http(routes: Mapping[str, Route], host: str, port: int, *,
             nursery.start_soon(serve_capped, listener, handle, bound_port)
 
 
-async def serve_capped(listener: trio.abc.Listener[Any], handle: Callable[[Any], Awaitable[None]],
+StreamT = TypeVar("StreamT", bound=trio.abc.Stream)
+
+
+async def serve_capped(listener: trio.abc.Listener[StreamT], handle: Callable[[StreamT], Awaitable[None]],
                        port: int, *, max_connections: int = MAX_CONNECTIONS,
-                       when_full: Callable[[Any], Awaitable[None]] | None = None,
+                       when_full: Callable[[StreamT], Awaitable[None]] | None = None,
                        slots: trio.CapacityLimiter | None = None) -> None:
     """Accept on `listener` and run `handle` for each connection, at most `max_connections` at
     once (one more is closed at accept, or handed to `when_full`, which answers it and closes
@@ -149,7 +152,7 @@ async def serve_capped(listener: trio.abc.Listener[Any], handle: Callable[[Any],
     shortage = FdShortage(port)
     held = trio.CapacityLimiter(max_connections) if slots is None else slots
 
-    async def run(stream: Any) -> None:
+    async def run(stream: StreamT) -> None:
         try:
             await handle(stream)
         finally:

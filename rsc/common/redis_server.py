@@ -27,7 +27,7 @@ import tempfile
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from rsc.common.error_family import RscError
 from rsc.common.wording import option
@@ -52,8 +52,15 @@ class ServerTls:
     def url(self, port: int, path: str = "") -> str:
         return f"rediss://127.0.0.1:{port}{path}?" + urllib.parse.urlencode({"ssl_ca_certs": self.ca_file})
 
-    def client_options(self) -> dict[str, Any]:
+    def client_options(self) -> ClientTls:
         return {"ssl": True, "ssl_ca_certs": self.ca_file}
+
+
+class ClientTls(TypedDict, total=False):
+    """The keywords of a redis-py client for a server of `ServerTls`."""
+
+    ssl: bool
+    ssl_ca_certs: str
 
 
 def find_redis_server() -> str:

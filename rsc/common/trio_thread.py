@@ -16,13 +16,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, TypeVar, TypeVarTuple
+from typing import Generic, TypeVar, TypeVarTuple
 
 import trio
 
 from rsc.common.error_family import RscError
 
 T = TypeVar("T")
+OpenedT = TypeVar("OpenedT")
 Args = TypeVarTuple("Args")
 
 
@@ -30,8 +31,9 @@ class LoopClosed(RscError, RuntimeError):
     """The loop is not running (not started yet, closed, or its opener failed)."""
 
 
-class TrioThread:
-    """One trio loop in a daemon thread; see the module docstring."""
+class TrioThread(Generic[OpenedT]):
+    """One trio loop in a daemon thread; see the module docstring. `OpenedT` is what its
+    opener's context manager gives."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -40,11 +42,11 @@ class TrioThread:
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
-        self._opened: Any = None
-        self._opener: Callable[[], AbstractAsyncContextManager[Any]] | None = None
+        self._opened: OpenedT | None = None
+        self._opener: Callable[[], AbstractAsyncContextManager[OpenedT]] | None = None
 
-    def start(self, opener: Callable[[], AbstractAsyncContextManager[T]] | None = None,
-              timeout: float = 60.0) -> TrioThread:
+    def start(self, opener: Callable[[], AbstractAsyncContextManager[OpenedT]] | None = None,
+              timeout: float = 60.0) -> TrioThread[OpenedT]:
         """Start the loop (and, with `opener`, enter the context manager it returns there);
         returns once it runs. Whatever the opener raised is raised here."""
         self._opener = opener
@@ -62,7 +64,7 @@ class TrioThread:
         return self._failure
 
     @property
-    def opened(self) -> Any:
+    def opened(self) -> OpenedT | None:
         """What the opener's context manager gave (None without an opener)."""
         return self._opened
 

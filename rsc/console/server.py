@@ -30,7 +30,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Final
+from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
 import attrs
@@ -338,7 +338,7 @@ class Feed:
         self.offered = trio.Event()
         self.last_offered: dict[str, Mapping[str, object]] = {}
         self.group_view: views.GroupPage | None = None  # the group page's last view
-        self.dead_letters: dict[str, Any] | None = None  # P3: its dead letters, as last read
+        self.dead_letters: dict[str, object] | None = None  # P3: its dead letters, as last read
 
     async def send(self, body: Mapping[str, object]) -> None:
         await self.websocket.send_message(json.dumps(body, ensure_ascii=False, separators=(",", ":")))
@@ -492,11 +492,13 @@ class Feed:
     async def follow_overview(self, admin: AdminClient) -> None:
         """listGroups every OVERVIEW_REFRESH_S (the next only after the last answered) and one
         describe watch per prefix for its migration, pushed as it changes."""
-        migrations: dict[str, Any] = {}
+        migrations: dict[str, object] = {}
         watched: dict[str, str] = {}
         while True:
             answer = await _checked(admin, ListGroups(request_id=0))
-            groups = list(answer.get("groups") or [])
+            listed = answer.get("groups")
+            groups = [entry for entry in listed if isinstance(entry, dict)] \
+                if isinstance(listed, list) else []
             wanted = views.prefixes_to_watch(groups, watched)
             for prefix, group in list(wanted.items()):
                 if watched.get(prefix) != group:
@@ -632,7 +634,7 @@ def _watch_request(prefix: str, group: str) -> DescribeGroup:
     return DescribeGroup(request_id=0, stream_prefix=prefix, consumer_group=group, watch=True)
 
 
-async def _checked(admin: AdminClient, request: ListGroups) -> dict[str, Any]:
+async def _checked(admin: AdminClient, request: ListGroups) -> dict[str, object]:
     answer = await admin.session.request(request)
     _raise_unless_ok(answer)
     return answer

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final, Generic, TypedDict, TypeVar
+from typing import Final, Generic, TypedDict, TypeVar
 
 import attrs
 
@@ -153,7 +153,7 @@ class LagHistory:
     nobody opens has no history, and the coordinator is asked nothing more."""
 
     def __init__(self) -> None:
-        self._points: dict[tuple[str, str], list[list[Any]]] = {}  # least recently seen first
+        self._points: dict[tuple[str, str], list[_Point]] = {}  # least recently seen first
         self._followers: dict[tuple[str, str], int] = {}
 
     def follow(self, key: tuple[str, str]) -> None:
@@ -166,30 +166,33 @@ class LagHistory:
             return
         self._followers.pop(key, None)
         points = self._points.get(key)
-        if points and points[-1][1:] != [None, None]:
-            points.append([now_ms, None, None])
+        if points and not _is_break(points[-1]):
+            points.append((now_ms, None, None))
 
     def record(self, key: tuple[str, str], now_ms: int, lag: int | None, pending: int | None) -> None:
         points = self._points.pop(key, [])
         self._points[key] = points
-        if not points or points[-1][1:] == [None, None] or now_ms - points[-1][0] >= HISTORY_STEP_MS:
-            points.append([now_ms, lag, pending])
+        if not points or _is_break(points[-1]) or now_ms - points[-1][0] >= HISTORY_STEP_MS:
+            points.append((now_ms, lag, pending))
         _trim(points, now_ms)
         while len(self._points) > MAX_HISTORIES:
             del self._points[next(iter(self._points))]
 
-    def points(self, key: tuple[str, str], now_ms: int) -> list[list[Any]]:
+    def points(self, key: tuple[str, str], now_ms: int) -> list[list[int | None]]:
         """A copy of the group's points within HISTORY_MS of `now_ms`, oldest first."""
         points = self._points.get(key, [])
         _trim(points, now_ms)
         return [list(point) for point in points]
 
 
-def _trim(points: list[list[Any]], now_ms: int) -> None:
+_Point = tuple[int, int | None, int | None]  # wallMs, lag, pending (both None: a break)
+
+
+def _trim(points: list[_Point], now_ms: int) -> None:
     """Merge what is older than HISTORY_RECENT_MS into buckets, drop what is older than
     HISTORY_MS, and keep at most MAX_HISTORY_POINTS (in place)."""
     recent = now_ms - HISTORY_RECENT_MS
-    kept: list[list[Any]] = []
+    kept: list[_Point] = []
     for point in points:
         if point[0] < now_ms - HISTORY_MS:
             continue
@@ -197,13 +200,13 @@ def _trim(points: list[list[Any]], now_ms: int) -> None:
         if last is not None and point[0] < recent and not _is_break(point) \
                 and not _is_break(last) \
                 and last[0] // HISTORY_BUCKET_MS == point[0] // HISTORY_BUCKET_MS:
-            last[1], last[2] = _larger(last[1], point[1]), _larger(last[2], point[2])
+            kept[-1] = (last[0], _larger(last[1], point[1]), _larger(last[2], point[2]))
             continue
         kept.append(point)
     points[:] = kept[-MAX_HISTORY_POINTS:]
 
 
-def _is_break(point: list[Any]) -> bool:
+def _is_break(point: _Point) -> bool:
     return point[1] is None and point[2] is None
 
 
@@ -361,8 +364,16 @@ def migration_text(summary: MigrationSummary | None) -> str:
     return text
 
 
-def overview(groups: Sequence[Mapping[str, Any]],
-             migrations: Mapping[str, Mapping[str, Any] | None],
+def _int_value(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _str_value(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def overview(groups: Sequence[Mapping[str, object]],
+             migrations: Mapping[str, object],
              watched: Iterable[str] = ()) -> Overview:
     """The overview: a row per group (from listGroups) with its prefix's migration, and totals.
 
@@ -374,15 +385,19 @@ def overview(groups: Sequence[Mapping[str, Any]],
     for entry in groups:
         prefix = str(entry.get("streamPrefix"))
         if prefix in watched_set:
-            summary = migration_summary(migrations.get(prefix))
+            migration_object = migrations.get(prefix)
+            summary = migration_summary(migration_object if isinstance(migration_object, Mapping)
+                                        else None)
             migration = migration_text(summary)
         else:
             summary, migration = None, "not watched"
+        lag, pending = _int_value(entry.get("lag")), _int_value(entry.get("pending"))
         rows.append({"streamPrefix": prefix, "consumerGroup": str(entry.get("consumerGroup")),
-                     "state": entry.get("state"), "groupEpoch": entry.get("groupEpoch"),
-                     "members": entry.get("members"), "shards": entry.get("shards"),
-                     "lag": entry.get("lag"), "pending": entry.get("pending"),
-                     "backlog": backlog(entry.get("lag"), entry.get("pending")),
+                     "state": _str_value(entry.get("state")),
+                     "groupEpoch": _int_value(entry.get("groupEpoch")),
+                     "members": _int_value(entry.get("members")),
+                     "shards": _int_value(entry.get("shards")),
+                     "lag": lag, "pending": pending, "backlog": backlog(lag, pending),
                      "migration": migration,
                      "blocked": bool(summary and summary["blockingGroups"])})
     rows.sort(key=lambda row: (row["streamPrefix"], row["consumerGroup"]))
@@ -469,7 +484,7 @@ def group_view(description: Mapping[str, object] | GroupDescription) -> GroupPag
 AUDIT_PAGE_ENTRIES: Final = 100
 
 
-def audit_rows(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def audit_rows(entries: Iterable[Mapping[str, object]]) -> list[dict[str, object]]:
     """C3: the audit page's rows, newest first: when, who, what, the outcome, what was before.
     Values stay data (the page sets them as text)."""
     rows = []
@@ -497,8 +512,11 @@ ACTIONS: Final = ("setShardCount", "setMaxConcurrency", "removeMember", "resetOf
                   "deleteGroup", "setRetention", "redriveDeadLetters")
 """What the group page can do, each through the admin request of the same name."""
 
+ActionRequest = (m.SetShardCount | m.SetMaxConcurrency | m.RemoveMember | m.ResetOffsets
+                 | m.DeleteGroup | m.RedriveDeadLetters | m.SetRetention)
 
-def dead_letters_summary(answer: Mapping[str, Any]) -> dict[str, Any]:
+
+def dead_letters_summary(answer: Mapping[str, object]) -> dict[str, object]:
     """P3, C1: what the group page shows of its dead letters (a `listDeadLetters` answer):
     the count, the stream, oldest and newest, errors by type and their retention (P2), never
     an entry's contents."""
@@ -523,13 +541,13 @@ class Action:
     request to send, and the group epoch and routing version the operator confirmed at."""
 
     action_id: int
-    request: Any  # rsc.protocol.messages.Request
+    request: ActionRequest
     group_epoch: int | None
     routing_version: int | None
     dry_run: bool = False
 
 
-def _int_or_none(params: Mapping[str, Any], name: str) -> int | None:
+def _int_or_none(params: Mapping[str, object], name: str) -> int | None:
     value = params.get(name)
     if value is None:
         return None
@@ -561,42 +579,44 @@ def parse_action(text: str | bytes, prefix: str, group: str) -> Action:
         raise ActionError("fields 'params' and 'confirmedAt' must be objects")
     epoch = _int_or_none(confirmed, "groupEpoch")
     version = _int_or_none(confirmed, "routingVersion")
-    named: dict[str, Any] = {"request_id": 0, "stream_prefix": prefix}
     try:
-        request: Any
+        request: ActionRequest
         if name == "setShardCount":
             count = _int_or_none(params, "shardCount")
             if count is None:
                 raise ActionError("field 'params.shardCount' is missing")
-            request = m.SetShardCount(**named, consumer_group=group, shard_count=count)
+            request = m.SetShardCount(request_id=0, stream_prefix=prefix, consumer_group=group,
+                                      shard_count=count)
         elif name == "setMaxConcurrency":
-            request = m.SetMaxConcurrency(**named, consumer_group=group,
+            request = m.SetMaxConcurrency(request_id=0, stream_prefix=prefix, consumer_group=group,
                                           max_concurrency=_int_or_none(params, "maxConcurrency"))
         elif name == "removeMember":
             member = params.get("memberId")
             if not isinstance(member, str):
                 raise ActionError("field 'params.memberId' must be a string")
-            request = m.RemoveMember(**named, consumer_group=group, member_id=member)
+            request = m.RemoveMember(request_id=0, stream_prefix=prefix, consumer_group=group,
+                                     member_id=member)
         elif name == "resetOffsets":
             to = params.get("to")
             if to not in ("earliest", "latest"):
                 raise ActionError(f"field 'params.to' must be earliest or latest, got {to!r}")
-            request = m.ResetOffsets(**named, consumer_group=group, to=to,
+            request = m.ResetOffsets(request_id=0, stream_prefix=prefix, consumer_group=group, to=to,
                                      dry_run=params.get("dryRun") is True)
         elif name == "deleteGroup":
-            request = m.DeleteGroup(**named, consumer_group=group)
+            request = m.DeleteGroup(request_id=0, stream_prefix=prefix, consumer_group=group)
         elif name == "redriveDeadLetters":
             dry_run = params.get("dryRun", False)
             if not isinstance(dry_run, bool):
                 raise ActionError(f"field 'params.dryRun' must be true or false, got {dry_run!r}")
             most = _int_or_none(params, "max")
-            request = m.RedriveDeadLetters(**named, consumer_group=group, dry_run=dry_run,
+            request = m.RedriveDeadLetters(request_id=0, stream_prefix=prefix, consumer_group=group,
+                                           dry_run=dry_run,
                                            max=DEFAULT_REDRIVE if most is None else most)
         else:
             mode = params.get("mode")
             if mode not in ("acked", "none"):
                 raise ActionError(f"field 'params.mode' must be acked or none, got {mode!r}")
-            request = m.SetRetention(**named, retention=m.Retention(
+            request = m.SetRetention(request_id=0, stream_prefix=prefix, retention=m.Retention(
                 mode=RetentionMode(mode), max_length=_int_or_none(params, "maxLength"),
                 max_age_ms=_int_or_none(params, "maxAgeMs")))
     except FieldValueError as exc:
@@ -605,23 +625,23 @@ def parse_action(text: str | bytes, prefix: str, group: str) -> Action:
                   dry_run=getattr(request, "dry_run", False))
 
 
-def confirmed_request(action: Action) -> tuple[Any, bool]:
+def confirmed_request(action: Action) -> tuple[ActionRequest, bool]:
     """C1: the action's request carrying the group epoch and routing version (0: none) the
     operator confirmed at, which the coordinator checks with the change itself; and whether
     that covers both (else the console checks them one request before: the re-drive, and the
     group epoch of setRetention)."""
     request = action.request
-    fields = attrs.fields_dict(type(request))
-    changes: dict[str, int] = {}
-    if "if_routing_version" in fields:
-        changes["if_routing_version"] = action.routing_version or 0
-    if "if_group_epoch" in fields and action.group_epoch is not None:
-        changes["if_group_epoch"] = action.group_epoch
-    covered = "if_routing_version" in changes and "if_group_epoch" in changes
-    return attrs.evolve(request, **changes), covered
+    if isinstance(request, m.RedriveDeadLetters):  # no condition of its own
+        return request, False
+    routing = action.routing_version or 0
+    if isinstance(request, m.SetRetention):  # a prefix's: the routing version only
+        return attrs.evolve(request, if_routing_version=routing), False
+    if action.group_epoch is None:
+        return attrs.evolve(request, if_routing_version=routing), False
+    return attrs.evolve(request, if_routing_version=routing, if_group_epoch=action.group_epoch), True
 
 
-def stale_confirmation(action: Action, description: Mapping[str, Any]) -> str | None:
+def stale_confirmation(action: Action, description: Mapping[str, object]) -> str | None:
     """C1: why the group moved since the operator confirmed (None: it did not)."""
     routing = description.get("routing")
     version = routing.get("version") if isinstance(routing, Mapping) else None

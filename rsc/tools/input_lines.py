@@ -26,11 +26,11 @@ import binascii
 import json
 import os
 from collections.abc import Callable
-from typing import Any
 
 import attrs
 import trio
 
+from rsc.common.json_types import JsonObject, JsonValue
 from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, outgoing
 from rsc.member.producer_core import Record
 
@@ -76,8 +76,8 @@ def parse_line(line: str, *, limit: int = DEFAULT_MAX_MESSAGE_BYTES) -> Record:
     return record
 
 
-def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
+def _unique_fields(pairs: list[tuple[str, JsonValue]]) -> JsonObject:
+    obj: JsonObject = {}
     for name, value in pairs:
         if name in obj:
             raise MalformedLine(f"field {name!r} given twice")
@@ -102,10 +102,11 @@ def _json_record(line: str) -> Record:
     key = _key(obj)
     _one_form(obj, "value")
     if "value" in obj:
-        value: str | bytes = obj["value"]
-        if not isinstance(value, str):
-            raise MalformedLine(f"'value' must be a string, got {_json_type(value)} "
+        text = obj["value"]
+        if not isinstance(text, str):
+            raise MalformedLine(f"'value' must be a string, got {_json_type(text)} "
                                 "(valueBase64 for bytes)")
+        value: str | bytes = text
     elif "valueBase64" in obj:
         value = _base64(obj["valueBase64"], "valueBase64")
     else:
@@ -115,7 +116,7 @@ def _json_record(line: str) -> Record:
     return (key, value, headers) if headers else (key, value)
 
 
-def _one_form(obj: dict[str, Any], name: str) -> None:
+def _one_form(obj: JsonObject, name: str) -> None:
     if name in obj and f"{name}Base64" in obj:
         raise MalformedLine(f"give '{name}' or '{name}Base64', not both")
 
@@ -130,7 +131,7 @@ def _json_type(value: object) -> str:
     return "an object" if isinstance(value, dict) else "an array"
 
 
-def _headers(obj: dict[str, Any]) -> dict[str, str | bytes] | None:
+def _headers(obj: JsonObject) -> dict[str, str | bytes] | None:
     """`headers` (text values) or `headersBase64` (bytes, what `rsc consume` prints for a
     header that is not UTF-8), not both."""
     _one_form(obj, "headers")
@@ -138,16 +139,18 @@ def _headers(obj: dict[str, Any]) -> dict[str, str | bytes] | None:
     if name not in obj:
         return None
     headers = obj[name]
-    if not isinstance(headers, dict) or not all(
-            isinstance(header, str) and header and isinstance(data, str)
-            for header, data in headers.items()):
+    texts: dict[str, str] = {}
+    if isinstance(headers, dict):
+        texts = {header: data for header, data in headers.items()
+                 if isinstance(header, str) and header and isinstance(data, str)}
+    if not isinstance(headers, dict) or len(texts) != len(headers):
         raise MalformedLine(f"'{name}' must be an object of non-empty names to string values")
     if name == "headers":
-        return dict(headers)
-    return {header: _base64(data, f"headersBase64[{header!r}]") for header, data in headers.items()}
+        return dict(texts)
+    return {header: _base64(data, f"headersBase64[{header!r}]") for header, data in texts.items()}
 
 
-def _key(obj: dict[str, Any]) -> str | bytes | None:
+def _key(obj: JsonObject) -> str | bytes | None:
     """The key: text, bytes from `keyBase64`, or None (absent or null: keyless, M3)."""
     _one_form(obj, "key")
     if "keyBase64" in obj:
