@@ -27,7 +27,7 @@ import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import attrs
 import redis
@@ -87,7 +87,7 @@ def audited(request: m.Request, response: m.Response) -> bool:
     return isinstance(request, ADMIN_ONLY) or response.status == Status.NOT_AUTHORIZED
 
 
-def read_range(response: m.Response) -> dict[str, Any] | None:
+def read_range(response: m.Response) -> dict[str, object] | None:
     """C2: what a read of contents showed: the shard, how many entries, the first and last id
     (never a key, value or header)."""
     if not isinstance(response, m.ShardEntries | m.KeyEntries):
@@ -97,7 +97,7 @@ def read_range(response: m.Response) -> dict[str, Any] | None:
             "lastId": ids[-1] if ids else None}
 
 
-def masked(value: Any) -> Any:
+def masked(value: object) -> object:
     """`value` (decoded JSON) with every field named like a token, password or secret masked,
     and K7's secrets (URL passwords, remembered passwords) masked in every string."""
     if isinstance(value, Mapping):
@@ -110,16 +110,16 @@ def masked(value: Any) -> Any:
     return value
 
 
-def wire(message: m.Message) -> dict[str, Any]:
+def wire(message: m.Message) -> dict[str, object]:
     """A message as it travels (camelCase JSON), decoded."""
-    body: dict[str, Any] = json.loads(encode(message))
+    body: dict[str, object] = json.loads(encode(message))
     return body
 
 
 def entry(client: Client, request: m.Request, response: m.Response, *, time_ms: int,
-          before: Mapping[str, Any] | None = None) -> dict[str, Any]:
+          before: Mapping[str, object] | None = None) -> dict[str, object]:
     """The audit entry of one answered request (the JSON object stored in `rsc:audit`)."""
-    body: dict[str, Any] = {"timeMs": time_ms, "endpoint": client.endpoint, "peer": client.peer,
+    body: dict[str, object] = {"timeMs": time_ms, "endpoint": client.endpoint, "peer": client.peer,
                             "role": client.role}
     if client.via is not None:
         body["via"] = client.via
@@ -134,9 +134,9 @@ def entry(client: Client, request: m.Request, response: m.Response, *, time_ms: 
     return body
 
 
-def refused_handshake(client: Client, reason: str, *, time_ms: int) -> dict[str, Any]:
+def refused_handshake(client: Client, reason: str, *, time_ms: int) -> dict[str, object]:
     """The entry of an admin session refused at its handshake (no or a wrong token)."""
-    body: dict[str, Any] = {"timeMs": time_ms, "endpoint": client.endpoint,
+    body: dict[str, object] = {"timeMs": time_ms, "endpoint": client.endpoint,
                             "peer": client.peer, "role": client.role, "request": None,
                             "status": "UNAUTHORIZED", "error": reason}
     if client.via is not None:
@@ -150,7 +150,7 @@ COORDINATOR = Client(peer="-", role="coordinator", endpoint="coordinator")
 
 def expiry_entry(prefix: str, group: str, *, group_epoch: int, members: Sequence[str],
                  empty_since_ms: int | None, retention_ms: int,
-                 shards: Sequence[Mapping[str, Any]] | None, time_ms: int) -> dict[str, Any]:
+                 shards: Sequence[Mapping[str, object]] | None, time_ms: int) -> dict[str, object]:
     """C3: the entry of a group B6 deleted: the coordinator's own `expireGroup`, with what
     was there before as for `deleteGroup` (`shards` None: Redis could not be read)."""
     client = COORDINATOR
@@ -165,7 +165,7 @@ def expiry_entry(prefix: str, group: str, *, group_epoch: int, members: Sequence
 
 
 def before_of(request: m.Request, description: m.Response | None,
-              routing: m.Response | None) -> dict[str, Any] | None:
+              routing: m.Response | None) -> dict[str, object] | None:
     """What was there before a reshard (the routing), a reset or a deletion (the group)."""
     if isinstance(request, m.SetShardCount):
         if isinstance(routing, m.Routing) and routing.status == Status.OK:
@@ -187,18 +187,18 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def entry_text(body: Mapping[str, Any]) -> str:
+def entry_text(body: Mapping[str, object]) -> str:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
 
-def append_entry(client: RedisClient, body: Mapping[str, Any]) -> str:
+def append_entry(client: RedisClient, body: Mapping[str, object]) -> str:
     """XADD one entry to `rsc:audit`, capped (blocking). Its id."""
     entry_id = client.xadd(AUDIT_KEY, {"entry": entry_text(body)}, maxlen=AUDIT_MAX_ENTRIES,
                            approximate=True)
     return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
 
-def append_entries(client: RedisClient, bodies: Sequence[Mapping[str, Any]]) -> list[str | None]:
+def append_entries(client: RedisClient, bodies: Sequence[Mapping[str, object]]) -> list[str | None]:
     """XADD several entries in order, in one round trip (blocking): per entry, None when it
     was appended, else why not (a denied XADD, a wrong type at the key)."""
     if len(bodies) == 1:
@@ -212,7 +212,7 @@ def append_entries(client: RedisClient, bodies: Sequence[Mapping[str, Any]]) -> 
     return [str(reply) if isinstance(reply, Exception) else None for reply in replies]
 
 
-def read_entries(client: RedisClient, count: int, before_id: str | None) -> list[dict[str, Any]]:
+def read_entries(client: RedisClient, count: int, before_id: str | None) -> list[dict[str, object]]:
     """The newest `count` entries (before `before_id` when given), newest first (blocking)."""
     top = "+" if before_id is None else f"({before_id}"
     found = client.xrevrange(AUDIT_KEY, top, "-", count=count)
@@ -250,7 +250,7 @@ class AuditLog:
         self._writing = False
         self._written = trio.Event()  # set when a group's write ends (then replaced)
 
-    async def append(self, body: Mapping[str, Any]) -> bool:
+    async def append(self, body: Mapping[str, object]) -> bool:
         """Append `body`; False (logged, counted) when it could not be."""
         pending = _Pending(body)
         self._queue.append(pending)
@@ -283,12 +283,13 @@ class AuditLog:
             pending.outcome = problem or ""
             if problem is None:
                 continue
+            request = pending.body.get("request")
             log_event(log, "audit.lost", level=logging.WARNING, error=problem,
-                      request=str((pending.body.get("request") or {}).get("type")))
+                      request=str(request.get("type") if isinstance(request, Mapping) else None))
             if self.metrics is not None:
                 self.metrics.audit_lost()
 
-    async def read(self, count: int, before_id: str | None) -> list[dict[str, Any]]:
+    async def read(self, count: int, before_id: str | None) -> list[dict[str, object]]:
         """The newest entries; raises StoreError-like exceptions to the caller."""
         with trio.fail_after(self.deadline_s):
             return await trio.to_thread.run_sync(read_entries, self.client, count, before_id,
@@ -299,9 +300,9 @@ class AuditLog:
 class _Pending:
     """One entry waiting for its group's write: outcome "" once written, else why not."""
 
-    body: Mapping[str, Any]
+    body: Mapping[str, object]
     outcome: str | None = None
 
 
-def entries_of(found: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+def entries_of(found: Sequence[Mapping[str, object]]) -> tuple[dict[str, object], ...]:
     return tuple(dict(item) for item in found)
