@@ -96,7 +96,7 @@ class RedisRetry:
         backoff = self._backoff.start(maximum=self._maximum_s)
         while stop is None or not stop.is_set():
             try:
-                result = await trio.to_thread.run_sync(tls_checked, call, self.redis_url)
+                result: T = await trio.to_thread.run_sync(tls_checked, call, self.redis_url)
             except redis.RedisError as exc:
                 self._on_failure(exc)
                 with trio.move_on_after(backoff.next()):
