@@ -169,6 +169,17 @@ class GroupView:
         return None if routing is None else routing.shard_count
 
     @property
+    def oldest_undelivered_age_ms(self) -> int | None:
+        """C4: the age of the group's oldest undelivered entry (the largest over its shards);
+        None if nothing is undelivered."""
+        return self.description.oldest_undelivered_age_ms
+
+    @property
+    def oldest_pending_entry_age_ms(self) -> int | None:
+        """C4: the age of the group's oldest delivered, unacked entry; None if none is."""
+        return self.description.oldest_pending_entry_age_ms
+
+    @property
     def store_went_back_at_ms(self) -> int | None:
         """K3, K4: when the coordinator last wrote a store that went back; None if never."""
         return self.description.store_went_back_at_ms
