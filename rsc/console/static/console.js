@@ -6,7 +6,7 @@
 (function () {
   const TOKEN_KEY = "rsc-console-token";
   const RECONNECT_MS = [500, 1000, 2000, 3000, 5000];
-  // C4: the chart reaches back an hour; points older than a minute are merged into 20 s
+  // C4: the charts reach back an hour; points older than a minute are merged into 20 s
   // buckets (their largest figures), as the console's own history (rsc/console/views.py)
   const HISTORY_MS = 60 * 60 * 1000;
   const HISTORY_RECENT_MS = 60 * 1000;
