@@ -397,6 +397,58 @@ def test_c4_the_chart_reaches_back_an_hour(scenario: Orders, tab: Tab):
     assert labels["drawn"] == 181
     assert [text for text in labels["shown"] if "min" in text or text == "now"] == [
         "now", "-10 min", "-20 min", "-30 min", "-40 min", "-50 min", "-60 min"]
+    # C4: the ages' chart, the same code in seconds: an hour of an entry getting older
+    ages = tab.page.evaluate("""() => {
+        const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+        document.body.appendChild(svg);
+        const now = Date.now();
+        const points = [];
+        for (let t = now - 3600000; t <= now; t += 20000) { points.push([t, (t - now + 3600000) / 1000]); }
+        window.RscChart.draw(svg, [{name: "oldest undelivered", cls: "lag", points: points}],
+                             {now: now, windowMs: 3600000, unit: "s"});
+        const shown = Array.from(svg.querySelectorAll(".axes text[text-anchor=end]"))
+            .map((n) => n.textContent);
+        const legend = svg.querySelector(".legend").textContent;
+        svg.remove();
+        return {shown: shown, legend: legend};
+    }""")
+    assert ages["shown"] == ["0 s", "15 min", "30 min", "45 min", "1 h"]
+    assert ages["legend"] == "oldest undelivered 1 h"
+    tab.no_errors()
+
+
+def age_legend(tab: Tab) -> dict[str, float]:
+    """The age chart's legend as seconds by series: {"oldest undelivered": 12.0, ...}."""
+    units = {"s": 1, "min": 60, "h": 3600}
+    shown: dict[str, float] = {}
+    for text in tab.page.locator("#age-chart .legend").all_text_contents():
+        words = text.split()  # "oldest undelivered 1 min 5 s"
+        figures = words[2:]
+        if figures != ["unknown"]:
+            shown[" ".join(words[:2])] = sum(float(figures[i].replace(",", "")) * units[figures[i + 1]]
+                                             for i in range(0, len(figures), 2))
+    return shown
+
+
+def test_c4_the_age_chart_shows_a_stalled_backlog_getting_older(scenario: Orders, tab: Tab):
+    coordinator = scenario.coordinator
+    # audit never consumes: its oldest undelivered entry only gets older, and nothing is unacked
+    tab.page.goto(group_url(coordinator, "orders", "audit"))
+    chart = tab.page.locator("#age-chart")
+    expect()(chart.locator("polyline.series.lag")).to_have_count(1, timeout=WAIT_MS)
+    expect()(chart.locator("polyline.series.pending")).to_have_count(1)
+    described = describe(coordinator, "orders", "audit")["oldestUndeliveredAgeMs"] / 1000
+    first = wait_for(lambda: age_legend(tab).get("oldest undelivered"), "the age in the legend")
+    assert described - 3 <= first <= described + 5, (described, first)
+    assert age_legend(tab)["oldest unacked"] == 0  # nothing delivered: 0 s, as the metric
+    # no push comes (only the ages move, C4), and the line still climbs with the clock
+    later = wait_for(lambda: (age := age_legend(tab)["oldest undelivered"]) >= first + 3 and age,
+                     "the age growing", timeout_s=WAIT_MS / 1000)
+    assert later <= first + WAIT_MS / 1000 + 2
+    line = [tuple(map(float, xy.split(","))) for xy in
+            chart.locator("polyline.series.lag").get_attribute("points").split()]
+    assert line[-1][0] > line[0][0] and line[-1][1] < line[0][1]  # later, higher (SVG y is down)
+    expect()(tab.page.locator("#lag-chart polyline.series.lag")).to_have_count(1)
     tab.no_errors()
 
 

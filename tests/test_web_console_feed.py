@@ -138,12 +138,35 @@ async def test_the_group_feed_follows_the_coordinators_watch_pushes(console: Con
             assert (await frame(websocket))["status"] == "ok"
             first = await frame(websocket)
             assert [shard["shard"] for shard in first["view"]["shards"]] == ["{orders:v1:0}", "{orders:v1:1}"]
+            assert first["view"]["oldestUndeliveredAgeMs"] is None  # C4: nothing produced
+            assert 0 <= first["viewMsAgo"] < 1000  # its ages are as of when it came
             await admin.set_shard_count("orders", "billing", 3)
             pushed = await frame_where(websocket, lambda body: body["view"]["routingVersion"] == 2)
             assert "{orders:v2:2}" in [shard["shard"] for shard in pushed["view"]["shards"]]
             await admin.delete_group("orders", "billing")
             gone = await frame_where(websocket, lambda body: body["status"] != "OK")
             assert gone["status"] == "UNKNOWN_GROUP" and gone["consumerGroup"] == "billing"
+
+
+async def test_c4_a_group_frame_says_how_old_its_view_is_so_the_page_can_age_it(
+        mock_clock: trio.testing.MockClock):
+    import time
+    from typing import cast
+
+    from rsc.console import views
+    from rsc.console.server import Feed
+
+    page = Feed(cast(WebSocketConnection, None), "ws://127.0.0.1:1")
+    view = cast(views.GroupPage, {"lag": 3, "pending": 1, "oldestUndeliveredAgeMs": 5000,
+                                  "oldestPendingEntryAgeMs": 700})
+    page._offer_view(("orders", "billing"), view)
+    assert page.throttle.latest["group"]["viewMsAgo"] == 0  # a push: its ages are as of now
+    mock_clock.jump(2.5)
+    page.dead_letters = {"count": 1}
+    page._offer_group(view)  # the same view again, with its dead letters: 2.5 s older
+    assert page.throttle.latest["group"]["viewMsAgo"] == 2500
+    (point,) = page.history.points(("orders", "billing"), int(time.time() * 1000))
+    assert point[1:] == [3, 1, 5000, 700]
 
 
 async def test_the_token_is_checked_by_the_coordinator_itself(redis_url: str, nursery: trio.Nursery):
@@ -248,6 +271,8 @@ async def test_a_page_opened_later_gets_what_the_console_saw_of_the_group_before
         assert (await frame(later_page))["type"] == "group"
         history = await frame(later_page)
     assert history["type"] == "history"
-    (t, lag, pending), (gap_t, *gap) = history["points"]
+    (t, lag, pending, undelivered_age, pending_age), (gap_t, *gap) = history["points"]
     assert t <= left_at and (lag, pending) == (seen["lag"], seen["pending"])
-    assert gap == [None, None] and t <= gap_t  # nobody looked between the two pages
+    assert (undelivered_age, pending_age) == (seen["oldestUndeliveredAgeMs"],
+                                              seen["oldestPendingEntryAgeMs"])  # C4
+    assert gap == [None, None, None, None] and t <= gap_t  # nobody looked between the two pages

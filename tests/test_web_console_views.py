@@ -262,6 +262,11 @@ def test_every_shard_of_the_live_versions_has_its_owner_and_figures_on_its_row()
     assert view["backlog"] == 78 and [s["backlog"] for s in view["shards"]] == [8, 70]
     assert view["retention"] == {"mode": "acked", "maxLength": None, "maxAgeMs": None}
     assert view["migration"]["blockingGroups"][0]["consumerGroup"] == "audit"
+    # C4: the group's ages, as describeGroup gives them (null: no such entry)
+    assert (view["oldestUndeliveredAgeMs"], view["oldestPendingEntryAgeMs"]) == (None, None)
+    aged = views.group_view({**DESCRIPTION, "oldestUndeliveredAgeMs": 5200,
+                             "oldestPendingEntryAgeMs": 9100})
+    assert (aged["oldestUndeliveredAgeMs"], aged["oldestPendingEntryAgeMs"]) == (5200, 9100)
 
 
 def test_the_laggiest_shard_is_the_one_with_the_largest_backlog_then_most_undelivered():
@@ -289,15 +294,19 @@ def test_lag_history_keeps_a_point_a_second_while_followed_and_a_break_when_nobo
     history, key = LagHistory(), ("orders", "billing")
     history.follow(key)
     history.follow(key)  # two pages on the same group
-    history.record(key, 1_000, 5, 1)
-    history.record(key, 1_000 + HISTORY_STEP_MS - 1, 6, 1)  # within the second: not kept
-    history.record(key, 1_000 + HISTORY_STEP_MS, 7, 2)
+    history.record(key, 1_000, 5, 1, 400, 900)  # C4: with the oldest entries' ages
+    history.record(key, 1_000 + HISTORY_STEP_MS - 1, 6, 1, 500, 1000)  # within the second: not kept
+    history.record(key, 1_000 + HISTORY_STEP_MS, 7, 2, 1400, 1900)
     history.unfollow(key, 2_500)  # one page left, the other still follows: no break
-    assert history.points(key, 3_000) == [[1_000, 5, 1], [2_000, 7, 2]]
+    assert history.points(key, 3_000) == [[1_000, 5, 1, 400, 900], [2_000, 7, 2, 1400, 1900]]
     history.unfollow(key, 3_000)
-    assert history.points(key, 3_000)[-1] == [3_000, None, None]
-    history.record(key, 3_100, 9, 0)  # followed again: the break stays, the line starts over
-    assert history.points(key, 3_200)[-2:] == [[3_000, None, None], [3_100, 9, 0]]
+    assert history.points(key, 3_000)[-1] == [3_000, None, None, None, None]
+    history.record(key, 3_100, 9, 0, 10, None)  # followed again: the break stays, the line starts over
+    assert history.points(key, 3_200)[-2:] == [[3_000, None, None, None, None], [3_100, 9, 0, 10, None]]
+    history.record(key, 4_100, None, 0, None, None)  # Redis cannot tell, nothing pending: no break
+    history.unfollow(key, 4_200)
+    assert history.points(key, 4_300)[-2:] == [[4_100, None, 0, None, None],
+                                               [4_200, None, None, None, None]]
 
 
 def test_lag_history_reaches_back_an_hour_in_buckets_and_remembers_a_bounded_number_of_groups():
@@ -313,28 +322,31 @@ def test_lag_history_reaches_back_an_hour_in_buckets_and_remembers_a_bounded_num
     assert HISTORY_MS == 3_600_000  # C4: the last hour
     history = LagHistory()
     now = 2 * HISTORY_MS  # two hours followed, a point a second
-    for second in range(now // 1000 + 1):
-        history.record(("p", "g"), second * 1000, second, second % 7)
+    for second in range(now // 1000 + 1):  # a backlog whose oldest entry is 0..9 s old
+        history.record(("p", "g"), second * 1000, second, second % 7, second % 10 * 1000,
+                       None if second % 20 else 500)
     points = history.points(("p", "g"), now)
     assert len(points) <= MAX_HISTORY_POINTS
     assert now - HISTORY_MS <= points[0][0] < now - HISTORY_MS + HISTORY_BUCKET_MS  # an hour back
     recent = [point for point in points if point[0] >= now - HISTORY_RECENT_MS]
-    assert [t for t, _, _ in recent] == list(range(now - HISTORY_RECENT_MS, now + 1, 1000))
+    assert [t for t, *_ in recent] == list(range(now - HISTORY_RECENT_MS, now + 1, 1000))
     older = points[:len(points) - len(recent)]
     assert all(b[0] - a[0] == HISTORY_BUCKET_MS for a, b in zip(older, older[1:], strict=False))
     # a bucket keeps its largest figures, at its first point's time
     bucket = older[-1]
     assert bucket[0] % HISTORY_BUCKET_MS == 0 and bucket[1] == bucket[0] // 1000 + 19
     assert bucket[2] == 6
+    assert bucket[3:] == [9000, 500]  # the ages too: the largest, and a value beats None
+    assert all(len(point) == 5 for point in points)
     points[0][1] = -1  # a copy: the page's list is its own
     assert history.points(("p", "g"), now)[0][1] != -1
     for n in range(MAX_HISTORIES + 5):
-        history.record(("p", f"g{n}"), now + 1000, n, 0)
+        history.record(("p", f"g{n}"), now + 1000, n, 0, None, None)
     assert history.points(("p", "g"), now + 1000) == []  # the least recently seen went first
     assert history.points(("p", f"g{MAX_HISTORIES + 4}"), now + 1000) == [
-        [now + 1000, MAX_HISTORIES + 4, 0]]
+        [now + 1000, MAX_HISTORIES + 4, 0, None, None]]
     assert history.points(("p", "g4"), now + 1000) == []
-    assert history.points(("p", "g5"), now + 1000) == [[now + 1000, 5, 0]]
+    assert history.points(("p", "g5"), now + 1000) == [[now + 1000, 5, 0, None, None]]
 
 
 def test_lag_history_stays_bounded_when_pages_come_and_go_every_second():
@@ -343,8 +355,8 @@ def test_lag_history_stays_bounded_when_pages_come_and_go_every_second():
     history, key = LagHistory(), ("p", "g")
     for second in range(HISTORY_MS // 1000):  # a break after every point: nothing merges
         history.follow(key)
-        history.record(key, second * 1000, second, 0)
+        history.record(key, second * 1000, second, 0, second, None)
         history.unfollow(key, second * 1000 + 500)
     points = history.points(key, HISTORY_MS)
     assert len(points) == MAX_HISTORY_POINTS  # the oldest went first
-    assert points[-1] == [HISTORY_MS - 500, None, None]
+    assert points[-1] == [HISTORY_MS - 500, None, None, None, None]

@@ -4,10 +4,11 @@ Pure: no I/O, no rich, no clock. `group_view(description)` takes the protocol's 
 `GroupDescription` (docs/protocol.md, describeGroup) and returns a `GroupView`: its members
 (by id, with what each holds against its target), the shards of the live versions (owner,
 the member revoking it, backlog), the migration's progress and the groups it waits on (G2),
-the retention in force, the group's backlog (undelivered, unacked, oldest unacked) and its
-laggiest shard. `rsc admin describe` (and `watch --table`) draws it (rsc/admin/describe.py),
-`watch`'s change lines use its rules (rsc/admin/watch_view.py), the web console sends it to
-its group page (rsc/console/views.py).
+the retention in force, the group's backlog (undelivered, unacked, oldest unacked), the ages of
+its oldest undelivered and oldest unacked entries (C4) and its laggiest shard. `rsc admin
+describe` (and `watch --table`) draws it (rsc/admin/describe.py), `watch`'s change lines use
+its rules (rsc/admin/watch_view.py), the web console sends it to its group page
+(rsc/console/views.py).
 
 Display words (rsc/common/lag.py): the wire's `lag` is *undelivered*, its `pending` is
 *unacked*, and the *backlog* is both together.
@@ -167,6 +168,17 @@ class GroupView:
     def shard_count(self) -> int | None:
         routing = self.description.routing
         return None if routing is None else routing.shard_count
+
+    @property
+    def oldest_undelivered_age_ms(self) -> int | None:
+        """C4: the age of the group's oldest undelivered entry (the largest over its shards);
+        None if nothing is undelivered."""
+        return self.description.oldest_undelivered_age_ms
+
+    @property
+    def oldest_pending_entry_age_ms(self) -> int | None:
+        """C4: the age of the group's oldest delivered, unacked entry; None if none is."""
+        return self.description.oldest_pending_entry_age_ms
 
     @property
     def store_went_back_at_ms(self) -> int | None:

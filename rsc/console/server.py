@@ -338,6 +338,7 @@ class Feed:
         self.offered = trio.Event()
         self.last_offered: dict[str, Mapping[str, object]] = {}
         self.group_view: views.GroupPage | None = None  # the group page's last view
+        self.group_view_at_ms = 0  # when it came (_now_ms): C4's ages in it are as old as that
         self.dead_letters: dict[str, object] | None = None  # P3: its dead letters, as last read
 
     async def send(self, body: Mapping[str, object]) -> None:
@@ -588,12 +589,17 @@ class Feed:
             history.unfollow(key, _wall_ms())
 
     def _offer_view(self, key: tuple[str, str], view: views.GroupPage) -> None:
-        self.history.record(key, _wall_ms(), view["lag"], view["pending"])
+        self.history.record(key, _wall_ms(), view["lag"], view["pending"],
+                            view["oldestUndeliveredAgeMs"], view["oldestPendingEntryAgeMs"])
+        self.group_view_at_ms = _now_ms()
         self._offer_group(view)
 
     def _offer_group(self, view: views.GroupPage) -> None:
+        """The group's frame; `viewMsAgo` is how long ago the view came (0 but when it is sent
+        again with new dead letters), so the page knows how much older its ages are by now."""
         self.group_view = view
         self.offer("group", {"type": "group", "status": "OK", "view": view,
+                             "viewMsAgo": max(0, _now_ms() - self.group_view_at_ms),
                              "deadLetters": self.dead_letters})
 
 

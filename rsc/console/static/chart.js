@@ -1,6 +1,7 @@
-// A small SVG line chart for the console: time on x, whole numbers on y.
-// RscChart.draw(svg, series, {now, windowMs}) redraws `svg` from scratch;
+// A small SVG line chart for the console: time on x, whole numbers (or seconds) on y.
+// RscChart.draw(svg, series, {now, windowMs, unit}) redraws `svg` from scratch;
 // series: [{name, cls, points: [[timeMs, value or null], ...]}]; a null value breaks the line.
+// unit "s": the values are durations in seconds, labelled 45 s, 2 min 30 s, 1 h 30 min.
 // Labels are set with textContent only.
 "use strict";
 
@@ -31,6 +32,32 @@
     return {top: Math.ceil(max / step) * step, step: step};
   }
 
+  // The same for seconds: steps a clock reads (10 s, 30 s, 5 min, 1 h), hours past a day.
+  const CLOCK_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600,
+    43200, 86400];
+  function secondTicks(max, count) {
+    const rough = max / count;
+    if (max <= 0 || rough > CLOCK_STEPS[CLOCK_STEPS.length - 1]) {
+      return max <= 0 ? {top: 1, step: 1} : ticks(max, count);
+    }
+    const step = CLOCK_STEPS.find((s) => s >= rough);
+    return {top: Math.ceil(max / step) * step, step: step};
+  }
+
+  // 45 s, 2 min, 2 min 30 s, 1 h 5 min: whole seconds, the two largest units
+  function duration(seconds) {
+    const s = Math.round(seconds);
+    if (s < 120) {
+      return `${figure.format(s)} s`;
+    }
+    if (s < 3600) {
+      return s % 60 ? `${Math.floor(s / 60)} min ${s % 60} s` : `${s / 60} min`;
+    }
+    const minutes = Math.round(s / 60) % 60;
+    const hours = figure.format(Math.floor(Math.round(s / 60) / 60));
+    return minutes ? `${hours} h ${minutes} min` : `${hours} h`;
+  }
+
   function draw(svg, series, options) {
     const width = svg.clientWidth || 800;
     const height = svg.clientHeight || 220;
@@ -50,7 +77,9 @@
         }
       }
     }
-    const scale = ticks(max, 4);
+    const seconds = options.unit === "s";
+    const format = seconds ? duration : (v) => figure.format(v);
+    const scale = seconds ? secondTicks(max, 4) : ticks(max, 4);
     const plotW = width - pad.left - pad.right;
     const plotH = height - pad.top - pad.bottom;
     const x = (t) => pad.left + ((t - start) / windowMs) * plotW;
@@ -61,12 +90,12 @@
       axes.appendChild(node("line", {x1: pad.left, x2: pad.left + plotW, y1: y(v), y2: y(v),
         class: v === 0 ? "baseline" : "gridline"}));
       axes.appendChild(node("text", {x: pad.left - 6, y: y(v) + 4, "text-anchor": "end"},
-        figure.format(v)));
+        format(v)));
     }
-    const seconds = Math.round(windowMs / 1000);
-    const stepS = seconds > 1800 ? 600 : seconds > 900 ? 300 : seconds > 300 ? 120 :
-      seconds > 120 ? 60 : seconds > 60 ? 20 : 10;
-    for (let s = 0; s <= seconds; s += stepS) {
+    const windowS = Math.round(windowMs / 1000);
+    const stepS = windowS > 1800 ? 600 : windowS > 900 ? 300 : windowS > 300 ? 120 :
+      windowS > 120 ? 60 : windowS > 60 ? 20 : 10;
+    for (let s = 0; s <= windowS; s += stepS) {
       axes.appendChild(node("text", {x: x(now - s * 1000), y: height - 8, "text-anchor": "middle"},
         s === 0 ? "now" : s % 60 === 0 && s >= 120 ? `-${s / 60} min` : `-${s} s`));
     }
@@ -101,11 +130,11 @@
       const last = line.points.length ? line.points[line.points.length - 1][1] : null;
       svg.appendChild(node("rect", {x: legendX, y: 8, width: 12, height: 4, class: `swatch ${line.cls}`}));
       const label = node("text", {x: legendX + 16, y: 14, class: "legend"},
-        `${line.name} ${last === null ? "unknown" : figure.format(last)}`);
+        `${line.name} ${last === null ? "unknown" : format(last)}`);
       svg.appendChild(label);
       legendX += 16 + 8 * (line.name.length + 12);
     }
   }
 
-  window.RscChart = {draw: draw, ticks: ticks};
+  window.RscChart = {draw: draw, ticks: ticks, duration: duration};
 })();

@@ -6,7 +6,7 @@
 (function () {
   const TOKEN_KEY = "rsc-console-token";
   const RECONNECT_MS = [500, 1000, 2000, 3000, 5000];
-  // C4: the chart reaches back an hour; points older than a minute are merged into 20 s
+  // C4: the charts reach back an hour; points older than a minute are merged into 20 s
   // buckets (their largest figures), as the console's own history (rsc/console/views.py)
   const HISTORY_MS = 60 * 60 * 1000;
   const HISTORY_RECENT_MS = 60 * 1000;
@@ -25,6 +25,7 @@
     overview: null,
     sort: {key: "streamPrefix", dir: 1},
     view: null,
+    viewAt: 0,  // C4: when the view's ages were read (Date.now() less the frame's viewMsAgo)
     history: [],
     actions: false,  // C1: this page's token may act (the console says so at login)
     pendingAction: null,
@@ -361,6 +362,7 @@
     $("group-body").hidden = false;
     const view = body.view;
     state.view = view;
+    state.viewAt = Date.now() - (body.viewMsAgo || 0);
     document.title = `${view.consumerGroup} (${view.streamPrefix}) - rsc console`;
     $("title").textContent = `${view.streamPrefix} / ${view.consumerGroup}`;
 
@@ -491,14 +493,22 @@
     $("shard-count").textContent = `(${num(view.shards.length)})`;
   }
 
-  // lag over time: a point per update and one a second between them (the line runs on)
+  // lag over time: a point per update and one a second between them (the line runs on).
+  // Points are [time, undelivered, unacked, oldest undelivered's age, oldest unacked's age]
+  // (ages in ms, null when there is no such entry), as the console's history sends them.
+  // Between updates the counts stay and the ages grow with the clock: the coordinator pushes
+  // whenever a shard's counts, length or last-delivered id change (C4's ages alone do not
+  // push), so until the next push the oldest entries are the same ones, only older.
   function record(view) {
     const now = Date.now();
-    state.history.push([now, view.lag, view.pending]);
+    const since = Math.max(0, now - state.viewAt);
+    const aged = (age) => (age === null || age === undefined ? null : age + since);
+    state.history.push([now, view.lag, view.pending, aged(view.oldestUndeliveredAgeMs),
+      aged(view.oldestPendingEntryAgeMs)]);
     state.history = compact(state.history, now);
   }
 
-  const isBreak = (point) => point[1] === null && point[2] === null;
+  const isBreak = (point) => point.slice(1).every((value) => value === null || value === undefined);
   const larger = (a, b) => (a === null || a === undefined ? b :
     b === null || b === undefined ? a : Math.max(a, b));
 
@@ -513,7 +523,8 @@
       if (last !== null && point[0] < now - HISTORY_RECENT_MS && !isBreak(point) &&
           !isBreak(last) &&
           Math.floor(last[0] / HISTORY_BUCKET_MS) === Math.floor(point[0] / HISTORY_BUCKET_MS)) {
-        kept[kept.length - 1] = [last[0], larger(last[1], point[1]), larger(last[2], point[2])];
+        kept[kept.length - 1] = [last[0]].concat(
+          last.slice(1).map((value, i) => larger(value, point[i + 1])));
         continue;
       }
       kept.push(point);
@@ -526,9 +537,9 @@
   function mergeHistory(points) {
     const first = state.history.length ? state.history[0][0] : Infinity;
     const earlier = points.filter(([t]) => t < first);
-    if (earlier.length && earlier[earlier.length - 1][1] !== null && state.history.length &&
+    if (earlier.length && !isBreak(earlier[earlier.length - 1]) && state.history.length &&
         first - earlier[earlier.length - 1][0] > 5000) {
-      earlier.push([first - 1, null, null]);  // a gap between the two: no line across it
+      earlier.push([first - 1, null, null, null, null]);  // a gap between the two: no line across
     }
     state.history = earlier.concat(state.history);
     drawChart();
@@ -547,6 +558,15 @@
       {name: "undelivered", cls: "lag", points: lag},
       {name: "unacked", cls: "pending", points: pending},
     ], {now: now, windowMs: windowMs});
+    // C4: the same points' ages, in seconds; no entry waiting is 0 s (as the coordinator's
+    // rsc_group_lag_seconds), a break stays a gap
+    const seconds = (i) => state.history.map((point) => [point[0], isBreak(point) ? null :
+      (point[i] === null || point[i] === undefined ? 0 : point[i] / 1000)]);
+    $("age-chart").dataset.first = String(state.history[0][0]);
+    window.RscChart.draw($("age-chart"), [
+      {name: "oldest undelivered", cls: "lag", points: seconds(3)},
+      {name: "oldest unacked", cls: "pending", points: seconds(4)},
+    ], {now: now, windowMs: windowMs, unit: "s"});
   }
 
   function tick() {
