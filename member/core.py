@@ -18,17 +18,17 @@ import attrs
 import trio
 
 from rsc.common.error_family import InstanceFenced as InstanceFenced  # re-exported
-from rsc.member.ackbook import AckBook
-from rsc.member.budget import ReadBudget
 from rsc.member.config import MemberConfig
-from rsc.member.ledger import AckFlushRule, Ledger
 from rsc.member.message import Queued, order_key
 from rsc.member.notices import Notices
-from rsc.member.reconcile import NO_ACTIONS, Actions, Event, EventName
+from rsc.member.pure.ackbook import AckBook
+from rsc.member.pure.budget import ReadBudget
+from rsc.member.pure.ledger import AckFlushRule, Ledger
+from rsc.member.pure.reconcile import NO_ACTIONS, Actions, Event, EventName
+from rsc.member.pure.store_identity import StoreChanged, store_changed_line
+from rsc.member.shells.workqueue import Signal, WorkQueue
 from rsc.member.stats import MemberStats
-from rsc.member.store_identity import StoreChanged, store_changed_line
 from rsc.member.trace import HandlerTrace
-from rsc.member.workqueue import Signal, WorkQueue
 
 EventCallback = Callable[[str, Event], None]
 ReadObserver = Callable[[str, frozenset[str], float, float], None]

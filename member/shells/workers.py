@@ -30,23 +30,23 @@ from redis import exceptions as redis_errors
 from rsc.common.backoff import RECORD_RETRY
 from rsc.common.dead_letters import CRASHED, REDRIVE_GROUP_HEADER
 from rsc.common.redact import redact_text
-from rsc.member.attempts import DeadLetterNow, next_step
 from rsc.member.codecs import DecodeFailed
 from rsc.member.core import monotonic_ms
-from rsc.member.ledger import Verdict
 from rsc.member.message import NO_HEADERS, Handler, Message, Queued
-from rsc.member.ops import produce_ops, stream_ops
 from rsc.member.policies import AckPolicy, RetryPolicy, dead_letter_fields
-from rsc.member.reconcile import NO_ACTIONS, Actions
-from rsc.member.streams import NOT_OWNER, RECORDED
-from rsc.member.unrecoverable import check_permanent
+from rsc.member.pure.attempts import DeadLetterNow, next_step
+from rsc.member.pure.ledger import Verdict
+from rsc.member.pure.reconcile import NO_ACTIONS, Actions
+from rsc.member.redis_io.ops import produce_ops, stream_ops
+from rsc.member.redis_io.streams import NOT_OWNER, RECORDED
+from rsc.member.redis_io.unrecoverable import check_permanent
 
 if TYPE_CHECKING:
     import redis
 
     from rsc.member.core import MemberCore
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("rsc.member.workers")  # the name logging configs and docs know
 
 
 class After(enum.Enum):

@@ -24,21 +24,21 @@ import redis
 import trio
 
 from rsc.common.redact import redact_url
-from rsc.member.attempts import is_crash_loop
-from rsc.member.budget import read_shape
-from rsc.member.dataplane import StreamOps as DataPlane
-from rsc.member.dataplane import open_stream_ops
 from rsc.member.message import queued_entries
-from rsc.member.ops import stream_ops
-from rsc.member.reconcile import NO_ACTIONS
-from rsc.member.stream_commands import Claimed, word
-from rsc.member.streams import StreamOps, connect, read_store_id
-from rsc.member.unrecoverable import check_permanent
+from rsc.member.pure.attempts import is_crash_loop
+from rsc.member.pure.budget import read_shape
+from rsc.member.pure.reconcile import NO_ACTIONS
+from rsc.member.redis_io.dataplane import StreamOps as DataPlane
+from rsc.member.redis_io.dataplane import open_stream_ops
+from rsc.member.redis_io.ops import stream_ops
+from rsc.member.redis_io.stream_commands import Claimed, word
+from rsc.member.redis_io.streams import StreamOps, connect, read_store_id
+from rsc.member.redis_io.unrecoverable import check_permanent
 
 if TYPE_CHECKING:
     from rsc.member.core import MemberCore
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("rsc.member.reader")  # the name logging configs and docs know
 
 RETRY_PAUSE_S = 0.2
 BUDGET_LOOK_S = 0.5

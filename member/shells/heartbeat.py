@@ -25,9 +25,10 @@ import attrs
 import trio
 
 from rsc.common import gc_policy as gc_control
-from rsc.member.faults import MemberFaults
-from rsc.member.outage import COORDINATOR_LEASE_KEY, Observation
-from rsc.member.pacing import HeartbeatPacing
+from rsc.member.pure.outage import COORDINATOR_LEASE_KEY, Observation
+from rsc.member.pure.pacing import HeartbeatPacing
+from rsc.member.redis_io.streams import connect
+from rsc.member.redis_io.unrecoverable import refusal_error, refusal_is_permanent
 from rsc.member.session import (
     ResponseUndecodable,
     Session,
@@ -35,15 +36,14 @@ from rsc.member.session import (
     SessionRefused,
     open_session,
 )
-from rsc.member.streams import connect
-from rsc.member.unrecoverable import refusal_error, refusal_is_permanent
+from rsc.member.shells.faults import MemberFaults
 from rsc.protocol import JOIN_EPOCH, AssignmentChanged, HeartbeatResponse, Status
 from rsc.protocol.routing import owner_key
 
 if TYPE_CHECKING:
     from rsc.member.core import MemberCore
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("rsc.member.heartbeat")  # the name logging configs and docs know
 
 _CAP_HINTS = {
     Status.GROUP_MAX_SIZE_REACHED: "the group has as many members as the coordinator's "
