@@ -21,7 +21,7 @@ async def poll_lag(core: MemberCore) -> None:
     """Refresh `stats.lag` every `lag_interval_s`, until cancelled."""
     config = core.config
     ops = stream_ops(connect(config.redis_url), config.consumer_group, core.member_id,
-                    use_xackdel=core.server_xackdel)
+                    use_xackdel=core.server.xackdel)
     try:
         while True:
             owned = sorted(core.ledger.state.owned())

@@ -37,7 +37,7 @@ log = logging.getLogger("rsc.member.acker")  # the name logging configs and docs
 
 def _due(core: MemberCore) -> bool:
     acks = core.acks
-    return core.ack_rule.due(acks.pending, awaited=acks.awaited, busy=core.busy,
+    return core.ack_rule.due(acks.pending, awaited=acks.awaited, busy=core.workers.busy,
                              queued=len(core.queue))
 
 
@@ -45,7 +45,7 @@ async def run_acker(core: MemberCore) -> None:
     """Send acks in batches, until cancelled."""
     config, acks, parking = core.config, core.acks, core.acker_parking
     ops = stream_ops(connect(config.redis_url), config.consumer_group, core.member_id,
-                    use_xackdel=core.server_xackdel)
+                    use_xackdel=core.server.xackdel)
     acking = open_stream_ops(ops)  # native where it can be, else `ops` in a thread
     linger = core.ack_rule.linger_ms / 1000
     try:

@@ -157,7 +157,7 @@ async def watch_outage(core: MemberCore) -> None:
 async def _watch_pushes(core: MemberCore, session: Session) -> None:
     async for push in session.pushes:
         if isinstance(push, AssignmentChanged) and push.member_id == core.member_id:
-            core.heartbeat_due = True
+            core.heartbeat.due = True
             core.changed.fire()
 
 
@@ -166,7 +166,7 @@ async def _heartbeat_loop(core: MemberCore, session: Session, pacing: HeartbeatP
     join_topic = f"join {core.member_id}"  # per member: others of the group may be in
     faults = MemberFaults.from_environment()
     while True:
-        core.heartbeat_due = False
+        core.heartbeat.due = False
         state = ledger.state
         if faults.no_rejoin and state.incarnation and state.member_epoch == JOIN_EPOCH \
                 and not core.life.stop_requested.is_set():
@@ -202,7 +202,7 @@ async def _heartbeat_loop(core: MemberCore, session: Session, pacing: HeartbeatP
             core.notices.clear(join_topic, f"member {core.member_id} joined group "
                                f"{config.consumer_group!r} on prefix {config.stream_prefix!r}")
         with trio.move_on_after(beat.wait_ms / 1000):
-            await core.changed.wait_until(lambda: core.heartbeat_due)
+            await core.changed.wait_until(lambda: core.heartbeat.due)
 
 
 async def leave(core: MemberCore) -> None:

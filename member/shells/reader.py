@@ -77,7 +77,7 @@ class Reader:
         config = core.config
         await core.life.store_ok.wait()  # no read before the storeId check (runtime.py)
         ops = stream_ops(connect(config.redis_url, decode=False), config.consumer_group, core.member_id,
-                        use_xackdel=core.server_xackdel)
+                        use_xackdel=core.server.xackdel)
         reads = open_stream_ops(ops)  # native where it can be, else `ops` in a thread
         store_unsure = False  # K9: a read failed; the storeId is compared again before the next
         try:
@@ -189,8 +189,8 @@ class Reader:
         crash loop (without); ack the entries whose bodies are gone."""
         core = self.core
         if counted:
-            core.claimed_counts.update(((shard, entry_id), deliveries)
-                                       for entry_id, deliveries in claimed.counts.items())
+            core.retry_book.claimed_counts.update(((shard, entry_id), deliveries)
+                                                  for entry_id, deliveries in claimed.counts.items())
         else:
             for entry_id, deliveries in claimed.counts.items():
                 if is_crash_loop(deliveries):

@@ -129,7 +129,7 @@ class Member:
             if server_xackdel is None:  # stopped before Redis answered: nothing was joined
                 task_status.started(self)
                 return
-            core.server_xackdel = server_xackdel
+            core.server.xackdel = server_xackdel
             if await self._until_redis_answers(probe, _member_permissions) is None:  # K10
                 task_status.started(self)
                 return
