@@ -39,7 +39,7 @@ from rsc.actors import latency
 from rsc.common import gc_policy as gc_control
 from rsc.common import tls
 from rsc.member.config import MemberConfig
-from rsc.member.pacing import jittered
+from rsc.member.pure.pacing import jittered
 
 HANDSHAKES_AT_ONCE = 64
 TICK_S = 1.0  # GC tick, as a member runtime's
@@ -276,7 +276,7 @@ class LoadGenerator:
             elif self.desync_next or member.spread:
                 member.spread = False
                 due = now + random.random() * self.interval
-            else:  # as a member runtime beats (member/heartbeat.py)
+            else:  # as a member runtime beats (member/shells/heartbeat.py)
                 due = now + jittered(self.interval, HEARTBEAT_JITTER)
 
     # --- commands ------------------------------------------------------------------

@@ -99,7 +99,7 @@ def members(options: dict[str, Any]) -> None:
     """`options["members"]` members of one Listener; answers `expect` commands with the times
     (time.time_ns) at which shards were held, delivered and released."""
     from rsc.member.listener import Listener
-    from rsc.member.reconcile import EventName
+    from rsc.member.pure.reconcile import EventName
 
     held: dict[str, int] = {}  # shard -> when an `assigned` event last named it
     revoking: dict[str, int] = {}  # shard -> when a `revoking` event last named it

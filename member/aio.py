@@ -50,14 +50,14 @@ import trio
 
 from rsc.common.error_family import ProducerClosed
 from rsc.common.errors import ErrorBoundary
-from rsc.member.aio_guest import GuestHost, HostStopped
 from rsc.member.aio_workers import AioWorkers
 from rsc.member.codecs import AnyHandler
-from rsc.member.health import ListenerStatus, listener_status
 from rsc.member.listener import Listener, ListenerArguments, ListenerOptions, check_listener_options
 from rsc.member.producer import Producer, ProducerOptions, RoutingTable, TypedRecord, check_options
 from rsc.member.producer import open_producer as open_trio_producer
-from rsc.member.runtime import Member, StoreMismatch
+from rsc.member.pure.health import ListenerStatus, listener_status
+from rsc.member.shells.aio_guest import GuestHost, HostStopped
+from rsc.member.shells.runtime import Member, StoreMismatch
 
 __all__ = ["AioListener", "AioProducer", "HostStopped", "StoreMismatch", "listener",
            "open_producer"]

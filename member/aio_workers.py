@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from rsc.member.aio_guest import GuestHost, wait_asyncio
 from rsc.member.message import Handler
-from rsc.member.reconcile import Actions
-from rsc.member.workers import WorkerPool
+from rsc.member.pure.reconcile import Actions
+from rsc.member.shells.aio_guest import GuestHost, wait_asyncio
+from rsc.member.shells.workers import WorkerPool
 
 if TYPE_CHECKING:
     import redis

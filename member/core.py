@@ -18,17 +18,17 @@ import attrs
 import trio
 
 from rsc.common.error_family import InstanceFenced as InstanceFenced  # re-exported
-from rsc.member.ackbook import AckBook
-from rsc.member.budget import ReadBudget
 from rsc.member.config import MemberConfig
-from rsc.member.ledger import AckFlushRule, Ledger
 from rsc.member.message import Queued, order_key
 from rsc.member.notices import Notices
-from rsc.member.reconcile import NO_ACTIONS, Actions, Event, EventName
+from rsc.member.pure.ackbook import AckBook
+from rsc.member.pure.budget import ReadBudget
+from rsc.member.pure.ledger import AckFlushRule, Ledger
+from rsc.member.pure.reconcile import NO_ACTIONS, Actions, Event, EventName
+from rsc.member.pure.store_identity import StoreChanged, store_changed_line
+from rsc.member.shells.workqueue import Signal, WorkQueue
 from rsc.member.stats import MemberStats
-from rsc.member.store_identity import StoreChanged, store_changed_line
 from rsc.member.trace import HandlerTrace
-from rsc.member.workqueue import Signal, WorkQueue
 
 EventCallback = Callable[[str, Event], None]
 ReadObserver = Callable[[str, frozenset[str], float, float], None]
@@ -94,10 +94,62 @@ class ReaderSignal:
     waiting: bool = False
 
 
+@attrs.define(eq=False)
+class HeartbeatSignal:
+    """Whether the heartbeat shell should send at once: the ledger's actions and the
+    coordinator's pushes ask (`due`), the heartbeat loop clears it as it sends."""
+
+    due: bool = True
+
+
+@attrs.define(eq=False)
+class WorkerGauge:
+    """The workers' own count, changed by them only: how many hold a work item (`busy`),
+    which the acker's flush rule reads."""
+
+    busy: int = 0
+
+
+@attrs.define(eq=False)
+class ServerFacts:
+    """What the member learnt of its Redis at start (the runtime sets it, once): whether the
+    server has XACKDEL (>= 8.2)."""
+
+    xackdel: bool = False
+
+
+class RetryBook:
+    """P1/L4's bookkeeping, kept by the reader (claimed counts) and the workers (waiting
+    retries), forgotten per shard when the shard is given up (`forget`)."""
+
+    __slots__ = ("claimed_counts", "parked", "retries")
+
+    def __init__(self) -> None:
+        # P1: delivery counts of claimed entries, (shard, id) -> count, until a worker takes
+        # them (with a RetryPolicy; an entry not in here was freshly read)
+        self.claimed_counts: dict[tuple[str, str], int] = {}
+        # L4: entries waiting for their next attempt on no worker, their keys held, and the
+        # count and last error each resumes with, by (shard, id)
+        self.parked: dict[tuple[str, str], Queued] = {}
+        self.retries: dict[tuple[str, str], tuple[int, BaseException]] = {}
+
+    def forget(self, shard: str) -> list[Queued]:
+        """A shard given up: its claimed counts and waiting retries go; the entries that were
+        waiting, whose keys the caller releases (L4)."""
+        if not (self.claimed_counts or self.retries or self.parked):
+            return []
+        for book in (self.claimed_counts, self.retries):
+            for key in [key for key in book if key[0] == shard]:
+                del book[key]
+        return [self.parked.pop(key) for key in [key for key in self.parked if key[0] == shard]]
+
+
 class MemberCore:
     """What one member's heartbeat, reader, worker and acker shells share: the ledger and the
-    books it decides with, the work queue, and three small parts owned by topic: the
-    member's `life`, the reader's wake-up (`reader`) and the application's `observers`."""
+    books it decides with, the work queue, and small parts owned by topic: the member's
+    `life`, the reader's wake-up (`reader`), the heartbeat's (`heartbeat`), the workers'
+    gauge (`workers`), the retry book (`retry_book`), what the member's Redis can do
+    (`server`) and the application's `observers`; `changed` fires on state transitions."""
 
     def __init__(self, config: MemberConfig, *, on_event: EventCallback | None = None,
                  read_observer: ReadObserver | None = None,
@@ -121,18 +173,12 @@ class MemberCore:
             order_key, workers=config.capacity, max_buffered=config.max_buffered,
             on_room=self.wake_reader)
         self.acks = AckBook()
-        # P1: delivery counts of claimed entries, (shard, id) -> count, until a worker takes them
-        # (with a RetryPolicy; an entry not in here was freshly read)
-        self.claimed_counts: dict[tuple[str, str], int] = {}
-        # L4: entries waiting for their next attempt on no worker, their keys held, and the
-        # count and last error each resumes with, by (shard, id)
-        self.parked: dict[tuple[str, str], Queued] = {}
-        self.retries: dict[tuple[str, str], tuple[int, BaseException]] = {}
+        self.retry_book = RetryBook()
         self.acker_parking = AckerParking()
-        self.busy = 0  # workers holding a work item
+        self.workers = WorkerGauge()
         self.changed = Signal()  # state transitions (and pushes) only, never per message
-        self.heartbeat_due = True
-        self.server_xackdel = False  # the member's Redis has XACKDEL (>= 8.2)
+        self.heartbeat = HeartbeatSignal()
+        self.server = ServerFacts()
         # problem lines: said once, repeated slowly, cleared (a console tool passes its own)
         self.notices = notices if notices is not None else Notices(self._warn)
 
@@ -141,7 +187,7 @@ class MemberCore:
 
     def use_xackdel(self) -> bool:
         """Acks delete now (retention `acked` and a server with XACKDEL)."""
-        return self.ledger.acks_delete(self.server_xackdel)
+        return self.ledger.acks_delete(self.server.xackdel)
 
     def store_changed(self, where: str, found: str) -> None:
         """K9: `where` names another storeId than the member started with: it stops, reading
@@ -158,8 +204,8 @@ class MemberCore:
                                ledger.store_changed_to)
         for shard in (*actions.abandon, *actions.revoke):
             dropped = queue.drop_shard(shard)
-            if self.claimed_counts or self.retries or self.parked:
-                self._forget_retries(shard)
+            for entry in self.retry_book.forget(shard):  # L4: abandoned at once, unacked
+                queue.done(entry)
             if self.read_budget is not None and dropped:
                 self.read_budget.give_back(len(dropped))
         workers = ledger.workers()
@@ -169,7 +215,7 @@ class MemberCore:
         stats.member_epoch = ledger.state.member_epoch
         stats.owned_shards = tuple(sorted(ledger.state.owned()))
         if actions.heartbeat_now:
-            self.heartbeat_due = True
+            self.heartbeat.due = True
         for event in actions.events:
             if event.name is EventName.JOINED:
                 self.life.joined.set()
@@ -184,15 +230,6 @@ class MemberCore:
                 self.observers.on_event(self.member_id, event)
         self.changed.fire()
         self.wake_reader()
-
-    def _forget_retries(self, shard: str) -> None:
-        """A shard given up: its claimed counts go, and its waiting retries are abandoned at
-        once, unacked, their keys released (L4)."""
-        for book in (self.claimed_counts, self.retries):
-            for key in [key for key in book if key[0] == shard]:
-                del book[key]
-        for key in [key for key in self.parked if key[0] == shard]:
-            self.queue.done(self.parked.pop(key))
 
     def finish(self, shard: str, count: int = 1) -> None:
         """`count` entries of `shard` are no longer in flight (acked, refused or dropped)."""

@@ -24,7 +24,7 @@ with backoff and said once as a warning (and a `join refused` event).
 codec object) decodes each value before the handler, which then takes the value, or the
 value and the message; a value that does not decode goes to the retry policy's dead-letter
 stream with the error named, without retries in place. `tracing=True` (the `[otel]` extra,
-rsc/member/otel.py) runs each handler call in an OpenTelemetry consumer span linked to the
+rsc/member/shells/otel.py) runs each handler call in an OpenTelemetry consumer span linked to the
 producer's.
 
 Static membership (S1..S6): `instance_id="pod-0"` makes the members static (with
@@ -49,13 +49,13 @@ import trio
 from rsc.common.error_family import Unrecoverable
 from rsc.common.errors import ErrorBoundary
 from rsc.common.wording import log_final
-from rsc.member.budget import ReadBudget
 from rsc.member.codecs import AnyHandler, codec_for, typed_handler
-from rsc.member.health import ListenerStatus, listener_status
 from rsc.member.ids import make_member_id
 from rsc.member.notices import Notices
 from rsc.member.policies import AckPolicy, RetryPolicy
-from rsc.member.runtime import (
+from rsc.member.pure.budget import ReadBudget
+from rsc.member.pure.health import ListenerStatus, listener_status
+from rsc.member.shells.runtime import (
     AckObserver,
     EventCallback,
     Handler,
@@ -148,7 +148,7 @@ class Listener:
         self.stream_prefix, self.consumer_group = stream_prefix, consumer_group
         run: Handler = handler if codec is None else typed_handler(handler, codec_for(codec))
         if tracing is not False and tracing is not None:
-            from rsc.member.otel import traced_handler  # the [otel] extra, imported when asked
+            from rsc.member.shells.otel import traced_handler  # the [otel] extra, imported when asked
 
             run = traced_handler(run, stream_prefix=stream_prefix,
                                  consumer_group=consumer_group, tracing=tracing)

@@ -6,8 +6,8 @@ import operator
 from collections.abc import Awaitable, Callable, Mapping
 from typing import NamedTuple
 
-from rsc.member.entry import HEADER_PREFIX, KEY_FIELD, VALUE_FIELD, read_fields
-from rsc.member.streams import FlatEntry
+from rsc.member.pure.entry import HEADER_PREFIX, KEY_FIELD, VALUE_FIELD, read_fields
+from rsc.member.redis_io.streams import FlatEntry
 
 NO_HEADERS: Mapping[str, bytes] = {}
 

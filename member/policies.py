@@ -1,6 +1,6 @@
 """Per-listener choices: when to ack, optional retry with dead letters, idempotency markers.
 
-Pure: `RetryPolicy` holds the limits, rsc/member/attempts.py decides what follows
+Pure: `RetryPolicy` holds the limits, rsc/member/pure/attempts.py decides what follows
 from the delivery count Redis keeps (P1), and `dead_letter_fields` lays out a
 dead letter (P2); the worker shell does the I/O. Every call but the first, and
 the dead-letter write, is admitted by the ledger first (D1), as a handler call is.
@@ -56,7 +56,7 @@ def dead_letter_fields(message: DeadMessage, *, error: str, deliveries: int,
                        consumer_group: str, now_ms: int) -> dict[str, str | bytes]:
     """The fields of a dead-letter entry (P2): the message as it was (its key, value and
     headers laid out as in a shard, docs/protocol.md M5: bytes kept, M1), then its story;
-    `error` is `rsc-error` (`error_text` of rsc/member/workers.py: masked, at most 1 KiB)."""
+    `error` is `rsc-error` (`error_text` of rsc/member/shells/workers.py: masked, at most 1 KiB)."""
     fields: dict[str, str | bytes] = {}
     if message.key_bytes is not None:
         fields["key"] = message.key_bytes

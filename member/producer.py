@@ -53,10 +53,10 @@ from rsc.common.backoff import RETRY
 from rsc.common.error_family import ProducerClosed, SendTimeout
 from rsc.common.errors import ErrorBoundary
 from rsc.member.codecs import Codec, codec_for, encode_records
-from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, MessageTooLarge
-from rsc.member.health import may_take_messages
 from rsc.member.notices import Notices
-from rsc.member.producer_core import (
+from rsc.member.pure.entry import DEFAULT_MAX_MESSAGE_BYTES, MessageTooLarge
+from rsc.member.pure.health import may_take_messages
+from rsc.member.pure.producer_core import (
     Delivery,
     Next,
     ProducerCore,
@@ -64,20 +64,20 @@ from rsc.member.producer_core import (
     Refused,
     RoutingTable,
 )
-from rsc.member.producer_metrics import register_producer
-from rsc.member.producer_redis import ProducerRedis
-from rsc.member.producer_routing import (
+from rsc.member.redis_io.producer_redis import ProducerRedis
+from rsc.member.redis_io.streams import StoreMismatch, connect
+from rsc.member.session import check_coordinator_url
+from rsc.member.shells.producer_metrics import register_producer
+from rsc.member.shells.producer_routing import (
     REQUEST_TIMEOUT_S,
     ProducerRoutingFollower,
     RoutingUnavailable,
     no_routing_line,
 )
-from rsc.member.session import check_coordinator_url
-from rsc.member.streams import StoreMismatch, connect
 from rsc.protocol import Routing
 
 if TYPE_CHECKING:
-    from rsc.member.otel import ProducerTracing
+    from rsc.member.shells.otel import ProducerTracing
 
 __all__ = ["MessageTooLarge", "Producer", "ProducerOptions", "Record", "RoutingTable",
            "RoutingUnavailable", "StoreMismatch", "TypedRecord", "no_routing_line", "open_producer"]
@@ -156,7 +156,7 @@ class Producer:
         self.codec: Codec | None = None if codec is None else codec_for(codec)
         self._tracing: ProducerTracing | None = None
         if tracing is not False and tracing is not None:
-            from rsc.member.otel import ProducerTracing  # the [otel] extra, imported when asked
+            from rsc.member.shells.otel import ProducerTracing  # the [otel] extra, imported when asked
 
             self._tracing = ProducerTracing(stream_prefix, tracing)
         if max_message_bytes < 1:
@@ -462,7 +462,7 @@ async def open_producer(coordinator_url: str, redis_url: str, stream_prefix: str
     (K5, WAIT). `max_message_bytes` (1 MiB by default) refuses larger messages before
     sending them (M4). `codec=` ("json", a pydantic model or msgspec Struct class, a codec:
     rsc/member/codecs.py) encodes each value. `tracing=True` (the `[otel]` extra,
-    rsc/member/otel.py) writes each batch in an OpenTelemetry producer span whose context
+    rsc/member/shells/otel.py) writes each batch in an OpenTelemetry producer span whose context
     goes into the messages' headers (`traceparent`). `send_timeout_s`: how long a `send`
     waits at most by default (None: as D2 says; L3). A wss:// coordinator is verified against `ssl_context`,
     else the system trust store and `ca_file` (default $RSC_CA_FILE); TlsFailed if it fails.

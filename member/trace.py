@@ -17,7 +17,7 @@ import json
 import os
 from typing import TextIO
 
-from rsc.member.ledger import Ledger, Verdict
+from rsc.member.pure.ledger import Ledger, Verdict
 
 TRACE_ENVIRONMENT = "RSC_MEMBER_TRACE"
 

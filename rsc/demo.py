@@ -48,8 +48,8 @@ from rsc.common.redis_server import EmbeddedRedis
 from rsc.console import console_url, serve_console
 from rsc.member.ids import make_member_id
 from rsc.member.producer import open_producer
-from rsc.member.runtime import Member, MemberConfig, Message
 from rsc.member.session import SessionClosed
+from rsc.member.shells.runtime import Member, MemberConfig, Message
 from rsc.protocol import GroupDescription
 
 PREFIX = "demo"

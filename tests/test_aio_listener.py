@@ -24,11 +24,11 @@ import sniffio
 import trio
 
 from rsc.member.aio import listener, open_producer
-from rsc.member.health import ListenerStatusJson
 from rsc.member.policies import AckPolicy, RetryPolicy
-from rsc.member.runtime import Message
+from rsc.member.pure.health import ListenerStatusJson
+from rsc.member.redis_io.streams import StoreMismatch
 from rsc.member.session import open_session
-from rsc.member.streams import StoreMismatch
+from rsc.member.shells.runtime import Message
 from rsc.protocol import DescribeGroup, GroupDescription
 from tests.processes import FAST_FLAGS, ROOT
 from tests.test_member_support import pending_count, set_shards, write_messages

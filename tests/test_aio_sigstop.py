@@ -19,8 +19,8 @@ import sys
 import pytest
 
 from rsc.member.aio import listener
-from rsc.member.reconcile import Event
-from rsc.member.runtime import Message
+from rsc.member.pure.reconcile import Event
+from rsc.member.shells.runtime import Message
 from rsc.tools.output_lines import event_line, message_line
 from tests.test_member_sigstop import (
     freeze_each_consumer_in_turn,

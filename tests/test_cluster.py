@@ -23,9 +23,9 @@ from rsc.actors.records import COORDINATOR_EPOCH_FIELD, WRITE_SEQUENCE_FIELD
 from rsc.actors.store import CAS_WRITE, meta_key
 from rsc.common import redis_connect
 from rsc.common.redis_server import EmbeddedRedis
-from rsc.member.cluster_streams import ClusterProduceOps, ClusterStreamOps
-from rsc.member.ops import produce_ops, stream_ops
-from rsc.member.streams import (
+from rsc.member.redis_io.cluster_streams import ClusterProduceOps, ClusterStreamOps
+from rsc.member.redis_io.ops import produce_ops, stream_ops
+from rsc.member.redis_io.streams import (
     ACK_SCRIPT,
     NOT_OWNER,
     PRODUCE_SCRIPT,
@@ -413,11 +413,11 @@ def test_shard_operations_run_per_shard_on_every_master(cluster_url: str,
 
 def test_d5_look_reads_the_lease_key_and_owner_records_across_all_masters(
         cluster_url: str, redis_cluster: LocalCluster) -> None:
-    """A member's D5 look (member/heartbeat.py `observe`) is one pipeline; on a cluster its keys
+    """A member's D5 look (member/shells/heartbeat.py `observe`) is one pipeline; on a cluster its keys
     live on every master, and it still answers each of them, in order."""
-    from rsc.member.heartbeat import observe
-    from rsc.member.outage import COORDINATOR_LEASE_KEY
-    from rsc.member.streams import connect
+    from rsc.member.pure.outage import COORDINATOR_LEASE_KEY
+    from rsc.member.redis_io.streams import connect
+    from rsc.member.shells.heartbeat import observe
 
     shards = [stream_key(f"d5look{n}", 1, n) for n in range(SHARDS)]
     keys = [owner_key(shard, GROUP) for shard in shards]

@@ -35,7 +35,7 @@ from rsc.common.backoff import (
     no_jitter,
 )
 from rsc.common.errors import ErrorBoundary, single_exception
-from rsc.member.streams import StreamOps
+from rsc.member.redis_io.streams import StreamOps
 
 STREAM = "{orders:v1:0}"
 

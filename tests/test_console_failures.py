@@ -22,12 +22,12 @@ from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
 
 from rsc.common.redis_server import free_port
 from rsc.common.wording import use_cli_wording
-from rsc.member.consume_watch import ConsumeWatch
 from rsc.member.notices import Notices, redis_problem, then
 from rsc.member.producer import StoreMismatch, open_producer
+from rsc.member.redis_io.streams import STORE_ID_KEY
 from rsc.member.session import BadCoordinatorUrl, check_coordinator_url, refused, session_url
-from rsc.member.streams import STORE_ID_KEY
-from rsc.member.tool_config import BadConfig, Endpoints, endpoints
+from rsc.member.shells.consume_watch import ConsumeWatch
+from rsc.member.shells.tool_config import BadConfig, Endpoints, endpoints
 from rsc.protocol import Routing, Status, shard_for_key
 from tests.processes import ROOT, log_message
 from tests.test_member_support import set_shards
@@ -743,7 +743,7 @@ async def test_d3_a_db_that_is_not_a_number_ends_the_tool_with_exit_2(tool, redi
 
 
 def test_d3_unrecoverable_rules():
-    from rsc.member.unrecoverable import (
+    from rsc.member.redis_io.unrecoverable import (
         redis_error_is_permanent,
         redis_url_problem,
         refusal_is_permanent,

@@ -22,10 +22,10 @@ import redis
 import trio
 
 from rsc.common.redis_server import free_port
-from rsc.member.budget import ReadBudget, read_shape
+from rsc.member.pure.budget import ReadBudget, read_shape
+from rsc.member.redis_io.unrecoverable import speaks_tls
 from rsc.member.session import BadCoordinatorUrl, check_coordinator_url
-from rsc.member.tool_config import BadConfig, endpoints
-from rsc.member.unrecoverable import speaks_tls
+from rsc.member.shells.tool_config import BadConfig, endpoints
 from tests.conftest_tls import Certs
 from tests.test_console_failures import Flags, assert_no_traceback, run_tool, spawn_tool, tool_env
 from tests.test_consume_limits import fill, read_all

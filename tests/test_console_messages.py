@@ -18,7 +18,7 @@ import pytest
 import redis
 import trio
 
-from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES
+from rsc.member.pure.entry import DEFAULT_MAX_MESSAGE_BYTES
 from rsc.tools.input_lines import MalformedLine, is_blank, parse_line
 from rsc.tools.output_lines import json_line
 from tests.processes import ROOT, log_message

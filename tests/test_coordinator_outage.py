@@ -411,9 +411,9 @@ async def test_d5_a_frozen_member_whose_shards_moved_touches_none_after_the_coor
 
 
 def test_d5_one_look_reads_the_lease_key_and_the_owner_records_in_one_round_trip(redis_url):
-    from rsc.member.heartbeat import observe
-    from rsc.member.outage import COORDINATOR_LEASE_KEY
-    from rsc.member.streams import connect
+    from rsc.member.pure.outage import COORDINATOR_LEASE_KEY
+    from rsc.member.redis_io.streams import connect
+    from rsc.member.shells.heartbeat import observe
 
     client = connect(redis_url)
     try:

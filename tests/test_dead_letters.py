@@ -18,8 +18,8 @@ from rsc.common.dead_letters import (
 from rsc.member.listener import Listener
 from rsc.member.message import Message
 from rsc.member.policies import RetryPolicy, default_dead_letter_stream
+from rsc.member.redis_io.streams import connect
 from rsc.member.session import open_session
-from rsc.member.streams import connect
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import RetentionMode

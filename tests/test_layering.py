@@ -37,8 +37,8 @@ IO_LIBRARIES = frozenset({"trio", "trio_websocket", "wsproto", "redis", "socket"
 """A module importing one of these does I/O; so does every module of ours that imports it."""
 
 PURE_CORES = ("protocol/*.py", "actors/group.py", "actors/assignor.py", "actors/records.py",
-              "actors/prefix*.py", "member/ledger.py", "member/reconcile.py")
-OPTIONAL_PURE_CORES = ("member/producer_core.py",)
+              "actors/prefix*.py", "member/pure/ledger.py", "member/pure/reconcile.py")
+OPTIONAL_PURE_CORES = ("member/pure/producer_core.py",)
 PURE_MARKER = re.compile(r"(?:^|[.:;]\s+)Pure\b|\bno I/O\b|\bpure \(no\b")
 """A docstring declares its module pure: a sentence opening with "Pure", or "no I/O", or
 "pure (no ...)"."""
@@ -57,7 +57,7 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def sources(folder: str) -> list[Path]:
-    return sorted(FOLDERS[folder].glob("*.py"))
+    return sorted(FOLDERS[folder].rglob("*.py"))
 
 
 def forbidden(name: str, folder: str) -> bool:
@@ -107,6 +107,51 @@ def test_tools_is_a_shell_layer_the_library_does_not_import() -> None:
                      if target.split(".")[0] == "rsc" and target != "rsc"
                      and target.split(".")[1] not in TOOLS_MAY_IMPORT)
     assert not outside, outside
+
+
+MEMBER_LAYERS = ("pure", "redis_io", "shells")
+"""member/'s rooms, lowest first: a room imports none above it. The top of member/ is the
+library's public surface (listener, aio, sync, producer, policies, codecs, ...), which the rooms
+may use for its plain parts (config, message, notices) and which runs them."""
+
+
+def member_room(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["rsc", "member"] or len(parts) < 4:
+        return None
+    return parts[2] if parts[2] in MEMBER_LAYERS else None
+
+
+def test_member_rooms_import_none_above_them() -> None:
+    graph = graph_of_the_repository()
+    rooms = {module: member_room(module) for module in graph.modules}
+    assert {"rsc.member.pure.ledger", "rsc.member.redis_io.streams",
+            "rsc.member.shells.reader"} <= set(rooms)
+    upward = sorted(f"{module} -> {target}" for module, room in rooms.items() if room is not None
+                    for target in graph.edges[module]
+                    if (above := member_room(target)) is not None
+                    and MEMBER_LAYERS.index(above) > MEMBER_LAYERS.index(room))
+    assert not upward, upward
+    pure_reaching_up = sorted(f"{module} -> {target}" for module, room in rooms.items()
+                              if room == "pure" for target in graph.edges[module]
+                              if target.startswith("rsc.member.") and member_room(target) is None
+                              and target not in PURE_TOP)
+    assert not pure_reaching_up, pure_reaching_up
+
+
+PURE_TOP = frozenset({"rsc.member.policies", "rsc.member.message", "rsc.member.config",
+                      "rsc.member.ids", "rsc.member.stats"})
+"""The plain parts of member/'s public surface that the pure room may read."""
+
+
+def test_the_pure_room_reaches_no_io_module() -> None:
+    """Every module under member/pure/ is a pure core: nothing it imports, however deep, does
+    I/O (IO_LIBRARIES)."""
+    graph = graph_of_the_repository()
+    pure = sorted(module for module in graph.modules if member_room(module) == "pure")
+    assert "rsc.member.pure.ledger" in pure
+    chains = {module: graph.io_chain(module) for module in pure}
+    assert not {module: chain for module, chain in chains.items() if chain}, chains
 
 
 def test_the_check_catches_a_forbidden_import() -> None:
@@ -287,7 +332,7 @@ def test_common_imports_only_protocol_and_third_party_libraries() -> None:
 def test_every_listed_pure_core_is_a_file() -> None:
     for pattern in PURE_CORES:
         assert list(ROOT.glob(pattern)), f"{pattern} names no file: update PURE_CORES"
-    assert set(pure_cores()) >= {"rsc.protocol.codec", "rsc.actors.group", "rsc.member.ledger"}
+    assert set(pure_cores()) >= {"rsc.protocol.codec", "rsc.actors.group", "rsc.member.pure.ledger"}
 
 
 def test_the_marker_reads_a_declaration_not_a_mention() -> None:

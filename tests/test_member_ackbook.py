@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rsc.member.ackbook import AckBook
+from rsc.member.pure.ackbook import AckBook
 
 
 def test_ids_are_grouped_by_shard_and_the_generation_they_were_read_under():

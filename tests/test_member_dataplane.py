@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import trio
 
-import rsc.member.stream_commands as commands_module
+import rsc.member.redis_io.stream_commands as commands_module
 from rsc.member.listener import Listener
-from rsc.member.ordering import KeyOrderedQueue
-from rsc.member.runtime import Message, queued_entries
-from rsc.member.streams import StreamOps, connect
+from rsc.member.pure.ordering import KeyOrderedQueue
+from rsc.member.redis_io.streams import StreamOps, connect
+from rsc.member.shells.runtime import Message, queued_entries
 from rsc.protocol import owner_key
 from tests.test_member_support import pending_count, set_shards, write_messages
 
@@ -178,12 +178,12 @@ async def test_different_keys_run_in_parallel_and_each_key_in_order(coordinator)
 
 @pytest.mark.parametrize("executor", ["native", "redis-py"])
 async def test_both_executors_read_ahead_and_ack_alike(redis_url, executor):
-    """The one async protocol (member/dataplane.py): native and redis-py in a thread answer
+    """The one async protocol (member/redis_io/dataplane.py): native and redis-py in a thread answer
     the same reads (sent one ahead, answered in order) and acks (owner checked, NOSCRIPT
     loaded again)."""
-    from rsc.member.dataplane import ThreadedStreamOps, open_stream_ops
-    from rsc.member.native_streams import NativeStreamOps
-    from rsc.member.stream_commands import NOT_OWNER
+    from rsc.member.redis_io.dataplane import ThreadedStreamOps, open_stream_ops
+    from rsc.member.redis_io.native_streams import NativeStreamOps
+    from rsc.member.redis_io.stream_commands import NOT_OWNER
 
     client = connect(redis_url, decode=False)
     client.xgroup_create(SHARD, GROUP, id="0", mkstream=True)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rsc.member.entry import (
+from rsc.member.pure.entry import (
     DEFAULT_MAX_MESSAGE_BYTES,
     MessageTooLarge,
     entry_fields,

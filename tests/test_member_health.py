@@ -1,5 +1,5 @@
 """D6 and D7, the member's side, pure: when a member is in its group, and what its health and
-readiness probes say when it is not (rsc/member/health.py through the ledger).
+readiness probes say when it is not (rsc/member/pure/health.py through the ledger).
 
 The ledger of tests/test_member_ledger.py: lease 1000 ms, heartbeat interval 200 ms, so D6
 allows 1200 ms out of the group while a coordinator answers and would admit the member.
@@ -7,9 +7,9 @@ allows 1200 ms out of the group while a coordinator answers and would admit the 
 
 from __future__ import annotations
 
-from rsc.member.health import HealthVerdict, ListenerStatus, MemberStatus, combine, listener_status
-from rsc.member.ledger import Ledger
-from rsc.member.reconcile import JOIN_EPOCH
+from rsc.member.pure.health import HealthVerdict, ListenerStatus, MemberStatus, combine, listener_status
+from rsc.member.pure.ledger import Ledger
+from rsc.member.pure.reconcile import JOIN_EPOCH
 from rsc.protocol import Status
 from tests.test_member_ledger import GROUP, LEASE_MS, MEMBER, PREFIX, joined, respond
 
@@ -154,7 +154,7 @@ def test_d7_a_listener_that_stopped_on_its_own_is_unhealthy_and_one_not_running_
 
 
 def test_messages_are_taken_once_reached_and_the_store_is_known_to_be_the_coordinators() -> None:
-    from rsc.member.health import may_take_messages
+    from rsc.member.pure.health import may_take_messages
 
     assert not may_take_messages(reached=False, store_checked=True, store_to_check=True)
     assert not may_take_messages(reached=True, store_checked=False, store_to_check=True)

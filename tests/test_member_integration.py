@@ -19,8 +19,8 @@ from collections import defaultdict
 import trio
 
 from rsc.member.listener import Listener
-from rsc.member.runtime import Message
-from rsc.member.streams import connect
+from rsc.member.redis_io.streams import connect
+from rsc.member.shells.runtime import Message
 from tests.test_member_support import (
     pending_count,
     set_shards,

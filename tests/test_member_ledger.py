@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 import pytest
 
-from rsc.member.ledger import (
+from rsc.member.pure.ledger import (
     DEFAULT_LEASE_TTL_MS,
     AckFlushRule,
     Ledger,
@@ -21,7 +21,7 @@ from rsc.member.ledger import (
     retention_mode,
     worker_count,
 )
-from rsc.member.reconcile import JOIN_EPOCH, LEAVE_EPOCH, NO_ACTIONS
+from rsc.member.pure.reconcile import JOIN_EPOCH, LEAVE_EPOCH, NO_ACTIONS
 from rsc.protocol import Assignment, HeartbeatResponse, RoutingSummary, Status
 from rsc.protocol.messages import Retention
 from rsc.protocol.vocabulary import RetentionMode

@@ -3,7 +3,7 @@
 The pure parts are the real ones: two members' `Ledger`s with their `HeartbeatPacing`
 (timeouts, reconnect delays, when the next heartbeat goes), and the coordinator's
 `GroupMachine` with its `LeaseContinuity`. Around them this test plays what the shells
-and the network do (member/heartbeat.py `_run_session`, `_heartbeat_loop`, `watch_outage`;
+and the network do (member/shells/heartbeat.py `_run_session`, `_heartbeat_loop`, `watch_outage`;
 actors/app.py's lease and tick loops), on one simulated clock, at the shipped timings
 (heartbeat 3 s, lease 10 s, tick 1 s):
 
@@ -34,10 +34,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from rsc.actors.group import GroupMachine, GroupSettings
 from rsc.actors.lease import LeaseContinuity, Renewal
-from rsc.member.ledger import Ledger, Verdict
-from rsc.member.outage import Observation
-from rsc.member.pacing import HeartbeatPacing
-from rsc.member.reconcile import Actions, EventName, SentHeartbeat
+from rsc.member.pure.ledger import Ledger, Verdict
+from rsc.member.pure.outage import Observation
+from rsc.member.pure.pacing import HeartbeatPacing
+from rsc.member.pure.reconcile import Actions, EventName, SentHeartbeat
 from rsc.protocol import messages as m
 from rsc.protocol.vocabulary import GroupState
 

@@ -6,7 +6,7 @@ import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rsc.member.ordering import KeyOrderedQueue
+from rsc.member.pure.ordering import KeyOrderedQueue
 
 
 @attrs.frozen

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rsc.member.ledger import Ledger
-from rsc.member.pacing import HeartbeatPacing, jittered
+from rsc.member.pure.ledger import Ledger
+from rsc.member.pure.pacing import HeartbeatPacing, jittered
 from rsc.protocol import Assignment, HeartbeatResponse, Status
 
 PREFIX, GROUP, MEMBER = "orders", "billing", "10.0.0.7-42-0-abcd"

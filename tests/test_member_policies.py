@@ -7,13 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rsc.common.dead_letters import CRASHED
-from rsc.member.attempts import CallHandler, DeadLetterNow, is_crash_loop, next_step
 from rsc.member.policies import (
     RetryPolicy,
     dead_letter_fields,
     default_dead_letter_stream,
 )
-from rsc.member.workers import error_text
+from rsc.member.pure.attempts import CallHandler, DeadLetterNow, is_crash_loop, next_step
+from rsc.member.shells.workers import error_text
 
 
 def test_p1_the_first_call_of_a_freshly_read_entry_is_counted_by_its_read():

@@ -8,7 +8,7 @@ import json
 import attrs
 import pytest
 
-from rsc.member.reconcile import (
+from rsc.member.pure.reconcile import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
     NO_ACTIONS,

@@ -7,11 +7,11 @@ import threading
 import trio
 
 from rsc.member.listener import Listener
-from rsc.member.ops import produce_ops, stream_ops
 from rsc.member.policies import AckPolicy, IdempotencyMarkers, RetryPolicy
-from rsc.member.runtime import Message
+from rsc.member.redis_io.ops import produce_ops, stream_ops
+from rsc.member.redis_io.streams import NOT_OWNER, ProduceOps, StreamOps, connect
 from rsc.member.session import open_session
-from rsc.member.streams import NOT_OWNER, ProduceOps, StreamOps, connect
+from rsc.member.shells.runtime import Message
 from rsc.protocol import SetMaxConcurrency, owner_key
 from tests.test_member_support import (
     pending_count,

@@ -22,7 +22,7 @@ import trio
 from rsc.common.backoff import BackoffPreset
 from rsc.errors import AuthenticationError, StoreMismatch
 from rsc.member.notices import Notices
-from rsc.member.redis_retry import RedisRetry
+from rsc.member.redis_io.redis_retry import RedisRetry
 
 URL = "redis://user:secret@127.0.0.1:6390/0"
 FAST = BackoffPreset(0.001, 0.004)

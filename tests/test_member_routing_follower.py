@@ -22,7 +22,7 @@ from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
 
 from rsc.errors import AuthenticationError
 from rsc.member.notices import Notices
-from rsc.member.routing_follower import RoutingFollower
+from rsc.member.shells.routing_follower import RoutingFollower
 from rsc.protocol import Routing, Status
 
 

@@ -24,15 +24,15 @@ import pytest
 import redis
 import trio
 
-import rsc.member.heartbeat as heartbeat_shell
+import rsc.member.shells.heartbeat as heartbeat_shell
 from rsc.common.redis_server import EmbeddedRedis, free_port
 from rsc.member.config import MemberConfig
 from rsc.member.listener import Listener
 from rsc.member.message import Message
 from rsc.member.notices import Notices
-from rsc.member.reconcile import Event
-from rsc.member.runtime import Member
-from rsc.member.streams import STORE_ID_KEY, StoreMismatch, StreamOps, supports_xackdel
+from rsc.member.pure.reconcile import Event
+from rsc.member.redis_io.streams import STORE_ID_KEY, StoreMismatch, StreamOps, supports_xackdel
+from rsc.member.shells.runtime import Member
 from rsc.protocol import JOIN_EPOCH, LEAVE_EPOCH, Assignment, Heartbeat, HeartbeatResponse, Status
 from rsc.protocol.routing import owner_key
 from rsc.protocol.vocabulary import RetentionMode

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from rsc.member.heartbeat import join_refused_line
-from rsc.member.ledger import Ledger
 from rsc.member.listener import member_instance_ids
-from rsc.member.pacing import HeartbeatPacing
-from rsc.member.reconcile import JOIN_EPOCH, LEAVE_EPOCH, NO_ACTIONS, TEMPORARY_LEAVE_EPOCH, EventName
+from rsc.member.pure.ledger import Ledger
+from rsc.member.pure.pacing import HeartbeatPacing
+from rsc.member.pure.reconcile import JOIN_EPOCH, LEAVE_EPOCH, NO_ACTIONS, TEMPORARY_LEAVE_EPOCH, EventName
+from rsc.member.shells.heartbeat import join_refused_line
 from rsc.protocol import Assignment, HeartbeatResponse, Status
 
 PREFIX, GROUP, MEMBER, INSTANCE = "orders", "billing", "10.0.0.7-42-0-abcd", "pod-0"

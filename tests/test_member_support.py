@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import trio
 
-from rsc.member.ops import produce_ops
+from rsc.member.redis_io.ops import produce_ops
+from rsc.member.redis_io.streams import connect
 from rsc.member.session import open_session
-from rsc.member.streams import connect
 from rsc.protocol import (
     DescribeGroup,
     GroupDescription,

@@ -15,10 +15,10 @@ import redis
 import trio
 
 from rsc.member import aio
-from rsc.member.entry import MessageTooLarge
 from rsc.member.listener import Listener
 from rsc.member.message import Message
 from rsc.member.producer import open_producer
+from rsc.member.pure.entry import MessageTooLarge
 from tests.test_member_support import set_shards
 
 GROUP = "apps"

@@ -117,7 +117,7 @@ async def test_k5_min_replicas_below_0_is_refused_with_a_clear_error(redis_url, 
 async def test_k5_wait_runs_on_the_connection_that_wrote(replicated_redis):
     """WAIT counts the writes of its own connection: a shortfall is waited on there, again."""
     group: SentinelGroup = replicated_redis
-    from rsc.member.streams import ProduceOps, connect
+    from rsc.member.redis_io.streams import ProduceOps, connect
 
     client = connect(group.primary_url())
     try:

@@ -1,14 +1,14 @@
 """Pure tests of D5 (docs/protocol.md, Data plane rules): a coordinator outage is not a member
-failure. The member ledger's allowance (member/outage.py through ledger.py) and the
+failure. The member ledger's allowance (member/pure/outage.py through ledger.py) and the
 coordinator's lease continuity (actors/lease.py), with a fake clock (ms passed in)."""
 
 from __future__ import annotations
 
 from rsc.actors.lease import LapseVerdict, LeaseContinuity, Renewal, Takeover, lapse_verdict, waiting_line
 from rsc.actors.store import LEASE_KEY
-from rsc.member.ledger import Ledger, Verdict
-from rsc.member.outage import COORDINATOR_LEASE_KEY, Observation
-from rsc.member.reconcile import JOIN_EPOCH, NO_ACTIONS
+from rsc.member.pure.ledger import Ledger, Verdict
+from rsc.member.pure.outage import COORDINATOR_LEASE_KEY, Observation
+from rsc.member.pure.reconcile import JOIN_EPOCH, NO_ACTIONS
 from tests.test_member_ledger import GROUP, LEASE_MS, MEMBER, PREFIX, joined, respond
 
 OTHER = "10.0.0.8-43-0-efgh"

@@ -24,10 +24,10 @@ import trio
 from rsc.admin.describe import lag_summary
 from rsc.admin.group_view import group_view
 from rsc.member.listener import Listener
-from rsc.member.ops import stream_ops
 from rsc.member.policies import AckPolicy, RetryPolicy, default_dead_letter_stream
+from rsc.member.redis_io.ops import stream_ops
+from rsc.member.redis_io.streams import NOT_OWNER, NOT_PENDING, RECORDED, connect
 from rsc.member.session import open_session
-from rsc.member.streams import NOT_OWNER, NOT_PENDING, RECORDED, connect
 from rsc.protocol import messages as m
 from rsc.protocol import owner_key
 from rsc.protocol.codec import encode

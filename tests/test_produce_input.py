@@ -22,9 +22,9 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rsc.member.entry import outgoing
 from rsc.member.producer import open_producer
-from rsc.member.producer_core import ProducerCore, Record
+from rsc.member.pure.entry import outgoing
+from rsc.member.pure.producer_core import ProducerCore, Record
 from rsc.tools.input_lines import (
     Accepted,
     InputReader,

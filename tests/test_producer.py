@@ -17,7 +17,7 @@ from rsc.actors.config import CoordinatorConfig
 from rsc.common.redis_server import free_port
 from rsc.member.notices import Notices
 from rsc.member.producer import RoutingUnavailable, open_producer
-from rsc.member.streams import (
+from rsc.member.redis_io.streams import (
     STORE_ID_KEY,
     ProduceOps,
     Refused,

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from rsc.member.producer_core import (
+from rsc.member.pure.producer_core import (
     Adoption,
     Next,
     ProducerCore,
     Refused,
     RoutingTable,
 )
-from rsc.member.store_identity import StoreChanged
+from rsc.member.pure.store_identity import StoreChanged
 from rsc.protocol import Routing, Status, shard_for_key
 
 V1 = tuple(f"{{orders:v1:{i}}}" for i in range(2))
@@ -211,7 +211,7 @@ def test_m3_keyless_records_go_round_the_shards_and_keep_their_turn_when_written
 
 
 def test_m4_a_record_over_the_limit_is_refused_by_number_before_anything_is_written():
-    from rsc.member.entry import MessageTooLarge
+    from rsc.member.pure.entry import MessageTooLarge
 
     core = core_at()
     with pytest.raises(MessageTooLarge, match="record 1: message of 11 bytes"):

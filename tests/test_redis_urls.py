@@ -17,7 +17,7 @@ from rsc.common.redis_connect import (
     error_text,
     parse_sentinel_url,
 )
-from rsc.member.unrecoverable import (
+from rsc.member.redis_io.unrecoverable import (
     redis_error_is_permanent,
     redis_unrecoverable_line,
     redis_url_problem,

@@ -17,8 +17,8 @@ import trio
 
 from rsc.member.listener import Listener
 from rsc.member.producer import open_producer
-from rsc.member.runtime import Message
 from rsc.member.session import open_session
+from rsc.member.shells.runtime import Message
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import Cutover

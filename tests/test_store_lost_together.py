@@ -190,7 +190,7 @@ async def test_k8_redis_and_the_coordinator_lost_together_resume_within_a_lease_
 
 
 def test_k9_a_heartbeat_routing_naming_another_store_id_stops_the_member():
-    from rsc.member.ledger import Ledger
+    from rsc.member.pure.ledger import Ledger
     from tests.test_member_ledger import MEMBER, exchange, respond
 
     ledger = Ledger(MEMBER, capacity=4)

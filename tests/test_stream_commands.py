@@ -1,4 +1,4 @@
-"""The data plane's command builders and reply parsers (rsc/member/stream_commands.py) and the
+"""The data plane's command builders and reply parsers (rsc/member/redis_io/stream_commands.py) and the
 one NOSCRIPT fallback plan (rsc/common/lua.py's `ScriptPlan`), without a Redis."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 from redis.exceptions import NoScriptError, ResponseError
 
 from rsc.common.lua import Script
-from rsc.member import stream_commands as sc
-from rsc.member.producer_core import Refused
+from rsc.member.pure.producer_core import Refused
+from rsc.member.redis_io import stream_commands as sc
 from rsc.protocol.routing import owner_key, seal_key
 
 SHARD, GROUP, MEMBER = "{orders:v1:0}", "billing", "member-a"

@@ -27,7 +27,7 @@ def test_every_product_module_is_counted_once() -> None:
     modules = structure.product_modules()
     names = [m.name for m in modules]
     assert len(names) == len(set(names))
-    assert "rsc.actors.app" in names and "rsc.member.runtime" in names and "rsc.errors" in names
+    assert "rsc.actors.app" in names and "rsc.member.shells.runtime" in names and "rsc.errors" in names
     assert not any(name.startswith(("rsc.rsc", "bench", "tests")) for name in names)
     figures = structure.figures()
     assert figures["modules"] == len(modules)

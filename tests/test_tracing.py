@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing (`tracing=True`, rsc/member/otel.py) across two processes.
+"""OpenTelemetry tracing (`tracing=True`, rsc/member/shells/otel.py) across two processes.
 
 A producer process (the sync producer inside a span `checkout`) and a consumer process (a
 trio listener), each with the SDK's in-memory exporter, against a real redis-server and
@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from rsc.member.message import Message
-from rsc.member.otel import SYSTEM, traced_handler, with_headers
+from rsc.member.shells.otel import SYSTEM, traced_handler, with_headers
 from tests.processes import ROOT
 from tests.test_member_support import set_shards
 

@@ -1,5 +1,5 @@
 """The trio-driven Redis connection (rsc/common/trio_redis.py) and the member's reads and acks
-over it (rsc/member/native_streams.py), against real redis-servers: plain, TLS, ACL users, a
+over it (rsc/member/redis_io/native_streams.py), against real redis-servers: plain, TLS, ACL users, a
 replica."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import trio
 from rsc.common.redis_connect import ReplicaNow
 from rsc.common.redis_server import EmbeddedRedis
 from rsc.common.trio_redis import TrioRedis, settings_of
-from rsc.member.native_streams import NativeStreamOps, native_ops, native_produce_ops
-from rsc.member.producer_core import Refused
-from rsc.member.streams import NOT_OWNER, connect
+from rsc.member.pure.producer_core import Refused
+from rsc.member.redis_io.native_streams import NativeStreamOps, native_ops, native_produce_ops
+from rsc.member.redis_io.streams import NOT_OWNER, connect
 from rsc.protocol import owner_key
 from rsc.protocol.routing import seal_key
 

@@ -18,7 +18,6 @@ import trio
 
 from rsc.common.extras import MissingExtra, require
 from rsc.member import aio
-from rsc.member.attempts import CallHandler, DeadLetterNow, next_step
 from rsc.member.codecs import (
     JSON,
     DecodeFailed,
@@ -34,7 +33,8 @@ from rsc.member.listener import Listener
 from rsc.member.message import Message
 from rsc.member.policies import RetryPolicy
 from rsc.member.producer import open_producer
-from rsc.member.streams import connect
+from rsc.member.pure.attempts import CallHandler, DeadLetterNow, next_step
+from rsc.member.redis_io.streams import connect
 from tests.test_member_support import pending_count, set_shards
 
 GROUP = "billing"

@@ -50,7 +50,7 @@ from rsc.admin.view_text import (
     shards_text,
     short_shard,
 )
-from rsc.member.attempts import is_crash_loop
+from rsc.member.pure.attempts import is_crash_loop
 from rsc.protocol import GroupDescription, MemberState
 from rsc.protocol.messages import DeadLetters
 

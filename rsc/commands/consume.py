@@ -20,12 +20,12 @@ from rsc.commands.arg_types import positive
 from rsc.commands.member_tool import add_endpoint_flags, dispatch_signals, run_tool
 from rsc.common.env_config import own_argument
 from rsc.common.logs import add_logging_arguments
-from rsc.member.unrecoverable import redis_unrecoverable
+from rsc.member.redis_io.unrecoverable import redis_unrecoverable
 
 if TYPE_CHECKING:
     import trio
 
-    from rsc.member.tool_config import Endpoints
+    from rsc.member.shells.tool_config import Endpoints
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -79,8 +79,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rsc.common import gc_policy as gc_control
     from rsc.member.listener import member_instance_ids
-    from rsc.member.tool_config import BadConfig, endpoints
-    from rsc.member.unrecoverable import EXIT_UNRECOVERABLE, Unrecoverable
+    from rsc.member.redis_io.unrecoverable import EXIT_UNRECOVERABLE, Unrecoverable
+    from rsc.member.shells.tool_config import BadConfig, endpoints
     from rsc.protocol.messages import FieldValueError, check_name
     from rsc.tools.tool_output import line_writer, setup_logging
 
@@ -121,15 +121,15 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
 
     from rsc.common.backoff import MEMBERS_RESTART
     from rsc.common.errors import unwrap_single
-    from rsc.member.budget import ReadBudget
-    from rsc.member.consume_watch import ConsumeWatch
     from rsc.member.listener import Listener
     from rsc.member.notices import Notices, redis_problem, then
-    from rsc.member.reconcile import Event
-    from rsc.member.runtime import Message
-    from rsc.member.unrecoverable import (
+    from rsc.member.pure.budget import ReadBudget
+    from rsc.member.pure.reconcile import Event
+    from rsc.member.redis_io.unrecoverable import (
         redis_error_is_permanent,
     )
+    from rsc.member.shells.consume_watch import ConsumeWatch
+    from rsc.member.shells.runtime import Message
     from rsc.tools.output_lines import StdoutLines, event_line, message_line
     from rsc.tools.peek import MessageQuota, QuotaReached
     from rsc.tools.probes import env_port, health_routes, metrics_route, serve_probes

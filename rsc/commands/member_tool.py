@@ -12,7 +12,7 @@ import argparse
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from rsc.member.tool_config import DEFAULT_COORDINATOR_URL
+from rsc.member.shells.tool_config import DEFAULT_COORDINATOR_URL
 
 
 def add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
@@ -33,11 +33,11 @@ def run_tool(tool: str, main: Callable[..., Awaitable[int]], *args: object) -> i
     import trio
 
     from rsc.common.tls import TlsFailed
-    from rsc.member.runtime import InstanceFenced
+    from rsc.member.pure.store_identity import StoreChanged, StoreMismatch
+    from rsc.member.redis_io.unrecoverable import EXIT_UNRECOVERABLE, Unrecoverable
     from rsc.member.session import BadCoordinatorUrl
-    from rsc.member.store_identity import StoreChanged, StoreMismatch
-    from rsc.member.tool_config import BadConfig
-    from rsc.member.unrecoverable import EXIT_UNRECOVERABLE, Unrecoverable
+    from rsc.member.shells.runtime import InstanceFenced
+    from rsc.member.shells.tool_config import BadConfig
     from rsc.tools.tool_output import EXIT_INTERRUPTED, line_writer
 
     say = line_writer(tool)
@@ -67,7 +67,7 @@ def run_tool(tool: str, main: Callable[..., Awaitable[int]], *args: object) -> i
 
 def unrecoverable_in(exc: BaseException) -> BaseException | None:
     """The Unrecoverable somewhere in a (nested) exception group, None when there is none."""
-    from rsc.member.unrecoverable import Unrecoverable
+    from rsc.member.redis_io.unrecoverable import Unrecoverable
 
     if isinstance(exc, Unrecoverable):
         return exc

@@ -15,16 +15,16 @@ import trio
 from rsc.commands.member_tool import run_tool
 from rsc.member.notices import redis_problem
 from rsc.member.producer import no_routing_line
-from rsc.member.session import ResponseUndecodable, SessionClosed, SessionRefused, open_session
-from rsc.member.streams import connect
-from rsc.member.tool_config import Endpoints
-from rsc.member.unrecoverable import (
+from rsc.member.redis_io.streams import connect
+from rsc.member.redis_io.unrecoverable import (
     redis_error_is_permanent,
     redis_unrecoverable,
     refusal_error,
     refusal_is_permanent,
     tls_checked,
 )
+from rsc.member.session import ResponseUndecodable, SessionClosed, SessionRefused, open_session
+from rsc.member.shells.tool_config import Endpoints
 from rsc.protocol import Routing, Status
 from rsc.tools.output_lines import PipeClosed, StdoutLines
 from rsc.tools.peek import peek, routing_request

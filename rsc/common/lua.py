@@ -10,7 +10,7 @@ round trip once and never fails a call.
 
 How commands reach Redis is the caller's `Execute`: `pipelined(client)` for one
 server or a `RedisCluster` (its pipeline routes every EVALSHA by its first key),
-or the member's per-node router on a cluster (member/cluster_streams.py).
+or the member's per-node router on a cluster (member/redis_io/cluster_streams.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One Redis connection driven by trio itself: a trio socket stream (TLS for rediss://) and
 hiredis' `Reader` parsing the replies, with no thread hop per command.
 
-The member's data plane (rsc/member/native_streams.py) reads and acks over these where
+The member's data plane (rsc/member/redis_io/native_streams.py) reads and acks over these where
 its Redis URL names one plain server (`redis://`, `rediss://`): the same server, user,
 password, database and TLS settings as the redis-py client `connect` built for that URL
 (rsc/common/redis_connect.py), from the options `connect` kept for it (`plain_options`), never

@@ -31,8 +31,8 @@ import attrs
 import trio
 
 from rsc.common.json_types import JsonObject, JsonValue
-from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, outgoing
-from rsc.member.producer_core import Record
+from rsc.member.pure.entry import DEFAULT_MAX_MESSAGE_BYTES, outgoing
+from rsc.member.pure.producer_core import Record
 
 READ_CHUNK = 1 << 16
 LINE_SLACK_BYTES = 1 << 20  # JSON around a message: field names, escapes, spaces

@@ -23,8 +23,8 @@ from typing import TextIO
 import trio
 
 from rsc.common.log_lines import utc_timestamp
-from rsc.member.reconcile import Event
-from rsc.member.runtime import Message
+from rsc.member.pure.reconcile import Event
+from rsc.member.shells.runtime import Message
 
 # one encoder for every line: json.dumps with these options builds a new one per call
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode

@@ -2,7 +2,7 @@
 
 `--max-messages N` stops a consumer after N messages handled and acked: the
 quota (`MessageQuota`, pure) lets N handler calls print, and the members' read
-budget (member/budget.py) reads no more than N entries, so none is left pending.
+budget (member/pure/budget.py) reads no more than N entries, so none is left pending.
 Should a later one still come (a safety net), it raises `QuotaReached` before
 printing: it is neither shown nor acked, and stays pending for the next owner
 (nothing goes into a pipe nobody reads).
@@ -19,8 +19,8 @@ from typing import Any
 
 import trio
 
-from rsc.member.entry import read_fields
-from rsc.member.streams import connect
+from rsc.member.pure.entry import read_fields
+from rsc.member.redis_io.streams import connect
 from rsc.protocol import GetRouting, Routing, Status
 from rsc.tools.output_lines import json_line
 

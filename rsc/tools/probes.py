@@ -11,9 +11,9 @@ import trio
 
 from rsc.common import http_server
 from rsc.common.http_server import Answer, Route
-from rsc.member.health import ListenerStatus
 from rsc.member.listener import Listener
-from rsc.member.tool_config import BadConfig
+from rsc.member.pure.health import ListenerStatus
+from rsc.member.shells.tool_config import BadConfig
 
 if TYPE_CHECKING:
     from rsc.member.producer import Producer

@@ -25,8 +25,8 @@ import trio
 from rsc.common.backoff import RETRY, BackoffPreset
 from rsc.common.redact import redact_url
 from rsc.member.notices import Notices, redis_problem, then
-from rsc.member.streams import check_store_id
-from rsc.member.unrecoverable import redis_error_is_permanent, redis_unrecoverable, tls_checked
+from rsc.member.redis_io.streams import check_store_id
+from rsc.member.redis_io.unrecoverable import redis_error_is_permanent, redis_unrecoverable, tls_checked
 
 T = TypeVar("T")
 

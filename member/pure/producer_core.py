@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from rsc.member.entry import DEFAULT_MAX_MESSAGE_BYTES, Outgoing, entry_fields, outgoing
-from rsc.member.store_identity import StoreChanged, store_changed_line
+from rsc.member.pure.entry import DEFAULT_MAX_MESSAGE_BYTES, Outgoing, entry_fields, outgoing
+from rsc.member.pure.store_identity import StoreChanged, store_changed_line
 from rsc.protocol import HASH_NAME, KnownRouting, Routing, Status, shard_for_key
 
 Record = tuple[str | bytes | None, str | bytes] | tuple[str | bytes | None, str | bytes,

@@ -23,7 +23,7 @@ import attrs
 from redis.exceptions import RedisError
 
 from rsc.common.lua import Call, Command, Reply, Script, Word, reply_int, reply_list
-from rsc.member.producer_core import Refused
+from rsc.member.pure.producer_core import Refused
 from rsc.protocol.routing import owner_key, seal_key
 
 NOT_OWNER = -1

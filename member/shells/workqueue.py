@@ -16,7 +16,7 @@ from typing import Generic, Protocol, TypeVar
 
 import trio
 
-from rsc.member.ordering import KeyOrderedQueue, OrderKey
+from rsc.member.pure.ordering import KeyOrderedQueue, OrderKey
 
 ItemT = TypeVar("ItemT")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import redis
 
-from rsc.member.cluster_streams import ClusterProduceOps, ClusterStreamOps
-from rsc.member.streams import ProduceOps, StreamOps
+from rsc.member.redis_io.cluster_streams import ClusterProduceOps, ClusterStreamOps
+from rsc.member.redis_io.streams import ProduceOps, StreamOps
 
 Client = redis.Redis | redis.RedisCluster  # what `streams.connect` returns, as the URL says
 

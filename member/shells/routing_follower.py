@@ -25,6 +25,7 @@ import trio
 from rsc.common.backoff import RETRY
 from rsc.common.tls import TlsFailed
 from rsc.member.notices import Notices, then
+from rsc.member.redis_io.unrecoverable import refusal_error, refusal_is_permanent
 from rsc.member.session import (
     ResponseUndecodable,
     Session,
@@ -32,8 +33,7 @@ from rsc.member.session import (
     SessionRefused,
     open_session,
 )
-from rsc.member.unrecoverable import refusal_error, refusal_is_permanent
-from rsc.member.workqueue import Signal
+from rsc.member.shells.workqueue import Signal
 from rsc.protocol import GetRouting, Routing
 
 REQUEST_TIMEOUT_S = 10.0

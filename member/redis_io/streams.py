@@ -33,9 +33,9 @@ from rsc.common.permission_probe import PRODUCER_PROBES, probe_permissions
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import connect as connect_any
 from rsc.common.server_features import supports_xackdel
-from rsc.member.producer_core import Refused as Refused  # re-exported
-from rsc.member.store_identity import StoreChanged, store_changed_line
-from rsc.member.stream_commands import (
+from rsc.member.pure.producer_core import Refused as Refused  # re-exported
+from rsc.member.pure.store_identity import StoreChanged, store_changed_line
+from rsc.member.redis_io.stream_commands import (
     ACK_SCRIPT,
     ATTEMPT_SCRIPT,
     PRODUCE_SCRIPT,
@@ -57,13 +57,13 @@ from rsc.member.stream_commands import (
     read_command,
     write_result,
 )
-from rsc.member.stream_commands import (
+from rsc.member.redis_io.stream_commands import (
     NOT_OWNER as NOT_OWNER,  # re-exported
 )
-from rsc.member.stream_commands import (
+from rsc.member.redis_io.stream_commands import (
     NOT_PENDING as NOT_PENDING,  # re-exported
 )
-from rsc.member.stream_commands import (
+from rsc.member.redis_io.stream_commands import (
     RECORDED as RECORDED,  # re-exported
 )
 
@@ -99,7 +99,7 @@ def connect(redis_url: str, *, timeout_s: float | None = None,
     (and say so). A URL that is not a Redis URL raises ValueError.
 
     A `RedisCluster` when the URL names a cluster node (`INFO cluster`): build the
-    command objects over it with `rsc.member.ops` (their cluster variants).
+    command objects over it with `rsc.member.redis_io.ops` (their cluster variants).
     """
     options: dict[str, object] = {}
     if timeout_s is not None:
@@ -167,7 +167,7 @@ def check_store_id(client: redis.Redis, expected: str, *, redis_url: str,
 
 class StreamOps:
     """The data-plane commands for one consumer (memberId) of one consumer group, on one
-    Redis (`rsc.member.ops.stream_ops` picks the cluster variant for a cluster client)."""
+    Redis (`rsc.member.redis_io.ops.stream_ops` picks the cluster variant for a cluster client)."""
 
     def __init__(self, client: redis.Redis, consumer_group: str, consumer: str, *,
                  use_xackdel: bool | None = None) -> None:
@@ -381,7 +381,7 @@ class ReplicaWait:
 
 class ProduceOps:
     """Writes of a producer: XADD through the seal-checking script, pipelined, on one Redis
-    (`rsc.member.ops.produce_ops` picks the cluster variant for a cluster client)."""
+    (`rsc.member.redis_io.ops.produce_ops` picks the cluster variant for a cluster client)."""
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client

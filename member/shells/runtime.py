@@ -28,23 +28,23 @@ import redis
 import trio
 
 from rsc.common.permission_probe import MEMBER_PROBES, probe_permissions
-from rsc.member.acker import run_acker
-from rsc.member.budget import ReadBudget
 from rsc.member.config import MemberConfig
 from rsc.member.core import AckObserver, EventCallback, InstanceFenced, MemberCore, ReadObserver
-from rsc.member.health import MemberStatus, may_take_messages
-from rsc.member.heartbeat import leave, run_session
-from rsc.member.lag import poll_lag
-from rsc.member.ledger import Ledger
 from rsc.member.message import Handler, Message, Queued, queued_entries
 from rsc.member.notices import Notices
-from rsc.member.reader import Reader
-from rsc.member.reconcile import MemberState
-from rsc.member.redis_retry import RedisRetry
+from rsc.member.pure.budget import ReadBudget
+from rsc.member.pure.health import MemberStatus, may_take_messages
+from rsc.member.pure.ledger import Ledger
+from rsc.member.pure.reconcile import MemberState
+from rsc.member.redis_io.lag import poll_lag
+from rsc.member.redis_io.redis_retry import RedisRetry
+from rsc.member.redis_io.streams import StoreMismatch, connect, supports_xackdel
+from rsc.member.shells.acker import run_acker
+from rsc.member.shells.heartbeat import leave, run_session
+from rsc.member.shells.reader import Reader
+from rsc.member.shells.workers import Workers
 from rsc.member.stats import MemberStats
-from rsc.member.streams import StoreMismatch, connect, supports_xackdel
 from rsc.member.trace import HandlerTrace
-from rsc.member.workers import Workers
 
 __all__ = ["AckObserver", "EventCallback", "Handler", "InstanceFenced", "Member", "MemberConfig",
            "Message",
@@ -129,7 +129,7 @@ class Member:
             if server_xackdel is None:  # stopped before Redis answered: nothing was joined
                 task_status.started(self)
                 return
-            core.server_xackdel = server_xackdel
+            core.server.xackdel = server_xackdel
             if await self._until_redis_answers(probe, _member_permissions) is None:  # K10
                 task_status.started(self)
                 return

@@ -21,9 +21,9 @@ from rsc.common.backoff import ROUTING_WAIT
 from rsc.common.error_family import CoordinatorUnavailable
 from rsc.common.wording import log_final
 from rsc.member.notices import Notices
-from rsc.member.producer_core import Adoption, ProducerCore, RoutingTable
-from rsc.member.routing_follower import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S, RoutingFollower
+from rsc.member.pure.producer_core import Adoption, ProducerCore, RoutingTable
 from rsc.member.session import ResponseUndecodable, SessionClosed, check_coordinator_url
+from rsc.member.shells.routing_follower import CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S, RoutingFollower
 from rsc.protocol import GetRouting, Routing
 
 __all__ = ["CONNECT_TIMEOUT_S", "REQUEST_TIMEOUT_S", "ProducerRoutingFollower",

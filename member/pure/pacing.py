@@ -31,7 +31,7 @@ from collections.abc import Callable
 import attrs
 
 from rsc.common.backoff import HEARTBEAT_RECONNECT, Backoff
-from rsc.member.ledger import Ledger
+from rsc.member.pure.ledger import Ledger
 from rsc.protocol import Status
 
 

@@ -11,7 +11,7 @@ retry takes over).
 
 `ClusterStreamOps` and `ClusterProduceOps` are `StreamOps` and `ProduceOps`
 over a router (their claims, acks, scripts and lag are the base classes', sent through
-the router's `execute`); `rsc.member.ops` hands them out for a `RedisCluster` client.
+the router's `execute`); `rsc.member.redis_io.ops` hands them out for a `RedisCluster` client.
 Reads differ in one way: XREADGROUP names one stream per call in a cluster
 (one slot), so a read is one non-blocking XREADGROUP per shard,
 pipelined per node, repeated with a short growing pause (POLL_MIN_S ..
@@ -38,13 +38,13 @@ from redis.exceptions import (
 
 from rsc.common.lua import Command, Reply, Word
 from rsc.common.server_features import supports_xackdel
-from rsc.member.stream_commands import (
+from rsc.member.redis_io.stream_commands import (
     PRODUCE_SCRIPT,
     StreamEntries,
     by_stream,
     read_command,
 )
-from rsc.member.streams import (
+from rsc.member.redis_io.streams import (
     ProduceOps,
     StreamOps,
     unparsed_client,

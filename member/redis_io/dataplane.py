@@ -19,9 +19,9 @@ from typing import Protocol
 
 import trio
 
-from rsc.member import streams
-from rsc.member.native_streams import native_ops
-from rsc.member.stream_commands import StreamEntries
+from rsc.member.redis_io import streams
+from rsc.member.redis_io.native_streams import native_ops
+from rsc.member.redis_io.stream_commands import StreamEntries
 
 
 class StreamOps(Protocol):

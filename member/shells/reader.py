@@ -24,21 +24,21 @@ import redis
 import trio
 
 from rsc.common.redact import redact_url
-from rsc.member.attempts import is_crash_loop
-from rsc.member.budget import read_shape
-from rsc.member.dataplane import StreamOps as DataPlane
-from rsc.member.dataplane import open_stream_ops
 from rsc.member.message import queued_entries
-from rsc.member.ops import stream_ops
-from rsc.member.reconcile import NO_ACTIONS
-from rsc.member.stream_commands import Claimed, word
-from rsc.member.streams import StreamOps, connect, read_store_id
-from rsc.member.unrecoverable import check_permanent
+from rsc.member.pure.attempts import is_crash_loop
+from rsc.member.pure.budget import read_shape
+from rsc.member.pure.reconcile import NO_ACTIONS
+from rsc.member.redis_io.dataplane import StreamOps as DataPlane
+from rsc.member.redis_io.dataplane import open_stream_ops
+from rsc.member.redis_io.ops import stream_ops
+from rsc.member.redis_io.stream_commands import Claimed, word
+from rsc.member.redis_io.streams import StreamOps, connect, read_store_id
+from rsc.member.redis_io.unrecoverable import check_permanent
 
 if TYPE_CHECKING:
     from rsc.member.core import MemberCore
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("rsc.member.reader")  # the name logging configs and docs know
 
 RETRY_PAUSE_S = 0.2
 BUDGET_LOOK_S = 0.5
@@ -77,7 +77,7 @@ class Reader:
         config = core.config
         await core.life.store_ok.wait()  # no read before the storeId check (runtime.py)
         ops = stream_ops(connect(config.redis_url, decode=False), config.consumer_group, core.member_id,
-                        use_xackdel=core.server_xackdel)
+                        use_xackdel=core.server.xackdel)
         reads = open_stream_ops(ops)  # native where it can be, else `ops` in a thread
         store_unsure = False  # K9: a read failed; the storeId is compared again before the next
         try:
@@ -189,8 +189,8 @@ class Reader:
         crash loop (without); ack the entries whose bodies are gone."""
         core = self.core
         if counted:
-            core.claimed_counts.update(((shard, entry_id), deliveries)
-                                       for entry_id, deliveries in claimed.counts.items())
+            core.retry_book.claimed_counts.update(((shard, entry_id), deliveries)
+                                                  for entry_id, deliveries in claimed.counts.items())
         else:
             for entry_id, deliveries in claimed.counts.items():
                 if is_crash_loop(deliveries):

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from rsc.common.trio_redis import Settings, TrioRedis, settings_of
-from rsc.member.stream_commands import (
+from rsc.member.redis_io.stream_commands import (
     ACK_SCRIPT,
     PRODUCE_SCRIPT,
     StreamEntries,

@@ -25,9 +25,10 @@ import attrs
 import trio
 
 from rsc.common import gc_policy as gc_control
-from rsc.member.faults import MemberFaults
-from rsc.member.outage import COORDINATOR_LEASE_KEY, Observation
-from rsc.member.pacing import HeartbeatPacing
+from rsc.member.pure.outage import COORDINATOR_LEASE_KEY, Observation
+from rsc.member.pure.pacing import HeartbeatPacing
+from rsc.member.redis_io.streams import connect
+from rsc.member.redis_io.unrecoverable import refusal_error, refusal_is_permanent
 from rsc.member.session import (
     ResponseUndecodable,
     Session,
@@ -35,15 +36,14 @@ from rsc.member.session import (
     SessionRefused,
     open_session,
 )
-from rsc.member.streams import connect
-from rsc.member.unrecoverable import refusal_error, refusal_is_permanent
+from rsc.member.shells.faults import MemberFaults
 from rsc.protocol import JOIN_EPOCH, AssignmentChanged, HeartbeatResponse, Status
 from rsc.protocol.routing import owner_key
 
 if TYPE_CHECKING:
     from rsc.member.core import MemberCore
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("rsc.member.heartbeat")  # the name logging configs and docs know
 
 _CAP_HINTS = {
     Status.GROUP_MAX_SIZE_REACHED: "the group has as many members as the coordinator's "
@@ -157,7 +157,7 @@ async def watch_outage(core: MemberCore) -> None:
 async def _watch_pushes(core: MemberCore, session: Session) -> None:
     async for push in session.pushes:
         if isinstance(push, AssignmentChanged) and push.member_id == core.member_id:
-            core.heartbeat_due = True
+            core.heartbeat.due = True
             core.changed.fire()
 
 
@@ -166,7 +166,7 @@ async def _heartbeat_loop(core: MemberCore, session: Session, pacing: HeartbeatP
     join_topic = f"join {core.member_id}"  # per member: others of the group may be in
     faults = MemberFaults.from_environment()
     while True:
-        core.heartbeat_due = False
+        core.heartbeat.due = False
         state = ledger.state
         if faults.no_rejoin and state.incarnation and state.member_epoch == JOIN_EPOCH \
                 and not core.life.stop_requested.is_set():
@@ -202,7 +202,7 @@ async def _heartbeat_loop(core: MemberCore, session: Session, pacing: HeartbeatP
             core.notices.clear(join_topic, f"member {core.member_id} joined group "
                                f"{config.consumer_group!r} on prefix {config.stream_prefix!r}")
         with trio.move_on_after(beat.wait_ms / 1000):
-            await core.changed.wait_until(lambda: core.heartbeat_due)
+            await core.changed.wait_until(lambda: core.heartbeat.due)
 
 
 async def leave(core: MemberCore) -> None:

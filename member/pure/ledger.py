@@ -30,9 +30,9 @@ from types import MappingProxyType
 
 import attrs
 
-from rsc.member.health import HealthVerdict, MembershipHealth
-from rsc.member.outage import Observation, OutageAllowance
-from rsc.member.reconcile import (
+from rsc.member.pure.health import HealthVerdict, MembershipHealth
+from rsc.member.pure.outage import Observation, OutageAllowance
+from rsc.member.pure.reconcile import (
     JOIN_EPOCH,
     NO_ACTIONS,
     Actions,

@@ -18,18 +18,18 @@ import trio
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import is_cluster
 from rsc.common.wording import log_final
-from rsc.member.native_streams import native_produce_ops
 from rsc.member.notices import Notices, then
-from rsc.member.ops import produce_ops
-from rsc.member.redis_retry import REDIS_TOPIC, RedisRetry
-from rsc.member.streams import (
+from rsc.member.redis_io.native_streams import native_produce_ops
+from rsc.member.redis_io.ops import produce_ops
+from rsc.member.redis_io.redis_retry import REDIS_TOPIC, RedisRetry
+from rsc.member.redis_io.streams import (
     StoreMismatch,
     WriteResult,
     read_store_id,
     recheck_store_id,
     store_mismatch_line,
 )
-from rsc.member.unrecoverable import (
+from rsc.member.redis_io.unrecoverable import (
     redis_error_is_permanent,
     redis_unrecoverable,
     redis_unrecoverable_line,

@@ -19,25 +19,25 @@ import redis
 import trio
 
 from rsc.common.backoff import ACK_RETRY
-from rsc.member.ackbook import Taken
-from rsc.member.dataplane import StreamOps as DataPlane
-from rsc.member.dataplane import open_stream_ops
-from rsc.member.ledger import Verdict
-from rsc.member.ops import stream_ops
-from rsc.member.reconcile import NO_ACTIONS
-from rsc.member.stream_commands import NOT_OWNER
-from rsc.member.streams import connect
-from rsc.member.unrecoverable import check_permanent
+from rsc.member.pure.ackbook import Taken
+from rsc.member.pure.ledger import Verdict
+from rsc.member.pure.reconcile import NO_ACTIONS
+from rsc.member.redis_io.dataplane import StreamOps as DataPlane
+from rsc.member.redis_io.dataplane import open_stream_ops
+from rsc.member.redis_io.ops import stream_ops
+from rsc.member.redis_io.stream_commands import NOT_OWNER
+from rsc.member.redis_io.streams import connect
+from rsc.member.redis_io.unrecoverable import check_permanent
 
 if TYPE_CHECKING:
     from rsc.member.core import MemberCore
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("rsc.member.acker")  # the name logging configs and docs know
 
 
 def _due(core: MemberCore) -> bool:
     acks = core.acks
-    return core.ack_rule.due(acks.pending, awaited=acks.awaited, busy=core.busy,
+    return core.ack_rule.due(acks.pending, awaited=acks.awaited, busy=core.workers.busy,
                              queued=len(core.queue))
 
 
@@ -45,7 +45,7 @@ async def run_acker(core: MemberCore) -> None:
     """Send acks in batches, until cancelled."""
     config, acks, parking = core.config, core.acks, core.acker_parking
     ops = stream_ops(connect(config.redis_url), config.consumer_group, core.member_id,
-                    use_xackdel=core.server_xackdel)
+                    use_xackdel=core.server.xackdel)
     acking = open_stream_ops(ops)  # native where it can be, else `ops` in a thread
     linger = core.ack_rule.linger_ms / 1000
     try:

@@ -30,23 +30,23 @@ from redis import exceptions as redis_errors
 from rsc.common.backoff import RECORD_RETRY
 from rsc.common.dead_letters import CRASHED, REDRIVE_GROUP_HEADER
 from rsc.common.redact import redact_text
-from rsc.member.attempts import DeadLetterNow, next_step
 from rsc.member.codecs import DecodeFailed
 from rsc.member.core import monotonic_ms
-from rsc.member.ledger import Verdict
 from rsc.member.message import NO_HEADERS, Handler, Message, Queued
-from rsc.member.ops import produce_ops, stream_ops
 from rsc.member.policies import AckPolicy, RetryPolicy, dead_letter_fields
-from rsc.member.reconcile import NO_ACTIONS, Actions
-from rsc.member.streams import NOT_OWNER, RECORDED
-from rsc.member.unrecoverable import check_permanent
+from rsc.member.pure.attempts import DeadLetterNow, next_step
+from rsc.member.pure.ledger import Verdict
+from rsc.member.pure.reconcile import NO_ACTIONS, Actions
+from rsc.member.redis_io.ops import produce_ops, stream_ops
+from rsc.member.redis_io.streams import NOT_OWNER, RECORDED
+from rsc.member.redis_io.unrecoverable import check_permanent
 
 if TYPE_CHECKING:
     import redis
 
     from rsc.member.core import MemberCore
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("rsc.member.workers")  # the name logging configs and docs know
 
 
 class After(enum.Enum):
@@ -113,20 +113,21 @@ class WorkerPool:
         """L4: `entry` waits for its next attempt on no worker, its key held, until the
         policy's backoff has passed; then it runs again before anything else."""
         key = (entry[0][0], entry[1])
-        self.core.parked[key] = entry
+        self.core.retry_book.parked[key] = entry
         policy = self.core.config.retry
         delay = policy.backoff_ms / 1000 if policy is not None else 0.0
         self._later(delay, functools.partial(self._resume, key))
 
     def _resume(self, key: tuple[str, str]) -> None:
         core = self.core
-        entry = core.parked.pop(key, None)
+        book = core.retry_book
+        entry = book.parked.pop(key, None)
         if entry is None:
             return  # abandoned meanwhile: the shard was revoked, left or fenced
         if core.ledger.still_reading(key[0], entry[5]):
             core.queue.resume(entry)
         else:
-            core.retries.pop(key, None)
+            book.retries.pop(key, None)
             core.queue.done(entry)
 
     log = log  # a handler's failures are logged here (each host its own logger)
@@ -166,7 +167,7 @@ class WorkerPool:
         """
         core = self.core
         queue, ledger, acks, stats = core.queue, core.ledger, core.acks, core.stats
-        parking = core.acker_parking
+        parking, gauge, retry_book = core.acker_parking, core.workers, core.retry_book
         ack_rule = core.ack_rule
         handler = self.handler
         member_id = core.member_id
@@ -196,15 +197,15 @@ class WorkerPool:
             if verdict is not allowed or traced:
                 decided("handler", shard, generation, now, verdict, actions)
                 if verdict is not allowed:
-                    if core.retries:
-                        core.retries.pop((shard, entry_id), None)
+                    if retry_book.retries:
+                        retry_book.retries.pop((shard, entry_id), None)
                     done(entry)
                     continue
             if headers is not no_headers and redrive_header in headers \
                     and headers[redrive_header] != own_group:
                 # P3: sent back for another group of the prefix: acked here without a call
-                if core.claimed_counts:
-                    core.claimed_counts.pop((shard, entry_id), None)
+                if retry_book.claimed_counts:
+                    retry_book.claimed_counts.pop((shard, entry_id), None)
                 acks.add(shard, generation, entry_id)
                 stats.redrives_passed += 1
                 done(entry)
@@ -212,7 +213,7 @@ class WorkerPool:
                     wake_acker()
                 continue
             message = new_message(Message, (shard, entry_id, key, value, member_id, headers, 1))
-            core.busy += 1
+            gauge.busy += 1
             handled = waiting = False
             try:
                 if fast:
@@ -232,13 +233,13 @@ class WorkerPool:
                 elif waiting:  # on no worker, its key held, until its next attempt (L4)
                     self._park(entry)
             finally:
-                core.busy -= 1
+                gauge.busy -= 1
                 if not waiting:
                     done(entry)
                 if not handled:
                     finish(shard)
             if handled and parking.parked and ack_rule.wake_acker(
-                    acks.pending, busy=core.busy, queued=len(queue)):
+                    acks.pending, busy=gauge.busy, queued=len(queue)):
                 wake_acker()
             since_checkpoint += 1
             if since_checkpoint >= CHECKPOINT_EVERY:
@@ -248,7 +249,7 @@ class WorkerPool:
     async def process(self, message: Message, generation: int) -> After:
         """The general path (sync handlers, retries, AckPolicy.BEFORE): what follows."""
         if self.core.config.ack_policy is AckPolicy.BEFORE:
-            resumed = (message.shard, message.id) in self.core.retries  # acked already
+            resumed = (message.shard, message.id) in self.core.retry_book.retries  # acked already
             if not resumed and not await self.ack_now(message, generation):
                 return After.LEAVE
             after = await self.run_handler(message, generation, admitted=False)
@@ -313,13 +314,14 @@ class WorkerPool:
         shard = first.shard
         key = (shard, first.id)
         counted = core.config.ack_policy is AckPolicy.AFTER
-        resumed = core.retries.pop(key, None)
+        book = core.retry_book
+        resumed = book.retries.pop(key, None)
         count: int | None = None
         error: BaseException | None = None
         if resumed is not None:  # back from waiting for this attempt
             count, error = resumed
         elif counted:
-            count = core.claimed_counts.pop(key, None)
+            count = book.claimed_counts.pop(key, None)
         waited = resumed is not None
         while True:
             step = next_step(count, policy.max_deliveries,
@@ -331,7 +333,7 @@ class WorkerPool:
                 written = await self.dead_letter(first, stream, step.deliveries, error)
                 return After.ACK if written else After.LEAVE
             if error is not None and not waited and policy.backoff_ms > 0 and count is not None:
-                core.retries[key] = (count, error)
+                book.retries[key] = (count, error)
                 return After.WAIT
             waited = False
             message = first._replace(attempt=step.attempt)

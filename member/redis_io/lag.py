@@ -8,20 +8,20 @@ from typing import TYPE_CHECKING
 import redis
 import trio
 
-from rsc.member.ops import stream_ops
-from rsc.member.streams import connect
+from rsc.member.redis_io.ops import stream_ops
+from rsc.member.redis_io.streams import connect
 
 if TYPE_CHECKING:
     from rsc.member.core import MemberCore
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("rsc.member.lag")  # the name logging configs and docs know
 
 
 async def poll_lag(core: MemberCore) -> None:
     """Refresh `stats.lag` every `lag_interval_s`, until cancelled."""
     config = core.config
     ops = stream_ops(connect(config.redis_url), config.consumer_group, core.member_id,
-                    use_xackdel=core.server_xackdel)
+                    use_xackdel=core.server.xackdel)
     try:
         while True:
             owned = sorted(core.ledger.state.owned())

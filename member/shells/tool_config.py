@@ -16,12 +16,12 @@ import attrs
 from rsc.common.error_family import ConfigurationError
 from rsc.common.redact import redact_url
 from rsc.common.redis_connect import SentinelServiceUnknown
-from rsc.member.session import BadCoordinatorUrl, check_coordinator_url
-from rsc.member.streams import connect
-from rsc.member.unrecoverable import (
+from rsc.member.redis_io.streams import connect
+from rsc.member.redis_io.unrecoverable import (
     redis_unrecoverable,
     redis_url_problem,
 )
+from rsc.member.session import BadCoordinatorUrl, check_coordinator_url
 
 DEFAULT_COORDINATOR_URL = "ws://127.0.0.1:8765"
 

@@ -12,14 +12,14 @@ import redis
 import trio
 
 from rsc.common.errors import unwrap_single
-from rsc.member.health import may_take_messages
 from rsc.member.notices import REPEAT_S, Notices
 from rsc.member.producer import no_routing_line
-from rsc.member.redis_retry import RedisRetry
-from rsc.member.routing_follower import RoutingFollower
-from rsc.member.streams import connect, store_id_of
-from rsc.member.tool_config import Endpoints
-from rsc.member.unrecoverable import tls_checked
+from rsc.member.pure.health import may_take_messages
+from rsc.member.redis_io.redis_retry import RedisRetry
+from rsc.member.redis_io.streams import connect, store_id_of
+from rsc.member.redis_io.unrecoverable import tls_checked
+from rsc.member.shells.routing_follower import RoutingFollower
+from rsc.member.shells.tool_config import Endpoints
 from rsc.protocol import Routing, Status
 
 
