@@ -63,7 +63,9 @@ def product_modules() -> list[Module]:
     found: list[Module] = []
     for folder, package in LAYERS.items():
         for path in sorted((ROOT / folder).rglob("*.py")):
-            found.append(Module(module_name(package, path, ROOT / folder), folder, *count(path)))
+            inner = path.relative_to(ROOT / folder).parts
+            layer = f"{folder}/{inner[0]}" if len(inner) > 1 else folder  # a room: member/pure
+            found.append(Module(module_name(package, path, ROOT / folder), layer, *count(path)))
     for path in sorted(RSC.rglob("*.py")):
         relative = path.relative_to(RSC)
         if relative.parts[0] in LAYERS or relative.name == "_version.py":
