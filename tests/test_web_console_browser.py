@@ -612,6 +612,17 @@ def result(tab: Tab, text: str) -> None:
     expect()(tab.page.locator("#action-result")).to_have_text(text, timeout=WAIT_MS)
 
 
+def caught_up(tab: Tab, coordinator: Coordinator, members: int = 0) -> None:
+    """Wait until the group has settled (STABLE with `members` members, or EMPTY) and the page
+    shows the group epoch the coordinator has: a confirmation carries the epoch on the page,
+    so one confirmed before the page caught up is refused as stale, rightly."""
+    settled = wait_for(lambda: (lambda d: d if d["state"] in ("STABLE", "EMPTY")
+                                and len(d["members"]) == members else None)(
+        describe(coordinator, "orders", "billing", "s3cret")), "the group settled")
+    expect()(tab.page.locator("#facts dt:text-is('Group epoch') + dd")).to_have_text(
+        f"{settled['groupEpoch']:,}", timeout=WAIT_MS)
+
+
 def test_c1_every_action_behind_its_confirmation_through_the_admin_requests(
         coordinators: Callable[..., Coordinator], tab: Tab):
     coordinator = coordinators("--admin-token", "s3cret", "--viewer-token", "peek")
@@ -627,16 +638,19 @@ def test_c1_every_action_behind_its_confirmation_through_the_admin_requests(
     confirm(tab, "max concurrency: members' capacity -> 3", "group epoch")
     result(tab, "setMaxConcurrency: OK")
     assert describe(coordinator, "orders", "billing", "s3cret")["maxConcurrency"] == 3
+    caught_up(tab, coordinator)  # each action below waits for the page to show the last one's epoch
 
     tab.page.fill("#retention-length", "5000")
     tab.page.click("#action-retention button")
     confirm(tab, "-> acked, max length 5,000")
     result(tab, "setRetention: OK")
+    caught_up(tab, coordinator)
 
     tab.page.select_option("#reset-to", "latest")
     tab.page.click("#action-reset button")  # the dry run answers first, nothing moves yet
     confirm(tab, "{orders:v1:0}: last delivered", "{orders:v1:1}")
     result(tab, "resetOffsets: OK")
+    caught_up(tab, coordinator)
 
     # a confirmation older than the group's epoch is refused and changes nothing
     tab.page.fill("#shards-input", "4")
@@ -663,6 +677,7 @@ def test_c1_every_action_behind_its_confirmation_through_the_admin_requests(
     try:
         remove = tab.page.locator("#members tbody tr button.remove")
         expect()(remove).to_have_count(1, timeout=WAIT_MS)
+        caught_up(tab, coordinator, members=1)  # joined and holding its shards
         member_id = tab.page.locator("#members tbody tr td").first.inner_text()
         remove.click()
         confirm(tab, f"member {member_id} leaves the group")
