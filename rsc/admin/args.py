@@ -273,24 +273,23 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"must be an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise ValueError(f"must be an integer >= 0, got {value}")
-    return value
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argument type: an integer of at least `minimum`, else a ValueError saying so."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"must be an integer >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise ValueError(f"must be an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"must be an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise ValueError(f"must be an integer >= 1, got {value}")
-    return value
+_non_negative_int = _int_at_least(0)
+_positive_int = _int_at_least(1)
 
 
 def _max_concurrency(text: str) -> int | None:
