@@ -250,3 +250,53 @@ def test_h2_property_incremental_target_stays_balanced_sticky_and_reports_change
         moved = {mid for mid in after if after[mid] != before.get(mid, frozenset())}
         assert moved <= incremental.take_changed()
         assert incremental.owner == {shard: mid for mid, mine in after.items() for shard in mine}
+
+
+class OneShardAtATime(TargetAssignment):
+    """The balancing rule written plainly: the most loaded member gives its greatest shard to
+    the least loaded one, one shard per step (a pass over the donor's set each time)."""
+
+    def _fill_and_balance(self) -> None:
+        if not self.targets:
+            return
+        if len(self._unassigned) > len(self.targets):
+            self._bulk_fill()
+        for shard in sorted(self._unassigned, key=self._index.__getitem__):
+            self._give(shard, self._least_loaded())
+        self._unassigned.clear()
+        while True:
+            most, least = self._most_loaded(), self._least_loaded()
+            if len(self.targets[most]) - len(self.targets[least]) <= 1:
+                return
+            shard = max(self.targets[most])
+            self.targets[most].discard(shard)
+            self.changed.add(most)
+            self._push(most)
+            self._give(shard, least)
+
+
+@settings(max_examples=200, deadline=None)
+@given(initial=shard_lists, steps=incremental_steps)
+def test_h2_property_a_donor_sorted_once_moves_the_same_shards_as_the_plain_rule(initial, steps):
+    """A donor's shards are sorted once per rebalance (a join beside a member holding 4,096
+    shards was a pass over its set per moved shard); the targets are the plain rule's."""
+    fast, plain = TargetAssignment(initial), OneShardAtATime(initial)
+    for kind, argument in steps:
+        for target in (fast, plain):
+            if kind == "add":
+                target.add_member(argument)
+            elif kind == "remove":
+                target.remove_member(argument)
+            else:
+                target.set_shards(list(argument))
+        assert fast.as_dict() == plain.as_dict()
+        assert fast.take_changed() == plain.take_changed()
+
+
+def test_h2_a_second_member_beside_one_holding_every_shard_takes_the_greatest_half():
+    shards = shard_ids(4096)
+    target = TargetAssignment(shards)
+    target.add_member("a")
+    target.add_member("b")
+    assert target.of("b") == frozenset(sorted(shards)[2048:])
+    assert_balanced_partition(target.as_dict(), "ab", shards)
