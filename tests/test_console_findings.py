@@ -22,7 +22,7 @@ import redis
 import trio
 
 from rsc.common.redis_server import free_port
-from rsc.member.pure.budget import ReadBudget, read_shape
+from rsc.member.pure.budget import PROBE_BLOCK_MS, ReadBudget, part_block_ms, read_shape
 from rsc.member.redis_io.unrecoverable import speaks_tls
 from rsc.member.session import BadCoordinatorUrl, check_coordinator_url
 from rsc.member.shells.tool_config import BadConfig, endpoints
@@ -209,3 +209,15 @@ async def test_max_messages_leaves_nothing_pending_in_the_group(coordinator, con
         client.close()
     assert pending == 0, per_consumer  # the 5 it printed were acked; nothing else was delivered
     assert read == int(wanted)  # the group handed out exactly what it handled
+
+
+def test_a_budget_read_over_part_of_the_shards_looks_at_the_next_part_at_once_when_empty():
+    """--max-messages with 3 left over 8 shards reads 3 at a time: an empty part is passed over
+    with a 1 ms BLOCK, and only the last part of a round of empty parts waits the full BLOCK;
+    then the next round looks again."""
+    assert [part_block_ms(8, 3, empty, 200) for empty in range(6)] == [
+        PROBE_BLOCK_MS, PROBE_BLOCK_MS, 200, PROBE_BLOCK_MS, PROBE_BLOCK_MS, 200]
+    assert part_block_ms(8, 8, 0, 200) == 200  # every shard in one read: the full BLOCK
+    assert part_block_ms(2, 1, 0, 200) == PROBE_BLOCK_MS
+    assert part_block_ms(2, 1, 1, 200) == 200
+    assert part_block_ms(2, 1, 2, 200) == PROBE_BLOCK_MS

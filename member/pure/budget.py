@@ -56,3 +56,20 @@ def read_shape(shards: tuple[str, ...], count: int, left: int | None,
         start = turn % len(shards)
         return (shards[start:] + shards[:start])[:left], 1
     return shards, max(1, min(count, left // len(shards)))
+
+
+PROBE_BLOCK_MS = 1
+"""BLOCK of a read over a part of the held shards while other parts are still unlooked at."""
+
+
+def part_block_ms(held: int, part: int, empty_parts: int, block_ms: int) -> int:
+    """The BLOCK of a read over `part` of the `held` shards (read_shape cut it so), after
+    `empty_parts` reads in a row found their part empty: while some part of this round is still
+    unlooked at, PROBE_BLOCK_MS, so a budget's last few entries in a later part are not found
+    one full BLOCK per empty part; the last part of a round that found nothing gets the full
+    `block_ms` (the shards are empty: wait for new entries as a reader without a budget does),
+    and the next round looks again."""
+    if part <= 0 or part >= held:
+        return block_ms
+    parts = -(-held // part)
+    return PROBE_BLOCK_MS if empty_parts % parts < parts - 1 else block_ms

@@ -26,7 +26,7 @@ import trio
 from rsc.common.redact import redact_url
 from rsc.member.message import queued_entries
 from rsc.member.pure.attempts import is_crash_loop
-from rsc.member.pure.budget import read_shape
+from rsc.member.pure.budget import part_block_ms, read_shape
 from rsc.member.pure.reconcile import NO_ACTIONS
 from rsc.member.redis_io.dataplane import StreamOps as DataPlane
 from rsc.member.redis_io.dataplane import open_stream_ops
@@ -54,6 +54,7 @@ class Reader:
         self.core = core
         self.read_ahead: ReadAhead | None = None
         self.reads = 0  # reads sent: whose turn it is when a budget allows fewer shards than held
+        self.empty_parts = 0  # reads in a row over such a part that found it empty
 
     def _lease_checked(self) -> None:
         actions = self.core.ledger.check_lease(self.core.clock())
@@ -233,9 +234,11 @@ class Reader:
         if budget is not None:  # --max-messages: no more than is left, and nothing ahead
             ahead = False
             if send_first:
+                held = len(send_first)
                 send_first, count = read_shape(send_first, count, budget.left(), self.reads)
                 self.reads += 1
                 shards = send_first
+                block_ms = part_block_ms(held, len(send_first), self.empty_parts, block_ms)
         ahead_generations = {s: ledger.generation(s) for s in readable} if ahead else None
 
         sends = [sent for sent in (send_first, readable if ahead else None) if sent]
@@ -252,6 +255,9 @@ class Reader:
                 in_progress = frozenset()
             self._observe(frozenset(shards), sent_at)
             self._reads_in_progress(in_progress)
+        if budget is not None and send_first:
+            self.empty_parts = 0 if any(entries for _shard, entries in replies) else (
+                self.empty_parts + 1)
         for shard, entries in replies:
             messages = queued_entries(shard, entries, generations[shard])
             if budget is not None:
