@@ -43,11 +43,12 @@ class Sizes:
     baseline_s: float = 20.0
     heartbeat_ms: int = 3000
     lease_ms: int = 30000
+    rolling_steps: int = 20  # the rolling window: a period's restarts in this many even steps
 
 
 FULL = Sizes(busy_members=5000, quiet_members=100, storm_members=10_000)
 QUICK = Sizes(busy_members=300, quiet_members=20, storm_members=600, churn_period_s=4.0,
-              churn_s=8.0, baseline_s=4.0, heartbeat_ms=1000, lease_ms=10000)
+              churn_s=8.0, baseline_s=4.0, heartbeat_ms=1000, lease_ms=10000, rolling_steps=4)
 
 P99_TARGET_MS = 10.0
 STORM_TARGET_S = 5.0
@@ -133,27 +134,38 @@ def _quiet_window(quiet: LoadGen) -> dict[str, Any]:
                                             "expiredTotal", "statuses", "loopLagP99Ms")}
 
 
-def _churn(progress: Progressor, busy: LoadGen, sizes: Sizes, sampler: Sampler
-           ) -> dict[str, Any]:
+def _churn(progress: Progressor, busy: LoadGen, sizes: Sizes, sampler: Sampler,
+           steps: int = 1) -> dict[str, Any]:
     """Restart `churn_fraction` of the busy group every `churn_period_s` for `churn_s`: the
     oldest leave and as many new members connect and join, without waiting for the group to
-    converge in between (restarts come on the clock); then the wait until it has."""
+    converge in between (restarts come on the clock); then the wait until it has. `steps` 1:
+    all of a period's restarts at once; more: spread evenly over the period, as a rolling
+    restart does."""
     count = max(1, int(sizes.busy_members * sizes.churn_fraction))
     periods = int(sizes.churn_s // sizes.churn_period_s)
+    per_step = [count // steps + (index < count % steps) for index in range(steps)]
     started = time.perf_counter()
     rounds: list[dict[str, Any]] = []
     for period in range(periods):
-        period_end = started + (period + 1) * sizes.churn_period_s
-        round_started = time.perf_counter()
-        busy.call("leave", count=count, oldest=True, wait=False, timeout=120,
-                  on_wait=sampler.sample)
-        came = busy.call("add", count=count, wait=False, timeout=600, on_wait=sampler.sample)
-        rounds.append({"left": count, "joined": came.get("connected", 0),
+        round_started = started + period * sizes.churn_period_s  # on the clock
+        joined = 0
+        for step, restarting in enumerate(per_step):
+            step_at = started + (period + step / steps) * sizes.churn_period_s
+            while (wait := step_at - time.perf_counter()) > 0:
+                sampler.sample()
+                time.sleep(min(0.5, wait))
+            busy.call("leave", count=restarting, oldest=True, wait=False, timeout=120,
+                      on_wait=sampler.sample)
+            came = busy.call("add", count=restarting, wait=False, timeout=600,
+                             on_wait=sampler.sample)
+            joined += came.get("connected", 0)
+        rounds.append({"left": count, "joined": joined,
                        "seconds": time.perf_counter() - round_started})
         progress.note(f"churn {period + 1}/{periods}: {count} left and {count} joined")
-        while (wait := period_end - time.perf_counter()) > 0:
-            sampler.sample()
-            time.sleep(min(0.5, wait))
+    period_end = started + periods * sizes.churn_period_s
+    while (wait := period_end - time.perf_counter()) > 0:
+        sampler.sample()
+        time.sleep(min(0.5, wait))
     settled = busy.call("wait_converged", timeout=180, on_wait=sampler.sample)
     return {"rounds": rounds, "settled": settled}
 
@@ -202,11 +214,19 @@ def neighbours(progress: Progressor, sizes: Sizes) -> dict[str, Any]:
         churn = _quiet_window(quiet)
         churn_cpu = {**sampler.result()["coordinator"], **starved.result()}
         rounds = churn_done["rounds"]
+        busy_state = _group_state(busy, "busy", "g")
+        progress.step(f"rolling: the same restarts in {sizes.rolling_steps} even steps a period")
+        quiet.call("reset")
+        sampler = Sampler(coordinator=coordinator)
+        starved = Starved(coordinator.pid)
+        _churn(progress, busy, sizes, sampler, steps=sizes.rolling_steps)
+        rolling = _quiet_window(quiet)
+        rolling_cpu = {**sampler.result()["coordinator"], **starved.result()}
         quiet_state = _group_state(quiet, "quiet", "g")
         return {"quietJoin": quiet_join, "busyJoin": busy_join, "stormCpu": storm_cpu,
                 "baseline": baseline, "baselineCpu": baseline_cpu, "churn": churn,
                 "churnCpu": churn_cpu, "rounds": rounds, "settled": churn_done["settled"],
-                "busyStateAfter": _group_state(busy, "busy", "g"),
+                "busyStateAfter": busy_state, "rolling": rolling, "rollingCpu": rolling_cpu,
                 "quietStateAfter": quiet_state}
     finally:
         progress.note("stopping processes")
@@ -239,7 +259,7 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
                      f"{sizes.churn_period_s:.0f} s; join storms",
         columns=["window", "quiet beats", "p50 ms", "p99 ms", "max ms", "quiet expired",
                  "coordinator cores", "waiting for a CPU", "converged s", "STABLE s"])
-    with progress.scenario("isolation", steps=6):
+    with progress.scenario("isolation", steps=7):
         near = neighbours(progress, sizes)
         far = storm(progress, sizes)
     baseline, churn = near["baseline"], near["churn"]
@@ -251,6 +271,12 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
                         churn["p50Ms"], churn["p99Ms"], churn["maxMs"], churn["expired"],
                         near["churnCpu"]["cpuCores"], f"{near['churnCpu']['runQueueShare']:.0%}",
                         None, None])
+    rolling = near["rolling"]
+    result.rows.append([f"quiet group, busy one restarting as a rolling restart "
+                        f"({sizes.rolling_steps} steps a period, {sizes.churn_s:.0f} s)",
+                        rolling["count"], rolling["p50Ms"], rolling["p99Ms"], rolling["maxMs"],
+                        rolling["expired"], near["rollingCpu"]["cpuCores"],
+                        f"{near['rollingCpu']['runQueueShare']:.0%}", None, None])
     busy_join = near["busyJoin"]
     result.rows.append([f"join storm {sizes.busy_members:,} (busy group)", None, None, None,
                         None, None, near["stormCpu"]["cpuCores"], None, busy_join["seconds"],
@@ -266,7 +292,12 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
     result.target("... against the quiet group alone (same run)", "<= 2x",
                   "-" if ratio is None else f"{ratio:.2f}x ({alone:.1f} ms alone)",
                   check(ratio, lambda v: v <= 2))
-    expired = (churn["expiredTotal"] or 0)
+    rolling_p99 = rolling["p99Ms"]
+    result.target("quiet group's heartbeat p99, the same restarts spread over each period",
+                  "(reported)", "-" if rolling_p99 is None else
+                  f"{rolling_p99:.1f} ms ({rolling_p99 / alone:.2f}x alone)" if alone else
+                  f"{rolling_p99:.1f} ms", None)
+    expired = (rolling["expiredTotal"] or 0)
     result.target("quiet members expired (whole run)", "0", str(expired), expired == 0)
     result.target("coordinator CPU, alone / churning", "(reported)",
                   f"{near['baselineCpu']['cpuCores']:.2f} / {near['churnCpu']['cpuCores']:.2f} "
@@ -294,7 +325,8 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
     result.notes.append("latency: the quiet load generator's send-to-response time (its own loop "
                         "included); expired: UNKNOWN_MEMBER_ID answers to quiet members that had "
                         "joined; churn: the oldest leave cleanly, then as many new members join, "
-                        "once a period, on the clock (no wait for convergence in between)")
+                        "once a period, on the clock (no wait for convergence in between); rolling: the same "
+                        "restarts in even steps over each period, as a rolling restart comes")
     result.notes.append("waiting for a CPU: the share of the window the coordinator was runnable "
                         "but not running (/proc/PID/schedstat); well above a few per cent, the "
                         "machine, not the coordinator, sets the latencies: measure again quiet")
