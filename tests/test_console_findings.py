@@ -22,7 +22,13 @@ import redis
 import trio
 
 from rsc.common.redis_server import free_port
-from rsc.member.pure.budget import PROBE_BLOCK_MS, ReadBudget, part_block_ms, read_shape
+from rsc.member.pure.budget import (
+    PROBE_BLOCK_MS,
+    ReadBudget,
+    ahead_fits,
+    part_block_ms,
+    read_shape,
+)
 from rsc.member.redis_io.unrecoverable import speaks_tls
 from rsc.member.session import BadCoordinatorUrl, check_coordinator_url
 from rsc.member.shells.tool_config import BadConfig, endpoints
@@ -221,3 +227,15 @@ def test_a_budget_read_over_part_of_the_shards_looks_at_the_next_part_at_once_wh
     assert part_block_ms(2, 1, 0, 200) == PROBE_BLOCK_MS
     assert part_block_ms(2, 1, 1, 200) == 200
     assert part_block_ms(2, 1, 2, 200) == PROBE_BLOCK_MS
+
+
+@pytest.mark.parametrize(("left", "in_flight", "shards", "count", "fits"), [
+    (25_000, 800, 8, 100, True),    # plenty left: the reader keeps one read ahead
+    (1_600, 800, 8, 100, True),     # exactly what both reads could return
+    (1_599, 800, 8, 100, False),    # one short: the next read waits for the reply
+    (50, 0, 8, 6, True),
+    (100, 0, 0, 100, False),        # nothing to read ahead
+])
+def test_a_budget_read_goes_ahead_only_while_everything_in_flight_fits_what_is_left(
+        left, in_flight, shards, count, fits):
+    assert ahead_fits(left, in_flight, shards, count) is fits

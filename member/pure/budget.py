@@ -4,7 +4,8 @@ Pure: no I/O.
 
 A reader with a budget reads no more than is left of it: XREADGROUP's COUNT (which
 counts per stream) and the shards of one read are cut so that one read cannot return
-more, and no read is sent ahead. So a consumer that stops after N messages leaves
+more, and a read goes ahead of the last one's reply only while what is left covers
+everything the reads in flight could return (`ahead_fits`). So a consumer that stops after N messages leaves
 nothing delivered but unhandled in its group's pending list. Entries read but never
 handled here (a revoked shard's queue, a read for a shard no longer held) are given
 back (so the run still ends); members of one `rsc consume` share one budget. What a
@@ -73,3 +74,9 @@ def part_block_ms(held: int, part: int, empty_parts: int, block_ms: int) -> int:
         return block_ms
     parts = -(-held // part)
     return PROBE_BLOCK_MS if empty_parts % parts < parts - 1 else block_ms
+
+
+def ahead_fits(left: int, in_flight: int, shards: int, count: int) -> bool:
+    """A read ahead over `shards` with COUNT `count` (per stream) may go: `left` entries may
+    still be read, and the reads in flight can return at most `in_flight` of them."""
+    return shards > 0 and left - in_flight >= shards * count

@@ -26,7 +26,7 @@ import trio
 from rsc.common.redact import redact_url
 from rsc.member.message import queued_entries
 from rsc.member.pure.attempts import is_crash_loop
-from rsc.member.pure.budget import part_block_ms, read_shape
+from rsc.member.pure.budget import ahead_fits, part_block_ms, read_shape
 from rsc.member.pure.reconcile import NO_ACTIONS
 from rsc.member.redis_io.dataplane import StreamOps as DataPlane
 from rsc.member.redis_io.dataplane import open_stream_ops
@@ -55,6 +55,7 @@ class Reader:
         self.read_ahead: ReadAhead | None = None
         self.reads = 0  # reads sent: whose turn it is when a budget allows fewer shards than held
         self.empty_parts = 0  # reads in a row over such a part that found it empty
+        self.ahead_most = 0  # the most entries the read ahead in flight can return
 
     def _lease_checked(self) -> None:
         actions = self.core.ledger.check_lease(self.core.clock())
@@ -231,14 +232,17 @@ class Reader:
         ahead = (bool(readable) and readable == shards and not ledger.recovering()
                  and core.queue.has_room)
         budget = core.read_budget
-        if budget is not None:  # --max-messages: no more than is left, and nothing ahead
-            ahead = False
+        left = None if budget is None else budget.left()
+        if left is not None:  # --max-messages: no more than is left, in flight included
+            in_flight = self.ahead_most if ahead_of_this is not None else 0
             if send_first:
                 held = len(send_first)
-                send_first, count = read_shape(send_first, count, budget.left(), self.reads)
+                send_first, count = read_shape(send_first, count, left, self.reads)
                 self.reads += 1
                 shards = send_first
                 block_ms = part_block_ms(held, len(send_first), self.empty_parts, block_ms)
+                in_flight += len(send_first) * count
+            ahead = ahead and ahead_fits(left, in_flight, len(readable), count)
         ahead_generations = {s: ledger.generation(s) for s in readable} if ahead else None
 
         sends = [sent for sent in (send_first, readable if ahead else None) if sent]
@@ -249,6 +253,7 @@ class Reader:
         finally:
             if ahead_generations is not None and reads.reads_sent:
                 self.read_ahead = (readable, ahead_generations, ahead_sent_at)
+                self.ahead_most = len(readable) * count  # COUNT is per stream
                 in_progress = frozenset(readable)
             else:
                 self.read_ahead = None
