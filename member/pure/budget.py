@@ -5,8 +5,8 @@ Pure: no I/O.
 A reader with a budget reads no more than is left of it: XREADGROUP's COUNT (which
 counts per stream) and the shards of one read are cut so that one read cannot return
 more, and a read goes ahead of the last one's reply only while what is left covers
-everything the reads in flight could return (`ahead_fits`). So a consumer that stops after N messages leaves
-nothing delivered but unhandled in its group's pending list. Entries read but never
+everything the reads in flight could return (`ahead_fits`). So a consumer that stops
+after N messages leaves nothing delivered but unhandled in its group's pending list. Entries read but never
 handled here (a revoked shard's queue, a read for a shard no longer held) are given
 back (so the run still ends); members of one `rsc consume` share one budget. What a
 member read for a shard it then lost stays pending for the shard's new owner: with
