@@ -15,11 +15,11 @@ def test_count_leaves_out_imports_comments_and_blank_lines(tmp_path: Path) -> No
 
 
 def test_strict_patterns_match_like_mypy() -> None:
-    patterns = ["rsc.protocol.*", "rsc.actors.lease", "rsc.errors"]
+    patterns = ["rsc.protocol.*", "rsc.actors.core.lease", "rsc.errors"]
     assert structure.is_strict("rsc.protocol", patterns)
     assert structure.is_strict("rsc.protocol.messages", patterns)
-    assert structure.is_strict("rsc.actors.lease", patterns)
-    assert not structure.is_strict("rsc.actors.lease_runner", patterns)
+    assert structure.is_strict("rsc.actors.core.lease", patterns)
+    assert not structure.is_strict("rsc.actors.core.lease_runner", patterns)
     assert not structure.is_strict("rsc.protocolx", patterns)
 
 
