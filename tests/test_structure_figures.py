@@ -28,6 +28,10 @@ def test_every_product_module_is_counted_once() -> None:
     names = [m.name for m in modules]
     assert len(names) == len(set(names))
     assert "rsc.actors.app" in names and "rsc.member.shells.runtime" in names and "rsc.errors" in names
+    layers = {m.layer for m in modules}
+    assert {"actors", "actors/core", "actors/net", "actors/redis_io", "actors/admin", "actors/ops",
+            "member", "member/pure"} <= layers
+    assert {m.name: m.layer for m in modules}["rsc.actors.core.group"] == "actors/core"
     assert not any(name.startswith(("rsc.rsc", "bench", "tests")) for name in names)
     figures = structure.figures()
     assert figures["modules"] == len(modules)
