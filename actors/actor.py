@@ -2,18 +2,18 @@
 
 One actor per stream prefix (the unit of metadata: one Redis hash, one check-and-set).
 It takes its mailbox in batches (actors/mailbox.py), hands every request to the machine,
-then runs each I/O request the machine's `flush` yields (actors/prefix_io.py) and sends
+then runs each I/O request the machine's `flush` yields (actors/core/prefix_io.py) and sends
 its outcome back; when the machine says `Deliver`, the answers and pushes go out
 (actors/delivery.py). Like Kafka's CoordinatorRuntime it decides nothing: the batch
 order, what a failed or stalled call means, the D4 gate after an abandoned call, the
 adoption of a late write, the T1 wait and the hold of a retention pass, which heartbeat
 moves a member's push target and which describe starts a watch are the machine's
-(actors/prefix.py and its parts). The actor only reports what happened: each outcome, a
-call abandoned at its deadline and its return (actors/store_calls.py), the end of a pass
-that ran beside the batches (actors/retention_runner.py).
+(actors/core/prefix.py and its parts). The actor only reports what happened: each outcome, a
+call abandoned at its deadline and its return (actors/redis_io/store_calls.py), the end of a pass
+that ran beside the batches (actors/redis_io/retention_runner.py).
 
 Its parts, one reason to change each: the mailbox (batching), the store calls (the D4
-deadline), the steps (store I/O, actors/store_steps.py), the retention runner, and the
+deadline), the steps (store I/O, actors/redis_io/store_steps.py), the retention runner, and the
 delivery (sessions, subscribers, watches).
 """
 
@@ -27,24 +27,24 @@ import time
 import attrs
 import trio
 
-from rsc.actors import audit
+from rsc.actors.admin import audit
 from rsc.actors.config import store_deadline_ms as default_store_deadline_ms
+from rsc.actors.core.group import GroupMachine, GroupSettings
+from rsc.actors.core.prefix import ExpiredGroup, PrefixMachine
+from rsc.actors.core.prefix_admission import GroupBudget
+from rsc.actors.core.prefix_io import DONE, AwaitRetention, Deliver, IORequest, Outcome, RetentionPass
+from rsc.actors.core.prefix_schedule import Activity, Schedule
+from rsc.actors.core.records import PrefixSnapshot
+from rsc.actors.core.shard_reports import ShardLag
 from rsc.actors.delivery import Answered, Delivery
-from rsc.actors.group import GroupMachine, GroupSettings
 from rsc.actors.logs import log_event
 from rsc.actors.mailbox import Envelope, Mailbox, SummariesRequest, Tick
 from rsc.actors.ports import Outbox, PrefixMetrics
-from rsc.actors.prefix import ExpiredGroup, PrefixMachine
-from rsc.actors.prefix_admission import GroupBudget
-from rsc.actors.prefix_io import DONE, AwaitRetention, Deliver, IORequest, Outcome, RetentionPass
-from rsc.actors.prefix_schedule import Activity, Schedule
-from rsc.actors.records import PrefixSnapshot
-from rsc.actors.retention_runner import RetentionRunner
-from rsc.actors.shard_reports import ShardLag
-from rsc.actors.shard_work import ShardWork
-from rsc.actors.store import MetadataStore
-from rsc.actors.store_calls import StoreCalls, StoreStalled
-from rsc.actors.store_steps import PrefixSteps
+from rsc.actors.redis_io.retention_runner import RetentionRunner
+from rsc.actors.redis_io.shard_work import ShardWork
+from rsc.actors.redis_io.store import MetadataStore
+from rsc.actors.redis_io.store_calls import StoreCalls, StoreStalled
+from rsc.actors.redis_io.store_steps import PrefixSteps
 from rsc.protocol import messages as m
 
 __all__ = ["Envelope", "PrefixActor", "StoreIdentity", "StoreStalled", "SummariesRequest", "Tick",
@@ -136,7 +136,7 @@ class PrefixActor:
         self.machine.restore(snapshot, now)
 
     def activity(self, *, changed: bool = False) -> Activity:
-        """What the schedule needs to know of this prefix now (actors/prefix_schedule.py)."""
+        """What the schedule needs to know of this prefix now (actors/core/prefix_schedule.py)."""
         return self.machine.activity(watched=bool(self.delivery.watches), changed=changed)
 
     async def drain(self) -> None:
@@ -197,7 +197,7 @@ class PrefixActor:
         # Redis consumer groups; audited after it
         expired = [await self._before_expiry(gone) for gone in machine.take_expired()]
 
-        # the machine's I/O, in the batch order it owns (actors/prefix.py); each outcome goes back
+        # the machine's I/O, in the batch order it owns (actors/core/prefix.py); each outcome goes back
         deadline = trio.current_time() + self.calls.deadline_s
         flush = machine.flush(now, summaries=bool(summaries))
         step: IORequest | None = next(flush, None)

@@ -22,7 +22,7 @@ owner records, seal markers, streams and consumer groups; the store id and forma
 version unchanged), logs `store.went_back`, and only then listens again.
 /readyz says 503 from the moment it noticed until the rewrite landed.
 
-Those decisions are actors/lease.py's (`CoordinatorLifecycle`, `WriteHealth`, pure, tested
+Those decisions are actors/core/lease.py's (`CoordinatorLifecycle`, `WriteHealth`, pure, tested
 without I/O); this module runs the I/O each asks for, on one `Coordinator` context.
 """
 
@@ -38,22 +38,15 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from rsc.actors import shard_damage, shard_ops
 from rsc.actors.actor import PrefixActor, StoreIdentity, now_ms
-from rsc.actors.admission import (
-    Admission,
-    AdmissionListener,
-    connection_limit,
-    default_max_sessions,
-    raise_fd_limit,
-)
-from rsc.actors.audit import AuditLog
+from rsc.actors.admin.audit import AuditLog
+from rsc.actors.admin.dead_letter_admin import DeadLetterAdmin
+from rsc.actors.admin.format_admin import FormatVersionAdmin
+from rsc.actors.admin.message_admin import MessageAdmin
 from rsc.actors.config import CoordinatorConfig, is_loopback_host
-from rsc.actors.dead_letter_admin import DeadLetterAdmin
-from rsc.actors.format_admin import FormatVersionAdmin
-from rsc.actors.group import GroupSettings
-from rsc.actors.group_lag import group_lag_loop
-from rsc.actors.lease import (
+from rsc.actors.core import shard_damage
+from rsc.actors.core.group import GroupSettings
+from rsc.actors.core.lease import (
     CoordinatorLifecycle,
     LapseVerdict,
     LeaseContinuity,
@@ -66,25 +59,33 @@ from rsc.actors.lease import (
     waiting_line,
     writes_store_id,
 )
+from rsc.actors.core.prefix import PrefixMachine
+from rsc.actors.core.prefix_admission import GroupBudget
+from rsc.actors.core.prefix_retention import RETENTION_EVERY_TICKS
+from rsc.actors.core.prefix_schedule import Schedule
+from rsc.actors.core.records import PrefixSnapshot
 from rsc.actors.logs import log_event
-from rsc.actors.message_admin import MessageAdmin
-from rsc.actors.prefix import PrefixMachine
-from rsc.actors.prefix_admission import GroupBudget
-from rsc.actors.prefix_retention import RETENTION_EVERY_TICKS
-from rsc.actors.prefix_schedule import Schedule
-from rsc.actors.readiness import OUTAGE_REMINDER_S, Readiness
-from rsc.actors.records import PrefixSnapshot
+from rsc.actors.net.admission import (
+    Admission,
+    AdmissionListener,
+    connection_limit,
+    default_max_sessions,
+    raise_fd_limit,
+)
+from rsc.actors.ops.group_lag import group_lag_loop
+from rsc.actors.ops.readiness import OUTAGE_REMINDER_S, Readiness
+from rsc.actors.redis_io import shard_ops
+from rsc.actors.redis_io.shard_work import ShardWork
+from rsc.actors.redis_io.store import MetadataStore, StoreError, StoreFenced, StreamAdmin
+from rsc.actors.redis_io.store_deadline import StoreStalled, run_by_deadline
 from rsc.actors.router import Router
 from rsc.actors.server import CoordinatorServer
-from rsc.actors.shard_work import ShardWork
-from rsc.actors.store import MetadataStore, StoreError, StoreFenced, StreamAdmin
-from rsc.actors.store_deadline import StoreStalled, run_by_deadline
 from rsc.common import gc_policy as gc_control
 from rsc.common import tls
 from rsc.common.errors import first_of
 
 if TYPE_CHECKING:
-    from rsc.actors.metrics import CoordinatorMetrics
+    from rsc.actors.ops.metrics import CoordinatorMetrics
 
 log = logging.getLogger("rsc.coordinator")
 
@@ -127,10 +128,10 @@ async def _serve(config: CoordinatorConfig, redis_url: str, metrics: Coordinator
         metrics_port_wanted = config.metrics_port
         if metrics_port_wanted is not None:
             if metrics is None:
-                from rsc.actors.metrics import CoordinatorMetrics
+                from rsc.actors.ops.metrics import CoordinatorMetrics
 
                 metrics = admission.metrics = CoordinatorMetrics()
-            from rsc.actors.metrics import serve_metrics
+            from rsc.actors.ops.metrics import serve_metrics
 
             metrics_tls = server_tls if config.metrics_tls else None
             metrics_port = await outer.start(lambda task_status: serve_metrics(
@@ -202,7 +203,7 @@ class Coordinator:
     server_tls: ssl.SSLContext | None
     max_sessions: int
     fd_limit: int
-    life: CoordinatorLifecycle  # the decisions of D5, K3, K4 (actors/lease.py)
+    life: CoordinatorLifecycle  # the decisions of D5, K3, K4 (actors/core/lease.py)
     identity: StoreIdentity = attrs.field(factory=StoreIdentity)  # for the process's life (K4)
 
 
@@ -265,7 +266,7 @@ async def _wait_for_lease(co: Coordinator) -> tuple[int, bool]:
     listening, `/readyz` 503, one line every 10 s naming the holder). A holder that stops
     marks its release (taken within a poll, well inside a tick); one that died on this host
     is dropped at once; otherwise the key must have been absent for a full lease TTL
-    (actors/lease.py `Takeover`).
+    (actors/core/lease.py `Takeover`).
 
     After the store went back (K3) the new epoch is above the one it lost writes of. Once
     this coordinator served, a Redis that fails now (down, restarting, a replica after a
@@ -440,7 +441,7 @@ async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig,
                            task_status: trio.TaskStatus[int]) -> None:
     admitted = [AdmissionListener(listener, admission)
                 for listener in await trio.open_tcp_listeners(port, host=config.host)]
-    # with TLS each session's task runs its TLS itself (actors/ws_server.py): the TLS handshake
+    # with TLS each session's task runs its TLS itself (actors/net/ws_server.py): the TLS handshake
     # inside the websocket handshake timeout, frames encrypted and written in place
     listeners: list[Any] = admitted if server_tls is None else [
         tls.TlsListener(listener, server_tls) for listener in admitted]
@@ -451,7 +452,7 @@ async def _serve_websocket(server: CoordinatorServer, config: CoordinatorConfig,
 
 async def _lease_loop(co: Coordinator, lapsed: trio.Event) -> None:
     """Renew the coordinator lease every tick, on a thread of its own that nothing else can hold,
-    and run the I/O `CoordinatorLifecycle` asks for after each renewal (actors/lease.py `Next`).
+    and run the I/O `CoordinatorLifecycle` asks for after each renewal (actors/core/lease.py `Next`).
 
     Each renewal is a metadata write reported to `readiness` (which logs an
     outage once); one unanswered after a third of the member lease counts as
@@ -566,7 +567,7 @@ async def _tick_loop(config: CoordinatorConfig, router: Router,
 async def _shard_check_loop(config: CoordinatorConfig, router: Router, streams: StreamAdmin,
                             metrics: CoordinatorMetrics | None) -> None:
     """B7: once a minute, every shard of every live version of every idle prefix is checked
-    for damage a Redis user could do (actors/shard_damage.py); the seal markers are repaired
+    for damage a Redis user could do (actors/core/shard_damage.py); the seal markers are repaired
     where the confirmed metadata makes that safe. A busy prefix is checked next time."""
     while True:
         await trio.sleep(config.shard_check_interval_s)

@@ -6,7 +6,7 @@ import ipaddress
 
 import attrs
 
-from rsc.actors.handshake_gate import parse_allowed_origins
+from rsc.actors.core.handshake_gate import parse_allowed_origins
 
 DEFAULT_MAX_GROUPS = 100_000
 DEFAULT_MAX_GROUP_SIZE = 20_000

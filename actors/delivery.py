@@ -14,15 +14,15 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from rsc.actors.group import Event
+from rsc.actors.core.group import Event
+from rsc.actors.core.prefix import PrefixMachine
+from rsc.actors.core.prefix_io import RESTORED_FROM_CLIENTS, Answer, Committed, Deliver
+from rsc.actors.core.shard_reports import ShardLag
+from rsc.actors.core.subscriptions import Admit, watch_refused
+from rsc.actors.core.watch import Watch
 from rsc.actors.logs import log_event
 from rsc.actors.mailbox import SummariesRequest
 from rsc.actors.ports import Outbox, PrefixMetrics, ReplySlot
-from rsc.actors.prefix import PrefixMachine
-from rsc.actors.prefix_io import RESTORED_FROM_CLIENTS, Answer, Committed, Deliver
-from rsc.actors.shard_reports import ShardLag
-from rsc.actors.subscriptions import Admit, watch_refused
-from rsc.actors.watch import Watch
 from rsc.protocol import messages as m
 
 log = logging.getLogger("rsc.coordinator")
@@ -117,7 +117,7 @@ class Delivery:
 
     async def refresh_watches(self, machine: PrefixMachine, now_ms: Callable[[], int],
                               read_lag: Callable[[str], Awaitable[list[ShardLag] | None]]) -> None:
-        """Push to every due watch whose description changed (the rules: actors/watch.py).
+        """Push to every due watch whose description changed (the rules: actors/core/watch.py).
         B4: each group is described (and its lag read) once per pass, however many sessions
         watch it."""
         described: dict[str, m.GroupDescription] = {}

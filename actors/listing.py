@@ -3,7 +3,7 @@
 An idle prefix (its actor serving, no batch running, nothing queued: the router's
 `idle_machine`) holds only durable state (a failed write rolled it back, H12), so it is
 read where it stands, its lag and pending totals in the coordinator-wide pipelines shared
-with the other idle prefixes (actors/shard_work.py). A busy one answers after its current
+with the other idle prefixes (actors/redis_io/shard_work.py). A busy one answers after its current
 batch is durable (a SummariesRequest in its mailbox), as does every prefix without those
 pipelines. A prefix that became busy while the totals were read is asked too.
 """
@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import trio
 
+from rsc.actors.core.prefix import PrefixMachine
+from rsc.actors.core.shard_reports import GroupTotals
 from rsc.actors.mailbox import Envelope, SummariesRequest
-from rsc.actors.prefix import PrefixMachine
-from rsc.actors.shard_reports import GroupTotals
-from rsc.actors.shard_work import ShardWork
+from rsc.actors.redis_io.shard_work import ShardWork
 from rsc.protocol import messages as m
 
 

@@ -1,7 +1,7 @@
 """What the coordinator's shells need of their collaborators, as `typing.Protocol`s. Pure.
 
 Collaborators are typed here, never probed for their methods: the Prometheus metrics
-(actors/metrics.py `CoordinatorMetrics` has every method below), where an actor pushes
+(actors/ops/metrics.py `CoordinatorMetrics` has every method below), where an actor pushes
 for a session, and the reply slot a request is answered in (a session's, rsc's
 actors/server.py `Reply`, or one awaited inside the coordinator, `Collect`).
 """
@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from rsc.actors.group import Event, GroupMachine
-from rsc.actors.shard_reports import RetentionResult
-from rsc.actors.subscriptions import Holdings
+from rsc.actors.core.group import Event, GroupMachine
+from rsc.actors.core.shard_reports import RetentionResult
+from rsc.actors.core.subscriptions import Holdings
 from rsc.protocol import messages as m
 
 
 class Outbox(Protocol):
     """Where an actor sends pushes for a session (actors/server.py `Session`), and what the
-    session holds (B4: actors/subscriptions.py)."""
+    session holds (B4: actors/core/subscriptions.py)."""
 
     @property
     def holdings(self) -> Holdings: ...
@@ -38,7 +38,7 @@ class ReplySlot(Protocol):
 
 class WriteReport(Protocol):
     """Who hears whether each metadata write worked, a lease renewal's included (K10: rsc's
-    actors/readiness.py `Readiness`); a call abandoned at its D4 deadline is a failed write."""
+    actors/ops/readiness.py `Readiness`); a call abandoned at its D4 deadline is a failed write."""
 
     def write_succeeded(self) -> None: ...
 

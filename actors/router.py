@@ -13,10 +13,10 @@
 - Ticks never block: each actor gets a tick only when its mailbox has room;
   a backed-up prefix skips a tick (the next one carries a later `now`), so it
   can never delay the others (the lease is renewed by its own task, app.py).
-  With a `schedule` (actors/prefix_schedule.py) only the prefixes it says are
+  With a `schedule` (actors/core/prefix_schedule.py) only the prefixes it says are
   due get a tick (H6, H14, R2, T1, T2): idle prefixes cost nothing per tick.
 - Requests that name a prefix without an actor create nothing unless the
-  request may (A1, H13; actors/prefix_admission.py decides, `route` asks):
+  request may (A1, H13; actors/core/prefix_admission.py decides, `route` asks):
   a `getRouting` subscription on an unknown prefix is kept here, only as long
   as its session.
 - The server asks, never reads: `route` a request, `list_groups`
@@ -34,16 +34,16 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from rsc.actors.actor import PrefixActor, now_ms
-from rsc.actors.group_lag import PrefixGroups
+from rsc.actors.core.prefix import PrefixMachine
+from rsc.actors.core.prefix_admission import GroupBudget, answer_without_state
+from rsc.actors.core.prefix_schedule import Schedule
 from rsc.actors.listing import list_groups
 from rsc.actors.logs import log_event
 from rsc.actors.mailbox import Envelope, Tick
+from rsc.actors.ops.group_lag import PrefixGroups
 from rsc.actors.ports import Outbox, ReplySlot, RouterMetrics
-from rsc.actors.prefix import PrefixMachine
-from rsc.actors.prefix_admission import GroupBudget, answer_without_state
-from rsc.actors.prefix_schedule import Schedule
-from rsc.actors.shard_work import ShardWork
-from rsc.actors.store import StoreFenced
+from rsc.actors.redis_io.shard_work import ShardWork
+from rsc.actors.redis_io.store import StoreFenced
 from rsc.common.backoff import Backoff, no_jitter
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
@@ -170,7 +170,7 @@ class Router:
     async def route(self, request: m.Request, reply: ReplySlot, session: Outbox | None) -> None:
         """Hand a request naming a stream prefix to its actor; A1, H13: a prefix without an
         actor holds nothing, and only a join or setShardCount within --max-groups starts one
-        (actors/prefix_admission.py), anything else is answered here."""
+        (actors/core/prefix_admission.py), anything else is answered here."""
         prefix = getattr(request, "stream_prefix")  # noqa: B009 - every request routed has one
         if prefix not in self.actors:
             if isinstance(request, m.GetRouting):

@@ -1,11 +1,11 @@
 """The websocket server: `/v1/member` and `/v1/admin` on one port, handing requests to the router.
 
-Each session is one task that reads (actors/ws_server.py), decodes and routes;
+Each session is one task that reads (actors/net/ws_server.py), decodes and routes;
 responses go out in request order (a FIFO of reply slots) with pushes in
 between, written by whichever task resolved them. Bad input gets an `error`
 frame naming the field and touches no state (Transport, docs/protocol.md).
 
-At the handshake: unknown path 404; then actors/handshake_gate.py decides (B1, B5): 429
+At the handshake: unknown path 404; then actors/core/handshake_gate.py decides (B1, B5): 429
 for a throttled address without a valid token, 403 for a browser's Origin not in
 `--allowed-origins`, 401 without exactly one `Authorization: Bearer` header (scheme in
 any case) with the endpoint's token; each refusal is counted
@@ -16,7 +16,7 @@ A frame over `--max-frame-bytes` in UTF-8 bytes closes the session with 1009.
 C1 roles: `/v1/admin` takes the admin token (every request) or the viewer token (reads
 only: a change is answered NOT_AUTHORIZED); `admin_role` is the one place that decides.
 C3: every change, and every refused request or handshake on `/v1/admin`, is appended to
-the audit log (actors/audit.py) before its answer goes out.
+the audit log (actors/admin/audit.py) before its answer goes out.
 """
 
 from __future__ import annotations
@@ -31,19 +31,20 @@ from typing import cast
 import attrs
 import trio
 
-from rsc.actors import audit, latency
-from rsc.actors.admission import Admission
-from rsc.actors.dead_letter_admin import DeadLetterAdmin
-from rsc.actors.format_admin import FormatVersionAdmin
-from rsc.actors.group import malformed_join
-from rsc.actors.handshake_gate import HandshakeGate, Refusal, RefusalTable, authorized
+from rsc.actors.admin import audit
+from rsc.actors.admin.dead_letter_admin import DeadLetterAdmin
+from rsc.actors.admin.format_admin import FormatVersionAdmin
+from rsc.actors.admin.message_admin import MessageAdmin
+from rsc.actors.core.group import malformed_join
+from rsc.actors.core.handshake_gate import HandshakeGate, Refusal, RefusalTable, authorized
+from rsc.actors.core.prefix_admission import REFUSALS
+from rsc.actors.core.subscriptions import Admit, Holdings, routing_refused, watch_refused
 from rsc.actors.logs import log_event
-from rsc.actors.message_admin import MessageAdmin
+from rsc.actors.net.admission import Admission
+from rsc.actors.net.ws_server import ServerConnection
+from rsc.actors.ops import latency
 from rsc.actors.ports import AuthMetrics, SessionMetrics
-from rsc.actors.prefix_admission import REFUSALS
 from rsc.actors.router import Router, unavailable_response
-from rsc.actors.subscriptions import Admit, Holdings, routing_refused, watch_refused
-from rsc.actors.ws_server import ServerConnection
 from rsc.protocol import messages as m
 from rsc.protocol.codec import ADMIN_REQUESTS, MEMBER_REQUESTS, decode, encode
 from rsc.protocol.errors import ProtocolError, Status
@@ -102,7 +103,7 @@ class Session:
     """One websocket connection: replies go out in request order, pushes in between.
 
     No task of its own waits on it: whenever the head of its queue is ready, it
-    is written in place, in the task that resolved it (actors/ws_server.py: a
+    is written in place, in the task that resolved it (actors/net/ws_server.py: a
     frame the kernel takes whole costs no task and no await). While the
     connection still has bytes queued, replies wait here, and a request's slot
     is given back only once its reply has been handed over, so a client that

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.report import Progressor, ScenarioResult, pyplot
-from rsc.actors.assignor import TargetAssignment, assign
-from rsc.actors.group import GroupMachine, GroupSettings
-from rsc.actors.records import group_value, member_value
+from rsc.actors.core.assignor import TargetAssignment, assign
+from rsc.actors.core.group import GroupMachine, GroupSettings
+from rsc.actors.core.records import group_value, member_value
 from rsc.protocol import messages as m
 
 FULL_MEMBERS = (100, 1000, 10000)

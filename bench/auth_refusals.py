@@ -28,7 +28,7 @@ import trio
 
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
-from rsc.actors.metrics import CoordinatorMetrics
+from rsc.actors.ops.metrics import CoordinatorMetrics
 from rsc.common.redis_server import EmbeddedRedis
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -22,7 +22,7 @@ from trio_websocket import ConnectionClosed, WebSocketRequest, serve_websocket
 
 from bench.gcstats import install_signal_reporter, report
 from bench.loadgen import raise_fd_limit
-from rsc.actors import latency
+from rsc.actors.ops import latency
 from rsc.common import gc_policy as gc_control
 
 TICK_S = 1.0  # the coordinator's default tick

@@ -2,7 +2,7 @@
 
 Equivalent to `python -m rsc coordinator ...`, except that it first lifts the
 soft open-files limit to the hard one so that 10,000 member websockets fit,
-and reports its GC figures and its request latency histogram (actors/latency.py)
+and reports its GC figures and its request latency histogram (actors/ops/latency.py)
 on SIGUSR1 (bench/gcstats.py). The GC policy is
 the coordinator's own (`RSC_GC`, applied by the app).
 """

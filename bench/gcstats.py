@@ -15,14 +15,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from rsc.actors import latency
+from rsc.actors.ops import latency
 
 GC_LINE = "gc "
 
 
 def report(snapshot: dict[str, Any], policy: Any) -> dict[str, Any]:
     """One report: the recorder's snapshot, the policy's mode and full collections, the heap size,
-    and the process's request latency histogram (actors/latency.py; servers fill it)."""
+    and the process's request latency histogram (actors/ops/latency.py; servers fill it)."""
     # No gc.get_freeze_count(): it walks the whole frozen generation, 180 ms at 10,000
     # members, a stall at the very start of the window it was meant to measure
     return {**snapshot, "mode": policy.mode, "fullCollections": policy.full_collections,

@@ -4,7 +4,7 @@ No sockets: each row times one step of the coordinator's per-heartbeat path. The
 rows compare the converter path (what every heartbeat took before the codec wrote a
 heartbeatResponse field by field and built a well-formed heartbeat directly) with today's
 product `encode`/`decode`; the flush-task row compares a task per flush (what the server did
-before it wrote frames in place, actors/ws_server.py) with awaiting the send in place.
+before it wrote frames in place, actors/net/ws_server.py) with awaiting the send in place.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from trio_websocket import connect_websocket_url
 
 from bench import wire
 from bench.gcstats import report
-from rsc.actors import latency
+from rsc.actors.ops import latency
 from rsc.common import gc_policy as gc_control
 from rsc.common import tls
 from rsc.member.config import MemberConfig

@@ -25,7 +25,7 @@ from bench import gcstats
 from bench.gcstats import pauses_cell
 from bench.procs import LoadGen, Redis, Sampler, Server, py_spy, start_bare, start_coordinator
 from bench.report import Progressor, ScenarioResult, check, pyplot
-from rsc.actors import latency
+from rsc.actors.ops import latency
 from rsc.common import gc_policy as gc_control
 from rsc.common.redis_server import ServerTls
 

@@ -65,8 +65,8 @@ async def measure(messages: int, batch: int, rounds: int) -> dict[str, object]:
 def metadata_round(redis_url: str, min_replicas: int, writes: int) -> float:
     """Metadata writes per second of the coordinator's store (`rsc coordinator --min-replicas`):
     one group record changed per write, as a heartbeat that moves an epoch does."""
-    from rsc.actors.records import Changes, GroupRecord
-    from rsc.actors.store import MetadataStore
+    from rsc.actors.core.records import Changes, GroupRecord
+    from rsc.actors.redis_io.store import MetadataStore
 
     store = MetadataStore(redis_url, lease_ms=10_000, min_replicas=min_replicas,
                           wait_timeout_ms=3000)

@@ -119,8 +119,8 @@ def object_bytes(count: int = 2000) -> dict[str, float]:
     import tracemalloc
 
     from rsc.actors.actor import PrefixActor
-    from rsc.actors.group import GroupSettings
-    from rsc.actors.store import MetadataStore
+    from rsc.actors.core.group import GroupSettings
+    from rsc.actors.redis_io.store import MetadataStore
 
     store = MetadataStore("redis://127.0.0.1:1", lease_ms=3000)  # never connects
     settings = GroupSettings(heartbeat_interval_ms=3000, lease_ttl_ms=30000,

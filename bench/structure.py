@@ -1,9 +1,11 @@
 """`python -m bench.structure [--json]`: the house in figures (issue 42's closing figures).
 
-Per layer (a folder of product code): modules and lines. Then the lines of product code that
-name `Any` (imports left out), and how much of the product mypy checks with `--strict`: the
-modules that pyproject.toml's strict override matches, by count and by lines. Nothing here is
-timed, so the figures are exact on any machine; compare two commits by running it in each.
+Per layer (a folder of product code; each room of actors/ and member/, such as actors/core or
+member/pure, is a layer of its own, and their top modules are the layers actors and member):
+modules and lines. Then the lines of product code that name `Any` (imports left out), and how
+much of the product mypy checks with `--strict`: the modules that pyproject.toml's strict
+override matches, by count and by lines. Nothing here is timed, so the figures are exact on any
+machine; compare two commits by running it in each.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ LAYERS = {
 RSC = ROOT / "rsc"
 ANY = re.compile(r"\bAny\b")
 IMPORT = re.compile(r"^\s*(from\s+\S+\s+)?import\b")
+WIDTH = 17  # the layer column: "actors/redis_io" and "member/redis_io" fit
 
 
 @attrs.frozen
@@ -64,7 +67,7 @@ def product_modules() -> list[Module]:
     for folder, package in LAYERS.items():
         for path in sorted((ROOT / folder).rglob("*.py")):
             inner = path.relative_to(ROOT / folder).parts
-            layer = f"{folder}/{inner[0]}" if len(inner) > 1 else folder  # a room: member/pure
+            layer = f"{folder}/{inner[0]}" if len(inner) > 1 else folder  # a room: actors/core
             found.append(Module(module_name(package, path, ROOT / folder), layer, *count(path)))
     for path in sorted(RSC.rglob("*.py")):
         relative = path.relative_to(RSC)
@@ -127,15 +130,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     layers = result["layers"]
     assert isinstance(layers, dict)
-    print(f"{'layer':<14}{'modules':>8}{'lines':>8}{'Any':>6}{'strict':>8}")
+    print(f"{'layer':<{WIDTH}}{'modules':>8}{'lines':>8}{'Any':>6}{'strict':>8}")
     for layer, row in sorted(layers.items()):
-        print(f"{layer:<14}{row['modules']:>8}{row['lines']:>8}{row['anyLines']:>6}"
+        print(f"{layer:<{WIDTH}}{row['modules']:>8}{row['lines']:>8}{row['anyLines']:>6}"
               f"{row['strictModules']:>8}")
     modules, lines = result["modules"], result["lines"]
     assert isinstance(modules, int) and isinstance(lines, int)
     strict_modules, strict_lines = result["strictModules"], result["strictLines"]
     assert isinstance(strict_modules, int) and isinstance(strict_lines, int)
-    print(f"{'total':<14}{modules:>8}{lines:>8}{result['anyLines']!s:>6}{strict_modules:>8}")
+    print(f"{'total':<{WIDTH}}{modules:>8}{lines:>8}{result['anyLines']!s:>6}{strict_modules:>8}")
     print(f"mypy --strict: {strict_modules}/{modules} modules ({strict_modules / modules:.0%}), "
           f"{strict_lines}/{lines} lines ({strict_lines / lines:.0%})")
     largest = result["largest"]

@@ -5,7 +5,7 @@
 
 docs/reference/cli.md comes from the real argument parsers (`rsc.cli.build_parser`, which
 holds rsc/commands/coordinator.py, produce.py, consume.py, rsc/admin/args.py and the demo's flags);
-docs/reference/metrics.md from the coordinator's registry (actors/metrics.py) and the
+docs/reference/metrics.md from the coordinator's registry (actors/ops/metrics.py) and the
 members' collector (member/metrics.py); the environment and exit-code tables of
 docs/reference/configuration.md (between `<!-- generated: NAME -->` and `<!-- end: NAME -->`;
 the rest of that page is written by hand) from the parsers through rsc/common/env_config.py and
@@ -139,7 +139,7 @@ def render_cli() -> str:
 def _coordinator_metrics() -> list[tuple[str, str, str, str]]:
     from prometheus_client import Counter, Gauge, Histogram
 
-    from rsc.actors.metrics import CoordinatorMetrics
+    from rsc.actors.ops.metrics import CoordinatorMetrics
 
     metrics = CoordinatorMetrics()
     rows = []

@@ -18,7 +18,7 @@ WIRE_PROTOCOL = 1
 METADATA_FORMATS = (1, 2)
 """The oldest and newest metadata format (the store's format version) this build reads: written
 here so that `rsc --version` imports nothing of the coordinator; tests/test_packaging.py keeps it
-equal to rsc.actors.records.FORMAT_VERSIONS."""
+equal to rsc.actors.core.records.FORMAT_VERSIONS."""
 
 
 def metadata_formats() -> tuple[int, int]:

@@ -7,9 +7,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
-from rsc.actors.group import GroupSettings
-from rsc.actors.prefix import PrefixMachine
-from rsc.actors.prefix_io import (
+from rsc.actors.core.group import GroupSettings
+from rsc.actors.core.prefix import PrefixMachine
+from rsc.actors.core.prefix_io import (
     DONE,
     RUNS_BESIDE,
     AwaitRetention,
@@ -24,8 +24,8 @@ from rsc.actors.prefix_io import (
     Outcome,
     RetentionPass,
 )
-from rsc.actors.records import encode, replay
-from rsc.actors.shard_reports import ShardLag
+from rsc.actors.core.records import encode, replay
+from rsc.actors.core.shard_reports import ShardLag
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import JOIN_EPOCH, Cutover, GroupState, RevokeState

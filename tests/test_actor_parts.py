@@ -10,9 +10,9 @@ import pytest
 import trio
 
 from rsc.actors.mailbox import MAX_BATCH, MIN_BATCH, Envelope, Mailbox, SummariesRequest, Tick
+from rsc.actors.redis_io.store import StoreError
+from rsc.actors.redis_io.store_calls import StoreCalls, StoreStalled
 from rsc.actors.server import Collect
-from rsc.actors.store import StoreError
-from rsc.actors.store_calls import StoreCalls, StoreStalled
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 

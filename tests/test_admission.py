@@ -11,15 +11,15 @@ import redis
 import trio
 from trio_websocket import HandshakeError, connect_websocket_url
 
-from rsc.actors.admission import (
+from rsc.actors.app import serve
+from rsc.actors.config import CoordinatorConfig
+from rsc.actors.net.admission import (
     Admission,
     AdmissionListener,
     connection_limit,
     default_max_sessions,
 )
-from rsc.actors.app import serve
-from rsc.actors.config import CoordinatorConfig
-from rsc.actors.metrics import CoordinatorMetrics
+from rsc.actors.ops.metrics import CoordinatorMetrics
 from rsc.member.session import SessionClosed, open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status

@@ -61,4 +61,4 @@ def test_the_check_reads_rows_and_folders() -> None:
     names = {"rsc/console/", "actors/router.py"}
     assert covered("rsc/console/views.py", names) and covered("actors/router.py", names)
     assert not covered("actors/server.py", names)
-    assert "actors/prefix.py" in listed() and "member/pure/ledger.py" in listed()
+    assert "actors/core/prefix.py" in listed() and "member/pure/ledger.py" in listed()

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rsc.actors.assignor import TargetAssignment, assign
+from rsc.actors.core.assignor import TargetAssignment, assign
 
 
 def shard_ids(count: int, version: int = 1) -> list[str]:

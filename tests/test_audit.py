@@ -13,9 +13,9 @@ import pytest
 import redis
 import trio
 
-from rsc.actors import audit
+from rsc.actors.admin import audit
 from rsc.actors.config import CoordinatorConfig
-from rsc.actors.metrics import CoordinatorMetrics
+from rsc.actors.ops.metrics import CoordinatorMetrics
 from rsc.actors.server import admin_role, console_client
 from rsc.admin.client import AdminConnectError, decode_response, open_admin_client
 from rsc.member.session import open_session

@@ -15,7 +15,7 @@ import pytest
 import redis
 import trio
 
-from rsc.actors import message_admin as ma
+from rsc.actors.admin import message_admin as ma
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from tests.test_audit import (

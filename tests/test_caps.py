@@ -11,12 +11,12 @@ import trio
 from rsc.actors.actor import PrefixActor
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
-from rsc.actors.group import GroupSettings
-from rsc.actors.metrics import CoordinatorMetrics
-from rsc.actors.prefix import GroupBudget
+from rsc.actors.core.group import GroupSettings
+from rsc.actors.core.prefix import GroupBudget
+from rsc.actors.ops.metrics import CoordinatorMetrics
+from rsc.actors.redis_io.store import MetadataStore, meta_key
 from rsc.actors.router import Router
 from rsc.actors.server import Collect, CoordinatorServer
-from rsc.actors.store import MetadataStore, meta_key
 from rsc.member.session import open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status

@@ -19,8 +19,8 @@ import pytest
 import redis
 from redis.exceptions import RedisClusterException, TryAgainError
 
-from rsc.actors.records import COORDINATOR_EPOCH_FIELD, WRITE_SEQUENCE_FIELD
-from rsc.actors.store import CAS_WRITE, meta_key
+from rsc.actors.core.records import COORDINATOR_EPOCH_FIELD, WRITE_SEQUENCE_FIELD
+from rsc.actors.redis_io.store import CAS_WRITE, meta_key
 from rsc.common import redis_connect
 from rsc.common.redis_server import EmbeddedRedis
 from rsc.member.redis_io.cluster_streams import ClusterProduceOps, ClusterStreamOps
@@ -372,12 +372,11 @@ def test_a_slot_migration_is_followed_through_ask_and_moved(cluster_url: str,
         client.close()
 
 
-# --- the coordinator's per-shard operations (actors/shard_ops.py) on the cluster -----------
+# --- the coordinator's per-shard operations (actors/redis_io/shard_ops.py) on the cluster --
 
 def test_shard_operations_run_per_shard_on_every_master(cluster_url: str,
                                                         redis_cluster: LocalCluster) -> None:
-    from rsc.actors import shard_ops
-
+    from rsc.actors.redis_io import shard_ops
     client: Any = _cluster_client(cluster_url)  # the store passes its cluster client as such
     try:
         shards = _cluster_shards(client)

@@ -21,7 +21,7 @@ import pytest
 import redis
 import trio
 
-from rsc.actors import shard_ops
+from rsc.actors.redis_io import shard_ops
 from rsc.common import lag, lua, server_features
 from rsc.common.backoff import (
     ACK_RETRY,
@@ -174,7 +174,6 @@ def test_backoff_doubles_to_its_maximum_and_starts_again_after_a_reset() -> None
 
 def test_backoff_is_one_class_for_members_and_the_coordinator() -> None:
     from rsc.actors import router
-
     assert router.Backoff is Backoff
 
 

@@ -17,8 +17,8 @@ import trio
 from rsc.actors.actor import PrefixActor
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
-from rsc.actors.metrics import CoordinatorMetrics
-from rsc.actors.store import MetadataStore
+from rsc.actors.ops.metrics import CoordinatorMetrics
+from rsc.actors.redis_io.store import MetadataStore
 from rsc.member.session import SessionClosed, open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
@@ -108,7 +108,7 @@ async def test_sigkill_mid_rebalance_then_restart_members_keep_epochs_and_never_
 async def test_sigterm_stops_cleanly_releases_the_lease_and_keeps_state(redis_url):
     import redis
 
-    from rsc.actors.store import LEASE_KEY
+    from rsc.actors.redis_io.store import LEASE_KEY
 
     process, url = await spawn_coordinator(redis_url)
     async with open_session(url, "admin") as admin:

@@ -15,8 +15,8 @@ from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_
 
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
-from rsc.actors.records import GroupSnapshot
-from rsc.actors.store import MetadataStore
+from rsc.actors.core.records import GroupSnapshot
+from rsc.actors.redis_io.store import MetadataStore
 from rsc.common.redis_server import EmbeddedRedis
 from rsc.member.session import SessionClosed, open_session
 from rsc.protocol import messages as m

@@ -1,4 +1,4 @@
-"""Pure tests of the coordinator's lifecycle (actors/lease.py, `CoordinatorLifecycle`): the
+"""Pure tests of the coordinator's lifecycle (actors/core/lease.py, `CoordinatorLifecycle`): the
 decisions of D5 (a lapse taken back, or a step down), K3 and K4 (a store that went back is
 written back from memory), K8 (the first look of a store lost with the coordinator) and K10
 (`WriteHealth`: readiness does not flap), as transitions, with no I/O and the clock passed in.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from rsc.actors.lease import (
+from rsc.actors.core.lease import (
     CoordinatorLifecycle,
     LapseVerdict,
     Next,
@@ -23,7 +23,7 @@ from rsc.actors.lease import (
     looks_for_lost_store,
     writes_store_id,
 )
-from rsc.actors.records import PrefixSnapshot
+from rsc.actors.core.records import PrefixSnapshot
 
 OWN = "host-a-4242-abcd1234"
 LEASE_MS = 3000  # the coordinator lease: three ticks

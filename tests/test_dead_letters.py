@@ -7,7 +7,7 @@ import json
 
 import trio
 
-from rsc.actors.dead_letter_admin import DeadLetterAdmin
+from rsc.actors.admin.dead_letter_admin import DeadLetterAdmin
 from rsc.common.dead_letters import (
     MAX_REDRIVES,
     read_dead_letter,
@@ -267,7 +267,7 @@ async def test_p3_rsc_admin_dead_letters_and_redrive_read_both_formats(coordinat
 
 
 def test_p2_a_dead_letter_retention_trims_by_length_then_by_age():
-    from rsc.actors.dead_letter_admin import trim_commands
+    from rsc.actors.admin.dead_letter_admin import trim_commands
     from rsc.protocol.vocabulary import RetentionMode
 
     both = m.Retention(mode=RetentionMode.NONE, max_length=100, max_age_ms=60_000)

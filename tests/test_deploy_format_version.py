@@ -1,7 +1,7 @@
 """The store's metadata format version (docs/operations/upgrading.md; docs/protocol.md, Admin).
 
 Pure: the format a stored value names, when a coordinator refuses to load a store, and what
-`setFormatVersion` may do (actors/records.py). Against a real redis-server and coordinator:
+`setFormatVersion` may do (actors/core/records.py). Against a real redis-server and coordinator:
 the layout a released version wrote (tests/fixtures/metadata_v1.json, captured from that
 code by tests/fixtures/capture_metadata.py) loads under this code with every record
 intact; a store in a newer format is refused at start in one line; the format in use is
@@ -23,11 +23,10 @@ import pytest
 import redis
 import trio
 
-from rsc.actors import format_admin as format_admin_module
-from rsc.actors import store as store_module
+from rsc.actors.admin import format_admin as format_admin_module
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
-from rsc.actors.records import (
+from rsc.actors.core.records import (
     FORMAT_VERSIONS,
     LATEST_FORMAT_VERSION,
     FormatChange,
@@ -37,7 +36,8 @@ from rsc.actors.records import (
     replay,
     stored_format_version,
 )
-from rsc.actors.store import FORMAT_VERSION_KEY, MetadataStore, StoreError, UnsupportedFormatVersion
+from rsc.actors.redis_io import store as store_module
+from rsc.actors.redis_io.store import FORMAT_VERSION_KEY, MetadataStore, StoreError, UnsupportedFormatVersion
 from rsc.member.session import open_session
 from rsc.protocol import messages as m
 from rsc.protocol.codec import ADMIN_REQUESTS, MEMBER_REQUESTS, decode, encode

@@ -19,8 +19,8 @@ import jsonschema
 import pytest
 import yaml
 
-from rsc.actors.group_lag import GroupLag
-from rsc.actors.metrics import CoordinatorMetrics
+from rsc.actors.ops.group_lag import GroupLag
+from rsc.actors.ops.metrics import CoordinatorMetrics
 from tests.deploy_tools import ROOT
 
 SCALED_OBJECT = ROOT / "deploy" / "keda" / "scaledobject.yaml"

@@ -37,7 +37,7 @@ import pytest
 import yaml
 
 from rsc.actors.app import Readiness
-from rsc.actors.metrics import CoordinatorMetrics
+from rsc.actors.ops.metrics import CoordinatorMetrics
 from rsc.common.redis_server import EmbeddedRedis
 from tests.deploy_tools import ROOT, tool
 from tests.redis_rigs import server_binary

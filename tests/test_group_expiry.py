@@ -12,10 +12,10 @@ import json
 import redis
 import trio
 
-from rsc.actors.group import GroupSettings
-from rsc.actors.prefix import EXPIRY_WARNING_MS, expiry_warning_ms
-from rsc.actors.prefix_io import DrainQuery
-from rsc.actors.records import GroupRecord, encode, group_value, replay
+from rsc.actors.core.group import GroupSettings
+from rsc.actors.core.prefix import EXPIRY_WARNING_MS, expiry_warning_ms
+from rsc.actors.core.prefix_io import DrainQuery
+from rsc.actors.core.records import GroupRecord, encode, group_value, replay
 from rsc.commands import coordinator as coordinator_command
 from rsc.member.session import open_session
 from rsc.protocol import messages as m
@@ -170,7 +170,7 @@ def test_b6_the_empty_since_time_is_stored_from_format_2_and_survives_a_restart(
 
 
 def encode_format_1(driven: Driver) -> dict[str, str | None]:
-    from rsc.actors.records import changes_of
+    from rsc.actors.core.records import changes_of
     return encode(changes_of(replay(driven.hash)), 1)
 
 
@@ -290,7 +290,7 @@ async def test_b6_group_expiry_pending_is_logged_for_a_group_that_would_lose_ent
 
 
 def test_b6_an_idle_prefix_is_woken_for_its_empty_groups_warning_and_expiry():
-    from rsc.actors.prefix_schedule import Activity, Schedule
+    from rsc.actors.core.prefix_schedule import Activity, Schedule
     schedule = Schedule(100)
     schedule.report("idle", Activity(), 0)
     schedule.report("empty", Activity(expiry_due_ms=5_000), 0)

@@ -18,13 +18,13 @@ import redis
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from rsc.actors import shard_ops as so
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
-from rsc.actors.group_lag import GroupLag, PrefixGroups, read_group_lag
-from rsc.actors.metrics import CoordinatorMetrics
-from rsc.actors.shard_reports import entry_age_ms, oldest_age
-from rsc.actors.watch import Watch
+from rsc.actors.core.shard_reports import entry_age_ms, oldest_age
+from rsc.actors.core.watch import Watch
+from rsc.actors.ops.group_lag import GroupLag, PrefixGroups, read_group_lag
+from rsc.actors.ops.metrics import CoordinatorMetrics
+from rsc.actors.redis_io import shard_ops as so
 from rsc.member.session import open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 
 import pytest
 
-from rsc.actors.group import GroupMachine, GroupSettings
-from rsc.actors.records import PrefixSnapshot, changes_of, encode, replay
+from rsc.actors.core.group import GroupMachine, GroupSettings
+from rsc.actors.core.records import PrefixSnapshot, changes_of, encode, replay
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import JOIN_EPOCH, LEAVE_EPOCH, GroupState, MemberState

@@ -36,7 +36,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from rsc.actors.group import GroupMachine, GroupSettings
+from rsc.actors.core.group import GroupMachine, GroupSettings
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import (

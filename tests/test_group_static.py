@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rsc.actors.group import GroupMachine, GroupSettings, malformed_join
-from rsc.actors.records import MemberRecord, PrefixSnapshot, changes_of, encode, member_value, replay
+from rsc.actors.core.group import GroupMachine, GroupSettings, malformed_join
+from rsc.actors.core.records import MemberRecord, PrefixSnapshot, changes_of, encode, member_value, replay
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import (
@@ -365,7 +365,7 @@ def test_s6_describe_shows_instance_id_away_and_away_ms():
 
 
 def test_s6_a_watch_does_not_push_for_the_away_clock_alone():
-    from rsc.actors.watch import significant
+    from rsc.actors.core.watch import significant
 
     group = static_group()
     away(group, "a", now=1000)

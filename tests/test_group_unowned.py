@@ -7,7 +7,7 @@ Pure: the group machine with `now_ms` passed in.
 
 from __future__ import annotations
 
-from rsc.actors.group import GroupMachine
+from rsc.actors.core.group import GroupMachine
 from rsc.protocol.vocabulary import TEMPORARY_LEAVE_EPOCH
 from tests.helpers.groups import GROUP, PREFIX, report, send, target_of
 from tests.test_group_rules import LEASE, SETTINGS, SHARDS, a_holds_all_then_b_joins, join, stable_group

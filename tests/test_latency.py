@@ -1,4 +1,4 @@
-"""The request latency histogram (actors/latency.py) and its export as rsc_request_seconds."""
+"""The request latency histogram (actors/ops/latency.py) and its export as rsc_request_seconds."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rsc.actors import latency
-from rsc.actors.metrics import CoordinatorMetrics
+from rsc.actors.ops import latency
+from rsc.actors.ops.metrics import CoordinatorMetrics
 
 
 @given(st.lists(st.floats(min_value=20e-6, max_value=100.0), min_size=1, max_size=300),

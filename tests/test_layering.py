@@ -10,7 +10,8 @@ and it imports neither the coordinator's actors nor the other command code.
 From the real import graph (every import statement of a module, those in functions and under
 TYPE_CHECKING too; rsc/protocol, rsc/actors and rsc/member are the top-level folders they link
 to): no pure core imports an I/O module, directly or through a module of ours, and no import
-cycle exists among our modules (the `rsc` namespace and bench/).
+cycle exists among our modules (the `rsc` namespace and bench/). Inside actors/ and member/,
+a room imports none above it, and the pure room (actors/core/, member/pure/) reaches no I/O.
 """
 
 from __future__ import annotations
@@ -36,8 +37,7 @@ IO_LIBRARIES = frozenset({"trio", "trio_websocket", "wsproto", "redis", "socket"
                           "threading", "asyncio"})
 """A module importing one of these does I/O; so does every module of ours that imports it."""
 
-PURE_CORES = ("protocol/*.py", "actors/group.py", "actors/assignor.py", "actors/records.py",
-              "actors/prefix*.py", "member/pure/ledger.py", "member/pure/reconcile.py")
+PURE_CORES = ("protocol/*.py", "actors/core/*.py", "member/pure/ledger.py", "member/pure/reconcile.py")
 OPTIONAL_PURE_CORES = ("member/pure/producer_core.py",)
 PURE_MARKER = re.compile(r"(?:^|[.:;]\s+)Pure\b|\bno I/O\b|\bpure \(no\b")
 """A docstring declares its module pure: a sentence opening with "Pure", or "no I/O", or
@@ -154,15 +154,76 @@ def test_the_pure_room_reaches_no_io_module() -> None:
     assert not {module: chain for module, chain in chains.items() if chain}, chains
 
 
+ACTORS_ROOMS: dict[str, frozenset[str]] = {
+    "core": frozenset(),
+    "net": frozenset({"core"}),
+    "redis_io": frozenset({"core"}),
+    "admin": frozenset({"core", "redis_io"}),
+    "ops": frozenset({"core", "redis_io"}),
+}
+"""actors/'s rooms, lowest first, each with the rooms it may import: none above it, and none
+beside it (the sockets never touch Redis; the admin requests and the operators' figures do not
+meet). The top of actors/ runs them and assembles the coordinator (app, server, router, actor,
+mailbox, delivery, listing); the rooms may use only its plain parts (ACTORS_PLAIN_TOP)."""
+ACTORS_PLAIN_TOP = frozenset({"rsc.actors.config", "rsc.actors.ports", "rsc.actors.logs"})
+"""What every room of actors/ reads at the top: the settings, the collaborators' protocols and
+the log events. They import no room but core (config the handshake gate, ports the machines'
+values)."""
+
+
+def actors_room(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["rsc", "actors"] or len(parts) < 3:
+        return None
+    return parts[2] if parts[2] in ACTORS_ROOMS else None
+
+
+def test_actors_rooms_import_none_above_them() -> None:
+    graph = graph_of_the_repository()
+    rooms = {module: actors_room(module) for module in graph.modules}
+    assert {"rsc.actors.core.group", "rsc.actors.net.ws_server", "rsc.actors.redis_io.store",
+            "rsc.actors.admin.audit", "rsc.actors.ops.metrics"} <= set(rooms)
+    assert list(ACTORS_ROOMS)[0] == "core" and all(
+        set(ACTORS_ROOMS[room]) <= set(list(ACTORS_ROOMS)[:index])
+        for index, room in enumerate(ACTORS_ROOMS))  # lowest first
+    outside = sorted(f"{module} -> {target}" for module, room in rooms.items() if room is not None
+                     for target in graph.edges[module]
+                     if (other := actors_room(target)) not in (None, room)
+                     and other not in ACTORS_ROOMS[room])
+    assert not outside, outside
+    top = sorted(f"{module} -> {target}" for module, room in rooms.items() if room is not None
+                 for target in graph.edges[module]
+                 if target.startswith("rsc.actors") and actors_room(target) is None
+                 and target not in ACTORS_PLAIN_TOP | {"rsc.actors"})
+    assert not top, top
+    plain = sorted(f"{module} -> {target}" for module in ACTORS_PLAIN_TOP
+                   for target in graph.edges[module]
+                   if target.startswith("rsc.actors") and actors_room(target) != "core")
+    assert not plain, plain
+
+
+def test_the_actors_pure_room_reaches_no_io_module() -> None:
+    """Every module under actors/core/ is a pure core: nothing it imports, however deep, does
+    I/O (IO_LIBRARIES), and it imports nothing of the top of actors/."""
+    graph = graph_of_the_repository()
+    core = sorted(module for module in graph.modules if actors_room(module) == "core")
+    assert "rsc.actors.core.prefix" in core
+    chains = {module: graph.io_chain(module) for module in core}
+    assert not {module: chain for module, chain in chains.items() if chain}, chains
+    reaching_up = sorted(f"{module} -> {target}" for module in core for target in graph.edges[module]
+                         if target.startswith("rsc.actors") and actors_room(target) != "core")
+    assert not reaching_up, reaching_up
+
+
 def test_the_check_catches_a_forbidden_import() -> None:
     assert forbidden("rsc.member.session", "actors")
-    assert forbidden("rsc.actors.store", "member")
+    assert forbidden("rsc.actors.redis_io.store", "member")
     assert forbidden("rsc.demo", "member")
     assert forbidden("rsc.commands.coordinator", "actors")
     assert forbidden("rsc.admin.client", "member")
     assert forbidden("redis", "protocol")
     assert forbidden("protocol.messages", "actors")
-    assert forbidden("rsc.actors.store", "common")
+    assert forbidden("rsc.actors.redis_io.store", "common")
     assert forbidden("rsc.member.session", "common")
     assert forbidden("tests.cluster", "common")
     assert forbidden("rsc.tools.peek", "member")
@@ -332,7 +393,7 @@ def test_common_imports_only_protocol_and_third_party_libraries() -> None:
 def test_every_listed_pure_core_is_a_file() -> None:
     for pattern in PURE_CORES:
         assert list(ROOT.glob(pattern)), f"{pattern} names no file: update PURE_CORES"
-    assert set(pure_cores()) >= {"rsc.protocol.codec", "rsc.actors.group", "rsc.member.pure.ledger"}
+    assert set(pure_cores()) >= {"rsc.protocol.codec", "rsc.actors.core.group", "rsc.member.pure.ledger"}
 
 
 def test_the_marker_reads_a_declaration_not_a_mention() -> None:
@@ -365,7 +426,7 @@ def test_the_graph_finds_io_through_our_modules_and_cycles() -> None:
 
 def test_the_graph_reads_each_linked_folder_once_under_its_rsc_name() -> None:
     found = our_sources()
-    assert found["rsc.actors.group"] == ROOT / "actors" / "group.py"
+    assert found["rsc.actors.core.group"] == ROOT / "actors" / "core" / "group.py"
     assert found["rsc.common"] == ROOT / "rsc" / "common" / "__init__.py"
     assert found["rsc"] == ROOT / "rsc" / "__init__.py"
     assert not [module for module in found if module.startswith(("protocol", "actors", "member"))]

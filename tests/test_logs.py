@@ -124,8 +124,8 @@ def test_logging_flags_and_defaults():
 
 @pytest.mark.usefixtures("restore_root_logger")
 def test_s2_s3_s5_static_member_events_have_their_own_names():
+    from rsc.actors.core.group import Event
     from rsc.actors.delivery import _log_group_event as _log_event
-    from rsc.actors.group import Event
 
     stream = io.StringIO()
     configure_logging("info", "json", stream=stream)

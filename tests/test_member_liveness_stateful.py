@@ -32,8 +32,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from rsc.actors.group import GroupMachine, GroupSettings
-from rsc.actors.lease import LeaseContinuity, Renewal
+from rsc.actors.core.group import GroupMachine, GroupSettings
+from rsc.actors.core.lease import LeaseContinuity, Renewal
 from rsc.member.pure.ledger import Ledger, Verdict
 from rsc.member.pure.outage import Observation
 from rsc.member.pure.pacing import HeartbeatPacing

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from rsc.actors.metrics import CoordinatorMetrics, routes, serve_metrics
+from rsc.actors.ops.metrics import CoordinatorMetrics, routes, serve_metrics
 from rsc.common.http_server import render_http_response
 from tests.helpers.http import http_get
 

@@ -7,7 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
-from rsc.actors.metrics import CoordinatorMetrics
+from rsc.actors.ops.metrics import CoordinatorMetrics
 from rsc.common.redis_server import free_port
 from rsc.member.session import SessionClosed, open_session
 from rsc.protocol import Heartbeat, HeartbeatResponse, Status
@@ -93,7 +93,7 @@ async def http_status(port: int, path: str) -> int:
 
 def test_health_paths_answer_only_with_a_health_source():
     from rsc.actors.app import Readiness
-    from rsc.actors.metrics import routes
+    from rsc.actors.ops.metrics import routes
     from rsc.common.http_server import render_http_response
 
     now = [0.0]
@@ -151,7 +151,7 @@ async def test_admission_metrics_and_health_endpoints(redis_url, nursery):
 
 async def test_readyz_recovers_with_the_next_lease_renewal_after_a_failed_write(redis_url, nursery,
                                                                                 monkeypatch):
-    from rsc.actors.store import MetadataStore
+    from rsc.actors.redis_io.store import MetadataStore
 
     metrics = CoordinatorMetrics()
     metrics_port = free_port()
@@ -165,7 +165,7 @@ async def test_readyz_recovers_with_the_next_lease_renewal_after_a_failed_write(
     def write_once_failing(self, *args, **kwargs):
         if failing:
             failing.clear()
-            from rsc.actors.store import StoreError
+            from rsc.actors.redis_io.store import StoreError
 
             raise StoreError("injected write failure")
         return original(self, *args, **kwargs)

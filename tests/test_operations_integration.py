@@ -19,8 +19,8 @@ import trio
 
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
-from rsc.actors.metrics import CoordinatorMetrics
-from rsc.actors.shard_ops import STORE_ID_KEY
+from rsc.actors.ops.metrics import CoordinatorMetrics
+from rsc.actors.redis_io.shard_ops import STORE_ID_KEY
 from rsc.member.session import Session, open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status

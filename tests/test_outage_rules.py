@@ -1,11 +1,18 @@
 """Pure tests of D5 (docs/protocol.md, Data plane rules): a coordinator outage is not a member
 failure. The member ledger's allowance (member/pure/outage.py through ledger.py) and the
-coordinator's lease continuity (actors/lease.py), with a fake clock (ms passed in)."""
+coordinator's lease continuity (actors/core/lease.py), with a fake clock (ms passed in)."""
 
 from __future__ import annotations
 
-from rsc.actors.lease import LapseVerdict, LeaseContinuity, Renewal, Takeover, lapse_verdict, waiting_line
-from rsc.actors.store import LEASE_KEY
+from rsc.actors.core.lease import (
+    LapseVerdict,
+    LeaseContinuity,
+    Renewal,
+    Takeover,
+    lapse_verdict,
+    waiting_line,
+)
+from rsc.actors.redis_io.store import LEASE_KEY
 from rsc.member.pure.ledger import Ledger, Verdict
 from rsc.member.pure.outage import COORDINATOR_LEASE_KEY, Observation
 from rsc.member.pure.reconcile import JOIN_EPOCH, NO_ACTIONS

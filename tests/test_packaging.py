@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -50,6 +51,24 @@ def test_the_wheel_holds_only_modules_the_tree_has(wheel: Path):
     assert not stale, stale
 
 
+def test_every_package_of_the_tree_is_listed_for_setuptools():
+    """pyproject.toml lists the packages by name (the links keep setuptools from finding them):
+    a new room (rsc.actors.core, rsc.member.pure, ...) left out would be missing from the wheel."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+                 ["tool"]["setuptools"]["packages"])
+    linked = ("protocol", "actors", "member")  # rsc/<name> links to the top-level folder
+    found = set()
+    for top in (*linked, "rsc"):
+        for marker in (ROOT / top).rglob("__init__.py"):
+            parts = marker.parent.relative_to(ROOT).parts
+            if parts[0] in linked:
+                found.add(".".join(("rsc", *parts)))
+            elif len(parts) < 2 or parts[1] not in linked:  # the links: their folders above
+                found.add(".".join(parts))
+    assert {"rsc", "rsc.actors.core", "rsc.member.pure"} <= found
+    assert found == listed, (sorted(found - listed), sorted(listed - found))
+
+
 def wheel_version(wheel: Path) -> str:
     """The version a wheel was built as (its file name: distribution-version-tags.whl)."""
     return wheel.name.split("-")[1]
@@ -72,7 +91,7 @@ def test_l7_the_wheel_is_versioned_from_git_as_the_next_release_s_development_ve
 
 def test_l7_rsc_version_names_the_package_the_wire_protocol_and_the_metadata_formats():
     from rsc import __version__
-    from rsc.actors.records import FORMAT_VERSIONS
+    from rsc.actors.core.records import FORMAT_VERSIONS
 
     done = subprocess.run([sys.executable, "-m", "rsc", "--version"], capture_output=True,
                           text=True, timeout=60, cwd=ROOT)

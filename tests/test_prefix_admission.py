@@ -1,12 +1,12 @@
-"""Named rule tests of actors/prefix_admission.py (A1, H13): which requests may create state on a
+"""Named rule tests of actors/core/prefix_admission.py (A1, H13): which requests may create state on a
 prefix, and the caps. Pure: no Redis, no trio."""
 
 from __future__ import annotations
 
 import attrs
 
-from rsc.actors.group import GroupMachine, GroupSettings, malformed_join
-from rsc.actors.prefix_admission import Caps, GroupBudget, answer_without_state, may_create
+from rsc.actors.core.group import GroupMachine, GroupSettings, malformed_join
+from rsc.actors.core.prefix_admission import Caps, GroupBudget, answer_without_state, may_create
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import JOIN_EPOCH, LEAVE_EPOCH, TEMPORARY_LEAVE_EPOCH

@@ -1,14 +1,14 @@
-"""Named rule tests of actors/prefix_durability.py (H12, D4), on the part alone, and of
-actors/prefix_views.py (describe's overdue, listGroups' sums). Pure."""
+"""Named rule tests of actors/core/prefix_durability.py (H12, D4), on the part alone, and of
+actors/core/prefix_views.py (describe's overdue, listGroups' sums). Pure."""
 
 from __future__ import annotations
 
-from rsc.actors.group import GroupMachine, GroupSettings
-from rsc.actors.prefix_durability import UNAVAILABLE, Durability
-from rsc.actors.prefix_io import Answer, Checkpoint
-from rsc.actors.prefix_views import is_overdue, summaries
-from rsc.actors.records import Changes, OwnerToken, RoutingRecord
-from rsc.actors.shard_reports import GroupTotals
+from rsc.actors.core.group import GroupMachine, GroupSettings
+from rsc.actors.core.prefix_durability import UNAVAILABLE, Durability
+from rsc.actors.core.prefix_io import Answer, Checkpoint
+from rsc.actors.core.prefix_views import is_overdue, summaries
+from rsc.actors.core.records import Changes, OwnerToken, RoutingRecord
+from rsc.actors.core.shard_reports import GroupTotals
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 

@@ -5,8 +5,8 @@ answers every I/O request as Redis would."""
 
 from __future__ import annotations
 
-from rsc.actors.prefix import PrefixMachine
-from rsc.actors.prefix_io import (
+from rsc.actors.core.prefix import PrefixMachine
+from rsc.actors.core.prefix_io import (
     AwaitRetention,
     Checkpoint,
     Deliver,
@@ -17,8 +17,8 @@ from rsc.actors.prefix_io import (
     Outcome,
     RetentionPass,
 )
-from rsc.actors.prefix_retention import RETENTION_EVERY_TICKS
-from rsc.actors.shard_reports import ShardLag
+from rsc.actors.core.prefix_retention import RETENTION_EVERY_TICKS
+from rsc.actors.core.shard_reports import ShardLag
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import LEAVE_EPOCH, MigrationState

@@ -1,4 +1,4 @@
-"""Idle prefixes cost nothing per tick: no shard I/O, no task (actors/prefix_schedule.py).
+"""Idle prefixes cost nothing per tick: no shard I/O, no task (actors/core/prefix_schedule.py).
 
 A real redis-server and a real coordinator in this process (short ticks). What
 the coordinator sends to Redis is counted by Redis itself (`INFO commandstats`
@@ -15,7 +15,7 @@ import pytest
 import redis
 import trio
 
-from rsc.actors.store import LEASE_KEY
+from rsc.actors.redis_io.store import LEASE_KEY
 from rsc.common.redis_server import EmbeddedRedis
 from rsc.member.session import open_session
 from rsc.protocol import messages as m

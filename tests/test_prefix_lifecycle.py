@@ -1,10 +1,10 @@
-"""Named rule tests of actors/prefix_lifecycle.py (G1, G3), on the part alone. Pure."""
+"""Named rule tests of actors/core/prefix_lifecycle.py (G1, G3), on the part alone. Pure."""
 
 from __future__ import annotations
 
-from rsc.actors.group import GroupMachine, GroupSettings
-from rsc.actors.prefix_io import DestroyConsumerGroups
-from rsc.actors.prefix_lifecycle import Lifecycle
+from rsc.actors.core.group import GroupMachine, GroupSettings
+from rsc.actors.core.prefix_io import DestroyConsumerGroups
+from rsc.actors.core.prefix_lifecycle import Lifecycle
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import JOIN_EPOCH

@@ -13,8 +13,8 @@ from typing import Any
 
 import attrs
 
-from rsc.actors.group import GroupSettings
-from rsc.actors.prefix import (
+from rsc.actors.core.group import GroupSettings
+from rsc.actors.core.prefix import (
     RETENTION_EVERY_TICKS,
     Answer,
     Checkpoint,
@@ -24,9 +24,9 @@ from rsc.actors.prefix import (
     TotalsRead,
     is_overdue,
 )
-from rsc.actors.records import PrefixSnapshot, RetentionRecord, changes_of, encode, replay
-from rsc.actors.shard_ops import DrainCount, GroupTotals, ShardLag, drain_report
-from rsc.actors.watch import MIN_INTERVAL_MS, Watch, significant
+from rsc.actors.core.records import PrefixSnapshot, RetentionRecord, changes_of, encode, replay
+from rsc.actors.core.watch import MIN_INTERVAL_MS, Watch, significant
+from rsc.actors.redis_io.shard_ops import DrainCount, GroupTotals, ShardLag, drain_report
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.routing import stream_key

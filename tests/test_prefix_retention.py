@@ -1,10 +1,10 @@
-"""Named rule tests of actors/prefix_retention.py (T1..T3), on the part alone. Pure."""
+"""Named rule tests of actors/core/prefix_retention.py (T1..T3), on the part alone. Pure."""
 
 from __future__ import annotations
 
-from rsc.actors.prefix_io import Checkpoint, CreateConsumerGroups, MoveOffsets, RetentionPass
-from rsc.actors.prefix_retention import RETENTION_EVERY_TICKS, Retention, must_wait
-from rsc.actors.records import RetentionRecord
+from rsc.actors.core.prefix_io import Checkpoint, CreateConsumerGroups, MoveOffsets, RetentionPass
+from rsc.actors.core.prefix_retention import RETENTION_EVERY_TICKS, Retention, must_wait
+from rsc.actors.core.records import RetentionRecord
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import RetentionMode

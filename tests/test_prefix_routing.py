@@ -1,11 +1,11 @@
-"""Named rule tests of actors/prefix_routing.py (R1..R4, G2), on the part alone. Pure."""
+"""Named rule tests of actors/core/prefix_routing.py (R1..R4, G2), on the part alone. Pure."""
 
 from __future__ import annotations
 
-from rsc.actors.group import GroupMachine, GroupSettings
-from rsc.actors.prefix_io import MIGRATION_COMPLETE, MIGRATION_RETIRED, CreateConsumerGroups
-from rsc.actors.prefix_routing import Resharding
-from rsc.actors.records import GroupSnapshot, MemberRecord
+from rsc.actors.core.group import GroupMachine, GroupSettings
+from rsc.actors.core.prefix_io import MIGRATION_COMPLETE, MIGRATION_RETIRED, CreateConsumerGroups
+from rsc.actors.core.prefix_routing import Resharding
+from rsc.actors.core.records import GroupSnapshot, MemberRecord
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import Cutover, MigrationState

@@ -7,13 +7,13 @@ Redis hash, report the outcome, resolve the answers). No Redis, no trio.
 
 from __future__ import annotations
 
-from rsc.actors.prefix import (
+from rsc.actors.core.prefix import (
     CreateConsumerGroups,
     DestroyConsumerGroups,
     MoveOffsets,
     RetireStreams,
 )
-from rsc.actors.records import PrefixSnapshot, replay
+from rsc.actors.core.records import PrefixSnapshot, replay
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import JOIN_EPOCH, LEAVE_EPOCH, Cutover, MigrationState

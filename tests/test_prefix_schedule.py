@@ -1,11 +1,11 @@
-"""The coordinator-wide schedule of prefix wakes (actors/prefix_schedule.py), with a fake clock."""
+"""The coordinator-wide schedule of prefix wakes (actors/core/prefix_schedule.py), with a fake clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from rsc.actors.prefix_retention import RETENTION_EVERY_TICKS
-from rsc.actors.prefix_schedule import Activity, Schedule, Wake
+from rsc.actors.core.prefix_retention import RETENTION_EVERY_TICKS
+from rsc.actors.core.prefix_schedule import Activity, Schedule, Wake
 from rsc.protocol import messages as m
 from rsc.protocol.vocabulary import RetentionMode
 from tests.prefix_driver import PREFIX, Driver, heartbeat, set_shards

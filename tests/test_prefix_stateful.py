@@ -9,7 +9,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from rsc.actors.records import replay
+from rsc.actors.core.records import replay
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import JOIN_EPOCH, LEAVE_EPOCH, Cutover, MigrationState
 from tests.prefix_driver import Batch, Driver, delete_group, heartbeat, set_shards

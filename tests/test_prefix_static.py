@@ -3,10 +3,10 @@ the machine is driven synchronously like tests/test_prefix_operations.py."""
 
 from __future__ import annotations
 
-from rsc.actors.group import GroupSettings
-from rsc.actors.prefix import PrefixMachine
-from rsc.actors.prefix_io import LagRead
-from rsc.actors.shard_ops import ShardLag
+from rsc.actors.core.group import GroupSettings
+from rsc.actors.core.prefix import PrefixMachine
+from rsc.actors.core.prefix_io import LagRead
+from rsc.actors.redis_io.shard_ops import ShardLag
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.routing import stream_key

@@ -1,11 +1,11 @@
-"""Named rule tests of actors/prefix_watches.py: which watches a batch concerns. Pure."""
+"""Named rule tests of actors/core/prefix_watches.py: which watches a batch concerns. Pure."""
 
 from __future__ import annotations
 
-from rsc.actors.group import Effects
-from rsc.actors.prefix_watches import Described
-from rsc.actors.records import Changes, GroupRecord, RetentionRecord, RoutingRecord
-from rsc.actors.watch import Watch
+from rsc.actors.core.group import Effects
+from rsc.actors.core.prefix_watches import Described
+from rsc.actors.core.records import Changes, GroupRecord, RetentionRecord, RoutingRecord
+from rsc.actors.core.watch import Watch
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 

@@ -83,8 +83,8 @@ async def test_k11_rsc_produce_serves_metrics_healthz_and_readyz(coordinator):
 def test_k11_the_coordinator_counts_replica_shortfalls(redis_url):
     import pytest
 
-    from rsc.actors.metrics import CoordinatorMetrics
-    from rsc.actors.store import MetadataStore, StoreError
+    from rsc.actors.ops.metrics import CoordinatorMetrics
+    from rsc.actors.redis_io.store import MetadataStore, StoreError
 
     store = MetadataStore(redis_url, lease_ms=1000, min_replicas=1, wait_timeout_ms=10)
     metrics = CoordinatorMetrics()

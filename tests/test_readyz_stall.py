@@ -24,7 +24,7 @@ pytestmark = pytest.mark.faults  # the fault step of .ci/run: python -m pytest -
 
 LEASE_MS = 3000
 TICK_MS = 100
-SOCKET_TIMEOUT_S = 5.0  # the metadata store's Redis client (actors/store.py)
+SOCKET_TIMEOUT_S = 5.0  # the metadata store's Redis client (actors/redis_io/store.py)
 SLACK_S = 2.0  # scheduling on a shared 2-core machine; still well under the socket timeout
 
 

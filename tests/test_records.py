@@ -8,7 +8,7 @@ import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rsc.actors.records import (
+from rsc.actors.core.records import (
     Changes,
     GroupRecord,
     GroupSnapshot,

@@ -20,7 +20,7 @@ import signal
 import pytest
 import trio
 
-from rsc.actors.store import MetadataStore
+from rsc.actors.redis_io.store import MetadataStore
 from rsc.common.redis_server import EmbeddedRedis
 from rsc.member.session import open_session
 from rsc.protocol import messages as m

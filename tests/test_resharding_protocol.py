@@ -320,7 +320,7 @@ async def test_g3_reset_offsets_refused_with_live_members_then_to_earliest_lates
 
 
 def test_r1_stream_admin_seals_and_unseals(client):
-    from rsc.actors.store import StreamAdmin
+    from rsc.actors.redis_io.store import StreamAdmin
 
     admin = StreamAdmin(client)
     streams = ("{orders:v1:0}", "{orders:v1:1}")

@@ -17,12 +17,12 @@ import pytest
 import redis
 import trio
 
-from rsc.actors import shard_ops
 from rsc.actors.actor import PrefixActor, now_ms
-from rsc.actors.group import GroupSettings
-from rsc.actors.prefix import RETENTION_EVERY_TICKS
+from rsc.actors.core.group import GroupSettings
+from rsc.actors.core.prefix import RETENTION_EVERY_TICKS
+from rsc.actors.redis_io import shard_ops
+from rsc.actors.redis_io.store import MetadataStore
 from rsc.actors.server import Collect
-from rsc.actors.store import MetadataStore
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import JOIN_EPOCH
@@ -163,8 +163,7 @@ async def test_t1_a_new_group_waits_for_the_running_pass_and_keeps_its_entries(
 
 
 async def test_t1_a_pass_in_slices_trims_every_shard(store, redis_url, monkeypatch):
-    from rsc.actors import retention_runner
-
+    from rsc.actors.redis_io import retention_runner
     monkeypatch.setattr(retention_runner, "RETENTION_SLICE", 2)  # five shards: three slices
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     async with trio.open_nursery() as nursery:

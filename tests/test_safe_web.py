@@ -23,7 +23,7 @@ from trio_websocket import open_websocket_url
 
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig, is_loopback_host
-from rsc.actors.handshake_gate import (
+from rsc.actors.core.handshake_gate import (
     HandshakeGate,
     Reason,
     RefusalTable,
@@ -31,7 +31,7 @@ from rsc.actors.handshake_gate import (
     origin_key,
     parse_allowed_origins,
 )
-from rsc.actors.metrics import CoordinatorMetrics
+from rsc.actors.ops.metrics import CoordinatorMetrics
 from rsc.common.coordinator_url import handshake_hint
 from rsc.console.http import ConsoleHosts, host_name
 from rsc.protocol import messages as m

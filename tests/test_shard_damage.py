@@ -11,8 +11,8 @@ from __future__ import annotations
 import redis
 import trio
 
-from rsc.actors.records import MigrationRecord, RoutingRecord
-from rsc.actors.shard_damage import (
+from rsc.actors.core.records import MigrationRecord, RoutingRecord
+from rsc.actors.core.shard_damage import (
     MAX_STREAM_ID,
     Damage,
     Finding,

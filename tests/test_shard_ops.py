@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import redis
 
-from rsc.actors import shard_ops as so
-from rsc.actors.store import StoreError
+from rsc.actors.redis_io import shard_ops as so
+from rsc.actors.redis_io.store import StoreError
 from rsc.protocol.routing import stream_key
 
 PREFIX = "orders"

@@ -1,4 +1,4 @@
-"""The coordinator-wide shard pipelines (actors/shard_work.py) on a real redis-server."""
+"""The coordinator-wide shard pipelines (actors/redis_io/shard_work.py) on a real redis-server."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import redis
 import trio
 
-from rsc.actors import shard_ops
-from rsc.actors.prefix_io import RetentionPass
-from rsc.actors.shard_work import ShardWork
+from rsc.actors.core.prefix_io import RetentionPass
+from rsc.actors.redis_io import shard_ops
+from rsc.actors.redis_io.shard_work import ShardWork
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ although the machine was told it failed (a half-written or late write).
 
 from __future__ import annotations
 
-from rsc.actors.prefix import Checkpoint, GroupBudget, PrefixMachine
-from rsc.actors.records import encode, replay
+from rsc.actors.core.prefix import Checkpoint, GroupBudget, PrefixMachine
+from rsc.actors.core.records import encode, replay
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import JOIN_EPOCH

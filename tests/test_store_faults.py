@@ -15,11 +15,18 @@ import pytest
 import redis
 import trio
 
-from rsc.actors import shard_ops
 from rsc.actors.actor import PrefixActor, Tick, now_ms
-from rsc.actors.group import GroupSettings
-from rsc.actors.records import Changes, GroupRecord, OwnerToken, replay
-from rsc.actors.store import MetadataStore, StoreError, StoreFenced, StoreStale, StreamAdmin, meta_key
+from rsc.actors.core.group import GroupSettings
+from rsc.actors.core.records import Changes, GroupRecord, OwnerToken, replay
+from rsc.actors.redis_io import shard_ops
+from rsc.actors.redis_io.store import (
+    MetadataStore,
+    StoreError,
+    StoreFenced,
+    StoreStale,
+    StreamAdmin,
+    meta_key,
+)
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.routing import owner_key

@@ -17,9 +17,9 @@ import sys
 import pytest
 import trio
 
-from rsc.actors.group import GroupSettings
-from rsc.actors.prefix import PrefixMachine
-from rsc.actors.store import STORE_ID_KEY
+from rsc.actors.core.group import GroupSettings
+from rsc.actors.core.prefix import PrefixMachine
+from rsc.actors.redis_io.store import STORE_ID_KEY
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.routing import stream_key
@@ -249,8 +249,8 @@ async def test_k9_a_producer_of_a_torn_down_rig_does_not_deliver_to_a_new_rig_on
 
 
 def test_k3_streams_a_restored_snapshot_names_and_memory_retired_are_retired_again():
-    from rsc.actors.records import Changes, PrefixSnapshot, RoutingRecord, encode
-    from rsc.actors.store_rewrite import prefix_rewrite
+    from rsc.actors.core.records import Changes, PrefixSnapshot, RoutingRecord, encode
+    from rsc.actors.core.store_rewrite import prefix_rewrite
 
     def hash_of(routing: RoutingRecord) -> dict[str, str]:
         changes = Changes()

@@ -1,6 +1,6 @@
 """K3 and K4: a store that went back, or lost everything, under a running coordinator.
 
-The detection (actors/store_rewrite.py `went_back`) and the plan of what is written back
+The detection (actors/core/store_rewrite.py `went_back`) and the plan of what is written back
 (`prefix_rewrite`) are pure and tested without I/O. Against a real redis-server of the
 test's own (so it can be SIGKILLed and started again on its port):
 
@@ -26,7 +26,7 @@ import pytest
 import redis
 import trio
 
-from rsc.actors.records import (
+from rsc.actors.core.records import (
     GroupRecord,
     GroupSnapshot,
     MemberRecord,
@@ -36,8 +36,7 @@ from rsc.actors.records import (
     encode,
     replay,
 )
-from rsc.actors.store import EPOCH_KEY, STORE_ID_KEY, meta_key
-from rsc.actors.store_rewrite import (
+from rsc.actors.core.store_rewrite import (
     Expected,
     Observed,
     Witness,
@@ -47,6 +46,7 @@ from rsc.actors.store_rewrite import (
     went_back,
     went_back_epoch,
 )
+from rsc.actors.redis_io.store import EPOCH_KEY, STORE_ID_KEY, meta_key
 from rsc.common.redis_server import EmbeddedRedis
 from rsc.member.session import open_session
 from rsc.protocol import DescribeGroup, GroupDescription
@@ -182,7 +182,7 @@ def test_k3_over_an_older_state_what_memory_no_longer_has_is_deleted():
                                "gone": MemberRecord(epoch=1, previous_epoch=0, capacity=None,
                                                     assigned=frozenset({"{p:1:0}"}))}),
                                    "deleted": GroupSnapshot(GroupRecord())})
-    from rsc.actors.records import changes_of
+    from rsc.actors.core.records import changes_of
     stored = {k: v for k, v in encode(changes_of(older)).items() if v is not None}
     stored.update({"coordinatorEpoch": "4", "writeSequence": "10"})
     plan = prefix_rewrite(snapshot, stored)
@@ -363,7 +363,7 @@ async def test_k4_redis_sigkilled_and_restarted_empty_consumption_resumes_withou
 
 def test_k3_owner_records_are_written_back(redis_url):
     """The owner records a member's acks are checked against come back with the hash."""
-    from rsc.actors.store import MetadataStore
+    from rsc.actors.redis_io.store import MetadataStore
 
     store = MetadataStore(redis_url, lease_ms=2000)
     try:
@@ -437,7 +437,7 @@ async def test_k3_d5_a_waiting_coordinator_does_not_take_over_while_the_holder_w
         nursery, caplog):
     """D5: the waiting coordinator waits a full lease TTL of absence; the holder of a store
     restarted empty writes its lease back within a tick, so it stays the only one (H3)."""
-    from rsc.actors.store import LEASE_KEY
+    from rsc.actors.redis_io.store import LEASE_KEY
 
     caplog.set_level("WARNING", logger="rsc.coordinator")
     server = OwnRedis(binary=server_binary()).start()
@@ -481,8 +481,8 @@ async def test_k3_d5_a_waiting_coordinator_does_not_take_over_while_the_holder_w
 
 def test_k3_on_a_redis_cluster_each_master_carries_a_marker(cluster_url, redis_cluster):
     """The failover of one master's node to a replica that was behind shows in its marker."""
-    from rsc.actors.records import Changes
-    from rsc.actors.store import MetadataStore
+    from rsc.actors.core.records import Changes
+    from rsc.actors.redis_io.store import MetadataStore
 
     store = MetadataStore(cluster_url, lease_ms=2000)
     try:

@@ -15,11 +15,11 @@ def test_count_leaves_out_imports_comments_and_blank_lines(tmp_path: Path) -> No
 
 
 def test_strict_patterns_match_like_mypy() -> None:
-    patterns = ["rsc.protocol.*", "rsc.actors.lease", "rsc.errors"]
+    patterns = ["rsc.protocol.*", "rsc.actors.core.lease", "rsc.errors"]
     assert structure.is_strict("rsc.protocol", patterns)
     assert structure.is_strict("rsc.protocol.messages", patterns)
-    assert structure.is_strict("rsc.actors.lease", patterns)
-    assert not structure.is_strict("rsc.actors.lease_runner", patterns)
+    assert structure.is_strict("rsc.actors.core.lease", patterns)
+    assert not structure.is_strict("rsc.actors.core.lease_runner", patterns)
     assert not structure.is_strict("rsc.protocolx", patterns)
 
 
@@ -28,6 +28,10 @@ def test_every_product_module_is_counted_once() -> None:
     names = [m.name for m in modules]
     assert len(names) == len(set(names))
     assert "rsc.actors.app" in names and "rsc.member.shells.runtime" in names and "rsc.errors" in names
+    layers = {m.layer for m in modules}
+    assert {"actors", "actors/core", "actors/net", "actors/redis_io", "actors/admin", "actors/ops",
+            "member", "member/pure"} <= layers
+    assert {m.name: m.layer for m in modules}["rsc.actors.core.group"] == "actors/core"
     assert not any(name.startswith(("rsc.rsc", "bench", "tests")) for name in names)
     figures = structure.figures()
     assert figures["modules"] == len(modules)

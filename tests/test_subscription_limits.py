@@ -15,13 +15,13 @@ import attrs
 import trio
 
 from rsc.actors.actor import PrefixActor
-from rsc.actors.server import Session
-from rsc.actors.subscriptions import (
+from rsc.actors.core.subscriptions import (
     MAX_ROUTING_SUBSCRIPTIONS_PER_SESSION,
     MAX_WATCHES_PER_SESSION,
     Admit,
     Holdings,
 )
+from rsc.actors.server import Session
 from rsc.member.session import open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status

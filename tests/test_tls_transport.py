@@ -1,4 +1,4 @@
-"""actors/tls_transport.py's TlsEngine without sockets: a client SSLObject and the engine pass
+"""actors/net/tls_transport.py's TlsEngine without sockets: a client SSLObject and the engine pass
 bytes by hand.
 
 - the handshake in either TLS version, then plaintext both ways;
@@ -16,7 +16,7 @@ import ssl
 
 import pytest
 
-from rsc.actors.tls_transport import TlsEngine
+from rsc.actors.net.tls_transport import TlsEngine
 from rsc.common import tls
 from tests.conftest_tls import Certs
 

@@ -8,8 +8,8 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_url
 
-from rsc.actors.handshake_gate import authorized
-from rsc.actors.ws_server import utf8_bytes as frame_bytes
+from rsc.actors.core.handshake_gate import authorized
+from rsc.actors.net.ws_server import utf8_bytes as frame_bytes
 from rsc.protocol.codec import encode
 from rsc.protocol.messages import Heartbeat
 

@@ -14,7 +14,7 @@ from rsc.protocol.errors import Status
 
 
 class _Connection:
-    """What a Session needs of actors/ws_server.py's connection: frames out, never waiting."""
+    """What a Session needs of actors/net/ws_server.py's connection: frames out, never waiting."""
 
     def __init__(self) -> None:
         self.sent: list[str] = []

@@ -13,7 +13,7 @@ import redis
 import trio
 
 from rsc.actors.actor import PrefixActor
-from rsc.actors.shard_ops import STORE_ID_KEY, ensure_store_id
+from rsc.actors.redis_io.shard_ops import STORE_ID_KEY, ensure_store_id
 from rsc.member.session import Session, SessionClosed, open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status

@@ -1,9 +1,9 @@
-"""Pure: when a describeGroup watch looks (actors/watch.py) and which groups the prefix machine
+"""Pure: when a describeGroup watch looks (actors/core/watch.py) and which groups the prefix machine
 says a batch changed (PrefixMachine.described). No I/O, no trio."""
 
 from __future__ import annotations
 
-from rsc.actors.watch import MIN_INTERVAL_MS, REFRESH_MS, Watch
+from rsc.actors.core.watch import MIN_INTERVAL_MS, REFRESH_MS, Watch
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from tests.prefix_driver import GROUP, PREFIX, Driver, delete_group, describe, ok, set_shards

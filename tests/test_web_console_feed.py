@@ -24,7 +24,7 @@ from trio_websocket import ConnectionRejected, WebSocketConnection, open_websock
 
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
-from rsc.actors.metrics import CoordinatorMetrics
+from rsc.actors.ops.metrics import CoordinatorMetrics
 from rsc.admin.client import open_admin_client
 from rsc.console import serve_console
 from tests.conftest import FAST

@@ -1,6 +1,6 @@
-"""The coordinator's own websocket connection (actors/ws_server.py): trio-websocket's behaviour
+"""The coordinator's own websocket connection (actors/net/ws_server.py): trio-websocket's behaviour
 without its tasks. Frames in are parsed by wsproto, frames out are written in place, over
-ws:// and over wss:// (TLS driven by the session's task, actors/tls_transport.py) alike.
+ws:// and over wss:// (TLS driven by the session's task, actors/net/tls_transport.py) alike.
 
 Over a real coordinator and real sockets, each on ws:// and wss://: pings, closes from either
 side and their codes, fragmented and pipelined requests, malformed HTTP, bad frames, the
@@ -49,8 +49,8 @@ from wsproto.events import (
 
 from rsc.actors.app import serve
 from rsc.actors.config import CoordinatorConfig
-from rsc.actors.metrics import CoordinatorMetrics
-from rsc.actors.ws_server import RECEIVE_BYTES, ServerConnection, text_frame
+from rsc.actors.net.ws_server import RECEIVE_BYTES, ServerConnection, text_frame
+from rsc.actors.ops.metrics import CoordinatorMetrics
 from rsc.common import tls
 from rsc.protocol import messages as m
 from rsc.protocol.codec import encode

@@ -212,7 +212,7 @@ def format_version_changed_view(response: FormatVersionChanged) -> Text:
 
 def audit_view(response: AuditEntries) -> RenderableType:
     """C3: the audit entries, newest first: when, who (peer, role, via), what, the outcome.
-    Each entry is the JSON object the audit log stores (actors/audit.py)."""
+    Each entry is the JSON object the audit log stores (actors/admin/audit.py)."""
     if not response.entries:
         return plain("the audit log is empty")
     table = Table(box=None, pad_edge=False, show_edge=False)

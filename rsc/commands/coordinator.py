@@ -16,7 +16,7 @@ from rsc.common.exit_codes import EXIT_FAILED, EXIT_OK
 from rsc.common.logs import add_logging_arguments, configure_logging, log_event
 
 if TYPE_CHECKING:
-    from rsc.actors.metrics import CoordinatorMetrics
+    from rsc.actors.ops.metrics import CoordinatorMetrics
 
 log = logging.getLogger("rsc.coordinator")
 
@@ -167,7 +167,7 @@ def _fail(problem: str) -> None:
 
 def _operator_error(exc: BaseException) -> BaseException | None:
     """The store or embedded-redis error inside `exc` (nurseries wrap errors in groups)."""
-    from rsc.actors.store import StoreError
+    from rsc.actors.redis_io.store import StoreError
     from rsc.common.errors import leaves
     from rsc.common.redis_server import EmbeddedRedisError
     from rsc.common.tls import TlsConfigError
@@ -207,7 +207,7 @@ async def _serve_until_signal(config: CoordinatorConfig) -> None:
 
     metrics: CoordinatorMetrics | None = None
     if config.metrics_port is not None:
-        from rsc.actors.metrics import CoordinatorMetrics
+        from rsc.actors.ops.metrics import CoordinatorMetrics
 
         metrics = CoordinatorMetrics()
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

@@ -14,7 +14,7 @@
   cannot verify only as a connect timeout).
 - `TlsListener`: the coordinator's side, TLS over its admitted connections: each one a
   `TlsStream` naming its transport and context, which the coordinator's websocket
-  connection (actors/ws_server.py) drives itself, or a trio stream for anyone else; a plain
+  connection (actors/net/ws_server.py) drives itself, or a trio stream for anyone else; a plain
   HTTP request (a ws:// client) is answered 400 "use wss://" at once (`refuse_plain_http`).
 - `redis_tls_options(url)`: the extra redis-py options of a rediss:// URL: the CA from
   $RSC_REDIS_CA_FILE when the URL's query names none (`ssl_ca_certs`, `ssl_certfile`,
@@ -57,7 +57,7 @@ class TlsFailed(ConfigurationError):
 def server_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     """A server context holding `cert_file` (the chain, PEM) and its `key_file`. A client's
     renegotiation (TLS 1.2) is refused, so a handshake never starts again under a session
-    (actors/tls_transport.py encrypts without waiting on the peer)."""
+    (actors/net/tls_transport.py encrypts without waiting on the peer)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.options |= ssl.OP_NO_RENEGOTIATION
     try:
@@ -244,7 +244,7 @@ class TlsStream(trio.abc.Stream):
     """An accepted connection that is to speak TLS with `context` over `transport`.
 
     The coordinator's websocket connection takes `transport` and `context` and runs TLS in its
-    own task (actors/ws_server.py, actors/tls_transport.py). Used as a stream, it is a server-side
+    own task (actors/net/ws_server.py, actors/net/tls_transport.py). Used as a stream, it is a server-side
     trio.SSLStream (made on first use) that answers a plain HTTP request (a ws:// client) with
     a 400 saying to use wss:// (D3), instead of leaving it waiting for its handshake timeout.
     """

@@ -37,7 +37,7 @@ import attrs
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_server_stream
 
-from rsc.actors.handshake_gate import Reason, RefusalTable
+from rsc.actors.core.handshake_gate import Reason, RefusalTable
 from rsc.actors.server import admin_role
 from rsc.admin.client import (
     AdminClient,

@@ -9,8 +9,8 @@ import attrs
 import trio
 
 from rsc.actors.actor import PrefixActor, now_ms
+from rsc.actors.core.prefix import PrefixMachine
 from rsc.actors.mailbox import Envelope, Tick
-from rsc.actors.prefix import PrefixMachine
 from rsc.actors.router import Router
 from rsc.actors.server import Collect
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from rsc.actors.group import GroupMachine
+from rsc.actors.core.group import GroupMachine
 from rsc.protocol import messages as m
 from rsc.protocol.vocabulary import GroupState, RevokeState
 
