@@ -203,6 +203,9 @@ class Session:
             return
         on_idle, self._on_idle = self._on_idle, None
         self.queue.clear()
+        # the connection's hook was its one reference back: without it a closed session and
+        # its connection are freed as soon as they are dropped, not by a full collection
+        self.connection.when_written(None)
         on_idle()
 
 

@@ -246,8 +246,8 @@ class ServerConnection:
         """The stream failed or was closed: nothing more is written."""
         return self._outbox.broken
 
-    def when_written(self, callback: Callable[[], None]) -> None:
-        """Call `callback` each time the writer task has sent everything queued."""
+    def when_written(self, callback: Callable[[], None] | None) -> None:
+        """Call `callback` each time the writer task has sent everything queued (None: stop)."""
         self._outbox.on_written = callback
 
 
