@@ -24,7 +24,7 @@ import asyncio
 import contextvars
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -144,6 +144,7 @@ class AioWorkers(WorkerPool):
             with trio.CancelScope(shield=True), trio.move_on_after(STOP_WAIT_S):
                 await wait_asyncio(list(tasks), self.host)
             self.threads.shutdown(wait=False)
+            await self.attempts.aclose()
 
     def _worker_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
@@ -189,6 +190,9 @@ class AioWorkers(WorkerPool):
 
     async def _in_thread(self, function: Callable[..., Any], *args: Any) -> Any:
         return await self.loop.run_in_executor(self.threads, function, *args)
+
+    async def _in_trio(self, function: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        return await self.host.call(function, *args)
 
     def _stopping(self, error: BaseException) -> bool:
         """A cancellation is the worker's stop only when its own task is being cancelled; one

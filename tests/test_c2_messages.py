@@ -397,9 +397,26 @@ def test_c2_a_page_read_becomes_the_admin_request_for_its_own_prefix_only():
     assert pending.request.consumer_group == GROUP
     for text, problem in ((read_frame("deleteGroup", {}), "field 'request' must be one of"),
                           (read_frame("readShard", {"shard": "s", "count": 500}), "count"),
-                          ("[1]", "only reads")):
+                          ('{"type": "action"}', "only reads"),
+                          ("[1]", "a read must be a JSON object")):
         with pytest.raises(views.ActionError, match=problem):
             views.parse_read(text, PREFIX, GROUP)
+
+
+@pytest.mark.parametrize("text, problem", [
+    (read_frame("listPending", {"shard": "s"}).encode(), "must be a JSON text frame"),
+    ("x" * 5000, "must be a JSON text frame of at most 4096 bytes"),
+    ("{not json", "is not JSON"),
+    ('"a string"', "must be a JSON object"),
+    ("[1]", "must be a JSON object")])
+def test_c2_a_read_and_an_action_refuse_a_frame_that_is_not_a_json_object_alike(text, problem):
+    from rsc.console import views
+
+    # a binary frame too: the messages page's reads are read as the group page's actions
+    with pytest.raises(views.ActionError, match=f"^a read {problem}"):
+        views.parse_read(text, PREFIX, GROUP)
+    with pytest.raises(views.ActionError, match=f"^an action {problem}"):
+        views.parse_action(text, PREFIX, GROUP)
 
 
 async def test_c2_the_console_messages_page_reads_pages_and_refuses_contents_to_the_viewer(

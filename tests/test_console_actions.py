@@ -49,7 +49,8 @@ def test_c1_an_action_message_becomes_the_admin_request_or_a_clear_error():
                           (action("setShardCount", {"shardCount": 0}, 1, 1), "shardCount"),
                           (action("setShardCount", {"shardCount": "8"}, 1, 1), "integer"),
                           (action("resetOffsets", {"to": "yesterday"}, 1, 1), "params.to"),
-                          ("[1]", "a page sends only actions")):
+                          ('{"type": "read"}', "a page sends only actions"),
+                          ("[1]", "an action must be a JSON object")):
         with pytest.raises(views.ActionError, match=problem):
             views.parse_action(text, "orders", "billing")
     parsed = views.parse_action(action("deleteGroup", {}, 3, 1), "orders", "billing")

@@ -209,3 +209,45 @@ async def test_both_executors_read_ahead_and_ack_alike(redis_url, executor):
     finally:
         await ops.aclose()
         client.close()
+
+
+@pytest.mark.parametrize("executor", ["native", "redis-py"])
+async def test_both_executors_record_an_attempt_alike(redis_url, executor):
+    """P1's attempt records go through the same async protocol: owner checked, NOSCRIPT loaded
+    again, and as many at once as workers ask (each on a connection of its own)."""
+    from rsc.member.redis_io.dataplane import ThreadedStreamOps, open_stream_ops
+    from rsc.member.redis_io.native_streams import NativeStreamOps
+    from rsc.member.redis_io.stream_commands import NOT_OWNER, NOT_PENDING, RECORDED
+
+    client = connect(redis_url)
+    client.xgroup_create(SHARD, GROUP, id="0", mkstream=True)
+    ids = [client.xadd(SHARD, {"key": f"k{n}", "value": str(n)}) for n in range(8)]
+    client.xreadgroup(GROUP, "member-a", {SHARD: ">"}, count=8)
+    sync_ops = StreamOps(client, GROUP, "member-a", use_xackdel=False)
+    ops = open_stream_ops(sync_ops) if executor == "native" else ThreadedStreamOps(sync_ops)
+    assert isinstance(ops, NativeStreamOps if executor == "native" else ThreadedStreamOps)
+
+    def counts() -> dict[str, int]:
+        return {row["message_id"]: row["times_delivered"]
+                for row in client.xpending_range(SHARD, GROUP, min="-", max="+", count=100)}
+
+    try:
+        client.set(owner_key(SHARD, GROUP), "member-b")
+        assert await ops.record_attempt(SHARD, ids[0], 2) == NOT_OWNER
+        assert counts()[ids[0]] == 1, "refused: nothing recorded"
+        client.set(owner_key(SHARD, GROUP), "member-a")
+        client.script_flush()
+        outcomes: dict[str, int] = {}
+
+        async def record(entry_id: str) -> None:
+            outcomes[entry_id] = await ops.record_attempt(SHARD, entry_id, 3)
+
+        async with trio.open_nursery() as nursery:
+            for entry_id in ids:
+                nursery.start_soon(record, entry_id)
+        assert outcomes == dict.fromkeys(ids, RECORDED) and counts() == dict.fromkeys(ids, 3)
+        client.xack(SHARD, GROUP, ids[0])
+        assert await ops.record_attempt(SHARD, ids[0], 4) == NOT_PENDING
+    finally:
+        await ops.aclose()
+        client.close()

@@ -45,6 +45,18 @@ def test_strict_typing_covers_protocol_common_and_every_pure_core() -> None:
     assert not missing, f"add to the strict mypy override in pyproject.toml: {missing}"
 
 
+def test_only_third_party_modules_may_be_missing() -> None:
+    # a broken import of our own (rsc.*, tests.*, bench.*) must be a mypy error, not an Any
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
+    assert not config.get("ignore_missing_imports", False), "set it per third-party module"
+    ignored = [module for override in config.get("overrides", [])
+               if override.get("ignore_missing_imports") for module in override["module"]]
+    assert ignored, "no third-party module is missing its types?"
+    ours = [module for module in ignored
+            if module.split(".")[0] in {"rsc", "tests", "bench", "protocol", "actors", "member"}]
+    assert not ours, f"our own modules cannot be ignored when missing: {ours}"
+
+
 def test_the_coverage_check_reads_patterns_as_mypy_does() -> None:
     assert covered("rsc.common.lua", ["rsc.common.*"])
     assert covered("rsc.common", ["rsc.common.*"])

@@ -1,5 +1,5 @@
-"""The member's data plane as the reader and the acker see it: one async `StreamOps` protocol,
-two executors behind it.
+"""The member's data plane as the reader, the acker and the workers see it: one async
+`StreamOps` protocol, two executors behind it.
 
 - native (native_streams.py): trio-driven connections, no thread hop, where the Redis URL
   names one plain server (redis://, rediss://);
@@ -8,8 +8,9 @@ two executors behind it.
   unix socket.
 
 Both send the commands stream_commands.py builds and read the replies with its parsers; the
-Lua scripts run through the one NOSCRIPT fallback (rsc/common/lua.py's `ScriptPlan`). Claims,
-lag and the attempt script stay on the sync ops (`streams.StreamOps`), run in a thread.
+Lua scripts (the acks', the attempt records') run through the one NOSCRIPT fallback
+(rsc/common/lua.py's `ScriptPlan`). Claims and lag stay on the sync ops (`streams.StreamOps`),
+run in a thread.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ class StreamOps(Protocol):
     async def ack(self, ids_by_shard: Mapping[str, Sequence[str]]) -> dict[str, int]:
         """Ack entries per shard in one round trip (owner checked): the count acked per shard,
         or NOT_OWNER for a shard whose owner token names another member."""
+
+    async def record_attempt(self, shard: str, entry_id: str, count: int) -> int:
+        """Set a pending entry's delivery count to `count` before a handler call (P1), while the
+        shard's owner token names this member: RECORDED, NOT_PENDING or NOT_OWNER (the attempt
+        script). Workers call it at once, each for its own entry."""
 
     async def aclose(self) -> None:
         """Close the executor's own connections."""
@@ -84,6 +90,9 @@ class ThreadedStreamOps:
 
     async def ack(self, ids_by_shard: Mapping[str, Sequence[str]]) -> dict[str, int]:
         return await trio.to_thread.run_sync(self.ops.ack, ids_by_shard)
+
+    async def record_attempt(self, shard: str, entry_id: str, count: int) -> int:
+        return await trio.to_thread.run_sync(self.ops.record_attempt, shard, entry_id, count)
 
     async def aclose(self) -> None:
         """Nothing of its own: the client is its opener's to close."""

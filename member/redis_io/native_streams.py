@@ -10,6 +10,8 @@ and parsers (stream_commands.py):
 - acks: the owner-checking ack script (rsc/common/scripts/ack.lua) by EVALSHA, every call in
   one write, with the one NOSCRIPT fallback (rsc/common/lua.py's `ScriptPlan`); a shard not
   ours answers NOT_OWNER;
+- the workers' attempt records (P1): the owner-checked attempt script, the same way, on a
+  connection of each call's own (idle ones are used again), as workers record at once;
 - a producer's writes (`NativeProduceOps`, without --min-replicas): the seal-checking produce
   script, the records of one batch in one write, each reply read as `ProduceOps.write` does.
 Claims, lag, WAIT (K5) and the rest stay on redis-py. `native_ops` says None for a Cluster, a
@@ -20,14 +22,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import trio
+
 from rsc.common.trio_redis import Settings, TrioRedis, settings_of
 from rsc.member.redis_io.stream_commands import (
     ACK_SCRIPT,
+    ATTEMPT_SCRIPT,
     PRODUCE_SCRIPT,
     StreamEntries,
     WriteResult,
     ack_calls,
     acked_counts,
+    attempt_call,
+    attempt_outcome,
     by_stream,
     produce_calls,
     read_command,
@@ -36,8 +43,8 @@ from rsc.member.redis_io.stream_commands import (
 
 
 class NativeStreamOps:
-    """Reads and acks of one consumer (memberId) of one consumer group over trio connections
-    (a `dataplane.StreamOps`)."""
+    """Reads, acks and attempt records of one consumer (memberId) of one consumer group over
+    trio connections (a `dataplane.StreamOps`)."""
 
     def __init__(self, settings: Settings, consumer_group: str, consumer: str, *,
                  use_xackdel: bool) -> None:
@@ -47,6 +54,7 @@ class NativeStreamOps:
         self.use_xackdel = use_xackdel
         self._reads: TrioRedis | None = None
         self._acks: TrioRedis | None = None
+        self._attempts: list[TrioRedis] = []  # idle connections for attempt records
 
     @property
     def reads_sent(self) -> int:
@@ -95,11 +103,28 @@ class NativeStreamOps:
             self._acks = await TrioRedis.open(self.settings, decode=True)
         return acked_counts(calls, await self._acks.run(ACK_SCRIPT.plan(calls)))
 
+    async def record_attempt(self, shard: str, entry_id: str, count: int) -> int:
+        """Set a pending entry's delivery count to `count` before a handler call (P1), while the
+        owner token names this member: RECORDED, NOT_PENDING or NOT_OWNER (attempt.lua). One
+        call at a time per connection: an idle one, else a new one, kept unless it failed."""
+        call = attempt_call(shard, self.consumer_group, self.consumer, entry_id, count)
+        idle = self._attempts
+        connection = idle.pop() if idle else await TrioRedis.open(self.settings, decode=True)
+        try:
+            [reply] = await connection.run(ATTEMPT_SCRIPT.plan([call]))
+        finally:
+            if not connection.closed:  # (a failed or cancelled round trip closed it)
+                idle.append(connection)
+        return attempt_outcome(reply)
+
     async def aclose(self) -> None:
-        for connection in (self._reads, self._acks):
-            if connection is not None:
-                await connection.aclose()
+        """Close every connection, at once even when cancelled (each closes forcefully)."""
+        connections, self._attempts = [self._reads, self._acks, *self._attempts], []
         self._reads = self._acks = None
+        with trio.CancelScope(shield=True):  # a cancelled close must not skip the others
+            for connection in connections:
+                if connection is not None:
+                    await connection.aclose()
 
 
 class NativeProduceOps:

@@ -128,6 +128,13 @@ def acked_counts(calls: Sequence[Call], results: Sequence[Reply]) -> dict[str, i
     return acked
 
 
+def attempt_outcome(reply: Reply) -> int:
+    """The attempt script's reply: RECORDED, NOT_PENDING or NOT_OWNER (an error reply raised)."""
+    if isinstance(reply, Exception):
+        raise reply
+    return reply_int(reply)
+
+
 def write_result(reply: Reply) -> WriteResult:
     """What the produce script's reply for one record means (shared by every executor)."""
     if isinstance(reply, RedisError):

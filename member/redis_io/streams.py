@@ -46,6 +46,7 @@ from rsc.member.redis_io.stream_commands import (
     ack_calls,
     acked_counts,
     attempt_call,
+    attempt_outcome,
     autoclaim_command,
     autoclaimed,
     by_stream,
@@ -265,9 +266,7 @@ class StreamOps:
         owner token names this member: RECORDED, NOT_PENDING or NOT_OWNER (attempt.lua)."""
         call = attempt_call(shard, self.consumer_group, self.consumer, entry_id, count)
         [reply] = ATTEMPT_SCRIPT.run([call], self._execute, self._load)
-        if isinstance(reply, Exception):
-            raise reply
-        return reply_int(reply)
+        return attempt_outcome(reply)
 
     def ack(self, ids_by_shard: Mapping[str, Sequence[str]]) -> dict[str, int]:
         """Ack entries per shard in one pipeline; a shard answers NOT_OWNER if not ours."""

@@ -8,7 +8,8 @@ not run; it stays pending in Redis for the next owner.
 
 `WorkerPool` is that loop, written once for both hosts: the trio host's
 `Workers` here and the asyncio host's `AioWorkers` (aio_workers.py) say only
-how they wait, sleep, run a thread, wake the acker and reach trio's context.
+how they wait, sleep, run a thread, wake the acker and reach trio's context
+(where the data plane's `StreamOps` records an attempt, dataplane.py).
 
 The no-op path costs a few microseconds per message: no task, no thread hop,
 no wakeup of anybody but the acker once a batch is worth sending.
@@ -21,7 +22,7 @@ import functools
 import inspect
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -37,6 +38,7 @@ from rsc.member.policies import AckPolicy, RetryPolicy, dead_letter_fields
 from rsc.member.pure.attempts import DeadLetterNow, next_step
 from rsc.member.pure.ledger import Verdict
 from rsc.member.pure.reconcile import NO_ACTIONS, Actions
+from rsc.member.redis_io.dataplane import open_stream_ops
 from rsc.member.redis_io.ops import produce_ops, stream_ops
 from rsc.member.redis_io.streams import NOT_OWNER, RECORDED
 from rsc.member.redis_io.unrecoverable import check_permanent
@@ -76,9 +78,10 @@ class WorkerPool:
         self.handler = handler
         self.is_async = inspect.iscoroutinefunction(handler)
         self.dead_letters = produce_ops(misc_client)  # XADD of dead letters (its add_raw)
-        # the owner-checked record of an attempt before its call (P1)
-        self.attempts = stream_ops(misc_client, core.config.consumer_group, core.member_id,
-                                   use_xackdel=False)
+        # the owner-checked record of an attempt before its call (P1): native where it can
+        # be, else redis-py in a thread; closed by the host's `run` when the workers end
+        self.attempts = open_stream_ops(stream_ops(misc_client, core.config.consumer_group,
+                                                   core.member_id, use_xackdel=False))
         self._suspect_running = False  # a call that may crash the process runs (P1)
         self._suspect_waiters: list[Any] = []
 
@@ -100,6 +103,10 @@ class WorkerPool:
         await trio.sleep(seconds)
 
     async def _in_thread(self, function: Callable[..., Any], *args: Any) -> Any:
+        raise NotImplementedError
+
+    async def _in_trio(self, function: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        """`await function(*args)` in trio's run context (the data plane's calls)."""
         raise NotImplementedError
 
     def _stopping(self, error: BaseException) -> bool:
@@ -402,8 +409,8 @@ class WorkerPool:
         retry = RECORD_RETRY.start()
         while True:
             try:
-                outcome = await self._in_thread(self.attempts.record_attempt, message.shard,
-                                                message.id, count)
+                outcome = await self._in_trio(self.attempts.record_attempt, message.shard,
+                                              message.id, count)
                 break
             except redis_errors.RedisError as exc:
                 check_permanent(exc, core.config.redis_url)
@@ -462,17 +469,23 @@ class Workers(WorkerPool):
     async def run(self) -> None:
         """Keep as many long-lived workers as the ledger's worker count (never one per message)."""
         core = self.core
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            spawned = 0
-            while True:
-                while spawned < core.queue.workers:
-                    nursery.start_soon(self.worker, spawned)
-                    spawned += 1
-                await core.changed.wait()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                spawned = 0
+                while True:
+                    while spawned < core.queue.workers:
+                        nursery.start_soon(self.worker, spawned)
+                        spawned += 1
+                    await core.changed.wait()
+        finally:
+            await self.attempts.aclose()
 
     async def _in_thread(self, function: Callable[..., Any], *args: Any) -> Any:
         return await trio.to_thread.run_sync(function, *args, limiter=self.threads)
+
+    async def _in_trio(self, function: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        return await function(*args)
 
     def _later(self, seconds: float, callback: Callable[[], None]) -> None:
         if self._nursery is not None:

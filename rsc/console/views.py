@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Final, Generic, TypedDict, TypeVar
+from typing import Any, Final, Generic, TypedDict, TypeVar
 
 import attrs
 
@@ -76,17 +76,25 @@ class Hello:
     consumer_group: str | None = None
 
 
-def parse_hello(text: str | bytes) -> Hello:
-    """`{"view": "overview" | "group" | "audit" | "messages", "token": str | null,
-    "streamPrefix", "consumerGroup"}`."""
-    if isinstance(text, bytes) or len(text.encode()) > MAX_HELLO_BYTES:
-        raise HelloError("the first message must be a JSON text frame of at most 4096 bytes")
+def _json_object(text: str | bytes, what: str, error: type[ValueError],
+                max_bytes: int) -> dict[str, Any]:
+    """A page's message as the JSON object of one text frame of at most `max_bytes`; else
+    `error` saying which of those it is not (a binary frame, not JSON, not an object)."""
+    if isinstance(text, bytes) or len(text.encode()) > max_bytes:
+        raise error(f"{what} must be a JSON text frame of at most {max_bytes} bytes")
     try:
         body = json.loads(text)
     except ValueError:
-        raise HelloError("the first message is not JSON") from None
+        raise error(f"{what} is not JSON") from None
     if not isinstance(body, dict):
-        raise HelloError("the first message must be a JSON object")
+        raise error(f"{what} must be a JSON object")
+    return body
+
+
+def parse_hello(text: str | bytes) -> Hello:
+    """`{"view": "overview" | "group" | "audit" | "messages", "token": str | null,
+    "streamPrefix", "consumerGroup"}`."""
+    body = _json_object(text, "the first message", HelloError, MAX_HELLO_BYTES)
     view = body.get("view")
     if view not in VIEWS:
         raise HelloError(f"field 'view' must be one of {', '.join(VIEWS)}, got {view!r}")
@@ -571,13 +579,8 @@ def _int_or_none(params: Mapping[str, object], name: str) -> int | None:
 def parse_action(text: str | bytes, prefix: str, group: str) -> Action:
     """A group page's action message: `{"type": "action", "id", "action", "params",
     "confirmedAt": {"groupEpoch", "routingVersion"}}`, as the admin request it sends."""
-    if isinstance(text, bytes) or len(text.encode()) > MAX_ACTION_BYTES:
-        raise ActionError("an action must be a JSON text frame of at most 4096 bytes")
-    try:
-        body = json.loads(text)
-    except ValueError:
-        raise ActionError("the action is not JSON") from None
-    if not isinstance(body, dict) or body.get("type") != "action":
+    body = _json_object(text, "an action", ActionError, MAX_ACTION_BYTES)
+    if body.get("type") != "action":
         raise ActionError("a page sends only actions after its hello: {\"type\": \"action\", ...}")
     action_id = body.get("id")
     if isinstance(action_id, bool) or not isinstance(action_id, int):
@@ -685,11 +688,8 @@ def parse_read(text: str | bytes, prefix: str, group: str) -> Read:
     """C2: `{"type": "read", "id": N, "request": "readShard" | "findKey" | "listPending",
     "params": {...}}` to the admin request, for the page's prefix and group (params cannot
     name another)."""
-    try:
-        body = json.loads(text)
-    except ValueError:
-        raise ActionError("a messages page sends only reads (JSON objects)") from None
-    if not isinstance(body, dict) or body.get("type") != "read":
+    body = _json_object(text, "a read", ActionError, MAX_ACTION_BYTES)
+    if body.get("type") != "read":
         raise ActionError("a messages page sends only reads: {\"type\": \"read\", ...}")
     kind, params = body.get("request"), body.get("params", {})
     if kind not in READS:
