@@ -30,11 +30,11 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import attrs
-import redis
 import trio
 
 from rsc.actors.logs import log_event
-from rsc.actors.redis_io.store import STORE_IO_ERRORS
+from rsc.actors.redis_io.store import StoreError
+from rsc.actors.redis_io.store_deadline import StoreStalled, run_by_deadline
 from rsc.common.lua import Client as RedisClient
 from rsc.common.redact import MASK, redact_text
 from rsc.protocol import messages as m
@@ -270,15 +270,15 @@ class AuditLog:
         return pending.outcome == ""
 
     async def _write(self, group: list[_Pending]) -> None:
-        problems: list[str | None] = ["Redis did not answer in time"] * len(group)
-        with trio.move_on_after(self.deadline_s):
-            try:
-                problems = await trio.to_thread.run_sync(
-                    append_entries, self.client, [p.body for p in group], abandon_on_cancel=True)
-            except STORE_IO_ERRORS as exc:
-                problems = [str(exc)] * len(group)
-            except redis.RedisError as exc:  # a denied XADD (K6 ACL), a wrong type at the key
-                problems = [str(exc)] * len(group)
+        problems: list[str | None]
+        try:
+            problems = await run_by_deadline(trio.current_time() + self.deadline_s,
+                                             "audit append", append_entries, self.client,
+                                             [p.body for p in group])
+        except StoreStalled:
+            problems = ["Redis did not answer in time"] * len(group)
+        except StoreError as exc:  # I/O, a denied XADD (K6 ACL), a wrong type at the key
+            problems = [str(exc)] * len(group)
         for pending, problem in zip(group, problems, strict=True):
             pending.outcome = problem or ""
             if problem is None:
@@ -291,9 +291,8 @@ class AuditLog:
 
     async def read(self, count: int, before_id: str | None) -> list[dict[str, object]]:
         """The newest entries; raises StoreError-like exceptions to the caller."""
-        with trio.fail_after(self.deadline_s):
-            return await trio.to_thread.run_sync(read_entries, self.client, count, before_id,
-                                                 abandon_on_cancel=True)
+        return await run_by_deadline(trio.current_time() + self.deadline_s, "audit read",
+                                     read_entries, self.client, count, before_id)
 
 
 @attrs.define
