@@ -6,12 +6,18 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from hypothesis import settings
 
 from rsc.common.redis_server import EmbeddedRedis
 from tests.conftest_cluster import *  # noqa: F403  (server choice, cluster fixtures)
 from tests.conftest_sentinel import *  # noqa: F403  (primary, replica and sentinels)
 from tests.conftest_tls import *  # noqa: F403  (certificates, TLS redis-server and cluster)
 from tests.redis_rigs import server_binary
+
+# property tests check results, not CPU time: on a shared, loaded machine a first example can
+# take longer than hypothesis's 200 ms default deadline (a failure that says nothing)
+settings.register_profile("rsc", deadline=None)
+settings.load_profile("rsc")
 
 
 @pytest.fixture(scope="session")

@@ -60,11 +60,14 @@ class Tool:
                 self.stderr += chunk
 
     async def finish(self, timeout: float = 30) -> int:
-        """Read stderr to its end and wait for the exit code."""
-        with trio.fail_after(timeout):
+        """Read stderr to its end and wait for the exit code; on a timeout the failure shows
+        what the tool said."""
+        with trio.move_on_after(timeout):
             while chunk := await self._stderr().receive_some(65536):
                 self.stderr += chunk
             return await self.process.wait()
+        raise AssertionError(f"not ended within {timeout:g} s; its stderr:\n"
+                             + "\n".join(self.lines))
 
     async def stop(self, signum: int = signal.SIGINT, timeout: float = 30) -> int:
         self.process.send_signal(signum)
