@@ -8,13 +8,11 @@ websockets.
 
 from __future__ import annotations
 
-import gc
 from typing import Any
 
 import attrs
 import trio
 
-from rsc.actors.actor import PrefixActor
 from rsc.actors.core.subscriptions import (
     MAX_ROUTING_SUBSCRIPTIONS_PER_SESSION,
     MAX_WATCHES_PER_SESSION,
@@ -26,6 +24,7 @@ from rsc.member.session import open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import JOIN_EPOCH
+from tests.helpers.actors import live_watch_count
 from tests.test_watch_integration import set_shards
 
 PREFIX = "orders"
@@ -92,15 +91,6 @@ def test_b4_pushes_to_a_session_are_coalesced_per_group_the_latest_wins():
 
 
 # --- real coordinator -----------------------------------------------------------------------
-
-
-def live_watch_count() -> int:
-    """Watches held by the prefix actors of this process (the coordinator runs in-process; it
-    freezes what lives at every tick, which hides it from gc.get_objects: unfrozen first)."""
-    gc.unfreeze()
-    gc.collect()
-    return sum(len(watches) for obj in gc.get_objects() if isinstance(obj, PrefixActor)
-               for watches in obj.delivery.watches.values())
 
 
 def join(group: str, member_id: str, prefix: str = PREFIX) -> m.Heartbeat:

@@ -6,18 +6,17 @@ A1: they live only as long as their session) and Producer routing (storeId).
 
 from __future__ import annotations
 
-import gc
 import json
 
 import redis
 import trio
 
-from rsc.actors.actor import PrefixActor
 from rsc.actors.redis_io.shard_ops import STORE_ID_KEY, ensure_store_id
 from rsc.member.session import Session, SessionClosed, open_session
 from rsc.protocol import messages as m
 from rsc.protocol.errors import Status
 from rsc.protocol.vocabulary import JOIN_EPOCH, LEAVE_EPOCH
+from tests.helpers.actors import live_watch_count
 
 PREFIX, GROUP = "orders", "billing"
 
@@ -55,14 +54,6 @@ async def push_where(session: Session, condition, timeout: float = 5) -> m.Group
             push = await next_push(session, timeout)
             if condition(push):
                 return push
-
-
-def live_watch_count() -> int:
-    """Watches held by every prefix actor of this process (the coordinator runs in-process;
-    actors of coordinators that earlier tests stopped are collected first)."""
-    gc.collect()
-    return sum(len(watches) for obj in gc.get_objects() if isinstance(obj, PrefixActor)
-               for watches in obj.delivery.watches.values())
 
 
 async def test_watch_answers_then_pushes_a_join_and_a_removal(coordinator):

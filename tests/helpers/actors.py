@@ -3,6 +3,7 @@ when its mailbox holds something and supervises it (no task of the actor's own).
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import attrs
@@ -49,3 +50,16 @@ def serve(nursery: trio.Nursery, actor: PrefixActor) -> Served:
     router = Router(nursery, lambda prefix: actor)
     router.add(actor)
     return Served(router, actor)
+
+
+def live_watch_count() -> int:
+    """Watches held by every prefix actor of this process (the coordinator runs in-process).
+
+    The coordinator's GC policy freezes what lives at its ticks, which hides those objects from
+    `gc.get_objects`: they are unfrozen first, and actors of coordinators that earlier tests
+    stopped are collected.
+    """
+    gc.unfreeze()
+    gc.collect()
+    return sum(len(watches) for obj in gc.get_objects() if isinstance(obj, PrefixActor)
+               for watches in obj.delivery.watches.values())
