@@ -144,6 +144,7 @@ class PrefixActor:
         starts this again when the next request or tick arrives)."""
         while batch := self.mailbox.take():
             await self._handle_batch(batch)
+            await trio.lowlevel.checkpoint()  # the next batch in a later pass: others run between
 
     # --- one batch -------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from rsc.actors.core.prefix_admission import REFUSALS
 from rsc.actors.core.subscriptions import Admit, Holdings, routing_refused, watch_refused
 from rsc.actors.logs import log_event
 from rsc.actors.net.admission import Admission
+from rsc.actors.net.turns import Turns
 from rsc.actors.net.ws_server import ServerConnection
 from rsc.actors.ops import latency
 from rsc.actors.ports import AuthMetrics, SessionMetrics
@@ -248,6 +249,8 @@ class CoordinatorServer:
         self.admission = admission or Admission(max_sessions=1 << 30, max_connections=1 << 30)
         self.max_frame_bytes = max_frame_bytes
         self.metrics = metrics
+        self.turns = Turns()  # fair turns to read requests while saturated (one busy group)
+        nursery.start_soon(self.turns.run)
 
     @property
     def sessions(self) -> int:
@@ -256,7 +259,8 @@ class CoordinatorServer:
     async def serve(self, stream: trio.abc.Stream) -> None:
         """One accepted connection, from its handshake to its close."""
         address = peer_address(stream)
-        connection = ServerConnection(stream, self.nursery, max_message_bytes=self.max_frame_bytes)
+        connection = ServerConnection(stream, self.nursery, max_message_bytes=self.max_frame_bytes,
+                                      turns=self.turns)
         try:
             request = await connection.handshake(self.handshake_timeout_s)
             if request is not None:
@@ -338,6 +342,7 @@ class CoordinatorServer:
             try:
                 message = cast(m.Request, decode(text, allowed))  # `allowed` holds requests only
                 _check_before_lookup(message)
+                connection.turn_key = getattr(message, "stream_prefix", connection.turn_key)
             except ProtocolError as exc:
                 reply.resolve(m.ErrorResponse(request_id=exc.request_id,
                                               status=Status.INVALID_REQUEST, error=exc.message))

@@ -61,6 +61,7 @@ from wsproto.events import (
 from wsproto.utilities import RemoteProtocolError
 
 from rsc.actors.net.tls_transport import TlsEngine
+from rsc.actors.net.turns import Turns
 from rsc.actors.net.ws_outbox import Outbox
 from rsc.common import tls
 
@@ -94,7 +95,7 @@ class ServerConnection:
     """One accepted connection: handshake, messages in, frames out; see the module text."""
 
     def __init__(self, stream: trio.abc.Stream, nursery: trio.Nursery, *,
-                 max_message_bytes: int) -> None:
+                 max_message_bytes: int, turns: Turns | None = None) -> None:
         self._tls: TlsEngine | None = None
         if isinstance(stream, tls.TlsStream):  # wss://: TLS here, over the socket stream
             self._tls = TlsEngine(stream.context)
@@ -108,6 +109,9 @@ class ServerConnection:
         self._size = 0
         self._outbox = Outbox(stream, nursery, self._tls)
         self.close_code: int | None = None  # set once either side closed
+        # fair turns to parse what arrived (actors/net/turns.py), keyed by the session's prefix
+        self.turns = turns
+        self.turn_key = ""
 
     # --- handshake --------------------------------------------------------------------
 
@@ -121,6 +125,9 @@ class ServerConnection:
                 data = await self._receive()
                 if not data:
                     return None
+                turns = self.turns
+                if turns is not None and not turns.admits():
+                    await turns.wait("")  # saturated: new connections take turns with the prefixes
                 try:
                     handshake.receive_data(data)
                     for event in handshake.events():
@@ -188,6 +195,9 @@ class ServerConnection:
             if not data:
                 self._lost()
                 return None
+            turns = self.turns
+            if turns is not None and not turns.admits():
+                await turns.wait(self.turn_key)  # saturated: parsed in its prefix's turn
             proto.receive_data(data)
             events.extend(proto.events())
         return None
