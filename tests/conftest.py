@@ -8,6 +8,7 @@ import pytest
 import redis
 from hypothesis import settings
 
+from rsc.common import gc_policy
 from rsc.common.redis_server import EmbeddedRedis
 from tests.conftest_cluster import *  # noqa: F403  (server choice, cluster fixtures)
 from tests.conftest_sentinel import *  # noqa: F403  (primary, replica and sentinels)
@@ -18,6 +19,15 @@ from tests.redis_rigs import server_binary
 # take longer than hypothesis's 200 ms default deadline (a failure that says nothing)
 settings.register_profile("rsc", deadline=None)
 settings.load_profile("rsc")
+
+# This process hosts every in-process coordinator of the run, and the first one to start would
+# install the tuned GC policy for the whole process (one policy per process, the first owner's
+# mode stays): freezing, then full collections over the heap that a thousand earlier tests
+# left behind, late in a run a pause long enough to put a coordinator's store calls past their
+# deadline (an answer COORDINATOR_NOT_AVAILABLE, a watch not started). The test process keeps
+# CPython's own collector; coordinators and members started as processes still run the policy
+# RSC_GC gives them, and tests/test_gc_control.py tests the tuned mode on its own objects.
+gc_policy.install(environ={"RSC_GC": "default"})
 
 
 @pytest.fixture(scope="session")
