@@ -48,7 +48,8 @@ async def start_watch(admin: Session, group: str = GROUP) -> m.GroupDescription:
     with trio.fail_after(10):
         while True:
             response = await admin.request(watch(group))
-            if response.status != Status.COORDINATOR_NOT_AVAILABLE:
+            if not (isinstance(response, m.GroupDescription)
+                    and response.status == Status.COORDINATOR_NOT_AVAILABLE):
                 break
             await trio.sleep(0.05)
     assert isinstance(response, m.GroupDescription) and response.status == Status.OK, response
