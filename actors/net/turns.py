@@ -59,7 +59,7 @@ class Turns:
         self._waiting: dict[str, collections.deque[trio.lowlevel.Task]] = {}
         self._waiters = 0
         self._wake = trio.Event()
-        self.waited = 0  # turns that had to wait (a saturated coordinator), for tests and metrics
+        self.waited = 0  # turns that had to wait (a saturated coordinator)
 
     @property
     def waiting(self) -> int:
@@ -119,16 +119,16 @@ class Turns:
             self._used = self._grant(self.share)
 
     def _grant(self, budget: int) -> int:
+        """Up to `budget` turns, one per key in turn: the first key waiting is served and, if it
+        has more waiting, goes to the back (O(1) per turn, however many keys wait)."""
         granted = 0
         waiting = self._waiting
         while granted < budget and waiting:
-            for key in list(waiting):
-                queue = waiting.pop(key)
-                trio.lowlevel.reschedule(queue.popleft())
-                self._waiters -= 1
-                granted += 1
-                if queue:
-                    waiting[key] = queue  # to the back: the other keys are served first
-                if granted >= budget:
-                    break
+            key = next(iter(waiting))
+            queue = waiting.pop(key)
+            trio.lowlevel.reschedule(queue.popleft())
+            self._waiters -= 1
+            granted += 1
+            if queue:
+                waiting[key] = queue
         return granted
