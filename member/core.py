@@ -83,6 +83,10 @@ class Observers:
     read_observer: ReadObserver | None = None
     ack_observer: AckObserver | None = None
     trace: HandlerTrace | None = None
+    # called right before each ack batch is sent; False holds the batch back (its entries stay
+    # pending for the next owner). `rsc consume` flushes its stdout lines here, so a line is
+    # out before its message's ack (one flush per batch instead of one per line)
+    before_ack: Callable[[], bool] | None = None
 
 
 @attrs.define(eq=False)

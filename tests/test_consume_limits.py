@@ -4,14 +4,17 @@ what nobody saw, and a look at the shards without joining a group."""
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 
+import pytest
 import redis
 import trio
 
 from rsc.member.session import open_session
 from rsc.protocol import DescribeGroup
+from rsc.tools.output_lines import PipeClosed, StdoutLines
 from rsc.tools.peek import MessageQuota
 from tests.test_console_failures import assert_no_traceback, spawn_tool
 from tests.test_member_support import set_shards
@@ -35,6 +38,40 @@ async def read_all(stream) -> bytes:
     while chunk := await stream.receive_some(65536):
         data += chunk
     return data
+
+
+class RecordingStream(io.StringIO):
+    """stdout as the consumer sees it: what was flushed so far, and a reader that may go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushed = ""
+        self.reader_gone = False
+
+    def flush(self) -> None:
+        if self.reader_gone:
+            raise BrokenPipeError
+        self.flushed = self.getvalue()
+
+
+def test_consume_lines_wait_in_the_buffer_until_the_flush_before_their_ack() -> None:
+    closed: list[bool] = []
+    stream = RecordingStream()
+    out = StdoutLines(on_closed=lambda: closed.append(True), stream=stream)
+    out.write('{"id":"1-0"}', flush=False)
+    out.write('{"id":"2-0"}', flush=False)
+    assert stream.flushed == ""  # one flush per ack batch, not one per line
+    assert out.flush() is True
+    assert stream.flushed == '{"id":"1-0"}\n{"id":"2-0"}\n'
+    out.write('{"id":"3-0"}')  # the default still flushes at once
+    assert stream.flushed.endswith('{"id":"3-0"}\n')
+    out.write('{"id":"4-0"}', flush=False)
+    stream.reader_gone = True
+    assert out.flush() is False  # the acker holds the batch back: line 4 was never seen
+    assert closed == [True]
+    with pytest.raises(PipeClosed):
+        out.write('{"id":"5-0"}', flush=False)
+    assert out.flush() is False
 
 
 def test_max_messages_quota_lets_exactly_n_handler_calls_print():

@@ -139,6 +139,67 @@ async def test_acks_go_in_batches_not_one_round_trip_per_message(coordinator):
     assert pending_count(coordinator.redis_url, streams, GROUP) == 0
 
 
+async def test_before_ack_runs_before_every_ack_batch_and_holds_back_what_it_refuses(coordinator):
+    """`rsc consume` flushes its stdout lines in `before_ack`: every acked entry was handled
+    before a `before_ack` that said yes, and a batch it refuses is not acked (pending)."""
+    streams = await set_shards(coordinator.url, "orders", GROUP, 1)
+    total = 400
+    write_messages(coordinator.redis_url, streams, [(f"k{n}", str(n)) for n in range(total)])
+    handled = 0
+    covered = 0  # handled entries a yes of before_ack covered
+    acked: list[int] = []
+    refusing = True
+    asked = trio.Event()
+    all_acked = trio.Event()
+
+    def before_ack() -> bool:
+        nonlocal covered
+        asked.set()
+        if refusing:
+            return False
+        covered = handled
+        return True
+
+    def on_acked(member_id: str, count: int) -> None:
+        acked.append(count)
+        assert sum(acked) <= covered, "an entry was acked before before_ack covered it"
+        if sum(acked) >= total:
+            all_acked.set()
+
+    async def handle(message: Message) -> None:
+        nonlocal handled
+        handled += 1
+
+    listener = Listener(handle, stream_prefix="orders", consumer_group=GROUP,
+                        coordinator_url=coordinator.url, redis_url=coordinator.redis_url,
+                        read_count=50, ack_observer=on_acked)
+    [member] = listener.members
+    member.core.observers.before_ack = before_ack
+    async with trio.open_nursery() as nursery:
+        await nursery.start(listener.run)
+        with trio.fail_after(20):
+            await asked.wait()
+            while handled < total:
+                await trio.sleep(0.01)
+        assert acked == [] and pending_count(coordinator.redis_url, streams, GROUP) == total
+        listener.stop(leave=True)
+    # refused batches stay pending; a new member (same group) gets them again and acks them
+    refusing = False
+    handled = covered = 0
+    listener = Listener(handle, stream_prefix="orders", consumer_group=GROUP,
+                        coordinator_url=coordinator.url, redis_url=coordinator.redis_url,
+                        read_count=50, ack_observer=on_acked)
+    [member] = listener.members
+    member.core.observers.before_ack = before_ack
+    async with trio.open_nursery() as nursery:
+        await nursery.start(listener.run)
+        with trio.fail_after(20):
+            await all_acked.wait()
+        listener.stop()
+    assert sum(acked) == total
+    assert pending_count(coordinator.redis_url, streams, GROUP) == 0
+
+
 async def test_different_keys_run_in_parallel_and_each_key_in_order(coordinator):
     streams = await set_shards(coordinator.url, "orders", GROUP, 1)
     keys, per_key = 20, 10

@@ -4,7 +4,8 @@ Workers add ids to the `AckBook` (ackbook.py); the acker takes up to `ack_batch`
 per round trip, lingering up to `ack_linger_ms` while the ledger's flush rule
 says more may come. Right before sending, the ledger admits every buffer (D1:
 held at its generation, lease alive); what it refuses stays pending in Redis
-for the next owner. Redis itself refuses the rest if the owner token names
+for the next owner; so does a whole batch the application's `before_ack` holds back
+(`rsc consume`, whose stdout lines are flushed there). Redis itself refuses the rest if the owner token names
 someone else (NOT_OWNER), and the ledger is told. Acks delete the entry
 (XACKDEL ... ACKED: gone once every group acked it) only while the prefix's
 retention is `acked` and the server has XACKDEL; otherwise they are plain XACKs.
@@ -64,6 +65,14 @@ async def run_acker(core: MemberCore) -> None:
 
 async def _send(core: MemberCore, ops: DataPlane, batch: Taken) -> None:
     ledger = core.ledger
+    before = core.observers.before_ack
+    if before is not None and not before():
+        for buffer, ids, complete in batch:  # held back: pending in Redis for the next owner
+            buffer.refused = True
+            if complete and buffer.sent is not None:
+                buffer.sent.set()
+            core.finish(buffer.shard, len(ids))
+        return
     retry = ACK_RETRY.start()
     while True:
         ids_by_shard: dict[str, list[str]] = {}

@@ -157,7 +157,7 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
         if not quota.take():  # --max-messages: not printed, so not acked: it stays pending
             raise QuotaReached
         if not args.no_output:
-            out.write(message_line(message))
+            out.write(message_line(message), flush=False)  # flushed before its ack batch
         if quota.reached:  # the last one: leave once it (and every other printed one) is acked
             stopping.set()
 
@@ -174,7 +174,14 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
             notices=notices, instance_id=instance_id,
             read_budget=budget)  # --max-messages N: read no more than N (nothing left pending)
 
-    consumers = make_listener()
+    def make_consumers() -> Listener:
+        made = make_listener()
+        if not args.no_output:  # a line is flushed before its ack: once per ack batch
+            for member in made.members:
+                member.core.observers.before_ack = out.flush
+        return made
+
+    consumers = make_consumers()
     member_ids = [member.member_id for member in consumers.members]
     health_port = args.health_port if args.health_port is not None else env_port("RSC_HEALTH_PORT")
 
@@ -204,7 +211,7 @@ async def _consume(args: argparse.Namespace, urls: Endpoints) -> int:
             await trio.sleep(backoff.next())
             if stopping.is_set():
                 return
-            consumers = make_listener()
+            consumers = make_consumers()
 
     watch = ConsumeWatch(urls, args.prefix, notices)
     try:

@@ -85,15 +85,30 @@ class StdoutLines:
         self.closed = False
         self._on_closed = on_closed
 
-    def write(self, line: str) -> None:
+    def write(self, line: str, *, flush: bool = True) -> None:
+        """One line; `flush` False leaves it in the stream's buffer until `flush()` (which
+        `rsc consume` calls before each ack batch: a line is out before its ack)."""
         if self.closed:
             raise PipeClosed
         try:
             self.stream.write(line + "\n")
-            self.stream.flush()
+            if flush:
+                self.stream.flush()
         except BrokenPipeError:
             self._close()
             raise PipeClosed from None
+
+    def flush(self) -> bool:
+        """Every line written is out: True; False once nobody reads any more (what was
+        buffered is lost, so its messages must not be acked)."""
+        if self.closed:
+            return False
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self._close()
+            return False
+        return True
 
     def _close(self) -> None:
         if self.closed:
