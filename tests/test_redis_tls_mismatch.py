@@ -28,6 +28,7 @@ def test_the_plain_probe_tells_a_plain_port_from_a_tls_one(redis_url, tls_redis_
     assert tls_mismatch_line(ConnectionError("x"), redis_url) is None  # redis://: not this case
 
 
+@pytest.mark.slow  # 15 s or more: CI's slow step (README)
 def test_the_coordinator_names_a_rediss_url_to_a_plain_port_in_one_line(redis_url):
     url = rediss(redis_url)
     done = subprocess.run([sys.executable, "-m", "rsc", "coordinator", "--redis-url", url,
@@ -42,6 +43,7 @@ def test_the_coordinator_names_a_rediss_url_to_a_plain_port_in_one_line(redis_ur
 TOOLS = [("produce", "orders"), ("consume", "orders", "billing")]
 
 
+@pytest.mark.slow  # 15 s or more: CI's slow step (README)
 @pytest.mark.parametrize("args", TOOLS, ids=[" ".join(args) for args in TOOLS])
 async def test_the_tools_name_a_rediss_url_to_a_plain_port_in_one_line_and_exit_2(
         args, redis_url, coordinator):

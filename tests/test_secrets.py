@@ -16,6 +16,7 @@ import subprocess
 import sys
 import urllib.request
 
+import pytest
 import redis
 import trio
 
@@ -132,6 +133,7 @@ async def a_full_run(outputs: Outputs, nursery: trio.Nursery, label: str, redis_
         await coordinator.stop()
 
 
+@pytest.mark.slow  # 15 s or more: CI's slow step (README)
 async def test_k7_no_password_in_any_output_of_any_tool(nursery):
     outputs = Outputs()
     args = ["--requirepass", DEFAULT_PASSWORD]

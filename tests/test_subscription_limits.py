@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import pytest
 import trio
 
 from rsc.actors.core.subscriptions import (
@@ -176,6 +177,7 @@ async def test_b4_a_session_gets_100_routing_subscriptions_and_repeats_are_free(
         assert push.status == Status.OK and push.version == 1
 
 
+@pytest.mark.slow  # 15 s or more: CI's slow step (README)
 async def test_b4_unrelated_members_heartbeats_are_answered_while_an_admin_asks_past_the_cap(
         coordinator):
     """Members of another prefix keep beating (lease 1 s) while one admin session watches
