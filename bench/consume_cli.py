@@ -187,6 +187,10 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
                   f"{net_ms:.3f} ms", None)
     result.target("rsc consume spawn to first message (round 3: 0.29 s)", "(info)",
                   f"{peers['spawnToFirstS']:.2f} s", None)
+    own = [count / (last - first) for count, (first, last) in zip(peers["perProcess"], peers["spans"],
+                                                                  strict=True) if last > first]
+    result.target("each process's own rate (its first to its last line)", "(info)",
+                  ", ".join(f"{rate / 1000:.1f}k msg/s" for rate in own) or "-", None)
     result.notes.append("msg/s: first message line of either process to the last line of both; "
                         "CPU: user + system of the exited processes (os.wait4), start-up included "
                         "in 'CPU ms/msg'; the consumers import from cached bytecode, as an "
