@@ -116,9 +116,9 @@ def _join(loadgen: LoadGen, members: int, shards: int, prefix: str,
 def _until_stable(loadgen: LoadGen, prefix: str, started: float, state: str | None,
                   within_s: float) -> float | None:
     """Seconds from the join to listGroups saying STABLE (None: not within `within_s`).
-    Members whose target the last epoch bumps left alone are pushed once the assignment
-    epoch has stood still for a quarter of the interval (at most 500 ms; H10's catch-up), so
-    STABLE comes about a tick after the last bump."""
+    Members whose target the last epoch bumps left alone are not pushed (H10) and reach the
+    epoch with their next regular heartbeat, so STABLE may come up to one interval after the
+    members converged."""
     deadline = started + within_s
     while state != "STABLE":
         if time.perf_counter() > deadline:
@@ -334,6 +334,6 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
                         "join storms: clock from the moment all members join to converged (every "
                         "shard held, nothing pending, every answer OK); STABLE: listGroups asked every "
                         f"{STABLE_POLL_S:.1f} s from then on (members whose target the last "
-                        "epoch bumps left alone are pushed once the epoch has stood still for "
-                        "500 ms, H10's catch-up)")
+                        "epoch bumps left alone reach the epoch on their next regular heartbeat, "
+                        "H10)")
     return result

@@ -120,8 +120,8 @@ class LoadGenerator:
     # --- convergence -------------------------------------------------------------
 
     def is_converged(self) -> bool:
-        # ownership convergence: members whose target an epoch bump left alone are pushed
-        # only once the epoch has settled (H10's catch-up), so the epoch is not waited for here
+        # ownership convergence: members whose target an epoch bump left alone are not pushed
+        # (H10 as we read it) and catch up with the epoch on their next regular heartbeat
         return (self.live > 0 and self.held_total == self.shard_count and self.pending_total == 0
                 and self.not_ok == 0)
 

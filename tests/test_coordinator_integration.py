@@ -200,48 +200,6 @@ async def test_h10_push_tells_a_member_its_answer_changed_but_not_the_cause(coor
         assert sorted(got.assignment.assigned_shards) == released
 
 
-async def _push_at(session, epoch: int) -> m.AssignmentChanged:
-    """The next push that names `epoch` or a later one (earlier hints may still be queued)."""
-    with trio.fail_after(5):
-        while True:
-            push = await session.pushes.receive()
-            if push.group_epoch >= epoch:
-                return push
-
-
-async def test_h10_catch_up_push_brings_members_behind_a_settled_epoch_to_stable(coordinator):
-    await set_shards(coordinator.url, 2)
-    async with open_session(coordinator.url, "member") as a, \
-            open_session(coordinator.url, "member") as b, \
-            open_session(coordinator.url, "member") as c, \
-            open_session(coordinator.url, "admin") as admin:
-        a_join = await a.request(heartbeat("a", 0))
-        b_join = await b.request(heartbeat("b", 0))
-        await _push_at(a, b_join.group_epoch)
-        revoke = await a.request(heartbeat("a", a_join.member_epoch))
-        kept = list(revoke.assignment.assigned_shards)
-        released = sorted(set(a_join.assignment.assigned_shards) - set(kept))
-        a_done = await a.request(heartbeat("a", a_join.member_epoch, owned=kept, revoked=tuple(released)))
-        await _push_at(b, b_join.group_epoch)
-        b_done = await b.request(heartbeat("b", b_join.member_epoch, owned=[]))
-        assert b_done.assignment.assigned_shards == tuple(released)
-        # 2 shards, 3 members: c's join leaves a's and b's targets alone, so nothing is pushed
-        # at the bump; these raw sessions never beat on their own, so only the catch-up can
-        # bring a and b to the new epoch
-        c_join = await c.request(heartbeat("c", 0))
-        assert c_join.status == Status.OK and c_join.assignment.assigned_shards == ()
-        describe = m.DescribeGroup(request_id=0, stream_prefix=PREFIX, consumer_group=GROUP)
-        assert (await admin.request(describe)).state == GroupState.RECONCILING
-        for session, member_id, epoch, owned in ((a, "a", a_done.member_epoch, kept),
-                                                 (b, "b", b_done.member_epoch, released)):
-            push = await _push_at(session, c_join.group_epoch)
-            assert push.member_id == member_id
-            caught_up = await session.request(heartbeat(member_id, epoch, owned=owned))
-            assert caught_up.status == Status.OK and caught_up.member_epoch == c_join.group_epoch
-        assert c.pushes.statistics().current_buffer_used == 0  # the joiner is at the epoch
-        assert (await admin.request(describe)).state == GroupState.STABLE
-
-
 async def test_h10_no_pushes_when_disabled(coordinator_factory):
     quiet = await coordinator_factory(push=False)
     await set_shards(quiet.url, 2)

@@ -692,9 +692,8 @@ def changed_targets(before, after):
 
 # H10 reading: a push goes to every member whose next answer changes in substance: its
 # target, a pending shard freed, its maxConcurrency or the routing. A member whose target
-# an epoch bump leaves alone is not pushed at the bump; once the assignment epoch has stood
-# still for a quarter of the heartbeat interval (at most 500 ms), the tick's catch-up pushes
-# each such member once. Pushing all N members on every join or leave would make each one cost N
+# an epoch bump leaves alone is not pushed; it moves to the new epoch on its next regular
+# heartbeat (H4). Pushing all N members on every join or leave would make each one cost N
 # heartbeats (see the README).
 
 
@@ -720,59 +719,6 @@ def test_h10_join_does_not_push_members_whose_target_stays():
     assert untouched, "the scenario needs a member the join leaves alone"
     assert not pushed & untouched
     assert pushed == changed_targets(before, targets(group)) - {"d"}
-
-
-def lagging(group: GroupMachine) -> set[str]:
-    """Members behind the assignment epoch whose target they hold: only the catch-up pushes them."""
-    return {mid for mid, member in group.members.items()
-            if member.member_epoch != group.assignment_epoch
-            and group.member_state(member) == MemberState.STABLE}
-
-
-def test_h10_catch_up_pushes_the_members_a_settled_epoch_left_behind_once():
-    group = stable_group("a", "b", "c")
-    settle_ms = group.catch_up_settle_ms
-    assert settle_ms == 500  # a quarter of the 3 s interval, at most 500 ms
-    join(group, "d", now=1000)
-    group.take_effects()
-    behind = lagging(group)
-    assert behind, "the scenario needs a member the join leaves alone"
-    group.catch_up(1000 + settle_ms - 1)  # the epoch has not stood still long enough
-    assert group.take_effects().pushes == set()
-    group.catch_up(1000 + settle_ms)
-    assert group.take_effects().pushes == behind
-    group.catch_up(1000 + 10 * settle_ms)  # once per epoch
-    assert group.take_effects().pushes == set()
-    for member_id in behind:  # the push brings the heartbeat that catches up
-        assert send(group, member_id, epoch_of(group, member_id), 1000 + settle_ms).status == Status.OK
-        assert epoch_of(group, member_id) == group.assignment_epoch
-    assert lagging(group) == set()
-
-
-def test_h10_catch_up_waits_while_the_epoch_keeps_moving():
-    group = stable_group("a", "b", "c")
-    settle_ms = group.catch_up_settle_ms
-    join(group, "d", now=1000)
-    join(group, "e", now=1000 + settle_ms - 1)
-    group.take_effects()
-    group.catch_up(1000 + settle_ms)  # the second join moved the epoch less than settle_ms ago
-    assert group.take_effects().pushes == set()
-    group.catch_up(1000 + 2 * settle_ms - 1)
-    assert group.take_effects().pushes == lagging(group) != set()
-
-
-def test_h10_catch_up_leaves_out_members_with_something_else_to_do():
-    group, kept, moving = a_holds_all_then_b_joins()  # a revokes, b waits for the shards
-    group.catch_up(10_000)
-    pushed = group.take_effects().pushes
-    assert "a" not in pushed  # revoking: it heartbeats to release anyway
-    assert group.members["a"].member_epoch != group.assignment_epoch
-
-
-def test_h10_catch_up_settle_is_a_quarter_interval_at_most_500_ms():
-    fast = GroupMachine(PREFIX, GROUP, GroupSettings(heartbeat_interval_ms=200), SHARDS)
-    assert fast.catch_up_settle_ms == 50
-    assert new_group().catch_up_settle_ms == 500
 
 
 def test_h10_release_pushes_the_member_waiting_for_the_shard_not_the_releaser():

@@ -144,11 +144,6 @@ class GroupMachine:
         self.free_since: dict[str, int] = {}
         # B6: since when the group has had no live member (None while it has one)
         self.empty_since_ms: int | None = None
-        # H10's catch-up: when the assignment epoch last moved (this machine's clock, as last
-        # seen by a heartbeat or a tick), and the last epoch whose laggards were pushed
-        self.clock_ms = 0
-        self.epoch_moved_ms = 0
-        self.caught_up_epoch = 0
         self.effects = Effects()
 
     # --- events ----------------------------------------------------------------
@@ -175,7 +170,6 @@ class GroupMachine:
     def heartbeat(self, request: m.Heartbeat, now_ms: int,
                   routing: m.RoutingSummary | None) -> m.HeartbeatResponse:
         """Handle one member heartbeat (H1..H9, H11, H13, S1..S5)."""
-        self.clock_ms = now_ms
         member_id = request.member_id
         if request.member_epoch == LEAVE_EPOCH:
             return self._leave(request, now_ms)
@@ -243,7 +237,6 @@ class GroupMachine:
         A static member whose lease runs out becomes AWAY instead (S5), and is removed once
         `static_session_timeout_ms` has passed since its last accepted heartbeat.
         """
-        self.clock_ms = now_ms
         lease = self.settings.lease_ttl_ms
         timeout = self.settings.revoke_timeout_ms
         session = self.settings.static_session_timeout_ms
@@ -270,28 +263,6 @@ class GroupMachine:
                 if now_ms - since > horizon:
                     del self.replaced[member_id]
         self.unowned_shards(now_ms)  # keeps the since-times of free shards at tick resolution
-
-    def catch_up(self, now_ms: int) -> None:
-        """H10, the part deferred: a member whose target an epoch bump left alone is not pushed
-        at the bump. Once the assignment epoch has stood still for `catch_up_settle_ms`, every
-        live member still behind it with nothing else to change gets one push, so the group
-        reaches STABLE within about a tick of its last change rather than a heartbeat interval:
-        one push per member per settled epoch, not one per join."""
-        epoch = self.assignment_epoch
-        if epoch == self.caught_up_epoch or now_ms - self.epoch_moved_ms < self.catch_up_settle_ms:
-            return
-        self.caught_up_epoch = epoch
-        pushes = self.effects.pushes
-        for member_id, member in self.members.items():
-            if member.member_epoch != epoch and not member.away \
-                    and self.member_state(member) is MemberState.STABLE:
-                pushes.add(member_id)
-
-    @property
-    def catch_up_settle_ms(self) -> int:
-        """How long the assignment epoch stands still before the catch-up (H10): a quarter of
-        the heartbeat interval, at most 500 ms."""
-        return min(self.settings.heartbeat_interval_ms // 4, 500)
 
     def unowned_shards(self, now_ms: int) -> int:
         """D7: the shards of the target that nobody has held for longer than one lease TTL
@@ -555,7 +526,6 @@ class GroupMachine:
         (H10). With `push_all` (routing or maxConcurrency changed) everyone is.
         """
         self.group_epoch += 1
-        self.epoch_moved_ms = self.clock_ms
         if self.target.shards != self.shards:
             self.target.set_shards(self.shards)
         self.assignment_epoch = self.group_epoch
@@ -781,7 +751,6 @@ class GroupMachine:
         self.assignment_epoch = record.group.assignment_epoch
         self.max_concurrency = record.group.max_concurrency
         self.empty_since_ms = record.group.empty_since_ms
-        self.clock_ms = self.epoch_moved_ms = now_ms  # H10: a catch-up once it has settled
         self.shards = tuple(shards)
         self._shard_index = {shard: index for index, shard in enumerate(self.shards)}
         self.members = {}

@@ -320,8 +320,6 @@ class PrefixMachine:
             for group in self.groups.values():
                 group.tick(now_ms)
             self._expire_empty_groups(now_ms + self.wall_offset_ms)
-        for group in self.groups.values():  # H10: members behind a settled epoch
-            group.catch_up(now_ms)
         self.resharding.tick()
         if retention is None:
             self.trimming.tick()
