@@ -170,11 +170,15 @@ async def test_before_ack_runs_before_every_ack_batch_and_holds_back_what_it_ref
         nonlocal handled
         handled += 1
 
-    listener = Listener(handle, stream_prefix="orders", consumer_group=GROUP,
+    def member_listener() -> Listener:
+        made = Listener(handle, stream_prefix="orders", consumer_group=GROUP,
                         coordinator_url=coordinator.url, redis_url=coordinator.redis_url,
                         read_count=50, ack_observer=on_acked)
-    [member] = listener.members
-    member.core.observers.before_ack = before_ack
+        for member in made.members:
+            member.core.observers.before_ack = before_ack
+        return made
+
+    listener = member_listener()
     async with trio.open_nursery() as nursery:
         await nursery.start(listener.run)
         with trio.fail_after(20):
@@ -186,11 +190,7 @@ async def test_before_ack_runs_before_every_ack_batch_and_holds_back_what_it_ref
     # refused batches stay pending; a new member (same group) gets them again and acks them
     refusing = False
     handled = covered = 0
-    listener = Listener(handle, stream_prefix="orders", consumer_group=GROUP,
-                        coordinator_url=coordinator.url, redis_url=coordinator.redis_url,
-                        read_count=50, ack_observer=on_acked)
-    [member] = listener.members
-    member.core.observers.before_ack = before_ack
+    listener = member_listener()
     async with trio.open_nursery() as nursery:
         await nursery.start(listener.run)
         with trio.fail_after(20):
