@@ -2,8 +2,8 @@
 
 Each block is its own test (id `FILE:LINE`, the line of its opening fence): a `python` block
 runs as a program, a `bash` block with `bash -euo pipefail`, in a temporary directory, with
-RSC_COORDINATOR_URL and RSC_REDIS_URL pointing at a fresh coordinator (short ticks and
-leases) on the test's flushed redis-server, the venv's bin first on PATH, for at most 60 s;
+RSC_COORDINATOR_URL and RSC_REDIS_URL pointing at a fresh coordinator (short ticks, a 6 s
+lease) on the test's flushed redis-server, the venv's bin first on PATH, for at most 60 s;
 it must exit 0. Whatever a block leaves running (a server sent to the background) is ended
 with it: each block runs in a process group of its own. A block whose only line is a
 pymdownx.snippets include (`--8<-- "docs/examples/FILE"`) is skipped: that file has a test
@@ -112,8 +112,15 @@ def _environment(coordinator_url: str, redis_url: str) -> dict[str, str]:
     return env
 
 
+# the short ticks and heartbeats of the other tests, with a 6 s lease: the store deadline (D4, a
+# third of the lease) is then 2 s, so a loaded machine's slow store call is not an answer
+# COORDINATOR_NOT_AVAILABLE to an example's one-shot `rsc admin` (nothing here times leases)
+LEASE_MS = 6000
+
+
 @pytest.mark.parametrize("block", runnable_blocks(), ids=lambda block: block.name)
-async def test_docs_example_runs(block: Block, coordinator, tmp_path):
+async def test_docs_example_runs(block: Block, coordinator_factory, tmp_path):
+    coordinator = await coordinator_factory(lease_ttl_ms=LEASE_MS)
     script = tmp_path / ("example.py" if block.tag == "python" else "example.sh")
     script.write_text(block.code, encoding="utf-8")
     command = ([sys.executable, str(script)] if block.tag == "python"
