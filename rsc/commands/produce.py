@@ -97,55 +97,57 @@ async def produce(prefix: str, urls: Endpoints, input_fd: int,
     flushing = trio.CancelScope()  # D2: after a signal, delivering lasts --flush-timeout
     lines_in, lines_out = trio.open_memory_channel[Accepted](BUFFER_LINES)
     try:
-        async with open_producer(urls.coordinator_url, urls.redis_url, prefix,
-                                 token=urls.token, notices=notices, ca_file=urls.ca_file,
-                                 min_replicas=min_replicas,
-                                 max_message_bytes=max_message_bytes) as producer:
+        # signals from the start: one that comes while the producer opens waits here (a
+        # KeyboardInterrupt raised in whatever runs then can be lost)
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with open_producer(urls.coordinator_url, urls.redis_url, prefix,
+                                     token=urls.token, notices=notices, ca_file=urls.ca_file,
+                                     min_replicas=min_replicas,
+                                     max_message_bytes=max_message_bytes) as producer:
 
-            async def read_input() -> None:
-                async with lines_in:
-                    with reading:
-                        await producer.ready()  # routing once, and the right Redis: then read
-                        await read_lines(input_fd, lines_in, counts, say, limit=max_message_bytes)
+                async def read_input() -> None:
+                    async with lines_in:
+                        with reading:
+                            await producer.ready()  # routing once, and the right Redis: then read
+                            await read_lines(input_fd, lines_in, counts, say, limit=max_message_bytes)
 
-            async def write_output() -> None:
-                async for first in lines_out:
-                    batch = [first]
-                    while len(batch) < WRITE_BATCH:
+                async def write_output() -> None:
+                    async for first in lines_out:
+                        batch = [first]
+                        while len(batch) < WRITE_BATCH:
+                            try:
+                                batch.append(lines_out.receive_nowait())
+                            except (trio.WouldBlock, trio.EndOfChannel):
+                                break
+                        producer.holds_input = True  # K6: from now on D2 keeps what was accepted
                         try:
-                            batch.append(lines_out.receive_nowait())
-                        except (trio.WouldBlock, trio.EndOfChannel):
-                            break
-                    producer.holds_input = True  # K6: from now on D2 keeps what was accepted
-                    try:
-                        await producer.send_batch([line.record for line in batch])
-                    except (TypeError, ValueError):
-                        # refused before anything was sent; read_lines checked each line as
-                        # the producer does, so this is a defect: still, B3, one line must
-                        # not cost the others
-                        await write_one_by_one(batch)
+                            await producer.send_batch([line.record for line in batch])
+                        except (TypeError, ValueError):
+                            # refused before anything was sent; read_lines checked each line as
+                            # the producer does, so this is a defect: still, B3, one line must
+                            # not cost the others
+                            await write_one_by_one(batch)
 
-            async def write_one_by_one(batch: list[Accepted]) -> None:
-                for line in batch:
-                    try:
-                        await producer.send_batch([line.record])
-                    except (TypeError, ValueError) as exc:
-                        counts["accepted"] -= 1
-                        counts["malformed"] += 1
-                        say(f"line {line.number}: malformed: {exc}")
+                async def write_one_by_one(batch: list[Accepted]) -> None:
+                    for line in batch:
+                        try:
+                            await producer.send_batch([line.record])
+                        except (TypeError, ValueError) as exc:
+                            counts["accepted"] -= 1
+                            counts["malformed"] += 1
+                            say(f"line {line.number}: malformed: {exc}")
 
-            def on_signal(signum: int) -> None:
-                if interrupted:
-                    exit_now(say, f"exiting at once: {counts['accepted'] - producer.sent} "
-                             "accepted lines not written")
-                interrupted.append(signum)
-                say(f"draining: reading no more input, {counts['accepted'] - producer.sent} "
-                    f"accepted lines left to write for up to {flush_timeout_s:g} s "
-                    "(Ctrl-C again to exit at once)")
-                reading.cancel()
-                flushing.deadline = trio.current_time() + flush_timeout_s
+                def on_signal(signum: int) -> None:
+                    if interrupted:
+                        exit_now(say, f"exiting at once: {counts['accepted'] - producer.sent} "
+                                 "accepted lines not written")
+                    interrupted.append(signum)
+                    say(f"draining: reading no more input, {counts['accepted'] - producer.sent} "
+                        f"accepted lines left to write for up to {flush_timeout_s:g} s "
+                        "(Ctrl-C again to exit at once)")
+                    reading.cancel()
+                    flushing.deadline = trio.current_time() + flush_timeout_s
 
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async with trio.open_nursery() as nursery:
                     if metrics_at is not None:  # K11
                         from rsc.tools.probes import producer_routes, serve_probes
@@ -158,16 +160,16 @@ async def produce(prefix: str, urls: Endpoints, input_fd: int,
                             work.start_soon(read_input)
                             work.start_soon(write_output)
                     nursery.cancel_scope.cancel()
-            if flushing.cancelled_caught:
-                left = counts["accepted"] - producer.sent
-                say(f"flush timeout: {left} accepted lines not delivered after "
-                    f"{flush_timeout_s:g} s (sent {producer.sent})")
-                return 1
-            summary = (f"sent {producer.sent}, retried {producer.retried}, "
-                       f"rerouted {producer.rerouted}")
-            if counts["malformed"]:
-                summary += f", malformed {counts['malformed']}"
-            say(summary, level=logging.INFO)
+                if flushing.cancelled_caught:
+                    left = counts["accepted"] - producer.sent
+                    say(f"flush timeout: {left} accepted lines not delivered after "
+                        f"{flush_timeout_s:g} s (sent {producer.sent})")
+                    return 1
+                summary = (f"sent {producer.sent}, retried {producer.retried}, "
+                           f"rerouted {producer.rerouted}")
+                if counts["malformed"]:
+                    summary += f", malformed {counts['malformed']}"
+                say(summary, level=logging.INFO)
     except BaseExceptionGroup as group:
         unwrap_single(group)
     if interrupted:
