@@ -703,11 +703,43 @@ def test_h10_join_pushes_the_members_whose_target_changes_not_the_joiner():
     assert group.take_effects().pushes == set()
     join(group, "b")
     assert group.take_effects().pushes == {"a"}
+    send(group, "a", epoch_of(group, "a"))  # the heartbeat the push brings
+    send(group, "b", epoch_of(group, "b"))
     before = targets(group)
     join(group, "c")
     pushed = group.take_effects().pushes
     assert pushed == changed_targets(before, targets(group)) - {"c"}
     assert pushed and "c" not in pushed
+
+
+def test_h10_a_member_is_not_pushed_again_before_it_answers_its_last_push():
+    group = new_group(shard_ids(12))
+    join(group, "a")
+    join(group, "b")
+    assert group.take_effects().pushes == {"a"}
+    before = targets(group)
+    join(group, "c")  # a's target shrinks again before its heartbeat
+    assert "a" in changed_targets(before, targets(group))
+    assert group.take_effects().pushes == {"b"}  # a's own heartbeat will carry it
+    response = send(group, "a", epoch_of(group, "a"))
+    assert set(response.assignment.assigned_shards) | set(response.assignment.pending_shards) \
+        <= target_of(group, "a")  # that heartbeat is told the latest target
+    send(group, "b", epoch_of(group, "b"))
+    before = targets(group)
+    join(group, "d")  # both answered: pushed again
+    assert group.take_effects().pushes == changed_targets(before, targets(group)) - {"d"}
+    assert {"a", "b"} <= changed_targets(before, targets(group))
+
+
+def test_h10_a_push_is_dropped_when_the_member_heartbeats_later_in_the_same_batch():
+    group = new_group(shard_ids(6))
+    join(group, "a")
+    group.take_effects()
+    join(group, "b")  # a's target changes: a push is queued for a
+    send(group, "a", epoch_of(group, "a"))  # a's answer, in the same batch, already says so
+    assert group.take_effects().pushes == set()
+    join(group, "c")
+    assert "a" in group.take_effects().pushes  # answered: the next change is pushed again
 
 
 def test_h10_join_does_not_push_members_whose_target_stays():

@@ -292,6 +292,8 @@ class GroupStateMachine(RuleBasedStateMachine):
             mid: SimMember(mid, instance_id=INSTANCES.get(mid), slow_drainer=mid in slow)
             for mid in MEMBER_IDS})
         self.cause: str | None = None
+        self.answered: Status | None = None  # the status the cause's heartbeat got
+        self.unanswered_pushes: set[str] = set()  # pushed, no heartbeat of theirs answered since
         self.before = self.snapshot()
         for member_id in MEMBER_IDS[:founders]:
             self.join(member_id, capacity=None, full=True, lost=False)
@@ -308,9 +310,9 @@ class GroupStateMachine(RuleBasedStateMachine):
         draining = [] if member.slow_drainer else sorted(member.draining)
         finish = frozenset(draining[: round(len(draining) * choices["finish_share"])])
         self.cause = member_id
-        send_heartbeat(self.world, member, finish=finish, full=choices["full"],
-                       capacity=choices["capacity"], lost=choices["lost"],
-                       repeat_instance=choices["repeat_instance"])
+        self.answered = send_heartbeat(
+            self.world, member, finish=finish, full=choices["full"], capacity=choices["capacity"],
+            lost=choices["lost"], repeat_instance=choices["repeat_instance"]).status
         self.check()
 
     @rule(member_id=st.sampled_from(MEMBER_IDS), capacity=st.none() | st.integers(1, 4),
@@ -322,7 +324,8 @@ class GroupStateMachine(RuleBasedStateMachine):
         member.active, member.silent = True, False
         member.drop_everything()
         self.cause = member_id
-        send_heartbeat(self.world, member, finish=frozenset(), full=full, capacity=capacity, lost=lost)
+        self.answered = send_heartbeat(self.world, member, finish=frozenset(), full=full,
+                                       capacity=capacity, lost=lost).status
 
     @rule(beats=st.lists(st.tuples(st.sampled_from(MEMBER_IDS), heartbeat_choices()),
                          min_size=1, max_size=8))
@@ -465,11 +468,13 @@ class GroupStateMachine(RuleBasedStateMachine):
         assert world.group.to_record() == record
         world.owner_tokens = dict(world.group.owners)
         world.restarted = True
+        self.unanswered_pushes.clear()  # a restart's books push nobody until the next change
         self.before = self.snapshot()
 
     @rule()
     def settle_for_real(self):
         settle(self.world)
+        self.unanswered_pushes.clear()  # every member's last heartbeat was answered
         self.before = self.snapshot()
 
     # --- invariants -------------------------------------------------------------------
@@ -497,8 +502,8 @@ class GroupStateMachine(RuleBasedStateMachine):
         world, group = self.world, self.world.group
         effects = group.take_effects()
         after = self.snapshot()
-        before, cause = self.before, self.cause
-        self.cause = None
+        before, cause, answered = self.before, self.cause, self.answered
+        self.cause, self.answered = None, None
         self.before = after
         react_to_removals(world, effects.events)
 
@@ -507,11 +512,20 @@ class GroupStateMachine(RuleBasedStateMachine):
             assert effects.dirty
         keep_owner_tokens(world, effects.owner_changes)
 
-        # H10: pushed when its next answer changed; never the member whose heartbeat caused it
+        # H10: pushed when its next answer changed, unless a push since its last answered
+        # heartbeat is still unanswered (the heartbeat it brings gets this change too); never
+        # the member whose heartbeat caused it, and never twice before it heartbeats
+        unanswered = self.unanswered_pushes
+        if cause is not None and answered in ACCEPTED:
+            unanswered.discard(cause)
         assert cause not in effects.pushes
+        assert not effects.pushes & unanswered, (effects.pushes, unanswered)
         for member_id, answer in after["answers"].items():
             if member_id != cause and before["answers"].get(member_id, answer) != answer:
-                assert member_id in effects.pushes, (member_id, before["answers"][member_id], answer)
+                assert member_id in effects.pushes | unanswered, \
+                    (member_id, before["answers"][member_id], answer)
+        unanswered |= effects.pushes
+        unanswered &= set(group.members)
 
         # S3: a return (without a capacity change) pushes nobody and grows no epoch
         kinds = [e.kind for e in effects.events]

@@ -64,6 +64,9 @@ class Member:
     revoke_started_ms: int | None = None
     needs_full_report: bool = False
     dead_letter_stream: str | None = None  # P2: as its heartbeats report it (not persisted)
+    # H10: pushed since its last answered heartbeat; a further change before that heartbeat
+    # is answered needs no push of its own (the answer carries it)
+    pushed: bool = False
 
     @property
     def held(self) -> frozenset[str]:
@@ -476,7 +479,7 @@ class GroupMachine:
         member.revoke_started_ms = None
         member.needs_full_report = False
         self.effects.members_dirty.add(member.member_id)
-        self.effects.pushes.discard(member.member_id)
+        self._answered(member)  # nothing to push to (S2); its return is answered in full
         self.effects.events.append(Event("away", member.member_id, {
             "instanceId": member.instance_id, "reason": reason}))
 
@@ -514,8 +517,8 @@ class GroupMachine:
                 self.free_since[shard] = now_ms
                 self.effects.owner_changes[shard] = None
                 waiting = self.target.owner.get(shard)
-                if waiting is not None and waiting != cause and not self._is_away(waiting):
-                    self.effects.pushes.add(waiting)
+                if waiting is not None and waiting != cause:
+                    self._push(waiting)
         self.effects.members_dirty.add(member.member_id)
 
     def _bump_epoch(self, reason: str, cause: str | None = None, *, push_all: bool = False) -> None:
@@ -534,14 +537,26 @@ class GroupMachine:
         self.effects.members_dirty |= changed
         self.effects.events.append(Event("epoch", None, {
             "reason": reason, "groupEpoch": self.group_epoch, "members": len(self.members)}))
-        # an AWAY member has no session to push to; its return gets its target anyway (S3)
-        members = self.members
-        if push_all:
-            self.effects.pushes.update(mid for mid, mb in members.items() if not mb.away)
-        else:
-            self.effects.pushes.update(mid for mid in changed if not self._is_away(mid))
-        if cause is not None:
-            self.effects.pushes.discard(cause)
+        for member_id in (self.members if push_all else changed):
+            if member_id != cause:
+                self._push(member_id)
+
+    def _push(self, member_id: str) -> None:
+        """H10: push `member_id` once the batch commits, unless a push since its last answered
+        heartbeat is still unanswered: the heartbeat that push brings gets everything changed
+        until it is handled. An AWAY member has no session to push to; its return gets its
+        target anyway (S3)."""
+        member = self.members.get(member_id)
+        if member is not None and not member.pushed and not member.away:
+            member.pushed = True
+            self.effects.pushes.add(member_id)
+
+    def _answered(self, member: Member) -> None:
+        """`member`'s heartbeat is answered with the books as they are now: a push queued in
+        this batch before it is no longer needed, and the next change is pushed again."""
+        if member.pushed:
+            member.pushed = False
+            self.effects.pushes.discard(member.member_id)
 
     def _reconcile(self, member: Member, now_ms: int) -> Status:
         """Move `member` towards its target (H3, H4, H5); the heart of CurrentAssignmentBuilder."""
@@ -579,10 +594,12 @@ class GroupMachine:
         if request.dead_letter_stream is not None:  # P2: absent means unchanged
             member.dead_letter_stream = request.dead_letter_stream
         status = self._reconcile(member, now_ms)
+        self._answered(member)
         return self._response(request, member, status, routing)
 
     def _sync(self, request: m.Heartbeat, member: Member) -> m.HeartbeatResponse:
         """SYNC_METADATA: drain-only; the member keeps what it holds and is still assigned."""
+        self._answered(member)
         return self._response(request, member, Status.SYNC_METADATA, None)
 
     def _response(self, request: m.Heartbeat, member: Member, status: Status,
@@ -609,10 +626,6 @@ class GroupMachine:
     def _error(self, request: m.Heartbeat, status: Status, error: str) -> m.HeartbeatResponse:
         return m.HeartbeatResponse(request_id=request.request_id, status=status,
                                    member_id=request.member_id, error=error)
-
-    def _is_away(self, member_id: str) -> bool:
-        member = self.members.get(member_id)
-        return member is not None and member.away
 
     def _not_live(self, request: m.Heartbeat) -> m.HeartbeatResponse:
         """A heartbeat other than a join from a memberId that is not live: replaced (S3),
