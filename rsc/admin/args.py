@@ -317,8 +317,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
                        help="CA certificates (PEM) a wss:// coordinator is verified against, beside "
                             "the system trust store (default: $RSC_CA_FILE)")
     admin.add_argument("--timeout", type=_argument_type(_positive_float), default=DEFAULT_TIMEOUT_S,
-                       help=f"seconds to wait to connect and for each answer "
-                            f"(default: {DEFAULT_TIMEOUT_S:g})")
+                       help=f"seconds to wait to connect and for each answer, retries of "
+                            f"COORDINATOR_NOT_AVAILABLE included (default: {DEFAULT_TIMEOUT_S:g})")
     commands = admin.add_subparsers(dest="admin_command", required=True, metavar="COMMAND",
                                     parser_class=AdminArgumentParser)
     add_logging_arguments(admin, default_level="warning")

@@ -108,7 +108,8 @@ async def _connect_and_run(args: argparse.Namespace, url: str, source: str,
                            console: Console) -> None:
     request = None if args.admin_command == "watch" else build_request(args)
     async with open_admin_client(url, token=admin_token(args), connect_timeout=args.timeout,
-                                 url_source=source, ca_file=args.ca_file) as admin:
+                                 url_source=source, ca_file=args.ca_file,
+                                 retry_unavailable_s=args.timeout) as admin:
         if request is None:
             from rsc.admin.watch import watch
 

@@ -12,6 +12,12 @@ always gets the response class it asked for. An answer the protocol classes cann
 
 A coordinator that cannot be reached or refuses the session raises
 `AdminConnectError` with one line that names the URL and the likely fix (D3).
+
+`COORDINATOR_NOT_AVAILABLE` (the coordinator cannot write its store just now, D4) is retried
+with backoff, as the status asks, for the requests whose repeat ends where one would: the
+reads and the settings set to a value (`RETRIED_WHEN_UNAVAILABLE`). The others are not: the
+first attempt's write may still land late (D4), and a repeat of a removal, a deletion, a
+reset or a re-drive would then fail or act twice.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import random
 import re
 import socket
 import ssl
@@ -85,8 +92,8 @@ from rsc.protocol import (
 from rsc.protocol.codec import ADMIN_REQUESTS, MESSAGE_TYPES, decode_object
 from rsc.protocol.messages import FieldValueError, camel
 
-__all__ = ["DEFAULT_URL", "AdminClient", "AdminConfigError", "AdminConnectError", "AdminError",
-           "AdminTokenRefused", "AdminSession",
+__all__ = ["DEFAULT_URL", "RETRIED_WHEN_UNAVAILABLE", "UNAVAILABLE_RETRY_S", "AdminClient",
+           "AdminConfigError", "AdminConnectError", "AdminError", "AdminTokenRefused", "AdminSession",
            "CoordinatorURL", "Response", "SessionLost", "check_answer", "check_status",
            "decode_response", "open_admin_client", "parse_coordinator_url", "read_answer",
            "request_body"]
@@ -99,6 +106,16 @@ PUSH_BUFFER = 256
 # describeGroup of a --max-group-size 20,000 group is about 5 MB, listGroups grows with the
 # groups. The client takes any answer up to this (trio-websocket's default is 1 MiB).
 MAX_ANSWER_BYTES = 1 << 30
+
+# Requests whose repeat ends where one would: a COORDINATOR_NOT_AVAILABLE answer to them is
+# retried (see the module's docstring), for at most UNAVAILABLE_RETRY_S and never past the
+# caller's own deadline (`rsc admin --timeout`), FIRST_BACKOFF_S doubling to MAX_BACKOFF_S.
+RETRIED_WHEN_UNAVAILABLE: tuple[type[Request], ...] = (
+    ListGroups, DescribeGroup, GetFormatVersion, ListDeadLetters,
+    SetShardCount, SetMaxConcurrency, SetRetention, SetFormatVersion)
+UNAVAILABLE_RETRY_S = 5.0
+FIRST_BACKOFF_S = 0.1
+MAX_BACKOFF_S = 1.0
 
 Response = Message | dict[str, object]
 """A decoded response, or the raw JSON object of a type the protocol classes do not know."""
@@ -349,10 +366,16 @@ def _read_object(text: str | bytes) -> tuple[int | None, dict[str, object]]:
 
 
 class AdminClient:
-    """Admin requests over one `AdminSession`; every method raises AdminError unless OK."""
+    """Admin requests over one `AdminSession`; every method raises AdminError unless OK.
 
-    def __init__(self, session: AdminSession) -> None:
+    `retry_unavailable_s`: how long a request of `RETRIED_WHEN_UNAVAILABLE` is retried while
+    the answer is COORDINATOR_NOT_AVAILABLE (0: never).
+    """
+
+    def __init__(self, session: AdminSession, *,
+                 retry_unavailable_s: float = UNAVAILABLE_RETRY_S) -> None:
         self.session = session
+        self.retry_unavailable_s = retry_unavailable_s
 
     @property
     def url(self) -> str:
@@ -360,14 +383,40 @@ class AdminClient:
 
     async def exchange(self, request: Request) -> tuple[dict[str, object], Response]:
         """Send a request; its raw JSON answer and the OK response it reads as (`read_answer`)."""
-        raw = await self.session.request(request)
-        return raw, check_status(read_answer(request, raw))
+        raw, response = await self._answer(request)
+        return raw, check_status(response)
 
     async def ask(self, request: Answered[ResponseT]) -> ResponseT:
         """Send a request; its OK answer, of the request's response class (else AdminError)."""
         assert isinstance(request, Request), request
-        raw = await self.session.request(request)
-        return check_answer(request, read_answer(request, raw))
+        return check_answer(request, (await self._answer(request))[1])
+
+    async def _answer(self, request: Request) -> tuple[dict[str, object], Response]:
+        """The raw answer and its reading; COORDINATOR_NOT_AVAILABLE retried with backoff
+        where the request allows it (`RETRIED_WHEN_UNAVAILABLE`), said once on the log."""
+        retried = isinstance(request, RETRIED_WHEN_UNAVAILABLE) and self.retry_unavailable_s > 0
+        started = trio.current_time()
+        give_up = min(started + self.retry_unavailable_s, trio.current_effective_deadline())
+        delay, said = FIRST_BACKOFF_S, False
+        while True:
+            raw = await self.session.request(request)
+            response = read_answer(request, raw)
+            if not retried or AdminError.of(response).status != Status.COORDINATOR_NOT_AVAILABLE:
+                return raw, response
+            wait = delay * random.uniform(0.5, 1.0)
+            if trio.current_time() + wait >= give_up:
+                if said:
+                    log.warning("%s: still %s after %.1f s of retries; giving up", request.TYPE,
+                                Status.COORDINATOR_NOT_AVAILABLE.value,
+                                trio.current_time() - started)
+                return raw, response
+            if not said:
+                said = True
+                log.warning("%s: %s from %s (%s); retrying with backoff for up to %.1f s",
+                            request.TYPE, Status.COORDINATOR_NOT_AVAILABLE.value, self.url,
+                            AdminError.of(response).error, give_up - started)
+            await trio.sleep(wait)
+            delay = min(2 * delay, MAX_BACKOFF_S)
 
     async def list_groups(self) -> Groups:
         """Every group the coordinator knows, with epochs and counts."""
@@ -455,13 +504,16 @@ class AdminClient:
 async def open_admin_client(url: str, *, token: str | None = None, connect_timeout: float = 5.0,
                             url_source: str = "--url", ca_file: str | None = None,
                             ssl_context: ssl.SSLContext | None = None,
-                            console_client: str | None = None) -> AsyncIterator[AdminClient]:
+                            console_client: str | None = None,
+                            retry_unavailable_s: float = UNAVAILABLE_RETRY_S,
+                            ) -> AsyncIterator[AdminClient]:
     """Connect to the admin endpoint of the coordinator at `url` (ws://host:port or wss://).
 
     Raises AdminConnectError (one line, D3) when the URL is bad, no session comes up
     within `connect_timeout` seconds, or a wss:// coordinator does not verify against
     `ssl_context` (else the system trust store and `ca_file`, default $RSC_CA_FILE).
     `console_client` is the browser address the console sends (the audit log's peer, C3).
+    `retry_unavailable_s` bounds the retries of COORDINATOR_NOT_AVAILABLE (`AdminClient`).
     """
     coordinator = parse_coordinator_url(url, url_source)
     headers = [(b"Authorization", f"Bearer {token.strip()}".encode())] if token else []
@@ -486,7 +538,7 @@ async def open_admin_client(url: str, *, token: str | None = None, connect_timeo
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(session.receive_loop)
                     try:
-                        yield AdminClient(session)
+                        yield AdminClient(session, retry_unavailable_s=retry_unavailable_s)
                     finally:
                         nursery.cancel_scope.cancel()
         except (HandshakeError, OSError, trio.TooSlowError) as exc:
