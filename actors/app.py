@@ -32,6 +32,7 @@ import functools
 import logging
 import ssl
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -415,7 +416,8 @@ async def _serve_epoch(co: Coordinator, lapsed: trio.Event, port: int, served: E
         bound = await nursery.start(_serve_websocket, server, config, co.admission, port,
                                     co.server_tls)
         nursery.start_soon(_lease_loop, co, lapsed)
-        nursery.start_soon(_tick_loop, config, router, co.life.continuity)
+        nursery.start_soon(_tick_loop, config, router, co.life.continuity,
+                           server.turns.saturated_since_last_asked)
         nursery.start_soon(_store_id_loop, co, router)
         nursery.start_soon(_shard_check_loop, config, router, StreamAdmin(store.client), metrics)
         co.readiness.lease_held(True)  # restored (or written back): ready from here
@@ -547,12 +549,14 @@ async def _retake(store: MetadataStore, limiter: trio.CapacityLimiter) -> bool:
 
 
 async def _tick_loop(config: CoordinatorConfig, router: Router,
-                     continuity: LeaseContinuity | None) -> None:
+                     continuity: LeaseContinuity | None,
+                     saturated: Callable[[], bool]) -> None:
     """Send every actor its tick (H6, H14); never waits on any of them. Only while the lease
     is continuous (D5): after a gap, expiring members on heartbeats older than it would fence
     members that went on under D5, so the tick stops and the coordinator restarts instead.
     For a member lease TTL after a lapse it took back, the ticks expire nobody (fresh leases,
-    H12) but drain, retirement and retention go on."""
+    H12) but drain, retirement and retention go on. A full collection that is due waits while
+    the coordinator is `saturated` (rsc/common/gc_policy.py)."""
     assert continuity is not None, "the epoch's lease was taken"
     interval = config.tick_interval_ms / 1000
     while True:
@@ -561,7 +565,7 @@ async def _tick_loop(config: CoordinatorConfig, router: Router,
         if not continuity.holds(now):
             continue  # no renewal for a lease (Redis down, or this process frozen)
         router.tick(expire=continuity.expiry_allowed(now))
-        gc_control.on_tick()
+        gc_control.on_tick(busy=saturated())
 
 
 async def _shard_check_loop(config: CoordinatorConfig, router: Router, streams: StreamAdmin,

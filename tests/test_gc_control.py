@@ -354,3 +354,22 @@ def test_a_young_cycle_is_collected_by_the_allocation_driven_collections(
     assert alive() is None
     assert len(allocations) == count
 
+
+def test_a_full_due_while_the_process_is_busy_waits_for_a_calm_tick() -> None:
+    policy, fake, clock, heap = started()
+    heap.blocks = int(heap.blocks * (1 + gc_policy.GROWTH)) + 10  # a full is due
+    for _ in range(5):  # a join storm: saturated on every tick
+        clock.now += 1
+        assert policy.on_tick(busy=True) == "young"
+    assert "collect" not in fake.names() and policy.deferred == 5
+    clock.now += 1
+    assert policy.on_tick(busy=False) == "full"  # the growth was kept for the first calm tick
+    assert policy.full_collections == 2
+
+
+def test_a_process_busy_for_the_longest_interval_still_gets_its_full() -> None:
+    policy, fake, clock, _ = started()
+    clock.now += gc_policy.MAX_FULL_INTERVAL_S - 1
+    assert policy.on_tick(busy=True) == "young"
+    clock.now += 1
+    assert policy.on_tick(busy=True) == "full"

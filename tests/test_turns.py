@@ -86,3 +86,19 @@ async def test_a_cancelled_waiter_leaves_its_queue_and_the_others_still_get_turn
                 await trio.sleep(0.001)
         assert turns.waiting == 0
         outer.cancel_scope.cancel()
+
+
+async def test_saturated_says_whether_a_frame_waited_since_it_was_last_asked() -> None:
+    turns = Turns(per_window=1)
+    assert not turns.saturated_since_last_asked()  # nothing waited yet
+    assert turns.admits() and not turns.admits()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(turns.wait, "busy")
+        await trio.testing.wait_all_tasks_blocked()
+        assert turns.saturated_since_last_asked()  # one waits now
+        nursery.start_soon(turns.run)
+        with trio.fail_after(5):
+            while turns.waiting:
+                await trio.sleep(0.0005)
+        nursery.cancel_scope.cancel()
+    assert not turns.saturated_since_last_asked()  # the wait was counted at the last look

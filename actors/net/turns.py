@@ -60,10 +60,17 @@ class Turns:
         self._waiters = 0
         self._wake = trio.Event()
         self.waited = 0  # turns that had to wait (a saturated coordinator)
+        self._waited_seen = 0
 
     @property
     def waiting(self) -> int:
         return self._waiters
+
+    def saturated_since_last_asked(self) -> bool:
+        """Whether a frame waited for its turn since the last call, or one waits now."""
+        saturated = self.waited != self._waited_seen or self._waiters > 0
+        self._waited_seen = self.waited
+        return saturated
 
     def admits(self) -> bool:
         """A turn now, in place (nobody waits and the window has turns left); else False."""
