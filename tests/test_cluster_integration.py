@@ -288,9 +288,12 @@ async def test_manual_failover_of_a_master_while_producing_and_consuming(
 
 
 async def test_reset_offsets_and_delete_group_reach_every_master(
-        cluster_coordinator: RunningCoordinator, cluster_client: Any,
+        cluster_url: str, nursery: trio.Nursery, cluster_client: Any,
         redis_cluster: LocalCluster) -> None:
-    url, redis_url = cluster_coordinator.url, cluster_coordinator.redis_url
+    # no lease is timed here: a 6 s lease gives each store write 2 s (D4), so creating the
+    # shards on three masters of a loaded machine is not COORDINATOR_NOT_AVAILABLE
+    coordinator = await start_coordinator(nursery, cluster_url, lease_ttl_ms=6000)
+    url, redis_url = coordinator.url, coordinator.redis_url
     streams = await set_shards(url, PREFIX, GROUP, 6)
     assert len({redis_cluster.node_of(stream).port for stream in streams}) > 1
     write_messages(redis_url, streams, [(f"k{i}", str(i)) for i in range(120)])
