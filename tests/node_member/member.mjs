@@ -116,7 +116,9 @@ let retentionMode = "acked";
 let serverHasXackdel = false;
 let storeChecked = false;
 let stopping = false;
-let wake = () => {};
+let due = false; // a push or a finished drain asked for a heartbeat (H10)
+let endWait = () => {};
+const wake = () => { due = true; endWait(); }; // also while a heartbeat is in flight
 
 const redis = new Redis(redisAddress);
 const leaseAlive = () => now() - acceptedSentAt < leaseTtlMs;
@@ -221,11 +223,14 @@ async function heartbeat(leaving = false) {
 
 async function heartbeatLoop() {
   while (!stopping) {
+    due = false;
     await heartbeat();
+    if (due) continue; // it came while that heartbeat was in flight: its answer may predate it
     await new Promise((resolve) => {
       const timer = setTimeout(resolve, intervalMs);
-      wake = () => { clearTimeout(timer); resolve(); };
+      endWait = () => { clearTimeout(timer); resolve(); };
     });
+    endWait = () => {};
   }
 }
 
