@@ -21,12 +21,14 @@ GC_LINE = "gc "
 
 
 def report(snapshot: dict[str, Any], policy: Any) -> dict[str, Any]:
-    """One report: the recorder's snapshot, the policy's mode and full collections, the heap size,
-    and the process's request latency histogram (actors/ops/latency.py; servers fill it)."""
+    """One report: the recorder's snapshot, the policy's mode, its full collections and the ticks
+    that deferred a due one (the process was saturated), the heap size, and the process's
+    request latency histogram (actors/ops/latency.py; servers fill it)."""
     # No gc.get_freeze_count(): it walks the whole frozen generation, 180 ms at 10,000
     # members, a stall at the very start of the window it was meant to measure
     return {**snapshot, "mode": policy.mode, "fullCollections": policy.full_collections,
-            "heapBlocks": sys.getallocatedblocks(), "requests": latency.requests.snapshot()}
+            "deferredTicks": policy.deferred, "heapBlocks": sys.getallocatedblocks(),
+            "requests": latency.requests.snapshot()}
 
 
 def install_signal_reporter(take: Callable[[], dict[str, Any]]) -> None:

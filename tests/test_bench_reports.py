@@ -19,7 +19,7 @@ def test_the_report_never_walks_the_frozen_generation(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(gc, "get_freeze_count", walk)
     recorder = gc_control.PauseRecorder()
-    policy = SimpleNamespace(mode=gc_control.TUNED, full_collections=0)  # install() is process-wide
+    policy = SimpleNamespace(mode=gc_control.TUNED, full_collections=0, deferred=0)  # process-wide
     before = report(recorder.snapshot(reset_max=True), policy)
     after = report(recorder.snapshot(reset_max=True), policy)
     figures = window(before, after, 1.0)
