@@ -200,6 +200,50 @@ async def test_h10_push_tells_a_member_its_answer_changed_but_not_the_cause(coor
         assert sorted(got.assignment.assigned_shards) == released
 
 
+async def _push_at(session, epoch: int) -> m.AssignmentChanged:
+    """The next push that names `epoch` or a later one (earlier hints may still be queued)."""
+    with trio.fail_after(5):
+        while True:
+            push = await session.pushes.receive()
+            if push.group_epoch >= epoch:
+                return push
+
+
+async def test_h10_catch_up_brings_newcomers_behind_a_settled_epoch_to_stable(coordinator_factory):
+    # a 30 s interval: no member would reach the epoch with a regular heartbeat before the
+    # test ends, and these raw sessions never beat on their own anyway
+    slow = await coordinator_factory(heartbeat_interval_ms=30_000, lease_ttl_ms=60_000)
+    await set_shards(slow.url, 2)
+    async with open_session(slow.url, "member") as a, open_session(slow.url, "member") as b, \
+            open_session(slow.url, "member") as c, open_session(slow.url, "member") as d, \
+            open_session(slow.url, "admin") as admin:
+        a_join = await a.request(heartbeat("a", 0))
+        b_join = await b.request(heartbeat("b", 0))  # a must give b a shard: nobody is STABLE
+        c_join = await c.request(heartbeat("c", 0))  # 2 shards, 3 members: c gets none
+        d_join = await d.request(heartbeat("d", 0))  # nor does d; c's target stays as it was
+        assert c_join.assignment.assigned_shards == d_join.assignment.assigned_shards == ()
+        assert c_join.member_epoch < d_join.group_epoch  # c is behind, and no bump pushes it
+        revoke = await a.request(heartbeat("a", a_join.member_epoch))
+        kept = list(revoke.assignment.assigned_shards)
+        released = tuple(sorted(set(a_join.assignment.assigned_shards) - set(kept)))
+        a_done = await a.request(heartbeat("a", a_join.member_epoch, owned=kept, revoked=released))
+        await _push_at(b, b_join.group_epoch)  # the shard it waited for is free
+        b_done = await b.request(heartbeat("b", b_join.member_epoch, owned=[]))
+        assert b_done.assignment.assigned_shards == released
+        assert a_done.member_epoch == b_done.member_epoch == d_join.group_epoch
+        # the moves are done and the epoch has settled: the catch-up pushes c, once
+        push = await _push_at(c, d_join.group_epoch)
+        assert push.member_id == "c"
+        caught_up = await c.request(heartbeat("c", c_join.member_epoch, owned=[]))
+        assert caught_up.status == Status.OK and caught_up.member_epoch == d_join.group_epoch
+        describe = m.DescribeGroup(request_id=0, stream_prefix=PREFIX, consumer_group=GROUP)
+        assert (await admin.request(describe)).state == GroupState.STABLE
+        # a's only push is the one b's join sent (its target shrank); d joined at the epoch
+        assert [a.pushes.receive_nowait().group_epoch
+                for _ in range(a.pushes.statistics().current_buffer_used)] == [b_join.group_epoch]
+        assert d.pushes.statistics().current_buffer_used == 0
+
+
 async def test_h10_no_pushes_when_disabled(coordinator_factory):
     quiet = await coordinator_factory(push=False)
     await set_shards(quiet.url, 2)

@@ -692,9 +692,10 @@ def changed_targets(before, after):
 
 # H10 reading: a push goes to every member whose next answer changes in substance: its
 # target, a pending shard freed, its maxConcurrency or the routing. A member whose target
-# an epoch bump leaves alone is not pushed; it moves to the new epoch on its next regular
-# heartbeat (H4). Pushing all N members on every join or leave would make each one cost N
-# heartbeats (see the README).
+# an epoch bump leaves alone is not pushed at the bump; pushing all N members on every join
+# or leave would make each one cost N heartbeats. It moves to the new epoch on its next
+# regular heartbeat (H4), unless it is a newcomer (joined less than two heartbeat intervals
+# ago): once the epoch has settled, the catch-up pushes newcomers still behind it.
 
 
 def test_h10_join_pushes_the_members_whose_target_changes_not_the_joiner():
@@ -751,6 +752,129 @@ def test_h10_join_does_not_push_members_whose_target_stays():
     assert untouched, "the scenario needs a member the join leaves alone"
     assert not pushed & untouched
     assert pushed == changed_targets(before, targets(group)) - {"d"}
+
+
+def lagging(group: GroupMachine) -> set[str]:
+    """Members behind the assignment epoch that hold their target: only their next
+    heartbeat, regular or brought by a catch-up push, moves them to it."""
+    return {mid for mid, member in group.members.items()
+            if member.member_epoch != group.assignment_epoch
+            and group.member_state(member) == MemberState.STABLE}
+
+
+def finish_moves(group: GroupMachine, now: int) -> None:
+    """The members that revoke or wait for a shard report until they are done; the others
+    do not beat."""
+    for _ in range(5):
+        moving = [mid for mid, member in sorted(group.members.items())
+                  if group.member_state(member) != MemberState.STABLE]
+        if not moving:
+            return
+        for member_id in moving:
+            report(group, member_id, now)
+    raise AssertionError("the moves did not finish")
+
+
+def storm_then_one_more(now: int) -> GroupMachine:
+    """a, b, c join and settle at `now`; d joins at `now` + 1, one of them gives d a shard,
+    and the others are left behind the epoch with their targets unchanged."""
+    group = stable_group("a", "b", "c", now=now)  # 4 shards: a holds 2, b and c 1
+    join(group, "d", now=now + 1)
+    finish_moves(group, now + 1)
+    group.take_effects()
+    assert lagging(group), "the scenario needs a member the join leaves alone"
+    return group
+
+
+def catch_up_at(group: GroupMachine, now: int) -> set[str]:
+    group.tick(now)  # the machine's clock, as a tick sets it
+    group.catch_up()
+    return group.take_effects().pushes
+
+
+def test_h10_catch_up_pushes_newcomers_a_settled_epoch_left_behind():
+    group = storm_then_one_more(now=1000)
+    settle_ms = group.catch_up_settle_ms
+    assert settle_ms == 250  # a quarter of the 3 s interval, at most 250 ms
+    behind = lagging(group)
+    assert catch_up_at(group, 1001 + settle_ms - 1) == set()  # not settled long enough
+    assert catch_up_at(group, 1001 + settle_ms) == behind
+    assert not group.newcomers  # each is pushed once at most
+    assert catch_up_at(group, 1001 + 3 * settle_ms) == set()
+    for member_id in behind:  # the heartbeat the push brings moves it to the epoch
+        response = send(group, member_id, epoch_of(group, member_id), 1001 + 3 * settle_ms)
+        assert response.status == Status.OK and response.member_epoch == group.assignment_epoch
+    assert lagging(group) == set()
+    assert catch_up_at(group, 1001 + 5 * settle_ms) == set()
+
+
+def test_h10_catch_up_waits_while_newcomers_still_move_shards():
+    group = stable_group("a", "b", "c", now=1000)
+    join(group, "d", now=1001)  # a revokes a shard for d, which waits for it
+    group.take_effects()
+    behind = lagging(group)
+    assert behind
+    settle_ms = group.catch_up_settle_ms
+    assert catch_up_at(group, 1001 + settle_ms) == set()
+    finish_moves(group, 1001 + settle_ms)
+    group.take_effects()
+    assert catch_up_at(group, 1001 + 2 * settle_ms - 1) == set()  # a settle time after a look
+    assert catch_up_at(group, 1001 + 2 * settle_ms) == behind == lagging(group)
+
+
+def test_h10_catch_up_waits_while_the_epoch_keeps_moving():
+    group = storm_then_one_more(now=1000)
+    settle_ms = group.catch_up_settle_ms
+    join(group, "e", now=1001 + settle_ms - 1)  # the epoch moves again
+    group.take_effects()
+    assert catch_up_at(group, 1001 + settle_ms) == set()
+    assert catch_up_at(group, 1001 + 2 * settle_ms - 1) == lagging(group) != set()
+
+
+def test_h10_catch_up_pushes_a_newcomer_once_and_leaves_established_members_alone():
+    group = stable_group("a", "b", "c", now=1000)
+    settle_ms = group.catch_up_settle_ms
+    assert catch_up_at(group, 1000 + settle_ms) == set()  # all at the epoch: newcomers no more
+    assert not group.newcomers
+    join(group, "d", now=2000)
+    finish_moves(group, 2000)
+    group.take_effects()
+    behind = lagging(group)
+    assert behind and "d" not in behind
+    assert catch_up_at(group, 2000 + settle_ms) == set()
+    # pushing them would line their heartbeat phases up into one burst (docs/architecture.md);
+    # they reach the epoch with their next regular heartbeat
+    for member_id in behind:
+        response = send(group, member_id, epoch_of(group, member_id), 2000 + 3000)
+        assert response.member_epoch == group.assignment_epoch
+
+
+def test_h10_catch_up_leaves_out_members_with_something_else_to_do():
+    group, kept, moving = a_holds_all_then_b_joins()  # a revokes, b waits for the shards
+    assert "a" not in lagging(group)
+    pushed = catch_up_at(group, 9_000)
+    assert "a" not in pushed  # asked to revoke, it heartbeats to release anyway
+    assert group.members["a"].member_epoch != group.assignment_epoch
+    assert send(group, "a", epoch_of(group, "a"), 9_000).status == Status.REVOKE_PENDING
+    done = send(group, "a", epoch_of(group, "a"), 9_000, revoked=sorted(moving))
+    assert done.status == Status.OK and done.member_epoch == group.assignment_epoch
+
+
+def test_h10_catch_up_forgets_members_that_left_and_restored_ones_are_not_newcomers():
+    group = storm_then_one_more(now=1000)
+    behind = sorted(lagging(group))
+    send(group, behind[0], LEAVE_EPOCH, 1002)
+    assert behind[0] not in group.newcomers
+    restored = GroupMachine.from_record(PREFIX, GROUP, SETTINGS, group.to_record(),
+                                        SHARDS, 5000)
+    assert not restored.newcomers  # a restart: they beat at their own phases already
+    assert catch_up_at(restored, 5000 + restored.catch_up_settle_ms) == set()
+
+
+def test_h10_catch_up_settle_is_a_quarter_interval_at_most_250_ms():
+    fast = GroupMachine(PREFIX, GROUP, GroupSettings(heartbeat_interval_ms=200), SHARDS)
+    assert fast.catch_up_settle_ms == 50
+    assert new_group().catch_up_settle_ms == 250
 
 
 def test_h10_release_pushes_the_member_waiting_for_the_shard_not_the_releaser():

@@ -147,6 +147,13 @@ class GroupMachine:
         self.free_since: dict[str, int] = {}
         # B6: since when the group has had no live member (None while it has one)
         self.empty_since_ms: int | None = None
+        # H10's catch-up (`catch_up`): the members that joined since its last push; this
+        # machine's clock as the last heartbeat or tick set it; when the assignment epoch last
+        # moved; when the catch-up last looked
+        self.newcomers: set[str] = set()
+        self.clock_ms = 0
+        self.epoch_moved_ms = 0
+        self.caught_up_ms = 0
         self.effects = Effects()
 
     # --- events ----------------------------------------------------------------
@@ -173,6 +180,7 @@ class GroupMachine:
     def heartbeat(self, request: m.Heartbeat, now_ms: int,
                   routing: m.RoutingSummary | None) -> m.HeartbeatResponse:
         """Handle one member heartbeat (H1..H9, H11, H13, S1..S5)."""
+        self.clock_ms = now_ms
         member_id = request.member_id
         if request.member_epoch == LEAVE_EPOCH:
             return self._leave(request, now_ms)
@@ -240,6 +248,7 @@ class GroupMachine:
         A static member whose lease runs out becomes AWAY instead (S5), and is removed once
         `static_session_timeout_ms` has passed since its last accepted heartbeat.
         """
+        self.clock_ms = now_ms
         lease = self.settings.lease_ttl_ms
         timeout = self.settings.revoke_timeout_ms
         session = self.settings.static_session_timeout_ms
@@ -266,6 +275,44 @@ class GroupMachine:
                 if now_ms - since > horizon:
                     del self.replaced[member_id]
         self.unowned_shards(now_ms)  # keeps the since-times of free shards at tick resolution
+
+    def catch_up(self) -> None:
+        """H10's deferred part, for newcomers. An epoch that moved on its own is not pushed at
+        the bump. Once the assignment epoch has stood still for `catch_up_settle_ms` and every
+        member that joined since the last catch-up is STABLE, each of them still behind the
+        epoch gets one push, and they are newcomers no more. A join storm so reaches STABLE
+        soon after its last move instead of up to a heartbeat interval later.
+
+        Established members are left to their next regular heartbeat: pushing thousands of
+        them at once would line their heartbeat phases up into one burst that comes back every
+        interval (docs/architecture.md). Newcomers joined together anyway, and are pushed once.
+        While a newcomer still revokes or waits for a shard nobody is pushed, so the pushed
+        heartbeats do not land on top of the moves; the catch-up looks at most once a settle
+        time."""
+        if not self.newcomers:
+            return
+        now, epoch, settle = self.clock_ms, self.assignment_epoch, self.catch_up_settle_ms
+        if now - self.epoch_moved_ms < settle or now - self.caught_up_ms < settle:
+            return
+        self.caught_up_ms = now
+        behind: list[str] = []
+        for member_id in self.newcomers:
+            member = self.members.get(member_id)
+            if member is None or member.away:
+                continue
+            if self.member_state(member) is not MemberState.STABLE:
+                return  # a newcomer still moves shards: look again a settle time later
+            if member.member_epoch != epoch:
+                behind.append(member_id)
+        self.newcomers.clear()
+        for member_id in behind:
+            self._push(member_id)
+
+    @property
+    def catch_up_settle_ms(self) -> int:
+        """How long the assignment epoch stands still before newcomers are caught up (H10):
+        a quarter of the heartbeat interval, at most 250 ms."""
+        return min(self.settings.heartbeat_interval_ms // 4, 250)
 
     def unowned_shards(self, now_ms: int) -> int:
         """D7: the shards of the target that nobody has held for longer than one lease TTL
@@ -362,6 +409,7 @@ class GroupMachine:
         if member.instance_id is not None:
             self.instances[member.instance_id] = member.member_id
         self.target.add_member(member.member_id)
+        self.newcomers.add(member.member_id)
         self.effects.members_dirty.add(member.member_id)
         self.effects.members_removed.discard(member.member_id)
         self.fenced_ids.pop(member.member_id, None)
@@ -380,6 +428,7 @@ class GroupMachine:
         member.member_epoch, member.previous_epoch = JOIN_EPOCH, LEAVE_EPOCH  # as a join (H4)
         member.needs_full_report = False
         self.effects.members_dirty.add(member.member_id)
+        self.newcomers.add(member.member_id)
         self.effects.events.append(Event("returned", member.member_id,
                                          {"instanceId": member.instance_id}))
         self._capacity(member, request.capacity)
@@ -404,6 +453,8 @@ class GroupMachine:
         self.effects.members_removed.discard(new_id)
         self.replaced[old_id] = (instance_id, now_ms)
         self.replaced.pop(new_id, None)
+        self.newcomers.discard(old_id)
+        self.newcomers.add(new_id)
         self.fenced_ids.pop(new_id, None)
         self.effects.events.append(Event("returned", new_id, {"instanceId": instance_id,
                                                               "replaced": old_id}))
@@ -423,6 +474,7 @@ class GroupMachine:
         member.needs_full_report = False
         if member.held:
             self._release(member, member.held, now_ms, cause=member.member_id, revoke=False)
+        self.newcomers.add(member.member_id)
         self.effects.events.append(Event("rejoined", member.member_id))
         self._capacity(member, request.capacity)
 
@@ -494,6 +546,7 @@ class GroupMachine:
             del self.instances[member.instance_id]
             fields["instanceId"] = member.instance_id
         self.target.remove_member(member.member_id)
+        self.newcomers.discard(member.member_id)
         self.effects.members_dirty.discard(member.member_id)
         self.effects.members_removed.add(member.member_id)
         self.effects.events.append(Event(reason, member.member_id, fields))
@@ -529,6 +582,7 @@ class GroupMachine:
         (H10). With `push_all` (routing or maxConcurrency changed) everyone is.
         """
         self.group_epoch += 1
+        self.epoch_moved_ms = self.clock_ms
         if self.target.shards != self.shards:
             self.target.set_shards(self.shards)
         self.assignment_epoch = self.group_epoch
@@ -764,6 +818,7 @@ class GroupMachine:
         self.assignment_epoch = record.group.assignment_epoch
         self.max_concurrency = record.group.max_concurrency
         self.empty_since_ms = record.group.empty_since_ms
+        self.clock_ms = self.epoch_moved_ms = now_ms
         self.shards = tuple(shards)
         self._shard_index = {shard: index for index, shard in enumerate(self.shards)}
         self.members = {}
@@ -789,6 +844,7 @@ class GroupMachine:
             self.free_since = {}
         self.instances = {mb.instance_id: mid for mid, mb in self.members.items()
                           if mb.instance_id is not None}
+        self.newcomers &= self.members.keys()  # a rolled-back join is gone
         for member_id in [mid for mid in self.replaced if mid in self.members]:
             del self.replaced[member_id]  # a rolled-back return (S3): that memberId is back
         self.effects = Effects()

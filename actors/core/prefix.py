@@ -539,6 +539,7 @@ class PrefixMachine:
                 changes.members[(name, member_id)] = None
             effects[name] = effect
         for name, group in self.groups.items():
+            group.catch_up()  # H10: newcomers behind an epoch that has settled
             effect = effects[name] = group.take_effects()
             if effect.group_dirty:
                 changes.groups[name] = group.persistent_group()
