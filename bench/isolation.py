@@ -116,9 +116,10 @@ def _join(loadgen: LoadGen, members: int, shards: int, prefix: str,
 def _until_stable(loadgen: LoadGen, prefix: str, started: float, state: str | None,
                   within_s: float) -> float | None:
     """Seconds from the join to listGroups saying STABLE (None: not within `within_s`).
-    Members whose target the last epoch bumps left alone are not pushed (H10) and reach the
-    epoch with their next regular heartbeat, so STABLE may come up to one interval after the
-    members converged."""
+    Members whose target the last epoch bumps left alone are not pushed at the bumps (H10):
+    the newcomers among them get one push once every newcomer is STABLE and the epoch has
+    settled (GroupMachine.catch_up), the others reach the epoch with their next regular
+    heartbeat, so STABLE comes after the members converged."""
     deadline = started + within_s
     while state != "STABLE":
         if time.perf_counter() > deadline:
@@ -334,6 +335,6 @@ def run(progress: Progressor, quick: bool, out: Path) -> ScenarioResult:
                         "join storms: clock from the moment all members join to converged (every "
                         "shard held, nothing pending, every answer OK); STABLE: listGroups asked every "
                         f"{STABLE_POLL_S:.1f} s from then on (members whose target the last "
-                        "epoch bumps left alone reach the epoch on their next regular heartbeat, "
-                        "H10)")
+                        "epoch bumps left alone reach the epoch with the newcomers' catch-up push "
+                        "or their next regular heartbeat, H10)")
     return result

@@ -121,7 +121,7 @@ class LoadGenerator:
 
     def is_converged(self) -> bool:
         # ownership convergence: members whose target an epoch bump left alone are not pushed
-        # (H10 as we read it) and catch up with the epoch on their next regular heartbeat
+        # at the bump (H10 as we read it); they catch up with the epoch later
         return (self.live > 0 and self.held_total == self.shard_count and self.pending_total == 0
                 and self.not_ok == 0)
 

@@ -430,8 +430,8 @@ def join_storm(progress: Progressor, sizes: Sizes, out: Path) -> ScenarioResult:
         result.target(f"join storm {members:,} -> converged", "(no target)",
                       f"{joined['seconds']:.1f} s", None)
     result.notes.append("converged = every shard held, nothing pending, every member answered OK, as "
-                        "the members see it (members a join leaves alone catch up with the epoch on "
-                        "their next regular heartbeat); clock starts when all join")
+                        "the members see it (members a join leaves alone catch up with the epoch later, "
+                        "H10); clock starts when all join")
     return result
 
 
